@@ -1,0 +1,186 @@
+"""Readers for TSV/CSV/JSONL/plain-text inputs that stream rows and name the file and line of any problem."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from .errors import InputError
+
+TEXT_FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".txt": "text"}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One input record: its 1-based line number in the file and the requested fields."""
+
+    line: int
+    values: tuple
+
+
+def detect_format(path: Path, fmt: str | None = None) -> str:
+    if fmt:
+        if fmt not in set(TEXT_FORMATS.values()):
+            raise InputError(f"format {fmt!r}: valid formats are tsv, csv, jsonl, text.")
+        return fmt
+    return TEXT_FORMATS.get(path.suffix.lower(), "text")
+
+
+def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield (line number, text) decoding each line separately so a bad byte is reported with its line."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file.") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror}).") from None
+    with handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(
+                    f"{path}, line {number}: bytes that are not UTF-8 at column {exc.start + 1} "
+                    f"({raw[max(0, exc.start - 10):exc.start + 10]!r}). Re-save the file as UTF-8 "
+                    "(e.g. `iconv -f latin1 -t utf-8`)."
+                ) from None
+            yield number, text
+
+
+def _resolve_columns(path: Path, header: list[str] | None, wanted: list[str | int], width: int) -> list[int]:
+    indices = []
+    for column in wanted:
+        if isinstance(column, int) or (isinstance(column, str) and column.lstrip("-").isdigit()):
+            index = int(column)
+            if not -width <= index < width:
+                described = f"columns {header}" if header else f"{width} columns (0 to {width - 1})"
+                raise InputError(f"{path}: column {index} does not exist; the file has {described}.")
+            indices.append(index % width)
+        else:
+            if header is None:
+                raise InputError(
+                    f"{path}: column {column!r} is a name but the file is read without a header; "
+                    "pass --header, or give the column by index."
+                )
+            if column not in header:
+                raise InputError(f"{path}: no column named {column!r}; the columns are {header}.")
+            indices.append(header.index(column))
+    return indices
+
+
+def iter_rows(
+    path: str | Path,
+    columns: list[str | int],
+    *,
+    header: bool | None = None,
+    fmt: str | None = None,
+    allow_missing: bool = False,
+) -> Iterator[Row]:
+    """Stream the requested columns (indices or names; JSONL: field names) of each record, validated.
+
+    `header=None` reads a header line exactly when some column is given by name.
+    """
+    path = Path(path)
+    kind = detect_format(path, fmt)
+    empty = True
+    if kind == "jsonl":
+        rows = _jsonl_rows(path, columns)
+    elif kind == "text":
+        if any(c not in (0, "0", "text") for c in columns):
+            raise InputError(f"{path}: a plain-text file has one text per line; there are no columns to choose.")
+        rows = (Row(n, (line.rstrip("\r\n"),)) for n, line in _decoded_lines(path))
+    else:
+        rows = _delimited_rows(path, kind, columns, header)
+    for row in rows:
+        empty = False
+        if not allow_missing:
+            for value, column in zip(row.values, columns):
+                if value is None or (isinstance(value, float) and math.isnan(value)):
+                    raise InputError(f"{path}, line {row.line}: {column!r} is empty (null/NaN); give a value.")
+        yield row
+    if empty:
+        raise InputError(f"{path}: the file has no data rows.")
+
+
+def _delimited_rows(path: Path, kind: str, columns: list[str | int], header: bool | None) -> Iterator[Row]:
+    if header is None:
+        header = any(isinstance(c, str) and not c.lstrip("-").isdigit() for c in columns)
+    lines = _decoded_lines(path)
+    numbers: list[int] = []
+
+    def text_lines():
+        for number, text in lines:
+            numbers.append(number)
+            yield text
+
+    options = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if kind == "tsv" else {"delimiter": ","}
+    reader = csv.reader(text_lines(), **options)
+    names: list[str] | None = None
+    indices: list[int] | None = None
+    try:
+        for record in reader:
+            line = numbers[-1]
+            if not record:  # blank line
+                continue
+            if header and names is None:
+                names = [name.strip() for name in record]
+                continue
+            if indices is None:
+                indices = _resolve_columns(path, names, columns, len(names) if names else len(record))
+            if max(indices) >= len(record):
+                raise InputError(
+                    f"{path}, line {line}: {len(record)} fields, but column {max(indices)} was asked for"
+                    + (f" (the header has {len(names)})." if names else ".")
+                    + " Check the delimiter and quoting of that line."
+                )
+            yield Row(line, tuple(record[i] for i in indices))
+    except csv.Error as exc:
+        raise InputError(f"{path}, line {numbers[-1] if numbers else 1}: cannot parse it as {kind.upper()} ({exc}).") from None
+
+
+def _jsonl_rows(path: Path, fields: list[str | int]) -> Iterator[Row]:
+    for number, text in _decoded_lines(path):
+        if not text.strip():
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}, line {number}: not valid JSON ({exc.msg}, column {exc.colno}).") from None
+        if not isinstance(record, dict):
+            raise InputError(f"{path}, line {number}: each line must be a JSON object, got {type(record).__name__}.")
+        values = []
+        for field in fields:
+            key = str(field)
+            if key not in record:
+                raise InputError(f"{path}, line {number}: no field {key!r}; the fields are {sorted(record)}.")
+            values.append(record[key])
+        yield Row(number, tuple(values))
+
+
+def read_texts(
+    path: str | Path,
+    column: str | int | None = None,
+    *,
+    header: bool | None = None,
+    fmt: str | None = None,
+    id_column: str | int | None = None,
+) -> tuple[list[str], list, list[int]]:
+    """All texts of one column (and optional ids) with their line numbers; every text is checked to be a string."""
+    path = Path(path)
+    kind = detect_format(path, fmt)
+    if column is None:
+        column = "text" if kind == "jsonl" else 0
+    columns = [column] + ([id_column] if id_column is not None else [])
+    texts, ids, lines = [], [], []
+    for row in iter_rows(path, columns, header=header, fmt=kind):
+        text = row.values[0]
+        if not isinstance(text, str):
+            raise InputError(f"{path}, line {row.line}: the text is a {type(text).__name__} ({text!r}), not a string.")
+        texts.append(text)
+        lines.append(row.line)
+        ids.append(row.values[1] if id_column is not None else len(ids))
+    return texts, ids, lines

@@ -1,0 +1,51 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).parent))
+
+import tiny_models  # noqa: E402
+
+SHARED_DATA = Path(os.environ.get("BERTKIT_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+def shared_file(*parts: str) -> Path:
+    """A file from ../shared/data, or skip the test saying why."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.is_file():
+        pytest.skip(f"shared data {path} is absent (set BERTKIT_DATA to the folder holding sst2/ and conll2003/)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def encoder():
+    from bertkit import Encoder
+
+    return Encoder.from_pretrained()
+
+
+@pytest.fixture(scope="session")
+def hf_default():
+    """Plain transformers model + tokenizer for the packaged default, the reference for equality tests."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from bertkit.models import default_model_dir
+
+    path = default_model_dir()
+    model = AutoModel.from_pretrained(path)
+    model.eval()
+    return model, AutoTokenizer.from_pretrained(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny")
+    return {
+        "bert_cased": tiny_models.tiny_bert(root / "bert_cased", cased=True),
+        "distilbert": tiny_models.tiny_distilbert(root / "distilbert"),
+        "electra": tiny_models.tiny_electra(root / "electra"),
+        "roberta": tiny_models.tiny_roberta(root / "roberta"),
+    }

@@ -1,0 +1,236 @@
+"""Encoder outputs equal hand computations from plain transformers, for every layer and pooling choice."""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit import Encoder, InputError
+
+TEXTS = [
+    "I love Korea",
+    "a visually stunning rumination on love , and a very, very long sentence that needs more tokens than the others",
+    "",
+    "EU rejects German call to boycott British lamb.",
+    "the plot is a mess",
+]
+LAYER_CASES = {  # spec → function of the hidden-states tuple
+    "last": lambda h: h[-1],
+    "0": lambda h: h[0],
+    "-2": lambda h: h[-2],
+    "second_to_last": lambda h: h[-2],
+    "3": lambda h: h[3],
+    "last4:sum": lambda h: sum(h[-4:]),
+    "last4:mean": lambda h: torch.stack(h[-4:]).mean(0),
+    "last4:concat": lambda h: torch.cat([h[-1], h[-2], h[-3], h[-4]], -1),
+    "-1,-2,-3,-4": lambda h: torch.cat([h[-1], h[-2], h[-3], h[-4]], -1),
+    "-1,0:sum": lambda h: h[-1] + h[0],
+    "all:mean": lambda h: torch.stack(h).mean(0),
+    "all:sum": lambda h: sum(h),
+    "all:concat": lambda h: torch.cat(h, -1),
+}
+POOL_CASES = {
+    "cls": lambda x, out: x[0],
+    "mean": lambda x, out: x.mean(0),
+    "max": lambda x, out: x.max(0).values,
+}
+
+
+def hand_states(hf, text):
+    model, tokenizer = hf
+    inputs = tokenizer(text, return_tensors="pt")
+    with torch.no_grad():
+        return model(**inputs, output_hidden_states=True)
+
+
+@pytest.fixture(scope="module")
+def references(hf_default):
+    return [hand_states(hf_default, t) for t in TEXTS]
+
+
+@pytest.mark.parametrize("layers", LAYER_CASES)
+@pytest.mark.parametrize("pooling", POOL_CASES)
+def test_sentence_vectors_equal_transformers(encoder, references, layers, pooling):
+    got = encoder.embed(TEXTS, layers=layers, pooling=pooling, batch_size=2)
+    expected = np.stack(
+        [POOL_CASES[pooling](LAYER_CASES[layers](out.hidden_states)[0], out).numpy() for out in references]
+    )
+    assert got.dtype == np.float32
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+
+
+def test_pooler_and_combined_pooling_equal_transformers(encoder, references):
+    got = encoder.embed(TEXTS, pooling="pooler")
+    np.testing.assert_allclose(got, np.concatenate([o.pooler_output.numpy() for o in references]), atol=1e-5, rtol=0)
+    both = encoder.embed(TEXTS, pooling="cls+mean")
+    expected = np.stack([torch.cat([o.last_hidden_state[0, 0], o.last_hidden_state[0].mean(0)]).numpy() for o in references])
+    np.testing.assert_allclose(both, expected, atol=1e-5, rtol=0)
+    assert encoder.sentence_dim("last4:concat", "cls+mean") == 384 * 4 * 2
+
+
+def test_seed_example_forward_shapes(encoder):
+    batch = encoder.tokenize(["I love Korea"], max_length=7, padding="max_length")
+    assert batch.input_ids.tolist() == [[101, 1045, 2293, 4420, 102, 0, 0]]
+    assert batch.attention_mask.tolist() == [[1, 1, 1, 1, 1, 0, 0]]
+    assert batch.tokens == [["[CLS]", "i", "love", "korea", "[SEP]", "[PAD]", "[PAD]"]]
+    out = encoder.forward(batch)
+    assert tuple(out.last_hidden_state.shape) == (1, 7, 384)
+    assert tuple(out.pooler_output.shape) == (1, 384)
+    assert len(out.hidden_states) == 7
+    assert torch.equal(out.hidden_states[-1], out.last_hidden_state)
+    assert not out.last_hidden_state.requires_grad
+
+
+def test_padding_never_leaks_into_mean_or_max(encoder, references):
+    """A text padded to 40 tokens in a batch pools exactly like the text alone."""
+    padded = encoder.embed(["I love Korea", "word " * 35], pooling="mean+max", batch_size=2)[0]
+    alone = references[0].last_hidden_state[0]
+    np.testing.assert_allclose(padded, torch.cat([alone.mean(0), alone.max(0).values]).numpy(), atol=1e-5, rtol=0)
+
+
+def test_batch_size_and_order_do_not_change_results(encoder):
+    rng = np.random.default_rng(0)
+    words = "the movie was a great and terrible thing to watch on a rainy day".split()
+    texts = [" ".join(rng.choice(words, size=rng.integers(1, 30))) for _ in range(70)]
+    one = encoder.embed(texts, layers="last4:concat", pooling="mean", batch_size=1)
+    many = encoder.embed(texts, layers="last4:concat", pooling="mean", batch_size=64)
+    assert np.abs(one - many).max() <= 1e-5
+    permutation = rng.permutation(len(texts))
+    shuffled = encoder.embed([texts[i] for i in permutation], layers="last4:concat", pooling="mean", batch_size=16)
+    assert np.abs(shuffled - one[permutation]).max() <= 1e-5
+
+
+def test_token_vectors_with_tokens(encoder, references, hf_default):
+    result = encoder.embed(TEXTS, pooling="none", layers="last")
+    for item, out, text in zip(result, references, TEXTS):
+        assert item.tokens == hf_default[1](text).tokens()
+        np.testing.assert_allclose(item.vectors, out.last_hidden_state[0].numpy(), atol=1e-5, rtol=0)
+    assert result[0].word_ids == [None, 0, 1, 2, None]
+
+
+@pytest.mark.parametrize("method", ["first", "last", "mean", "first_last"])
+def test_word_vectors_pool_subtokens_onto_user_words(encoder, hf_default, method):
+    model, tokenizer = hf_default
+    words = ["EU", "rejects", "German", "call", "to", "boycott", "Britishness", "lambkins"]
+    got = encoder.embed_words([words], layers="last4:concat", subtoken_pooling=method)[0]
+    inputs = tokenizer(words, is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        states = model(**inputs, output_hidden_states=True).hidden_states
+    vectors = torch.cat([states[-1], states[-2], states[-3], states[-4]], -1)[0]
+    word_ids = inputs.word_ids(0)
+    expected = []
+    for w in range(len(words)):
+        where = [i for i, x in enumerate(word_ids) if x == w]
+        picks = {
+            "first": vectors[where[0]],
+            "last": vectors[where[-1]],
+            "mean": vectors[where].mean(0),
+            "first_last": torch.cat([vectors[where[0]], vectors[where[-1]]]),
+        }
+        expected.append(picks[method].numpy())
+    assert any(len([x for x in word_ids if x == w]) > 1 for w in range(len(words))), "need a multi-piece word"
+    assert got.shape == (len(words), 384 * 4 * (2 if method == "first_last" else 1))
+    np.testing.assert_allclose(got, np.stack(expected), atol=1e-5, rtol=0)
+
+
+def test_sentence_pairs_use_type_ids(encoder, hf_default):
+    model, tokenizer = hf_default
+    got = encoder.embed(["how old are you?"], text_pairs=["I am six."], pooling="cls")
+    inputs = tokenizer("how old are you?", "I am six.", return_tensors="pt")
+    assert inputs["token_type_ids"].max() == 1
+    with torch.no_grad():
+        expected = model(**inputs).last_hidden_state[:, 0].numpy()
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+
+
+def test_long_text_policies(encoder, hf_default):
+    model, tokenizer = hf_default
+    long_text = " ".join(f"word{i % 50}" for i in range(120))  # ~ 2 tokens a word
+    texts = ["short one", long_text]
+    with pytest.warns(UserWarning, match="1 of 2 texts were longer than"):
+        vectors, report = encoder.embed(texts, max_length=32, return_report=True)
+    assert report.truncated_rows == [1] and report.n_truncated == 1
+    cut = tokenizer(long_text, truncation=True, max_length=32, return_tensors="pt")
+    with torch.no_grad():
+        expected = model(**cut).last_hidden_state[0].mean(0).numpy()
+    np.testing.assert_allclose(vectors[1], expected, atol=1e-5, rtol=0)
+
+    with pytest.raises(InputError, match=r"text 1 has \d+ tokens, more than max_length=32"):
+        encoder.embed(texts, max_length=32, long_text="error")
+
+    result = encoder.embed(texts, max_length=32, long_text="window", stride=8, pooling="none")
+    full = tokenizer(long_text)
+    assert result[1].tokens == full.tokens()  # every token exactly once
+    assert result[1].vectors.shape == (len(full["input_ids"]), 384)
+    first_window = tokenizer(long_text, truncation=True, max_length=32, return_tensors="pt")
+    with torch.no_grad():
+        first = model(**first_window).last_hidden_state[0]
+    np.testing.assert_allclose(result[1].vectors[:10], first[:10].numpy(), atol=1e-5, rtol=0)
+    ids = full["input_ids"]
+    last_ids = torch.tensor([[ids[0]] + ids[-31:]])
+    with torch.no_grad():
+        last = model(input_ids=last_ids).last_hidden_state[0]
+    np.testing.assert_allclose(result[1].vectors[-5:], last[-5:].numpy(), atol=1e-5, rtol=0)
+    pooled = encoder.embed(texts, max_length=32, long_text="window", stride=8, pooling="mean")
+    np.testing.assert_allclose(pooled[1], result[1].vectors.mean(0), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(pooled[0], result[0].vectors.mean(0), atol=1e-5, rtol=0)
+
+
+def test_window_equals_plain_for_short_texts(encoder):
+    texts = ["I love Korea", "a short text"]
+    np.testing.assert_array_equal(encoder.embed(texts, long_text="window"), encoder.embed(texts))
+
+
+def test_empty_inputs(encoder):
+    assert encoder.embed([], layers="last4:concat").shape == (0, 1536)
+    assert encoder.embed([""]).shape == (1, 384)
+    assert encoder.embed_words([[]])[0].shape == (0, 384)
+
+
+def test_bad_options_name_the_problem(encoder):
+    with pytest.raises(InputError, match="Valid forms"):
+        encoder.embed(["x"], layers="penultimate")
+    with pytest.raises(InputError, match="layer 9 does not exist.*7 hidden states"):
+        encoder.embed(["x"], layers="9")
+    with pytest.raises(InputError, match="unknown pooling 'avg'"):
+        encoder.embed(["x"], pooling="avg")
+    with pytest.raises(InputError, match="layers='last'"):
+        encoder.embed(["x"], pooling="pooler", layers="last4:sum")
+    with pytest.raises(InputError, match=r"texts\[1\] is missing"):
+        encoder.embed(["x", None])
+    with pytest.raises(InputError, match=r"texts\[0\] is missing"):
+        encoder.embed([float("nan")])
+    with pytest.raises(InputError, match="batch_size"):
+        encoder.embed(["x"], batch_size=0)
+    with pytest.raises(InputError, match="long_text"):
+        encoder.embed(["x"], long_text="chop")
+    with pytest.raises(InputError, match="lists of words"):
+        encoder.embed_words(["EU rejects"])
+
+
+def test_progress_bar_shows_only_when_asked(encoder, capsys):
+    encoder.embed(["a", "b"], progress=True)
+    assert "embedding" in capsys.readouterr().err
+    encoder.embed(["a", "b"], progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_threads_option_sets_torch_threads():
+    before = torch.get_num_threads()
+    try:
+        Encoder.from_pretrained(threads=1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(InputError, match="threads"):
+        Encoder.from_pretrained(threads=0)
+
+
+def test_coverage_warning_for_korean_on_uncased_english_vocab(encoder):
+    with pytest.warns(UserWarning, match="covers the text poorly.*Korean"):
+        encoder.embed(["이 영화 재미없네요"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        encoder.embed(["this movie is no fun"])
