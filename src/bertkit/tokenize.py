@@ -309,7 +309,7 @@ def coverage(encoded: Sequence[Encoded], texts: Sequence[Text], unk_token_id: in
         ids = item.ids
         n_tokens += len(ids) - sum(item._take(item.encoding.special_tokens_mask))
         n_unknown += sum(1 for i in ids if i == unk_token_id)
-        n_words += item.num_words
+        n_words += item.num_words + len(item.pair_word_spans or [])
         joined = text if isinstance(text, str) else " ".join(text)
         if not joined.isascii():
             scripts += [s for s in _scripts_in(joined) if s not in scripts]

@@ -1,0 +1,102 @@
+"""The command line: outputs equal the library's, and user mistakes are one 'error:' line with exit status 2."""
+
+import sys
+
+import numpy as np
+import pytest
+
+from bertkit import cli
+
+
+def run(monkeypatch, capsys, *args):
+    monkeypatch.setattr(sys, "argv", ["bertkit", *map(str, args)])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main()
+    captured = capsys.readouterr()
+    return exit_info.value.code or 0, captured.out, captured.err
+
+
+def test_tokenize_prints_the_table(monkeypatch, capsys):
+    code, out, err = run(monkeypatch, capsys, "tokenize", "I love Korea", "--max-length", "7")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["position", "token", "id", "mask", "type_id", "word"]
+    assert lines[1].split() == ["0", "[CLS]", "101", "1", "0"]
+    assert lines[4].split() == ["3", "korea", "4420", "1", "0", "2"]
+    assert lines[7].split() == ["6", "[PAD]", "0", "0", "0"]
+    assert "[UNK] 0 of 3 tokens" in err
+
+
+def test_tokenize_warns_about_korean(monkeypatch, capsys):
+    code, out, err = run(monkeypatch, capsys, "tokenize", "이 영화 재미없네요")
+    assert code == 0 and "[UNK]" in out
+    assert "covers the text poorly" in err and "Korean" in err
+
+
+def test_info(monkeypatch, capsys):
+    code, out, _ = run(monkeypatch, capsys, "info")
+    facts = dict(line.split(None, 1) for line in out.splitlines())
+    assert facts["layers"] == "6" and facts["hidden_size"] == "384" and facts["max_length"] == "512"
+    assert facts["cased"] == "False" and facts["vocab_size"] == "30522"
+
+
+def test_embed_tsv_equals_library(monkeypatch, capsys, tmp_path, encoder):
+    source = tmp_path / "s.tsv"
+    source.write_text("a stirring , funny film\t1\n\t0\nthe plot is a mess\t0\n", encoding="utf-8")
+    code, _, err = run(monkeypatch, capsys, "embed", source, "--column", "0", "--layers", "last", "--pooling", "cls",
+                       "-o", tmp_path / "v.npy")
+    assert code == 0, err
+    expected = encoder.embed(["a stirring , funny film", "", "the plot is a mess"], layers="last", pooling="cls")
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), expected, atol=1e-6)
+    assert "wrote" in err and "3 × 384" in err
+
+
+def test_embed_token_vectors_and_parquet(monkeypatch, capsys, tmp_path):
+    pytest.importorskip("pyarrow")
+    source = tmp_path / "s.jsonl"
+    source.write_text('{"text": "I love Korea", "id": "k"}\n', encoding="utf-8")
+    code, _, err = run(monkeypatch, capsys, "embed", source, "--pooling", "none", "--id-column", "id", "-o", tmp_path / "t.npz")
+    assert code == 0, err
+    saved = np.load(tmp_path / "t.npz")
+    assert saved["tokens"].tolist() == ["[CLS]", "i", "love", "korea", "[SEP]"] and saved["ids"].tolist() == ["k"]
+    code, _, err = run(monkeypatch, capsys, "embed", source, "-o", tmp_path / "v.parquet", "-l", "last4:concat")
+    assert code == 0, err and (tmp_path / "v.parquet").is_file()
+
+
+def test_embed_reports_truncation(monkeypatch, capsys, tmp_path):
+    source = tmp_path / "long.txt"
+    source.write_text("short\n" + "word " * 40 + "\n", encoding="utf-8")
+    code, _, err = run(monkeypatch, capsys, "embed", source, "--max-length", "16", "-o", tmp_path / "v.npy")
+    assert code == 0 and "1 texts were truncated to" in err
+
+
+@pytest.mark.parametrize(
+    "content, args, message",
+    [
+        ("sentence\tlabel\nhi\t1\n", ["--column", "text"], "no column named 'text'; the columns are ['sentence', 'label']"),
+        ("", ["--column", "0"], "the file has no data rows"),
+        (b"ok\t1\nbad \xff\t0\n", ["--column", "0"], "line 2: bytes that are not UTF-8"),
+        ("hi\t1\n", ["--layers", "penultimate"], "Valid forms"),
+        ("hi\t1\n", ["--pooling", "avg"], "unknown pooling 'avg'"),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_writes_nothing(monkeypatch, capsys, tmp_path, content, args, message):
+    source = tmp_path / "in.tsv"
+    source.write_bytes(content if isinstance(content, bytes) else content.encode())
+    code, out, err = run(monkeypatch, capsys, "embed", source, "-o", tmp_path / "v.npy", *args)
+    assert code == 2
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+    assert not (tmp_path / "v.npy").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.tsv"]
+
+
+def test_offline_hub_name_is_a_clear_error(monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, _, err = run(monkeypatch, capsys, "info", "--model", "bert-base-cased")
+    assert code == 2 and "not reachable" in err and "Traceback" not in err
+
+
+def test_demo_runs(monkeypatch, capsys):
+    code, out, _ = run(monkeypatch, capsys, "demo")
+    assert code == 0
+    assert "[CLS]  101" in out and "(1, 7, 384)" in out and "(4, 1536)" in out and "Korean" in out
