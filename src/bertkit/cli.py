@@ -116,6 +116,178 @@ def embed(
         _say(f"vocabulary coverage: {report.coverage.message()}")
 
 
+def _cache_option(no_cache: bool, cache_dir: Optional[Path]):
+    from .cache import default_cache_dir
+
+    if no_cache:
+        return None
+    return cache_dir or default_cache_dir()
+
+
+@app.command()
+def train(
+    train_file: Path = typer.Argument(..., help="Training data: TSV/CSV (text, label columns) or JSONL."),
+    output: Path = typer.Option(..., "--output", "-o", help="Run directory to create (config, classifier, metrics)."),
+    dev: Optional[Path] = typer.Option(None, "--dev", help="Evaluation file; without it a stratified split of the training file."),
+    test_size: float = typer.Option(0.25, "--test-size", help="Share held out for evaluation when there is no --dev."),
+    text_column: Optional[str] = typer.Option(None, "--text-column", help="Index or name (default 0; JSONL 'text')."),
+    label_column: Optional[str] = typer.Option(None, "--label-column", help="Index or name (default 1; JSONL 'label')."),
+    header: Optional[bool] = typer.Option(None, "--header/--no-header", help="First line is a header (default: when columns are names)."),
+    layers: str = typer.Option("all:concat", "--layers", "-l", help="Layer spec (default: every layer, concatenated)."),
+    pooling: str = typer.Option("mean", "--pooling", "-p", help="cls, pooler, mean, max or a '+' combination."),
+    classifier: str = typer.Option("logreg", "--classifier", help="logreg | linear-svm | mlp"),
+    c_value: Optional[float] = typer.Option(None, "--C", help="Fix the regularisation C (default: chosen by cross-validation)."),
+    cv: int = typer.Option(5, "--cv", help="Cross-validation folds for choosing C."),
+    scale: bool = typer.Option(True, "--scale/--no-scale", help="Standardise features before the classifier."),
+    seed: int = typer.Option(0, "--seed"),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N training rows."),
+    report: Optional[Path] = typer.Option(None, "--report", help="Write metrics.json, confusion.png and pca.png here."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Embedding cache directory (default ~/.cache/bertkit/embeddings)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the embedding cache."),
+    batch_size: int = typer.Option(64, "--batch-size", "-b"),
+    max_length: Optional[int] = typer.Option(None, "--max-length"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output directory."),
+    model: Optional[str] = ModelOption,
+    threads: Optional[int] = ThreadsOption,
+) -> None:
+    """Embed texts with the frozen encoder and train a classifier on the vectors (the visual guide's pipeline)."""
+    from .classify import TextClassifier
+    from .data import read_labelled
+    from .errors import InputError
+    from .report import classification_metrics, format_metrics, write_report
+
+    if output.exists() and not overwrite:
+        raise InputError(f"{output} already exists; choose another -o directory or pass --overwrite.")
+    data = read_labelled(train_file, _column(text_column), _column(label_column), header=header)
+    texts, labels = data.texts[:limit], data.labels[:limit]
+    if dev is not None:
+        dev_data = read_labelled(dev, _column(text_column), _column(label_column), header=header)
+        dev_texts, dev_labels, dev_source = dev_data.texts, dev_data.labels, str(dev)
+        check_known_labels(dev, dev_labels, set(map(str, labels)))
+    else:
+        texts, dev_texts, labels, dev_labels = split_stratified(texts, labels, test_size, seed)
+        dev_source = f"{test_size:.0%} stratified split of {train_file} (seed {seed})"
+    estimator = TextClassifier(
+        model=model, layers=layers, pooling=pooling, classifier=classifier, C=c_value, cv=cv, scale=scale, seed=seed,
+        max_length=max_length, batch_size=batch_size, cache=_cache_option(no_cache, cache_dir), threads=threads,
+    )
+    _say(f"training on {len(texts)} texts ({len(set(map(str, labels)))} classes), evaluating on {len(dev_texts)}: {dev_source}")
+    estimator.fit(texts, labels)
+    stats = estimator.vectorizer_.cache_.stats if estimator.vectorizer_.cache_ is not None else None
+    _say(f"features: layers={layers} pooling={pooling} → {estimator.vectorizer_.n_features_out_} dims; "
+         f"embedding {estimator.embed_seconds_:.1f}s" + (f" ({stats})" if stats else ""))
+    if estimator.cv_scores_:
+        scores = ", ".join(f"{c:g}: {s:.4f}" for c, s in estimator.cv_scores_.items())
+        _say(f"C chosen by {min(cv, 99)}-fold cross-validation: C={estimator.C_:g}   (CV accuracy {scores})")
+    _say(f"classifier {classifier} fitted in {estimator.fit_seconds_:.1f}s")
+    predictions = estimator.predict(dev_texts)
+    metrics = classification_metrics(dev_labels, predictions, estimator.classes_, estimator.majority_class_)
+    typer.echo(format_metrics(metrics))
+    extra = {"data": {"train": str(train_file), "train_rows": len(texts), "dev": dev_source, "dev_rows": len(dev_texts),
+                      "text_column": text_column, "label_column": label_column, "header": header}}
+    estimator.save(output, metrics=metrics, extra=extra, overwrite=overwrite)
+    _say(f"saved {output}")
+    if report is not None:
+        vectors = estimator.vectorizer_.transform(dev_texts)
+        for path in write_report(report, metrics, vectors, dev_labels, title=f"{layers} / {pooling} / {classifier}"):
+            _say(f"wrote {path}")
+
+
+def check_known_labels(path: Path, labels, known: set) -> None:
+    from .errors import InputError
+
+    unseen = sorted({str(label) for label in labels} - known)
+    if unseen:
+        raise InputError(
+            f"{path}: labels {unseen} never occur in the training data (known: {sorted(known)}); "
+            "the classifier cannot predict them. Check the label column or the file."
+        )
+
+
+def split_stratified(texts, labels, test_size: float, seed: int):
+    from sklearn.model_selection import train_test_split
+
+    from .errors import InputError
+
+    if not 0 < test_size < 1:
+        raise InputError(f"--test-size {test_size}: give a share between 0 and 1, e.g. 0.25.")
+    counts = {label: list(map(str, labels)).count(str(label)) for label in set(map(str, labels))}
+    if len(counts) < 2:
+        raise InputError(f"the training data has one class only ({next(iter(counts))!r}); a classifier needs at least two.")
+    if min(counts.values()) < 2:
+        rare = [k for k, v in counts.items() if v < 2]
+        raise InputError(f"class {rare} has a single example; a stratified split needs at least 2 per class (or use --dev).")
+    return train_test_split(texts, labels, test_size=test_size, random_state=seed, stratify=[str(l) for l in labels])
+
+
+@app.command()
+def evaluate(
+    run: Path = typer.Argument(..., help="A run directory written by `bertkit train`."),
+    data_file: Path = typer.Argument(..., help="Labelled TSV/CSV/JSONL file."),
+    text_column: Optional[str] = typer.Option(None, "--text-column"),
+    label_column: Optional[str] = typer.Option(None, "--label-column"),
+    header: Optional[bool] = typer.Option(None, "--header/--no-header"),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
+    no_cache: bool = typer.Option(False, "--no-cache"),
+    threads: Optional[int] = ThreadsOption,
+) -> None:
+    """Score a saved model on a labelled file: accuracy, macro-F1, per-class report, confusion matrix."""
+    from .classify import TextClassifier
+    from .data import read_labelled
+    from .report import classification_metrics, format_metrics
+
+    estimator = TextClassifier.load(run, cache=_cache_option(no_cache, cache_dir), threads=threads)
+    stored = estimator.record_.get("data", {})
+    data = read_labelled(
+        data_file,
+        _column(text_column if text_column is not None else stored.get("text_column")),
+        _column(label_column if label_column is not None else stored.get("label_column")),
+        header=header if header is not None else stored.get("header"),
+    )
+    check_known_labels(data_file, data.labels, set(map(str, estimator.classes_)))
+    predictions = estimator.predict(data.texts)
+    typer.echo(format_metrics(classification_metrics(data.labels, predictions, estimator.classes_, estimator.majority_class_)))
+
+
+@app.command()
+def predict(
+    run: Path = typer.Argument(..., help="A run directory written by `bertkit train`."),
+    inputs: list[str] = typer.Argument(..., help="Texts to classify, or one file (TSV/CSV/JSONL/text)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write a TSV (label, probability, text) here."),
+    column: Optional[str] = typer.Option(None, "--column", "-c", help="Text column of the input file."),
+    header: Optional[bool] = typer.Option(None, "--header/--no-header"),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
+    no_cache: bool = typer.Option(False, "--no-cache"),
+    threads: Optional[int] = ThreadsOption,
+) -> None:
+    """Label texts (or every row of a file) with a saved model; prints or writes label and probability per row."""
+    import csv
+    import io
+
+    from .classify import TextClassifier
+    from .data import read_texts
+    from .outputs import atomic_path
+
+    estimator = TextClassifier.load(run, cache=_cache_option(no_cache, cache_dir), threads=threads)
+    if len(inputs) == 1 and Path(inputs[0]).is_file():
+        texts = read_texts(inputs[0], _column(column), header=header)[0]
+    else:
+        texts = inputs
+    probabilities = estimator.predict_proba(texts)
+    best = probabilities.argmax(axis=1)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, delimiter="\t", lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
+    writer.writerow(["label", "probability", "text"])
+    for text, index, row in zip(texts, best, probabilities):
+        writer.writerow([estimator.classes_[index], f"{row[index]:.4f}", text])
+    if output is None:
+        typer.echo(buffer.getvalue(), nl=False)
+    else:
+        with atomic_path(output) as temporary:
+            temporary.write_text(buffer.getvalue(), encoding="utf-8")
+        _say(f"wrote {len(texts)} predictions to {output}")
+
+
 @app.command()
 def demo(model: Optional[str] = ModelOption) -> None:
     """A short tour on the packaged default model: tokenization table, embeddings and their shapes."""

@@ -184,3 +184,54 @@ def read_texts(
         lines.append(row.line)
         ids.append(row.values[1] if id_column is not None else len(ids))
     return texts, ids, lines
+
+
+@dataclass
+class LabelledData:
+    """Texts with labels, and the file line each came from (for messages)."""
+
+    path: Path
+    texts: list[str]
+    labels: list
+    lines: list[int]
+
+
+def read_labelled(
+    path: str | Path,
+    text_column: str | int | None = None,
+    label_column: str | int | None = None,
+    *,
+    header: bool | None = None,
+    fmt: str | None = None,
+) -> LabelledData:
+    """Read (text, label) rows; defaults are SST-2's layout (columns 0 and 1) or JSONL fields 'text' and 'label'.
+
+    Labels stay as written (strings from TSV/CSV; JSON numbers stay numbers). A first line whose label appears
+    nowhere else is taken for an unannounced header and refused, unless `header=False` says it is data.
+    """
+    path = Path(path)
+    kind = detect_format(path, fmt)
+    if kind == "text":
+        raise InputError(f"{path}: a labelled file must be TSV, CSV or JSONL (text and label columns), not plain text.")
+    text_column = ("text" if kind == "jsonl" else 0) if text_column is None else text_column
+    label_column = ("label" if kind == "jsonl" else 1) if label_column is None else label_column
+    texts, labels, lines = [], [], []
+    for row in iter_rows(path, [text_column, label_column], header=header, fmt=kind):
+        text, label = row.values
+        if not isinstance(text, str):
+            raise InputError(f"{path}, line {row.line}: the text is a {type(text).__name__} ({text!r}), not a string.")
+        if isinstance(label, str):
+            label = label.strip()
+        if label == "" or isinstance(label, (dict, list)):
+            raise InputError(f"{path}, line {row.line}: the label is {'empty' if label == '' else 'not a scalar'}; every example needs a label.")
+        if isinstance(label, float) and label.is_integer():
+            label = int(label)
+        texts.append(text)
+        labels.append(label)
+        lines.append(row.line)
+    if header is None and kind != "jsonl" and len(labels) >= 10 and lines[0] == 1 and labels.count(labels[0]) == 1:
+        raise InputError(
+            f"{path}, line 1: its label {labels[0]!r} appears nowhere else, so line 1 looks like a header. "
+            "Pass --header (or name the columns), or --no-header if it really is data."
+        )
+    return LabelledData(path, texts, labels, lines)

@@ -46,3 +46,32 @@ def run_demo(model: str | None = None) -> None:
     echo("\n5. Vocabulary coverage check on Korean text:")
     echo(f"   '이 영화 재미없네요' → {encoder.tokenize(['이 영화 재미없네요']).tokens[0]}")
     echo(f"   {encoder.coverage(['이 영화 재미없네요']).message()}")
+
+    echo("\n6. The visual guide's pipeline on bertkit's own sample (80 labelled reviews):")
+    from sklearn.model_selection import train_test_split
+
+    from .classify import TextClassifier
+    from .data import read_labelled
+    from .report import classification_metrics
+
+    sample = read_labelled(sample_path("reviews.tsv"), "text", "label")
+    train_x, test_x, train_y, test_y = train_test_split(
+        sample.texts, sample.labels, test_size=0.25, random_state=0, stratify=sample.labels
+    )
+    classifier = TextClassifier(model=model).fit(train_x, train_y)
+    metrics = classification_metrics(test_y, classifier.predict(test_x), classifier.classes_, classifier.majority_class_)
+    echo(f"   features: layers=all:concat pooling=mean → {classifier.vectorizer_.n_features_out_} dims, standardised; "
+         f"logistic regression with C={classifier.C_:g} chosen by {classifier.cv}-fold CV")
+    echo(f"   held-out accuracy {metrics['accuracy']:.3f} on {metrics['n']} reviews "
+         f"(majority baseline {metrics['majority_baseline_accuracy']:.3f})")
+    for text in ["a visually stunning rumination on love", "an hour and a half of my life i will never get back"]:
+        probabilities = classifier.predict_proba([text])[0]
+        echo(f"   {text!r} → {classifier.classes_[probabilities.argmax()]} ({probabilities.max():.2f})")
+    echo("\nOn SST-2: bertkit train ../shared/data/sst2/train.tsv --dev ../shared/data/sst2/dev.tsv -o runs/sst2")
+
+
+def sample_path(name: str):
+    """A file from the labelled samples that ship with bertkit."""
+    from importlib.resources import files
+
+    return files("bertkit") / "samples" / name

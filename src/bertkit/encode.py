@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from .models import LoadedModel, load_model, resolve_model
 from .pooling import parse_pooling, pool_sentences, pool_words
 
 PROGRESS_MIN_ROWS = 256
+_PATH_DEPENDENT_CONFIG = {"_name_or_path", "transformers_version", "_commit_hash", "name_or_path"}
 
 
 @dataclass
@@ -76,6 +79,7 @@ class Encoder:
             if threads < 1:
                 raise InputError(f"threads={threads}: give a positive number of threads.")
             torch.set_num_threads(threads)
+        self._fingerprint: str | None = None
         self._accepts_type_ids = "token_type_ids" in inspect.signature(self.model.forward).parameters
         for note in loaded.warnings:
             warnings.warn(f"{loaded.source.spec}: {note}", stacklevel=2)
@@ -97,6 +101,20 @@ class Encoder:
     @property
     def hidden_size(self) -> int:
         return int(self.model.config.hidden_size)
+
+    @property
+    def fingerprint(self) -> str:
+        """Hash of the weights, config and tokenizer: equal fingerprints mean equal embeddings."""
+        if self._fingerprint is None:
+            digest = hashlib.sha256()
+            config = {k: v for k, v in self.model.config.to_dict().items() if k not in _PATH_DEPENDENT_CONFIG}
+            digest.update(json.dumps(config, sort_keys=True, default=str).encode())
+            digest.update(self.tokenizer.backend_tokenizer.to_str().encode())
+            for name, tensor in sorted(self.model.state_dict().items()):
+                digest.update(name.encode())
+                digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+            self._fingerprint = digest.hexdigest()[:32]
+        return self._fingerprint
 
     @property
     def has_pooler(self) -> bool:
