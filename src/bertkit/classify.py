@@ -73,18 +73,23 @@ class TextClassifier(ClassifierMixin, BaseEstimator):
 
     # ---- fitting ------------------------------------------------------------------------------------------------
     def fit(self, X: Sequence[str], y: Sequence) -> "TextClassifier":
-        if self.classifier not in CLASSIFIERS:
-            raise InputError(f"classifier={self.classifier!r}: valid values are {', '.join(CLASSIFIERS)}.")
-        labels = check_labels(y)
-        if len(labels) != len(X):
-            raise InputError(f"{len(X)} texts but {len(labels)} labels.")
-        self.classes_, codes = np.unique(np.asarray(labels, dtype=object), return_inverse=True)
-        self.classes_ = np.array(self.classes_.tolist())
-        check_class_counts(self.classes_, codes, self.cv if self.C is None and self.classifier != "mlp" else 0)
+        if len(y) != len(X):
+            raise InputError(f"{len(X)} texts but {len(y)} labels.")
+        self.classes_, codes = self.check_training_labels(y)
         self.vectorizer_ = self._vectorizer().fit(X)
         started = time.perf_counter()
         features = self.vectorizer_.transform(X)
         self.embed_seconds_ = time.perf_counter() - started
+        self._fit_head_on(features, codes)
+        return self
+
+    def fit_features(self, features: np.ndarray, y: Sequence) -> "TextClassifier":
+        """Fit scaler + head on precomputed sentence vectors (benchmarks, probes); no encoder involved."""
+        self.classes_, codes = self.check_training_labels(y)
+        self._fit_head_on(np.asarray(features, dtype=np.float32), codes)
+        return self
+
+    def _fit_head_on(self, features: np.ndarray, codes: np.ndarray) -> None:
         started = time.perf_counter()
         with threadpool_limits(1):
             self.scaler_ = StandardScaler().fit(features) if self.scale else None
@@ -93,7 +98,16 @@ class TextClassifier(ClassifierMixin, BaseEstimator):
             self.head_ = self._fit_head(scaled, codes, self.C_)
         self.fit_seconds_ = time.perf_counter() - started
         self.majority_class_ = self.classes_[np.bincount(codes).argmax()]
-        return self
+
+    def check_training_labels(self, y: Sequence) -> tuple[np.ndarray, np.ndarray]:
+        """Classes and integer codes of `y`, refusing missing labels, a single class, or classes too rare for CV."""
+        if self.classifier not in CLASSIFIERS:
+            raise InputError(f"classifier={self.classifier!r}: valid values are {', '.join(CLASSIFIERS)}.")
+        labels = check_labels(y)
+        classes, codes = np.unique(np.asarray(labels, dtype=object), return_inverse=True)
+        classes = np.array(classes.tolist())
+        check_class_counts(classes, codes, self.cv if self.C is None and self.classifier != "mlp" else 0)
+        return classes, codes
 
     def _vectorizer(self) -> BertVectorizer:
         return BertVectorizer(
@@ -122,7 +136,7 @@ class TextClassifier(ClassifierMixin, BaseEstimator):
         return float(search.best_params_["C"]), scores
 
     def _fit_head(self, features: np.ndarray, codes: np.ndarray, C: float):
-        head = _new_head(self.classifier, C, self.seed).fit(features, codes)
+        head = _new_head(self.classifier, C, self.seed, len(codes)).fit(features, codes)
         if self.classifier == "linear-svm":  # Platt scaling on out-of-fold decision values gives probabilities
             folds = max(2, min(3, int(np.bincount(codes).min())))
             decisions = cross_val_predict(
@@ -134,12 +148,17 @@ class TextClassifier(ClassifierMixin, BaseEstimator):
 
     # ---- prediction ---------------------------------------------------------------------------------------------
     def features(self, X: Sequence[str]) -> np.ndarray:
-        """The (scaled) vectors the head sees: for plots and probes."""
+        """The sentence vectors of X (before scaling): for plots and probes."""
         check_is_fitted(self, "head_")
-        return self._scaled(self.vectorizer_.transform(X))
+        return self.vectorizer_.transform(X)
 
     def predict_proba(self, X: Sequence[str]) -> np.ndarray:
-        features = self.features(X)
+        return self.predict_proba_features(self.features(X))
+
+    def predict_proba_features(self, features: np.ndarray) -> np.ndarray:
+        """Class probabilities for sentence vectors as `features` returns them (scaling happens here)."""
+        check_is_fitted(self, "head_")
+        features = self._scaled(np.asarray(features, dtype=np.float32))
         with threadpool_limits(1):
             if self.classifier == "linear-svm":
                 return self.head_.calibrator_.predict_proba(_as_2d(self.head_.decision_function(features)))
@@ -223,6 +242,7 @@ def check_labels(y: Sequence, where: str = "labels", lines: Sequence[int] | None
 
 
 def check_class_counts(classes: np.ndarray, codes: np.ndarray, folds: int) -> None:
+    classes = classes.tolist()
     if len(classes) < 2:
         raise InputError(
             f"the training data has one class only ({classes[0]!r} × {len(codes)}); a classifier needs at least two."
@@ -233,17 +253,20 @@ def check_class_counts(classes: np.ndarray, codes: np.ndarray, folds: int) -> No
         rare = [f"{classes[i]!r} ({counts[i]})" for i in np.flatnonzero(counts < 2)]
         raise InputError(
             f"class {', '.join(rare)} has fewer than 2 examples, too few to choose C by cross-validation. "
-            "Add examples, drop the class, or fix C (e.g. --C 1.0)."
+            "Add examples, drop the class, or fix C (C=1.0 in Python, --C 1.0 on the command line)."
         )
 
 
 # ---- heads ----------------------------------------------------------------------------------------------------------
-def _new_head(kind: str, C: float, seed: int):
+def _new_head(kind: str, C: float, seed: int, n_samples: int = 0):
     if kind == "logreg":
         return LogisticRegression(C=C, max_iter=3000)
     if kind == "linear-svm":
         return LinearSVC(C=C, max_iter=5000, random_state=seed)
-    return MLPClassifier(hidden_layer_sizes=(256,), alpha=1.0 / C * 1e-2, early_stopping=True, random_state=seed, max_iter=200)
+    # Early stopping holds out 10%: worth it on real data sets, too noisy on a few dozen examples.
+    return MLPClassifier(
+        hidden_layer_sizes=(256,), alpha=1e-2 / C, early_stopping=n_samples >= 1000, random_state=seed, max_iter=200
+    )
 
 
 def _as_2d(decisions: np.ndarray) -> np.ndarray:

@@ -171,6 +171,7 @@ def train(
         model=model, layers=layers, pooling=pooling, classifier=classifier, C=c_value, cv=cv, scale=scale, seed=seed,
         max_length=max_length, batch_size=batch_size, cache=_cache_option(no_cache, cache_dir), threads=threads,
     )
+    estimator.check_training_labels(labels)
     _say(f"training on {len(texts)} texts ({len(set(map(str, labels)))} classes), evaluating on {len(dev_texts)}: {dev_source}")
     estimator.fit(texts, labels)
     stats = estimator.vectorizer_.cache_.stats if estimator.vectorizer_.cache_ is not None else None

@@ -20,11 +20,20 @@ _ENCODERS: dict[tuple, Encoder] = {}
 
 
 def shared_encoder(model: str | None, threads: int | None = None) -> Encoder:
-    """One loaded Encoder per (model, threads) in this process, so clones in a grid search reuse it."""
-    key = (str(model) if model is not None else None, threads)
+    """One loaded Encoder per (model, threads) in this process, so clones in a grid search reuse it.
+
+    A local directory is keyed on its files' sizes and times too: a model replaced on disk is loaded afresh.
+    """
+    key = (str(model) if model is not None else None, threads, _files_signature(model))
     if key not in _ENCODERS:
         _ENCODERS[key] = Encoder.from_pretrained(model, threads=threads)
     return _ENCODERS[key]
+
+
+def _files_signature(model: str | None) -> tuple:
+    if model is None or not Path(model).is_dir():
+        return ()
+    return tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in Path(model).iterdir() if p.is_file()))
 
 
 class BertVectorizer(TransformerMixin, BaseEstimator):

@@ -1,0 +1,96 @@
+"""`bertkit train / evaluate / predict`: the pipeline end to end on the shipped sample, and clear refusals."""
+
+import csv
+import json
+
+import pytest
+
+from bertkit.cache import clear_memory
+from bertkit.demo import sample_path
+from test_cli import run
+
+SAMPLE = str(sample_path("reviews.tsv"))
+
+
+def train(monkeypatch, capsys, tmp_path, *extra):
+    return run(monkeypatch, capsys, "train", SAMPLE, "--text-column", "text", "--label-column", "label",
+               "--layers", "last", "--cache-dir", tmp_path / "cache", *extra)
+
+
+def test_train_evaluate_predict(monkeypatch, capsys, tmp_path):
+    clear_memory()
+    code, out, err = train(monkeypatch, capsys, tmp_path, "--test-size", "0.25", "-o", tmp_path / "run",
+                           "--report", tmp_path / "report")
+    assert code == 0, err
+    assert "accuracy" in out and "macro-F1" in out and "majority-class baseline 0.5000" in out
+    assert "confusion matrix" in out and "negative" in out
+    assert "C chosen by 5-fold cross-validation: C=" in err and "60 embedded" in err
+    assert sorted(p.name for p in (tmp_path / "report").iterdir()) == ["confusion.png", "metrics.json", "pca.png"]
+    metrics = json.loads((tmp_path / "report" / "metrics.json").read_text())
+    assert metrics["n"] == 20 and metrics["accuracy"] >= 0.8
+    assert (tmp_path / "report" / "pca.png").read_bytes()[:4] == b"\x89PNG"
+
+    code, out, err = train(monkeypatch, capsys, tmp_path, "--test-size", "0.25", "-o", tmp_path / "run2")
+    assert code == 0 and "60 cached, 0 embedded" in err  # re-training never re-embeds
+
+    code, out, _ = run(monkeypatch, capsys, "evaluate", tmp_path / "run", SAMPLE)
+    assert code == 0 and out.startswith("accuracy") and "n=80" in out
+
+    code, out, _ = run(monkeypatch, capsys, "predict", tmp_path / "run", "a wonderful , moving film", "a dull mess")
+    rows = list(csv.reader(out.splitlines(), delimiter="\t"))
+    assert rows[0] == ["label", "probability", "text"]
+    assert [r[0] for r in rows[1:]] == ["positive", "negative"] and float(rows[1][1]) > 0.5
+
+    code, _, err = run(monkeypatch, capsys, "predict", tmp_path / "run", SAMPLE, "--column", "text", "--header",
+                       "-o", tmp_path / "pred.tsv")
+    assert code == 0, err
+    rows = list(csv.reader((tmp_path / "pred.tsv").read_text().splitlines(), delimiter="\t"))
+    sample_rows = list(csv.reader(open(SAMPLE, encoding="utf-8"), delimiter="\t"))
+    assert [r[2] for r in rows[1:]] == [r[0] for r in sample_rows[1:]]  # row order kept
+
+
+def write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    "content, args, message",
+    [
+        ("good film\tpos\nnice film\tpos\n", [], "one class only ('pos')"),
+        ("good film\tpos\nbad film\t\nfine\tneg\n", [], "line 2: the label is empty"),
+        ("a\tpos\nb\tpos\nc\tneg\nd\tneg\ne\tmeh\n", ["--dev", "DEV"], "class 'meh' (1) has fewer than 2 examples"),
+        ("text\tlabel\n" + "good\tpos\nbad\tneg\n" * 6, [], "line 1 looks like a header"),
+    ],
+)
+def test_bad_training_input(monkeypatch, capsys, tmp_path, content, args, message):
+    source = write(tmp_path / "train.tsv", content)
+    dev = write(tmp_path / "dev.tsv", "fine\tpos\n")
+    args = [str(dev) if a == "DEV" else a for a in args]
+    code, _, err = run(monkeypatch, capsys, "train", source, "-o", tmp_path / "run", "--no-cache", *args)
+    assert code == 2 and err.startswith("error: ") and message in err, err
+    assert "Traceback" not in err and not (tmp_path / "run").exists()
+
+
+def test_dev_labels_unseen_in_training_are_named(monkeypatch, capsys, tmp_path):
+    source = write(tmp_path / "train.tsv", "good\tpos\nbad\tneg\n" * 3)
+    dev = write(tmp_path / "dev.tsv", "fine\tpos\nso so\tneutral\nawful\tterrible\n")
+    code, _, err = run(monkeypatch, capsys, "train", source, "--dev", dev, "-o", tmp_path / "run", "--no-cache")
+    assert code == 2 and "labels ['neutral', 'terrible'] never occur in the training data" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_existing_output_needs_overwrite(monkeypatch, capsys, tmp_path):
+    (tmp_path / "run").mkdir()
+    code, _, err = train(monkeypatch, capsys, tmp_path, "-o", tmp_path / "run")
+    assert code == 2 and "already exists" in err and "--overwrite" in err
+
+
+def test_evaluate_refuses_unknown_labels_and_non_runs(monkeypatch, capsys, tmp_path):
+    code, _, err = train(monkeypatch, capsys, tmp_path, "-o", tmp_path / "run", "--C", "1")
+    assert code == 0, err
+    other = write(tmp_path / "other.tsv", "text\tlabel\nfine\tpositive\nmeh\tneutral\n")
+    code, _, err = run(monkeypatch, capsys, "evaluate", tmp_path / "run", other)
+    assert code == 2 and "['neutral'] never occur" in err
+    code, _, err = run(monkeypatch, capsys, "evaluate", tmp_path, other)
+    assert code == 2 and "not a bertkit run directory" in err
