@@ -23,10 +23,10 @@ ModelOption = typer.Option(None, "--model", "-m", help="Model: a local directory
 ThreadsOption = typer.Option(None, "--threads", help="Torch threads (default: torch's choice).")
 
 
-def _encoder(model: Optional[str], threads: Optional[int] = None):
+def _encoder(model: Optional[str], threads: Optional[int] = None, precision: str = "fp32"):
     from .encode import Encoder
 
-    return Encoder.from_pretrained(model, threads=threads)
+    return Encoder.from_pretrained(model, threads=threads, precision=precision)
 
 
 def _say(message: str) -> None:
@@ -85,35 +85,64 @@ def embed(
     model: Optional[str] = ModelOption,
     threads: Optional[int] = ThreadsOption,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
+    chunk_rows: int = typer.Option(4096, "--chunk-rows", help="Rows read, embedded and written per chunk (memory and resume granularity)."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 (bf16 only on CPUs with native bf16: AMX / AVX512-BF16)."),
 ) -> None:
-    """Embed every text of a file and write the vectors."""
+    """Embed every text of a file and write the vectors (streamed in chunks; an interrupted run resumes)."""
     from .data import read_texts
-    from .outputs import check_output_path, write_token_vectors, write_vectors
+    from .outputs import check_output_path, write_token_vectors
     from .pooling import parse_pooling
+    from .stream import embed_file
 
-    if parse_pooling(pooling) != ("none",):
+    tokens_only = parse_pooling(pooling) == ("none",)
+    if not tokens_only:
         check_output_path(output)
-    texts, ids, _ = read_texts(input, _column(column), header=header, fmt=fmt, id_column=_column(id_column))
-    encoder = _encoder(model, threads)
+    encoder = _encoder(model, threads, precision)
     started = time.perf_counter()
-    result, report = encoder.embed(
-        texts, layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length,
-        long_text=long_text, stride=stride, progress=None if not quiet else False, return_report=True,
-    )
-    seconds = time.perf_counter() - started
-    if parse_pooling(pooling) == ("none",):
+    if tokens_only:
+        texts, ids, _ = read_texts(input, _column(column), header=header, fmt=fmt, id_column=_column(id_column))
+        result, report = encoder.embed(
+            texts, layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length,
+            long_text=long_text, stride=stride, progress=None if not quiet else False, return_report=True,
+        )
         write_token_vectors(output, [r.tokens for r in result], [r.vectors for r in result], ids)
-        shape = f"{sum(len(r.tokens) for r in result)} token vectors of dim {result[0].vectors.shape[1] if result else 0}"
+        rows, shape = len(texts), f"{sum(len(r.tokens) for r in result)} token vectors"
+        truncated, windowed, coverage = report.n_truncated, len(report.windowed_rows), report.coverage.message()
     else:
-        write_vectors(output, result, ids)
-        shape = f"{result.shape[0]} × {result.shape[1]}"
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=None, unit="text", desc="embedding", disable=quiet or not sys.stderr.isatty(), leave=False)
+
+        def advance(done: int, total: int) -> None:
+            bar.total = total
+            bar.n = done
+            bar.refresh()
+
+        try:
+            result = embed_file(
+                encoder, input, output, column=_column(column), id_column=_column(id_column), header=header, fmt=fmt,
+                layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length, long_text=long_text,
+                stride=stride, chunk_rows=chunk_rows, on_chunk=advance,
+            )
+        except KeyboardInterrupt:
+            bar.close()
+            _say(f"interrupted: finished chunks are kept; run the same command again to continue.")
+            raise
+        bar.close()
+        rows, shape = result.rows, f"{result.rows} × {result.dim}"
+        truncated, windowed = result.truncated, result.windowed
+        share = result.unknown_tokens / result.tokens if result.tokens else 0.0
+        coverage = f"[UNK] {result.unknown_tokens} of {result.tokens} tokens ({share:.1%})"
+        if result.resumed_from:
+            _say(f"resumed after row {result.resumed_from} of {result.rows}")
+    seconds = time.perf_counter() - started
     if not quiet:
-        _say(f"wrote {output}: {shape} ({len(texts) / max(seconds, 1e-9):.0f} texts/s)")
-        if report.n_truncated:
-            _say(f"{report.n_truncated} texts were truncated to {encoder.max_length} tokens (first: row {report.truncated_rows[0]}); --long-text window keeps all tokens.")
-        if report.windowed_rows:
-            _say(f"{len(report.windowed_rows)} long texts were embedded in overlapping windows.")
-        _say(f"vocabulary coverage: {report.coverage.message()}")
+        _say(f"wrote {output}: {shape} ({rows / max(seconds, 1e-9):.0f} texts/s)")
+        if truncated:
+            _say(f"{truncated} texts were truncated to {max_length or encoder.max_length} tokens; --long-text window keeps all tokens.")
+        if windowed:
+            _say(f"{windowed} long texts were embedded in overlapping windows.")
+        _say(f"vocabulary coverage: {coverage}")
 
 
 def _cache_option(no_cache: bool, cache_dir: Optional[Path]):

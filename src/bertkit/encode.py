@@ -18,6 +18,7 @@ from .errors import InputError
 from .layers import LayerSelection, parse_layers
 from .models import LoadedModel, load_model, resolve_model
 from .pooling import parse_pooling, pool_sentences, pool_words
+from .precision import autocast, check_precision
 
 PROGRESS_MIN_ROWS = 256
 _PATH_DEPENDENT_CONFIG = {"_name_or_path", "transformers_version", "_commit_hash", "name_or_path"}
@@ -70,8 +71,9 @@ class _Piece:
 class Encoder:
     """A pre-trained encoder and its tokenizer: tokenize, forward, and embeddings from any layer with any pooling."""
 
-    def __init__(self, loaded: LoadedModel, threads: int | None = None):
+    def __init__(self, loaded: LoadedModel, threads: int | None = None, precision: str = "fp32"):
         self.loaded = loaded
+        self.precision = check_precision(precision)
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         self.max_length = loaded.max_length
@@ -85,9 +87,13 @@ class Encoder:
             warnings.warn(f"{loaded.source.spec}: {note}", stacklevel=2)
 
     @classmethod
-    def from_pretrained(cls, model: str | None = None, *, threads: int | None = None) -> "Encoder":
-        """Load the packaged default (None), a local directory saved with `save_pretrained`, or a hub name."""
-        return cls(load_model(resolve_model(model)), threads=threads)
+    def from_pretrained(cls, model: str | None = None, *, threads: int | None = None, precision: str = "fp32") -> "Encoder":
+        """Load the packaged default (None), a local directory saved with `save_pretrained`, or a hub name.
+
+        precision='bf16' runs the forward under CPU bf16 autocast; refused where the CPU lacks native bf16.
+        """
+        check_precision(precision)
+        return cls(load_model(resolve_model(model)), threads=threads, precision=precision)
 
     # ---- facts about the model -------------------------------------------------------------------------------
     @property
@@ -145,6 +151,8 @@ class Encoder:
             "pooler": self.has_pooler,
             "token_type_ids": self._accepts_type_ids,
             "parameters": sum(p.numel() for p in self.model.parameters()),
+            "precision": self.precision,
+            "threads": torch.get_num_threads(),
         }
 
     # ---- tokenization -------------------------------------------------------------------------------------------
@@ -187,7 +195,7 @@ class Encoder:
         inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
         if self._accepts_type_ids:
             inputs["token_type_ids"] = batch.token_type_ids
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(self.precision):
             out = self.model(**inputs, output_hidden_states=True, return_dict=True)
         return ForwardOutput(
             last_hidden_state=out.last_hidden_state,
@@ -209,6 +217,7 @@ class Encoder:
         stride: int | None = None,
         progress: bool | None = None,
         return_report: bool = False,
+        warn: bool = True,
     ):
         """Sentence vectors (n, dim) float32 — or, with pooling='none', a list of `TokenEmbedding` — in input order."""
         methods = parse_pooling(pooling)
@@ -236,7 +245,8 @@ class Encoder:
                     )
             else:
                 result[rows] = pool_sentences(vectors, masks, methods, poolers).float().numpy()
-        self._warn(report)
+        if warn:
+            self._warn(report)
         return (result, report) if return_report else result
 
     def embed_words(

@@ -32,10 +32,22 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
 
 
 def check_output_path(path: str | Path) -> Path:
+    """Refuse an unknown extension, or .parquet without pyarrow, before any work is done."""
     path = Path(path)
     if path.suffix.lower() not in VECTOR_FORMATS:
         raise InputError(f"output {path}: use one of {', '.join(VECTOR_FORMATS)}.")
+    if path.suffix.lower() == ".parquet":
+        require_pyarrow()
     return path
+
+
+def require_pyarrow():
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError:
+        raise InputError("writing .parquet needs pyarrow: `pip install 'bertkit[parquet]'`, or write .npy/.npz.") from None
+    return pyarrow, pyarrow.parquet
 
 
 def write_vectors(path: str | Path, vectors: np.ndarray, ids: Sequence | None = None) -> Path:
@@ -70,11 +82,7 @@ def write_token_vectors(path: str | Path, tokens: list[list[str]], vectors: list
 
 
 def _write_parquet(path: Path, vectors: np.ndarray, ids: np.ndarray) -> None:
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise InputError("writing .parquet needs pyarrow: `pip install 'bertkit[parquet]'`, or write .npy/.npz.") from None
+    pa, pq = require_pyarrow()
     dim = vectors.shape[1] if vectors.ndim == 2 else 0
     column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), type=pa.float32()), dim)
     pq.write_table(pa.table({"id": pa.array(ids.tolist()), "vector": column}), path)

@@ -19,14 +19,14 @@ from .tokenize import check_texts
 _ENCODERS: dict[tuple, Encoder] = {}
 
 
-def shared_encoder(model: str | None, threads: int | None = None) -> Encoder:
+def shared_encoder(model: str | None, threads: int | None = None, precision: str = "fp32") -> Encoder:
     """One loaded Encoder per (model, threads) in this process, so clones in a grid search reuse it.
 
     A local directory is keyed on its files' sizes and times too: a model replaced on disk is loaded afresh.
     """
-    key = (str(model) if model is not None else None, threads, _files_signature(model))
+    key = (str(model) if model is not None else None, threads, precision, _files_signature(model))
     if key not in _ENCODERS:
-        _ENCODERS[key] = Encoder.from_pretrained(model, threads=threads)
+        _ENCODERS[key] = Encoder.from_pretrained(model, threads=threads, precision=precision)
     return _ENCODERS[key]
 
 
@@ -53,6 +53,7 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         cache: str | Path | None = "memory",
         progress: bool | None = None,
         threads: int | None = None,
+        precision: str = "fp32",
     ):
         self.model = model
         self.layers = layers
@@ -63,13 +64,14 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         self.cache = cache
         self.progress = progress
         self.threads = threads
+        self.precision = precision
 
     def fit(self, X: Sequence[str], y=None) -> "BertVectorizer":
         """Load the encoder and check the options; nothing is learned from X."""
         parse_layers(self.layers)
         if parse_pooling(self.pooling) == ("none",):
             raise InputError("BertVectorizer makes one vector per text; pooling='none' gives token vectors, use Encoder.embed.")
-        self.encoder_ = shared_encoder(self.model, self.threads)
+        self.encoder_ = shared_encoder(self.model, self.threads, self.precision)
         self.n_features_out_ = self.encoder_.sentence_dim(self.layers, self.pooling)
         self.cache_ = self._make_cache()
         return self
@@ -95,6 +97,7 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
             "pooling": "+".join(parse_pooling(self.pooling)),
             "max_length": self.max_length or encoder.max_length,
             "long_text": self.long_text,
+            "precision": encoder.precision,
         }
 
     def _make_cache(self) -> EmbeddingCache | None:
