@@ -319,6 +319,36 @@ def predict(
 
 
 @app.command()
+def bench(
+    input: Optional[Path] = typer.Argument(None, help="Texts to time (TSV/CSV/JSONL/text); default: bertkit's sample."),
+    column: Optional[str] = typer.Option(None, "--column", "-c"),
+    header: Optional[bool] = typer.Option(None, "--header/--no-header"),
+    limit: Optional[int] = typer.Option(2000, "--limit", help="Use the first N texts (0 = all)."),
+    repeats: int = typer.Option(3, "--repeats"),
+    batch_size: int = typer.Option(64, "--batch-size", "-b"),
+    peers: bool = typer.Option(True, "--peers/--no-peers", help="Also time the tutorial loop and sentence-transformers."),
+    model: Optional[str] = ModelOption,
+    threads: Optional[int] = ThreadsOption,
+) -> None:
+    """Measure embedding throughput on your data against the naive loop and sentence-transformers."""
+    from .bench import run_benchmark
+    from .data import read_texts
+    from .demo import sample_path
+
+    if input is None:
+        texts = read_texts(sample_path("reviews.tsv"), "text")[0]
+    else:
+        texts = read_texts(input, _column(column), header=header)[0]
+    texts = texts[:limit] if limit else texts
+    if repeats < 1:
+        from .errors import InputError
+
+        raise InputError("--repeats must be at least 1 (3 or more for a median worth reporting).")
+    run_benchmark(_encoder(model, threads), texts, repeats=repeats, batch_size=batch_size, include_peers=peers,
+                  echo=typer.echo)
+
+
+@app.command()
 def demo(model: Optional[str] = ModelOption) -> None:
     """A short tour on the packaged default model: tokenization table, embeddings and their shapes."""
     from .demo import run_demo

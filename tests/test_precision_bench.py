@@ -1,0 +1,60 @@
+"""bf16 only where the CPU does it natively (cosine bound vs fp32), and the throughput benchmark's arithmetic."""
+
+import numpy as np
+import pytest
+import torch
+
+import bertkit.precision as precision
+from bertkit import Encoder, InputError
+from bertkit.bench import compare, forward_flops, matmul_peak_gflops, naive_loop, run_benchmark
+
+TEXTS = ["I love Korea", "EU rejects German call to boycott British lamb .", "the movie was great", ""]
+
+
+def test_bf16_is_refused_without_native_support(monkeypatch):
+    monkeypatch.setattr(precision, "fast_bf16_cpu", lambda: False)
+    with pytest.raises(InputError, match="no native bf16.*precision='fp32'"):
+        Encoder.from_pretrained(precision="bf16")
+    with pytest.raises(InputError, match="precision='fp16'"):
+        Encoder.from_pretrained(precision="fp16")
+
+
+def test_bf16_autocast_path_stays_close_to_fp32(monkeypatch, tiny_dirs):
+    monkeypatch.setattr(precision, "fast_bf16_cpu", lambda: True)  # tiny model: cheap even where bf16 is emulated
+    fp32 = Encoder.from_pretrained(str(tiny_dirs["bert_cased"]))
+    bf16 = Encoder.from_pretrained(str(tiny_dirs["bert_cased"]), precision="bf16")
+    a, b = fp32.embed(TEXTS), bf16.embed(TEXTS)
+    assert b.dtype == np.float32
+    assert 0 < np.abs(a - b).max() < 0.1  # really computed in bf16, and close
+    assert compare(a, b)[1] >= 0.999
+
+
+@pytest.mark.skipif(not precision.fast_bf16_cpu(), reason="this CPU has no native bf16 (AMX / AVX512-BF16)")
+def test_bf16_default_model_cosine_bound(encoder):
+    bf16 = Encoder(encoder.loaded, precision="bf16")
+    assert compare(encoder.embed(TEXTS), bf16.embed(TEXTS))[1] >= 0.9999
+
+
+def test_forward_flops_by_hand(tiny_dirs):
+    encoder = Encoder.from_pretrained(str(tiny_dirs["bert_cased"]))  # 2 layers, hidden 32, intermediate 64
+    per_token = 2 * (4 * 32 * 32 + 2 * 32 * 64)
+    assert forward_flops(encoder, [5, 3]) == 2 * (per_token * 8 + 4 * 32 * (25 + 9))
+
+
+def test_matmul_peak_is_measured():
+    assert 1 < matmul_peak_gflops(sizes=(256,), repeats=1) < 1e5
+
+
+def test_naive_loop_matches_bertkit(encoder):
+    np.testing.assert_allclose(naive_loop(encoder, TEXTS), encoder.embed(TEXTS), atol=1e-5, rtol=0)
+
+
+def test_run_benchmark_prints_the_table(encoder):
+    lines = []
+    rows = run_benchmark(encoder, TEXTS * 5, repeats=1, batch_size=8, echo=lines.append)
+    text = "\n".join(lines)
+    assert "GFLOP per sentence" in text and "bound" in text and "where bertkit fp32's time goes" in text
+    fp32 = next(r for r in rows if r.name.startswith("bertkit fp32"))
+    assert len(fp32.seconds) == 1 and fp32.vectors.shape == (20, 384)
+    naive = next(r for r in rows if r.name.startswith("tutorial"))
+    assert compare(fp32.vectors, naive.vectors)[0] < 1e-5
