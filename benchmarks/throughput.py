@@ -16,6 +16,7 @@ import torch
 from bertkit import Encoder
 from bertkit.bench import run_benchmark
 from bertkit.data import read_labelled
+from bertkit.defaults import DEFAULT_BATCH_SIZE
 
 
 def main() -> None:
@@ -24,7 +25,7 @@ def main() -> None:
                         default=Path(__file__).resolve().parents[2] / "shared" / "data" / "sst2" / "train.tsv")
     parser.add_argument("--limit", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     parser.add_argument("--model", default=None)
     args = parser.parse_args()
     texts = read_labelled(args.data).texts

@@ -234,3 +234,14 @@ def test_coverage_warning_for_korean_on_uncased_english_vocab(encoder):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         encoder.embed(["this movie is no fun"])
+
+
+def test_concurrent_batches_give_the_same_vectors_and_restore_threads(encoder):
+    texts = [f"sentence number {i} " + "word " * (i % 13) for i in range(50)]
+    threads = torch.get_num_threads()
+    one = Encoder(encoder.loaded, concurrent_batches=1).embed(texts, batch_size=4, layers="last4:concat")
+    two = Encoder(encoder.loaded, concurrent_batches=2).embed(texts, batch_size=4, layers="last4:concat")
+    assert np.abs(one - two).max() <= 1e-5
+    assert torch.get_num_threads() == threads
+    with pytest.raises(InputError, match="concurrent_batches"):
+        Encoder(encoder.loaded, concurrent_batches=0)

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from . import tokenize as tok
+from .defaults import DEFAULT_BATCH_SIZE
 from .encode import Encoder
 from .precision import fast_bf16_cpu
 
@@ -113,7 +114,7 @@ def where_time_goes(encoder: Encoder, texts: Sequence[str], batch_size: int) -> 
     return {"total": total, "tokenize": tokenize_s, "forward": forward_s, "other": total - tokenize_s - forward_s}
 
 
-def run_benchmark(encoder: Encoder, texts: Sequence[str], *, repeats: int = 3, batch_size: int = 64,
+def run_benchmark(encoder: Encoder, texts: Sequence[str], *, repeats: int = 3, batch_size: int = DEFAULT_BATCH_SIZE,
                   include_peers: bool = True, echo: Callable[[str], None] = print) -> list[Row]:
     texts = list(texts)
     encoded = tok.encode(encoder.tokenizer, texts, max_length=encoder.max_length)

@@ -21,6 +21,7 @@ from sklearn.svm import LinearSVC
 from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import threadpool_limits
 
+from .defaults import DEFAULT_BATCH_SIZE
 from .errors import InputError, ModelLoadError
 from .vectorizer import BertVectorizer
 
@@ -51,7 +52,7 @@ class TextClassifier(ClassifierMixin, BaseEstimator):
         seed: int = 0,
         max_length: int | None = None,
         long_text: str = "truncate",
-        batch_size: int = 64,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         cache: str | Path | None = "memory",
         progress: bool | None = None,
         threads: int | None = None,

@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 
+from .defaults import DEFAULT_BATCH_SIZE
 from .errors import BertkitError
 
 app = typer.Typer(
@@ -77,7 +78,7 @@ def embed(
     id_column: Optional[str] = typer.Option(None, "--id-column", help="Column whose values are stored as row ids (.npz/.parquet)."),
     layers: str = typer.Option("last", "--layers", "-l", help="e.g. last, -2, 0, last4:sum, last4:concat, all:mean, '-1,-2'."),
     pooling: str = typer.Option("mean", "--pooling", "-p", help="cls, pooler, mean, max, 'cls+mean', or none (token vectors, .npz)."),
-    batch_size: int = typer.Option(64, "--batch-size", "-b"),
+    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", "-b", help="Texts per forward pass."),
     max_length: Optional[int] = typer.Option(None, "--max-length"),
     long_text: str = typer.Option("truncate", "--long-text", help="truncate | error | window"),
     stride: Optional[int] = typer.Option(None, "--stride", help="Overlap of windows in tokens (long-text window)."),
@@ -173,7 +174,7 @@ def train(
     report: Optional[Path] = typer.Option(None, "--report", help="Write metrics.json, confusion.png and pca.png here."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Embedding cache directory (default ~/.cache/bertkit/embeddings)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the embedding cache."),
-    batch_size: int = typer.Option(64, "--batch-size", "-b"),
+    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", "-b", help="Texts per forward pass."),
     max_length: Optional[int] = typer.Option(None, "--max-length"),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output directory."),
     model: Optional[str] = ModelOption,
@@ -325,7 +326,7 @@ def bench(
     header: Optional[bool] = typer.Option(None, "--header/--no-header"),
     limit: Optional[int] = typer.Option(2000, "--limit", help="Use the first N texts (0 = all)."),
     repeats: int = typer.Option(3, "--repeats"),
-    batch_size: int = typer.Option(64, "--batch-size", "-b"),
+    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", "-b", help="Texts per forward pass."),
     peers: bool = typer.Option(True, "--peers/--no-peers", help="Also time the tutorial loop and sentence-transformers."),
     model: Optional[str] = ModelOption,
     threads: Optional[int] = ThreadsOption,

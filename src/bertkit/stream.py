@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from .data import detect_format, iter_rows
+from .defaults import DEFAULT_BATCH_SIZE
 from .encode import Encoder
 from .errors import BertkitError, InputError
 from .outputs import atomic_path, check_output_path, require_pyarrow
@@ -67,7 +68,7 @@ def embed_file(
     fmt: str | None = None,
     layers: str = "last",
     pooling: str = "mean",
-    batch_size: int = 64,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     max_length: int | None = None,
     long_text: str = "truncate",
     stride: int | None = None,

@@ -10,6 +10,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from .cache import EmbeddingCache
+from .defaults import DEFAULT_BATCH_SIZE
 from .encode import Encoder
 from .errors import InputError
 from .layers import parse_layers
@@ -49,7 +50,7 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         pooling: str = "mean",
         max_length: int | None = None,
         long_text: str = "truncate",
-        batch_size: int = 64,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         cache: str | Path | None = "memory",
         progress: bool | None = None,
         threads: int | None = None,
