@@ -73,7 +73,8 @@ def sentence_transformers_encoder(encoder: Encoder):
     from sentence_transformers import SentenceTransformer, models
 
     transformer = models.Transformer(encoder.loaded.source.path, max_seq_length=encoder.max_length)
-    pooling = models.Pooling(transformer.get_word_embedding_dimension(), pooling_mode="mean")
+    dimension = getattr(transformer, "get_embedding_dimension", None) or transformer.get_word_embedding_dimension
+    pooling = models.Pooling(dimension(), pooling_mode="mean")
     return SentenceTransformer(modules=[transformer, pooling], device="cpu")
 
 
@@ -151,8 +152,8 @@ def run_benchmark(encoder: Encoder, texts: Sequence[str], *, repeats: int = 3, b
         rows.append(Row("bertkit bf16", note="refused: this CPU has no native bf16 (AMX / AVX512-BF16)"))
 
     _print_table(rows, len(texts), bound, fp32.vectors, echo)
-    split = where_time_goes(encoder, texts, batch_size)
-    echo("\nwhere bertkit fp32's time goes: " + ", ".join(
+    split = where_time_goes(Encoder(encoder.loaded, concurrent_batches=1), texts, batch_size)
+    echo("\nwhere bertkit fp32's time goes (one batch at a time): " + ", ".join(
         f"{name} {seconds:.2f}s ({seconds / split['total']:.0%})" for name, seconds in split.items() if name != "total"))
     return rows
 

@@ -337,7 +337,7 @@ class Encoder:
 
     def _forward_chunks(self, chunks: list) -> Iterator[tuple]:
         """(chunk, batch, ForwardOutput) for each chunk of pieces, in order."""
-        if self.concurrent_batches > 1 and len(chunks) > 1:
+        if min(self.concurrent_batches, torch.get_num_threads()) > 1 and len(chunks) > 1:
             yield from _forward_in_parallel(self, chunks)
             return
         for chunk in chunks:
@@ -424,7 +424,7 @@ def _forward_in_parallel(encoder: "Encoder", chunks: list) -> Iterator[tuple]:
     the per-batch matrices are too small to keep two threads busy. At most that many outputs are held.
     """
     total_threads = torch.get_num_threads()
-    workers = encoder.concurrent_batches
+    workers = min(encoder.concurrent_batches, total_threads)
     torch.set_num_threads(max(1, total_threads // workers))
     try:
         with ThreadPoolExecutor(workers) as pool:
