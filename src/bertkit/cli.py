@@ -22,6 +22,10 @@ app = typer.Typer(
 
 ModelOption = typer.Option(None, "--model", "-m", help="Model: a local directory, a hub name, or omit for the packaged default.")
 ThreadsOption = typer.Option(None, "--threads", help="Torch threads (default: torch's choice).")
+HeaderOption = typer.Option(None, "--header/--no-header", help="First line is a header (default: when columns are names).")
+CacheDirOption = typer.Option(None, "--cache-dir", help="Embedding cache directory (default ~/.cache/bertkit/embeddings).")
+NoCacheOption = typer.Option(False, "--no-cache", help="Do not read or write the embedding cache.")
+RunArgument = typer.Argument(..., help="A run directory written by `bertkit train`.")
 
 
 def _encoder(model: Optional[str], threads: Optional[int] = None, precision: str = "fp32"):
@@ -162,7 +166,7 @@ def train(
     test_size: float = typer.Option(0.25, "--test-size", help="Share held out for evaluation when there is no --dev."),
     text_column: Optional[str] = typer.Option(None, "--text-column", help="Index or name (default 0; JSONL 'text')."),
     label_column: Optional[str] = typer.Option(None, "--label-column", help="Index or name (default 1; JSONL 'label')."),
-    header: Optional[bool] = typer.Option(None, "--header/--no-header", help="First line is a header (default: when columns are names)."),
+    header: Optional[bool] = HeaderOption,
     layers: str = typer.Option("all:concat", "--layers", "-l", help="Layer spec (default: every layer, concatenated)."),
     pooling: str = typer.Option("mean", "--pooling", "-p", help="cls, pooler, mean, max or a '+' combination."),
     classifier: str = typer.Option("logreg", "--classifier", help="logreg | linear-svm | mlp"),
@@ -172,8 +176,8 @@ def train(
     seed: int = typer.Option(0, "--seed"),
     limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N training rows."),
     report: Optional[Path] = typer.Option(None, "--report", help="Write metrics.json, confusion.png and pca.png here."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Embedding cache directory (default ~/.cache/bertkit/embeddings)."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the embedding cache."),
+    cache_dir: Optional[Path] = CacheDirOption,
+    no_cache: bool = NoCacheOption,
     batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", "-b", help="Texts per forward pass."),
     max_length: Optional[int] = typer.Option(None, "--max-length"),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output directory."),
@@ -253,13 +257,13 @@ def split_stratified(texts, labels, test_size: float, seed: int):
 
 @app.command()
 def evaluate(
-    run: Path = typer.Argument(..., help="A run directory written by `bertkit train`."),
+    run: Path = RunArgument,
     data_file: Path = typer.Argument(..., help="Labelled TSV/CSV/JSONL file."),
     text_column: Optional[str] = typer.Option(None, "--text-column"),
     label_column: Optional[str] = typer.Option(None, "--label-column"),
-    header: Optional[bool] = typer.Option(None, "--header/--no-header"),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
-    no_cache: bool = typer.Option(False, "--no-cache"),
+    header: Optional[bool] = HeaderOption,
+    cache_dir: Optional[Path] = CacheDirOption,
+    no_cache: bool = NoCacheOption,
     threads: Optional[int] = ThreadsOption,
 ) -> None:
     """Score a saved model on a labelled file: accuracy, macro-F1, per-class report, confusion matrix."""
@@ -282,13 +286,13 @@ def evaluate(
 
 @app.command()
 def predict(
-    run: Path = typer.Argument(..., help="A run directory written by `bertkit train`."),
+    run: Path = RunArgument,
     inputs: list[str] = typer.Argument(..., help="Texts to classify, or one file (TSV/CSV/JSONL/text)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write a TSV (label, probability, text) here."),
     column: Optional[str] = typer.Option(None, "--column", "-c", help="Text column of the input file."),
-    header: Optional[bool] = typer.Option(None, "--header/--no-header"),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir"),
-    no_cache: bool = typer.Option(False, "--no-cache"),
+    header: Optional[bool] = HeaderOption,
+    cache_dir: Optional[Path] = CacheDirOption,
+    no_cache: bool = NoCacheOption,
     threads: Optional[int] = ThreadsOption,
 ) -> None:
     """Label texts (or every row of a file) with a saved model; prints or writes label and probability per row."""
@@ -323,7 +327,7 @@ def predict(
 def bench(
     input: Optional[Path] = typer.Argument(None, help="Texts to time (TSV/CSV/JSONL/text); default: bertkit's sample."),
     column: Optional[str] = typer.Option(None, "--column", "-c"),
-    header: Optional[bool] = typer.Option(None, "--header/--no-header"),
+    header: Optional[bool] = HeaderOption,
     limit: Optional[int] = typer.Option(2000, "--limit", help="Use the first N texts (0 = all)."),
     repeats: int = typer.Option(3, "--repeats"),
     batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", "-b", help="Texts per forward pass."),
