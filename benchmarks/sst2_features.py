@@ -60,7 +60,7 @@ def main() -> None:
         return np.sum(blocks, axis=0) if combine == "sum" else np.hstack(blocks)
 
     # (a) the guide's protocol
-    texts, labels = train.texts[:2000], train.labels[:2000]
+    labels = train.labels[:2000]
     cls_2000 = block("train", "cls", states - 1)[:2000]
     x_tr, x_te, y_tr, y_te = train_test_split(cls_2000, labels, test_size=0.25, random_state=42)
     print("(a) the guide's protocol: first 2000 train sentences, [CLS] of last layer, 75/25 split (seed 42)")

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-import torch
 
 import bertkit.precision as precision
 from bertkit import Encoder, InputError

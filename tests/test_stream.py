@@ -1,7 +1,6 @@
 """Streaming `embed`: equal to the in-memory result, resumable after SIGKILL/SIGINT, memory bounded by chunk size."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -10,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from bertkit import Encoder, InputError
+from bertkit import InputError
 from bertkit.stream import embed_file
 
 WORDS = "the movie was a great and terrible thing to watch on rainy day with friends".split()

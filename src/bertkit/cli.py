@@ -131,7 +131,7 @@ def embed(
             )
         except KeyboardInterrupt:
             bar.close()
-            _say(f"interrupted: finished chunks are kept; run the same command again to continue.")
+            _say("interrupted: finished chunks are kept; run the same command again to continue.")
             raise
         bar.close()
         rows, shape = result.rows, f"{result.rows} × {result.dim}"
@@ -252,7 +252,7 @@ def split_stratified(texts, labels, test_size: float, seed: int):
     if min(counts.values()) < 2:
         rare = [k for k, v in counts.items() if v < 2]
         raise InputError(f"class {rare} has a single example; a stratified split needs at least 2 per class (or use --dev).")
-    return train_test_split(texts, labels, test_size=test_size, random_state=seed, stratify=[str(l) for l in labels])
+    return train_test_split(texts, labels, test_size=test_size, random_state=seed, stratify=[str(label) for label in labels])
 
 
 @app.command()
