@@ -161,6 +161,27 @@ def _jsonl_rows(path: Path, fields: list[str | int]) -> Iterator[Row]:
         yield Row(number, tuple(values))
 
 
+def iter_texts(
+    path: str | Path,
+    column: str | int | None = None,
+    *,
+    header: bool | None = None,
+    fmt: str | None = None,
+    id_column: str | int | None = None,
+) -> Iterator[tuple[int, str, object]]:
+    """Stream (line, text, id) of one column; the id is the id column's value or the row number."""
+    path = Path(path)
+    kind = detect_format(path, fmt)
+    if column is None:
+        column = "text" if kind == "jsonl" else 0
+    columns = [column] + ([id_column] if id_column is not None else [])
+    for index, row in enumerate(iter_rows(path, columns, header=header, fmt=kind)):
+        text = row.values[0]
+        if not isinstance(text, str):
+            raise InputError(f"{path}, line {row.line}: the text is a {type(text).__name__} ({text!r}), not a string.")
+        yield row.line, text, (row.values[1] if id_column is not None else index)
+
+
 def read_texts(
     path: str | Path,
     column: str | int | None = None,
@@ -170,20 +191,8 @@ def read_texts(
     id_column: str | int | None = None,
 ) -> tuple[list[str], list, list[int]]:
     """All texts of one column (and optional ids) with their line numbers; every text is checked to be a string."""
-    path = Path(path)
-    kind = detect_format(path, fmt)
-    if column is None:
-        column = "text" if kind == "jsonl" else 0
-    columns = [column] + ([id_column] if id_column is not None else [])
-    texts, ids, lines = [], [], []
-    for row in iter_rows(path, columns, header=header, fmt=kind):
-        text = row.values[0]
-        if not isinstance(text, str):
-            raise InputError(f"{path}, line {row.line}: the text is a {type(text).__name__} ({text!r}), not a string.")
-        texts.append(text)
-        lines.append(row.line)
-        ids.append(row.values[1] if id_column is not None else len(ids))
-    return texts, ids, lines
+    rows = list(iter_texts(path, column, header=header, fmt=fmt, id_column=id_column))
+    return [text for _, text, _ in rows], [i for _, _, i in rows], [line for line, _, _ in rows]
 
 
 @dataclass

@@ -258,15 +258,14 @@ class Encoder:
         else:
             result = np.zeros((len(texts), self.sentence_dim(selection, methods)), dtype=np.float32)
         for rows, vectors, masks, poolers in self._token_states(encoded, selection, batch_size, max_length, stride, progress, report):
-            windowed = set(report.windowed_rows)
             if methods == ("none",):
                 for k, row in enumerate(rows):
                     length = int(masks[k].sum())
                     item = encoded[row]
                     result[row] = TokenEmbedding(
-                        tokens=_full_tokens(item) if row in windowed else item.tokens,
+                        tokens=item.tokens,
                         vectors=vectors[k, :length].float().numpy(),
-                        word_ids=_full_word_ids(item) if row in windowed else item.word_ids(),
+                        word_ids=item.word_ids(),
                     )
             else:
                 result[rows] = pool_sentences(vectors, masks, methods, poolers).float().numpy()
@@ -299,10 +298,9 @@ class Encoder:
         report.coverage = tok.coverage(encoded, sentences, self.tokenizer.unk_token_id)
         result: list = [None] * len(sentences)
         for rows, vectors, masks, _ in self._token_states(encoded, selection, batch_size, max_length, stride, progress, report):
-            windowed = set(report.windowed_rows)
             for k, row in enumerate(rows):
                 item = encoded[row]
-                word_ids = _full_word_ids(item) if row in windowed else item.word_ids()
+                word_ids = item.word_ids()  # windowed inputs are never truncated, so these cover the whole text
                 length = int(masks[k].sum())
                 words = pool_words(vectors[k, :length], word_ids[:length], item.num_words, subtoken_pooling)
                 report.words_without_tokens += item.num_words - len({w for w in word_ids if w is not None})
@@ -479,18 +477,6 @@ def _stitch(item: tok.Encoded, windows: list) -> tuple[torch.Tensor, torch.Tenso
     out[:start] = first[:start]
     out[end:] = last[last.shape[0] - (full - end) :]
     return out, windows[0][2]
-
-
-def _full_tokens(item: tok.Encoded) -> list[str]:
-    return list(item.encoding.tokens)
-
-
-def _full_word_ids(item: tok.Encoded) -> list[int | None]:
-    positions, item.positions = item.positions, None
-    try:
-        return item.word_ids()
-    finally:
-        item.positions = positions
 
 
 def _progress_bar(total: int, progress: bool | None):

@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from .data import detect_format, iter_rows
+from .data import iter_texts
 from .defaults import DEFAULT_BATCH_SIZE
 from .encode import Encoder
 from .errors import BertkitError, InputError
@@ -39,15 +39,7 @@ class StreamResult:
 
 
 def _rows(path: Path, column, id_column, header, fmt) -> Iterator[tuple[str, object]]:
-    kind = detect_format(path, fmt)
-    if column is None:
-        column = "text" if kind == "jsonl" else 0
-    columns = [column] + ([id_column] if id_column is not None else [])
-    for index, row in enumerate(iter_rows(path, columns, header=header, fmt=kind)):
-        text = row.values[0]
-        if not isinstance(text, str):
-            raise InputError(f"{path}, line {row.line}: the text is a {type(text).__name__} ({text!r}), not a string.")
-        yield text, (row.values[1] if id_column is not None else index)
+    return ((text, row_id) for _, text, row_id in iter_texts(path, column, header=header, fmt=fmt, id_column=id_column))
 
 
 def _job_key(path: Path, options: dict) -> str:
