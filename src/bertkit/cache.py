@@ -71,13 +71,19 @@ class EmbeddingCache:
         for shard in sorted(self.directory.glob("shard-*.npz")):
             try:
                 with np.load(shard) as data:
-                    for key, vector in zip(data["keys"], data["vectors"]):
+                    vectors = data["vectors"]
+                    if "lengths" in data:  # ragged entries, stored end to end
+                        vectors = np.split(vectors, np.cumsum(data["lengths"])[:-1])
+                    for key, vector in zip(data["keys"], vectors):
                         self.memory.setdefault(bytes(key), vector)
             except (OSError, ValueError, KeyError):
                 continue  # an unreadable shard only costs re-embedding its texts
 
-    def get_or_compute(self, texts: Sequence[str], compute: Callable[[list[str]], np.ndarray]) -> np.ndarray:
-        """Vectors for `texts` in order; texts not cached are embedded in chunks, each chunk stored at once."""
+    def get_or_compute(self, texts: Sequence[str], compute: Callable[[list[str]], np.ndarray], stack: bool = True):
+        """Vectors for `texts` in order; texts not cached are embedded in chunks, each chunk stored at once.
+
+        stack=False returns a list, for entries of different lengths (one vector per word of a sentence).
+        """
         keys = [text_key(t) for t in texts]
         missing: dict[bytes, str] = {}
         for key, text in zip(keys, texts):
@@ -88,21 +94,29 @@ class EmbeddingCache:
         pending = list(missing.items())
         for start in range(0, len(pending), self.chunk_size):
             chunk = pending[start : start + self.chunk_size]
-            vectors = np.asarray(compute([text for _, text in chunk]), dtype=np.float32)
+            vectors = [np.asarray(v, dtype=np.float32) for v in compute([text for _, text in chunk])]
             for (key, _), vector in zip(chunk, vectors):
                 self.memory[key] = vector
             self._write_shard([key for key, _ in chunk], vectors)
+        if not stack:
+            return [self.memory[k] for k in keys]
         if not keys:
             return np.zeros((0, 0), dtype=np.float32)
         return np.stack([self.memory[k] for k in keys])
 
-    def _write_shard(self, keys: list[bytes], vectors: np.ndarray) -> None:
+    def _write_shard(self, keys: list[bytes], vectors: list[np.ndarray]) -> None:
         if self.directory is None:
             return
+        arrays = {"keys": np.array(keys, dtype="S20")}
+        if len({v.shape for v in vectors}) <= 1 and vectors and vectors[0].ndim == 1:
+            arrays["vectors"] = np.stack(vectors)
+        else:
+            arrays["vectors"] = np.concatenate(vectors) if vectors else np.zeros((0,), np.float32)
+            arrays["lengths"] = np.array([len(v) for v in vectors], dtype=np.int64)
         name = f"shard-{time.time_ns()}-{os.getpid()}.npz"
         with atomic_path(self.directory / name) as temporary:
             with temporary.open("wb") as handle:
-                np.savez(handle, keys=np.array(keys, dtype="S20"), vectors=vectors)
+                np.savez(handle, **arrays)
 
 
 def clear_memory() -> None:

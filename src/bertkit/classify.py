@@ -314,7 +314,7 @@ def _head_from_arrays(kind: str, arrays: dict[str, np.ndarray], n_classes: int):
 
 
 # ---- run directories ------------------------------------------------------------------------------------------------
-def write_run_directory(directory: str | Path, texts: dict[str, str], arrays: dict[str, np.ndarray], overwrite: bool) -> Path:
+def write_run_directory(directory: str | Path, files: dict[str, str | bytes], arrays: dict[str, np.ndarray], overwrite: bool) -> Path:
     """Build the directory beside its target and rename it into place, so it appears complete or not at all."""
     target = Path(directory)
     if target.exists() and not overwrite:
@@ -322,8 +322,11 @@ def write_run_directory(directory: str | Path, texts: dict[str, str], arrays: di
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        for name, text in texts.items():
-            (staging / name).write_text(text, encoding="utf-8")
+        for name, content in files.items():
+            if isinstance(content, bytes):
+                (staging / name).write_bytes(content)
+            else:
+                (staging / name).write_text(content, encoding="utf-8")
         if arrays:
             save_file(arrays, str(staging / WEIGHTS_FILE))
         if target.exists():
@@ -342,7 +345,7 @@ def write_run_directory(directory: str | Path, texts: dict[str, str], arrays: di
 def read_run_config(directory: str | Path, expected_kind: str | None = None) -> dict:
     path = Path(directory) / CONFIG_FILE
     if not path.is_file():
-        raise ModelLoadError(f"{directory} is not a bertkit run directory (no {CONFIG_FILE}); give the -o directory of `bertkit train`.")
+        raise ModelLoadError(f"{directory} is not a bertkit run directory (no {CONFIG_FILE}); give the -o directory of `bertkit train` or `bertkit finetune`.")
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:

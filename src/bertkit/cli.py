@@ -25,7 +25,7 @@ ThreadsOption = typer.Option(None, "--threads", help="Torch threads (default: to
 HeaderOption = typer.Option(None, "--header/--no-header", help="First line is a header (default: when columns are names).")
 CacheDirOption = typer.Option(None, "--cache-dir", help="Embedding cache directory (default ~/.cache/bertkit/embeddings).")
 NoCacheOption = typer.Option(False, "--no-cache", help="Do not read or write the embedding cache.")
-RunArgument = typer.Argument(..., help="A run directory written by `bertkit train`.")
+RunArgument = typer.Argument(..., help="A run directory written by `bertkit train` or `bertkit finetune`.")
 
 
 def _encoder(model: Optional[str], threads: Optional[int] = None, precision: str = "fp32"):
@@ -256,9 +256,94 @@ def split_stratified(texts, labels, test_size: float, seed: int):
 
 
 @app.command()
+def finetune(
+    train_file: Path = typer.Argument(..., help="Training data: TSV/CSV/JSONL (text, label) for --task text; CoNLL or word/tag for --task token."),
+    output: Path = typer.Option(..., "--output", "-o", help="Run directory: a transformers model + tokenizer + bertkit.json."),
+    task: str = typer.Option("text", "--task", help="text (sentence classification) | token (tagging, e.g. NER)."),
+    dev: Optional[Path] = typer.Option(None, "--dev", help="Dev file scored after every epoch; without it 10% of train is held out."),
+    epochs: int = typer.Option(3, "--epochs"),
+    learning_rate: float = typer.Option(1e-4, "--lr", help="Peak learning rate (linear warm-up, then linear decay)."),
+    batch_size: int = typer.Option(32, "--batch-size", "-b"),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="Tokens per example (text: 128; token: the model's maximum)."),
+    patience: int = typer.Option(2, "--patience", help="Stop after this many epochs without a better dev score."),
+    warmup_ratio: float = typer.Option(0.1, "--warmup-ratio"),
+    weight_decay: float = typer.Option(0.01, "--weight-decay"),
+    seed: int = typer.Option(0, "--seed"),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N training examples."),
+    text_column: Optional[str] = typer.Option(None, "--text-column", help="Text task: index or name (default 0; JSONL 'text')."),
+    label_column: Optional[str] = typer.Option(None, "--label-column", help="Text task: index or name (default 1; JSONL 'label')."),
+    header: Optional[bool] = HeaderOption,
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run from its last checkpoint."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output directory."),
+    model: Optional[str] = ModelOption,
+    threads: Optional[int] = ThreadsOption,
+) -> None:
+    """Fine-tune the whole encoder with a classification head (sentences) or a tagging head (tokens, NER)."""
+    from .finetune import FinetuneArguments
+    from .finetune import finetune as run_finetune
+
+    args = FinetuneArguments(
+        task=task, epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, max_length=max_length,
+        patience=patience, warmup_ratio=warmup_ratio, weight_decay=weight_decay, seed=seed,
+    )
+    try:
+        run_finetune(
+            train_file, dev, output_dir=output, task=task, model=model, args=args, text_column=_column(text_column),
+            label_column=_column(label_column), header=header, limit=limit, resume=resume, overwrite=overwrite,
+            threads=threads, log=_say,
+        )
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+@app.command()
+def probe(
+    train_file: Path = typer.Argument(..., help="Training data: TSV/CSV/JSONL (text, label) for --task text; CoNLL or word/tag for --task token."),
+    dev: Path = typer.Option(..., "--dev", help="Dev file the probes are scored on."),
+    output: Path = typer.Option(..., "--output", "-o", help="Directory for probe.md, probe.csv, probe.json and probe.png."),
+    task: str = typer.Option("text", "--task", help="text (sentence classification) | token (tagging, e.g. NER)."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N training rows / sentences."),
+    poolings: str = typer.Option(",".join(("cls", "mean", "max", "pooler")), "--poolings", help="Text task: poolings to compare."),
+    subtoken_pooling: str = typer.Option("first", "--subtoken-pooling", help="Token task: first | last | mean | first_last."),
+    c_value: float = typer.Option(1.0, "--C", help="Token task: regularisation of the per-word classifier (text: chosen by CV)."),
+    seed: int = typer.Option(0, "--seed"),
+    text_column: Optional[str] = typer.Option(None, "--text-column"),
+    label_column: Optional[str] = typer.Option(None, "--label-column"),
+    header: Optional[bool] = HeaderOption,
+    cache_dir: Optional[Path] = CacheDirOption,
+    no_cache: bool = NoCacheOption,
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output directory."),
+    model: Optional[str] = ModelOption,
+    threads: Optional[int] = ThreadsOption,
+) -> None:
+    """Which layer's vectors? Score every hidden state, the paper's combinations and a learned mix with a linear probe."""
+    from .classify import write_run_directory
+    from .errors import InputError
+    from .probe import probe_text, probe_token
+    from .report import probe_files
+
+    if output.exists() and not overwrite:
+        raise InputError(f"{output} already exists; choose another -o directory or pass --overwrite.")
+    cache = "memory" if no_cache else _cache_option(no_cache, cache_dir)
+    if task == "text":
+        result = probe_text(train_file, dev, model=model, poolings=poolings.split(","), limit=limit, seed=seed,
+                            cache=cache, threads=threads, text_column=_column(text_column),
+                            label_column=_column(label_column), header=header, log=_say)
+    elif task == "token":
+        result = probe_token(train_file, dev, model=model, subtoken_pooling=subtoken_pooling, limit=limit, seed=seed,
+                             C=c_value, cache=cache, threads=threads, log=_say)
+    else:
+        raise InputError(f"--task {task!r}: valid tasks are text and token.")
+    typer.echo(format_table(result.table(), list(result.table()[0])))
+    title = f"{result.task} probe of {result.facts['model']} on {train_file.name}"
+    write_run_directory(output, probe_files(result, title), {}, overwrite)
+    _say(f"wrote {output}/probe.md, probe.csv, probe.json, probe.png")
+
+
+@app.command()
 def evaluate(
     run: Path = RunArgument,
-    data_file: Path = typer.Argument(..., help="Labelled TSV/CSV/JSONL file."),
+    data_file: Path = typer.Argument(..., help="Labelled file: TSV/CSV/JSONL for text models, CoNLL / word-tag for taggers."),
     text_column: Optional[str] = typer.Option(None, "--text-column"),
     label_column: Optional[str] = typer.Option(None, "--label-column"),
     header: Optional[bool] = HeaderOption,
@@ -266,12 +351,18 @@ def evaluate(
     no_cache: bool = NoCacheOption,
     threads: Optional[int] = ThreadsOption,
 ) -> None:
-    """Score a saved model on a labelled file: accuracy, macro-F1, per-class report, confusion matrix."""
-    from .classify import TextClassifier
+    """Score a saved model: accuracy, macro-F1, per-class table, confusion matrix; taggers: entity P/R/F1 per type."""
     from .data import read_labelled
+    from .finetuned import FineTunedTagger, load_run
     from .report import classification_metrics, format_metrics
 
-    estimator = TextClassifier.load(run, cache=_cache_option(no_cache, cache_dir), threads=threads)
+    estimator = load_run(run, cache=_cache_option(no_cache, cache_dir), threads=threads)
+    if isinstance(estimator, FineTunedTagger):
+        from .tagging import entity_scores, format_entity_scores, read_tagged
+
+        data = read_tagged(data_file)
+        typer.echo(format_entity_scores(entity_scores(data.tags, estimator.predict_word_tags(data.words))))
+        return
     stored = estimator.record_.get("data", {})
     data = read_labelled(
         data_file,
@@ -281,46 +372,52 @@ def evaluate(
     )
     check_known_labels(data_file, data.labels, set(map(str, estimator.classes_)))
     predictions = estimator.predict(data.texts)
-    typer.echo(format_metrics(classification_metrics(data.labels, predictions, estimator.classes_, estimator.majority_class_)))
+    majority = getattr(estimator, "majority_class_", None)
+    typer.echo(format_metrics(classification_metrics(data.labels, predictions, estimator.classes_, majority)))
 
 
 @app.command()
 def predict(
     run: Path = RunArgument,
-    inputs: list[str] = typer.Argument(..., help="Texts to classify, or one file (TSV/CSV/JSONL/text)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write a TSV (label, probability, text) here."),
+    inputs: list[str] = typer.Argument(..., help="Texts to label, or one file (TSV/CSV/JSONL/text)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write a TSV here (label, probability, text; taggers: one row per entity)."),
     column: Optional[str] = typer.Option(None, "--column", "-c", help="Text column of the input file."),
     header: Optional[bool] = HeaderOption,
     cache_dir: Optional[Path] = CacheDirOption,
     no_cache: bool = NoCacheOption,
     threads: Optional[int] = ThreadsOption,
 ) -> None:
-    """Label texts (or every row of a file) with a saved model; prints or writes label and probability per row."""
+    """Label texts (or every row of a file) with a saved model; taggers print each entity with its character span."""
     import csv
     import io
 
-    from .classify import TextClassifier
     from .data import read_texts
+    from .finetuned import FineTunedTagger, load_run
     from .outputs import atomic_path
 
-    estimator = TextClassifier.load(run, cache=_cache_option(no_cache, cache_dir), threads=threads)
+    estimator = load_run(run, cache=_cache_option(no_cache, cache_dir), threads=threads)
     if len(inputs) == 1 and Path(inputs[0]).is_file():
         texts = read_texts(inputs[0], _column(column), header=header)[0]
     else:
         texts = inputs
-    probabilities = estimator.predict_proba(texts)
-    best = probabilities.argmax(axis=1)
     buffer = io.StringIO()
     writer = csv.writer(buffer, delimiter="\t", lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
-    writer.writerow(["label", "probability", "text"])
-    for text, index, row in zip(texts, best, probabilities):
-        writer.writerow([estimator.classes_[index], f"{row[index]:.4f}", text])
+    if isinstance(estimator, FineTunedTagger):
+        writer.writerow(["row", "type", "start", "end", "score", "entity"])
+        for row, entities in enumerate(estimator.predict(texts)):
+            for entity in entities:
+                writer.writerow([row, entity.type, entity.char_start, entity.char_end, f"{entity.score:.4f}", entity.text])
+    else:
+        probabilities = estimator.predict_proba(texts)
+        writer.writerow(["label", "probability", "text"])
+        for text, index, row in zip(texts, probabilities.argmax(axis=1), probabilities):
+            writer.writerow([estimator.classes_[index], f"{row[index]:.4f}", text])
     if output is None:
         typer.echo(buffer.getvalue(), nl=False)
     else:
         with atomic_path(output) as temporary:
             temporary.write_text(buffer.getvalue(), encoding="utf-8")
-        _say(f"wrote {len(texts)} predictions to {output}")
+        _say(f"wrote predictions for {len(texts)} texts to {output}")
 
 
 @app.command()

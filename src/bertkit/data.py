@@ -30,7 +30,7 @@ def detect_format(path: Path, fmt: str | None = None) -> str:
     return TEXT_FORMATS.get(path.suffix.lower(), "text")
 
 
-def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
+def decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Yield (line number, text) decoding each line separately so a bad byte is reported with its line."""
     try:
         handle = path.open("rb")
@@ -92,7 +92,7 @@ def iter_rows(
     elif kind == "text":
         if any(c not in (0, "0", "text") for c in columns):
             raise InputError(f"{path}: a plain-text file has one text per line; there are no columns to choose.")
-        rows = (Row(n, (line.rstrip("\r\n"),)) for n, line in _decoded_lines(path))
+        rows = (Row(n, (line.rstrip("\r\n"),)) for n, line in decoded_lines(path))
     else:
         rows = _delimited_rows(path, kind, columns, header)
     for row in rows:
@@ -109,7 +109,7 @@ def iter_rows(
 def _delimited_rows(path: Path, kind: str, columns: list[str | int], header: bool | None) -> Iterator[Row]:
     if header is None:
         header = any(isinstance(c, str) and not c.lstrip("-").isdigit() for c in columns)
-    lines = _decoded_lines(path)
+    lines = decoded_lines(path)
     numbers: list[int] = []
 
     def text_lines():
@@ -143,7 +143,7 @@ def _delimited_rows(path: Path, kind: str, columns: list[str | int], header: boo
 
 
 def _jsonl_rows(path: Path, fields: list[str | int]) -> Iterator[Row]:
-    for number, text in _decoded_lines(path):
+    for number, text in decoded_lines(path):
         if not text.strip():
             continue
         try:

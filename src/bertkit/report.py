@@ -109,3 +109,68 @@ def _save_figure(figure, path: Path) -> Path:
         figure.savefig(temporary, dpi=110, format="png")
     plt.close(figure)
     return path
+
+
+def probe_files(result, title: str = "") -> dict[str, str | bytes]:
+    """probe.md, probe.csv, probe.json and probe.png (score by layer choice, one line per pooling) as file contents."""
+    import csv
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .probe import result_record
+
+    table = result.table()
+    columns = list(table[0])
+    markdown = [f"# Layer probe: {title}".rstrip(": "), "", _facts_line(result.facts), "",
+                "| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    markdown += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in table]
+    mixes = [r for r in result.rows if r.layer_weights]
+    if mixes:
+        markdown += ["", "Learned mix weights (h0 … hL):"]
+        markdown += [f"- {r.pooling}: {', '.join(f'{w:.3f}' for w in r.layer_weights)}" for r in mixes]
+    if result.facts.get("note"):
+        markdown += ["", f"Note: {result.facts['note']}."]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=["pooling", "choice", "dim", "score", "secondary", "fit_seconds", "C"],
+                            extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in result.rows:
+        writer.writerow({"pooling": row.pooling, "choice": row.choice, "dim": row.dim, "score": f"{row.score:.4f}",
+                         "secondary": f"{row.secondary:.4f}", "fit_seconds": f"{row.fit_seconds:.2f}", "C": row.C})
+
+    figure, axes = plt.subplots(figsize=(10, 5))
+    poolings = list(dict.fromkeys(r.pooling for r in result.rows))
+    choices = list(dict.fromkeys(r.choice for r in result.rows if not r.choice.startswith("pooler(")))
+    for pooling in poolings:
+        rows = {r.choice: r for r in result.rows if r.pooling == pooling}
+        if pooling == "pooler":
+            only = next(iter(rows.values()))
+            axes.axhline(100 * only.score, linestyle=":", color="grey", label=f"pooler ({100 * only.score:.1f})")
+            continue
+        points = [(i, 100 * rows[c].score) for i, c in enumerate(choices) if c in rows]
+        singles = [(i, s) for i, s in points if choices[i].startswith("h")]
+        combos = [(i, s) for i, s in points if not choices[i].startswith("h")]
+        line = axes.plot(*zip(*singles), marker="o", label=pooling)[0]
+        axes.scatter(*zip(*combos), marker="s", s=60, color=line.get_color())
+    axes.set_xticks(range(len(choices)), [c.replace(" (", "\n(") for c in choices], rotation=45, ha="right", fontsize=8)
+    axes.set_ylabel(f"dev {result.metric.replace('_', ' ')} (%)")
+    axes.set_title(f"{title}\nsingle layers (line) and combinations (squares)".strip())
+    axes.grid(axis="y", alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    image = io.BytesIO()
+    figure.savefig(image, dpi=110, format="png")
+    plt.close(figure)
+    return {"probe.md": "\n".join(markdown) + "\n", "probe.csv": buffer.getvalue(),
+            "probe.json": json.dumps(result_record(result), indent=2), "probe.png": image.getvalue()}
+
+
+def _facts_line(facts: dict) -> str:
+    parts = [f"model {facts.get('model')} ({facts.get('architecture')}, {facts.get('hidden_states')} hidden states)",
+             f"train {facts.get('train')} ({facts.get('train_rows')} rows)", f"dev {facts.get('dev')} ({facts.get('dev_rows')} rows)",
+             f"seed {facts.get('seed')}"]
+    return "; ".join(parts)

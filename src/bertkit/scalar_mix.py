@@ -1,0 +1,49 @@
+"""A learned weighted sum of layers (ELMo's scalar mix) trained jointly with a linear classifier."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass
+class ScalarMixClassifier:
+    """softmax(w) · layers → logistic regression; fitted by full-batch L-BFGS with sklearn's L2 penalty (1 / 2C)."""
+
+    C: float = 1.0
+    max_iter: int = 300
+    seed: int = 0
+
+    def fit(self, layers: np.ndarray, codes: np.ndarray) -> "ScalarMixClassifier":
+        """layers: (n, n_layers, dim) float32, codes: (n,) class ids 0..k-1."""
+        generator = torch.Generator().manual_seed(self.seed)
+        x = torch.from_numpy(np.ascontiguousarray(layers, dtype=np.float32))
+        y = torch.from_numpy(np.asarray(codes, dtype=np.int64))
+        n, n_layers, dim = x.shape
+        classes = int(y.max()) + 1
+        self.mix_logits = torch.zeros(n_layers, requires_grad=True)
+        self.weight = (0.01 * torch.randn(dim, classes, generator=generator)).requires_grad_()
+        self.bias = torch.zeros(classes, requires_grad=True)
+        penalty = 1.0 / (2.0 * self.C * n)
+        optimizer = torch.optim.LBFGS([self.mix_logits, self.weight, self.bias], max_iter=self.max_iter,
+                                      line_search_fn="strong_wolfe", tolerance_grad=1e-6, tolerance_change=1e-9)
+
+        def closure():
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(self._logits(x), y) + penalty * self.weight.pow(2).sum()
+            loss.backward()
+            return loss
+
+        optimizer.step(closure)
+        self.layer_weights_ = torch.softmax(self.mix_logits, 0).detach().numpy()
+        return self
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        mixed = torch.einsum("l,nld->nd", torch.softmax(self.mix_logits, 0), x)
+        return mixed @ self.weight + self.bias
+
+    def predict(self, layers: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return self._logits(torch.from_numpy(np.ascontiguousarray(layers, dtype=np.float32))).argmax(-1).numpy()

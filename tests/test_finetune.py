@@ -1,0 +1,248 @@
+"""Fine-tuning mechanics on tiny random models, plain-transformers loading, resume, and one small real run."""
+
+import json
+import random
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bertkit.errors import InputError
+from bertkit.finetune import FinetuneArguments, finetune
+from bertkit.finetune_data import length_grouped_batches, word_pieces
+from bertkit.finetuned import FineTunedClassifier, FineTunedTagger, load_run
+from conftest import shared_file
+from test_cli import run
+
+POSITIVE, NEGATIVE = ["good", "great", "love"], ["bad", "rejects", "boycott"]
+FILLER = ["the", "movie", "was", "a", "film", "is", "big", "I", "to"]
+ENTITIES = [(["EU"], "ORG"), (["German"], "MISC"), (["British"], "MISC"), (["New", "York"], "LOC"), (["Korea"], "LOC")]
+
+
+def sentiment_file(path, n=64, seed=0):
+    rng = random.Random(seed)
+    lines = []
+    for i in range(n):
+        label = i % 2
+        words = rng.sample(FILLER, 4) + [rng.choice(POSITIVE if label else NEGATIVE)]
+        rng.shuffle(words)
+        lines.append(f"{' '.join(words)}\t{'pos' if label else 'neg'}")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def conll_file(path, n=48, seed=0, long_every=0):
+    rng = random.Random(seed)
+    blocks = []
+    for i in range(n):
+        rows = []
+        for _ in range(rng.randint(2, 5) + (12 if long_every and i % long_every == 0 else 0)):
+            if rng.random() < 0.35:
+                words, kind = rng.choice(ENTITIES)
+                rows += [f"{w} X X {'B' if k == 0 else 'I'}-{kind}" for k, w in enumerate(words)]
+            else:
+                rows.append(f"{rng.choice(FILLER)} X X O")
+        blocks.append("\n".join(rows))
+    path.write_text("-DOCSTART- -X- -X- O\n\n" + "\n\n".join(blocks) + "\n", encoding="utf-8")
+    return path
+
+
+def tiny_args(**extra):
+    return FinetuneArguments(**{"epochs": 3, "learning_rate": 3e-3, "batch_size": 8, "warmup_ratio": 0.0, **extra})
+
+
+def quiet(_message):
+    pass
+
+
+def test_text_finetune_learns_and_loads_in_plain_transformers(tiny_dirs, tmp_path):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    data = sentiment_file(tmp_path / "train.tsv", n=128)
+    dev = sentiment_file(tmp_path / "dev.tsv", n=32, seed=1)
+    model = finetune(data, dev, output_dir=tmp_path / "run", model=str(tiny_dirs["bert_cased"]),
+                     args=tiny_args(epochs=6, patience=6), log=quiet)
+    record = json.loads((tmp_path / "run" / "bertkit.json").read_text())
+    losses = [h["train_loss"] for h in record["training"]["history"]]
+    assert losses[-1] < losses[0] * 0.5, losses
+    assert record["kind"] == "finetuned-text" and record["labels"] == ["neg", "pos"]
+    assert record["metrics"]["accuracy"] >= 0.9
+    assert record["data"]["train_sha256"] and record["data"]["train_rows"] == 128 and record["data"]["dev_rows"] == 32
+    assert record["args"]["learning_rate"] == 3e-3 and not (tmp_path / "run" / "checkpoint").exists()
+
+    plain = AutoModelForSequenceClassification.from_pretrained(tmp_path / "run").eval()
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "run")
+    assert plain.config.id2label == {0: "neg", 1: "pos"}
+    texts = ["the movie was great", "I boycott the big film", "love"]
+    with torch.no_grad():
+        logits = plain(**tokenizer(texts, padding=True, return_tensors="pt")).logits
+    ours = model.predict_proba(texts)
+    assert torch.allclose(torch.softmax(logits, -1), torch.from_numpy(ours), atol=1e-5)
+    assert list(model.predict(texts)) == [plain.config.id2label[int(i)] for i in logits.argmax(-1)]
+    assert isinstance(load_run(tmp_path / "run"), FineTunedClassifier)
+
+
+def final_weights(directory):
+    return load_file(str(directory / "model.safetensors"))
+
+
+def test_same_seed_same_weights_and_resume_matches_an_uninterrupted_run(tiny_dirs, tmp_path):
+    data = sentiment_file(tmp_path / "train.tsv")
+    model = str(tiny_dirs["bert_cased"])
+    options = dict(model=model, args=tiny_args(epochs=2), dev_share=0.25, log=quiet)
+    finetune(data, output_dir=tmp_path / "a", **options)
+    finetune(data, output_dir=tmp_path / "b", **options)
+
+    def interrupt(state):
+        if state.global_step == 9:  # mid-way through epoch 2 (6 batches per epoch)
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        finetune(data, output_dir=tmp_path / "c", callbacks=[interrupt], **options)
+    saved = json.loads((tmp_path / "c" / "checkpoint" / "state.json").read_text())
+    assert saved["state"]["epoch"] == 1 and saved["state"]["step_in_epoch"] == 3
+    assert not (tmp_path / "c" / "bertkit.json").exists()
+    with pytest.raises(InputError, match="unfinished run; pass --resume"):
+        finetune(data, output_dir=tmp_path / "c", **options)
+    finetune(data, output_dir=tmp_path / "c", resume=True, **options)
+
+    a, b, c = (final_weights(tmp_path / name) for name in "abc")
+    assert a.keys() == b.keys() == c.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a), "same seed, different weights"
+    assert all(torch.equal(a[k], c[k]) for k in a), "resumed run differs from the uninterrupted one"
+    history = [json.loads((tmp_path / n / "bertkit.json").read_text())["training"]["history"] for n in "ac"]
+    assert [h["dev_score"] for h in history[0]] == [h["dev_score"] for h in history[1]]
+    with pytest.raises(InputError, match="no checkpoint to resume from"):
+        finetune(data, output_dir=tmp_path / "c", resume=True, **options)
+
+
+def test_resume_refuses_a_changed_command(tiny_dirs, tmp_path):
+    data = sentiment_file(tmp_path / "train.tsv")
+
+    def interrupt(state):
+        raise KeyboardInterrupt
+
+    options = dict(model=str(tiny_dirs["bert_cased"]), dev_share=0.25, log=quiet)
+    with pytest.raises(KeyboardInterrupt):
+        finetune(data, output_dir=tmp_path / "run", args=tiny_args(), callbacks=[interrupt], **options)
+    with pytest.raises(InputError, match="different args .*learning_rate"):
+        finetune(data, output_dir=tmp_path / "run", args=tiny_args(learning_rate=1e-3), resume=True, **options)
+
+
+def test_token_finetune_predicts_entities_with_character_spans(tiny_dirs, tmp_path):
+    from transformers import AutoModelForTokenClassification
+
+    train = conll_file(tmp_path / "train.txt", n=80, long_every=5)
+    dev = conll_file(tmp_path / "dev.txt", n=24, seed=1)
+    notes = []
+    tagger = finetune(train, dev, task="token", output_dir=tmp_path / "ner", model=str(tiny_dirs["bert_cased"]),
+                      args=tiny_args(epochs=4, max_length=12), log=notes.append)
+    assert any("split into pieces at word boundaries" in n for n in notes)
+    record = json.loads((tmp_path / "ner" / "bertkit.json").read_text())
+    assert record["kind"] == "finetuned-token"
+    assert record["labels"] == ["O", "B-LOC", "I-LOC", "B-MISC", "B-ORG"]
+    assert record["metrics"]["f1"] >= 0.8, record["metrics"]
+    plain = AutoModelForTokenClassification.from_pretrained(tmp_path / "ner")
+    assert plain.config.id2label[1] == "B-LOC"
+
+    text = "EU rejects the German movie in New York ."
+    [entities] = tagger.predict([text])
+    for entity in entities:
+        assert text[entity.char_start:entity.char_end] == entity.text and 0 < entity.score <= 1
+    assert ("LOC", "New York") in {(e.type, e.text) for e in entities}
+    long_sentence = ["the", "movie"] * 20 + ["Korea"]
+    [tags] = tagger.predict_word_tags([long_sentence])
+    assert len(tags) == len(long_sentence) and tags[-1] == "B-LOC"
+    assert isinstance(load_run(tmp_path / "ner"), FineTunedTagger)
+
+
+def test_word_pieces_split_at_word_boundaries_and_cover_every_word(encoder):
+    sentences = [["Peter", "Blackburn"], ["unbelievably"] * 30]
+    pieces, split = word_pieces(encoder.tokenizer, sentences, max_length=16)
+    assert split == 1
+    covered = {}
+    for piece in pieces:
+        assert len(piece.input_ids) <= 16
+        for word in piece.word_starts:
+            if word is not None:
+                covered.setdefault(piece.sentence, []).append(piece.first_word + word)
+    assert covered == {0: [0, 1], 1: list(range(30))}
+
+
+def test_length_grouped_batches_cover_each_example_once_and_group_lengths():
+    import numpy as np
+
+    lengths = list(np.random.default_rng(0).integers(3, 60, 1000))
+    batches = length_grouped_batches(lengths, 32, np.random.default_rng(1))
+    assert sorted(i for b in batches for i in b) == list(range(1000))
+    padding = sum(max(lengths[i] for i in b) * len(b) for b in batches) - sum(lengths)
+    naive = sum(max(lengths[i:i + 32]) * len(lengths[i:i + 32]) for i in range(0, 1000, 32)) - sum(lengths)
+    assert padding < naive / 5
+    assert batches != length_grouped_batches(lengths, 32, np.random.default_rng(2))
+
+
+@pytest.mark.parametrize("case, message", [
+    ("one_class", "one class only"),
+    ("empty_dev", "no data rows"),
+    ("tsv_as_token", "looks like sentence/label data"),
+    ("conll_as_text", "word/tag \\(CoNLL\\) file.*use --task token"),
+    ("exists", "already exists; choose another -o directory or pass --overwrite"),
+    ("bad_column_count", "line 3: 2 columns, but the file started with 4"),
+    ("not_iob", "line 2: tag 'PER' is not IOB"),
+])
+def test_bad_input_is_refused_before_anything_is_written(tiny_dirs, tmp_path, case, message):
+    task, train, dev = "text", sentiment_file(tmp_path / "train.tsv", n=16), None
+    output = tmp_path / "run"
+    if case == "one_class":
+        train.write_text("good film\tpos\ngreat film\tpos\nlove it\tpos\n")
+    elif case == "empty_dev":
+        dev = tmp_path / "dev.tsv"
+        dev.write_text("")
+    elif case == "tsv_as_token":
+        task = "token"
+    elif case == "conll_as_text":
+        train = conll_file(tmp_path / "train.txt")
+    elif case == "exists":
+        output.mkdir()
+        (output / "keep.txt").write_text("mine")
+    elif case == "bad_column_count":
+        task, train = "token", tmp_path / "train.txt"
+        train.write_text("EU NNP B-NP B-ORG\nrejects VBZ B-VP O\nGerman B-MISC\n")
+    elif case == "not_iob":
+        task, train = "token", tmp_path / "train.txt"
+        train.write_text("Peter O\nBlackburn PER\n")
+    with pytest.raises(InputError, match=message):
+        finetune(train, dev, task=task, output_dir=output, model=str(tiny_dirs["bert_cased"]), args=tiny_args(), log=quiet)
+    if case == "exists":
+        assert (output / "keep.txt").read_text() == "mine"
+    else:
+        assert not output.exists()
+
+
+def test_cli_finetune_evaluate_predict_on_the_default_model(monkeypatch, capsys, tmp_path):
+    """A small real run: 400 SST-2 sentences, 4 epochs, must clearly beat the majority baseline on 300 dev rows."""
+    train, dev = shared_file("sst2", "train.tsv"), shared_file("sst2", "dev.tsv")
+    head = lambda path, n, name: (tmp_path / name).write_text(  # noqa: E731
+        "".join(path.read_text(encoding="utf-8").splitlines(keepends=True)[:n]), encoding="utf-8") or tmp_path / name
+    small_train, small_dev = head(train, 400, "train.tsv"), head(dev, 300, "dev.tsv")
+    code, out, err = run(monkeypatch, capsys, "finetune", small_train, "--dev", small_dev, "--task", "text",
+                         "--epochs", "4", "-o", tmp_path / "ft")
+    assert code == 0, err
+    assert "epoch 4/4" in err and "saved" in err
+    record = json.loads((tmp_path / "ft" / "bertkit.json").read_text())
+    assert record["metrics"]["accuracy"] >= 0.72, record["training"]["history"]
+
+    code, out, _ = run(monkeypatch, capsys, "evaluate", tmp_path / "ft", small_dev)
+    assert code == 0 and out.startswith("accuracy") and "n=300" in out
+    accuracy = float(out.split()[1])
+    assert accuracy == pytest.approx(record["metrics"]["accuracy"], abs=1e-9)
+    baseline = float(out.split("majority-class baseline ")[1].split()[0])
+    assert accuracy >= baseline + 0.2
+
+    code, out, _ = run(monkeypatch, capsys, "predict", tmp_path / "ft", "a visually stunning rumination on love",
+                       "a dull , lifeless mess")
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert rows[0] == ["label", "probability", "text"] and [r[0] for r in rows[1:]] == ["1", "0"]
+
+    code, _, err = run(monkeypatch, capsys, "finetune", small_train, "--dev", small_dev, "-o", tmp_path / "ft")
+    assert code == 2 and "already exists" in err
