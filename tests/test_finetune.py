@@ -112,8 +112,10 @@ def test_same_seed_same_weights_and_resume_matches_an_uninterrupted_run(tiny_dir
     assert all(torch.equal(a[k], c[k]) for k in a), "resumed run differs from the uninterrupted one"
     history = [json.loads((tmp_path / n / "bertkit.json").read_text())["training"]["history"] for n in "ac"]
     assert [h["dev_score"] for h in history[0]] == [h["dev_score"] for h in history[1]]
-    with pytest.raises(InputError, match="no checkpoint to resume from"):
+    with pytest.raises(InputError, match="this run already finished"):
         finetune(data, output_dir=tmp_path / "c", resume=True, **options)
+    with pytest.raises(InputError, match="no checkpoint to resume from"):
+        finetune(data, output_dir=tmp_path / "d", resume=True, **options)
 
 
 def test_resume_refuses_a_changed_command(tiny_dirs, tmp_path):
@@ -130,7 +132,7 @@ def test_resume_refuses_a_changed_command(tiny_dirs, tmp_path):
 
 
 def test_token_finetune_predicts_entities_with_character_spans(tiny_dirs, tmp_path):
-    from transformers import AutoModelForTokenClassification
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
 
     train = conll_file(tmp_path / "train.txt", n=80, long_every=5)
     dev = conll_file(tmp_path / "dev.txt", n=24, seed=1)
@@ -142,8 +144,14 @@ def test_token_finetune_predicts_entities_with_character_spans(tiny_dirs, tmp_pa
     assert record["kind"] == "finetuned-token"
     assert record["labels"] == ["O", "B-LOC", "I-LOC", "B-MISC", "B-ORG"]
     assert record["metrics"]["f1"] >= 0.8, record["metrics"]
-    plain = AutoModelForTokenClassification.from_pretrained(tmp_path / "ner")
+    plain = AutoModelForTokenClassification.from_pretrained(tmp_path / "ner").eval()
     assert plain.config.id2label[1] == "B-LOC"
+    words = ["EU", "rejects", "German", "call", "in", "New", "York"]
+    encoded = AutoTokenizer.from_pretrained(tmp_path / "ner")([words], is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        best = plain(**encoded).logits[0].argmax(-1)
+    firsts = [encoded.word_ids(0).index(w) for w in range(len(words))]
+    assert tagger.predict_word_tags([words]) == [[plain.config.id2label[int(best[p])] for p in firsts]]
 
     text = "EU rejects the German movie in New York ."
     [entities] = tagger.predict([text])
@@ -219,12 +227,15 @@ def test_bad_input_is_refused_before_anything_is_written(tiny_dirs, tmp_path, ca
         assert not output.exists()
 
 
+def first_lines(source, n, target):
+    target.write_text("".join(source.read_text(encoding="utf-8").splitlines(keepends=True)[:n]), encoding="utf-8")
+    return target
+
+
 def test_cli_finetune_evaluate_predict_on_the_default_model(monkeypatch, capsys, tmp_path):
     """A small real run: 400 SST-2 sentences, 4 epochs, must clearly beat the majority baseline on 300 dev rows."""
     train, dev = shared_file("sst2", "train.tsv"), shared_file("sst2", "dev.tsv")
-    head = lambda path, n, name: (tmp_path / name).write_text(  # noqa: E731
-        "".join(path.read_text(encoding="utf-8").splitlines(keepends=True)[:n]), encoding="utf-8") or tmp_path / name
-    small_train, small_dev = head(train, 400, "train.tsv"), head(dev, 300, "dev.tsv")
+    small_train, small_dev = first_lines(train, 400, tmp_path / "train.tsv"), first_lines(dev, 300, tmp_path / "dev.tsv")
     code, out, err = run(monkeypatch, capsys, "finetune", small_train, "--dev", small_dev, "--task", "text",
                          "--epochs", "4", "-o", tmp_path / "ft")
     assert code == 0, err
@@ -246,3 +257,46 @@ def test_cli_finetune_evaluate_predict_on_the_default_model(monkeypatch, capsys,
 
     code, _, err = run(monkeypatch, capsys, "finetune", small_train, "--dev", small_dev, "-o", tmp_path / "ft")
     assert code == 2 and "already exists" in err
+
+
+def test_ctrl_c_on_the_command_line_leaves_a_checkpoint_that_resumes_to_the_same_weights(tiny_dirs, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    data = sentiment_file(tmp_path / "train.tsv", n=1200)
+    command = [sys.executable, "-m", "bertkit.cli", "finetune", str(data), "--model", str(tiny_dirs["bert_cased"]),
+               "--epochs", "4", "--batch-size", "8", "--lr", "3e-3", "--threads", "1"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    subprocess.run(command + ["-o", str(tmp_path / "whole")], check=True, env=env, capture_output=True)
+
+    process = subprocess.Popen(command + ["-o", str(tmp_path / "cut")], env=env, stderr=subprocess.PIPE, text=True)
+    state = tmp_path / "cut" / "checkpoint" / "state.json"
+    deadline = time.time() + 120
+    while not state.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    assert "--resume" in err and json.loads(state.read_text())["state"]["epoch"] >= 1
+    assert not (tmp_path / "cut" / "bertkit.json").exists()
+    subprocess.run(command + ["-o", str(tmp_path / "cut"), "--resume"], check=True, env=env, capture_output=True)
+    whole, cut = final_weights(tmp_path / "whole"), final_weights(tmp_path / "cut")
+    assert all(torch.equal(whole[k], cut[k]) for k in whole)
+
+
+@pytest.mark.parametrize("architecture", ["distilbert", "electra", "roberta"])
+def test_other_architectures_fine_tune_and_reload(tiny_dirs, tmp_path, architecture):
+    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+
+    model = str(tiny_dirs[architecture])
+    options = dict(model=model, args=tiny_args(epochs=1), dev_share=0.25, log=quiet)
+    classifier = finetune(sentiment_file(tmp_path / "train.tsv", n=32), output_dir=tmp_path / "text", **options)
+    assert classifier.predict_proba(["the movie was great"]).shape == (1, 2)
+    assert AutoModelForSequenceClassification.from_pretrained(tmp_path / "text").config.id2label == {0: "neg", 1: "pos"}
+    tagger = finetune(conll_file(tmp_path / "train.txt", n=24), task="token", output_dir=tmp_path / "token", **options)
+    [tags] = tagger.predict_word_tags([["EU", "rejects", "German", "call"]])
+    assert len(tags) == 4 and set(tags) <= set(tagger.classes_)
+    assert type(AutoModelForTokenClassification.from_pretrained(tmp_path / "token")).__name__.lower().startswith(architecture)

@@ -23,6 +23,7 @@ from threadpoolctl import threadpool_limits
 
 from .defaults import DEFAULT_BATCH_SIZE
 from .errors import InputError, ModelLoadError
+from .outputs import check_new_directory
 from .vectorizer import BertVectorizer
 
 CLASSIFIERS = ("logreg", "linear-svm", "mlp")
@@ -316,9 +317,7 @@ def _head_from_arrays(kind: str, arrays: dict[str, np.ndarray], n_classes: int):
 # ---- run directories ------------------------------------------------------------------------------------------------
 def write_run_directory(directory: str | Path, files: dict[str, str | bytes], arrays: dict[str, np.ndarray], overwrite: bool) -> Path:
     """Build the directory beside its target and rename it into place, so it appears complete or not at all."""
-    target = Path(directory)
-    if target.exists() and not overwrite:
-        raise InputError(f"{target} already exists; choose another -o directory or pass --overwrite.")
+    target = check_new_directory(directory, overwrite)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:

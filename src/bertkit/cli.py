@@ -25,6 +25,7 @@ ThreadsOption = typer.Option(None, "--threads", help="Torch threads (default: to
 HeaderOption = typer.Option(None, "--header/--no-header", help="First line is a header (default: when columns are names).")
 CacheDirOption = typer.Option(None, "--cache-dir", help="Embedding cache directory (default ~/.cache/bertkit/embeddings).")
 NoCacheOption = typer.Option(False, "--no-cache", help="Do not read or write the embedding cache.")
+OverwriteOption = typer.Option(False, "--overwrite", help="Replace an existing output directory.")
 RunArgument = typer.Argument(..., help="A run directory written by `bertkit train` or `bertkit finetune`.")
 
 
@@ -180,18 +181,17 @@ def train(
     no_cache: bool = NoCacheOption,
     batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", "-b", help="Texts per forward pass."),
     max_length: Optional[int] = typer.Option(None, "--max-length"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output directory."),
+    overwrite: bool = OverwriteOption,
     model: Optional[str] = ModelOption,
     threads: Optional[int] = ThreadsOption,
 ) -> None:
     """Embed texts with the frozen encoder and train a classifier on the vectors (the visual guide's pipeline)."""
     from .classify import TextClassifier
     from .data import read_labelled
-    from .errors import InputError
+    from .outputs import check_new_directory
     from .report import classification_metrics, format_metrics, write_report
 
-    if output.exists() and not overwrite:
-        raise InputError(f"{output} already exists; choose another -o directory or pass --overwrite.")
+    check_new_directory(output, overwrite)
     data = read_labelled(train_file, _column(text_column), _column(label_column), header=header)
     texts, labels = data.texts[:limit], data.labels[:limit]
     if dev is not None:
@@ -274,7 +274,7 @@ def finetune(
     label_column: Optional[str] = typer.Option(None, "--label-column", help="Text task: index or name (default 1; JSONL 'label')."),
     header: Optional[bool] = HeaderOption,
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run from its last checkpoint."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output directory."),
+    overwrite: bool = OverwriteOption,
     model: Optional[str] = ModelOption,
     threads: Optional[int] = ThreadsOption,
 ) -> None:
@@ -312,18 +312,18 @@ def probe(
     header: Optional[bool] = HeaderOption,
     cache_dir: Optional[Path] = CacheDirOption,
     no_cache: bool = NoCacheOption,
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output directory."),
+    overwrite: bool = OverwriteOption,
     model: Optional[str] = ModelOption,
     threads: Optional[int] = ThreadsOption,
 ) -> None:
     """Which layer's vectors? Score every hidden state, the paper's combinations and a learned mix with a linear probe."""
     from .classify import write_run_directory
     from .errors import InputError
+    from .outputs import check_new_directory
     from .probe import probe_text, probe_token
     from .report import probe_files
 
-    if output.exists() and not overwrite:
-        raise InputError(f"{output} already exists; choose another -o directory or pass --overwrite.")
+    check_new_directory(output, overwrite)
     cache = "memory" if no_cache else _cache_option(no_cache, cache_dir)
     if task == "text":
         result = probe_text(train_file, dev, model=model, poolings=poolings.split(","), limit=limit, seed=seed,

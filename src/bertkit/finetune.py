@@ -10,8 +10,11 @@ import copy
 import hashlib
 import json
 import shutil
+import signal
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -21,8 +24,17 @@ import torch
 
 from .classify import CONFIG_FILE, check_class_counts, check_labels
 from .errors import InputError
-from .finetune_data import Example, collate, length_grouped_batches, text_examples, token_examples, word_pieces
+from .finetune_data import (
+    Example,
+    collate,
+    length_grouped_batches,
+    text_examples,
+    token_examples,
+    word_pieces,
+)
 from .finetuned import KIND_TEXT, KIND_TOKEN, FineTunedClassifier, FineTunedTagger
+from .models import quiet_transformers
+from .outputs import check_new_directory
 from .tagging import TaggedData, entity_scores
 
 TASKS = ("text", "token")
@@ -126,7 +138,8 @@ def finetune(
 
     encoder = Encoder.from_pretrained(model)
     max_length = min(args.max_length or (TEXT_MAX_LENGTH if task == "text" else encoder.max_length), encoder.max_length)
-    prepared = _prepare(task, encoder.tokenizer, train, dev, max_length, args.seed, dev_share, limit,
+    tokenizer = encoder.tokenizer if task == "text" else _word_tokenizer(encoder)
+    prepared = _prepare(task, tokenizer, train, dev, max_length, args.seed, dev_share, limit,
                         text_column, label_column, header)
     run_record = {
         "task": task,
@@ -147,7 +160,7 @@ def finetune(
 
     torch.manual_seed(args.seed)
     network = _build_model(encoder, task, prepared.labels)
-    evaluator = _Evaluator(task, network, encoder.tokenizer, max_length, prepared)
+    evaluator = _Evaluator(task, network, tokenizer, max_length, prepared)
     del encoder
     optimizer = _optimizer(network, args)
     batches_per_epoch = -(-len(prepared.train) // args.batch_size)
@@ -163,58 +176,65 @@ def finetune(
     log(f"fine-tuning {task} model on {len(prepared.train)} examples ({len(prepared.labels)} labels), "
         f"dev {len(prepared.dev_inputs)}; {args.epochs} epochs × {batches_per_epoch} batches of {args.batch_size}, "
         f"lr {args.learning_rate:g}, {torch.get_num_threads()} threads")
-    while state.epoch < args.epochs and not state.finished:
-        epoch = state.epoch
-        rng = np.random.default_rng([args.seed, epoch])
-        batches = length_grouped_batches(lengths, args.batch_size, rng)
-        bar = _bar(len(prepared.train), epoch, args.epochs, progress)
-        bar.update(sum(len(b) for b in batches[: state.step_in_epoch]))
-        started, seen, loss_sum = time.perf_counter(), 0, 0.0
-        network.train()
-        try:
-            for position in range(state.step_in_epoch, len(batches)):
-                rows = batches[position]
-                batch = collate([prepared.train[i] for i in rows], pad_id, with_type_ids)
-                loss = network(**batch).loss
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(network.parameters(), args.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                state.step_in_epoch, state.global_step = position + 1, state.global_step + 1
-                seen += len(rows)
-                loss_sum += loss.item() * len(rows)
-                bar.update(len(rows))
-                bar.set_postfix(loss=f"{loss_sum / seen:.4f}")
-                for callback in callbacks:
-                    callback(state)
-        except KeyboardInterrupt:
+    with _deferred_interrupt(log) as interrupted:
+        while state.epoch < args.epochs and not state.finished:
+            epoch = state.epoch
+            rng = np.random.default_rng([args.seed, epoch])
+            batches = length_grouped_batches(lengths, args.batch_size, rng)
+            bar = _bar(len(prepared.train), epoch, args.epochs, progress)
+            bar.update(sum(len(b) for b in batches[: state.step_in_epoch]))
+            started, seen, loss_sum = time.perf_counter(), 0, 0.0
+            network.train()
+            try:
+                for position in range(state.step_in_epoch, len(batches)):
+                    rows = batches[position]
+                    batch = collate([prepared.train[i] for i in rows], pad_id, with_type_ids)
+                    loss = network(**batch).loss
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(network.parameters(), args.max_grad_norm)
+                    optimizer.step()
+                    scheduler.step()
+                    optimizer.zero_grad(set_to_none=True)
+                    state.step_in_epoch, state.global_step = position + 1, state.global_step + 1
+                    seen += len(rows)
+                    loss_sum += loss.item() * len(rows)
+                    bar.update(len(rows))
+                    bar.set_postfix(loss=f"{loss_sum / seen:.4f}")
+                    for callback in callbacks:
+                        callback(state)
+                    if interrupted:
+                        raise KeyboardInterrupt
+            except KeyboardInterrupt:
+                bar.close()
+                state.train_seconds += time.perf_counter() - started
+                _save_checkpoint(checkpoint, network, optimizer, scheduler, state, run_record)
+                log(f"interrupted in epoch {epoch + 1} after step {state.step_in_epoch}: checkpoint saved in {checkpoint}; "
+                    "run the same command with --resume to continue.")
+                raise
             bar.close()
-            state.train_seconds += time.perf_counter() - started
-            _save_checkpoint(checkpoint, network, optimizer, scheduler, state, run_record)
-            log(f"interrupted in epoch {epoch + 1} after step {state.step_in_epoch}: checkpoint saved in {checkpoint}; "
-                "run the same command with --resume to continue.")
-            raise
-        bar.close()
-        seconds = time.perf_counter() - started
-        state.train_seconds += seconds
-        score, metrics = evaluator.evaluate()
-        entry = {"epoch": epoch + 1, "train_loss": loss_sum / max(seen, 1), "dev_score": score,
-                 "seconds": round(seconds, 1), "examples_per_second": round(seen / max(seconds, 1e-9), 1)}
-        state.history.append(entry)
-        improved = state.best_score is None or score > state.best_score
-        if improved:
-            state.best_score, state.best_epoch, state.epochs_without_improvement = score, epoch + 1, 0
-        else:
-            state.epochs_without_improvement += 1
-        log(f"epoch {epoch + 1}/{args.epochs}: train loss {entry['train_loss']:.4f}, dev {evaluator.metric_name} "
-            f"{score:.4f}{' (best)' if improved else ''}, {seconds:.0f}s, {entry['examples_per_second']:.1f} examples/s")
-        state.epoch, state.step_in_epoch = epoch + 1, 0
-        if state.epochs_without_improvement >= args.patience and state.epoch < args.epochs:
-            log(f"early stop: no better dev score for {args.patience} epochs.")
-            state.finished = True
-        _save_checkpoint(checkpoint, network, optimizer, scheduler, state, run_record,
-                         best_metrics=metrics if improved else None)
+            seconds = time.perf_counter() - started
+            state.train_seconds += seconds
+            score, metrics = evaluator.evaluate()
+            entry = {"epoch": epoch + 1, "train_loss": loss_sum / max(seen, 1), "dev_score": score,
+                     "seconds": round(seconds, 1), "examples_per_second": round(seen / max(seconds, 1e-9), 1)}
+            state.history.append(entry)
+            improved = state.best_score is None or score > state.best_score
+            if improved:
+                state.best_score, state.best_epoch, state.epochs_without_improvement = score, epoch + 1, 0
+            else:
+                state.epochs_without_improvement += 1
+            log(f"epoch {epoch + 1}/{args.epochs}: train loss {entry['train_loss']:.4f}, dev {evaluator.metric_name} "
+                f"{score:.4f}{' (best)' if improved else ''}, {seconds:.0f}s, {entry['examples_per_second']:.1f} examples/s")
+            state.epoch, state.step_in_epoch = epoch + 1, 0
+            if state.epochs_without_improvement >= args.patience and state.epoch < args.epochs:
+                log(f"early stop: no better dev score for {args.patience} epochs.")
+                state.finished = True
+            _save_checkpoint(checkpoint, network, optimizer, scheduler, state, run_record,
+                             best_metrics=metrics if improved else None)
+            if interrupted:
+                log(f"interrupted after epoch {state.epoch}: checkpoint saved in {checkpoint}; "
+                    "run the same command with --resume to continue.")
+                raise KeyboardInterrupt
     return _write_final(output, evaluator, state, run_record, log)
 
 
@@ -288,6 +308,18 @@ def read_labelled_text(path, text_column, label_column, header):
     return read_labelled(path, text_column, label_column, header=header)
 
 
+def _word_tokenizer(encoder):
+    """The tokenizer, able to take pre-split words: byte-level BPE (RoBERTa) needs add_prefix_space=True for that."""
+    try:
+        encoder.tokenizer([["a", "b"]], is_split_into_words=True)
+        return encoder.tokenizer
+    except ValueError:
+        from transformers import AutoTokenizer
+
+        source = encoder.loaded.source
+        return AutoTokenizer.from_pretrained(source.path, add_prefix_space=True, local_files_only=source.kind != "hub")
+
+
 def _split(items, labels, share: float, seed: int, stratify: bool):
     from sklearn.model_selection import train_test_split
 
@@ -323,7 +355,6 @@ def _sha256(path) -> str:
 # ---- model and optimizer --------------------------------------------------------------------------------------------
 def _build_model(encoder, task: str, labels: list[str]):
     """A `...ForSequence/TokenClassification` model whose encoder weights are the loaded encoder's (head random)."""
-    import transformers
     from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
     config = copy.deepcopy(encoder.model.config)
@@ -331,12 +362,8 @@ def _build_model(encoder, task: str, labels: list[str]):
     config.id2label = dict(enumerate(labels))
     config.label2id = {label: i for i, label in enumerate(labels)}
     auto = AutoModelForSequenceClassification if task == "text" else AutoModelForTokenClassification
-    previous = transformers.utils.logging.get_verbosity()
-    transformers.utils.logging.set_verbosity_error()
-    try:
+    with quiet_transformers():
         network = auto.from_config(config)
-    finally:
-        transformers.utils.logging.set_verbosity(previous)
     missing, _unexpected = network.base_model.load_state_dict(encoder.model.state_dict(), strict=False)
     if missing:
         raise InputError(f"the {type(network).__name__} encoder lacks weights {missing[:3]} of the base model.")
@@ -377,18 +404,41 @@ class _Evaluator:
         return metrics["f1"], metrics
 
 
+@contextmanager
+def _deferred_interrupt(log: Callable[[str], None]):
+    """The first Ctrl-C is held until the current step (or dev scoring and checkpoint) is done, so a checkpoint
+    never catches half an update; a second one stops at once."""
+    interrupted: list[bool] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupted
+        return
+
+    def hold(*_):
+        if interrupted:
+            raise KeyboardInterrupt
+        interrupted.append(True)
+        log("interrupt: finishing the current step, then saving a checkpoint (Ctrl-C again to stop at once) ...")
+
+    previous = signal.signal(signal.SIGINT, hold)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 # ---- checkpoints ----------------------------------------------------------------------------------------------------
 def _check_output(output: Path, resume: bool, overwrite: bool) -> None:
     if resume and overwrite:
         raise InputError("--resume continues a run and --overwrite starts over: give one of them.")
     if resume:
+        if (output / CONFIG_FILE).is_file():
+            raise InputError(f"{output}: this run already finished; nothing to resume (--overwrite trains it again).")
         if not (output / CHECKPOINT / "state.json").is_file() and not (output / f"{CHECKPOINT}.old" / "state.json").is_file():
             raise InputError(f"{output}: no checkpoint to resume from; start the run without --resume.")
         return
-    if output.exists() and not overwrite:
-        if (output / CHECKPOINT).exists() and not (output / CONFIG_FILE).exists():
-            raise InputError(f"{output} holds an unfinished run; pass --resume to continue it or --overwrite to start over.")
-        raise InputError(f"{output} already exists; choose another -o directory or pass --overwrite.")
+    if output.exists() and not overwrite and (output / CHECKPOINT).exists() and not (output / CONFIG_FILE).exists():
+        raise InputError(f"{output} holds an unfinished run; pass --resume to continue it or --overwrite to start over.")
+    check_new_directory(output, overwrite)
 
 
 def _check_resumable(output: Path, run_record: dict) -> TrainingState:
@@ -402,10 +452,7 @@ def _check_resumable(output: Path, run_record: dict) -> TrainingState:
                 f"{output}: the run was started with different {key} ({_diff(saved['run'][key], run_record[key])}); "
                 "resume with the same command, or pass --overwrite to start over."
             )
-    state = TrainingState(**saved["state"])
-    if state.finished or (state.epoch >= run_record["args"]["epochs"] and (output / CONFIG_FILE).exists()):
-        raise InputError(f"{output}: this run already finished; nothing to resume.")
-    return state
+    return TrainingState(**saved["state"])
 
 
 def _diff(saved, now) -> str:
@@ -477,8 +524,9 @@ def _write_final(output: Path, evaluator: _Evaluator, state: TrainingState, run_
     metrics = json.loads((checkpoint / "best_metrics.json").read_text(encoding="utf-8"))
     staging = output / ".final.tmp"
     shutil.rmtree(staging, ignore_errors=True)
-    network.save_pretrained(str(staging), safe_serialization=True)
-    evaluator.tokenizer.save_pretrained(str(staging))
+    with quiet_transformers():
+        network.save_pretrained(str(staging), safe_serialization=True)
+        evaluator.tokenizer.save_pretrained(str(staging))
     history = state.history
     seen = sum(h["examples_per_second"] * h["seconds"] for h in history)
     record = {

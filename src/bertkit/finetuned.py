@@ -20,6 +20,7 @@ from .finetune_data import (
     token_examples,
     word_pieces,
 )
+from .models import quiet_transformers
 from .tagging import Entity, entity_spans
 
 KIND_TEXT = "finetuned-text"
@@ -49,8 +50,10 @@ class _FineTuned:
         record = read_run_config(directory, expected_kind=cls.KIND)
         auto = getattr(transformers, cls.AUTO_CLASS)
         try:
-            model = auto.from_pretrained(str(directory), use_safetensors=True, trust_remote_code=False, local_files_only=True)
-            tokenizer = AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False, local_files_only=True)
+            with quiet_transformers():
+                model = auto.from_pretrained(str(directory), use_safetensors=True, trust_remote_code=False,
+                                             local_files_only=True)
+                tokenizer = AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False, local_files_only=True)
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"{directory}: cannot load the fine-tuned model ({exc}).") from exc
         model.eval()

@@ -6,6 +6,7 @@ import os
 import re
 import socket
 import urllib.parse
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,16 +170,26 @@ def fix_casing(tokenizer, path: str) -> tuple[bool, list[str]]:
     return not _lowercases(tokenizer), notes
 
 
-def load_model(source: ModelSource):
-    """Load model + tokenizer from safetensors without remote code, and refuse pairs that do not fit together."""
+@contextmanager
+def quiet_transformers():
+    """No progress bars or info/warning logs from transformers while bertkit loads or saves a model."""
     import transformers
-    from transformers import AutoModel, AutoTokenizer
 
     transformers.utils.logging.disable_progress_bar()
     previous = transformers.utils.logging.get_verbosity()
     transformers.utils.logging.set_verbosity_error()
-    local_only = source.kind != "hub"
     try:
+        yield
+    finally:
+        transformers.utils.logging.set_verbosity(previous)
+
+
+def load_model(source: ModelSource):
+    """Load model + tokenizer from safetensors without remote code, and refuse pairs that do not fit together."""
+    from transformers import AutoModel, AutoTokenizer
+
+    local_only = source.kind != "hub"
+    with quiet_transformers():
         try:
             tokenizer = AutoTokenizer.from_pretrained(
                 source.path, use_fast=True, trust_remote_code=False, local_files_only=local_only
@@ -202,8 +213,6 @@ def load_model(source: ModelSource):
             )
         except (OSError, ValueError, KeyError) as exc:
             raise ModelLoadError(f"cannot load model weights from {source.path}: {exc}") from exc
-    finally:
-        transformers.utils.logging.set_verbosity(previous)
     model.eval()
 
     missing = sorted(info.get("missing_keys", []))

@@ -31,6 +31,14 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
             temporary.unlink()
 
 
+def check_new_directory(path: str | Path, overwrite: bool) -> Path:
+    """An output directory must not exist yet, unless the user said --overwrite."""
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise InputError(f"{path} already exists; choose another -o directory or pass --overwrite.")
+    return path
+
+
 def check_output_path(path: str | Path) -> Path:
     """Refuse an unknown extension, or .parquet without pyarrow, before any work is done."""
     path = Path(path)
