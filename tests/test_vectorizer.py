@@ -131,3 +131,36 @@ def test_interrupted_caching_keeps_finished_chunks(tmp_path):
     vectors = resumed.get_or_compute(texts, flaky)
     assert calls == [texts[8:]]  # only the unfinished chunk is embedded again
     assert vectors[:, 0].tolist() == list(range(10))
+
+
+def test_disk_cache_keeps_keys_that_end_in_a_zero_byte(tmp_path):
+    """numpy's fixed-width bytes drop trailing NULs: a SHA-1 ending in 0x00 must still be found after a reload."""
+    from bertkit.cache import text_key
+
+    texts = [t for t in (f"text {i}" for i in range(5000)) if text_key(t).endswith(b"\0")][:3] + ["plain text"]
+    assert len(texts) == 4
+    clear_memory()
+    EmbeddingCache({"test": "nul"}, tmp_path).get_or_compute(texts, lambda chunk: np.ones((len(chunk), 2), np.float32))
+    clear_memory()
+    reloaded = EmbeddingCache({"test": "nul"}, tmp_path)
+    reloaded.get_or_compute(texts, lambda chunk: pytest.fail(f"re-embedded {chunk}"))
+    assert reloaded.stats.hits == 4
+
+
+def test_ragged_entries_round_trip_through_disk(tmp_path):
+    clear_memory()
+    words = {"a b": np.ones((2, 3), np.float32), "c": np.full((1, 3), 2, np.float32)}
+    EmbeddingCache({"test": "ragged"}, tmp_path).get_or_compute(list(words), lambda keys: [words[k] for k in keys], stack=False)
+    clear_memory()
+    got = EmbeddingCache({"test": "ragged"}, tmp_path).get_or_compute(list(words), pytest.fail, stack=False)
+    assert all(np.array_equal(g, words[k]) for g, k in zip(got, words))
+
+
+def test_fingerprint_ignores_the_tokenizers_truncation_state():
+    from bertkit import Encoder
+
+    before = Encoder.from_pretrained()
+    expected = before.fingerprint
+    after = Encoder.from_pretrained()
+    after.tokenizer(["a sentence that is long enough"], truncation=True, max_length=4)
+    assert after.fingerprint == expected

@@ -20,6 +20,7 @@ from .outputs import atomic_path
 
 CACHE_FORMAT = 1
 DEFAULT_CHUNK = 2048
+KEY_BYTES = 20  # SHA-1 digest
 _MEMORY: dict[str, dict[bytes, np.ndarray]] = {}
 
 
@@ -75,7 +76,8 @@ class EmbeddingCache:
                     if "lengths" in data:  # ragged entries, stored end to end
                         vectors = np.split(vectors, np.cumsum(data["lengths"])[:-1])
                     for key, vector in zip(data["keys"], vectors):
-                        self.memory.setdefault(bytes(key), vector)
+                        # numpy's S20 drops trailing NUL bytes; every key is a 20-byte SHA-1, so pad it back
+                        self.memory.setdefault(bytes(key).ljust(KEY_BYTES, b"\0"), vector)
             except (OSError, ValueError, KeyError):
                 continue  # an unreadable shard only costs re-embedding its texts
 
@@ -107,7 +109,7 @@ class EmbeddingCache:
     def _write_shard(self, keys: list[bytes], vectors: list[np.ndarray]) -> None:
         if self.directory is None:
             return
-        arrays = {"keys": np.array(keys, dtype="S20")}
+        arrays = {"keys": np.array(keys, dtype=f"S{KEY_BYTES}")}
         if len({v.shape for v in vectors}) <= 1 and vectors and vectors[0].ndim == 1:
             arrays["vectors"] = np.stack(vectors)
         else:

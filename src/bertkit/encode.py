@@ -139,7 +139,11 @@ class Encoder:
             digest = hashlib.sha256()
             config = {k: v for k, v in self.model.config.to_dict().items() if k not in _PATH_DEPENDENT_CONFIG}
             digest.update(json.dumps(config, sort_keys=True, default=str).encode())
-            digest.update(self.tokenizer.backend_tokenizer.to_str().encode())
+            # truncation / padding settings change with each call; they are not part of what the tokenizer is
+            tokenizer_state = json.loads(self.tokenizer.backend_tokenizer.to_str())
+            tokenizer_state.pop("truncation", None)
+            tokenizer_state.pop("padding", None)
+            digest.update(json.dumps(tokenizer_state, sort_keys=True).encode())
             for name, tensor in sorted(self.model.state_dict().items()):
                 digest.update(name.encode())
                 digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())

@@ -120,9 +120,8 @@ def probe_text(
     unseen = sorted(set(dev_labels) - set(labels))
     if unseen:
         raise InputError(f"{dev}: labels {unseen} never occur in {train} (known: {sorted(set(labels))}).")
-    token_poolings = [p for p in poolings if p != "pooler"] or ["cls"]
-    if "pooler" in poolings and "cls" not in token_poolings:
-        token_poolings.insert(0, "cls")  # the pooler is computed from the last layer's [CLS]
+    # Always the same three poolings (the pooler is computed from the last [CLS]): one cache entry serves every probe.
+    token_poolings = ["cls", "mean", "max"]
     vectorizer = BertVectorizer(model=model, layers="all:concat", pooling="+".join(token_poolings), cache=cache,
                                 threads=threads, progress=False).fit([])
     encoder = vectorizer.encoder_

@@ -157,7 +157,7 @@ def probe_files(result, title: str = "") -> dict[str, str | bytes]:
         line = axes.plot(*zip(*singles), marker="o", label=pooling)[0]
         axes.scatter(*zip(*combos), marker="s", s=60, color=line.get_color())
     axes.set_xticks(range(len(choices)), [c.replace(" (", "\n(") for c in choices], rotation=45, ha="right", fontsize=8)
-    axes.set_ylabel(f"dev {result.metric.replace('_', ' ')} (%)")
+    axes.set_ylabel(f"dev {result.metric.replace('_f1', ' F1').replace('_', ' ')} (%)")
     axes.set_title(f"{title}\nsingle layers (line) and combinations (squares)".strip())
     axes.grid(axis="y", alpha=0.3)
     axes.legend()
