@@ -70,11 +70,16 @@ def naive_loop(encoder: Encoder, texts: Sequence[str], batch_size: int = 32) -> 
 
 def sentence_transformers_encoder(encoder: Encoder):
     """sentence-transformers on the same weights with mean pooling and no normalisation: like with like."""
-    from sentence_transformers import SentenceTransformer, models
+    from sentence_transformers import SentenceTransformer
 
-    transformer = models.Transformer(encoder.loaded.source.path, max_seq_length=encoder.max_length)
+    try:
+        from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+    except ImportError:  # sentence-transformers < 6
+        from sentence_transformers.models import Pooling, Transformer
+
+    transformer = Transformer(encoder.loaded.source.path, max_seq_length=encoder.max_length)
     dimension = getattr(transformer, "get_embedding_dimension", None) or transformer.get_word_embedding_dimension
-    pooling = models.Pooling(dimension(), pooling_mode="mean")
+    pooling = Pooling(dimension(), pooling_mode="mean")
     return SentenceTransformer(modules=[transformer, pooling], device="cpu")
 
 
