@@ -171,70 +171,11 @@ def finetune(
     if resume:
         _load_checkpoint(checkpoint, network, optimizer, scheduler)
         log(f"resuming {output} after epoch {state.epoch}" + (f", step {state.step_in_epoch}" if state.step_in_epoch else ""))
-    pad_id, with_type_ids = evaluator.runner.tokenizer.pad_token_id, evaluator.runner.with_type_ids
-    lengths = [len(e.input_ids) for e in prepared.train]
     log(f"fine-tuning {task} model on {len(prepared.train)} examples ({len(prepared.labels)} labels), "
         f"dev {len(prepared.dev_inputs)}; {args.epochs} epochs × {batches_per_epoch} batches of {args.batch_size}, "
         f"lr {args.learning_rate:g}, {torch.get_num_threads()} threads")
-    with _deferred_interrupt(log) as interrupted:
-        while state.epoch < args.epochs and not state.finished:
-            epoch = state.epoch
-            rng = np.random.default_rng([args.seed, epoch])
-            batches = length_grouped_batches(lengths, args.batch_size, rng)
-            bar = _bar(len(prepared.train), epoch, args.epochs, progress)
-            bar.update(sum(len(b) for b in batches[: state.step_in_epoch]))
-            started, seen, loss_sum = time.perf_counter(), 0, 0.0
-            network.train()
-            try:
-                for position in range(state.step_in_epoch, len(batches)):
-                    rows = batches[position]
-                    batch = collate([prepared.train[i] for i in rows], pad_id, with_type_ids)
-                    loss = network(**batch).loss
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_(network.parameters(), args.max_grad_norm)
-                    optimizer.step()
-                    scheduler.step()
-                    optimizer.zero_grad(set_to_none=True)
-                    state.step_in_epoch, state.global_step = position + 1, state.global_step + 1
-                    seen += len(rows)
-                    loss_sum += loss.item() * len(rows)
-                    bar.update(len(rows))
-                    bar.set_postfix(loss=f"{loss_sum / seen:.4f}")
-                    for callback in callbacks:
-                        callback(state)
-                    if interrupted:
-                        raise KeyboardInterrupt
-            except KeyboardInterrupt:
-                bar.close()
-                state.train_seconds += time.perf_counter() - started
-                _save_checkpoint(checkpoint, network, optimizer, scheduler, state, run_record)
-                log(f"interrupted in epoch {epoch + 1} after step {state.step_in_epoch}: checkpoint saved in {checkpoint}; "
-                    "run the same command with --resume to continue.")
-                raise
-            bar.close()
-            seconds = time.perf_counter() - started
-            state.train_seconds += seconds
-            score, metrics = evaluator.evaluate()
-            entry = {"epoch": epoch + 1, "train_loss": loss_sum / max(seen, 1), "dev_score": score,
-                     "seconds": round(seconds, 1), "examples_per_second": round(seen / max(seconds, 1e-9), 1)}
-            state.history.append(entry)
-            improved = state.best_score is None or score > state.best_score
-            if improved:
-                state.best_score, state.best_epoch, state.epochs_without_improvement = score, epoch + 1, 0
-            else:
-                state.epochs_without_improvement += 1
-            log(f"epoch {epoch + 1}/{args.epochs}: train loss {entry['train_loss']:.4f}, dev {evaluator.metric_name} "
-                f"{score:.4f}{' (best)' if improved else ''}, {seconds:.0f}s, {entry['examples_per_second']:.1f} examples/s")
-            state.epoch, state.step_in_epoch = epoch + 1, 0
-            if state.epochs_without_improvement >= args.patience and state.epoch < args.epochs:
-                log(f"early stop: no better dev score for {args.patience} epochs.")
-                state.finished = True
-            _save_checkpoint(checkpoint, network, optimizer, scheduler, state, run_record,
-                             best_metrics=metrics if improved else None)
-            if interrupted:
-                log(f"interrupted after epoch {state.epoch}: checkpoint saved in {checkpoint}; "
-                    "run the same command with --resume to continue.")
-                raise KeyboardInterrupt
+    _Trainer(network, optimizer, scheduler, prepared, evaluator, args, state, checkpoint, run_record, log, progress,
+             callbacks).train()
     return _write_final(output, evaluator, state, run_record, log)
 
 
@@ -402,6 +343,99 @@ class _Evaluator:
             return metrics["accuracy"], metrics
         metrics = entity_scores(self.prepared.dev_gold, self.runner.predict_word_tags(self.prepared.dev_inputs))
         return metrics["f1"], metrics
+
+
+@dataclass
+class _Trainer:
+    """The epoch loop: steps, dev scoring, checkpoints; Ctrl-C becomes a checkpoint and a KeyboardInterrupt."""
+
+    network: object
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    prepared: Prepared
+    evaluator: "_Evaluator"
+    args: FinetuneArguments
+    state: TrainingState
+    checkpoint: Path
+    run_record: dict
+    log: Callable[[str], None]
+    progress: bool | None
+    callbacks: Sequence[Callable[[TrainingState], None]]
+
+    def train(self) -> None:
+        with _deferred_interrupt(self.log) as interrupted:
+            while self.state.epoch < self.args.epochs and not self.state.finished:
+                seen, loss_sum, seconds = self._epoch(interrupted)
+                self._end_epoch(seen, loss_sum, seconds)
+                if interrupted:
+                    self.log(f"interrupted after epoch {self.state.epoch}: checkpoint saved in {self.checkpoint}; "
+                             "run the same command with --resume to continue.")
+                    raise KeyboardInterrupt
+
+    def _epoch(self, interrupted: list) -> tuple[int, float, float]:
+        """Train one epoch (from the saved step when resuming); batch order depends only on (seed, epoch)."""
+        state, args, prepared = self.state, self.args, self.prepared
+        lengths = [len(e.input_ids) for e in prepared.train]
+        batches = length_grouped_batches(lengths, args.batch_size, np.random.default_rng([args.seed, state.epoch]))
+        pad_id, with_type_ids = self.evaluator.runner.tokenizer.pad_token_id, self.evaluator.runner.with_type_ids
+        bar = _bar(len(prepared.train), state.epoch, args.epochs, self.progress)
+        bar.update(sum(len(b) for b in batches[: state.step_in_epoch]))
+        started, seen, loss_sum = time.perf_counter(), 0, 0.0
+        self.network.train()
+        try:
+            for position in range(state.step_in_epoch, len(batches)):
+                rows = batches[position]
+                loss = self.network(**collate([prepared.train[i] for i in rows], pad_id, with_type_ids)).loss
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.network.parameters(), args.max_grad_norm)
+                self.optimizer.step()
+                self.scheduler.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                state.step_in_epoch, state.global_step = position + 1, state.global_step + 1
+                seen += len(rows)
+                loss_sum += loss.item() * len(rows)
+                bar.update(len(rows))
+                bar.set_postfix(loss=f"{loss_sum / seen:.4f}")
+                for callback in self.callbacks:
+                    callback(state)
+                if interrupted:
+                    raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            bar.close()
+            state.train_seconds += time.perf_counter() - started
+            self._save()
+            self.log(f"interrupted in epoch {state.epoch + 1} after step {state.step_in_epoch}: checkpoint saved in "
+                     f"{self.checkpoint}; run the same command with --resume to continue.")
+            raise
+        bar.close()
+        seconds = time.perf_counter() - started
+        state.train_seconds += seconds
+        return seen, loss_sum, seconds
+
+    def _end_epoch(self, seen: int, loss_sum: float, seconds: float) -> None:
+        """Score dev, remember the best epoch, decide on early stopping, checkpoint."""
+        state, args = self.state, self.args
+        score, metrics = self.evaluator.evaluate()
+        entry = {"epoch": state.epoch + 1, "train_loss": loss_sum / max(seen, 1), "dev_score": score,
+                 "seconds": round(seconds, 1), "examples_per_second": round(seen / max(seconds, 1e-9), 1)}
+        state.history.append(entry)
+        improved = state.best_score is None or score > state.best_score
+        if improved:
+            state.best_score, state.best_epoch, state.epochs_without_improvement = score, state.epoch + 1, 0
+        else:
+            state.epochs_without_improvement += 1
+        self.log(f"epoch {state.epoch + 1}/{args.epochs}: train loss {entry['train_loss']:.4f}, dev "
+                 f"{self.evaluator.metric_name} {score:.4f}{' (best)' if improved else ''}, {seconds:.0f}s, "
+                 f"{entry['examples_per_second']:.1f} examples/s")
+        state.epoch, state.step_in_epoch = state.epoch + 1, 0
+        if state.epochs_without_improvement >= args.patience and state.epoch < args.epochs:
+            self.log(f"early stop: no better dev score for {args.patience} epochs.")
+            state.finished = True
+        self._save(best_metrics=metrics if improved else None)
+
+    def _save(self, best_metrics: dict | None = None) -> None:
+        _save_checkpoint(self.checkpoint, self.network, self.optimizer, self.scheduler, self.state, self.run_record,
+                         best_metrics)
 
 
 @contextmanager
