@@ -17,7 +17,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    help="Use pre-trained BERT-family encoders: inspect tokenization, extract embeddings, train classifiers.",
+    help="Use pre-trained BERT-family encoders: inspect tokenization, extract embeddings, train classifiers, probe layers, fine-tune.",
 )
 
 ModelOption = typer.Option(None, "--model", "-m", help="Model: a local directory, a hub name, or omit for the packaged default.")
