@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .classify import CONFIG_FILE, check_class_counts, check_labels
-from .errors import InputError
+from .errors import InputError, ModelLoadError
 from .finetune_data import (
     Example,
     collate,
@@ -65,6 +65,8 @@ class FinetuneArguments:
                 raise InputError(f"{name}={getattr(self, name)}: give 1 or more.")
         if not self.learning_rate > 0:
             raise InputError(f"learning_rate={self.learning_rate}: give a positive number such as 5e-5.")
+        if self.max_length is not None and self.max_length < 8:
+            raise InputError(f"max_length={self.max_length}: give at least 8 tokens (special tokens included).")
         if not 0 <= self.warmup_ratio < 1:
             raise InputError(f"warmup_ratio={self.warmup_ratio}: give a share between 0 and 1.")
 
@@ -307,7 +309,7 @@ def _build_model(encoder, task: str, labels: list[str]):
         network = auto.from_config(config)
     missing, _unexpected = network.base_model.load_state_dict(encoder.model.state_dict(), strict=False)
     if missing:
-        raise InputError(f"the {type(network).__name__} encoder lacks weights {missing[:3]} of the base model.")
+        raise ModelLoadError(f"{type(network).__name__} expects weights the base model does not have: {missing[:3]}.")
     return network
 
 

@@ -234,7 +234,8 @@ def probe_token(
     if unseen:
         raise InputError(f"{dev}: tags {unseen} never occur in the training sentences used (known: {names}).")
     encoder = shared_encoder(model, threads)
-    options = {"model": encoder.fingerprint, "words": True, "layers": "all:concat", "subtoken_pooling": subtoken_pooling}
+    options = {"model": encoder.fingerprint, "words": True, "layers": "all:concat", "subtoken_pooling": subtoken_pooling,
+               "long_text": "window", "max_length": encoder.max_length, "precision": encoder.precision}
     store = EmbeddingCache(options, directory=None if cache in (None, "memory") else cache) if cache is not None else None
     started = time.perf_counter()
     train_blocks, dev_blocks = (_word_blocks(encoder, sentences, subtoken_pooling, store) for sentences in (words, dev_data.words))
