@@ -13,7 +13,7 @@ class ScalarMixClassifier:
     """softmax(w) · layers → logistic regression; fitted by full-batch L-BFGS with sklearn's L2 penalty (1 / 2C)."""
 
     C: float = 1.0
-    max_iter: int = 300
+    max_iter: int = 100  # more iterations fit the training loss further without a better dev score (measured)
     seed: int = 0
 
     def fit(self, layers: np.ndarray, codes: np.ndarray) -> "ScalarMixClassifier":
