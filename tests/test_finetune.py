@@ -131,7 +131,7 @@ def test_resume_refuses_a_changed_command(tiny_dirs, tmp_path):
         finetune(data, output_dir=tmp_path / "run", args=tiny_args(learning_rate=1e-3), resume=True, **options)
 
 
-def test_token_finetune_predicts_entities_with_character_spans(tiny_dirs, tmp_path):
+def test_token_finetune_predicts_entities_with_character_spans(tiny_dirs, tmp_path, monkeypatch, capsys):
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
     train = conll_file(tmp_path / "train.txt", n=80, long_every=5)
@@ -162,6 +162,14 @@ def test_token_finetune_predicts_entities_with_character_spans(tiny_dirs, tmp_pa
     [tags] = tagger.predict_word_tags([long_sentence])
     assert len(tags) == len(long_sentence) and tags[-1] == "B-LOC"
     assert isinstance(load_run(tmp_path / "ner"), FineTunedTagger)
+
+    code, out, _ = run(monkeypatch, capsys, "evaluate", tmp_path / "ner", dev)
+    assert code == 0 and out.startswith("entity F1") and "overall" in out
+    code, out, _ = run(monkeypatch, capsys, "predict", tmp_path / "ner", text)
+    assert out.splitlines()[0].split("\t") == ["row", "type", "start", "end", "score", "entity"]
+    assert ["0", "LOC", "31", "39"] in [line.split("\t")[:4] for line in out.splitlines()]
+    code, _, err = run(monkeypatch, capsys, "evaluate", tmp_path / "ner", sentiment_file(tmp_path / "s.tsv"))
+    assert code == 2 and "is a tagger" in err and "sentence classifier" in err
 
 
 def test_word_pieces_split_at_word_boundaries_and_cover_every_word(encoder):

@@ -353,6 +353,7 @@ def evaluate(
 ) -> None:
     """Score a saved model: accuracy, macro-F1, per-class table, confusion matrix; taggers: entity P/R/F1 per type."""
     from .data import read_labelled
+    from .errors import InputError
     from .finetuned import FineTunedTagger, load_run
     from .report import classification_metrics, format_metrics
 
@@ -360,7 +361,10 @@ def evaluate(
     if isinstance(estimator, FineTunedTagger):
         from .tagging import entity_scores, format_entity_scores, read_tagged
 
-        data = read_tagged(data_file)
+        try:
+            data = read_tagged(data_file)
+        except InputError as exc:
+            raise InputError(f"{run} is a tagger (fine-tuned with --task token) and is scored on a word/tag file. {exc}") from None
         typer.echo(format_entity_scores(entity_scores(data.tags, estimator.predict_word_tags(data.words))))
         return
     stored = estimator.record_.get("data", {})

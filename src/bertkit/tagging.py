@@ -123,7 +123,8 @@ def _refuse_sentence_data(path: Path, number: int, text: str) -> None:
     if len(cells) == 2 and len(cells[0].split()) > 1:
         raise InputError(
             f"{path}, line {number}: this looks like sentence/label data (a text, a tab, a label), not a token file "
-            "(one word and its tag per line, a blank line between sentences). Use --task text for it."
+            "(one word and its tag per line, a blank line between sentences): it is data for a sentence classifier "
+            "(--task text)."
         )
 
 
