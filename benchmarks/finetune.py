@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=None, help="Keep the run here (default: a temp dir).")
     options = parser.parse_args()
 
-    from bertkit.finetune import FinetuneArguments, finetune
+    from bertkit.tasks.finetune import FinetuneArguments, finetune
 
     train, dev = (DATA / name for name in FILES[options.task])
     for path in (train, dev):
@@ -56,7 +56,7 @@ def main() -> None:
     print(f"best epoch {training['best_epoch']}: dev {metric} {record['metrics'][metric]:.4f}; training {training['train_seconds']:.0f}s "
           f"({training['examples_per_second']:.1f} examples/s), wall {wall:.0f}s including loading and dev scoring")
     if options.task == "token":
-        from bertkit.tagging import format_entity_scores
+        from bertkit.tasks.tagging import format_entity_scores
 
         print(format_entity_scores(record["metrics"]))
     if options.output is None:

@@ -25,7 +25,7 @@ BATCH, LR = 32, 1e-4
 
 
 def load_rows(rows: int):
-    from bertkit.data import read_labelled
+    from bertkit.io.readers import read_labelled
 
     data = read_labelled(DATA / "sst2" / "train.tsv")
     return data.texts[:rows], [int(v) for v in data.labels[:rows]]
@@ -34,7 +34,7 @@ def load_rows(rows: int):
 def fresh_model():
     from transformers import AutoModelForSequenceClassification
 
-    from bertkit.models import default_model_dir, quiet_transformers
+    from bertkit.encoder.models import default_model_dir, quiet_transformers
 
     torch.manual_seed(0)
     with quiet_transformers():
@@ -44,7 +44,7 @@ def fresh_model():
 def tutorial_loop(texts, labels) -> float:
     from transformers import AutoTokenizer, get_linear_schedule_with_warmup
 
-    from bertkit.models import default_model_dir
+    from bertkit.encoder.models import default_model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
     model = fresh_model().train()
@@ -70,9 +70,14 @@ def hf_trainer(texts, labels) -> float | None:
         import accelerate  # noqa: F401
     except ImportError:
         return None
-    from transformers import AutoTokenizer, DataCollatorWithPadding, Trainer, TrainingArguments
+    from transformers import (
+        AutoTokenizer,
+        DataCollatorWithPadding,
+        Trainer,
+        TrainingArguments,
+    )
 
-    from bertkit.models import default_model_dir, quiet_transformers
+    from bertkit.encoder.models import default_model_dir, quiet_transformers
 
     tokenizer = AutoTokenizer.from_pretrained(default_model_dir())
     rows = [{**tokenizer(t, truncation=True, max_length=128), "labels": y} for t, y in zip(texts, labels)]
@@ -93,7 +98,7 @@ def hf_trainer(texts, labels) -> float | None:
 def bertkit_finetune(texts, labels) -> float:
     import json
 
-    from bertkit.finetune import FinetuneArguments, finetune
+    from bertkit.tasks.finetune import FinetuneArguments, finetune
 
     with tempfile.TemporaryDirectory() as folder:
         train = Path(folder) / "train.tsv"

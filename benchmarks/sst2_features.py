@@ -22,7 +22,7 @@ import numpy as np
 from sklearn.model_selection import train_test_split
 
 from bertkit import Encoder, TextClassifier
-from bertkit.data import read_labelled
+from bertkit.io.readers import read_labelled
 
 POOLS = ("cls", "mean", "max")
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 
 from bertkit import Encoder
-from bertkit.bench import run_benchmark
-from bertkit.data import read_labelled
-from bertkit.defaults import DEFAULT_BATCH_SIZE
+from bertkit.encoder.defaults import DEFAULT_BATCH_SIZE
+from bertkit.io.readers import read_labelled
+from bertkit.tasks.bench import run_benchmark
 
 
 def main() -> None:

@@ -5,12 +5,11 @@ import shutil
 
 import numpy as np
 import pytest
-
 import tiny_models
-from bertkit import InputError, ModelLoadError, TextClassifier
-from bertkit.data import read_labelled
-from bertkit.demo import sample_path
 from conftest import shared_file
+
+from bertkit import InputError, ModelLoadError, TextClassifier
+from bertkit.io.readers import read_labelled, sample_path
 
 
 @pytest.fixture(scope="module")

@@ -4,10 +4,10 @@ import csv
 import json
 
 import pytest
-
-from bertkit.cache import clear_memory
-from bertkit.demo import sample_path
 from test_cli import run
+
+from bertkit.io.cache import clear_memory
+from bertkit.io.readers import sample_path
 
 SAMPLE = str(sample_path("reviews.tsv"))
 
@@ -76,7 +76,7 @@ def test_dev_labels_unseen_in_training_are_named(monkeypatch, capsys, tmp_path):
     source = write(tmp_path / "train.tsv", "good\tpos\nbad\tneg\n" * 3)
     dev = write(tmp_path / "dev.tsv", "fine\tpos\nso so\tneutral\nawful\tterrible\n")
     code, _, err = run(monkeypatch, capsys, "train", source, "--dev", dev, "-o", tmp_path / "run", "--no-cache")
-    assert code == 2 and "labels ['neutral', 'terrible'] never occur in the training data" in err
+    assert code == 2 and f"labels ['neutral', 'terrible'] never occur in {source}" in err and "known: ['neg', 'pos']" in err
     assert not (tmp_path / "run").exists()
 
 

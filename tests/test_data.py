@@ -3,7 +3,7 @@
 import pytest
 
 from bertkit import InputError
-from bertkit.data import read_texts
+from bertkit.io.readers import read_texts
 
 
 def write(path, text, mode="w"):

@@ -5,14 +5,15 @@ import random
 
 import pytest
 import torch
+from conftest import shared_file
 from safetensors.torch import load_file
+from test_cli import run
 
 from bertkit.errors import InputError
-from bertkit.finetune import FinetuneArguments, finetune
-from bertkit.finetune_data import length_grouped_batches, word_pieces
-from bertkit.finetuned import FineTunedClassifier, FineTunedTagger, load_run
-from conftest import shared_file
-from test_cli import run
+from bertkit.tasks.finetune import FinetuneArguments, finetune
+from bertkit.tasks.finetune.examples import length_grouped_batches, word_pieces
+from bertkit.tasks.finetuned import FineTunedClassifier, FineTunedTagger
+from bertkit.tasks.load import load_run
 
 POSITIVE, NEGATIVE = ["good", "great", "love"], ["bad", "rejects", "boycott"]
 FILLER = ["the", "movie", "was", "a", "film", "is", "big", "I", "to"]
@@ -297,7 +298,10 @@ def test_ctrl_c_on_the_command_line_leaves_a_checkpoint_that_resumes_to_the_same
 
 @pytest.mark.parametrize("architecture", ["distilbert", "electra", "roberta"])
 def test_other_architectures_fine_tune_and_reload(tiny_dirs, tmp_path, architecture):
-    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoModelForTokenClassification,
+    )
 
     model = str(tiny_dirs[architecture])
     options = dict(model=model, args=tiny_args(epochs=1), dev_share=0.25, log=quiet)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from bertkit import InputError, parse_layers
-from bertkit.pooling import parse_pooling, pool_sentences, pool_words
+from bertkit.encoder.pooling import parse_pooling, pool_sentences, pool_words
 
 
 @pytest.mark.parametrize(

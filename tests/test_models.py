@@ -6,11 +6,11 @@ import time
 
 import numpy as np
 import pytest
+import tiny_models
 import torch
 
-import tiny_models
 from bertkit import Encoder, InputError, ModelLoadError
-from bertkit.models import resolve_model
+from bertkit.encoder.models import resolve_model
 
 KOREAN = "이 영화 재미없네요"
 

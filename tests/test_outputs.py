@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from bertkit import InputError
-from bertkit import outputs
+from bertkit.io import writers as outputs
 
 
 def test_formats_round_trip(tmp_path):

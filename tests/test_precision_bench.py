@@ -3,9 +3,15 @@
 import numpy as np
 import pytest
 
-import bertkit.precision as precision
+import bertkit.encoder.precision as precision
 from bertkit import Encoder, InputError
-from bertkit.bench import compare, forward_flops, matmul_peak_gflops, naive_loop, run_benchmark
+from bertkit.tasks.bench import (
+    compare,
+    forward_flops,
+    matmul_peak_gflops,
+    naive_loop,
+    run_benchmark,
+)
 
 TEXTS = ["I love Korea", "EU rejects German call to boycott British lamb .", "the movie was great", ""]
 

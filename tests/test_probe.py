@@ -4,13 +4,13 @@ import json
 
 import numpy as np
 import pytest
-
-from bertkit.encode import Encoder
-from bertkit.errors import InputError
-from bertkit.probe import layer_choices, probe_text, probe_token, select
-from bertkit.scalar_mix import ScalarMixClassifier
 from test_cli import run
 from test_finetune import conll_file, sentiment_file
+
+from bertkit.encoder.encode import Encoder
+from bertkit.errors import InputError
+from bertkit.tasks.probe import layer_choices, probe_text, probe_token, select
+from bertkit.tasks.scalar_mix import ScalarMixClassifier
 
 
 def test_layer_choices_cover_every_state_and_the_papers_combinations():
@@ -27,8 +27,8 @@ def test_layer_choices_cover_every_state_and_the_papers_combinations():
 
 def test_probe_slices_equal_direct_embeddings():
     """The probe's per-layer vectors are exactly what Encoder.embed gives for that layer spec (default model)."""
-    from bertkit.probe import _pooler, _text_blocks
-    from bertkit.vectorizer import BertVectorizer
+    from bertkit.tasks.probe import _pooler, _text_blocks
+    from bertkit.tasks.vectorizer import BertVectorizer
 
     texts = ["I love Korea", "the movie was great , good film", "EU rejects German call"]
     vectorizer = BertVectorizer(layers="all:concat", pooling="cls+mean+max", cache=None).fit([])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bertkit import InputError
-from bertkit.stream import embed_file
+from bertkit.io.stream import embed_file
 
 WORDS = "the movie was a great and terrible thing to watch on rainy day with friends".split()
 

@@ -3,11 +3,12 @@
 import random
 
 import pytest
+from conftest import shared_file
 
 from bertkit.errors import InputError
-from bertkit.finetune_data import split_words
-from bertkit.tagging import Entity, entity_scores, entity_spans, read_tagged, to_iob2
-from conftest import shared_file
+from bertkit.io.conll import read_tagged, to_iob2
+from bertkit.tasks.finetune.examples import split_words
+from bertkit.tasks.tagging import Entity, entity_scores, entity_spans
 
 CONLL = """-DOCSTART- -X- -X- O\r
 \r

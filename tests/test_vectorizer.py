@@ -9,9 +9,8 @@ from sklearn.pipeline import make_pipeline
 from sklearn.utils import estimator_checks as checks
 
 from bertkit import BertVectorizer, InputError
-from bertkit.cache import EmbeddingCache, clear_memory
-from bertkit.demo import sample_path
-from bertkit.data import read_labelled
+from bertkit.io.cache import EmbeddingCache, clear_memory
+from bertkit.io.readers import read_labelled, sample_path
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +134,7 @@ def test_interrupted_caching_keeps_finished_chunks(tmp_path):
 
 def test_disk_cache_keeps_keys_that_end_in_a_zero_byte(tmp_path):
     """numpy's fixed-width bytes drop trailing NULs: a SHA-1 ending in 0x00 must still be found after a reload."""
-    from bertkit.cache import text_key
+    from bertkit.io.cache import text_key
 
     texts = [t for t in (f"text {i}" for i in range(5000)) if text_key(t).endswith(b"\0")][:3] + ["plain text"]
     assert len(texts) == 4

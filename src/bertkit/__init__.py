@@ -1,15 +1,17 @@
-"""bertkit: use pre-trained BERT-family encoders — tokenize, embed from any layer with any pooling, classify, fine-tune."""
+"""bertkit: pre-trained BERT-family encoders for tokenization, embeddings, classification and fine-tuning."""
 
-from .classify import TextClassifier
-from .encode import EmbedReport, Encoder, ForwardOutput, TokenEmbedding
+from .encoder.encode import EmbedReport, Encoder, ForwardOutput, TokenEmbedding
+from .encoder.layers import LayerSelection, parse_layers
+from .encoder.tokenize import Batch
 from .errors import BertkitError, InputError, ModelLoadError
-from .finetune import FinetuneArguments, finetune
-from .finetuned import FineTunedClassifier, FineTunedTagger, load_run
-from .layers import LayerSelection, parse_layers
-from .probe import probe_text, probe_token
-from .tagging import Entity, entity_scores, read_tagged
-from .tokenize import Batch
-from .vectorizer import BertVectorizer
+from .io.conll import read_tagged
+from .tasks.classify import TextClassifier
+from .tasks.finetune import FinetuneArguments, finetune
+from .tasks.finetuned import FineTunedClassifier, FineTunedTagger
+from .tasks.load import load_run
+from .tasks.probe import probe_text, probe_token
+from .tasks.tagging import Entity, entity_scores
+from .tasks.vectorizer import BertVectorizer
 
 __version__ = "0.1.0"
 

@@ -1,0 +1,5 @@
+"""`python -m bertkit.cli` runs the command line."""
+
+from .main import main
+
+main()

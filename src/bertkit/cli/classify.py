@@ -1,0 +1,183 @@
+"""Commands for feature classifiers and saved runs: train, evaluate, predict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..encoder.defaults import DEFAULT_BATCH_SIZE
+from ..errors import InputError
+from .common import (
+    CacheDirOption,
+    HeaderOption,
+    ModelOption,
+    NoCacheOption,
+    OverwriteOption,
+    RunArgument,
+    ThreadsOption,
+    app,
+    cache_option,
+    column_spec,
+    say,
+)
+
+# Library imports sit inside the commands: `bertkit --help` and each command load only what they use (start-up speed).
+
+
+@app.command()
+def train(
+    train_file: Path = typer.Argument(..., help="Training data: TSV/CSV (text, label columns) or JSONL."),
+    output: Path = typer.Option(..., "--output", "-o", help="Run directory to create (config, classifier, metrics)."),
+    dev: Optional[Path] = typer.Option(None, "--dev", help="Evaluation file; without it a stratified split of the training file."),
+    test_size: float = typer.Option(0.25, "--test-size", help="Share held out for evaluation when there is no --dev."),
+    text_column: Optional[str] = typer.Option(None, "--text-column", help="Index or name (default 0; JSONL 'text')."),
+    label_column: Optional[str] = typer.Option(None, "--label-column", help="Index or name (default 1; JSONL 'label')."),
+    header: Optional[bool] = HeaderOption,
+    layers: str = typer.Option("all:concat", "--layers", "-l", help="Layer spec (default: every layer, concatenated)."),
+    pooling: str = typer.Option("mean", "--pooling", "-p", help="cls, pooler, mean, max or a '+' combination."),
+    classifier: str = typer.Option("logreg", "--classifier", help="logreg | linear-svm | mlp"),
+    c_value: Optional[float] = typer.Option(None, "--C", help="Fix the regularisation C (default: chosen by cross-validation)."),
+    cv: int = typer.Option(5, "--cv", help="Cross-validation folds for choosing C."),
+    scale: bool = typer.Option(True, "--scale/--no-scale", help="Standardise features before the classifier."),
+    seed: int = typer.Option(0, "--seed"),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N training rows."),
+    report: Optional[Path] = typer.Option(None, "--report", help="Write metrics.json, confusion.png and pca.png here."),
+    cache_dir: Optional[Path] = CacheDirOption,
+    no_cache: bool = NoCacheOption,
+    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", "-b", help="Texts per forward pass."),
+    max_length: Optional[int] = typer.Option(None, "--max-length"),
+    overwrite: bool = OverwriteOption,
+    model: Optional[str] = ModelOption,
+    threads: Optional[int] = ThreadsOption,
+) -> None:
+    """Embed texts with the frozen encoder and train a classifier on the vectors (the visual guide's pipeline)."""
+    from ..io.readers import read_labelled
+    from ..io.writers import check_new_directory
+    from ..tasks.classify import TextClassifier
+    from ..tasks.labels import check_known_labels, split_holdout
+    from ..tasks.report import classification_metrics, format_metrics, write_report
+
+    check_new_directory(output, overwrite)
+    data = read_labelled(train_file, column_spec(text_column), column_spec(label_column), header=header)
+    texts, labels = data.texts[:limit], data.labels[:limit]
+    if dev is not None:
+        dev_data = read_labelled(dev, column_spec(text_column), column_spec(label_column), header=header)
+        dev_texts, dev_labels, dev_source = dev_data.texts, dev_data.labels, str(dev)
+        check_known_labels(dev, dev_labels, labels, train_file)
+    else:
+        texts, dev_texts, labels, dev_labels = split_holdout(texts, labels, test_size, seed)
+        dev_source = f"{test_size:.0%} stratified split of {train_file} (seed {seed})"
+    estimator = TextClassifier(
+        model=model, layers=layers, pooling=pooling, classifier=classifier, C=c_value, cv=cv, scale=scale, seed=seed,
+        max_length=max_length, batch_size=batch_size, cache=cache_option(no_cache, cache_dir), threads=threads,
+    )
+    estimator.check_training_labels(labels)
+    say(f"training on {len(texts)} texts ({len(set(map(str, labels)))} classes), evaluating on {len(dev_texts)}: {dev_source}")
+    estimator.fit(texts, labels)
+    stats = estimator.vectorizer_.cache_.stats if estimator.vectorizer_.cache_ is not None else None
+    say(f"features: layers={layers} pooling={pooling} → {estimator.vectorizer_.n_features_out_} dims; "
+         f"embedding {estimator.embed_seconds_:.1f}s" + (f" ({stats})" if stats else ""))
+    if estimator.cv_scores_:
+        scores = ", ".join(f"{c:g}: {s:.4f}" for c, s in estimator.cv_scores_.items())
+        say(f"C chosen by {min(cv, 99)}-fold cross-validation: C={estimator.C_:g}   (CV accuracy {scores})")
+    say(f"classifier {classifier} fitted in {estimator.fit_seconds_:.1f}s")
+    predictions = estimator.predict(dev_texts)
+    metrics = classification_metrics(dev_labels, predictions, estimator.classes_, estimator.majority_class_)
+    typer.echo(format_metrics(metrics))
+    extra = {"data": {"train": str(train_file), "train_rows": len(texts), "dev": dev_source, "dev_rows": len(dev_texts),
+                      "text_column": text_column, "label_column": label_column, "header": header}}
+    estimator.save(output, metrics=metrics, extra=extra, overwrite=overwrite)
+    say(f"saved {output}")
+    if report is not None:
+        vectors = estimator.vectorizer_.transform(dev_texts)
+        for path in write_report(report, metrics, vectors, dev_labels, title=f"{layers} / {pooling} / {classifier}"):
+            say(f"wrote {path}")
+
+
+@app.command()
+def evaluate(
+    run: Path = RunArgument,
+    data_file: Path = typer.Argument(..., help="Labelled file: TSV/CSV/JSONL for text models, CoNLL / word-tag for taggers."),
+    text_column: Optional[str] = typer.Option(None, "--text-column"),
+    label_column: Optional[str] = typer.Option(None, "--label-column"),
+    header: Optional[bool] = HeaderOption,
+    cache_dir: Optional[Path] = CacheDirOption,
+    no_cache: bool = NoCacheOption,
+    threads: Optional[int] = ThreadsOption,
+) -> None:
+    """Score a saved model: accuracy, macro-F1, per-class table, confusion matrix; taggers: entity P/R/F1 per type."""
+    from ..io.readers import read_labelled
+    from ..tasks.finetuned import FineTunedTagger
+    from ..tasks.load import load_run
+    from ..tasks.labels import check_known_labels
+    from ..tasks.report import classification_metrics, format_metrics
+
+    estimator = load_run(run, cache=cache_option(no_cache, cache_dir), threads=threads)
+    if isinstance(estimator, FineTunedTagger):
+        from ..io.conll import read_tagged
+        from ..tasks.tagging import entity_scores, format_entity_scores
+
+        try:
+            data = read_tagged(data_file)
+        except InputError as exc:
+            raise InputError(f"{run} is a tagger (fine-tuned with --task token) and is scored on a word/tag file. {exc}") from None
+        typer.echo(format_entity_scores(entity_scores(data.tags, estimator.predict_word_tags(data.words))))
+        return
+    stored = estimator.record_.get("data", {})
+    data = read_labelled(
+        data_file,
+        column_spec(text_column if text_column is not None else stored.get("text_column")),
+        column_spec(label_column if label_column is not None else stored.get("label_column")),
+        header=header if header is not None else stored.get("header"),
+    )
+    check_known_labels(data_file, data.labels, estimator.classes_, run)
+    predictions = estimator.predict(data.texts)
+    majority = getattr(estimator, "majority_class_", None)
+    typer.echo(format_metrics(classification_metrics(data.labels, predictions, estimator.classes_, majority)))
+
+
+@app.command()
+def predict(
+    run: Path = RunArgument,
+    inputs: list[str] = typer.Argument(..., help="Texts to label, or one file (TSV/CSV/JSONL/text)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write a TSV here (label, probability, text; taggers: one row per entity)."),
+    column: Optional[str] = typer.Option(None, "--column", "-c", help="Text column of the input file."),
+    header: Optional[bool] = HeaderOption,
+    cache_dir: Optional[Path] = CacheDirOption,
+    no_cache: bool = NoCacheOption,
+    threads: Optional[int] = ThreadsOption,
+) -> None:
+    """Label texts (or every row of a file) with a saved model; taggers print each entity with its character span."""
+    import csv
+    import io
+
+    from ..io.readers import read_texts
+    from ..io.writers import atomic_path
+    from ..tasks.finetuned import FineTunedTagger
+    from ..tasks.load import load_run
+
+    estimator = load_run(run, cache=cache_option(no_cache, cache_dir), threads=threads)
+    if len(inputs) == 1 and Path(inputs[0]).is_file():
+        texts = read_texts(inputs[0], column_spec(column), header=header)[0]
+    else:
+        texts = inputs
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, delimiter="\t", lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
+    if isinstance(estimator, FineTunedTagger):
+        writer.writerow(["row", "type", "start", "end", "score", "entity"])
+        for row, entities in enumerate(estimator.predict(texts)):
+            for entity in entities:
+                writer.writerow([row, entity.type, entity.char_start, entity.char_end, f"{entity.score:.4f}", entity.text])
+    else:
+        probabilities = estimator.predict_proba(texts)
+        writer.writerow(["label", "probability", "text"])
+        for text, index, row in zip(texts, probabilities.argmax(axis=1), probabilities):
+            writer.writerow([estimator.classes_[index], f"{row[index]:.4f}", text])
+    if output is None:
+        typer.echo(buffer.getvalue(), nl=False)
+    else:
+        with atomic_path(output) as temporary:
+            temporary.write_text(buffer.getvalue(), encoding="utf-8")
+        say(f"wrote predictions for {len(texts)} texts to {output}")

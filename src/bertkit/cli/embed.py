@@ -1,0 +1,126 @@
+"""Commands that look at the model and make vectors: info, tokenize, embed."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..encoder.defaults import DEFAULT_BATCH_SIZE
+from .common import (
+    ModelOption,
+    ThreadsOption,
+    app,
+    column_spec,
+    make_encoder,
+    say,
+)
+from .format import format_table
+
+# Library imports sit inside the commands: `bertkit --help` and each command load only what they use (start-up speed).
+
+
+@app.command()
+def info(model: Optional[str] = ModelOption) -> None:
+    """Describe the model: architecture, layers, hidden size, max length, vocabulary, casing."""
+    facts = make_encoder(model).info()
+    width = max(len(k) for k in facts)
+    for key, value in facts.items():
+        typer.echo(f"{key.ljust(width)}  {value}")
+
+
+@app.command()
+def tokenize(
+    text: str = typer.Argument(..., help="The text to tokenize."),
+    pair: Optional[str] = typer.Option(None, "--pair", help="A second sentence (token type id 1)."),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="Pad to this many tokens (and truncate)."),
+    model: Optional[str] = ModelOption,
+) -> None:
+    """Show the tutorial's table: each token with its id, attention mask and token type id."""
+    encoder = make_encoder(model)
+    padding = "max_length" if max_length else "longest"
+    batch = encoder.tokenize([text], [pair] if pair is not None else None, max_length=max_length, padding=padding)
+    typer.echo(format_table(batch.table(0), ["position", "token", "id", "mask", "type_id", "word"]))
+    if batch.truncated[0]:
+        say(f"note: the input was truncated to {batch.input_ids.shape[1]} tokens.")
+    say(f"vocabulary coverage: {encoder.coverage([text] + ([pair] if pair else [])).message()}")
+
+
+@app.command()
+def embed(
+    input: Path = typer.Argument(..., help="TSV/CSV/JSONL or plain-text file (one text per line)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Output .npy, .npz (vectors + ids) or .parquet."),
+    column: Optional[str] = typer.Option(None, "--column", "-c", help="Text column: index or name (JSONL: field; default 0 / 'text')."),
+    header: Optional[bool] = typer.Option(None, "--header/--no-header", help="First line is a header (default: only when --column is a name)."),
+    id_column: Optional[str] = typer.Option(None, "--id-column", help="Column whose values are stored as row ids (.npz/.parquet)."),
+    layers: str = typer.Option("last", "--layers", "-l", help="e.g. last, -2, 0, last4:sum, last4:concat, all:mean, '-1,-2'."),
+    pooling: str = typer.Option("mean", "--pooling", "-p", help="cls, pooler, mean, max, 'cls+mean', or none (token vectors, .npz)."),
+    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", "-b", help="Texts per forward pass."),
+    max_length: Optional[int] = typer.Option(None, "--max-length"),
+    long_text: str = typer.Option("truncate", "--long-text", help="truncate | error | window"),
+    stride: Optional[int] = typer.Option(None, "--stride", help="Overlap of windows in tokens (long-text window)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Input format if the extension does not say: tsv, csv, jsonl, text."),
+    model: Optional[str] = ModelOption,
+    threads: Optional[int] = ThreadsOption,
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
+    chunk_rows: int = typer.Option(4096, "--chunk-rows", help="Rows read, embedded and written per chunk (memory and resume granularity)."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 (bf16 only on CPUs with native bf16: AMX / AVX512-BF16)."),
+) -> None:
+    """Embed every text of a file and write the vectors (streamed in chunks; an interrupted run resumes)."""
+    from ..encoder.pooling import parse_pooling
+    from ..io.readers import read_texts
+    from ..io.stream import embed_file
+    from ..io.writers import check_output_path, write_token_vectors
+
+    tokens_only = parse_pooling(pooling) == ("none",)
+    if not tokens_only:
+        check_output_path(output)
+    encoder = make_encoder(model, threads, precision)
+    started = time.perf_counter()
+    if tokens_only:
+        texts, ids, _ = read_texts(input, column_spec(column), header=header, fmt=fmt, id_column=column_spec(id_column))
+        result, report = encoder.embed(
+            texts, layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length,
+            long_text=long_text, stride=stride, progress=None if not quiet else False, return_report=True,
+        )
+        write_token_vectors(output, [r.tokens for r in result], [r.vectors for r in result], ids)
+        rows, shape = len(texts), f"{sum(len(r.tokens) for r in result)} token vectors"
+        truncated, windowed, coverage = report.n_truncated, len(report.windowed_rows), report.coverage.message()
+    else:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=None, unit="text", desc="embedding", disable=quiet or not sys.stderr.isatty(), leave=False)
+
+        def advance(done: int, total: int) -> None:
+            bar.total = total
+            bar.n = done
+            bar.refresh()
+
+        try:
+            result = embed_file(
+                encoder, input, output, column=column_spec(column), id_column=column_spec(id_column), header=header, fmt=fmt,
+                layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length, long_text=long_text,
+                stride=stride, chunk_rows=chunk_rows, on_chunk=advance,
+            )
+        except KeyboardInterrupt:
+            bar.close()
+            say("interrupted: finished chunks are kept; run the same command again to continue.")
+            raise
+        bar.close()
+        rows, shape = result.rows, f"{result.rows} × {result.dim}"
+        truncated, windowed = result.truncated, result.windowed
+        share = result.unknown_tokens / result.tokens if result.tokens else 0.0
+        coverage = f"[UNK] {result.unknown_tokens} of {result.tokens} tokens ({share:.1%})"
+        if result.resumed_from:
+            say(f"resumed after row {result.resumed_from} of {result.rows}")
+    seconds = time.perf_counter() - started
+    if not quiet:
+        say(f"wrote {output}: {shape} ({rows / max(seconds, 1e-9):.0f} texts/s)")
+        if truncated:
+            say(f"{truncated} texts were truncated to {max_length or encoder.max_length} tokens; --long-text window keeps all tokens.")
+        if windowed:
+            say(f"{windowed} long texts were embedded in overlapping windows.")
+        say(f"vocabulary coverage: {coverage}")

@@ -1,0 +1,110 @@
+"""Commands that train the encoder or compare its layers: finetune, probe."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import InputError
+from .common import (
+    CacheDirOption,
+    HeaderOption,
+    ModelOption,
+    NoCacheOption,
+    OverwriteOption,
+    ThreadsOption,
+    app,
+    cache_option,
+    column_spec,
+    say,
+)
+from .format import format_table
+
+# Library imports sit inside the commands: `bertkit --help` and each command load only what they use (start-up speed).
+
+
+@app.command()
+def finetune(
+    train_file: Path = typer.Argument(..., help="Training data: TSV/CSV/JSONL (text, label) for --task text; CoNLL or word/tag for --task token."),
+    output: Path = typer.Option(..., "--output", "-o", help="Run directory: a transformers model + tokenizer + bertkit.json."),
+    task: str = typer.Option("text", "--task", help="text (sentence classification) | token (tagging, e.g. NER)."),
+    dev: Optional[Path] = typer.Option(None, "--dev", help="Dev file scored after every epoch; without it 10% of train is held out."),
+    epochs: int = typer.Option(3, "--epochs"),
+    learning_rate: float = typer.Option(1e-4, "--lr", help="Peak learning rate (linear warm-up, then linear decay)."),
+    batch_size: int = typer.Option(32, "--batch-size", "-b"),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="Tokens per example (text: 128; token: the model's maximum)."),
+    patience: int = typer.Option(2, "--patience", help="Stop after this many epochs without a better dev score."),
+    warmup_ratio: float = typer.Option(0.1, "--warmup-ratio"),
+    weight_decay: float = typer.Option(0.01, "--weight-decay"),
+    seed: int = typer.Option(0, "--seed"),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N training examples."),
+    text_column: Optional[str] = typer.Option(None, "--text-column", help="Text task: index or name (default 0; JSONL 'text')."),
+    label_column: Optional[str] = typer.Option(None, "--label-column", help="Text task: index or name (default 1; JSONL 'label')."),
+    header: Optional[bool] = HeaderOption,
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run from its last checkpoint."),
+    overwrite: bool = OverwriteOption,
+    model: Optional[str] = ModelOption,
+    threads: Optional[int] = ThreadsOption,
+) -> None:
+    """Fine-tune the whole encoder with a classification head (sentences) or a tagging head (tokens, NER)."""
+    from ..tasks.finetune import FinetuneArguments
+    from ..tasks.finetune import finetune as run_finetune
+
+    args = FinetuneArguments(
+        task=task, epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, max_length=max_length,
+        patience=patience, warmup_ratio=warmup_ratio, weight_decay=weight_decay, seed=seed,
+    )
+    try:
+        run_finetune(
+            train_file, dev, output_dir=output, task=task, model=model, args=args, text_column=column_spec(text_column),
+            label_column=column_spec(label_column), header=header, limit=limit, resume=resume, overwrite=overwrite,
+            threads=threads, log=say,
+        )
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+@app.command()
+def probe(
+    train_file: Path = typer.Argument(..., help="Training data: TSV/CSV/JSONL (text, label) for --task text; CoNLL or word/tag for --task token."),
+    dev: Path = typer.Option(..., "--dev", help="Dev file the probes are scored on."),
+    output: Path = typer.Option(..., "--output", "-o", help="Directory for probe.md, probe.csv, probe.json and probe.png."),
+    task: str = typer.Option("text", "--task", help="text (sentence classification) | token (tagging, e.g. NER)."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N training rows / sentences."),
+    poolings: str = typer.Option(",".join(("cls", "mean", "max", "pooler")), "--poolings", help="Text task: poolings to compare."),
+    subtoken_pooling: str = typer.Option("first", "--subtoken-pooling", help="Token task: first | last | mean | first_last."),
+    c_value: float = typer.Option(1.0, "--C", help="Token task: regularisation of the per-word classifier (text: chosen by CV)."),
+    seed: int = typer.Option(0, "--seed"),
+    text_column: Optional[str] = typer.Option(None, "--text-column"),
+    label_column: Optional[str] = typer.Option(None, "--label-column"),
+    header: Optional[bool] = HeaderOption,
+    cache_dir: Optional[Path] = CacheDirOption,
+    no_cache: bool = NoCacheOption,
+    overwrite: bool = OverwriteOption,
+    model: Optional[str] = ModelOption,
+    threads: Optional[int] = ThreadsOption,
+) -> None:
+    """Which layer's vectors? Score every hidden state, the paper's combinations and a learned mix with a linear probe."""
+    from ..io.writers import check_new_directory
+    from ..tasks.probe import probe_text, probe_token
+    from ..tasks.report import probe_files
+    from ..tasks.runs import write_run_directory
+
+    check_new_directory(output, overwrite)
+    cache = "memory" if no_cache else cache_option(no_cache, cache_dir)
+    if task == "text":
+        result = probe_text(train_file, dev, model=model, poolings=poolings.split(","), limit=limit, seed=seed,
+                            cache=cache, threads=threads, text_column=column_spec(text_column),
+                            label_column=column_spec(label_column), header=header, log=say)
+    elif task == "token":
+        result = probe_token(train_file, dev, model=model, subtoken_pooling=subtoken_pooling, limit=limit, seed=seed,
+                             C=c_value, cache=cache, threads=threads, log=say)
+    else:
+        raise InputError(f"--task {task!r}: valid tasks are text and token.")
+    typer.echo(format_table(result.table(), list(result.table()[0])))
+    title = f"{result.task} probe of {result.facts['model']} on {train_file.name}"
+    write_run_directory(output, probe_files(result, title), {}, overwrite)
+    say(f"wrote {output}/probe.md, probe.csv, probe.json, probe.png")

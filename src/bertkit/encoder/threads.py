@@ -1,0 +1,54 @@
+"""Torch's process-wide thread count: one place that sets it, and a shared layout for concurrent batches."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+
+from ..errors import InputError
+
+_layout_lock = threading.Lock()
+_layout_users = 0
+_layout_saved: int | None = None
+
+
+def set_threads(threads: int | None) -> None:
+    """Set torch's intra-op thread count (None leaves torch's choice); a non-positive count is a user error."""
+    if threads is None:
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise InputError(f"threads={threads!r}: give a positive number of threads.")
+    torch.set_num_threads(threads)
+
+
+@contextmanager
+def threads_per_batch(workers: int) -> Iterator[int]:
+    """Give each of `workers` concurrent forward passes its share of torch's threads, for as long as any caller needs it.
+
+    The thread count is process-wide, so concurrent callers share one layout: the first sets it, the last restores
+    what it found. Without the count, parallel embed calls from several threads would race on it.
+    """
+    global _layout_users, _layout_saved
+    with _layout_lock:
+        if _layout_users == 0:
+            _layout_saved = torch.get_num_threads()
+            torch.set_num_threads(max(1, _layout_saved // workers))
+        _layout_users += 1
+        share = torch.get_num_threads()
+    try:
+        yield share
+    finally:
+        with _layout_lock:
+            _layout_users -= 1
+            if _layout_users == 0 and _layout_saved is not None:
+                torch.set_num_threads(_layout_saved)
+                _layout_saved = None
+
+
+def total_threads() -> int:
+    """Torch's thread count as the user set it, even while concurrent batches have split it into shares."""
+    with _layout_lock:
+        return _layout_saved if _layout_users else torch.get_num_threads()

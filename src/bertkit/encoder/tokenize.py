@@ -1,0 +1,332 @@
+"""Tokenization: texts (or pre-split words) → unpadded encodings → padded `Batch`, plus coverage diagnostics."""
+
+from __future__ import annotations
+
+import bisect
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+
+LONG_TEXT_POLICIES = ("truncate", "error", "window")
+PADDINGS = ("longest", "max_length")
+_WORD = re.compile(r"\S+")
+
+Text = str | Sequence[str]  # a raw string, or a list of the user's words
+
+
+@dataclass
+class Encoded:
+    """One tokenized input before padding; `positions` selects the kept tokens of the full `encoding`."""
+
+    encoding: object  # tokenizers.Encoding of the whole input (or of a truncated pair)
+    word_spans: list[tuple[int, int]]  # character span of each user word in the (joined) text
+    positions: list[int] | None = None  # None: all tokens kept
+    full_length: int = 0  # tokens before any truncation
+    pair_word_spans: list[tuple[int, int]] | None = None
+
+    @property
+    def truncated(self) -> bool:
+        return len(self.ids) < self.full_length
+
+    def _take(self, values: list) -> list:
+        return values if self.positions is None else [values[p] for p in self.positions]
+
+    @property
+    def ids(self) -> list[int]:
+        return self._take(self.encoding.ids)
+
+    @property
+    def type_ids(self) -> list[int]:
+        return self._take(self.encoding.type_ids)
+
+    @property
+    def tokens(self) -> list[str]:
+        return self._take(self.encoding.tokens)
+
+    @property
+    def num_words(self) -> int:
+        return len(self.word_spans)
+
+    def word_ids(self) -> list[int | None]:
+        """Index of the user's word each token belongs to (None for special tokens), per sequence of a pair."""
+        spans_by_sequence = {0: self.word_spans, 1: self.pair_word_spans or []}
+        starts_by_sequence = {k: [s for s, _ in v] for k, v in spans_by_sequence.items()}
+        result: list[int | None] = []
+        for offset, special, sequence in zip(
+            self._take(self.encoding.offsets),
+            self._take(self.encoding.special_tokens_mask),
+            self._take(self.encoding.sequence_ids),
+        ):
+            if special or sequence is None:
+                result.append(None)
+                continue
+            spans, starts = spans_by_sequence[sequence], starts_by_sequence[sequence]
+            index = bisect.bisect_right(starts, offset[0]) - 1
+            inside = index >= 0 and offset[0] < spans[index][1]
+            result.append(index if inside else None)
+        return result
+
+    def content_bounds(self) -> tuple[int, int]:
+        """[start, end) of the non-special tokens of a single full sequence (specials sit at both ends)."""
+        mask = self.encoding.special_tokens_mask
+        start = 0
+        while start < len(mask) and mask[start]:
+            start += 1
+        end = len(mask)
+        while end > start and mask[end - 1]:
+            end -= 1
+        return start, end
+
+
+@dataclass
+class Batch:
+    """Padded model inputs with the human view of them: tokens, word ids, which rows were truncated."""
+
+    input_ids: torch.Tensor  # (batch, seq) int64
+    attention_mask: torch.Tensor  # (batch, seq) int64, 1 = real token
+    token_type_ids: torch.Tensor  # (batch, seq) int64, 0 = first sentence, 1 = second
+    tokens: list[list[str]]
+    word_ids: list[list[int | None]]
+    truncated: list[bool] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def table(self, row: int = 0) -> list[dict]:
+        """One dict per position of `row`: the tutorial's token / id / mask / type id table, plus word id."""
+        return [
+            {
+                "position": position,
+                "token": token,
+                "id": int(self.input_ids[row, position]),
+                "mask": int(self.attention_mask[row, position]),
+                "type_id": int(self.token_type_ids[row, position]),
+                "word": word,
+            }
+            for position, (token, word) in enumerate(zip(self.tokens[row], self.word_ids[row]))
+        ]
+
+
+def word_spans_of(text: Text) -> tuple[str, list[tuple[int, int]]]:
+    """The text to tokenize and each user word's character span: whitespace words, or given words joined by spaces."""
+    if isinstance(text, str):
+        return text, [(m.start(), m.end()) for m in _WORD.finditer(text)]
+    spans, cursor = [], 0
+    for word in text:
+        if not isinstance(word, str):
+            raise InputError(f"words must be strings, got {type(word).__name__}: {word!r}")
+        spans.append((cursor, cursor + len(word)))
+        cursor += len(word) + 1
+    return " ".join(text), spans
+
+
+def check_texts(texts: Sequence, name: str = "texts") -> list:
+    """Reject None/NaN and non-string inputs with the row number; an empty string is valid."""
+    if isinstance(texts, str):
+        raise InputError(f"{name} must be a list of strings; wrap a single text in a list: [{texts[:40]!r}].")
+    checked = list(texts)
+    for row, text in enumerate(checked):
+        if text is None or (isinstance(text, float) and np.isnan(text)):
+            raise InputError(f"{name}[{row}] is missing (None/NaN); give a string ('' is fine).")
+        if not isinstance(text, str) and not (isinstance(text, (list, tuple)) and all(isinstance(w, str) for w in text)):
+            raise InputError(f"{name}[{row}] is a {type(text).__name__}, not a string or a list of words: {text!r}")
+    return checked
+
+
+def encode(
+    tokenizer,
+    texts: Sequence[Text],
+    pairs: Sequence[str] | None = None,
+    *,
+    max_length: int,
+    long_text: str = "truncate",
+) -> list[Encoded]:
+    """Tokenize without padding and apply the long-text policy ('window' keeps everything; the encoder splits)."""
+    if long_text not in LONG_TEXT_POLICIES + ("keep",):
+        raise InputError(f"long_text={long_text!r}: valid values are {', '.join(LONG_TEXT_POLICIES)}.")
+    texts = check_texts(texts)
+    joined = [word_spans_of(text) for text in texts]
+    strings = [s for s, _ in joined]
+    if pairs is not None:
+        pairs = check_texts(pairs, "text_pairs")
+        if len(pairs) != len(texts):
+            raise InputError(f"{len(texts)} texts but {len(pairs)} text_pairs; give one pair per text.")
+        if long_text == "window":
+            raise InputError("long_text='window' works on single texts, not sentence pairs; use 'truncate'.")
+        pair_joined = [word_spans_of(pair) for pair in pairs]
+        raw = tokenizer([s for s in strings], [s for s, _ in pair_joined], **_CALL).encodings
+    else:
+        pair_joined = None
+        raw = tokenizer(strings, **_CALL).encodings if strings else []
+    encoded = [
+        Encoded(encoding, spans, None, len(encoding.ids), pair_joined[i][1] if pair_joined else None)
+        for i, (encoding, (_, spans)) in enumerate(zip(raw, joined))
+    ]
+    too_long = [i for i, e in enumerate(encoded) if e.full_length > max_length]
+    if too_long and long_text == "error":
+        row = too_long[0]
+        raise InputError(
+            f"text {row} has {encoded[row].full_length} tokens, more than max_length={max_length} "
+            f"({len(too_long)} texts are too long). Use long_text='truncate' or 'window', or shorten it."
+        )
+    if too_long and long_text == "truncate":
+        if pairs is None:
+            for row in too_long:
+                _truncate_single(encoded[row], max_length)
+        else:
+            cut = tokenizer(
+                [strings[i] for i in too_long],
+                [pair_joined[i][0] for i in too_long],
+                truncation="longest_first",
+                max_length=max_length,
+                **_CALL,
+            ).encodings
+            for row, encoding in zip(too_long, cut):
+                encoded[row].encoding = encoding
+    return encoded
+
+
+_CALL = dict(
+    add_special_tokens=True,
+    return_offsets_mapping=True,
+    return_special_tokens_mask=True,
+    return_token_type_ids=True,
+    return_attention_mask=False,
+    verbose=False,
+)
+
+
+def _truncate_single(item: Encoded, max_length: int) -> None:
+    """Keep the leading specials, the first tokens of the content, and the trailing specials (as HF truncation does)."""
+    start, end = item.content_bounds()
+    budget = max_length - (start + item.full_length - end)
+    if budget < 1:
+        raise InputError(f"max_length={max_length} leaves no room for text between the special tokens.")
+    item.positions = list(range(start)) + list(range(start, start + budget)) + list(range(end, item.full_length))
+
+
+def pad(
+    encoded: Sequence[Encoded],
+    pad_token_id: int,
+    pad_token: str,
+    pad_to: int | None = None,
+    with_views: bool = True,
+) -> Batch:
+    """Right-pad a list of encodings into tensors; `pad_to` fixes the width (padding='max_length')."""
+    input_ids, mask, type_ids = pad_ids([e.ids for e in encoded], [e.type_ids for e in encoded], pad_token_id, pad_to)
+    width = input_ids.shape[1]
+    tokens, word_ids = [], []
+    if with_views:
+        for item in encoded:
+            length = len(item.ids)
+            tokens.append(item.tokens + [pad_token] * (width - length))
+            word_ids.append(item.word_ids() + [None] * (width - length))
+    return Batch(
+        input_ids=input_ids,
+        attention_mask=mask,
+        token_type_ids=type_ids,
+        tokens=tokens,
+        word_ids=word_ids,
+        truncated=[e.truncated for e in encoded],
+    )
+
+
+def pad_ids(
+    id_rows: Sequence[Sequence[int]],
+    type_rows: Sequence[Sequence[int]],
+    pad_token_id: int,
+    pad_to: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The one right-padding routine: (input_ids, attention_mask, token_type_ids), each (rows, width) int64.
+
+    The width is the longest row (per-batch padding) or `pad_to` when that is wider.
+    """
+    width = max([len(r) for r in id_rows] + [pad_to or 0])
+    input_ids = np.full((len(id_rows), width), pad_token_id, dtype=np.int64)
+    mask = np.zeros((len(id_rows), width), dtype=np.int64)
+    type_ids = np.zeros((len(id_rows), width), dtype=np.int64)
+    for row, (ids, types) in enumerate(zip(id_rows, type_rows)):
+        input_ids[row, : len(ids)] = ids
+        mask[row, : len(ids)] = 1
+        type_ids[row, : len(ids)] = types
+    return torch.from_numpy(input_ids), torch.from_numpy(mask), torch.from_numpy(type_ids)
+
+
+@dataclass
+class Coverage:
+    """How well the vocabulary covers some text: share of [UNK], pieces per word, letters broken into parts."""
+
+    n_tokens: int
+    n_unknown: int
+    n_words: int
+    scripts: list[str]  # non-Latin scripts present in the text
+    decomposed: bool  # the tokenizer broke syllables into letter parts (uncased BERT: Hangul → jamo)
+
+    @property
+    def unknown_share(self) -> float:
+        return self.n_unknown / self.n_tokens if self.n_tokens else 0.0
+
+    @property
+    def tokens_per_word(self) -> float:
+        return self.n_tokens / self.n_words if self.n_words else 0.0
+
+    @property
+    def poor(self) -> bool:
+        return self.unknown_share >= 0.05 or self.tokens_per_word >= 3.0 or self.decomposed
+
+    def message(self) -> str:
+        head = f"[UNK] {self.n_unknown} of {self.n_tokens} tokens ({self.unknown_share:.1%}); {self.tokens_per_word:.2f} tokens per word"
+        if not self.poor:
+            return head
+        why = []
+        if self.decomposed:
+            why.append("syllables are broken into letter pieces (jamo)")
+        if self.unknown_share >= 0.05:
+            why.append("many tokens are [UNK] and their meaning is lost")
+        if self.tokens_per_word >= 3.0:
+            why.append("words are split into many sub-tokens")
+        hint = _MODEL_HINTS.get(self.scripts[0] if self.scripts else "", _MODEL_HINTS[""])
+        return f"{head}. WARNING: this model's vocabulary covers the text poorly: {'; '.join(why)}. Use a model made for that language, {hint}."
+
+
+_MODEL_HINTS = {
+    "HANGUL": "e.g. beomi/kcbert-base or klue/bert-base for Korean",
+    "CJK": "e.g. bert-base-chinese, or a Japanese BERT",
+    "ARABIC": "e.g. aubmindlab/bert-base-arabertv2 for Arabic",
+    "CYRILLIC": "e.g. DeepPavlov/rubert-base-cased for Russian",
+    "": "or a multilingual one such as bert-base-multilingual-cased",
+}
+_JAMO = re.compile(r"[\u1100-\u11ff\u3130-\u318f]")
+
+
+def _scripts_in(text: str) -> list[str]:
+    found: list[str] = []
+    for char in text:
+        if ord(char) > 0x24F and char.isalpha():
+            script = unicodedata.name(char, "?").split(" ")[0]
+            if script not in found:
+                found.append(script)
+    return found
+
+
+def coverage(encoded: Sequence[Encoded], texts: Sequence[Text], unk_token_id: int | None) -> Coverage:
+    """Count [UNK] tokens and words, and notice when the vocabulary decomposes a script's syllables."""
+    n_tokens = n_unknown = n_words = 0
+    scripts: list[str] = []
+    decomposed = False
+    for item, text in zip(encoded, texts):
+        ids = item.ids
+        n_tokens += len(ids) - sum(item._take(item.encoding.special_tokens_mask))
+        n_unknown += sum(1 for i in ids if i == unk_token_id)
+        n_words += item.num_words + len(item.pair_word_spans or [])
+        joined = text if isinstance(text, str) else " ".join(text)
+        if not joined.isascii():
+            scripts += [s for s in _scripts_in(joined) if s not in scripts]
+            decomposed = decomposed or ("HANGUL" in scripts and any(_JAMO.search(t) for t in item.tokens))
+    return Coverage(n_tokens, n_unknown, n_words, scripts, decomposed)

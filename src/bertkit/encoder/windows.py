@@ -1,0 +1,77 @@
+"""Long inputs as overlapping windows: split into pieces the model can take, pad them, stitch token vectors back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from ..errors import InputError
+from . import tokenize as tok
+
+
+@dataclass
+class Piece:
+    """A sequence the model sees: a whole input, or one window of a long input."""
+
+    row: int
+    ids: list[int]
+    type_ids: list[int]
+    window: int = 0
+    content_range: tuple[int, int] = (0, 0)  # [start, end) of full-sequence positions this window's content covers
+
+
+def split_into_pieces(encoded: Sequence[tok.Encoded], max_length: int, stride: int | None, windowed_rows: list[int]) -> list[Piece]:
+    """One piece per input that fits; overlapping windows (rows appended to `windowed_rows`) for longer ones."""
+    pieces = []
+    for row, item in enumerate(encoded):
+        if len(item.ids) <= max_length:
+            pieces.append(Piece(row, item.ids, item.type_ids))
+            continue
+        windowed_rows.append(row)
+        start, end = item.content_bounds()
+        ids, type_ids = item.encoding.ids, item.encoding.type_ids
+        budget = max_length - (start + len(ids) - end)
+        overlap = min(stride if stride is not None else budget // 4, budget // 2)
+        if overlap < 0:
+            raise InputError(f"stride={stride}: give a non-negative number of overlapping tokens.")
+        step = budget - overlap
+        offsets = list(range(start, max(end - budget, start) + 1, step))
+        if offsets[-1] + budget < end:
+            offsets.append(end - budget)
+        for window, a in enumerate(offsets):
+            b = min(a + budget, end)
+            keep = list(range(start)) + list(range(a, b)) + list(range(end, len(ids)))
+            pieces.append(Piece(row, [ids[p] for p in keep], [type_ids[p] for p in keep], window, (a, b)))
+    return pieces
+
+
+
+def pad_pieces(pieces: Sequence[Piece], pad_token_id: int) -> tok.Batch:
+    """Right-pad pieces into a batch (no token views: the model needs ids only)."""
+    ids, mask, types = tok.pad_ids([p.ids for p in pieces], [p.type_ids for p in pieces], pad_token_id)
+    return tok.Batch(ids, mask, types, [], [])
+
+
+def stitch(item: tok.Encoded, windows: list) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Give every token of a long input exactly one vector: from the window where it has the most context."""
+    windows.sort(key=lambda w: w[0].window)
+    start, end = item.content_bounds()
+    full = len(item.encoding.ids)
+    dim = windows[0][1].shape[-1]
+    out = windows[0][1].new_zeros((full, dim))
+    best = torch.full((full,), -1, dtype=torch.long)
+    for piece, vectors, _ in windows:
+        a, b = piece.content_range
+        positions = torch.arange(a, b)
+        context = torch.minimum(positions - a, b - 1 - positions)
+        better = context > best[a:b]
+        out[a:b][better] = vectors[start : start + (b - a)][better]
+        best[a:b] = torch.where(better, context, best[a:b])
+    first, last = windows[0][1], windows[-1][1]
+    out[:start] = first[:start]
+    out[end:] = last[last.shape[0] - (full - end) :]
+    return out, windows[0][2]
+
+

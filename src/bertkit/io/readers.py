@@ -1,0 +1,262 @@
+"""Readers for TSV/CSV/JSONL/plain-text inputs that stream rows and name the file and line of any problem."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import InputError
+
+TEXT_FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".txt": "text"}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One input record: its 1-based line number in the file and the requested fields."""
+
+    line: int
+    values: tuple
+
+
+def detect_format(path: Path, fmt: str | None = None) -> str:
+    if fmt:
+        if fmt not in set(TEXT_FORMATS.values()):
+            raise InputError(f"format {fmt!r}: valid formats are tsv, csv, jsonl, text.")
+        return fmt
+    return TEXT_FORMATS.get(path.suffix.lower(), "text")
+
+
+def decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield (line number, text) decoding each line separately so a bad byte is reported with its line."""
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file.") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror}).") from None
+    with handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(
+                    f"{path}, line {number}: bytes that are not UTF-8 at column {exc.start + 1} "
+                    f"({raw[max(0, exc.start - 10):exc.start + 10]!r}). Re-save the file as UTF-8 "
+                    "(e.g. `iconv -f latin1 -t utf-8`)."
+                ) from None
+            yield number, text
+
+
+def _resolve_columns(path: Path, header: list[str] | None, wanted: list[str | int], width: int) -> list[int]:
+    indices = []
+    for column in wanted:
+        if isinstance(column, int) or (isinstance(column, str) and column.lstrip("-").isdigit()):
+            index = int(column)
+            if not -width <= index < width:
+                described = f"columns {header}" if header else f"{width} columns (0 to {width - 1})"
+                raise InputError(f"{path}: column {index} does not exist; the file has {described}.")
+            indices.append(index % width)
+        else:
+            if header is None:
+                raise InputError(
+                    f"{path}: column {column!r} is a name but the file is read without a header; "
+                    "pass --header, or give the column by index."
+                )
+            if column not in header:
+                raise InputError(f"{path}: no column named {column!r}; the columns are {header}.")
+            indices.append(header.index(column))
+    return indices
+
+
+def iter_rows(
+    path: str | Path,
+    columns: list[str | int],
+    *,
+    header: bool | None = None,
+    fmt: str | None = None,
+    allow_missing: bool = False,
+) -> Iterator[Row]:
+    """Stream the requested columns (indices or names; JSONL: field names) of each record, validated.
+
+    `header=None` reads a header line exactly when some column is given by name.
+    """
+    path = Path(path)
+    kind = detect_format(path, fmt)
+    empty = True
+    if kind == "jsonl":
+        rows = _jsonl_rows(path, columns)
+    elif kind == "text":
+        if any(c not in (0, "0", "text") for c in columns):
+            raise InputError(f"{path}: a plain-text file has one text per line; there are no columns to choose.")
+        rows = (Row(n, (line.rstrip("\r\n"),)) for n, line in decoded_lines(path))
+    else:
+        rows = _delimited_rows(path, kind, columns, header)
+    for row in rows:
+        empty = False
+        if not allow_missing:
+            for value, column in zip(row.values, columns):
+                if value is None or (isinstance(value, float) and math.isnan(value)):
+                    raise InputError(f"{path}, line {row.line}: {column!r} is empty (null/NaN); give a value.")
+        yield row
+    if empty:
+        raise InputError(f"{path}: the file has no data rows.")
+
+
+def _delimited_rows(path: Path, kind: str, columns: list[str | int], header: bool | None) -> Iterator[Row]:
+    if header is None:
+        header = any(isinstance(c, str) and not c.lstrip("-").isdigit() for c in columns)
+    lines = decoded_lines(path)
+    numbers: list[int] = []
+
+    def text_lines():
+        for number, text in lines:
+            numbers.append(number)
+            yield text
+
+    options = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if kind == "tsv" else {"delimiter": ","}
+    reader = csv.reader(text_lines(), **options)
+    names: list[str] | None = None
+    indices: list[int] | None = None
+    try:
+        for record in reader:
+            line = numbers[-1]
+            if not record:  # blank line
+                continue
+            if header and names is None:
+                names = [name.strip() for name in record]
+                continue
+            if indices is None:
+                indices = _resolve_columns(path, names, columns, len(names) if names else len(record))
+            if max(indices) >= len(record):
+                raise InputError(
+                    f"{path}, line {line}: {len(record)} fields, but column {max(indices)} was asked for"
+                    + (f" (the header has {len(names)})." if names else ".")
+                    + " Check the delimiter and quoting of that line."
+                )
+            yield Row(line, tuple(record[i] for i in indices))
+    except csv.Error as exc:
+        raise InputError(f"{path}, line {numbers[-1] if numbers else 1}: cannot parse it as {kind.upper()} ({exc}).") from None
+
+
+def _jsonl_rows(path: Path, fields: list[str | int]) -> Iterator[Row]:
+    for number, text in decoded_lines(path):
+        if not text.strip():
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}, line {number}: not valid JSON ({exc.msg}, column {exc.colno}).") from None
+        if not isinstance(record, dict):
+            raise InputError(f"{path}, line {number}: each line must be a JSON object, got {type(record).__name__}.")
+        values = []
+        for field in fields:
+            key = str(field)
+            if key not in record:
+                raise InputError(f"{path}, line {number}: no field {key!r}; the fields are {sorted(record)}.")
+            values.append(record[key])
+        yield Row(number, tuple(values))
+
+
+def iter_texts(
+    path: str | Path,
+    column: str | int | None = None,
+    *,
+    header: bool | None = None,
+    fmt: str | None = None,
+    id_column: str | int | None = None,
+) -> Iterator[tuple[int, str, object]]:
+    """Stream (line, text, id) of one column; the id is the id column's value or the row number."""
+    path = Path(path)
+    kind = detect_format(path, fmt)
+    if column is None:
+        column = "text" if kind == "jsonl" else 0
+    columns = [column] + ([id_column] if id_column is not None else [])
+    for index, row in enumerate(iter_rows(path, columns, header=header, fmt=kind)):
+        text = row.values[0]
+        if not isinstance(text, str):
+            raise InputError(f"{path}, line {row.line}: the text is a {type(text).__name__} ({text!r}), not a string.")
+        yield row.line, text, (row.values[1] if id_column is not None else index)
+
+
+def read_texts(
+    path: str | Path,
+    column: str | int | None = None,
+    *,
+    header: bool | None = None,
+    fmt: str | None = None,
+    id_column: str | int | None = None,
+) -> tuple[list[str], list, list[int]]:
+    """All texts of one column (and optional ids) with their line numbers; every text is checked to be a string."""
+    rows = list(iter_texts(path, column, header=header, fmt=fmt, id_column=id_column))
+    return [text for _, text, _ in rows], [i for _, _, i in rows], [line for line, _, _ in rows]
+
+
+@dataclass
+class LabelledData:
+    """Texts with labels, and the file line each came from (for messages)."""
+
+    path: Path
+    texts: list[str]
+    labels: list
+    lines: list[int]
+
+
+def read_labelled(
+    path: str | Path,
+    text_column: str | int | None = None,
+    label_column: str | int | None = None,
+    *,
+    header: bool | None = None,
+    fmt: str | None = None,
+) -> LabelledData:
+    """Read (text, label) rows; defaults are SST-2's layout (columns 0 and 1) or JSONL fields 'text' and 'label'.
+
+    Labels stay as written (strings from TSV/CSV; JSON numbers stay numbers). A first line whose label appears
+    nowhere else is taken for an unannounced header and refused, unless `header=False` says it is data.
+    """
+    path = Path(path)
+    kind = detect_format(path, fmt)
+    if kind == "text":
+        raise InputError(f"{path}: a labelled file must be TSV, CSV or JSONL (text and label columns), not plain text.")
+    text_column = ("text" if kind == "jsonl" else 0) if text_column is None else text_column
+    label_column = ("label" if kind == "jsonl" else 1) if label_column is None else label_column
+    texts, labels, lines = [], [], []
+    for row in iter_rows(path, [text_column, label_column], header=header, fmt=kind):
+        text, label = row.values
+        if not isinstance(text, str):
+            raise InputError(f"{path}, line {row.line}: the text is a {type(text).__name__} ({text!r}), not a string.")
+        if isinstance(label, str):
+            label = label.strip()
+        if label == "" or isinstance(label, (dict, list)):
+            raise InputError(f"{path}, line {row.line}: the label is {'empty' if label == '' else 'not a scalar'}; every example needs a label.")
+        if isinstance(label, float) and label.is_integer():
+            label = int(label)
+        texts.append(text)
+        labels.append(label)
+        lines.append(row.line)
+    if header is None and kind != "jsonl" and len(labels) >= 10 and lines[0] == 1 and labels.count(labels[0]) == 1:
+        raise InputError(
+            f"{path}, line 1: its label {labels[0]!r} appears nowhere else, so line 1 looks like a header. "
+            "Pass --header (or name the columns), or --no-header if it really is data."
+        )
+    return LabelledData(path, texts, labels, lines)
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB blocks (runs record it to notice changed data)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sample_path(name: str):
+    """A file from the labelled samples that ship with bertkit (`bertkit/samples/`)."""
+    return files("bertkit") / "samples" / name

@@ -1,0 +1,177 @@
+"""Embed a file of any size in constant memory, resumably: read, embed and write chunk by chunk.
+
+Vectors go into a memory-mapped `.npy` beside the output (`<output>.partial.npy`) and a small progress record
+(`<output>.progress.json`) is replaced atomically after each chunk is flushed. A run killed at any point (SIGINT,
+SIGKILL) and started again with the same command continues after the last finished chunk; the finished output
+is renamed (.npy) or converted (.npz, .parquet) in slices, so it appears complete or not at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from ..encoder.defaults import DEFAULT_BATCH_SIZE
+from ..encoder.encode import Encoder
+from ..errors import BertkitError, InputError
+from .readers import iter_texts
+from .writers import atomic_path, check_output_path, require_pyarrow
+
+DEFAULT_CHUNK_ROWS = 4096
+
+
+@dataclass
+class StreamResult:
+    rows: int
+    dim: int
+    resumed_from: int
+    truncated: int
+    windowed: int
+    unknown_tokens: int
+    tokens: int
+
+
+def _rows(path: Path, column, id_column, header, fmt) -> Iterator[tuple[str, object]]:
+    return ((text, row_id) for _, text, row_id in iter_texts(path, column, header=header, fmt=fmt, id_column=id_column))
+
+
+def _job_key(path: Path, options: dict) -> str:
+    stat = path.stat()
+    payload = json.dumps({"input": str(path.resolve()), "size": stat.st_size, "mtime": stat.st_mtime_ns, **options},
+                         sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def embed_file(
+    encoder: Encoder,
+    input_path: str | Path,
+    output_path: str | Path,
+    *,
+    column=None,
+    id_column=None,
+    header: bool | None = None,
+    fmt: str | None = None,
+    layers: str = "last",
+    pooling: str = "mean",
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    max_length: int | None = None,
+    long_text: str = "truncate",
+    stride: int | None = None,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    on_chunk: Callable[[int, int], None] | None = None,
+) -> StreamResult:
+    """Embed every text of `input_path` into `output_path` (.npy/.npz/.parquet), resuming an interrupted run."""
+    input_path, output = Path(input_path), check_output_path(output_path)
+    if chunk_rows < 1:
+        raise InputError(f"chunk_rows={chunk_rows}: give a positive number of rows per chunk.")
+    dim = encoder.sentence_dim(layers, pooling)
+    options = {"fingerprint": encoder.fingerprint, "layers": layers, "pooling": pooling, "max_length": max_length,
+               "long_text": long_text, "stride": stride, "column": column, "id_column": id_column, "header": header,
+               "chunk_rows": chunk_rows, "precision": encoder.precision}
+    key = _job_key(input_path, options)
+    partial = output.with_name(output.name + ".partial.npy")
+    progress = output.with_name(output.name + ".progress.json")
+
+    state = _read_progress(progress)
+    if state is not None and state.get("key") == key and partial.exists():
+        total, done = state["rows"], state["done"]
+        existing = np.load(partial, mmap_mode="r")
+        if existing.shape != (total, dim) or existing.dtype != np.float32:
+            raise InputError(f"{partial} does not match this job; delete it and {progress} to start over.")
+        offset = existing.offset
+        del existing
+    else:
+        total = sum(1 for _ in _rows(input_path, column, id_column, header, fmt))  # validates the whole file first
+        done = 0
+        created = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(total, dim))  # sparse file
+        offset = created.offset
+        del created
+        _write_progress(progress, {"key": key, "rows": total, "done": 0, "output": str(output)})
+    resumed_from = done
+    stats = {"truncated": 0, "windowed": 0, "unknown": 0, "tokens": 0}
+    rows = islice(_rows(input_path, column, id_column, header, fmt), done, None)
+    embed_options = dict(layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length,
+                         long_text=long_text, stride=stride)
+    handle = os.open(partial, os.O_WRONLY)
+    try:
+        while done < total:
+            texts = [text for text, _ in islice(rows, chunk_rows)]
+            chunk, report = encoder.embed(texts, progress=False, return_report=True, warn=False, **embed_options)
+            # Plain positional writes, not a memory map: written pages do not stay in this process's memory.
+            os.pwrite(handle, np.ascontiguousarray(chunk, dtype=np.float32).tobytes(), offset + done * dim * 4)
+            os.fsync(handle)  # the data is on disk before the progress record says so
+            done += len(texts)
+            stats["truncated"] += report.n_truncated
+            stats["windowed"] += len(report.windowed_rows)
+            stats["unknown"] += report.coverage.n_unknown
+            stats["tokens"] += report.coverage.n_tokens
+            _write_progress(progress, {"key": key, "rows": total, "done": done, "output": str(output)})
+            if on_chunk is not None:
+                on_chunk(done, total)
+    except BertkitError:
+        os.close(handle)  # a user mistake, not an interruption: nothing worth resuming, so leave nothing behind
+        partial.unlink(missing_ok=True)
+        progress.unlink(missing_ok=True)
+        raise
+    os.close(handle)
+    ids = lambda: (i for _, i in _rows(input_path, column, id_column, header, fmt))  # noqa: E731
+    _finish(partial, output, ids, total, id_type="int64" if id_column is None else "string")
+    progress.unlink(missing_ok=True)
+    return StreamResult(total, dim, resumed_from, stats["truncated"], stats["windowed"], stats["unknown"], stats["tokens"])
+
+
+def _finish(partial: Path, output: Path, ids: Callable[[], Iterator], total: int, id_type: str,
+            slice_rows: int = 65536) -> None:
+    """Turn the finished partial .npy into the requested output, reading it in slices (no memory map)."""
+    suffix = output.suffix.lower()
+    if suffix == ".npy":
+        os.replace(partial, output)
+        return
+    header = np.load(partial, mmap_mode="r")
+    offset, dim = header.offset, header.shape[1]
+    del header
+    if suffix == ".npz":
+        import shutil
+        import zipfile
+
+        id_array = np.asarray(list(ids()))
+        with atomic_path(output) as temporary:
+            with zipfile.ZipFile(temporary, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+                with partial.open("rb") as source, archive.open("vectors.npy", "w", force_zip64=True) as target:
+                    shutil.copyfileobj(source, target, 16 << 20)  # the partial file is already a valid .npy
+                with archive.open("ids.npy", "w", force_zip64=True) as target:
+                    np.lib.format.write_array(target, id_array, allow_pickle=False)
+    else:
+        pa, pq = require_pyarrow()
+        schema = pa.schema([("id", getattr(pa, id_type)()), ("vector", pa.list_(pa.float32(), dim))])
+        id_iter = ids()
+        convert = int if id_type == "int64" else str
+        with atomic_path(output) as temporary, partial.open("rb") as source:
+            with pq.ParquetWriter(temporary, schema) as writer:
+                for start in range(0, total, slice_rows):
+                    count = min(slice_rows, total - start)
+                    source.seek(offset + start * dim * 4)
+                    block = np.fromfile(source, dtype=np.float32, count=count * dim)
+                    column = pa.FixedSizeListArray.from_arrays(pa.array(block, type=pa.float32()), dim)
+                    names = pa.array([convert(i) for i in islice(id_iter, count)], type=getattr(pa, id_type)())
+                    writer.write_table(pa.Table.from_arrays([names, column], schema=schema))
+    partial.unlink()
+
+
+def _read_progress(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_progress(path: Path, state: dict) -> None:
+    with atomic_path(path) as temporary:
+        temporary.write_text(json.dumps(state))

@@ -1,0 +1,124 @@
+"""Writers for vectors (.npy, .npz, .parquet) that replace the target atomically: complete or absent, never half."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from ..errors import InputError
+
+VECTOR_FORMATS = (".npy", ".npz", ".parquet")
+
+
+@contextlib.contextmanager
+def atomic_path(target: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside `target`; on success it is renamed onto `target`, on failure removed."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(handle)
+    temporary = Path(name)
+    try:
+        yield temporary
+        os.replace(temporary, target)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+
+
+@contextlib.contextmanager
+def staged_directory(target: str | Path) -> Iterator[Path]:
+    """Yield an empty directory beside `target`; on success it replaces `target` whole, on failure it is removed.
+
+    A crash between the two renames leaves the previous version at `previous_version(target)`.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        yield staging
+        old = previous_version(target)
+        shutil.rmtree(old, ignore_errors=True)
+        if target.exists():
+            target.rename(old)
+        staging.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def previous_version(target: str | Path) -> Path:
+    """Where `staged_directory` keeps the replaced directory until the new one is in place."""
+    target = Path(target)
+    return target.with_name(f".{target.name}.old")
+
+
+def check_new_directory(path: str | Path, overwrite: bool) -> Path:
+    """An output directory must not exist yet, unless the user said --overwrite."""
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise InputError(f"{path} already exists; choose another -o directory or pass --overwrite.")
+    return path
+
+
+def check_output_path(path: str | Path) -> Path:
+    """Refuse an unknown extension, or .parquet without pyarrow, before any work is done."""
+    path = Path(path)
+    if path.suffix.lower() not in VECTOR_FORMATS:
+        raise InputError(f"output {path}: use one of {', '.join(VECTOR_FORMATS)}.")
+    if path.suffix.lower() == ".parquet":
+        require_pyarrow()
+    return path
+
+
+def require_pyarrow():
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError:
+        raise InputError("writing .parquet needs pyarrow: `pip install 'bertkit[parquet]'`, or write .npy/.npz.") from None
+    return pyarrow, pyarrow.parquet
+
+
+def write_vectors(path: str | Path, vectors: np.ndarray, ids: Sequence | None = None) -> Path:
+    """Write an (n, dim) float32 matrix; .npz and .parquet also store the row ids."""
+    path = check_output_path(path)
+    ids = np.asarray(list(ids) if ids is not None else np.arange(len(vectors)))
+    suffix = path.suffix.lower()
+    with atomic_path(path) as temporary:
+        if suffix == ".npy":
+            with temporary.open("wb") as handle:
+                np.save(handle, vectors)
+        elif suffix == ".npz":
+            with temporary.open("wb") as handle:
+                np.savez(handle, vectors=vectors, ids=ids)
+        else:
+            _write_parquet(temporary, vectors, ids)
+    return path
+
+
+def write_token_vectors(path: str | Path, tokens: list[list[str]], vectors: list[np.ndarray], ids: Sequence) -> Path:
+    """Token vectors of many texts in one .npz: `vectors` stacked, `offsets` (n + 1) where each text starts, `tokens`."""
+    path = Path(path)
+    if path.suffix.lower() != ".npz":
+        raise InputError(f"output {path}: token vectors (pooling='none') are written as .npz.")
+    offsets = np.cumsum([0] + [len(v) for v in vectors])
+    stacked = np.concatenate(vectors) if vectors else np.zeros((0, 0), np.float32)
+    flat_tokens = np.array([t for row in tokens for t in row], dtype=str)
+    with atomic_path(path) as temporary:
+        with temporary.open("wb") as handle:
+            np.savez(handle, vectors=stacked, offsets=offsets, tokens=flat_tokens, ids=np.asarray(list(ids)))
+    return path
+
+
+def _write_parquet(path: Path, vectors: np.ndarray, ids: np.ndarray) -> None:
+    pa, pq = require_pyarrow()
+    dim = vectors.shape[1] if vectors.ndim == 2 else 0
+    column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), type=pa.float32()), dim)
+    pq.write_table(pa.table({"id": pa.array(ids.tolist()), "vector": column}), path)

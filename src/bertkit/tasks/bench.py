@@ -1,0 +1,182 @@
+"""Throughput benchmark: the tutorial's naive loop, sentence-transformers, and bertkit, in one run on one model.
+
+Prints sentences/s (median and range over repeats), ratios to sentence-transformers and to the naive loop,
+the fraction of the fp32 FLOP bound (matmul peak measured in the same run), and how far each result is from
+bertkit's fp32 vectors (max abs difference, min cosine). `benchmarks/throughput.py` and `bertkit bench` run it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from ..encoder import tokenize as tok
+from ..encoder.defaults import DEFAULT_BATCH_SIZE
+from ..encoder.encode import Encoder
+from ..encoder.precision import fast_bf16_cpu
+
+
+@dataclass
+class Row:
+    name: str
+    seconds: list[float] = field(default_factory=list)
+    vectors: np.ndarray | None = None
+    note: str = ""
+
+
+def matmul_peak_gflops(sizes: Sequence[int] = (512, 1024, 2048), repeats: int = 3) -> float:
+    """Best fp32 GFLOP/s of square matrix products at the current thread setting."""
+    best = 0.0
+    for n in sizes:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        a @ b
+        count = max(1, int(2e10 / (2 * n**3)))
+        for _ in range(repeats):
+            started = time.perf_counter()
+            for _ in range(count):
+                a @ b
+            best = max(best, count * 2 * n**3 / (time.perf_counter() - started) / 1e9)
+    return best
+
+
+def forward_flops(encoder: Encoder, token_counts: Sequence[int]) -> float:
+    """Multiply-adds × 2 of the encoder layers for unpadded inputs: projections, feed-forward and attention."""
+    config = encoder.model.config
+    hidden = encoder.hidden_size
+    inner = getattr(config, "intermediate_size", None) or getattr(config, "hidden_dim", 4 * hidden)
+    per_token = 2 * (4 * hidden * hidden + 2 * hidden * inner)
+    counts = np.asarray(token_counts, dtype=np.float64)
+    return float(encoder.num_layers * (per_token * counts.sum() + 4 * hidden * (counts**2).sum()))
+
+
+def naive_loop(encoder: Encoder, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+    """The tutorial's way: pad everything to the longest text, batches in dataset order, mean of last layer."""
+    tokenizer, model = encoder.tokenizer, encoder.model
+    padded = tokenizer(list(texts), padding="longest", truncation=True, max_length=encoder.max_length, return_tensors="pt")
+    out = []
+    with torch.no_grad():
+        for start in range(0, len(texts), batch_size):
+            inputs = {k: v[start : start + batch_size] for k, v in padded.items()}
+            states = model(**inputs).last_hidden_state
+            mask = inputs["attention_mask"].unsqueeze(-1).to(states.dtype)
+            out.append(((states * mask).sum(1) / mask.sum(1)).numpy())
+    return np.concatenate(out)
+
+
+def sentence_transformers_encoder(encoder: Encoder):
+    """sentence-transformers on the same weights with mean pooling and no normalisation: like with like."""
+    from sentence_transformers import SentenceTransformer
+
+    try:
+        from sentence_transformers.sentence_transformer.modules import (
+            Pooling,
+            Transformer,
+        )
+    except ImportError:  # sentence-transformers < 6
+        from sentence_transformers.models import Pooling, Transformer
+
+    transformer = Transformer(encoder.loaded.source.path, max_seq_length=encoder.max_length)
+    dimension = getattr(transformer, "get_embedding_dimension", None) or transformer.get_word_embedding_dimension
+    pooling = Pooling(dimension(), pooling_mode="mean")
+    return SentenceTransformer(modules=[transformer, pooling], device="cpu")
+
+
+def _time(function: Callable[[], np.ndarray], repeats: int, row: Row) -> None:
+    for _ in range(repeats):
+        started = time.perf_counter()
+        row.vectors = np.asarray(function(), dtype=np.float32)
+        row.seconds.append(time.perf_counter() - started)
+
+
+def compare(reference: np.ndarray, vectors: np.ndarray) -> tuple[float, float]:
+    cosine = (reference * vectors).sum(1) / (np.linalg.norm(reference, axis=1) * np.linalg.norm(vectors, axis=1))
+    return float(np.abs(reference - vectors).max()), float(cosine.min())
+
+
+def where_time_goes(encoder: Encoder, texts: Sequence[str], batch_size: int) -> dict[str, float]:
+    """Seconds spent tokenizing, in the model's forward, and in everything else of one fp32 embed call."""
+    started = time.perf_counter()
+    tok.encode(encoder.tokenizer, texts, max_length=encoder.max_length)
+    tokenize_s = time.perf_counter() - started
+    forward_s = 0.0
+    original = encoder.forward
+
+    def timed(batch):
+        nonlocal forward_s
+        begun = time.perf_counter()
+        result = original(batch)
+        forward_s += time.perf_counter() - begun
+        return result
+
+    encoder.forward = timed
+    try:
+        started = time.perf_counter()
+        encoder.embed(texts, batch_size=batch_size, progress=False, warn=False)
+        total = time.perf_counter() - started
+    finally:
+        del encoder.forward
+    return {"total": total, "tokenize": tokenize_s, "forward": forward_s, "other": total - tokenize_s - forward_s}
+
+
+def run_benchmark(encoder: Encoder, texts: Sequence[str], *, repeats: int = 3, batch_size: int = DEFAULT_BATCH_SIZE,
+                  include_peers: bool = True, echo: Callable[[str], None] = print) -> list[Row]:
+    texts = list(texts)
+    encoded = tok.encode(encoder.tokenizer, texts, max_length=encoder.max_length)
+    counts = [len(e.ids) for e in encoded]
+    flops = forward_flops(encoder, counts)
+    peak = matmul_peak_gflops()
+    bound = len(texts) / (flops / (peak * 1e9))
+    echo(f"{len(texts)} texts, {sum(counts)} tokens (with specials); model {encoder.name} "
+         f"({encoder.num_layers} layers, hidden {encoder.hidden_size}); torch threads {torch.get_num_threads()}")
+    echo(f"{flops / len(texts) / 1e9:.3f} GFLOP per sentence; fp32 matmul peak {peak:.0f} GFLOP/s "
+         f"→ bound {bound:.0f} sentences/s")
+
+    rows: list[Row] = []
+    if include_peers:
+        naive = Row("tutorial loop (pad to longest, batch 32, dataset order)")
+        _time(lambda: naive_loop(encoder, texts), repeats, naive)
+        rows.append(naive)
+        try:
+            peer = sentence_transformers_encoder(encoder)
+            st = Row("sentence-transformers encode (batch 32, mean)")
+            _time(lambda: peer.encode(texts, batch_size=32, convert_to_numpy=True), repeats, st)
+            rows.append(st)
+        except ImportError:
+            echo("sentence-transformers is not installed: its row is skipped (pip install sentence-transformers)")
+    fp32 = Row(f"bertkit fp32 (length-sorted, batch {batch_size})")
+    _time(lambda: encoder.embed(texts, batch_size=batch_size, progress=False, warn=False), repeats, fp32)
+    rows.append(fp32)
+    if fast_bf16_cpu():
+        bf16 = Encoder(encoder.loaded, precision="bf16")
+        row = Row(f"bertkit bf16 autocast (batch {batch_size})")
+        _time(lambda: bf16.embed(texts, batch_size=batch_size, progress=False, warn=False), repeats, row)
+        rows.append(row)
+    else:
+        rows.append(Row("bertkit bf16", note="refused: this CPU has no native bf16 (AMX / AVX512-BF16)"))
+
+    _print_table(rows, len(texts), bound, fp32.vectors, echo)
+    split = where_time_goes(Encoder(encoder.loaded, concurrent_batches=1), texts, batch_size)
+    echo("\nwhere bertkit fp32's time goes (one batch at a time): " + ", ".join(
+        f"{name} {seconds:.2f}s ({seconds / split['total']:.0%})" for name, seconds in split.items() if name != "total"))
+    return rows
+
+
+def _print_table(rows: list[Row], n: int, bound: float, reference: np.ndarray, echo) -> None:
+    st = next((r for r in rows if r.name.startswith("sentence-transformers") and r.seconds), None)
+    naive = next((r for r in rows if r.name.startswith("tutorial") and r.seconds), None)
+    echo(f"\n{'way':<58} {'sent/s':>7} {'range':>13} {'×ST':>5} {'×naive':>6} {'bound':>6} {'max|Δ|':>8} {'min cos':>8}")
+    for row in rows:
+        if not row.seconds:
+            echo(f"{row.name:<58} {row.note}")
+            continue
+        speeds = [n / s for s in row.seconds]
+        median = statistics.median(speeds)
+        ratio = lambda peer: f"{median / statistics.median([n / s for s in peer.seconds]):.2f}" if peer else "-"  # noqa: E731
+        diff, cosine = compare(reference, row.vectors)
+        echo(f"{row.name:<58} {median:7.0f} {min(speeds):6.0f}–{max(speeds):<6.0f} {ratio(st):>5} {ratio(naive):>6} "
+             f"{median / bound:6.0%} {diff:8.1e} {cosine:8.5f}")

@@ -1,0 +1,304 @@
+"""Layer probe: "which layer's vectors?" answered on the user's model and data, from one forward pass per batch.
+
+Every hidden state (h0 = embeddings … hL = last) is taken from a single `all:concat` embedding of the data; each
+feature choice (a single layer, sum / concat of the last four, mean of all, a learned scalar mix) is then a cheap
+slice of those cached vectors, scored with a linear classifier on the dev set.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import f1_score
+from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
+
+from ..errors import InputError
+from ..io.cache import EmbeddingCache
+from ..io.conll import read_labelled_text, read_tagged
+from .classify import TextClassifier
+from .labels import check_known_labels
+from .scalar_mix import ScalarMixClassifier
+from .tagging import entity_scores
+from .vectorizer import BertVectorizer, shared_encoder
+
+TEXT_POOLINGS = ("cls", "mean", "max", "pooler")
+TOKEN_C = 1.0
+
+
+@dataclass(frozen=True)
+class LayerChoice:
+    """A way to turn the stack of hidden states into one vector: how ('single', 'sum', 'concat', 'mean', 'mix')
+    and which layers."""
+
+    name: str
+    how: str
+    layers: tuple[int, ...]
+
+
+def layer_choices(num_layers: int) -> list[LayerChoice]:
+    """h0 … hL one by one, then the BERT paper's combinations and a learned weighted sum of all layers."""
+    last = num_layers
+    names = {0: "h0 (embeddings)", last - 1: f"h{last - 1} (second-to-last)", last: f"h{last} (last)"}
+    choices = [LayerChoice(names.get(i, f"h{i}"), "single", (i,)) for i in range(last + 1)]
+    last4 = tuple(range(max(0, last - 3), last + 1))
+    every = tuple(range(last + 1))
+    return choices + [
+        LayerChoice(f"sum of last {len(last4)}", "sum", last4),
+        LayerChoice(f"concat of last {len(last4)}", "concat", last4),
+        LayerChoice(f"mean of all {last + 1}", "mean", every),
+        LayerChoice(f"learned mix of all {last + 1}", "mix", every),
+    ]
+
+
+def select(blocks: np.ndarray, choice: LayerChoice) -> np.ndarray:
+    """blocks: (n, layers, dim) → (n, dim) or (n, 4·dim) for the concat; the mix is fitted, not selected."""
+    chosen = blocks[:, list(choice.layers)]
+    if choice.how == "single":
+        return chosen[:, 0]
+    if choice.how == "sum":
+        return chosen.sum(axis=1)
+    if choice.how == "mean":
+        return chosen.mean(axis=1)
+    if choice.how == "concat":
+        return chosen.reshape(len(blocks), -1)
+    raise InputError(f"layer choice {choice.name!r} is fitted, not selected")
+
+
+@dataclass
+class ProbeRow:
+    pooling: str
+    choice: str
+    dim: int
+    score: float  # text: dev accuracy; token: dev entity F1
+    secondary: float  # text: dev macro-F1; token: dev token accuracy
+    fit_seconds: float
+    C: float
+    layer_weights: list[float] | None = None
+
+
+@dataclass
+class ProbeResult:
+    task: str
+    metric: str
+    secondary_metric: str
+    rows: list[ProbeRow]
+    facts: dict = field(default_factory=dict)
+
+    def table(self) -> list[dict]:
+        return [
+            {"pooling": r.pooling, "layers": r.choice, "dim": r.dim, self.metric: f"{100 * r.score:.1f}",
+             self.secondary_metric: f"{100 * r.secondary:.1f}", "C": f"{r.C:g}", "fit s": f"{r.fit_seconds:.1f}"}
+            for r in self.rows
+        ]
+
+
+# ---- text -----------------------------------------------------------------------------------------------------------
+def probe_text(
+    train: str | Path,
+    dev: str | Path,
+    *,
+    model: str | None = None,
+    poolings: Sequence[str] = TEXT_POOLINGS,
+    limit: int | None = None,
+    seed: int = 0,
+    cv: int = 5,
+    cache: str | Path | None = "memory",
+    threads: int | None = None,
+    text_column=None,
+    label_column=None,
+    header: bool | None = None,
+    log: Callable[[str], None] = lambda message: None,
+) -> ProbeResult:
+    """Sentence classification probe: LogisticRegression (C by CV) per pooling × layer choice; accuracy, macro-F1."""
+    poolings = _check_poolings(poolings)
+    data = read_labelled_text(train, text_column, label_column, header)
+    dev_data = read_labelled_text(dev, text_column, label_column, header)
+    texts, labels = data.texts[:limit], [str(v) for v in data.labels[:limit]]
+    dev_labels = [str(v) for v in dev_data.labels]
+    check_known_labels(dev, dev_labels, labels, train)
+    # Always the same three poolings (the pooler is computed from the last [CLS]): one cache entry serves every probe.
+    token_poolings = ["cls", "mean", "max"]
+    vectorizer = BertVectorizer(model=model, layers="all:concat", pooling="+".join(token_poolings), cache=cache,
+                                threads=threads, progress=False).fit([])
+    encoder = vectorizer.encoder_
+    if "pooler" in poolings and not encoder.has_pooler:
+        log(f"{type(encoder.model).__name__} has no pooler: the pooler rows are left out.")
+        poolings = tuple(p for p in poolings if p != "pooler")
+    started = time.perf_counter()
+    train_blocks = _text_blocks(vectorizer, texts, token_poolings, encoder)
+    dev_blocks = _text_blocks(vectorizer, dev_data.texts, token_poolings, encoder)
+    embed_seconds = time.perf_counter() - started
+    stats = vectorizer.cache_.stats if vectorizer.cache_ is not None else None
+    log(f"embedded {len(texts)} + {len(dev_data.texts)} texts once (all {encoder.num_layers + 1} hidden states, "
+        f"poolings {'+'.join(token_poolings)}) in {embed_seconds:.1f}s" + (f" ({stats})" if stats else ""))
+    rows = []
+    for pooling in poolings:
+        if pooling == "pooler":
+            pooled = _pooler(encoder, train_blocks["cls"][:, -1]), _pooler(encoder, dev_blocks["cls"][:, -1])
+            rows.append(_fit_text(pooling, f"pooler(h{encoder.num_layers} [CLS])", pooled[0], pooled[1], labels,
+                                  dev_labels, seed, cv))
+            log(_row_line(rows[-1], "accuracy"))
+            continue
+        mean_all_C = 1.0
+        for choice in layer_choices(encoder.num_layers):
+            if choice.how == "mix":
+                rows.append(_fit_text_mix(pooling, choice, train_blocks[pooling], dev_blocks[pooling], labels,
+                                          dev_labels, mean_all_C, seed))
+            else:
+                rows.append(_fit_text(pooling, choice.name, select(train_blocks[pooling], choice),
+                                      select(dev_blocks[pooling], choice), labels, dev_labels, seed, cv))
+                if choice.how == "mean":
+                    mean_all_C = rows[-1].C
+            log(_row_line(rows[-1], "accuracy"))
+    facts = _facts(encoder, train, dev, len(texts), len(dev_labels), limit, seed, embed_seconds)
+    facts.update(cv_folds=cv, poolings=list(poolings),
+                 note="max pooling: layers are combined after pooling each layer (sum/mean/concat of per-layer maxima)")
+    return ProbeResult("text", "accuracy", "macro_f1", rows, facts)
+
+
+def _text_blocks(vectorizer, texts, token_poolings, encoder) -> dict[str, np.ndarray]:
+    """{pooling: (n, layers, hidden)} from the one all-layer, all-pooling embedding."""
+    vectors = vectorizer.transform(texts)
+    shape = (len(texts), len(token_poolings), encoder.num_layers + 1, encoder.hidden_size)
+    blocks = vectors.reshape(shape)
+    return {pooling: blocks[:, k] for k, pooling in enumerate(token_poolings)}
+
+
+def _pooler(encoder, cls_last: np.ndarray) -> np.ndarray:
+    """The model's pooler (dense + tanh over the last layer's [CLS]) applied to cached vectors: no second pass."""
+
+
+    with torch.no_grad():
+        return encoder.model.pooler(torch.from_numpy(np.ascontiguousarray(cls_last))[:, None, :]).numpy()
+
+
+def _fit_text(pooling, name, features, dev_features, labels, dev_labels, seed, cv) -> ProbeRow:
+
+
+    classifier = TextClassifier(classifier="logreg", C=None, cv=cv, scale=True, seed=seed).fit_features(features, labels)
+    predicted = classifier.classes_[classifier.predict_proba_features(dev_features).argmax(axis=1)]
+    return ProbeRow(pooling, name, features.shape[1], float(np.mean(predicted == np.array(dev_labels))),
+                    float(f1_score(dev_labels, predicted, average="macro")), classifier.fit_seconds_, classifier.C_)
+
+
+def _fit_text_mix(pooling, choice, blocks, dev_blocks, labels, dev_labels, C, seed) -> ProbeRow:
+
+
+    classes, codes = np.unique(np.array(labels), return_inverse=True)
+    started = time.perf_counter()
+    scaled, dev_scaled = _scale_layers(blocks, dev_blocks)
+    mix = ScalarMixClassifier(C=C, seed=seed).fit(scaled, codes)
+    predicted = classes[mix.predict(dev_scaled)]
+    return ProbeRow(pooling, choice.name, blocks.shape[2], float(np.mean(predicted == np.array(dev_labels))),
+                    float(f1_score(dev_labels, predicted, average="macro")), time.perf_counter() - started, C,
+                    [round(float(w), 4) for w in mix.layer_weights_])
+
+
+def _scale_layers(blocks: np.ndarray, dev_blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Standardise each layer on the training rows (as the per-choice probes do), so the mix weights compare layers."""
+    mean = blocks.mean(axis=0, keepdims=True)
+    scale = blocks.std(axis=0, keepdims=True)
+    scale[scale == 0] = 1.0
+    return ((blocks - mean) / scale).astype(np.float32), ((dev_blocks - mean) / scale).astype(np.float32)
+
+
+# ---- tokens ---------------------------------------------------------------------------------------------------------
+def probe_token(
+    train: str | Path,
+    dev: str | Path,
+    *,
+    model: str | None = None,
+    subtoken_pooling: str = "first",
+    limit: int | None = None,
+    seed: int = 0,
+    C: float = TOKEN_C,
+    cache: str | Path | None = "memory",
+    threads: int | None = None,
+    log: Callable[[str], None] = lambda message: None,
+) -> ProbeResult:
+    """Tagging probe: a per-word LogisticRegression on word vectors per layer choice; entity F1 and token accuracy."""
+    data, dev_data = read_tagged(train), read_tagged(dev)
+    words, tags = data.words[:limit], data.tags[:limit]
+    names = sorted({t for s in tags for t in s})
+    check_known_labels(dev, [t for s in dev_data.tags for t in s], names, "the training sentences used")
+    encoder = shared_encoder(model, threads)
+    options = {"model": encoder.fingerprint, "words": True, "layers": "all:concat", "subtoken_pooling": subtoken_pooling,
+               "long_text": "window", "max_length": encoder.max_length, "precision": encoder.precision}
+    store = EmbeddingCache(options, directory=None if cache in (None, "memory") else cache) if cache is not None else None
+    started = time.perf_counter()
+    train_blocks, dev_blocks = (_word_blocks(encoder, sentences, subtoken_pooling, store) for sentences in (words, dev_data.words))
+    embed_seconds = time.perf_counter() - started
+    log(f"embedded {len(words)} + {len(dev_data.words)} sentences once (all {encoder.num_layers + 1} hidden states, "
+        f"{len(train_blocks)} + {len(dev_blocks)} words) in {embed_seconds:.1f}s" + (f" ({store.stats})" if store else ""))
+    index = {name: i for i, name in enumerate(names)}
+    codes = np.array([index[t] for s in tags for t in s])
+    rows = []
+    for choice in layer_choices(encoder.num_layers):
+        started = time.perf_counter()
+        if choice.how == "mix":
+            scaled, dev_scaled = _scale_layers(train_blocks, dev_blocks)
+            mix = ScalarMixClassifier(C=C, seed=seed).fit(scaled, codes)
+            predicted, weights, dim = mix.predict(dev_scaled), [round(float(w), 4) for w in mix.layer_weights_], train_blocks.shape[2]
+        else:
+            features, dev_features = select(train_blocks, choice), select(dev_blocks, choice)
+            with threadpool_limits(1):
+                scaler = StandardScaler().fit(features)
+                classifier = LogisticRegression(C=C, max_iter=1000).fit(scaler.transform(features), codes)
+                predicted = classifier.predict(scaler.transform(dev_features))
+            weights, dim = None, features.shape[1]
+        scores = _entity_scores(dev_data.tags, [names[i] for i in predicted])
+        rows.append(ProbeRow("word:" + subtoken_pooling, choice.name, dim, scores["f1"], scores["token_accuracy"],
+                             time.perf_counter() - started, C, weights))
+        log(_row_line(rows[-1], "entity F1"))
+    facts = _facts(encoder, train, dev, len(words), len(dev_data.words), limit, seed, embed_seconds)
+    facts.update(train_words=int(len(train_blocks)), dev_words=int(len(dev_blocks)), labels=names,
+                 subtoken_pooling=subtoken_pooling, C=C)
+    return ProbeResult("token", "entity_f1", "token_accuracy", rows, facts)
+
+
+def _word_blocks(encoder, sentences, subtoken_pooling, store) -> np.ndarray:
+    """(total words, layers, hidden): every word's vector in every hidden state, from one pass (cached per sentence)."""
+    def compute(keys: list[str]) -> list[np.ndarray]:
+        return encoder.embed_words([key.split("\x1f") for key in keys], layers="all:concat",
+                                   subtoken_pooling=subtoken_pooling, long_text="window", progress=False)
+
+    keys = ["\x1f".join(s) for s in sentences]
+    vectors = store.get_or_compute(keys, compute, stack=False) if store is not None else compute(keys)
+    flat = np.concatenate(vectors)
+    return flat.reshape(len(flat), encoder.num_layers + 1, -1)
+
+
+def _entity_scores(gold: list[list[str]], flat_predictions: list[str]) -> dict:
+    predicted, start = [], 0
+    for sentence in gold:
+        predicted.append(flat_predictions[start:start + len(sentence)])
+        start += len(sentence)
+    return entity_scores(gold, predicted)
+
+
+# ---- shared ---------------------------------------------------------------------------------------------------------
+def _check_poolings(poolings: Sequence[str]) -> tuple[str, ...]:
+    poolings = tuple(p.strip().lower() for p in poolings if p.strip())
+    bad = [p for p in poolings if p not in TEXT_POOLINGS]
+    if bad or not poolings:
+        raise InputError(f"poolings {list(poolings)}: choose from {', '.join(TEXT_POOLINGS)}.")
+    return poolings
+
+
+def _facts(encoder, train, dev, n_train, n_dev, limit, seed, embed_seconds) -> dict:
+    return {"model": encoder.name, "fingerprint": encoder.fingerprint, "architecture": type(encoder.model).__name__,
+            "hidden_states": encoder.num_layers + 1, "hidden_size": encoder.hidden_size, "train": str(train),
+            "dev": str(dev), "train_rows": n_train, "dev_rows": n_dev, "limit": limit, "seed": seed,
+            "embed_seconds": round(embed_seconds, 1)}
+
+
+def _row_line(row: ProbeRow, metric: str) -> str:
+    mix = f"  weights {row.layer_weights}" if row.layer_weights else ""
+    return f"{row.pooling:>8}  {row.choice:<26} dim {row.dim:>5}  {metric} {100 * row.score:5.1f}  ({row.fit_seconds:.1f}s){mix}"

@@ -1,0 +1,177 @@
+"""Evaluation metrics, their text rendering, and the report files (metrics.json, confusion matrix, PCA map)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+from sklearn.decomposition import PCA
+from sklearn.metrics import (
+    accuracy_score,
+    confusion_matrix,
+    f1_score,
+    precision_recall_fscore_support,
+)
+
+from ..io.writers import atomic_path
+
+
+def classification_metrics(y_true: Sequence, y_pred: Sequence, classes: Sequence, majority_class=None) -> dict:
+    """Accuracy, macro-F1, per-class P/R/F1/support, confusion matrix, and the majority-class baseline."""
+    classes = list(classes)
+    true, pred = [str(v) for v in y_true], [str(v) for v in y_pred]
+    names = [str(c) for c in classes]
+    precision, recall, f1, support = precision_recall_fscore_support(true, pred, labels=names, zero_division=0)
+    majority = str(majority_class) if majority_class is not None else max(set(true), key=true.count)
+    return {
+        "n": len(true),
+        "accuracy": float(accuracy_score(true, pred)),
+        "macro_f1": float(f1_score(true, pred, labels=names, average="macro", zero_division=0)),
+        "majority_class": majority,
+        "majority_baseline_accuracy": float(np.mean([t == majority for t in true])) if true else 0.0,
+        "per_class": {
+            name: {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
+            for name, p, r, f, s in zip(names, precision, recall, f1, support)
+        },
+        "labels": names,
+        "confusion_matrix": confusion_matrix(true, pred, labels=names).tolist(),
+    }
+
+
+def format_metrics(metrics: dict) -> str:
+    """Plain-text summary: headline numbers, per-class table, confusion matrix (rows = true, columns = predicted)."""
+    lines = [
+        f"accuracy {metrics['accuracy']:.4f}   macro-F1 {metrics['macro_f1']:.4f}   n={metrics['n']}   "
+        f"majority-class baseline {metrics['majority_baseline_accuracy']:.4f} (always {metrics['majority_class']!r})",
+        "",
+    ]
+    width = max([len("class")] + [len(n) for n in metrics["labels"]])
+    lines.append(f"{'class'.ljust(width)}  precision  recall  f1      support")
+    for name, row in metrics["per_class"].items():
+        lines.append(f"{name.ljust(width)}  {row['precision']:.4f}     {row['recall']:.4f}  {row['f1']:.4f}  {row['support']}")
+    lines += ["", "confusion matrix (rows: true, columns: predicted)"]
+    cells = [[str(v) for v in row] for row in metrics["confusion_matrix"]]
+    column = max([len(n) for n in metrics["labels"]] + [len(c) for row in cells for c in row])
+    lines.append(" " * (width + 2) + " ".join(n.rjust(column) for n in metrics["labels"]))
+    for name, row in zip(metrics["labels"], cells):
+        lines.append(f"{name.ljust(width)}  " + " ".join(c.rjust(column) for c in row))
+    return "\n".join(lines)
+
+
+def write_report(directory: str | Path, metrics: dict, vectors: np.ndarray | None = None, labels: Sequence | None = None,
+                 title: str = "") -> list[Path]:
+    """metrics.json, confusion.png and (given vectors) pca.png: the guide's 2-D map of sentence vectors by label."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    with atomic_path(directory / "metrics.json") as temporary:
+        temporary.write_text(json.dumps(metrics, indent=2))
+    written.append(directory / "metrics.json")
+
+    names = metrics["labels"]
+    matrix = np.array(metrics["confusion_matrix"])
+    figure, axes = _figure(1.2 * len(names) + 3, 1.2 * len(names) + 2.5)
+    axes.imshow(matrix, cmap="Blues")
+    for (i, j), value in np.ndenumerate(matrix):
+        axes.text(j, i, str(value), ha="center", va="center", color="white" if value > matrix.max() / 2 else "black")
+    axes.set_xticks(range(len(names)), names)
+    axes.set_yticks(range(len(names)), names)
+    axes.set_xlabel("predicted")
+    axes.set_ylabel("true")
+    axes.set_title(f"{title}\naccuracy {metrics['accuracy']:.3f}, macro-F1 {metrics['macro_f1']:.3f}".strip())
+    figure.tight_layout()
+    written.append(_save_figure(figure, directory / "confusion.png"))
+
+    if vectors is not None and labels is not None and len(vectors) >= 2:
+        points = PCA(n_components=2, random_state=0).fit_transform(vectors)
+        figure, axes = _figure(6.5, 5.5)
+        labels = [str(v) for v in labels]
+        for name in names:
+            mask = np.array([v == name for v in labels])
+            if mask.any():
+                axes.scatter(points[mask, 0], points[mask, 1], s=8, alpha=0.6, label=name)
+        axes.legend(title="label", markerscale=2)
+        axes.set_title(f"{title}\nPCA of sentence vectors, coloured by true label".strip())
+        axes.set_xlabel("PC 1")
+        axes.set_ylabel("PC 2")
+        figure.tight_layout()
+        written.append(_save_figure(figure, directory / "pca.png"))
+    return written
+
+
+def _figure(width: float, height: float):
+    """A standalone `Figure` (no pyplot, no global backend switch): the library never changes the user's matplotlib."""
+    figure = Figure(figsize=(width, height))
+    return figure, figure.subplots()
+
+
+def _save_figure(figure: Figure, path: Path) -> Path:
+    with atomic_path(path) as temporary:
+        figure.savefig(temporary, dpi=110, format="png")
+    return path
+
+
+def probe_files(result, title: str = "") -> dict[str, str | bytes]:
+    """probe.md, probe.csv, probe.json and probe.png (score by layer choice, one line per pooling) as file contents."""
+    table = result.table()
+    columns = list(table[0])
+    markdown = [f"# Layer probe: {title}".rstrip(": "), "", _facts_line(result.facts), "",
+                "| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    markdown += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in table]
+    mixes = [r for r in result.rows if r.layer_weights]
+    if mixes:
+        markdown += ["", "Learned mix weights (h0 … hL):"]
+        markdown += [f"- {r.pooling}: {', '.join(f'{w:.3f}' for w in r.layer_weights)}" for r in mixes]
+    if result.facts.get("note"):
+        markdown += ["", f"Note: {result.facts['note']}."]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=["pooling", "choice", "dim", "score", "secondary", "fit_seconds", "C"],
+                            extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in result.rows:
+        writer.writerow({"pooling": row.pooling, "choice": row.choice, "dim": row.dim, "score": f"{row.score:.4f}",
+                         "secondary": f"{row.secondary:.4f}", "fit_seconds": f"{row.fit_seconds:.2f}", "C": row.C})
+
+    figure, axes = _figure(10, 5)
+    poolings = list(dict.fromkeys(r.pooling for r in result.rows))
+    choices = list(dict.fromkeys(r.choice for r in result.rows if not r.choice.startswith("pooler(")))
+    for pooling in poolings:
+        rows = {r.choice: r for r in result.rows if r.pooling == pooling}
+        if pooling == "pooler":
+            only = next(iter(rows.values()))
+            axes.axhline(100 * only.score, linestyle=":", color="grey", label=f"pooler ({100 * only.score:.1f})")
+            continue
+        points = [(i, 100 * rows[c].score) for i, c in enumerate(choices) if c in rows]
+        singles = [(i, s) for i, s in points if choices[i].startswith("h")]
+        combos = [(i, s) for i, s in points if not choices[i].startswith("h")]
+        line = axes.plot(*zip(*singles), marker="o", label=pooling)[0]
+        axes.scatter(*zip(*combos), marker="s", s=60, color=line.get_color())
+    axes.set_xticks(range(len(choices)), [c.replace(" (", "\n(") for c in choices], rotation=45, ha="right", fontsize=8)
+    axes.set_ylabel(f"dev {result.metric.replace('_f1', ' F1').replace('_', ' ')} (%)")
+    axes.set_title(f"{title}\nsingle layers (line) and combinations (squares)".strip())
+    axes.grid(axis="y", alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    image = io.BytesIO()
+    figure.savefig(image, dpi=110, format="png")
+    return {"probe.md": "\n".join(markdown) + "\n", "probe.csv": buffer.getvalue(),
+            "probe.json": json.dumps(result_record(result), indent=2), "probe.png": image.getvalue()}
+
+
+def _facts_line(facts: dict) -> str:
+    parts = [f"model {facts.get('model')} ({facts.get('architecture')}, {facts.get('hidden_states')} hidden states)",
+             f"train {facts.get('train')} ({facts.get('train_rows')} rows)", f"dev {facts.get('dev')} ({facts.get('dev_rows')} rows)",
+             f"seed {facts.get('seed')}"]
+    return "; ".join(parts)
+
+
+def result_record(result) -> dict:
+    """A probe result as plain JSON: task, metrics, facts and every row."""
+    return {"task": result.task, "metric": result.metric, "secondary_metric": result.secondary_metric,
+            "facts": result.facts, "rows": [asdict(r) for r in result.rows]}

@@ -1,0 +1,67 @@
+"""The run directory, one format for every kind of run: `bertkit.json` (what it is, how it was made) beside its weights.
+
+Feature classifiers store `classifier.safetensors`; fine-tuned runs are a transformers model directory. Everything is
+written into a staging directory and swapped into place, so a run is complete or absent, never half-written.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save_file
+
+from ..errors import ModelLoadError
+from ..io.writers import check_new_directory, staged_directory
+
+CONFIG_FILE = "bertkit.json"
+WEIGHTS_FILE = "classifier.safetensors"
+KIND_FEATURES = "features"
+KIND_TEXT = "finetuned-text"
+KIND_TOKEN = "finetuned-token"
+KINDS = (KIND_FEATURES, KIND_TEXT, KIND_TOKEN)
+
+
+def write_run_directory(directory: str | Path, files: dict[str, str | bytes], arrays: dict[str, np.ndarray], overwrite: bool) -> Path:
+    """Write `files` (name → text or bytes) and `arrays` (into classifier.safetensors) as one new directory."""
+    target = check_new_directory(directory, overwrite)
+    with staged_directory(target) as staging:
+        for name, content in files.items():
+            if isinstance(content, bytes):
+                (staging / name).write_bytes(content)
+            else:
+                (staging / name).write_text(content, encoding="utf-8")
+        if arrays:
+            save_file(arrays, str(staging / WEIGHTS_FILE))
+    return target
+
+
+def read_run_config(directory: str | Path, expected_kind: str | None = None) -> dict:
+    """The run's `bertkit.json`; a missing or broken file, or another kind than expected, is a clear error."""
+    path = Path(directory) / CONFIG_FILE
+    if not path.is_file():
+        raise ModelLoadError(f"{directory} is not a bertkit run directory (no {CONFIG_FILE}); give the -o directory of `bertkit train` or `bertkit finetune`.")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ModelLoadError(f"{path}: not valid JSON ({exc}); the run is damaged, train it again.") from None
+    if expected_kind and record.get("kind") != expected_kind:
+        raise ModelLoadError(f"{directory} holds a {record.get('kind')!r} model, not a {expected_kind!r} one.")
+    return record
+
+
+def package_version(package: str) -> str:
+    """The installed version of `package`, recorded in every run ("unknown" when not installed as a package)."""
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def to_json_value(value):
+    """`json.dumps(default=...)` for numpy scalars in run records."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"cannot store {type(value).__name__} in JSON")

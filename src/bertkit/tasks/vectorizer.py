@@ -1,0 +1,142 @@
+"""BertVectorizer: a scikit-learn transformer from texts to sentence vectors, with the embedding cache built in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils.validation import check_is_fitted
+
+from ..encoder.defaults import DEFAULT_BATCH_SIZE
+from ..encoder.encode import Encoder
+from ..encoder.layers import parse_layers
+from ..encoder.pooling import parse_pooling
+from ..encoder.tokenize import check_texts
+from ..errors import InputError
+from ..io.cache import EmbeddingCache
+
+_ENCODERS: dict[tuple, Encoder] = {}
+
+
+def shared_encoder(model: str | None, threads: int | None = None, precision: str = "fp32") -> Encoder:
+    """One loaded Encoder per (model, threads) in this process, so clones in a grid search reuse it.
+
+    A local directory is keyed on its files' sizes and times too: a model replaced on disk is loaded afresh.
+    """
+    key = (str(model) if model is not None else None, threads, precision, _files_signature(model))
+    if key not in _ENCODERS:
+        _ENCODERS[key] = Encoder.from_pretrained(model, threads=threads, precision=precision)
+    return _ENCODERS[key]
+
+
+def _files_signature(model: str | None) -> tuple:
+    if model is None or not Path(model).is_dir():
+        return ()
+    return tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in Path(model).iterdir() if p.is_file()))
+
+
+class BertVectorizer(TransformerMixin, BaseEstimator):
+    """Texts → float32 sentence vectors from a frozen encoder (any layers, any pooling).
+
+    cache: "memory" (default; process-wide), a directory (memory + disk, survives restarts), or None (off).
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        layers: str = "last",
+        pooling: str = "mean",
+        max_length: int | None = None,
+        long_text: str = "truncate",
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        cache: str | Path | None = "memory",
+        progress: bool | None = None,
+        threads: int | None = None,
+        precision: str = "fp32",
+    ):
+        self.model = model
+        self.layers = layers
+        self.pooling = pooling
+        self.max_length = max_length
+        self.long_text = long_text
+        self.batch_size = batch_size
+        self.cache = cache
+        self.progress = progress
+        self.threads = threads
+        self.precision = precision
+
+    def fit(self, X: Sequence[str], y=None) -> "BertVectorizer":
+        """Load the encoder and check the options; nothing is learned from X."""
+        parse_layers(self.layers)
+        if parse_pooling(self.pooling) == ("none",):
+            raise InputError("BertVectorizer makes one vector per text; pooling='none' gives token vectors, use Encoder.embed.")
+        self.encoder_ = shared_encoder(self.model, self.threads, self.precision)
+        self.n_features_out_ = self.encoder_.sentence_dim(self.layers, self.pooling)
+        self.cache_ = self._make_cache()
+        return self
+
+    def transform(self, X: Sequence[str]) -> np.ndarray:
+        check_is_fitted(self, "encoder_")
+        texts = check_texts(_to_list(X), "X")
+        if self.cache_ is None:
+            return self._embed(texts)
+        vectors = self.cache_.get_or_compute(texts, self._embed)
+        return vectors.reshape(len(texts), self.n_features_out_)
+
+    def get_feature_names_out(self, input_features=None) -> np.ndarray:
+        check_is_fitted(self, "n_features_out_")
+        return np.array([f"bert{i}" for i in range(self.n_features_out_)], dtype=object)
+
+    def feature_options(self) -> dict:
+        """Everything that determines a vector besides the text: the cache key and the saved-model record."""
+        encoder = self.encoder_
+        return {
+            "fingerprint": encoder.fingerprint,
+            "layers": parse_layers(self.layers).spec,
+            "pooling": "+".join(parse_pooling(self.pooling)),
+            "max_length": self.max_length or encoder.max_length,
+            "long_text": self.long_text,
+            "precision": encoder.precision,
+        }
+
+    def _make_cache(self) -> EmbeddingCache | None:
+        if self.cache is None or self.cache is False:
+            return None
+        directory = None if self.cache == "memory" else Path(self.cache)
+        return EmbeddingCache(self.feature_options(), directory)
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        return self.encoder_.embed(
+            texts,
+            layers=self.layers,
+            pooling=self.pooling,
+            batch_size=self.batch_size,
+            max_length=self.max_length,
+            long_text=self.long_text,
+            progress=self.progress,
+        )
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        tags.requires_fit = True
+        return tags
+
+
+def _to_list(X) -> list:
+    if isinstance(X, str):
+        raise InputError("X must be a list of texts, not one string; wrap it: [text].")
+    if isinstance(X, np.ndarray):
+        if X.ndim == 2 and X.shape[1] == 1:
+            X = X[:, 0]
+        elif X.ndim != 1:
+            raise InputError(f"X must be a 1-D list of texts, got an array of shape {X.shape}.")
+        return X.tolist()
+    if hasattr(X, "iloc") and getattr(X, "ndim", 1) == 2:  # one-column DataFrame
+        if X.shape[1] != 1:
+            raise InputError(f"X has {X.shape[1]} columns; give the text column only.")
+        X = X.iloc[:, 0]
+    return list(X)

@@ -1,0 +1,153 @@
+"""The package's shape: wings import only downwards, modules form no import cycle, none grows past ~400 lines."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "bertkit"
+
+# Lower number = lower wing. A module may import its own wing and lower ones, never a higher one.
+WING_LEVELS = {"errors": 0, "encoder": 1, "io": 2, "tasks": 3, "explain": 4, "ray": 4, "serve": 5, "cli": 6}
+MAX_LINES = 420
+
+
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, known: set[str], root: Path = PACKAGE) -> set[str]:
+    """bertkit modules that `path` imports (top level or inside functions), resolved to module names."""
+    name = module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            candidates = [target] + [f"{target}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            continue
+        for candidate in candidates:
+            if candidate in known:
+                found.add(candidate)
+    found.discard(name)
+    return found
+
+
+def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    files = sorted(root.rglob("*.py"))
+    known = {module_name(f, root) for f in files}
+    return {module_name(f, root): imported_modules(f, known, root) for f in files}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A module-level import cycle as a path [a, b, ..., a], ignoring package __init__ re-exports of children."""
+    def edges(node):
+        # `import pkg.sub` also runs pkg/__init__; an __init__ re-exporting its own children is not a cycle.
+        return {t for t in graph.get(node, ()) if not t.startswith(node + ".")}
+
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node):
+        state[node] = 1
+        stack.append(node)
+        for target in sorted(edges(node)):
+            if state.get(target) == 1:
+                return stack[stack.index(target):] + [target]
+            if target not in state:
+                cycle = visit(target)
+                if cycle:
+                    return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def wing_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for source, targets in graph.items():
+        source_wing = wing_of(source)
+        if source_wing is None:  # bertkit/__init__.py is the public face: it may gather from every wing
+            continue
+        for target in targets:
+            target_wing = wing_of(target)
+            if target_wing and WING_LEVELS[target_wing] > WING_LEVELS[source_wing]:
+                bad.append(f"{source} imports {target}")
+    return bad
+
+
+def test_every_module_is_in_a_known_wing():
+    unknown = sorted({wing_of(m) for m in import_graph()} - set(WING_LEVELS) - {None})
+    assert unknown == [], f"modules outside the wings {sorted(WING_LEVELS)}: {unknown}"
+
+
+def test_no_import_cycles():
+    assert find_cycle(import_graph()) is None
+
+
+def test_lower_wings_never_import_higher_ones():
+    assert upward_imports(import_graph()) == []
+
+
+def test_modules_stay_small():
+    long = {module_name(p): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def test_wings_say_what_they_hold_and_may_import():
+    for wing in [w for w in WING_LEVELS if (PACKAGE / w / "__init__.py").is_file()]:
+        doc = ast.get_docstring(ast.parse((PACKAGE / wing / "__init__.py").read_text()))
+        assert doc and "import" in doc.lower(), f"bertkit/{wing}/__init__.py needs a docstring naming what it may import"
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / "bertkit" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root / "bertkit"
+
+
+def test_the_checks_catch_a_cycle_and_an_upward_import(tmp_path):
+    """The two checks above would fail on a package that breaks the rules (shown on a small fake package)."""
+    fake = _write(tmp_path, {
+        "__init__.py": "",
+        "encoder/__init__.py": "",
+        "encoder/a.py": "from ..tasks.b import thing\n",  # encoder → tasks: upward
+        "tasks/__init__.py": "",
+        "tasks/b.py": "def f():\n    from ..encoder.a import other\n",  # a local import still closes the cycle
+    })
+    graph = import_graph(fake)
+    assert find_cycle(graph) == ["bertkit.encoder.a", "bertkit.tasks.b", "bertkit.encoder.a"]
+    assert upward_imports(graph) == ["bertkit.encoder.a imports bertkit.tasks.b"]
+
+
+@pytest.mark.parametrize("name", ["Encoder", "BertVectorizer", "TextClassifier", "finetune", "FinetuneArguments",
+                                  "load_run", "probe_text", "probe_token", "read_tagged", "entity_scores"])
+def test_public_api_is_unchanged(name):
+    import bertkit
+
+    assert name in bertkit.__all__ and getattr(bertkit, name) is not None
