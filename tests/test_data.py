@@ -80,3 +80,43 @@ def test_null_and_non_string_json_values(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(InputError, match="no such file"):
         read_texts(tmp_path / "absent.tsv")
+
+
+@pytest.mark.parametrize("suffix, separator", [(".tsv", "\t"), (".csv", ",")])
+def test_a_300k_character_field_is_a_valid_row(tmp_path, suffix, separator):
+    """Above the csv module's default 131,072-character field limit, below bertkit's documented 50 MB cap."""
+    long_text = ("word " * 60_000).strip()  # 299,999 characters
+    path = write(tmp_path / f"long{suffix}", f"short one{separator}1\n{long_text}{separator}0\n")
+    texts, _, lines = read_texts(path, 0)
+    assert texts == ["short one", long_text] and len(texts[1]) == 299_999 and lines == [1, 2]
+
+
+def test_a_field_over_the_cap_names_its_line(tmp_path, monkeypatch):
+    import bertkit.io.readers as readers
+
+    monkeypatch.setattr(readers, "MAX_FIELD_CHARS", 1000)  # as if the cap were 1000 characters
+    previous = readers.csv.field_size_limit(1000)
+    try:
+        path = write(tmp_path / "a.csv", f"ok,1\n{'x' * 2000},0\n")
+        with pytest.raises(InputError, match=r"a\.csv, line 2: a field is longer than bertkit's cap of 1,000 characters"):
+            read_texts(path, 0)
+    finally:
+        readers.csv.field_size_limit(previous)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["truncate", "window"])
+def test_long_tsv_row_embeds_with_each_long_text_policy(tmp_path, encoder, policy):
+    """A 300,000-character TSV row goes through `bertkit embed` like a JSONL row does (truncated or windowed)."""
+    import numpy as np
+
+    from bertkit.io.stream import embed_file
+
+    long_text = ("the film is long " * 17_700)[:300_000]
+    tsv = write(tmp_path / "long.tsv", f"a short review\t1\n{long_text}\t0\n")
+    jsonl = write(tmp_path / "long.jsonl", '{"text": "a short review"}\n' + '{"text": "%s"}\n' % long_text)
+    from_tsv = embed_file(encoder, tsv, tmp_path / "tsv.npy", long_text=policy, column=0)
+    assert from_tsv.rows == 2 and (from_tsv.truncated, from_tsv.windowed) == ((1, 0) if policy == "truncate" else (0, 1))
+    if policy == "truncate":  # windowing 70k tokens twice is slow; the readers are what differ, and truncate shows it
+        embed_file(encoder, jsonl, tmp_path / "jsonl.npy", long_text=policy, column="text")
+        np.testing.assert_allclose(np.load(tmp_path / "tsv.npy"), np.load(tmp_path / "jsonl.npy"), atol=1e-6)

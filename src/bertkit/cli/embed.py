@@ -73,10 +73,14 @@ def embed(
     from ..encoder.pooling import parse_pooling
     from ..io.readers import read_texts
     from ..io.stream import embed_file
-    from ..io.writers import check_output_path, write_token_vectors
+    from ..io.writers import check_output_path, check_writable_location, write_token_vectors
 
     tokens_only = parse_pooling(pooling) == ("none",)
-    if not tokens_only:
+    with open(input, "rb"):  # a missing or unreadable input is reported (by the CLI boundary) before the model loads
+        pass
+    if tokens_only:
+        check_writable_location(output)
+    else:
         check_output_path(output)
     encoder = make_encoder(model, threads, precision)
     started = time.perf_counter()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 import warnings
 
-from ..errors import BertkitError
 
 # Each module registers its commands on `app`; this order is the order of `bertkit --help`.
 from . import embed  # noqa: F401  (isort: skip)
@@ -13,20 +12,25 @@ from . import classify  # noqa: F401  (isort: skip)
 from . import finetune  # noqa: F401  (isort: skip)
 from . import tools  # noqa: F401  (isort: skip)
 from .common import app, say
+from .errors import user_message
 
 
 def main() -> None:
-    """Console entry point: user mistakes become one 'error:' line and exit status 2."""
+    """Console entry point: user mistakes (bad input, missing or unwritable files, damaged models) become one
+    'error:' line and exit status 2."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             app()
-        except BertkitError as exc:
-            say(f"error: {exc}")
-            sys.exit(2)
         except KeyboardInterrupt:
             say("interrupted.")
             sys.exit(130)
+        except Exception as exc:  # the one CLI boundary: user-fixable errors become one line, bugs keep their traceback
+            message = user_message(exc)
+            if message is None:
+                raise
+            say(f"error: {message}")
+            sys.exit(2)
         finally:
             for warning in caught:
                 if issubclass(warning.category, UserWarning):

@@ -14,6 +14,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from ..errors import InputError
 from . import tokenize as tok
@@ -411,7 +412,5 @@ def _as_list(texts):
 
 
 def _progress_bar(total: int, progress: bool | None):
-    from tqdm.auto import tqdm
-
     show = progress if progress is not None else (total >= PROGRESS_MIN_ROWS and sys.stderr.isatty())
     return tqdm(total=total, disable=not show, unit="text", desc="embedding", leave=False)

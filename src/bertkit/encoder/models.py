@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -9,6 +10,11 @@ import urllib.parse
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+import transformers
+from safetensors import SafetensorError
+from tokenizers import normalizers
+from transformers import AutoModel, AutoTokenizer
 
 from ..errors import ModelLoadError
 
@@ -126,8 +132,6 @@ def max_length_from_config(config, tokenizer) -> int:
 
 
 def _tokenizer_config(path: str) -> dict:
-    import json
-
     file = Path(path) / "tokenizer_config.json"
     if not file.is_file():
         return {}
@@ -151,8 +155,6 @@ def _vocab_is_cased(tokenizer) -> bool:
 
 
 def _keep_case(tokenizer) -> None:
-    from tokenizers import normalizers
-
     tokenizer.backend_tokenizer.normalizer = normalizers.BertNormalizer(
         clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=False
     )
@@ -173,21 +175,21 @@ def fix_casing(tokenizer, path: str) -> tuple[bool, list[str]]:
 @contextmanager
 def quiet_transformers():
     """No progress bars or info/warning logs from transformers while bertkit loads or saves a model."""
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
-    previous = transformers.utils.logging.get_verbosity()
-    transformers.utils.logging.set_verbosity_error()
+    logging = transformers.utils.logging
+    bars_were_on = logging.is_progress_bar_enabled()
+    previous = logging.get_verbosity()
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()
     try:
         yield
     finally:
-        transformers.utils.logging.set_verbosity(previous)
+        logging.set_verbosity(previous)
+        if bars_were_on:
+            logging.enable_progress_bar()
 
 
 def load_model(source: ModelSource):
     """Load model + tokenizer from safetensors without remote code, and refuse pairs that do not fit together."""
-    from transformers import AutoModel, AutoTokenizer
-
     local_only = source.kind != "hub"
     with quiet_transformers():
         try:
@@ -211,6 +213,11 @@ def load_model(source: ModelSource):
                 local_files_only=local_only,
                 output_loading_info=True,
             )
+        except SafetensorError as exc:
+            raise ModelLoadError(
+                f"{source.path}: the weights file is truncated or corrupt ({exc}); copy the model directory again, "
+                "or re-save it with save_pretrained(DIR, safe_serialization=True)."
+            ) from exc
         except (OSError, ValueError, KeyError) as exc:
             raise ModelLoadError(f"cannot load model weights from {source.path}: {exc}") from exc
     model.eval()

@@ -13,6 +13,9 @@ from typing import Iterator
 
 from ..errors import InputError
 
+# Python's csv module refuses fields over 131,072 characters; a long document is a valid row. bertkit raises the
+# (process-wide) limit to this cap, never lowers it: a field over 50 MB is refused with its line number.
+MAX_FIELD_CHARS = 50 * 1024 * 1024
 TEXT_FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".txt": "text"}
 
 
@@ -120,6 +123,8 @@ def _delimited_rows(path: Path, kind: str, columns: list[str | int], header: boo
             yield text
 
     options = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if kind == "tsv" else {"delimiter": ","}
+    if csv.field_size_limit() < MAX_FIELD_CHARS:
+        csv.field_size_limit(MAX_FIELD_CHARS)
     reader = csv.reader(text_lines(), **options)
     names: list[str] | None = None
     indices: list[int] | None = None
@@ -141,7 +146,11 @@ def _delimited_rows(path: Path, kind: str, columns: list[str | int], header: boo
                 )
             yield Row(line, tuple(record[i] for i in indices))
     except csv.Error as exc:
-        raise InputError(f"{path}, line {numbers[-1] if numbers else 1}: cannot parse it as {kind.upper()} ({exc}).") from None
+        line = numbers[-1] if numbers else 1
+        if "field larger than field limit" in str(exc):
+            raise InputError(f"{path}, line {line}: a field is longer than bertkit's cap of {MAX_FIELD_CHARS:,} "
+                             "characters; split that text into smaller rows.") from None
+        raise InputError(f"{path}, line {line}: cannot parse it as {kind.upper()} ({exc}).") from None
 
 
 def _jsonl_rows(path: Path, fields: list[str | int]) -> Iterator[Row]:

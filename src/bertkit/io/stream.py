@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import zipfile
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -76,6 +78,7 @@ def embed_file(
                "long_text": long_text, "stride": stride, "column": column, "id_column": id_column, "header": header,
                "chunk_rows": chunk_rows, "precision": encoder.precision}
     key = _job_key(input_path, options)
+    output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(output.name + ".partial.npy")
     progress = output.with_name(output.name + ".progress.json")
 
@@ -115,8 +118,11 @@ def embed_file(
             _write_progress(progress, {"key": key, "rows": total, "done": done, "output": str(output)})
             if on_chunk is not None:
                 on_chunk(done, total)
-    except BertkitError:
-        os.close(handle)  # a user mistake, not an interruption: nothing worth resuming, so leave nothing behind
+    except (BertkitError, OSError) as exc:
+        # a user mistake or a full / unwritable disk, not an interruption: nothing worth resuming, leave nothing behind
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(output)
+        os.close(handle)
         partial.unlink(missing_ok=True)
         progress.unlink(missing_ok=True)
         raise
@@ -138,8 +144,6 @@ def _finish(partial: Path, output: Path, ids: Callable[[], Iterator], total: int
     offset, dim = header.offset, header.shape[1]
     del header
     if suffix == ".npz":
-        import shutil
-        import zipfile
 
         id_array = np.asarray(list(ids()))
         with atomic_path(output) as temporary:

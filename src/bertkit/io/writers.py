@@ -74,6 +74,22 @@ def check_output_path(path: str | Path) -> Path:
         raise InputError(f"output {path}: use one of {', '.join(VECTOR_FORMATS)}.")
     if path.suffix.lower() == ".parquet":
         require_pyarrow()
+    check_writable_location(path)
+    return path
+
+
+def check_writable_location(path: str | Path) -> Path:
+    """Refuse an output path that is a directory, or whose folder is a file or cannot be written, before any work."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"output {path} is a directory; give a file name inside it, e.g. {path / ('vectors' + (path.suffix or '.npy'))}.")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise InputError(f"output {path}: {folder} is a file, not a directory; choose another output path.")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"output {path}: cannot write in {folder} (permission denied); choose a folder you can write to.")
     return path
 
 

@@ -8,6 +8,8 @@ from typing import Sequence
 
 import numpy as np
 import torch
+import transformers
+from transformers import AutoTokenizer
 
 from ..encoder.models import quiet_transformers
 from ..encoder.threads import set_threads
@@ -42,9 +44,6 @@ class _FineTuned:
     @classmethod
     def load(cls, directory: str | Path, *, threads: int | None = None):
         """Load with plain transformers from safetensors (what `bertkit finetune` saved), remote code off."""
-        import transformers
-        from transformers import AutoTokenizer
-
         record = read_run_config(directory, expected_kind=cls.KIND)
         auto = getattr(transformers, cls.AUTO_CLASS)
         try:

@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from ...encoder.models import quiet_transformers
 from ...errors import InputError
@@ -62,8 +63,6 @@ def save_checkpoint(directory: Path, network, optimizer, scheduler, state: Train
 
 def _write_checkpoint(staging: Path, directory: Path, network, optimizer, scheduler, state: TrainingState,
                       run_record: dict, best_metrics: dict | None) -> None:
-    from safetensors.torch import save_file
-
     weights = {k: v.detach().contiguous() for k, v in network.state_dict().items()}
     save_file(weights, str(staging / "model.safetensors"))
     previous_best = directory / "best.safetensors"
@@ -85,8 +84,6 @@ def _write_checkpoint(staging: Path, directory: Path, network, optimizer, schedu
 
 
 def load_checkpoint(directory: Path, network, optimizer, scheduler) -> None:
-    from safetensors.torch import load_file
-
     record = json.loads((directory / "state.json").read_text(encoding="utf-8"))
     network.load_state_dict(load_file(str(directory / "model.safetensors")))
     tensors = load_file(str(directory / "optimizer.safetensors"))
@@ -102,8 +99,6 @@ def load_checkpoint(directory: Path, network, optimizer, scheduler) -> None:
 
 def write_final(output: Path, network, tokenizer, metric_name: str, state: TrainingState, run_record: dict, log):
     """Replace `output` by the best epoch's weights as a transformers model + tokenizer + bertkit.json (checkpoint gone)."""
-    from safetensors.torch import load_file
-
     checkpoint = output / CHECKPOINT
     network.load_state_dict(load_file(str(checkpoint / "best.safetensors")))
     metrics = json.loads((checkpoint / "best_metrics.json").read_text(encoding="utf-8"))

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from transformers import AutoTokenizer
 
 from ...errors import InputError
 from ...io.conll import TaggedData, read_labelled_text, read_tagged
@@ -85,8 +86,6 @@ def word_tokenizer(encoder):
         encoder.tokenizer([["a", "b"]], is_split_into_words=True)
         return encoder.tokenizer
     except ValueError:
-        from transformers import AutoTokenizer
-
         source = encoder.loaded.source
         return AutoTokenizer.from_pretrained(source.path, add_prefix_space=True, local_files_only=source.kind != "hub")
 

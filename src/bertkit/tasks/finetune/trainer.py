@@ -14,6 +14,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
+from transformers import (
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
 
 from ...encoder.models import quiet_transformers
 from ...errors import ModelLoadError
@@ -28,11 +33,6 @@ from .prepare import Prepared
 
 def build_model(encoder, task: str, labels: list[str]):
     """A `...ForSequence/TokenClassification` model whose encoder weights are the loaded encoder's (head random)."""
-    from transformers import (
-        AutoModelForSequenceClassification,
-        AutoModelForTokenClassification,
-    )
-
     config = copy.deepcopy(encoder.model.config)
     config.num_labels = len(labels)
     config.id2label = dict(enumerate(labels))
@@ -195,7 +195,5 @@ def _deferred_interrupt(log: Callable[[str], None]):
 
 
 def _bar(total: int, epoch: int, epochs: int, progress: bool | None):
-    from tqdm.auto import tqdm
-
     disable = (not sys.stderr.isatty()) if progress is None else not progress
     return tqdm(total=total, unit="ex", desc=f"epoch {epoch + 1}/{epochs}", disable=disable, leave=False)

@@ -1,0 +1,136 @@
+"""OS and file-format errors at the CLI boundary: one 'error:' line (path, problem, advice), exit 2, no output left."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import sys
+
+import pytest
+
+from bertkit import cli
+from bertkit.cli.errors import describe_os_error, user_message
+from bertkit.encoder.models import default_model_dir
+
+
+def run(monkeypatch, capsys, *args):
+    monkeypatch.setattr(sys, "argv", ["bertkit", *map(str, args)])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main()
+    captured = capsys.readouterr()
+    return exit_info.value.code or 0, captured.out, captured.err
+
+
+def error_line(err: str) -> str:
+    """The single error line; anything else on stderr must be a warning, never a traceback."""
+    assert "Traceback" not in err, err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, err
+    return errors[0]
+
+
+@pytest.fixture
+def texts(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text("a good film\na bad film\n")
+    return path
+
+
+def leftovers(folder) -> list[str]:
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+def test_missing_input_file(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(monkeypatch, capsys, "embed", "nope.tsv", "-o", "v.npy")
+    line = error_line(err)
+    assert code == 2 and out == ""
+    assert line.startswith("error: nope.tsv: no such file or directory; check the path") and str(tmp_path) in line
+    assert leftovers(tmp_path) == []
+
+
+def test_input_that_is_a_directory(monkeypatch, capsys, tmp_path):
+    (tmp_path / "folder").mkdir()
+    code, _, err = run(monkeypatch, capsys, "embed", tmp_path / "folder", "-o", tmp_path / "v.npy")
+    assert code == 2 and "folder: is a directory; give a file path" in error_line(err)
+    assert leftovers(tmp_path) == ["folder"]
+
+
+def test_output_whose_folder_is_a_file(monkeypatch, capsys, tmp_path, texts):
+    code, _, err = run(monkeypatch, capsys, "embed", texts, "-o", texts / "v.npy")
+    assert code == 2 and f"{texts} is a file, not a directory" in error_line(err)
+    assert leftovers(tmp_path) == ["in.txt"]
+
+
+def test_output_that_is_a_directory(monkeypatch, capsys, tmp_path, texts):
+    (tmp_path / "out.npy").mkdir()
+    code, _, err = run(monkeypatch, capsys, "embed", texts, "-o", tmp_path / "out.npy")
+    assert code == 2 and "out.npy is a directory; give a file name inside it" in error_line(err)
+
+
+def test_output_folder_without_write_permission(monkeypatch, capsys, tmp_path, texts):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    if os.access(locked, os.W_OK):  # root may write anywhere: make the permission check see what a user would
+        real_access = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if str(p) == str(locked) else real_access(p, mode, **kw))
+    code, _, err = run(monkeypatch, capsys, "embed", texts, "-o", locked / "v.npy")
+    assert code == 2 and f"cannot write in {locked} (permission denied)" in error_line(err)
+    assert leftovers(locked) == []
+
+
+@pytest.mark.parametrize("failure, expected", [
+    (PermissionError(errno.EACCES, "Permission denied"), "permission denied; choose a location you may use"),
+    (OSError(errno.ENOSPC, "No space left on device"), "no space left on the device; free some space"),
+])
+def test_write_failure_mid_run_leaves_nothing(monkeypatch, capsys, tmp_path, texts, failure, expected):
+    """The disk fills (or a permission flips) while the vectors are written: one line, and no partial file."""
+    target = tmp_path / "out" / "v.npy"
+    real_pwrite = os.pwrite
+
+    def failing_pwrite(handle, data, offset):
+        real_pwrite(handle, data[: len(data) // 2], offset)  # half-written, like a full disk
+        raise failure
+
+    monkeypatch.setattr(os, "pwrite", failing_pwrite)
+    code, _, err = run(monkeypatch, capsys, "embed", texts, "-o", target)
+    line = error_line(err)
+    assert code == 2 and expected in line
+    assert leftovers(target.parent) == []  # no output, no partial file, no progress record
+
+
+@pytest.fixture(scope="module")
+def damaged_models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("damaged")
+    source = default_model_dir()
+    truncated = shutil.copytree(source, root / "truncated")
+    (truncated / "model.safetensors").write_bytes((source / "model.safetensors").read_bytes()[:4096])
+    garbage = shutil.copytree(source, root / "garbage")
+    (garbage / "model.safetensors").write_bytes(b"\x00" * 64)
+    bad_tokenizer = shutil.copytree(source, root / "bad_tokenizer")
+    (bad_tokenizer / "tokenizer.json").write_text("{not json")
+    return {"truncated": truncated, "garbage": garbage, "bad_tokenizer": bad_tokenizer}
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("truncated", "the weights file is truncated or corrupt"),
+    ("garbage", "the weights file is truncated or corrupt"),
+    ("bad_tokenizer", "cannot load a tokenizer from"),
+])
+def test_damaged_model_directory(monkeypatch, capsys, tmp_path, texts, damaged_models, name, expected):
+    code, _, err = run(monkeypatch, capsys, "embed", texts, "-o", tmp_path / "v.npy", "--model", damaged_models[name])
+    line = error_line(err)
+    assert code == 2 and expected in line and str(damaged_models[name]) in line
+    assert not (tmp_path / "v.npy").exists()
+
+
+def test_bugs_keep_their_traceback():
+    assert user_message(RuntimeError("a bug")) is None
+    assert user_message(ZeroDivisionError()) is None
+
+
+def test_describe_os_error_names_both_paths_of_a_rename():
+    exc = OSError(errno.EXDEV, "Invalid cross-device link", "/a/x.tmp", None, "/b/x")
+    assert describe_os_error(exc) == "/a/x.tmp → /b/x: Invalid cross-device link; check the path and try again."
