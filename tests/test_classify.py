@@ -8,7 +8,7 @@ import pytest
 import tiny_models
 from conftest import shared_file
 
-from bertkit import InputError, ModelLoadError, TextClassifier
+from bertkit import BertVectorizer, InputError, ModelLoadError, TextClassifier
 from bertkit.io.readers import read_labelled, sample_path
 
 
@@ -21,7 +21,7 @@ def sample():
 @pytest.mark.parametrize("kind", ["logreg", "linear-svm", "mlp"])
 def test_save_load_predicts_identically(sample, tmp_path, kind):
     texts, labels = sample
-    classifier = TextClassifier(layers="last", classifier=kind, cv=3).fit(texts, labels)
+    classifier = TextClassifier(BertVectorizer(layers="last"), classifier=kind, cv=3).fit(texts, labels)
     assert set(classifier.classes_) == {"negative", "positive"}
     assert classifier.score(texts, labels) > 0.9
     saved = classifier.save(tmp_path / "run", metrics={"note": "x"})
@@ -38,17 +38,17 @@ def test_save_load_predicts_identically(sample, tmp_path, kind):
 
 def test_C_is_chosen_by_cross_validation(sample):
     texts, labels = sample
-    classifier = TextClassifier(layers="last", cv=4).fit(texts, labels)
+    classifier = TextClassifier(BertVectorizer(layers="last"), cv=4).fit(texts, labels)
     assert classifier.C_ in classifier.cv_scores_
     assert classifier.cv_scores_[classifier.C_] == max(classifier.cv_scores_.values())
-    fixed = TextClassifier(layers="last", C=0.5).fit(texts, labels)
+    fixed = TextClassifier(BertVectorizer(layers="last"), C=0.5).fit(texts, labels)
     assert fixed.C_ == 0.5 and fixed.cv_scores_ == {}
 
 
 def test_integer_and_multiclass_labels(sample):
     texts = sample[0][:30]
     labels = [i % 3 for i in range(30)]
-    classifier = TextClassifier(layers="last", C=1.0).fit(texts, labels)
+    classifier = TextClassifier(BertVectorizer(layers="last"), C=1.0).fit(texts, labels)
     assert classifier.classes_.tolist() == [0, 1, 2]
     assert classifier.predict_proba(texts[:4]).shape == (4, 3)
 
@@ -70,7 +70,7 @@ def test_bad_training_data(sample):
 def test_model_from_a_different_encoder_is_refused(sample, tmp_path):
     model_dir = tiny_models.tiny_bert(tmp_path / "enc", seed=0)
     texts, labels = sample[0][:12], sample[1][:12]
-    TextClassifier(model=str(model_dir), layers="last", C=1.0).fit(texts, labels).save(tmp_path / "run")
+    TextClassifier(BertVectorizer(model=str(model_dir), layers="last"), C=1.0).fit(texts, labels).save(tmp_path / "run")
     shutil.rmtree(model_dir)
     tiny_models.tiny_bert(tmp_path / "enc", seed=1)  # same place, other weights
     with pytest.raises(ModelLoadError, match="fingerprint.*Retrain"):
@@ -79,7 +79,7 @@ def test_model_from_a_different_encoder_is_refused(sample, tmp_path):
 
 def test_existing_run_directory_is_kept(sample, tmp_path):
     texts, labels = sample
-    classifier = TextClassifier(layers="last", C=1.0).fit(texts[:10], labels[:10])
+    classifier = TextClassifier(BertVectorizer(layers="last"), C=1.0).fit(texts[:10], labels[:10])
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "mine.txt").write_text("keep me")
     with pytest.raises(InputError, match="already exists.*--overwrite"):
@@ -94,6 +94,6 @@ def test_sst2_subset_accuracy():
     """Known accuracy: 1500 SST-2 training sentences → dev; the full set gives 84.4% (benchmarks/sst2_features.py)."""
     train = read_labelled(shared_file("sst2", "train.tsv"))
     dev = read_labelled(shared_file("sst2", "dev.tsv"))
-    classifier = TextClassifier(batch_size=128).fit(train.texts[:1500], train.labels[:1500])
+    classifier = TextClassifier(BertVectorizer(layers="all:concat", batch_size=128)).fit(train.texts[:1500], train.labels[:1500])
     accuracy = classifier.score(dev.texts, dev.labels)
     assert accuracy >= 0.78, accuracy

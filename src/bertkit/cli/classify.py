@@ -51,11 +51,13 @@ def train(
     overwrite: bool = OverwriteOption,
     model: Optional[str] = ModelOption,
     threads: Optional[int] = ThreadsOption,
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | bf16; default: the run's own (train: fp32)."),
 ) -> None:
     """Embed texts with the frozen encoder and train a classifier on the vectors (the visual guide's pipeline)."""
     from ..io.readers import read_labelled
     from ..io.writers import check_new_directory
     from ..tasks.classify import TextClassifier
+    from ..tasks.vectorizer import BertVectorizer
     from ..tasks.labels import check_known_labels, split_holdout
     from ..tasks.report import classification_metrics, format_metrics, write_report
 
@@ -69,10 +71,10 @@ def train(
     else:
         texts, dev_texts, labels, dev_labels = split_holdout(texts, labels, test_size, seed)
         dev_source = f"{test_size:.0%} stratified split of {train_file} (seed {seed})"
-    estimator = TextClassifier(
-        model=model, layers=layers, pooling=pooling, classifier=classifier, C=c_value, cv=cv, scale=scale, seed=seed,
-        max_length=max_length, batch_size=batch_size, cache=cache_option(no_cache, cache_dir), threads=threads,
-    )
+    vectorizer = BertVectorizer(model=model, layers=layers, pooling=pooling, max_length=max_length,
+                                batch_size=batch_size, cache=cache_option(no_cache, cache_dir), threads=threads,
+                                precision=precision or "fp32")
+    estimator = TextClassifier(vectorizer, classifier=classifier, C=c_value, cv=cv, scale=scale, seed=seed)
     estimator.check_training_labels(labels)
     say(f"training on {len(texts)} texts ({len(set(map(str, labels)))} classes), evaluating on {len(dev_texts)}: {dev_source}")
     estimator.fit(texts, labels)
@@ -106,15 +108,16 @@ def evaluate(
     cache_dir: Optional[Path] = CacheDirOption,
     no_cache: bool = NoCacheOption,
     threads: Optional[int] = ThreadsOption,
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | bf16; default: the run's own (train: fp32)."),
 ) -> None:
     """Score a saved model: accuracy, macro-F1, per-class table, confusion matrix; taggers: entity P/R/F1 per type."""
     from ..io.readers import read_labelled
     from ..tasks.finetuned import FineTunedTagger
-    from ..tasks.load import load_run
     from ..tasks.labels import check_known_labels
+    from ..tasks.load import load_run
     from ..tasks.report import classification_metrics, format_metrics
 
-    estimator = load_run(run, cache=cache_option(no_cache, cache_dir), threads=threads)
+    estimator = load_run(run, cache=cache_option(no_cache, cache_dir), threads=threads, precision=precision)
     if isinstance(estimator, FineTunedTagger):
         from ..io.conll import read_tagged
         from ..tasks.tagging import entity_scores, format_entity_scores
@@ -148,6 +151,7 @@ def predict(
     cache_dir: Optional[Path] = CacheDirOption,
     no_cache: bool = NoCacheOption,
     threads: Optional[int] = ThreadsOption,
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | bf16; default: the run's own (train: fp32)."),
 ) -> None:
     """Label texts (or every row of a file) with a saved model; taggers print each entity with its character span."""
     import csv
@@ -158,7 +162,7 @@ def predict(
     from ..tasks.finetuned import FineTunedTagger
     from ..tasks.load import load_run
 
-    estimator = load_run(run, cache=cache_option(no_cache, cache_dir), threads=threads)
+    estimator = load_run(run, cache=cache_option(no_cache, cache_dir), threads=threads, precision=precision)
     if len(inputs) == 1 and Path(inputs[0]).is_file():
         texts = read_texts(inputs[0], column_spec(column), header=header)[0]
     else:

@@ -20,6 +20,8 @@ HeaderOption = typer.Option(None, "--header/--no-header", help="First line is a 
 CacheDirOption = typer.Option(None, "--cache-dir", help="Embedding cache directory (default ~/.cache/bertkit/embeddings).")
 NoCacheOption = typer.Option(False, "--no-cache", help="Do not read or write the embedding cache.")
 OverwriteOption = typer.Option(False, "--overwrite", help="Replace an existing output directory.")
+PrecisionOption = typer.Option(
+    "fp32", "--precision", help="fp32 (default) | bf16 (only on CPUs with native bf16: AMX / AVX512-BF16).")
 RunArgument = typer.Argument(..., help="A run directory written by `bertkit train` or `bertkit finetune`.")
 
 

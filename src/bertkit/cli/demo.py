@@ -8,6 +8,7 @@ from ..encoder.encode import Encoder
 from ..io.readers import read_labelled, sample_path
 from ..tasks.classify import TextClassifier
 from ..tasks.labels import split_holdout
+from ..tasks.vectorizer import BertVectorizer
 from ..tasks.report import classification_metrics
 from .format import format_table
 
@@ -54,7 +55,7 @@ def run_demo(model: str | None = None) -> None:
     echo("\n6. The visual guide's pipeline on bertkit's own sample (80 labelled reviews):")
     sample = read_labelled(sample_path("reviews.tsv"), "text", "label")
     train_x, test_x, train_y, test_y = split_holdout(sample.texts, sample.labels, 0.25, seed=0)
-    classifier = TextClassifier(model=model).fit(train_x, train_y)
+    classifier = TextClassifier(BertVectorizer(model=model)).fit(train_x, train_y)
     metrics = classification_metrics(test_y, classifier.predict(test_x), classifier.classes_, classifier.majority_class_)
     echo(f"   features: layers=all:concat pooling=mean → {classifier.vectorizer_.n_features_out_} dims, standardised; "
          f"logistic regression with C={classifier.C_:g} chosen by {classifier.cv}-fold CV")

@@ -12,6 +12,7 @@ import typer
 from ..encoder.defaults import DEFAULT_BATCH_SIZE
 from .common import (
     ModelOption,
+    PrecisionOption,
     ThreadsOption,
     app,
     column_spec,
@@ -67,7 +68,7 @@ def embed(
     threads: Optional[int] = ThreadsOption,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
     chunk_rows: int = typer.Option(4096, "--chunk-rows", help="Rows read, embedded and written per chunk (memory and resume granularity)."),
-    precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 (bf16 only on CPUs with native bf16: AMX / AVX512-BF16)."),
+    precision: str = PrecisionOption,
 ) -> None:
     """Embed every text of a file and write the vectors (streamed in chunks; an interrupted run resumes)."""
     from ..encoder.pooling import parse_pooling

@@ -126,11 +126,12 @@ def word_spans_of(text: Text) -> tuple[str, list[tuple[int, int]]]:
     return " ".join(text), spans
 
 
-def check_texts(texts: Sequence, name: str = "texts") -> list:
-    """Reject None/NaN and non-string inputs with the row number; an empty string is valid."""
-    if isinstance(texts, str):
-        raise InputError(f"{name} must be a list of strings; wrap a single text in a list: [{texts[:40]!r}].")
-    checked = list(texts)
+def check_texts(texts: str | Sequence, name: str = "texts") -> list:
+    """Texts as a list, rejecting None/NaN and non-strings with the row number; '' is valid.
+
+    One string is one text: the rule of every bertkit embed, transform and predict.
+    """
+    checked = [texts] if isinstance(texts, str) else list(texts)
     for row, text in enumerate(checked):
         if text is None or (isinstance(text, float) and np.isnan(text)):
             raise InputError(f"{name}[{row}] is missing (None/NaN); give a string ('' is fine).")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 from safetensors.numpy import load_file
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV, StratifiedKFold, cross_val_predict
 from sklearn.neural_network import MLPClassifier
@@ -18,7 +19,6 @@ from sklearn.svm import LinearSVC
 from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import threadpool_limits
 
-from ..encoder.defaults import DEFAULT_BATCH_SIZE
 from ..errors import InputError, ModelLoadError
 from .labels import check_class_counts, check_labels
 from .runs import (
@@ -33,11 +33,17 @@ from .runs import (
 from .vectorizer import BertVectorizer
 
 CLASSIFIERS = ("logreg", "linear-svm", "mlp")
+DEFAULT_FEATURES = {"layers": "all:concat", "pooling": "mean"}
+SAVED_VECTORIZER_PARAMS = ("layers", "pooling", "max_length", "long_text", "batch_size")
 C_GRID = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 1.0)
 
 
 class TextClassifier(ClassifierMixin, BaseEstimator):
     """The visual guide's pipeline as one estimator: BERT sentence vectors → (scaled) → a classifier.
+
+    vectorizer: the `BertVectorizer` that makes the features (model, layers, pooling, precision, cache, ...);
+    None means `BertVectorizer(layers="all:concat", pooling="mean")`. It is cloned in `fit` (`vectorizer_`), so
+    grid searches reach its options as `vectorizer__layers`, `vectorizer__pooling`, ...
 
     C=None picks the regularisation by stratified cross-validation on the training set (`C_`, `cv_scores_`).
     The defaults (mean of every layer, concatenated, standardised, logistic regression) reach 84.4% on SST-2 dev
@@ -46,38 +52,25 @@ class TextClassifier(ClassifierMixin, BaseEstimator):
 
     def __init__(
         self,
-        model: str | None = None,
-        layers: str = "all:concat",
-        pooling: str = "mean",
+        vectorizer: BertVectorizer | None = None,
         classifier: str = "logreg",
         C: float | None = None,
         cv: int = 5,
         scale: bool = True,
         seed: int = 0,
-        max_length: int | None = None,
-        long_text: str = "truncate",
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        cache: str | Path | None = "memory",
-        progress: bool | None = None,
-        threads: int | None = None,
     ):
-        self.model = model
-        self.layers = layers
-        self.pooling = pooling
+        self.vectorizer = vectorizer
         self.classifier = classifier
         self.C = C
         self.cv = cv
         self.scale = scale
         self.seed = seed
-        self.max_length = max_length
-        self.long_text = long_text
-        self.batch_size = batch_size
-        self.cache = cache
-        self.progress = progress
-        self.threads = threads
 
     # ---- fitting ------------------------------------------------------------------------------------------------
     def fit(self, X: Sequence[str], y: Sequence) -> "TextClassifier":
+        """Embed X with a clone of `vectorizer`, then fit the scaler and the head (C by cross-validation unless given)."""
+        if isinstance(X, str):
+            raise InputError("fit takes a list of texts and a list of labels, not one string.")
         if len(y) != len(X):
             raise InputError(f"{len(X)} texts but {len(y)} labels.")
         self.classes_, codes = self.check_training_labels(y)
@@ -115,11 +108,7 @@ class TextClassifier(ClassifierMixin, BaseEstimator):
         return classes, codes
 
     def _vectorizer(self) -> BertVectorizer:
-        return BertVectorizer(
-            model=self.model, layers=self.layers, pooling=self.pooling, max_length=self.max_length,
-            long_text=self.long_text, batch_size=self.batch_size, cache=self.cache, progress=self.progress,
-            threads=self.threads,
-        )
+        return clone(self.vectorizer) if self.vectorizer is not None else BertVectorizer(**DEFAULT_FEATURES)
 
     def _scaled(self, features: np.ndarray) -> np.ndarray:
         return self.scaler_.transform(features).astype(np.float32) if self.scaler_ is not None else features
@@ -157,7 +146,8 @@ class TextClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "head_")
         return self.vectorizer_.transform(X)
 
-    def predict_proba(self, X: Sequence[str]) -> np.ndarray:
+    def predict_proba(self, X: str | Sequence[str]) -> np.ndarray:
+        """(n_texts, n_classes) probabilities in `classes_` order; a single string is one text (one row)."""
         return self.predict_proba_features(self.features(X))
 
     def predict_proba_features(self, features: np.ndarray) -> np.ndarray:
@@ -169,7 +159,8 @@ class TextClassifier(ClassifierMixin, BaseEstimator):
                 return self.head_.calibrator_.predict_proba(_as_2d(self.head_.decision_function(features)))
             return self.head_.predict_proba(features)
 
-    def predict(self, X: Sequence[str]) -> np.ndarray:
+    def predict(self, X: str | Sequence[str]) -> np.ndarray:
+        """The most probable class of each text; a single string is one text (an array of one label)."""
         return self.classes_[self.predict_proba(X).argmax(axis=1)]
 
     # ---- persistence ---------------------------------------------------------------------------------------------
@@ -191,7 +182,8 @@ class TextClassifier(ClassifierMixin, BaseEstimator):
                 "architecture": type(self.vectorizer_.encoder_.model).__name__,
             },
             "features": self.vectorizer_.feature_options(),
-            "params": {k: v for k, v in self.get_params().items() if k not in ("cache", "progress", "threads", "model")},
+            "vectorizer": {k: self.vectorizer_.get_params()[k] for k in SAVED_VECTORIZER_PARAMS},
+            "params": self.get_params(deep=False) | {"vectorizer": None},
             "classes": self.classes_.tolist(),
             "majority_class": to_json_value(self.majority_class_) if isinstance(self.majority_class_, np.generic) else self.majority_class_,
             "C": self.C_,
@@ -204,12 +196,28 @@ class TextClassifier(ClassifierMixin, BaseEstimator):
         return write_run_directory(directory, {CONFIG_FILE: json.dumps(record, indent=2, default=to_json_value)}, arrays, overwrite)
 
     @classmethod
-    def load(cls, directory: str | Path, *, cache: str | Path | None = "memory", threads: int | None = None) -> "TextClassifier":
-        """Rebuild a saved classifier; refuses when the encoder no longer has the fingerprint it was trained with."""
+    def load(cls, directory: str | Path, *, cache: str | Path | None = "memory", threads: int | None = None,
+             precision: str | None = None) -> "TextClassifier":
+        """Rebuild a saved classifier; refuses when the encoder no longer has the fingerprint it was trained with.
+
+        precision=None uses the precision the run was trained with; another one works but warns, since its vectors
+        differ slightly from those the classifier learned on.
+        """
         record = read_run_config(directory, expected_kind=KIND_FEATURES)
         params = dict(record["params"])
+        # runs saved before bertkit 0.2 kept the vectorizer's options among the classifier's own parameters
+        saved_vectorizer = record.get("vectorizer") or {k: params[k] for k in SAVED_VECTORIZER_PARAMS if k in params}
+        params = {k: v for k, v in params.items() if k in ("classifier", "C", "cv", "scale", "seed")}
+        trained_precision = record.get("features", {}).get("precision", "fp32")
+        precision = precision or trained_precision
+        if precision != trained_precision:
+            warnings.warn(
+                f"{directory} was trained on {trained_precision} vectors and is now used at {precision}: its "
+                "predictions may differ slightly from the evaluated ones.", stacklevel=2)
         model = record["encoder"]["model"]
-        estimator = cls(model=None if model == "default" else model, cache=cache, threads=threads, **params)
+        vectorizer = BertVectorizer(**{**saved_vectorizer, "model": None if model == "default" else model},
+                                    cache=cache, threads=threads, precision=precision)
+        estimator = cls(vectorizer, **params)
         estimator.vectorizer_ = estimator._vectorizer().fit([])
         found = estimator.vectorizer_.encoder_.fingerprint
         if found != record["encoder"]["fingerprint"]:

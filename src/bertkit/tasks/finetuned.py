@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -12,6 +13,8 @@ import transformers
 from transformers import AutoTokenizer
 
 from ..encoder.models import quiet_transformers
+from ..encoder.precision import autocast, check_precision
+from ..encoder.tokenize import LONG_TEXT_POLICIES, check_texts
 from ..encoder.threads import set_threads
 from ..errors import InputError, ModelLoadError
 from .finetune.examples import (
@@ -32,8 +35,17 @@ EVAL_BATCH_SIZE = 64
 class _FineTuned:
     """A transformers `...ForXClassification` model and its tokenizer, run without gradients in length-sorted batches."""
 
-    def __init__(self, model, tokenizer, max_length: int, record: dict | None = None, threads: int | None = None):
+    def __init__(self, model, tokenizer, max_length: int, record: dict | None = None, threads: int | None = None,
+                 precision: str | None = None, long_text: str = "truncate"):
         set_threads(threads)
+        if long_text not in LONG_TEXT_POLICIES:
+            raise InputError(f"long_text={long_text!r}: valid values are {', '.join(LONG_TEXT_POLICIES)}.")
+        self.long_text = long_text
+        trained = (record or {}).get("precision", "fp32")
+        self.precision = check_precision(precision or trained)
+        if self.precision != trained:
+            warnings.warn(f"this model was fine-tuned and evaluated at {trained} and is now used at {self.precision}: "
+                          "its predictions may differ slightly from the evaluated ones.", stacklevel=3)
         self.model = model
         self.tokenizer = tokenizer
         self.max_length = max_length
@@ -42,8 +54,13 @@ class _FineTuned:
         self.with_type_ids = "token_type_ids" in inspect.signature(model.forward).parameters
 
     @classmethod
-    def load(cls, directory: str | Path, *, threads: int | None = None):
-        """Load with plain transformers from safetensors (what `bertkit finetune` saved), remote code off."""
+    def load(cls, directory: str | Path, *, threads: int | None = None, precision: str | None = None,
+             long_text: str = "truncate"):
+        """Load with plain transformers from safetensors (what `bertkit finetune` saved), remote code off.
+
+        precision: None runs at the precision the model was trained with; long_text: what a classifier does with a
+        text longer than its maximum length ('truncate' and say so, 'error', or 'window': average over windows).
+        """
         record = read_run_config(directory, expected_kind=cls.KIND)
         auto = getattr(transformers, cls.AUTO_CLASS)
         try:
@@ -54,14 +71,14 @@ class _FineTuned:
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"{directory}: cannot load the fine-tuned model ({exc}).") from exc
         model.eval()
-        return cls(model, tokenizer, int(record["max_length"]), record, threads)
+        return cls(model, tokenizer, int(record["max_length"]), record, threads, precision, long_text)
 
     def _logits(self, examples: Sequence[Example], batch_size: int = EVAL_BATCH_SIZE) -> list[torch.Tensor]:
         """Logits per example in input order (each [classes] or [tokens, classes])."""
         was_training = self.model.training
         self.model.eval()
         results: list[torch.Tensor | None] = [None] * len(examples)
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(self.precision):
             for rows in sorted_batches([len(e.input_ids) for e in examples], batch_size):
                 batch = collate([examples[i] for i in rows], self.tokenizer.pad_token_id, self.with_type_ids)
                 batch.pop("labels")
@@ -78,15 +95,39 @@ class FineTunedClassifier(_FineTuned):
     KIND = KIND_TEXT
     AUTO_CLASS = "AutoModelForSequenceClassification"
 
-    def predict_proba(self, texts: Sequence[str], batch_size: int = EVAL_BATCH_SIZE) -> np.ndarray:
-        texts = _check_texts(texts)
+    def predict_proba(self, texts: str | Sequence[str], batch_size: int = EVAL_BATCH_SIZE) -> np.ndarray:
+        """(n_texts, n_classes) probabilities; one string is one text. Long texts follow `long_text`."""
+        texts = check_texts(texts)
         if not texts:
             return np.zeros((0, len(self.classes_)), dtype=np.float32)
-        examples, _ = text_examples(self.tokenizer, texts, None, self.max_length)
-        logits = torch.stack(self._logits(examples, batch_size))
-        return torch.softmax(logits, dim=-1).numpy()
+        examples, owners = self._examples(texts)
+        probabilities = torch.softmax(torch.stack(self._logits(examples, batch_size)), dim=-1)
+        result = torch.zeros((len(texts), len(self.classes_)))
+        result.index_add_(0, torch.tensor(owners), probabilities)  # windows of one text: their mean probability
+        return (result / torch.bincount(torch.tensor(owners), minlength=len(texts)).unsqueeze(1)).numpy()
 
-    def predict(self, texts: Sequence[str], batch_size: int = EVAL_BATCH_SIZE) -> np.ndarray:
+    def _examples(self, texts: list[str]) -> tuple[list[Example], list[int]]:
+        """Model inputs and the text each came from: one per text, or one per window with long_text='window'."""
+        lengths = [len(ids) for ids in self.tokenizer(texts, truncation=False)["input_ids"]]
+        too_long = [row for row, n in enumerate(lengths) if n > self.max_length]
+        if too_long and self.long_text == "error":
+            row = too_long[0]
+            raise InputError(f"texts[{row}] has {lengths[row]} tokens, more than this model's maximum of "
+                             f"{self.max_length}; use long_text='truncate' or 'window'.")
+        if too_long and self.long_text == "truncate":
+            warnings.warn(f"{len(too_long)} of {len(texts)} texts were longer than {self.max_length} tokens and were "
+                          "truncated; use long_text='window' to read all of them.", stacklevel=3)
+        if self.long_text != "window" or not too_long:
+            return text_examples(self.tokenizer, texts, None, self.max_length)[0], list(range(len(texts)))
+        examples, owners = [], []
+        for row, example in enumerate(text_examples(self.tokenizer, texts, None, 10**9)[0]):
+            for window in _windows(example, self.max_length):
+                examples.append(window)
+                owners.append(row)
+        return examples, owners
+
+    def predict(self, texts: str | Sequence[str], batch_size: int = EVAL_BATCH_SIZE) -> np.ndarray:
+        """The most probable label of each text; one string is one text."""
         return self.classes_[self.predict_proba(texts, batch_size).argmax(axis=1)]
 
 
@@ -118,7 +159,7 @@ class FineTunedTagger(_FineTuned):
 
     def predict(self, texts: Sequence[str], batch_size: int = EVAL_BATCH_SIZE) -> list[list[Entity]]:
         """Entities in raw texts: type, text, character start/end, and the mean tag probability as score."""
-        texts = _check_texts(texts)
+        texts = check_texts(texts)
         split = [split_words(text) for text in texts]
         tags, scores = self.predict_word_tags([[w for w, _, _ in words] for words in split], batch_size, True)
         results = []
@@ -132,9 +173,13 @@ class FineTunedTagger(_FineTuned):
         return results
 
 
-def _check_texts(texts) -> list[str]:
-    texts = [texts] if isinstance(texts, str) else list(texts)
-    for index, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise InputError(f"texts[{index}] is a {type(text).__name__}, not a string.")
-    return texts
+def _windows(example: Example, max_length: int) -> list[Example]:
+    """A long example as overlapping windows (a quarter overlap), each with the leading and closing special tokens."""
+    ids, types = example.input_ids, example.token_type_ids
+    if len(ids) <= max_length:
+        return [example]
+    content, budget = len(ids) - 2, max_length - 2
+    step = budget - budget // 4
+    starts = list(range(0, content - budget, step)) + [content - budget]
+    return [Example([ids[0]] + ids[1 + a:1 + a + budget] + [ids[-1]], [types[0]] + types[1 + a:1 + a + budget] + [types[-1]],
+                    example.labels) for a in starts]

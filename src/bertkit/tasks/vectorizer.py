@@ -77,7 +77,8 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         self.cache_ = self._make_cache()
         return self
 
-    def transform(self, X: Sequence[str]) -> np.ndarray:
+    def transform(self, X: str | Sequence[str]) -> np.ndarray:
+        """(n_texts, n_features) float32; a single string is one text and gives one row."""
         check_is_fitted(self, "encoder_")
         texts = check_texts(_to_list(X), "X")
         if self.cache_ is None:
@@ -127,8 +128,9 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
 
 
 def _to_list(X) -> list:
+    """Texts as a list; one string is one text (the rule of every bertkit transform and predict)."""
     if isinstance(X, str):
-        raise InputError("X must be a list of texts, not one string; wrap it: [text].")
+        return [X]
     if isinstance(X, np.ndarray):
         if X.ndim == 2 and X.shape[1] == 1:
             X = X[:, 0]

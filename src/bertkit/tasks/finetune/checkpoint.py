@@ -106,6 +106,7 @@ def write_final(output: Path, network, tokenizer, metric_name: str, state: Train
     seen = sum(h["examples_per_second"] * h["seconds"] for h in history)
     record = {
         "kind": KIND_TEXT if run_record["task"] == "text" else KIND_TOKEN,
+        "precision": "fp32",  # trained and evaluated in fp32; loading at another precision warns
         "bertkit_version": package_version("bertkit"),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
         **run_record,

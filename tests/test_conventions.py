@@ -1,0 +1,184 @@
+"""One rule per thing: single strings, the held-out split, label checks, saved runs across versions, precision
+records, long texts in fine-tuned classifiers, fitted attributes, and a library that leaves global state alone."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import tiny_models
+import torch
+from sklearn.base import clone
+
+from bertkit import BertVectorizer, FineTunedClassifier, InputError, TextClassifier, finetune, load_run
+from bertkit.encoder.precision import fast_bf16_cpu
+from bertkit.io.readers import read_labelled, sample_path
+from bertkit.tasks.finetune import FinetuneArguments
+from bertkit.tasks.labels import check_known_labels, split_holdout
+from bertkit.tasks.scalar_mix import ScalarMixClassifier
+
+
+@pytest.fixture(scope="module")
+def sample():
+    data = read_labelled(sample_path("reviews.tsv"), "text", "label")
+    return data.texts, data.labels
+
+
+@pytest.fixture(scope="module")
+def feature_run(sample, tmp_path_factory):
+    texts, labels = sample
+    classifier = TextClassifier(BertVectorizer(layers="last"), C=1.0).fit(texts, labels)
+    return classifier, classifier.save(tmp_path_factory.mktemp("runs") / "features")
+
+
+@pytest.fixture(scope="module")
+def finetuned_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ft")
+    model_dir = tiny_models.tiny_bert(root / "enc", cased=True)
+    rows = [("a good film", "pos"), ("a bad film", "neg"), ("great fun", "pos"), ("awful and dull", "neg")] * 8
+    (root / "train.tsv").write_text("".join(f"{t}\t{y}\n" for t, y in rows))
+    model = finetune(root / "train.tsv", root / "train.tsv", output_dir=root / "run", model=str(model_dir),
+                     args=FinetuneArguments(epochs=1, batch_size=8, max_length=16), log=lambda _: None)
+    return model, root / "run"
+
+
+def test_one_string_is_one_text_everywhere(feature_run, finetuned_run):
+    classifier, _ = feature_run
+    model, _ = finetuned_run
+    for estimator in (classifier, model):
+        np.testing.assert_array_equal(estimator.predict_proba("a fine film"), estimator.predict_proba(["a fine film"]))
+        assert estimator.predict("a fine film").tolist() == estimator.predict(["a fine film"]).tolist()
+        assert estimator.predict_proba("a fine film").shape == (1, 2)
+    np.testing.assert_array_equal(classifier.vectorizer_.transform("a fine film"),
+                                  classifier.vectorizer_.transform(["a fine film"]))
+    with pytest.raises(InputError, match="not one string"):
+        TextClassifier().fit("a text", ["a"])
+
+
+def test_text_classifier_holds_a_vectorizer_and_takes_its_precision(sample):
+    vectorizer = BertVectorizer(layers="last", pooling="cls")
+    classifier = TextClassifier(vectorizer, C=1.0)
+    assert classifier.get_params()["vectorizer__pooling"] == "cls"  # reachable by GridSearchCV
+    assert clone(classifier).vectorizer.get_params() == vectorizer.get_params()
+    classifier.fit(*sample)
+    assert classifier.vectorizer_ is not vectorizer and not hasattr(vectorizer, "encoder_")  # fit clones it
+    assert classifier.vectorizer_.n_features_out_ == 384
+    if fast_bf16_cpu():
+        bf16 = TextClassifier(BertVectorizer(layers="last", pooling="cls", precision="bf16"), C=1.0).fit(*sample)
+        assert bf16.vectorizer_.encoder_.precision == "bf16"
+
+
+def test_runs_saved_before_the_layout_change_still_load(feature_run, tmp_path):
+    """bertkit 0.1 kept the vectorizer's options in "params": rewrite a run that way and load it."""
+    classifier, saved = feature_run
+    old = tmp_path / "old"
+    old.mkdir()
+    record = json.loads((saved / "bertkit.json").read_text())
+    vectorizer_options = record.pop("vectorizer")
+    record["params"] = {**{k: v for k, v in record["params"].items() if k != "vectorizer"}, **vectorizer_options}
+    record["features"].pop("precision")  # 0.1 runs did not record it
+    (old / "bertkit.json").write_text(json.dumps(record))
+    (old / "classifier.safetensors").write_bytes((saved / "classifier.safetensors").read_bytes())
+    loaded = load_run(old)
+    texts = ["a wonderful film", "a dull film"]
+    np.testing.assert_array_equal(loaded.predict_proba(texts), classifier.predict_proba(texts))
+    assert loaded.vectorizer_.layers == "last" and loaded.vectorizer_.encoder_.precision == "fp32"
+
+
+def test_runs_record_precision_and_warn_when_used_at_another(feature_run, finetuned_run):
+    _, saved = feature_run
+    assert json.loads((saved / "bertkit.json").read_text())["features"]["precision"] == "fp32"
+    _, run = finetuned_run
+    assert json.loads((run / "bertkit.json").read_text())["precision"] == "fp32"
+    if not fast_bf16_cpu():
+        pytest.skip("this CPU has no native bf16 (AMX / AVX512-BF16), the only other precision to load at")
+    for directory in (saved, run):
+        with pytest.warns(UserWarning, match="used at bf16"):
+            loaded = load_run(directory, precision="bf16")
+        assert loaded.predict(["a good film"]).shape == (1,)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_run(saved)  # its own precision: no warning
+
+
+def test_finetuned_classifier_follows_long_text(finetuned_run):
+    _, run = finetuned_run
+    long_text = "a good film " * 40  # 120 words, far over max_length=16
+    with pytest.raises(InputError, match=r"texts\[1\] has \d+ tokens, more than this model's maximum of 16"):
+        FineTunedClassifier.load(run, long_text="error").predict_proba(["short", long_text])
+    with pytest.warns(UserWarning, match="1 of 2 texts were longer than 16 tokens and were truncated"):
+        truncated = FineTunedClassifier.load(run).predict_proba(["short", long_text])
+    windowed_model = FineTunedClassifier.load(run, long_text="window")
+    windowed = windowed_model.predict_proba(["short", long_text])
+    np.testing.assert_allclose(windowed[0], truncated[0], atol=1e-6)  # short texts are untouched
+    # the windowed probability is the mean over windows, each scored as its own text
+    tokens = windowed_model.tokenizer(long_text)["input_ids"]
+    from bertkit.tasks.finetuned import _windows
+    from bertkit.tasks.finetune.examples import Example
+
+    windows = _windows(Example(tokens, [0] * len(tokens), -1), 16)
+    assert len(windows) > 1 and all(len(w.input_ids) <= 16 for w in windows)
+    assert {t for w in windows for t in w.input_ids[1:-1]} == set(tokens[1:-1])  # every token is read
+    texts = [windowed_model.tokenizer.decode(w.input_ids[1:-1]) for w in windows]
+    each = torch.softmax(torch.stack(windowed_model._logits(windows)), -1).numpy()
+    np.testing.assert_allclose(windowed[1], each.mean(axis=0), atol=1e-6)
+    assert len(texts) == len(windows)
+
+
+def test_one_held_out_split_for_every_trainer():
+    texts = [f"t{i}" for i in range(20)]
+    labels = ["a"] * 10 + ["b"] * 10
+    train, dev, train_labels, dev_labels = split_holdout(texts, labels, 0.25, seed=0)
+    assert sorted(train + dev) == sorted(texts) and len(dev) == 5
+    assert abs(dev_labels.count("a") - dev_labels.count("b")) <= 1  # stratified
+    assert split_holdout(texts, labels, 0.25, seed=0) == (train, dev, train_labels, dev_labels)  # seeded
+    with pytest.raises(InputError, match=r"class \['c'\] has a single example"):
+        split_holdout(texts + ["x"], labels + ["c"], 0.25, seed=0)
+    with pytest.raises(InputError, match="one class only"):
+        split_holdout(texts, ["a"] * 20, 0.25, seed=0)
+    tags = [["O", "B-PER"]] * 20
+    assert len(split_holdout(texts, tags, 0.1, seed=0, stratify=False)[1]) == 2
+
+
+def test_unknown_dev_labels_are_named_with_both_files():
+    with pytest.raises(InputError, match=r"dev\.tsv: labels \['maybe'\] never occur in train\.tsv \(known: \['no', 'yes'\]\)"):
+        check_known_labels("dev.tsv", ["yes", "maybe"], ["yes", "no", "yes"], "train.tsv")
+    check_known_labels("dev.tsv", ["yes"], ["yes", "no"], "train.tsv")
+
+
+def test_finetune_task_that_contradicts_its_arguments_raises(tmp_path):
+    with pytest.raises(InputError, match="task='token' but args.task='text'"):
+        finetune(tmp_path / "x.tsv", output_dir=tmp_path / "out", task="token", args=FinetuneArguments(task="text"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_fitted_attributes_end_with_an_underscore():
+    rng = np.random.default_rng(0)
+    blocks = rng.normal(size=(60, 3, 4)).astype(np.float32)
+    labels = (blocks[:, 1, 0] > 0).astype(int)
+    mix = ScalarMixClassifier().fit(blocks, labels)
+    learned = [name for name in vars(mix) if name not in mix.get_params()]
+    assert learned and all(name.endswith("_") for name in learned), learned
+
+
+def test_the_library_leaves_matplotlib_and_transformers_logging_alone(sample, tmp_path):
+    import matplotlib
+    import transformers
+
+    from bertkit.tasks.report import classification_metrics, write_report
+
+    backend = matplotlib.get_backend()
+    transformers.utils.logging.set_verbosity_info()
+    transformers.utils.logging.enable_progress_bar()
+    try:
+        texts, labels = sample
+        metrics = classification_metrics(labels[:20], labels[:20], sorted(set(labels)))
+        write_report(tmp_path, metrics, np.random.default_rng(0).normal(size=(20, 5)), labels[:20])
+        BertVectorizer(model=str(tiny_models.tiny_bert(tmp_path / "enc"))).fit([])
+        assert matplotlib.get_backend() == backend
+        assert transformers.utils.logging.get_verbosity() == transformers.logging.INFO
+        assert transformers.utils.logging.is_progress_bar_enabled()
+    finally:
+        transformers.utils.logging.set_verbosity_warning()
