@@ -1,0 +1,66 @@
+"""`bertkit serve`: the HTTP service (embeddings, tokenization, served runs) under uvicorn."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .common import ModelOption, app, say
+
+# Library imports sit inside the command: `bertkit --help` loads neither torch nor the web stack (start-up speed).
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+@app.command()
+def serve(
+    model: Optional[str] = ModelOption,
+    run: List[str] = typer.Option([], "--run", help="Serve a trained run at /predict/NAME: NAME=DIR (repeatable)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (default loopback only)."),
+    port: int = typer.Option(8080, "--port", "-p"),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 (CPUs with native bf16 only)."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="Torch threads (default: one per core)."),
+    concurrent_batches: int = typer.Option(1, "--concurrent-batches",
+                                           help="Forward passes in flight at once, each on its share of the threads."),
+    max_batch_tokens: int = typer.Option(2048, "--max-batch-tokens", help="Padded tokens per forward pass."),
+    max_queue_tokens: int = typer.Option(65536, "--max-queue-tokens", help="Tokens allowed to wait; beyond it 429."),
+    max_inputs: int = typer.Option(128, "--max-inputs", help="Texts per request."),
+    max_body_bytes: int = typer.Option(2_000_000, "--max-body-bytes", help="Request body limit in bytes."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Require this environment variable's value "
+                                              "as 'Authorization: Bearer <key>' (all but /health)."),
+    api_key_file: Optional[Path] = typer.Option(None, "--api-key-file", help="The same, with the key read from a file."),
+    graceful_timeout: int = typer.Option(30, "--graceful-timeout", help="Seconds SIGTERM waits for requests in flight."),
+    access_log: bool = typer.Option(False, "--access-log/--no-access-log", help="Log every request (off: faster)."),
+    log_level: str = typer.Option("info", "--log-level"),
+) -> None:
+    """Serve embeddings (TEI and OpenAI shapes), tokenization and trained runs over HTTP, with micro-batching."""
+    import uvicorn
+
+    from ..encoder.encode import Encoder
+    from ..serve.app import create_app
+    from ..serve.runs import load_runs, parse_run_specs
+    from ..serve.security import load_api_key
+    from ..serve.settings import ServeSettings
+
+    settings = ServeSettings(max_batch_tokens=max_batch_tokens, max_queue_tokens=max_queue_tokens,
+                             max_inputs=max_inputs, max_body_bytes=max_body_bytes,
+                             concurrent_batches=concurrent_batches,
+                             api_key=load_api_key(api_key_env, api_key_file)).check()
+    directories = parse_run_specs(run)
+    encoder = Encoder.from_pretrained(model, threads=threads or _cores(), precision=precision)
+    runs = load_runs(directories)
+    application = create_app(encoder, runs, settings)
+    say(f"bertkit serve: {encoder.name} ({encoder.precision}, {threads or _cores()} threads), runs: "
+        f"{', '.join(runs) or 'none'}; http://{host}:{port}")
+    config = uvicorn.Config(application, host=host, port=port, workers=1, log_level=log_level, access_log=access_log,
+                            timeout_graceful_shutdown=graceful_timeout, server_header=False)
+    # uvicorn drains on SIGTERM, then re-raises the signal; a no-op handler makes that a clean exit status 0
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    uvicorn.Server(config).run()
+    say("bertkit serve: stopped.")

@@ -1,0 +1,286 @@
+"""`create_app`: the FastAPI app of `bertkit serve` — routes, JSON errors, middleware, and the batcher's lifespan.
+
+Other faces extend it: `create_app(..., routers=[...])` or `app.include_router(...)` after it returns; the shared
+state (encoder, runs, batcher, metrics, settings) is `app.state.service`. `GET /` is left for the explainer page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from contextlib import asynccontextmanager
+from typing import Sequence
+
+import numpy as np
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..encoder.encode import Encoder
+from ..errors import BertkitError
+from .batcher import Overloaded, ShuttingDown
+from .middleware import ApiKeyMiddleware, BodyLimitMiddleware, BodyTooLarge, MetricsMiddleware
+from .runs import ServedRun
+from .schemas import (
+    ClassPrediction,
+    EmbedRequest,
+    ErrorResponse,
+    OpenAIEmbeddingRequest,
+    OpenAIEmbeddingResponse,
+    PredictRequest,
+    TagPrediction,
+    TokenizeRequest,
+    TokenVectors,
+    TokenView,
+)
+from .service import ClientGone, EmbedResult, ServeError, Service
+from .settings import ServeSettings
+
+log = logging.getLogger("bertkit.serve")
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 413, 422, 429, 500)}
+
+
+def create_app(encoder: Encoder | None = None, runs: dict[str, ServedRun] | None = None,
+               settings: ServeSettings | None = None, *, routers: Sequence[APIRouter] = ()) -> FastAPI:
+    """The service app for `encoder` (default: the packaged model) and `runs`; call it once per process."""
+    service = Service(encoder or Encoder.from_pretrained(), runs, settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        service.batcher.start()
+        try:
+            yield
+        finally:  # uvicorn has finished the requests in flight; the batcher drains what is still queued
+            await asyncio.to_thread(service.batcher.stop)
+
+    app = FastAPI(title="bertkit serve", version="0.1.0", lifespan=lifespan, responses=ERRORS,
+                  description="Embeddings from any layer with any pooling, tokenization and predictions of trained runs.")
+    app.state.service = service
+    _add_error_handlers(app)
+    app.include_router(_routes())
+    for router in routers:
+        app.include_router(router)
+    # outermost first: metrics see every answer, the key is checked before the body is read
+    app.add_middleware(BodyLimitMiddleware, limit=service.settings.max_body_bytes)
+    if service.settings.api_key:
+        app.add_middleware(ApiKeyMiddleware, key=service.settings.api_key)
+    app.add_middleware(MetricsMiddleware, metrics=service.metrics)
+    return app
+
+
+def _service(request: Request) -> Service:
+    return request.app.state.service
+
+
+def _disconnected(request: Request):
+    """A coroutine factory that returns once the client has closed the connection (the body is read by then)."""
+    async def wait() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+    return wait
+
+
+def _truncation_headers(result: EmbedResult) -> dict[str, str]:
+    headers = {"X-Bertkit-Truncated": str(len(result.truncated))}
+    if result.truncated:
+        headers["X-Bertkit-Truncated-Inputs"] = ",".join(map(str, result.truncated))
+    return headers
+
+
+def _token_vectors(result: EmbedResult, normalize: bool = False) -> list[dict]:
+    return [{"tokens": e.tokens, "word_ids": e.word_ids(), "vectors": _normalized(v, normalize).tolist()}
+            for e, v in zip(result.encoded, result.vectors)]
+
+
+def _normalized(vectors: np.ndarray, normalize: bool) -> np.ndarray:
+    if not normalize:
+        return vectors
+    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
+    return vectors / np.maximum(norms, 1e-12)
+
+
+async def _parse(request: Request, model: type[BaseModel]):
+    """The JSON body as `model`, whatever the Content-Type says (`curl -d` sends form encoding)."""
+    try:
+        return model.model_validate_json(await request.body())
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors(include_url=False)) from None
+
+
+def _body(model: type[BaseModel]) -> dict:
+    """OpenAPI description of a JSON request body (bodies are parsed by `_parse`, not by FastAPI)."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
+
+
+def _routes() -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/health", summary="Liveness: 200 while the model thread runs (no key needed)")
+    async def health(request: Request):
+        alive = _service(request).batcher.running
+        return JSONResponse({"status": "ok" if alive else "model thread stopped"}, status_code=200 if alive else 503)
+
+    @router.get("/info", summary="Model, layers, hidden size, max length, served runs, limits")
+    async def info(request: Request):
+        return _service(request).info()
+
+    @router.get("/metrics", summary="Prometheus metrics")
+    async def metrics(request: Request):
+        service = _service(request)
+        return Response(service.metrics.exposition(), media_type=service.metrics.content_type)
+
+    @router.post("/embed", response_model=list[list[float]] | list[TokenVectors], openapi_extra=_body(EmbedRequest),
+                 summary="Sentence vectors (TEI's /embed), or token vectors with pooling='none'")
+    @router.post("/", include_in_schema=False)  # TEI answers POST / too; huggingface_hub's InferenceClient posts there
+    async def embed(request: Request):
+        body = await _parse(request, EmbedRequest)
+        service = _service(request)
+        result = await service.embed(service.texts(body.inputs), body.layers, body.pooling, body.truncate,
+                                     _disconnected(request))
+        if body.pooling.strip().lower() == "none":
+            content = _token_vectors(result, body.normalize)
+        else:
+            content = _normalized(np.stack(result.vectors), body.normalize).tolist()
+        return JSONResponse(content, headers=_truncation_headers(result))
+
+    @router.post("/embed_all", response_model=list[list[list[float]]], openapi_extra=_body(EmbedRequest),
+                 summary="TEI's /embed_all: every token's vector of the chosen layers")
+    async def embed_all(request: Request):
+        body = await _parse(request, EmbedRequest)
+        service = _service(request)
+        if body.pooling not in ("mean", "none"):
+            raise ServeError(422, "invalid_input", "/embed_all returns token vectors; leave out pooling, or use /embed.")
+        result = await service.embed(service.texts(body.inputs), body.layers, "none", body.truncate,
+                                     _disconnected(request))
+        content = [_normalized(v, body.normalize).tolist() for v in result.vectors]
+        return JSONResponse(content, headers=_truncation_headers(result))
+
+    @router.post("/v1/embeddings", response_model=OpenAIEmbeddingResponse, openapi_extra=_body(OpenAIEmbeddingRequest),
+                 summary="OpenAI's embeddings API")
+    async def openai_embeddings(request: Request):
+        body = await _parse(request, OpenAIEmbeddingRequest)
+        service = _service(request)
+        names = service.model_names
+        if body.model not in names:
+            raise ServeError(404, "model_not_found", f"model {body.model!r} is not served here; use one of: "
+                             f"{', '.join(sorted(names))}.")
+        inputs = body.input
+        if not isinstance(inputs, str) and inputs and not all(isinstance(x, str) for x in inputs):
+            raise ServeError(422, "invalid_input", "input: token ids are not accepted; send a string or a list of strings.")
+        if body.pooling.strip().lower() == "none":
+            raise ServeError(422, "invalid_input", "pooling='none' gives token vectors; use /embed for those.")
+        dim = service.encoder.sentence_dim(body.layers, body.pooling)
+        if body.dimensions is not None and body.dimensions != dim:
+            raise ServeError(422, "invalid_input", f"dimensions={body.dimensions}: this model gives {dim}-dimensional "
+                             "vectors for these layers and pooling; leave dimensions out.")
+        result = await service.embed(service.texts(inputs, "input"), body.layers, body.pooling, True,
+                                     _disconnected(request))
+        data = []
+        for index, vector in enumerate(result.vectors):
+            if body.encoding_format == "base64":
+                value = base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+            else:
+                value = vector.tolist()
+            data.append({"object": "embedding", "index": index, "embedding": value})
+        usage = {"prompt_tokens": result.tokens, "total_tokens": result.tokens}
+        return JSONResponse({"object": "list", "data": data, "model": body.model, "usage": usage},
+                            headers=_truncation_headers(result))
+
+    @router.post("/tokenize", response_model=list[TokenView], openapi_extra=_body(TokenizeRequest),
+                 summary="Tokens, ids, mask, word ids, character offsets")
+    async def tokenize(request: Request):
+        body = await _parse(request, TokenizeRequest)
+        service = _service(request)
+        encoded, truncated = service.encode(service.texts(body.inputs), body.truncate)
+        views = []
+        for item in encoded:
+            offsets = item.encoding.offsets
+            if item.positions is not None:
+                offsets = [offsets[p] for p in item.positions]
+            views.append({"tokens": item.tokens, "ids": item.ids, "attention_mask": [1] * len(item.ids),
+                          "type_ids": item.type_ids, "word_ids": item.word_ids(),
+                          "offsets": [list(o) for o in offsets], "truncated": item.truncated,
+                          "full_length": item.full_length})
+        headers = {"X-Bertkit-Truncated": str(len(truncated))}
+        return JSONResponse(views, headers=headers)
+
+    @router.post("/predict/{run}", response_model=list[ClassPrediction] | list[TagPrediction], openapi_extra=_body(PredictRequest),
+                 summary="A served run's labels with probabilities, or entities with character offsets")
+    async def predict(run: str, request: Request):
+        service = _service(request)
+        service.run(run)
+        body = await _parse(request, PredictRequest)
+        return await service.predict(run, service.texts(body.inputs), _disconnected(request))
+
+    return router
+
+
+def _error(status: int, error_type: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message, "error_type": error_type}, status_code=status, headers=headers)
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[int, str, str]:
+    errors = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errors):
+        detail = next(e for e in errors if e.get("type") == "json_invalid").get("ctx", {}).get("error", "")
+        return 400, "invalid_json", f"the request body is not valid JSON ({detail}); send a JSON object."
+    parts: dict[str, str] = {}
+    for error in errors:
+        loc = ".".join(str(p) for p in error.get("loc", ()) if p != "body" and not str(p).startswith(("list[", "str")))
+        where = loc or "body"
+        if where not in parts:
+            message = error.get("msg", "invalid")
+            if error.get("type") == "extra_forbidden":
+                message = "unknown field; check its spelling"
+            elif where.split(".")[0] in ("inputs", "input") and error.get("type") == "string_type":
+                got = type(error.get("input")).__name__
+                message = f"must be a string or a list of strings, not {got}"
+            parts[where] = message
+    text = "; ".join(f"{where}: {message}" for where, message in list(parts.items())[:4])
+    return 422, "validation_error", f"{text}."
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ServeError)
+    async def serve_error(request: Request, exc: ServeError):
+        return _error(exc.status, exc.error_type, str(exc), exc.headers)
+
+    @app.exception_handler(BertkitError)
+    async def bertkit_error(request: Request, exc: BertkitError):
+        return _error(422, "invalid_input", str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError):
+        return _error(*_validation_message(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        kinds = {404: "not_found", 405: "method_not_allowed"}
+        message = {404: f"no endpoint {request.url.path}; see /docs for the API.",
+                   405: f"{request.method} is not allowed on {request.url.path}."}.get(exc.status_code, str(exc.detail))
+        return _error(exc.status_code, kinds.get(exc.status_code, "http_error"), message, exc.headers)
+
+    @app.exception_handler(Overloaded)
+    async def overloaded(request: Request, exc: Overloaded):
+        return _error(429, "overloaded", str(exc), {"Retry-After": str(exc.retry_after)})
+
+    @app.exception_handler(ShuttingDown)
+    async def shutting_down(request: Request, exc: ShuttingDown):
+        return _error(503, "shutting_down", str(exc), {"Retry-After": "5"})
+
+    @app.exception_handler(BodyTooLarge)
+    async def too_large(request: Request, exc: BodyTooLarge):
+        return _error(413, "payload_too_large", str(exc))
+
+    @app.exception_handler(ClientGone)
+    async def client_gone(request: Request, exc: ClientGone):
+        return _error(499, "client_closed_request", "the client closed the connection; the request was dropped.")
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception):
+        log.error("request %s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
+        return _error(500, "internal_error", "the server failed on this request (it keeps serving others); "
+                      "the server log has the details.")

@@ -1,0 +1,278 @@
+"""The one queue and the one model thread: requests → rows → token-budget batches → one forward → each its rows.
+
+The event loop only appends to the queue and awaits a future; every forward pass runs on the batcher's thread
+(or, with `concurrent_batches` > 1, on a small pool it feeds, each pass on its share of the torch threads).
+A batch takes rows first-come first-served until the padded size (rows × longest row) would pass
+`max_batch_tokens`, sorts them by length and pads once. Layer selection and pooling then run per request with the
+library's own `LayerSelection.apply` and `pool_sentences`, so a request's vectors do not depend on its batch mates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ..encoder.encode import Encoder
+from ..encoder.layers import LayerSelection
+from ..encoder.pooling import pool_sentences
+from ..encoder.threads import threads_per_batch
+from ..encoder.tokenize import Batch, pad_ids
+from .metrics import Metrics
+
+log = logging.getLogger("bertkit.serve")
+
+
+class Overloaded(Exception):
+    """The queue holds `max_queue_tokens` already: answer 429 and ask the client to retry after `retry_after` s."""
+
+    def __init__(self, queued_tokens: int, retry_after: int):
+        super().__init__(f"the server is busy ({queued_tokens} tokens are waiting); retry after {retry_after} s")
+        self.retry_after = retry_after
+
+
+class ShuttingDown(Exception):
+    """The server is stopping and takes no new work."""
+
+
+@dataclass(eq=False)
+class EmbedJob:
+    """One request's texts as token ids, with the layers and pooling it asked for; rows may span several batches."""
+
+    ids: list[list[int]]
+    type_ids: list[list[int]]
+    selection: LayerSelection
+    methods: tuple[str, ...]
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    cancelled: bool = False  # the client went away: rows not yet taken are dropped
+    failed: bool = False
+    next_row: int = 0
+    done_rows: int = 0
+    results: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.results = [None] * len(self.ids)
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(row) for row in self.ids)
+
+    def tokens_left(self) -> int:
+        return sum(len(row) for row in self.ids[self.next_row:])
+
+
+@dataclass(eq=False)
+class CallJob:
+    """Other work that must run on the model thread (a served run's own predict), with its estimated token count."""
+
+    call: Callable[[], Any]
+    tokens: int
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    cancelled: bool = False
+    failed: bool = False
+
+    def tokens_left(self) -> int:
+        return self.tokens
+
+
+def _settle(future: asyncio.Future, result: Any = None, error: BaseException | None = None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _deliver(job, result: Any = None, error: BaseException | None = None) -> None:
+    try:
+        job.loop.call_soon_threadsafe(_settle, job.future, result, error)
+    except RuntimeError:  # the event loop is closed: nobody is waiting any more
+        pass
+
+
+class Batcher:
+    """Token-budget micro-batcher around one `Encoder`: `submit` from the event loop, forwards on its own thread."""
+
+    def __init__(self, encoder: Encoder, metrics: Metrics, max_batch_tokens: int, max_queue_tokens: int,
+                 concurrent_batches: int = 1):
+        self.encoder = encoder
+        self.metrics = metrics
+        self.max_batch_tokens = max_batch_tokens
+        self.max_queue_tokens = max_queue_tokens
+        self.workers = concurrent_batches
+        self._cond = threading.Condition()
+        self._queue: deque = deque()
+        self._queued_tokens = 0
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._slots = threading.Semaphore(concurrent_batches)
+        self._job_lock = threading.Lock()
+        self._tokens_per_second = 0.0
+
+    # ---- the event loop's side --------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="bertkit-batcher", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Finish everything queued, then end the thread (the graceful-shutdown drain)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def submit(self, job: EmbedJob | CallJob) -> None:
+        """Queue a job or raise `Overloaded` at once; a job alone in an empty queue is always taken."""
+        tokens = job.tokens
+        with self._cond:
+            if self._stopping:
+                raise ShuttingDown("the server is shutting down and takes no new requests")
+            if self._queue and self._queued_tokens + tokens > self.max_queue_tokens:
+                self.metrics.rejected.inc()
+                rate = self._tokens_per_second or 1000.0
+                raise Overloaded(self._queued_tokens, max(1, math.ceil(self._queued_tokens / rate)))
+            self._queue.append(job)
+            self._queued_tokens += tokens
+            self._gauges()
+            self._cond.notify()
+
+    def queue_depth(self) -> tuple[int, int]:
+        """(requests, tokens) waiting."""
+        with self._cond:
+            return len(self._queue), self._queued_tokens
+
+    # ---- the model thread -------------------------------------------------------------------------------------
+    def _gauges(self) -> None:
+        self.metrics.queue_requests.set(len(self._queue))
+        self.metrics.queue_tokens.set(self._queued_tokens)
+
+    def _take(self) -> list[tuple[EmbedJob, int]] | CallJob:
+        """Rows first come first served up to the padded token budget, or one `CallJob`. Caller holds the lock."""
+        taken: list[tuple[EmbedJob, int]] = []
+        longest = 0
+        while self._queue:
+            job = self._queue[0]
+            if job.cancelled or job.failed:
+                self._queue.popleft()
+                self._queued_tokens -= job.tokens_left()
+                if job.cancelled:
+                    self.metrics.dropped.inc()
+                continue
+            if isinstance(job, CallJob):
+                if taken:
+                    break
+                self._queue.popleft()
+                self._queued_tokens -= job.tokens
+                return job
+            while job.next_row < len(job.ids):
+                length = len(job.ids[job.next_row])
+                width = max(longest, length)
+                if taken and width * (len(taken) + 1) > self.max_batch_tokens:
+                    return taken
+                taken.append((job, job.next_row))
+                longest = width
+                job.next_row += 1
+                self._queued_tokens -= length
+            self._queue.popleft()
+        return taken
+
+    def _run(self) -> None:
+        with ExitStack() as stack:
+            pool = None
+            if self.workers > 1:
+                stack.enter_context(threads_per_batch(self.workers))
+                pool = stack.enter_context(ThreadPoolExecutor(self.workers, thread_name_prefix="bertkit-forward"))
+            while True:
+                with self._cond:
+                    while not self._queue and not self._stopping:
+                        self._cond.wait()
+                    if not self._queue:
+                        break  # stopping, and everything queued has been taken
+                    work = self._take()
+                    self._gauges()
+                if isinstance(work, CallJob):
+                    self._run_call(work)
+                elif work:
+                    self._slots.acquire()
+                    if pool is None:
+                        self._run_batch(work)
+                    else:
+                        pool.submit(self._run_batch, work)
+            for _ in range(self.workers):  # wait for batches still in flight
+                self._slots.acquire()
+
+    def _run_call(self, job: CallJob) -> None:
+        try:
+            _deliver(job, job.call())
+        except Exception as exc:  # noqa: BLE001  (the error goes to that request only)
+            log.exception("a served run's prediction failed")
+            _deliver(job, error=exc)
+
+    def _run_batch(self, taken: list[tuple[EmbedJob, int]]) -> None:
+        try:
+            self._forward_and_pool(taken)
+        except Exception as exc:  # noqa: BLE001  (a crashed batch fails only its own requests)
+            log.exception("a batch of %d inputs failed", len(taken))
+            self.metrics.failed_batches.inc()
+            for job in {job for job, _ in taken}:
+                with self._job_lock:
+                    first = not job.failed
+                    job.failed = True
+                if first:
+                    _deliver(job, error=exc)
+        finally:
+            self._slots.release()
+
+    def _forward_and_pool(self, taken: list[tuple[EmbedJob, int]]) -> None:
+        taken = [t for t in taken if not t[0].cancelled]
+        if not taken:
+            return
+        taken.sort(key=lambda t: len(t[0].ids[t[1]]), reverse=True)
+        input_ids, mask, type_ids = pad_ids([job.ids[row] for job, row in taken],
+                                            [job.type_ids[row] for job, row in taken],
+                                            self.encoder.tokenizer.pad_token_id)
+        started = time.perf_counter()
+        out = self.encoder.forward(Batch(input_ids, mask, type_ids, [], []))
+        real_tokens = int(mask.sum())
+        positions: dict[EmbedJob, list[int]] = {}
+        for position, (job, _) in enumerate(taken):
+            positions.setdefault(job, []).append(position)
+        selected: dict[LayerSelection, torch.Tensor] = {}
+        for job, where in positions.items():
+            if job.selection not in selected:
+                selected[job.selection] = job.selection.apply(out.hidden_states)
+            index = torch.tensor(where)
+            vectors, masks = selected[job.selection][index], mask[index]
+            if job.methods == ("none",):
+                rows: list[np.ndarray] = [vectors[k, : int(masks[k].sum())].float().numpy() for k in range(len(where))]
+            else:
+                pooler = out.pooler_output[index] if out.pooler_output is not None else None
+                rows = list(pool_sentences(vectors, masks, job.methods, pooler).float().numpy())
+            for position, row_vectors in zip(where, rows):
+                job.results[taken[position][1]] = row_vectors
+            with self._job_lock:
+                job.done_rows += len(where)
+                complete = job.done_rows == len(job.ids) and not job.failed
+            if complete:
+                _deliver(job, job.results)
+        seconds = time.perf_counter() - started
+        self._tokens_per_second = real_tokens / seconds if seconds > 0 else 0.0
+        self.metrics.observe_batch(len(taken), int(mask.numel()), real_tokens, seconds, self._tokens_per_second)

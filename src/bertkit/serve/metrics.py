@@ -1,0 +1,51 @@
+"""Prometheus metrics of one server (its own registry): requests, latency, batch sizes, queue depth, tokens/s."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+TOKEN_BUCKETS = (16, 64, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536)
+
+
+class Metrics:
+    """Every metric the service exports; a fresh registry per app so several apps can live in one process."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("bertkit_requests", "HTTP requests by endpoint and status", ["endpoint", "status"], registry=r)
+        self.latency = Histogram("bertkit_request_seconds", "Request latency (receipt to response start)", ["endpoint"],
+                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.batch_size = Histogram("bertkit_batch_size", "Inputs per forward pass", buckets=SIZE_BUCKETS, registry=r)
+        self.batch_tokens = Histogram("bertkit_batch_tokens", "Padded tokens per forward pass", buckets=TOKEN_BUCKETS, registry=r)
+        self.forward_seconds = Histogram("bertkit_forward_seconds", "Time of one forward pass with pooling",
+                                         buckets=LATENCY_BUCKETS, registry=r)
+        self.tokens = Counter("bertkit_tokens", "Real (unpadded) tokens through the model", registry=r)
+        self.tokens_per_second = Gauge("bertkit_tokens_per_second", "Tokens per second of the latest forward pass", registry=r)
+        self.queue_requests = Gauge("bertkit_queue_requests", "Requests waiting for the model", registry=r)
+        self.queue_tokens = Gauge("bertkit_queue_tokens", "Tokens waiting for the model", registry=r)
+        self.rejected = Counter("bertkit_rejected", "Requests refused with 429 because the queue was full", registry=r)
+        self.dropped = Counter("bertkit_dropped", "Requests dropped before the forward pass: the client had gone", registry=r)
+        self.failed_batches = Counter("bertkit_failed_batches", "Forward passes that raised (their requests got 500)", registry=r)
+        self.started = Gauge("bertkit_start_time_seconds", "When this server started (Unix time)", registry=r)
+        self.started.set(time.time())
+
+    def observe_batch(self, rows: int, padded_tokens: int, real_tokens: int, seconds: float, tokens_per_second: float) -> None:
+        self.batch_size.observe(rows)
+        self.batch_tokens.observe(padded_tokens)
+        self.forward_seconds.observe(seconds)
+        self.tokens.inc(real_tokens)
+        self.tokens_per_second.set(tokens_per_second)
+
+    def observe_request(self, endpoint: str, status: int, seconds: float) -> None:
+        self.requests.labels(endpoint, str(status)).inc()
+        self.latency.labels(endpoint).observe(seconds)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,154 @@
+"""What the endpoints do, apart from HTTP: check inputs, tokenize, queue for the batcher, await the vectors.
+
+`Service` is `app.state.service`; other faces (the explainer routes) call it too, so every vector the server
+returns comes from the same tokenizer, forward pass, layer selection and pooling as `Encoder.embed`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Awaitable, Callable, Sequence
+
+import numpy as np
+
+from ..encoder.encode import Encoder
+from ..encoder.layers import LayerSelection, parse_layers
+from ..encoder.pooling import parse_pooling
+from ..encoder.tokenize import Encoded, encode
+from .batcher import Batcher, CallJob, EmbedJob
+from .metrics import Metrics
+from .runs import ServedRun
+from .settings import ServeSettings
+
+Disconnected = Callable[[], Awaitable[None]]  # returns when the client has gone away
+
+
+class ServeError(Exception):
+    """An error with its HTTP status and machine-readable type; the message says what to change."""
+
+    def __init__(self, status: int, error_type: str, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.error_type, self.headers = status, error_type, headers or {}
+
+
+class ClientGone(Exception):
+    """The client disconnected before its answer was ready; its work was dropped."""
+
+
+@dataclass
+class EmbedResult:
+    """Per input: a sentence vector (dim,) or token vectors (tokens, dim); with the encodings and truncated rows."""
+
+    vectors: list[np.ndarray]
+    encoded: list[Encoded]
+    truncated: list[int]
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(e.ids) for e in self.encoded)
+
+
+class Service:
+    """One encoder, its served runs, one batcher: the shared state behind every route."""
+
+    def __init__(self, encoder: Encoder, runs: dict[str, ServedRun] | None = None, settings: ServeSettings | None = None):
+        self.encoder = encoder
+        self.runs = runs or {}
+        self.settings = (settings or ServeSettings()).check()
+        self.metrics = Metrics()
+        self.batcher = Batcher(encoder, self.metrics, self.settings.max_batch_tokens, self.settings.max_queue_tokens,
+                               self.settings.concurrent_batches)
+
+    # ---- checks -----------------------------------------------------------------------------------------------
+    def texts(self, inputs: str | Sequence[str], name: str = "inputs") -> list[str]:
+        """One text or a list, never empty and never more than `max_inputs`."""
+        texts = [inputs] if isinstance(inputs, str) else list(inputs)
+        if not texts:
+            raise ServeError(422, "invalid_input", f"{name} is an empty list; give at least one text.")
+        if len(texts) > self.settings.max_inputs:
+            raise ServeError(413, "too_many_inputs", f"{name} has {len(texts)} texts; this server takes at most "
+                             f"{self.settings.max_inputs} per request (--max-inputs). Split them over several requests.")
+        return texts
+
+    def options(self, layers: str, pooling: str) -> tuple[LayerSelection, tuple[str, ...]]:
+        """Parse and check `layers`/`pooling` against this model (library errors become 422 with their message)."""
+        selection, methods = parse_layers(layers), parse_pooling(pooling)
+        selection.resolve(self.encoder.num_layers + 1)
+        self.encoder._check_pooling(methods, selection)  # the library's own pooler rules, one place
+        return selection, methods
+
+    def encode(self, texts: list[str], truncate: bool) -> tuple[list[Encoded], list[int]]:
+        """Tokenize with the library; too long with truncate=false is a 413 naming the input and its length."""
+        limit = self.encoder.max_length
+        encoded = encode(self.encoder.tokenizer, texts, max_length=limit, long_text="truncate" if truncate else "keep")
+        too_long = [i for i, e in enumerate(encoded) if len(e.ids) > limit]
+        if too_long:
+            first = too_long[0]
+            raise ServeError(413, "input_too_long",
+                             f"inputs[{first}] has {encoded[first].full_length} tokens, more than this model's "
+                             f"{limit}; {len(too_long)} input(s) are too long. Send truncate=true to cut them, or "
+                             "shorten them.")
+        return encoded, [i for i, e in enumerate(encoded) if e.truncated]
+
+    # ---- work ---------------------------------------------------------------------------------------------------
+    async def embed(self, texts: list[str], layers: str = "last", pooling: str = "mean", truncate: bool = True,
+                    disconnected: Disconnected | None = None) -> EmbedResult:
+        """Vectors for `texts` exactly as `Encoder.embed(texts, layers=..., pooling=...)` gives them."""
+        selection, methods = self.options(layers, pooling)
+        encoded, truncated = self.encode(texts, truncate)
+        loop = asyncio.get_running_loop()
+        job = EmbedJob([e.ids for e in encoded], [e.type_ids for e in encoded], selection, methods,
+                       loop.create_future(), loop)
+        vectors = await self._wait(job, disconnected)
+        return EmbedResult(vectors, encoded, truncated)
+
+    async def predict(self, name: str, texts: list[str], disconnected: Disconnected | None = None) -> list[dict]:
+        """A served run's own predictions, computed on the model thread."""
+        run = self.run(name)
+        loop = asyncio.get_running_loop()
+        estimate = sum(len(t) // 4 + 2 for t in texts)  # token estimate for the queue budget
+        job = CallJob(lambda: run.predict(texts), estimate, loop.create_future(), loop)
+        return await self._wait(job, disconnected)
+
+    def run(self, name: str) -> ServedRun:
+        if name not in self.runs:
+            served = ", ".join(sorted(self.runs)) or "none (start the server with --run NAME=DIR)"
+            raise ServeError(404, "unknown_run", f"no run named {name!r}; served runs: {served}.")
+        return self.runs[name]
+
+    async def _wait(self, job: EmbedJob | CallJob, disconnected: Disconnected | None):
+        self.batcher.submit(job)
+        if disconnected is None:
+            return await job.future
+        watcher = asyncio.ensure_future(disconnected())
+        try:
+            await asyncio.wait((job.future, watcher), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+        if not job.future.done():
+            job.cancelled = True
+            job.future.cancel()
+            raise ClientGone()
+        return job.future.result()
+
+    @property
+    def model_names(self) -> set[str]:
+        """Names `/v1/embeddings` accepts for the served model."""
+        return {"default", "bertkit", str(self.info()["model"])}
+
+    def info(self) -> dict:
+        """Model facts (no file paths), served runs, limits and batching settings."""
+        facts = {k: v for k, v in self.encoder.info().items() if k != "path"}
+        if self.encoder.loaded.source.kind == "local":  # the directory's name, not where it lives
+            facts["model"] = Path(self.encoder.loaded.source.path).name
+        return {
+            **facts,
+            "runs": [run.describe() for run in self.runs.values()],
+            "limits": {"max_inputs": self.settings.max_inputs, "max_body_bytes": self.settings.max_body_bytes,
+                       "max_batch_tokens": self.settings.max_batch_tokens,
+                       "max_queue_tokens": self.settings.max_queue_tokens},
+            "concurrent_batches": self.settings.concurrent_batches,
+            "auth": self.settings.api_key is not None,
+        }

@@ -1,0 +1,27 @@
+"""The service's limits and batching knobs, in one place the CLI, the app and the tests share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InputError
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Limits and batching options of one server process (the CLI flags of `bertkit serve`)."""
+
+    max_batch_tokens: int = 2048  # padded tokens (rows × longest row) per forward pass, like TEI's flag
+    max_queue_tokens: int = 65536  # tokens waiting for the model; more → 429 at once
+    max_inputs: int = 128  # texts per request
+    max_body_bytes: int = 2_000_000  # request body limit
+    concurrent_batches: int = 1  # forward passes in flight at once, each on its share of the torch threads
+    api_key: str | None = None  # when set, every endpoint but /health needs `Authorization: Bearer <key>`
+
+    def check(self) -> "ServeSettings":
+        """Refuse non-positive limits with the flag's name."""
+        for name in ("max_batch_tokens", "max_queue_tokens", "max_inputs", "max_body_bytes", "concurrent_batches"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise InputError(f"--{name.replace('_', '-')}={value!r}: give a positive whole number.")
+        return self
