@@ -12,6 +12,7 @@ from . import classify  # noqa: F401  (isort: skip)
 from . import finetune  # noqa: F401  (isort: skip)
 from . import tools  # noqa: F401  (isort: skip)
 from . import serve  # noqa: F401  (isort: skip)
+from . import explain  # noqa: F401  (isort: skip)
 from .common import app, say
 from .errors import user_message
 

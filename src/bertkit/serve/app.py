@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..encoder.encode import Encoder
 from ..errors import BertkitError
+from ..explain.routes import add_routes as add_explainer_routes
 from .batcher import Overloaded, ShuttingDown
 from .middleware import ApiKeyMiddleware, BodyLimitMiddleware, BodyTooLarge, MetricsMiddleware
 from .runs import ServedRun
@@ -61,6 +62,7 @@ def create_app(encoder: Encoder | None = None, runs: dict[str, ServedRun] | None
     app.state.service = service
     _add_error_handlers(app)
     app.include_router(_routes())
+    add_explainer_routes(app)  # GET / (the visual guide, live), /explain/info, POST /explain
     for router in routers:
         app.include_router(router)
     # outermost first: metrics see every answer, the key is checked before the body is read

@@ -1,0 +1,40 @@
+"""The explain command: one sentence's path through the model as a self-contained HTML page (opens offline)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .common import ModelOption, app, say
+
+# Library imports sit inside the command: `bertkit --help` loads only what it uses (start-up speed).
+
+
+@app.command()
+def explain(
+    text: str = typer.Argument(..., help="The sentence to explain."),
+    output: Path = typer.Option(Path("explain.html"), "--output", "-o", help="The HTML file to write."),
+    run: Optional[list[str]] = typer.Option(None, "--run", help="A run or probe directory ([NAME=]DIR); repeatable."),
+    layers: str = typer.Option("last", "--layers", "-l", help="Sentence-vector layers: last, -2, last4:sum, all:concat, ..."),
+    pooling: str = typer.Option("mean", "--pooling", "-p", help="Sentence-vector pooling: cls, pooler, mean, max, 'cls+mean'."),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="Pad (and truncate) the token table to this many tokens."),
+    compare: Optional[str] = typer.Option(None, "--compare", help="A second sentence: the page shows the cosine of the two vectors."),
+    model: Optional[str] = ModelOption,
+) -> None:
+    """Write the visual guide for TEXT as one HTML file: tokens, layers, attention, vector, map, prediction, probe."""
+    from ..explain.explainer import Explainer, Settings
+    from ..explain.page import offline_page
+    from ..io.writers import atomic_path
+
+    explainer = Explainer.from_paths(model, run or [])
+    settings = Settings.from_json({"text": text, "pad_to": max_length, "layers": layers, "pooling": pooling,
+                                   "compare": compare})
+    result = explainer.explain(settings)
+    with atomic_path(output) as temporary:
+        temporary.write_text(offline_page(explainer.info(), result), encoding="utf-8")
+    for name in ("tokenization", "model", "sentence", "map"):
+        if "error" in result[name]:
+            say(f"note: the {name} panel says: {result[name]['error']}")
+    say(f"wrote {output} ({output.stat().st_size / 1e6:.1f} MB; opens offline in any browser)")

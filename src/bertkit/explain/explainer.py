@@ -1,0 +1,225 @@
+"""The explainer's state: one encoder, the served runs and probe tables; `explain` answers every panel for one sentence.
+
+A panel whose options are wrong (an unknown layer spec, a run that cannot be mapped) carries its own error message;
+the other panels still draw. Only a bad sentence (empty, too long) fails the whole request.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from sklearn.decomposition import PCA
+
+from ..encoder.encode import Encoder
+from ..errors import BertkitError, InputError, ModelLoadError
+from ..io.readers import read_labelled, sample_path
+from ..tasks.classify import TextClassifier
+from ..tasks.load import load_run
+from . import views
+
+PROBE_FILE = "probe.json"
+MAP_ROWS = 400  # training sentences drawn on the map (evenly spaced rows of the run's data)
+SAMPLE = "reviews.tsv"
+
+
+@dataclass
+class Settings:
+    """What the page asks for; None means 'every one' for the layer / attention layer / head of the offline page."""
+
+    text: str
+    pad_to: int | None = None
+    layer: int | None = None
+    attention_layer: int | None = None
+    head: int | None = None
+    layers: str = "last"
+    pooling: str = "mean"
+    compare: str | None = None
+    map_run: str | None = None
+
+    @classmethod
+    def from_json(cls, payload: dict) -> "Settings":
+        """Settings from a request body; unknown keys and wrong types get a message naming them."""
+        if not isinstance(payload, dict):
+            raise InputError("the request body must be a JSON object such as {\"text\": \"I love Korea\"}.")
+        if "text" not in payload:
+            raise InputError("give the sentence to explain: {\"text\": \"I love Korea\"}.")
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(payload) - known)
+        if unknown:
+            raise InputError(f"unknown field(s) {', '.join(unknown)}; known fields: {', '.join(sorted(known))}.")
+        for name in ("layers", "pooling"):
+            if name in payload and not isinstance(payload[name], str):
+                raise InputError(f"{name} must be a string such as 'last4:sum' or 'mean'.")
+        for name in ("compare", "map_run"):
+            if payload.get(name) is not None and not isinstance(payload[name], str):
+                raise InputError(f"{name} must be a string or null.")
+        settings = cls(**payload)
+        views.check_text(settings.text)
+        if settings.compare:
+            views.check_text(settings.compare, "compare")
+        return settings
+
+
+@dataclass
+class MapData:
+    """A feature run's training sentences in 2-D: the fitted PCA, the points, and where they came from."""
+
+    pca: PCA
+    points: np.ndarray
+    labels: list[str]
+    texts: list[str]
+    source: str
+
+
+@dataclass
+class Explainer:
+    """An encoder plus named runs (classifiers, taggers) and probe records, with a cache of each run's map."""
+
+    encoder: Encoder
+    runs: dict = field(default_factory=dict)
+    probes: dict = field(default_factory=dict)
+    _maps: dict = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def from_paths(cls, model: str | None = None, run_dirs: list[str] | None = None, encoder: Encoder | None = None,
+                   **options) -> "Explainer":
+        """Load the encoder and each `[name=]DIR`: a run (`bertkit train` / `finetune`) or a `bertkit probe` output."""
+        explainer = cls(encoder or Encoder.from_pretrained(model))
+        for spec in run_dirs or []:
+            name, directory = split_run_spec(spec)
+            if name in explainer.runs or name in explainer.probes:
+                raise InputError(f"run name {name!r} is given twice; name them: --run a=DIR --run b=DIR.")
+            probe = load_probe(directory)
+            if probe is not None:
+                explainer.probes[name] = probe
+            else:
+                explainer.runs[name] = load_run(directory, **options)
+        return explainer
+
+    def info(self) -> dict:
+        """What the page needs before the first sentence: model facts, runs by kind, probe names."""
+        facts = self.encoder.info()
+        return {
+            "model": facts["model"], "architecture": facts["architecture"], "layers": facts["layers"],
+            "hidden_states": facts["hidden_states"], "hidden_size": facts["hidden_size"],
+            "heads": facts["attention_heads"], "max_length": facts["max_length"], "pooler": facts["pooler"],
+            "limits": {"chars": views.MAX_CHARS, "tokens": min(views.MAX_TOKENS, self.encoder.max_length)},
+            "runs": {name: run_kind(run) for name, run in self.runs.items()},
+            "map_runs": [name for name, run in self.runs.items() if isinstance(run, TextClassifier)],
+            "probes": list(self.probes),
+        }
+
+    def explain(self, settings: Settings) -> dict:
+        """Every panel for one sentence; each panel is its data or {"error": message}."""
+        text, encoder = settings.text, self.encoder
+        map_run = settings.map_run or next(iter(self.info()["map_runs"]), None)
+        return {
+            "settings": {**settings.__dict__, "map_run": map_run},
+            "tokenization": _panel(lambda: views.tokenization(encoder, text, settings.pad_to)),
+            "model": _panel(lambda: views.through_model(encoder, text, settings.pad_to, settings.layer,
+                                                        settings.attention_layer, settings.head)),
+            "sentence": _panel(lambda: views.sentence_vector(encoder, text, settings.layers, settings.pooling,
+                                                             settings.compare)),
+            "map": _panel(lambda: self.map_view(map_run, text)),
+            "predictions": {name: _panel(lambda run=run: views.prediction(run, text)) for name, run in self.runs.items()},
+            "probes": {name: _panel(lambda record=record: views.probe_table(record)) for name, record in self.probes.items()},
+        }
+
+    def map_view(self, name: str | None, text: str) -> dict:
+        """The run's training sentences on a PCA map coloured by label, with `text` placed by the same projection."""
+        if name is None:
+            raise InputError("no feature-classifier run is loaded; give one trained with `bertkit train` (--run DIR) "
+                             "to see where the sentence sits among its training sentences.")
+        run = self.runs.get(name)
+        if not isinstance(run, TextClassifier):
+            known = ", ".join(self.info()["map_runs"]) or "none"
+            raise InputError(f"run {name!r} is not a feature classifier, so it has no sentence vectors to map "
+                             f"(feature runs: {known}).")
+        with self._lock:
+            if name not in self._maps:
+                self._maps[name] = _fit_map(run)
+        data = self._maps[name]
+        features = run.features([text])
+        point = data.pca.transform(features)[0]
+        predicted = run.classes_[int(run.predict_proba_features(features).argmax(axis=1)[0])]
+        groups: dict[str, dict] = {}
+        for (x, y), label, sentence in zip(data.points, data.labels, data.texts):
+            group = groups.setdefault(label, {"label": label, "x": [], "y": [], "text": []})
+            group["x"].append(round(float(x), 3))
+            group["y"].append(round(float(y), 3))
+            group["text"].append(sentence[:80])
+        return {
+            "run": name, "source": data.source, "n": len(data.texts),
+            "explained_variance": [round(float(v), 4) for v in data.pca.explained_variance_ratio_],
+            "groups": list(groups.values()),
+            "sentence": {"x": round(float(point[0]), 3), "y": round(float(point[1]), 3), "text": text[:80],
+                         "predicted": str(predicted)},
+        }
+
+
+def _fit_map(run: TextClassifier) -> MapData:
+    texts, labels, source = map_source(run)
+    rows = np.unique(np.linspace(0, len(texts) - 1, min(MAP_ROWS, len(texts))).astype(int))
+    texts, labels = [texts[i] for i in rows], [str(labels[i]) for i in rows]
+    vectors = run.features(texts)
+    pca = PCA(n_components=2, random_state=0).fit(vectors)
+    return MapData(pca, pca.transform(vectors), labels, texts, source)
+
+
+def map_source(run: TextClassifier) -> tuple[list[str], list, str]:
+    """The run's own training file when its record names one that is still there, else bertkit's sample reviews."""
+    data = run.record_.get("data", {}) if hasattr(run, "record_") else {}
+    train = data.get("train")
+    if train and Path(train).is_file():
+        columns = [_column(data.get("text_column")), _column(data.get("label_column"))]
+        loaded = read_labelled(train, *columns, header=data.get("header"))
+        n = min(MAP_ROWS, len(loaded.texts))
+        return loaded.texts, loaded.labels, f"{n} evenly spaced rows of the run's training file {train}"
+    loaded = read_labelled(sample_path(SAMPLE), "text", "label", header=True)
+    why = f"its training file {train} is not reachable" if train else "the run does not record its training file"
+    return loaded.texts, loaded.labels, f"bertkit's {len(loaded.texts)} sample reviews ({why})"
+
+
+def split_run_spec(spec: str) -> tuple[str, str]:
+    """'name=DIR' → (name, DIR); a bare DIR is named after its last folder."""
+    name, sep, directory = spec.partition("=")
+    if sep and name and not Path(spec).exists():
+        return name, directory
+    return Path(spec).name or spec, spec
+
+
+def load_probe(directory: str) -> dict | None:
+    """The `probe.json` of a `bertkit probe` output directory, or None when the directory is not one."""
+    path = Path(directory) / PROBE_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ModelLoadError(f"{path}: not valid JSON ({exc}); run `bertkit probe` again.") from None
+
+
+def run_kind(run) -> str:
+    """'feature classifier', 'fine-tuned classifier' or 'tagger'."""
+    if isinstance(run, TextClassifier):
+        return "feature classifier"
+    return "fine-tuned classifier" if hasattr(run, "predict_proba") else "tagger"
+
+
+def _column(value):
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    return value
+
+
+def _panel(compute: Callable[[], dict]) -> dict:
+    try:
+        return compute()
+    except BertkitError as exc:
+        return {"error": str(exc)}

@@ -1,0 +1,53 @@
+"""The page as HTML: linked to its static files when served, or one self-contained file with the data inlined."""
+
+from __future__ import annotations
+
+import json
+from importlib.resources import files
+from pathlib import Path
+
+STATIC_FILES = {"page.js": "text/javascript", "page.css": "text/css", "plotly.min.js": "text/javascript"}
+STATIC_URL = "explain/static"  # relative: the page works under any prefix the server is mounted at
+
+
+def static_text(name: str) -> str:
+    """A static file's text: page.html / page.js / page.css from this package, plotly.min.js from the plotly wheel."""
+    if name == "plotly.min.js":
+        return (files("plotly") / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
+    return (files("bertkit.explain") / "static" / name).read_text(encoding="utf-8")
+
+
+def static_path(name: str) -> Path:
+    """The file behind a static name (for streaming it from disk)."""
+    if name == "plotly.min.js":
+        return Path(str(files("plotly") / "package_data" / "plotly.min.js"))
+    return Path(str(files("bertkit.explain") / "static" / name))
+
+
+def live_page() -> str:
+    """page.html linking its scripts and style from the server; the page fetches the data itself."""
+    return _fill(
+        style=f'<link rel="stylesheet" href="{STATIC_URL}/page.css">',
+        data="",
+        scripts=f'<script src="{STATIC_URL}/plotly.min.js"></script>\n<script src="{STATIC_URL}/page.js"></script>',
+    )
+
+
+def offline_page(info: dict, result: dict) -> str:
+    """One HTML file holding the style, plotly.js, the page script and the data: it opens from disk with no network."""
+    data = json.dumps({"info": info, "result": result}, separators=(",", ":"))
+    return _fill(
+        style=f"<style>\n{static_text('page.css')}\n</style>",
+        data=f'<script id="bertkit-data" type="application/json">{_script_safe(data)}</script>',
+        scripts="\n".join(f"<script>\n{_script_safe(static_text(name))}\n</script>" for name in ("plotly.min.js", "page.js")),
+    )
+
+
+def _fill(style: str, data: str, scripts: str) -> str:
+    page = static_text("page.html")
+    return page.replace("<!--STYLE-->", style).replace("<!--DATA-->", data).replace("<!--SCRIPTS-->", scripts)
+
+
+def _script_safe(text: str) -> str:
+    """Text that cannot end its <script> element early (JSON strings may hold '</script>')."""
+    return text.replace("</", "<\\/").replace("<!--", "<\\!--")

@@ -1,0 +1,222 @@
+"""Pure views of one sentence: JSON-able dicts built from the same library calls as the CLI.
+
+Each function takes loaded things (an `Encoder`, a run) and plain option values, and returns lists and dicts of
+numbers and strings that the page draws. Floats are rounded so that the JSON stays small.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import weakref
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..encoder.encode import Encoder
+from ..encoder.layers import parse_layers
+from ..encoder.pooling import parse_pooling
+from ..errors import InputError
+
+MAX_CHARS = 2000  # a sentence or a short paragraph; longer pastes are refused with a message
+MAX_TOKENS = 128  # the token panels (heatmaps, attention) show at most this many positions
+DIGITS = 4
+
+_EAGER: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = weakref.WeakKeyDictionary()
+
+
+def check_text(text: object, name: str = "text", allow_empty: bool = False) -> str:
+    """The sentence to explain, or one clear message: not a string, empty, or longer than MAX_CHARS."""
+    if not isinstance(text, str):
+        raise InputError(f"{name} must be a string, got {type(text).__name__}.")
+    if not text.strip() and not allow_empty:
+        raise InputError(f"{name} is empty: type a sentence to see how the model reads it.")
+    if len(text) > MAX_CHARS:
+        raise InputError(
+            f"{name} has {len(text):,} characters; the explainer takes up to {MAX_CHARS:,} (one sentence or a short "
+            "paragraph). Shorten it, or embed long documents with `bertkit embed`."
+        )
+    return text
+
+
+def check_padding(encoder: Encoder, pad_to: int | None) -> int | None:
+    """None (no padding) or a length between 3 and the panel limit."""
+    if pad_to is None:
+        return None
+    limit = min(MAX_TOKENS, encoder.max_length)
+    if isinstance(pad_to, bool) or not isinstance(pad_to, int) or not 3 <= pad_to <= limit:
+        raise InputError(f"padding {pad_to!r}: give a whole number of tokens from 3 to {limit}, or leave it empty.")
+    return pad_to
+
+
+def tokenization(encoder: Encoder, text: str, pad_to: int | None = None) -> dict:
+    """The guide's table (tokens, ids, mask, type ids, word ids) padded to `pad_to`, with the CLI's coverage line."""
+    batch = _batch(encoder, text, pad_to)
+    coverage = encoder.coverage([text])
+    rows = batch.table(0)
+    return {
+        "words": text.split(),
+        "rows": rows,
+        "unknown_positions": [r["position"] for r in rows if r["id"] == encoder.tokenizer.unk_token_id],
+        "length": int(batch.attention_mask[0].sum()),
+        "width": int(batch.input_ids.shape[1]),
+        "truncated": bool(batch.truncated[0]),
+        "coverage": {"message": coverage.message(), "poor": bool(coverage.poor), "unknown": coverage.n_unknown,
+                     "tokens_per_word": round(coverage.tokens_per_word, 2)},
+    }
+
+
+def through_model(
+    encoder: Encoder,
+    text: str,
+    pad_to: int | None = None,
+    layer: int | None = None,
+    attention_layer: int | None = None,
+    head: int | None = None,
+) -> dict:
+    """Tensor shapes, per-layer norms and cosines, token vectors of layer(s) and attention of layer(s) / head(s).
+
+    `layer`, `attention_layer` and `head` pick what to send; None sends every one (the offline page switches locally).
+    """
+    batch = _batch(encoder, text, pad_to)
+    out = encoder.forward(batch)
+    states = out.hidden_states  # layers + 1 tensors of (1, n, hidden)
+    attentions = attention_weights(encoder, batch)  # layers tensors of (1, heads, n, n)
+    n_states, n_heads = len(states), int(attentions[0].shape[1])
+    layers = _pick(layer, n_states, "layer", "hidden states (0 = embeddings)")
+    attention_layers = _pick(attention_layer, n_states, "attention layer", "layers", first=1)
+    heads = _pick(head, n_heads, "head", "attention heads")
+    stacked = torch.stack([s[0].float() for s in states])  # (states, n, hidden)
+    norms = stacked.norm(dim=-1)
+    cosines = torch.nn.functional.cosine_similarity(stacked[1:], stacked[:-1], dim=-1)
+    n, hidden = int(batch.input_ids.shape[1]), encoder.hidden_size
+    pooler = out.pooler_output
+    shapes = [{"name": "input_ids", "shape": [1, n]}, {"name": "attention_mask", "shape": [1, n]}]
+    shapes += [{"name": f"hidden_states[{i}]" + (" (embeddings)" if i == 0 else ""), "shape": [1, n, hidden]}
+               for i in range(n_states)]
+    shapes += [{"name": "attentions[i] (each layer)", "shape": [1, n_heads, n, n]},
+               {"name": "last_hidden_state", "shape": [1, n, hidden]},
+               {"name": "pooler_output", "shape": [1, hidden] if pooler is not None else None}]
+    return {
+        "tokens": batch.tokens[0],
+        "mask": batch.attention_mask[0].tolist(),
+        "n_states": n_states,
+        "n_heads": n_heads,
+        "hidden_size": hidden,
+        "shapes": shapes,
+        "norms": _round(norms),
+        "cosine_to_previous": _round(cosines),
+        "vectors": {str(i): _round(stacked[i]) for i in layers},
+        "attention": {str(i): {str(h): _round(attentions[i - 1][0, h]) for h in heads} for i in attention_layers},
+    }
+
+
+def attention_weights(encoder: Encoder, batch) -> tuple[torch.Tensor, ...]:
+    """Attention probabilities of every layer, (1, heads, n, n) each, from an eager-attention twin of the model.
+
+    SDPA kernels do not return attention weights, and switching the shared model to eager attention would slow
+    every other caller; the twin shares the weight tensors (no copy) and differs only in its attention function.
+    """
+    twin = _EAGER.get(encoder.model)
+    if twin is None:
+        shared = {id(t): t for t in list(encoder.model.parameters()) + list(encoder.model.buffers())}
+        twin = copy.deepcopy(encoder.model, shared)
+        twin.set_attn_implementation("eager")
+        _EAGER[encoder.model] = twin
+    inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+    if "token_type_ids" in inspect.signature(twin.forward).parameters:
+        inputs["token_type_ids"] = batch.token_type_ids
+    with torch.inference_mode():
+        out = twin(**inputs, output_attentions=True, return_dict=True)
+    return tuple(a.float() for a in out.attentions)
+
+
+def sentence_vector(encoder: Encoder, text: str, layers: str = "last", pooling: str = "mean",
+                    compare: str | None = None) -> dict:
+    """`Encoder.embed(text, layers, pooling)`: the vector, its dimension, and its cosine to a second sentence."""
+    selection = parse_layers(layers)
+    methods = parse_pooling(pooling)
+    if methods == ("none",):
+        raise InputError("pooling='none' gives token vectors, not one sentence vector; choose cls, mean, max or pooler.")
+    texts = [text] if not compare else [text, compare]
+    vectors = encoder.embed(texts, layers=layers, pooling=pooling, warn=False)
+    result = {
+        "layers": selection.spec,
+        "pooling": "+".join(methods),
+        "dim": int(vectors.shape[1]),
+        "vector": _round(vectors[0]),
+        "norm": round(float(np.linalg.norm(vectors[0])), DIGITS),
+        "compare": compare or None,
+        "cosine": None,
+    }
+    if compare:
+        a, b = vectors[0], vectors[1]
+        result["cosine"] = round(float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12)), DIGITS)
+    return result
+
+
+def prediction(run, text: str) -> dict:
+    """A classifier's label and probabilities (`predict_proba`), or a tagger's entities (`predict`), as the CLI prints."""
+    if hasattr(run, "predict_proba"):
+        probabilities = run.predict_proba([text])[0]
+        best = int(np.argmax(probabilities))
+        return {
+            "kind": "classifier",
+            "label": str(run.classes_[best]),
+            "probability": f"{probabilities[best]:.4f}",
+            "classes": [{"label": str(c), "probability": round(float(p), DIGITS)} for c, p in zip(run.classes_, probabilities)],
+        }
+    entities = run.predict([text])[0]
+    return {
+        "kind": "tagger",
+        "text": text,
+        "entities": [{"type": e.type, "text": e.text, "start": e.char_start, "end": e.char_end, "score": e.score}
+                     for e in entities],
+    }
+
+
+def probe_table(record: dict) -> dict:
+    """A probe run's `probe.json` as a table and one score-by-layer series per pooling."""
+    rows = record.get("rows", [])
+    if not rows:
+        raise InputError("the probe record has no rows; write it with `bertkit probe`.")
+    metric = record.get("metric", "score")
+    choices = list(dict.fromkeys(r["choice"] for r in rows if r["pooling"] != "pooler"))
+    series = []
+    for pooling in dict.fromkeys(r["pooling"] for r in rows):
+        by_choice = {r["choice"]: r for r in rows if r["pooling"] == pooling}
+        xs = [c for c in choices if c in by_choice] if pooling != "pooler" else list(by_choice)
+        series.append({"pooling": pooling, "x": xs, "y": [round(100 * by_choice[c]["score"], 2) for c in xs]})
+    best = max(rows, key=lambda r: r["score"])
+    return {
+        "task": record.get("task"),
+        "metric": metric,
+        "secondary_metric": record.get("secondary_metric"),
+        "facts": record.get("facts", {}),
+        "rows": [{"pooling": r["pooling"], "layers": r["choice"], "dim": r["dim"], metric: round(100 * r["score"], 1),
+                  record.get("secondary_metric", "secondary"): round(100 * r["secondary"], 1)} for r in rows],
+        "series": series,
+        "best": {"pooling": best["pooling"], "layers": best["choice"], "score": round(100 * best["score"], 1)},
+    }
+
+
+# ---- helpers --------------------------------------------------------------------------------------------------------
+def _batch(encoder: Encoder, text: str, pad_to: int | None):
+    """What `bertkit tokenize --max-length` builds: padded to `pad_to`, or to its own length (at most MAX_TOKENS)."""
+    pad_to = check_padding(encoder, pad_to)
+    limit = pad_to or min(MAX_TOKENS, encoder.max_length)
+    return encoder.tokenize([text], max_length=limit, padding="max_length" if pad_to else "longest")
+
+
+def _pick(choice: int | None, count: int, name: str, what: str, first: int = 0) -> Sequence[int]:
+    if choice is None:
+        return range(first, count)
+    if isinstance(choice, bool) or not isinstance(choice, int) or not first <= choice < count:
+        raise InputError(f"{name} {choice!r}: this model has {what} {first} to {count - 1}.")
+    return [choice]
+
+
+def _round(values) -> list:
+    array = values.float().numpy() if isinstance(values, torch.Tensor) else np.asarray(values, dtype=np.float32)
+    return np.round(array.astype(np.float64), DIGITS).tolist()
