@@ -53,6 +53,7 @@ class EmbedReport:
     """What happened during an `embed` call: truncation, windows, vocabulary coverage."""
 
     n_texts: int = 0
+    max_length: int = 0  # the token limit this call applied (the caller's max_length, else the model's)
     truncated_rows: list[int] = field(default_factory=list)
     windowed_rows: list[int] = field(default_factory=list)
     words_without_tokens: int = 0
@@ -242,8 +243,8 @@ class Encoder:
         selection = parse_layers(layers)
         self._check_pooling(methods, selection)
         texts = _as_list(texts)
-        report = EmbedReport(n_texts=len(texts))
-        encoded = tok.encode(self.tokenizer, texts, _as_list(text_pairs), max_length=self._max_length(max_length), long_text=long_text)
+        report = EmbedReport(n_texts=len(texts), max_length=self._max_length(max_length))
+        encoded = tok.encode(self.tokenizer, texts, _as_list(text_pairs), max_length=report.max_length, long_text=long_text)
         report.truncated_rows = [i for i, e in enumerate(encoded) if e.truncated]
         report.coverage = tok.coverage(encoded, texts, self.tokenizer.unk_token_id)
         if methods == ("none",):
@@ -285,8 +286,8 @@ class Encoder:
             if isinstance(words, str):
                 raise InputError(f"sentences[{row}] is a string; embed_words takes lists of words (e.g. text.split()).")
         selection = parse_layers(layers)
-        report = EmbedReport(n_texts=len(sentences))
-        encoded = tok.encode(self.tokenizer, sentences, max_length=self._max_length(max_length), long_text=long_text)
+        report = EmbedReport(n_texts=len(sentences), max_length=self._max_length(max_length))
+        encoded = tok.encode(self.tokenizer, sentences, max_length=report.max_length, long_text=long_text)
         report.truncated_rows = [i for i, e in enumerate(encoded) if e.truncated]
         report.coverage = tok.coverage(encoded, sentences, self.tokenizer.unk_token_id)
         result: list = [None] * len(sentences)
@@ -319,7 +320,7 @@ class Encoder:
     def _warn(self, report: EmbedReport) -> None:
         if report.n_truncated:
             warnings.warn(
-                f"{report.n_truncated} of {report.n_texts} texts were longer than {self.max_length} tokens and were "
+                f"{report.n_truncated} of {report.n_texts} texts were longer than {report.max_length} tokens and were "
                 "truncated; use long_text='window' to keep all of them.",
                 stacklevel=3,
             )

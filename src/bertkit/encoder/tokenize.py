@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import threading
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -161,10 +162,12 @@ def encode(
         if long_text == "window":
             raise InputError("long_text='window' works on single texts, not sentence pairs; use 'truncate'.")
         pair_joined = [word_spans_of(pair) for pair in pairs]
-        raw = tokenizer([s for s in strings], [s for s, _ in pair_joined], **_CALL).encodings
+        with _TOKENIZER_LOCK:
+            raw = tokenizer([s for s in strings], [s for s, _ in pair_joined], **_CALL).encodings
     else:
         pair_joined = None
-        raw = tokenizer(strings, **_CALL).encodings if strings else []
+        with _TOKENIZER_LOCK:
+            raw = tokenizer(strings, **_CALL).encodings if strings else []
     encoded = [
         Encoded(encoding, spans, None, len(encoding.ids), pair_joined[i][1] if pair_joined else None)
         for i, (encoding, (_, spans)) in enumerate(zip(raw, joined))
@@ -181,17 +184,22 @@ def encode(
             for row in too_long:
                 _truncate_single(encoded[row], max_length)
         else:
-            cut = tokenizer(
-                [strings[i] for i in too_long],
-                [pair_joined[i][0] for i in too_long],
-                truncation="longest_first",
-                max_length=max_length,
-                **_CALL,
-            ).encodings
+            with _TOKENIZER_LOCK:
+                cut = tokenizer(
+                    [strings[i] for i in too_long],
+                    [pair_joined[i][0] for i in too_long],
+                    truncation="longest_first",
+                    max_length=max_length,
+                    **_CALL,
+                ).encodings
             for row, encoding in zip(too_long, cut):
                 encoded[row].encoding = encoding
     return encoded
 
+
+# A transformers tokenizer call sets the Rust tokenizer's truncation and padding state before encoding, so two
+# threads calling it at once race ("Already borrowed"). Tokenizing is a small share of an embed call: serialise it.
+_TOKENIZER_LOCK = threading.RLock()
 
 _CALL = dict(
     add_special_tokens=True,

@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -21,7 +23,50 @@ from .writers import atomic_path
 CACHE_FORMAT = 1
 DEFAULT_CHUNK = 2048
 KEY_BYTES = 20  # SHA-1 digest
-_MEMORY: dict[str, dict[bytes, np.ndarray]] = {}
+DEFAULT_MEMORY_MB = 2048  # $BERTKIT_MEMORY_CACHE_MB overrides: the process-wide in-memory cache never grows past it
+
+
+class MemoryStore:
+    """Process-wide vectors by (configuration, text) key, least recently used first out past `max_bytes`.
+
+    Thread-safe. Disk shards are not affected by eviction; an evicted vector is read again from its shard when a
+    cache on that directory is opened, or embedded again.
+    """
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._items: OrderedDict[tuple[str, bytes], np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, config: str, key: bytes) -> np.ndarray | None:
+        with self._lock:
+            vector = self._items.get((config, key))
+            if vector is not None:
+                self._items.move_to_end((config, key))
+            return vector
+
+    def put(self, config: str, key: bytes, vector: np.ndarray) -> None:
+        with self._lock:
+            old = self._items.pop((config, key), None)
+            if old is not None:
+                self.bytes -= old.nbytes
+            self._items[(config, key)] = vector
+            self.bytes += vector.nbytes
+            while self.bytes > self.max_bytes and self._items:
+                _, evicted = self._items.popitem(last=False)
+                self.bytes -= evicted.nbytes
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self.bytes = 0
+
+
+MEMORY = MemoryStore(int(float(os.environ.get("BERTKIT_MEMORY_CACHE_MB", DEFAULT_MEMORY_MB)) * 2**20))
 
 
 def default_cache_dir() -> Path:
@@ -57,7 +102,6 @@ class EmbeddingCache:
         self.key = config_key(options)
         self.options = options
         self.chunk_size = chunk_size
-        self.memory = _MEMORY.setdefault(self.key, {})
         self.directory = Path(directory) / self.key if directory is not None else None
         self.stats = CacheStats()
         if self.directory is not None:
@@ -77,7 +121,7 @@ class EmbeddingCache:
                         vectors = np.split(vectors, np.cumsum(data["lengths"])[:-1])
                     for key, vector in zip(data["keys"], vectors):
                         # numpy's S20 drops trailing NUL bytes; every key is a 20-byte SHA-1, so pad it back
-                        self.memory.setdefault(bytes(key).ljust(KEY_BYTES, b"\0"), vector)
+                        MEMORY.put(self.key, bytes(key).ljust(KEY_BYTES, b"\0"), vector)
             except (OSError, ValueError, KeyError):
                 continue  # an unreadable shard only costs re-embedding its texts
 
@@ -87,24 +131,31 @@ class EmbeddingCache:
         stack=False returns a list, for entries of different lengths (one vector per word of a sentence).
         """
         keys = [text_key(t) for t in texts]
+        found: dict[bytes, np.ndarray] = {}  # held here, so eviction during this call loses nothing
         missing: dict[bytes, str] = {}
         for key, text in zip(keys, texts):
-            if key not in self.memory and key not in missing:
+            if key in found or key in missing:
+                continue
+            vector = MEMORY.get(self.key, key)
+            if vector is None:
                 missing[key] = text
-        self.stats.hits += len(texts) - sum(1 for k in keys if k in missing)
+            else:
+                found[key] = vector
         self.stats.misses += sum(1 for k in keys if k in missing)
+        self.stats.hits += len(texts) - sum(1 for k in keys if k in missing)
         pending = list(missing.items())
         for start in range(0, len(pending), self.chunk_size):
             chunk = pending[start : start + self.chunk_size]
             vectors = [np.asarray(v, dtype=np.float32) for v in compute([text for _, text in chunk])]
             for (key, _), vector in zip(chunk, vectors):
-                self.memory[key] = vector
+                found[key] = vector
+                MEMORY.put(self.key, key, vector)
             self._write_shard([key for key, _ in chunk], vectors)
         if not stack:
-            return [self.memory[k] for k in keys]
+            return [found[k] for k in keys]
         if not keys:
             return np.zeros((0, 0), dtype=np.float32)
-        return np.stack([self.memory[k] for k in keys])
+        return np.stack([found[k] for k in keys])
 
     def _write_shard(self, keys: list[bytes], vectors: list[np.ndarray]) -> None:
         if self.directory is None:
@@ -123,4 +174,4 @@ class EmbeddingCache:
 
 def clear_memory() -> None:
     """Forget every in-memory vector (disk shards stay)."""
-    _MEMORY.clear()
+    MEMORY.clear()

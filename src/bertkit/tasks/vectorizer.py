@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Sequence
 
@@ -17,18 +18,21 @@ from ..encoder.tokenize import check_texts
 from ..errors import InputError
 from ..io.cache import EmbeddingCache
 
-_ENCODERS: dict[tuple, Encoder] = {}
+MAX_SHARED_ENCODERS = 4  # loaded models kept for reuse by vectorizer clones (grid searches); least recent goes
 
 
 def shared_encoder(model: str | None, threads: int | None = None, precision: str = "fp32") -> Encoder:
-    """One loaded Encoder per (model, threads) in this process, so clones in a grid search reuse it.
+    """One loaded Encoder per (model, threads, precision) in this process, so clones in a grid search reuse it.
 
-    A local directory is keyed on its files' sizes and times too: a model replaced on disk is loaded afresh.
+    At most MAX_SHARED_ENCODERS stay loaded (least recently used first out). A local directory is keyed on its
+    files' sizes and times too: a model replaced on disk is loaded afresh.
     """
-    key = (str(model) if model is not None else None, threads, precision, _files_signature(model))
-    if key not in _ENCODERS:
-        _ENCODERS[key] = Encoder.from_pretrained(model, threads=threads, precision=precision)
-    return _ENCODERS[key]
+    return _load_shared(str(model) if model is not None else None, threads, precision, _files_signature(model))
+
+
+@functools.lru_cache(maxsize=MAX_SHARED_ENCODERS)
+def _load_shared(model: str | None, threads: int | None, precision: str, files_signature: tuple) -> Encoder:
+    return Encoder.from_pretrained(model, threads=threads, precision=precision)
 
 
 def _files_signature(model: str | None) -> tuple:
