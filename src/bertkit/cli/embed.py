@@ -69,12 +69,24 @@ def embed(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
     chunk_rows: int = typer.Option(4096, "--chunk-rows", help="Rows read, embedded and written per chunk (memory and resume granularity)."),
     precision: str = PrecisionOption,
+    engine: str = typer.Option("local", "--engine", help="local (this process) | ray (Ray Data; INPUT may be a glob, -o is a directory)."),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to join (e.g. ray://head:10001; default: RAY_ADDRESS or a local Ray)."),
+    actors: Optional[int] = typer.Option(None, "--actors", help="Ray: model replicas (default: one per CPU, one CPU kept for reading and writing)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Ray: start the output directory over instead of resuming it."),
 ) -> None:
     """Embed every text of a file and write the vectors (streamed in chunks; an interrupted run resumes)."""
     from ..encoder.pooling import parse_pooling
+    from ..errors import InputError
     from ..io.readers import read_texts
     from ..io.stream import embed_file
     from ..io.writers import check_output_path, check_writable_location, write_token_vectors
+
+    if engine not in ("local", "ray"):
+        raise InputError(f"--engine {engine!r}: choose local or ray.")
+    if engine == "ray":
+        _embed_on_ray(str(input), output, column, id_column, layers, pooling, batch_size, max_length, long_text,
+                      stride, model, precision, actors, address, overwrite, quiet)
+        return
 
     tokens_only = parse_pooling(pooling) == ("none",)
     with open(input, "rb"):  # a missing or unreadable input is reported (by the CLI boundary) before the model loads
@@ -129,3 +141,23 @@ def embed(
         if windowed:
             say(f"{windowed} long texts were embedded in overlapping windows.")
         say(f"vocabulary coverage: {coverage}")
+
+
+def _embed_on_ray(pattern, output, column, id_column, layers, pooling, batch_size, max_length, long_text, stride,
+                  model, precision, actors, address, overwrite, quiet) -> None:
+    """`--engine ray`: Ray Data over every file the pattern names, one Parquet folder per file in `output`."""
+    from ..ray import embed_files
+
+    summary = embed_files(
+        pattern, output, column=column or "text", id_column=id_column, layers=layers, pooling=pooling,
+        batch_size=batch_size, max_length=max_length, long_text=long_text, stride=stride, precision=precision,
+        model=model, actors=actors, address=address, overwrite=overwrite,
+    )
+    if not quiet:
+        plan = summary.resources
+        layout = f" on {plan.actors} actors × {plan.threads} threads" if plan else ""
+        say(f"wrote {output}: {summary.rows} rows from {len(summary.files)} files in {summary.seconds:.1f} s "
+            f"({summary.rows_per_second:.0f} rows/s{layout}); skipped {len(summary.skipped)} complete files"
+            + (f" ({', '.join(summary.skipped)})" if summary.skipped else "") + ".")
+        if summary.empty:
+            say(f"{len(summary.empty)} input files had no rows: {', '.join(summary.empty)}.")

@@ -1,0 +1,142 @@
+"""Ray Data's map_batches with one Encoder per actor: a vector column on any Dataset, with CPUs planned per actor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import ray
+import ray.data
+
+from ..encoder.defaults import DEFAULT_BATCH_SIZE
+from ..encoder.encode import Encoder
+from ..errors import InputError
+
+DEFAULT_ROWS_PER_CALL = 1024  # rows handed to an actor at once: the unit of load balancing between actors
+LONG_TEXT = ("truncate", "error", "window")
+
+
+@dataclass(frozen=True)
+class Resources:
+    """How the actors share the cluster's CPUs, keeping a reserve so read and write tasks are never starved."""
+
+    actors: int
+    cpus_per_actor: float  # logical CPUs each actor claims from Ray's scheduler
+    threads: int  # torch threads inside each actor: its share of a node's cores (Ray sets OMP_NUM_THREADS=1)
+    io_cpus: float  # logical CPUs each read / write task asks for
+
+
+def plan_resources(cluster_cpus: float, node_cpus: float, nodes: int = 1, actors: int | None = None,
+                   cpus_per_actor: float | None = None) -> Resources:
+    """Plan actors so that actors × CPUs per actor leaves at least one whole CPU for Ray Data's own tasks.
+
+    Read, write and Ray Data's internal steps (column projection, re-blocking) are tasks that ask for CPUs too;
+    actors holding every CPU leave them unscheduled and the pipeline hangs (seen on 2 cores with 0.5 kept back).
+    """
+    reserve = 1.0 if cluster_cpus <= 16 else 2.0
+    usable = cluster_cpus - reserve
+    if actors is not None and actors < 1:
+        raise InputError(f"--actors {actors}: give 1 or more actors.")
+    if cpus_per_actor is not None and cpus_per_actor <= 0:
+        raise InputError(f"cpus_per_actor={cpus_per_actor}: give a positive number of CPUs.")
+    if actors is None:
+        actors = max(1, int(usable // (cpus_per_actor or 1.0)))
+    if cpus_per_actor is None:
+        cpus_per_actor = min(usable / actors, node_cpus)
+    if cpus_per_actor <= 0 or actors * cpus_per_actor > usable + 1e-9:
+        raise InputError(
+            f"{actors} actors × {cpus_per_actor:g} CPUs need more than the {cluster_cpus:g} CPUs of the cluster less "
+            f"{reserve:g} kept for reading and writing (actors that take every CPU starve those tasks and the job "
+            "hangs). Use fewer --actors or add nodes."
+        )
+    if cpus_per_actor > node_cpus:
+        raise InputError(f"{cpus_per_actor:g} CPUs per actor: no node has more than {node_cpus:g}; use more, smaller actors.")
+    per_node = -(-actors // max(1, nodes))  # actors that share one node's cores
+    threads = max(1, int(node_cpus // per_node))
+    return Resources(actors, round(cpus_per_actor, 4), threads, round(reserve / 2, 4))
+
+
+def cluster_resources() -> tuple[float, float, int]:
+    """(CPUs in the cluster, CPUs of its largest node, nodes with CPUs), from the cluster this process is connected to."""
+    cpus = [n.get("Resources", {}).get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")]
+    cpus = [c for c in cpus if c > 0]
+    return float(sum(cpus)), float(max(cpus, default=0.0)), len(cpus)
+
+
+class _Embedder:
+    """Ray Data actor: loads one Encoder when it starts (never per batch) and adds a vector column to each batch."""
+
+    def __init__(self, model: str | None, precision: str, threads: int, column: str, vector_column: str, options: dict):
+        self.encoder = Encoder.from_pretrained(model, threads=threads, precision=precision)
+        self.column, self.vector_column, self.options = column, vector_column, options
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        texts = batch.column(self.column).to_pylist()
+        for row, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise InputError(f"column {self.column!r} holds a {type(text).__name__} ({text!r}), not a string; "
+                                 "every text must be a string.")
+        vectors = self.encoder.embed(texts, progress=False, warn=False, **self.options)
+        return batch.append_column(self.vector_column, vector_array(vectors))
+
+
+def vector_array(vectors: np.ndarray) -> pa.FixedSizeListArray:
+    """An (n, dim) float32 matrix as an Arrow FixedSizeList<float32>[dim] column (zero copy)."""
+    flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1), type=pa.float32())
+    return pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])
+
+
+def embed_dataset(
+    ds: ray.data.Dataset,
+    column: str = "text",
+    *,
+    layers: str = "last",
+    pooling: str = "mean",
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    max_length: int | None = None,
+    long_text: str = "truncate",
+    stride: int | None = None,
+    precision: str = "fp32",
+    model: str | None = None,
+    actors: int | None = None,
+    cpus_per_actor: float | None = None,
+    rows_per_call: int = DEFAULT_ROWS_PER_CALL,
+    vector_column: str = "vector",
+    encoder: Encoder | None = None,
+) -> ray.data.Dataset:
+    """The dataset with a `vector` column (FixedSizeList<float32>) added: the same numbers as `Encoder.embed`.
+
+    Options are checked here, on the driver, with one short text, so a bad layer, pooling or column fails before
+    any actor starts. Every node must reach `model` at the same path (the packaged default always does).
+    """
+    schema = ds.schema(fetch_if_missing=False)  # known without running anything, or not checked here
+    names = schema.names if schema is not None else [column]
+    if column not in names:
+        raise InputError(f"no column named {column!r}; the dataset has columns {names}.")
+    if vector_column in names:
+        raise InputError(f"the dataset already has a column {vector_column!r}; choose another vector_column.")
+    options = check_options(encoder or Encoder.from_pretrained(model, precision=precision), layers=layers,
+                             pooling=pooling, batch_size=batch_size, max_length=max_length, long_text=long_text,
+                             stride=stride)
+    if rows_per_call < 1:
+        raise InputError(f"rows_per_call={rows_per_call}: give a positive number of rows.")
+    plan = plan_resources(*cluster_resources(), actors, cpus_per_actor)
+    spec = model if model is None or not Path(model).exists() else str(Path(model).resolve())
+    return ds.map_batches(
+        _Embedder,
+        fn_constructor_kwargs={"model": spec, "precision": precision, "threads": plan.threads, "column": column,
+                                   "vector_column": vector_column, "options": options},
+        batch_size=rows_per_call, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=plan.actors),
+        num_cpus=plan.cpus_per_actor,
+    )
+
+
+def check_options(encoder: Encoder, **options) -> dict:
+    if options["pooling"].strip() == "none":
+        raise InputError("pooling='none' (token vectors) is not supported on Ray; choose cls, mean, max or a combination.")
+    if options["long_text"] not in LONG_TEXT:
+        raise InputError(f"long_text={options['long_text']!r}: valid values are {', '.join(LONG_TEXT)}.")
+    encoder.embed(["check the options"], progress=False, warn=False, **options)  # raises InputError on a bad option
+    return options
