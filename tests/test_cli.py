@@ -3,6 +3,7 @@
 import sys
 
 import numpy as np
+import pyarrow.parquet as pq  # a test dependency (.[test]): missing means failing, not skipping
 import pytest
 
 from bertkit import cli
@@ -34,7 +35,8 @@ def test_tokenize_warns_about_korean(monkeypatch, capsys):
 
 
 def test_info(monkeypatch, capsys):
-    code, out, _ = run(monkeypatch, capsys, "info")
+    code, out, err = run(monkeypatch, capsys, "info")
+    assert code == 0, err
     facts = dict(line.split(None, 1) for line in out.splitlines())
     assert facts["layers"] == "6" and facts["hidden_size"] == "384" and facts["max_length"] == "512"
     assert facts["cased"] == "False" and facts["vocab_size"] == "30522"
@@ -51,23 +53,36 @@ def test_embed_tsv_equals_library(monkeypatch, capsys, tmp_path, encoder):
     assert "wrote" in err and "3 × 384" in err
 
 
-def test_embed_token_vectors_and_parquet(monkeypatch, capsys, tmp_path):
-    pytest.importorskip("pyarrow")
+def test_embed_token_vectors_and_parquet(monkeypatch, capsys, tmp_path, encoder):
     source = tmp_path / "s.jsonl"
-    source.write_text('{"text": "I love Korea", "id": "k"}\n', encoding="utf-8")
+    source.write_text('{"text": "I love Korea", "id": "k"}\n{"text": "the plot is a mess", "id": "m"}\n', encoding="utf-8")
     code, _, err = run(monkeypatch, capsys, "embed", source, "--pooling", "none", "--id-column", "id", "-o", tmp_path / "t.npz")
     assert code == 0, err
     saved = np.load(tmp_path / "t.npz")
-    assert saved["tokens"].tolist() == ["[CLS]", "i", "love", "korea", "[SEP]"] and saved["ids"].tolist() == ["k"]
+    expected = encoder.embed(["I love Korea", "the plot is a mess"], layers="last", pooling="none")
+    assert saved["tokens"].tolist() == expected[0].tokens + expected[1].tokens
+    assert saved["tokens"].tolist()[:5] == ["[CLS]", "i", "love", "korea", "[SEP]"] and saved["ids"].tolist() == ["k", "m"]
+    assert saved["offsets"].tolist() == [0, 5, 5 + len(expected[1].tokens)]
+    np.testing.assert_allclose(saved["vectors"], np.concatenate([e.vectors for e in expected]), atol=1e-6, rtol=0)
+
     code, _, err = run(monkeypatch, capsys, "embed", source, "-o", tmp_path / "v.parquet", "-l", "last4:concat")
-    assert code == 0, err and (tmp_path / "v.parquet").is_file()
+    assert code == 0, err
+    table = pq.read_table(tmp_path / "v.parquet")
+    assert table.num_rows == 2 and table.column("id").to_pylist() == [0, 1]  # no --id-column: row numbers
+    vectors = np.array(table.column("vector").to_pylist(), dtype=np.float32)
+    pooled = encoder.embed(["I love Korea", "the plot is a mess"], layers="last4:concat", pooling="mean")
+    assert vectors.shape == (2, 4 * 384)
+    np.testing.assert_allclose(vectors, pooled, atol=1e-6, rtol=0)
 
 
-def test_embed_reports_truncation(monkeypatch, capsys, tmp_path):
+def test_embed_reports_truncation(monkeypatch, capsys, tmp_path, encoder):
     source = tmp_path / "long.txt"
     source.write_text("short\n" + "word " * 40 + "\n", encoding="utf-8")
     code, _, err = run(monkeypatch, capsys, "embed", source, "--max-length", "16", "-o", tmp_path / "v.npy")
-    assert code == 0 and "1 texts were truncated to" in err
+    assert code == 0, err
+    assert "1 texts were truncated to 16 tokens" in err
+    expected = encoder.embed(["short", ("word " * 40).strip()], max_length=16, warn=False)
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), expected, atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize(

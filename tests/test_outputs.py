@@ -1,6 +1,7 @@
 """Vector writers: formats round-trip, and a failed write leaves neither a partial file nor a temp file."""
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from bertkit import InputError
@@ -15,7 +16,6 @@ def test_formats_round_trip(tmp_path):
     saved = np.load(tmp_path / "v.npz")
     np.testing.assert_array_equal(saved["vectors"], vectors)
     assert saved["ids"].tolist() == ["a", "b", "c"]
-    pq = pytest.importorskip("pyarrow.parquet")
     outputs.write_vectors(tmp_path / "v.parquet", vectors, [10, 11, 12])
     table = pq.read_table(tmp_path / "v.parquet")
     assert table.column("id").to_pylist() == [10, 11, 12]
@@ -30,7 +30,7 @@ def test_failed_write_leaves_nothing(tmp_path, monkeypatch):
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(np, "save", explode)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="disk full"):
         outputs.write_vectors(target, np.zeros((2, 2), np.float32))
     assert target.read_bytes() == b"previous complete result"
     assert [p.name for p in tmp_path.iterdir()] == ["v.npy"]
@@ -42,8 +42,11 @@ def test_unknown_extension_is_refused(tmp_path):
 
 
 def test_token_vectors_npz(tmp_path):
-    vectors = [np.ones((2, 3), np.float32), np.zeros((4, 3), np.float32)]
-    outputs.write_token_vectors(tmp_path / "t.npz", [["a", "b"], ["c", "d", "e", "f"]], vectors, [0, 1])
+    vectors = [np.arange(6, dtype=np.float32).reshape(2, 3), -np.arange(12, dtype=np.float32).reshape(4, 3)]
+    outputs.write_token_vectors(tmp_path / "t.npz", [["a", "b"], ["c", "d", "e", "f"]], vectors, ["x", "y"])
     saved = np.load(tmp_path / "t.npz")
-    assert saved["offsets"].tolist() == [0, 2, 6] and saved["vectors"].shape == (6, 3)
+    assert saved["offsets"].tolist() == [0, 2, 6] and saved["ids"].tolist() == ["x", "y"]
+    np.testing.assert_array_equal(saved["vectors"], np.concatenate(vectors))
+    second = saved["vectors"][saved["offsets"][1]:saved["offsets"][2]]  # how a reader gets text 1 back
+    np.testing.assert_array_equal(second, vectors[1])
     assert saved["tokens"].tolist() == ["a", "b", "c", "d", "e", "f"]

@@ -3,6 +3,7 @@
 import random
 
 import pytest
+import seqeval.metrics as seqeval
 from conftest import shared_file
 
 from bertkit.errors import InputError
@@ -81,7 +82,6 @@ def test_entity_scores_by_hand():
 
 
 def test_entity_scores_match_seqeval_on_random_sequences():
-    seqeval = pytest.importorskip("seqeval.metrics")
     rng = random.Random(0)
     tags = ["O", "O", "O", "B-PER", "I-PER", "B-LOC", "I-LOC", "I-ORG", "B-ORG"]
     gold = [[rng.choice(tags) for _ in range(rng.randint(1, 12))] for _ in range(300)]
