@@ -7,6 +7,9 @@ import numpy as np
 import pytest
 import tiny_models
 from conftest import shared_file
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
 from bertkit import BertVectorizer, InputError, ModelLoadError, TextClassifier
 from bertkit.io.readers import read_labelled, sample_path
@@ -45,12 +48,17 @@ def test_C_is_chosen_by_cross_validation(sample):
     assert fixed.C_ == 0.5 and fixed.cv_scores_ == {}
 
 
-def test_integer_and_multiclass_labels(sample):
+def test_integer_and_multiclass_labels(sample, encoder):
     texts = sample[0][:30]
     labels = [i % 3 for i in range(30)]
     classifier = TextClassifier(BertVectorizer(layers="last"), C=1.0).fit(texts, labels)
     assert classifier.classes_.tolist() == [0, 1, 2]
-    assert classifier.predict_proba(texts[:4]).shape == (4, 3)
+    # the same thing by hand: Encoder.embed → StandardScaler → scikit-learn's multinomial LogisticRegression
+    reference = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=3000))
+    reference.fit(encoder.embed(texts, layers="last"), labels)
+    probabilities = classifier.predict_proba(texts[:4])
+    np.testing.assert_allclose(probabilities, reference.predict_proba(encoder.embed(texts[:4], layers="last")), atol=1e-4)
+    assert classifier.predict(texts[:4]).tolist() == classifier.classes_[probabilities.argmax(1)].tolist()
 
 
 def test_bad_training_data(sample):
@@ -90,6 +98,7 @@ def test_existing_run_directory_is_kept(sample, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
+@pytest.mark.slow
 def test_sst2_subset_accuracy():
     """Known accuracy: 1500 SST-2 training sentences → dev; the full set gives 84.4% (benchmarks/sst2_features.py)."""
     train = read_labelled(shared_file("sst2", "train.tsv"))

@@ -36,7 +36,8 @@ def test_train_evaluate_predict(monkeypatch, capsys, tmp_path):
     code, out, _ = run(monkeypatch, capsys, "evaluate", tmp_path / "run", SAMPLE)
     assert code == 0 and out.startswith("accuracy") and "n=80" in out
 
-    code, out, _ = run(monkeypatch, capsys, "predict", tmp_path / "run", "a wonderful , moving film", "a dull mess")
+    code, out, err = run(monkeypatch, capsys, "predict", tmp_path / "run", "a wonderful , moving film", "a dull mess")
+    assert code == 0, err
     rows = list(csv.reader(out.splitlines(), delimiter="\t"))
     assert rows[0] == ["label", "probability", "text"]
     assert [r[0] for r in rows[1:]] == ["positive", "negative"] and float(rows[1][1]) > 0.5

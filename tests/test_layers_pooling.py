@@ -60,11 +60,20 @@ def test_mean_and_max_ignore_padding():
         pool_sentences(vectors, mask, ("pooler",), None)
 
 
-def test_parse_pooling():
-    assert parse_pooling("cls+mean") == ("cls", "mean")
-    for bad in ["avg", "none+mean", "mean+mean"]:
-        with pytest.raises(InputError):
-            parse_pooling(bad)
+@pytest.mark.parametrize("spec, parsed", [("cls+mean", ("cls", "mean")), ("MAX", ("max",)), ("mean + cls", ("mean", "cls")),
+                                          ("none", ("none",))])
+def test_parse_pooling(spec, parsed):
+    assert parse_pooling(spec) == parsed
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("avg", r"pooling='avg': unknown pooling 'avg'. Valid: cls, pooler, mean, max, none"),
+    ("none+mean", r"'none' \(token vectors\) cannot be combined"),
+    ("mean+mean", "a pooling is listed twice"),
+])
+def test_bad_pooling_names_the_problem(bad, message):
+    with pytest.raises(InputError, match=message):
+        parse_pooling(bad)
 
 
 def test_word_pooling_by_hand():
