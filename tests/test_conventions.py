@@ -11,6 +11,7 @@ import pytest
 import tiny_models
 import torch
 from sklearn.base import clone
+from transformers import AutoModelForSequenceClassification
 
 from bertkit import BertVectorizer, FineTunedClassifier, InputError, TextClassifier, finetune, load_run
 from bertkit.encoder.precision import fast_bf16_cpu
@@ -94,10 +95,13 @@ def test_runs_record_precision_and_warn_when_used_at_another(feature_run, finetu
     assert json.loads((run / "bertkit.json").read_text())["precision"] == "fp32"
     if not fast_bf16_cpu():
         pytest.skip("this CPU has no native bf16 (AMX / AVX512-BF16), the only other precision to load at")
+    texts = ["a good film", "a dull film"]
     for directory in (saved, run):
         with pytest.warns(UserWarning, match="used at bf16"):
             loaded = load_run(directory, precision="bf16")
-        assert loaded.predict(["a good film"]).shape == (1,)
+        # really at bf16, and still the same model: probabilities within bf16's rounding of the fp32 ones
+        assert (loaded.vectorizer_.encoder_ if directory == saved else loaded).precision == "bf16"
+        np.testing.assert_allclose(loaded.predict_proba(texts), load_run(directory).predict_proba(texts), atol=0.05)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         load_run(saved)  # its own precision: no warning
@@ -121,10 +125,10 @@ def test_finetuned_classifier_follows_long_text(finetuned_run):
     windows = _windows(Example(tokens, [0] * len(tokens), -1), 16)
     assert len(windows) > 1 and all(len(w.input_ids) <= 16 for w in windows)
     assert {t for w in windows for t in w.input_ids[1:-1]} == set(tokens[1:-1])  # every token is read
-    texts = [windowed_model.tokenizer.decode(w.input_ids[1:-1]) for w in windows]
-    each = torch.softmax(torch.stack(windowed_model._logits(windows)), -1).numpy()
-    np.testing.assert_allclose(windowed[1], each.mean(axis=0), atol=1e-6)
-    assert len(texts) == len(windows)
+    plain = AutoModelForSequenceClassification.from_pretrained(run).eval()  # each window scored by plain transformers
+    with torch.no_grad():
+        each = [torch.softmax(plain(input_ids=torch.tensor([w.input_ids])).logits[0], -1).numpy() for w in windows]
+    np.testing.assert_allclose(windowed[1], np.mean(each, axis=0), atol=1e-5)
 
 
 def test_one_held_out_split_for_every_trainer():

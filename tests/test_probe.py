@@ -57,6 +57,7 @@ def count_forwards(monkeypatch):
     return calls
 
 
+@pytest.mark.slow
 def test_text_probe_runs_one_forward_per_batch_and_is_reproducible(tiny_dirs, tmp_path, monkeypatch):
     train = sentiment_file(tmp_path / "train.tsv", n=80)
     dev = sentiment_file(tmp_path / "dev.tsv", n=40, seed=1)
@@ -68,7 +69,9 @@ def test_text_probe_runs_one_forward_per_batch_and_is_reproducible(tiny_dirs, tm
     assert len(result.rows) == 3 * 7 + 1  # cls / mean / max × 7 layer choices (2-layer model), plus the pooler
     assert rows[("mean", "concat of last 3")].dim == 3 * 32 and rows[("pooler", "pooler(h2 [CLS])")].dim == 32
     mix = rows[("mean", "learned mix of all 3")]
-    assert sum(mix.layer_weights) == pytest.approx(1.0, abs=1e-3)
+    assert len(mix.layer_weights) == 3 and min(mix.layer_weights) >= 0
+    assert max(mix.layer_weights) - min(mix.layer_weights) > 0.01  # trained: moved away from the uniform start
+    assert mix.score >= 0.9 and rows[("mean", "mean of all 3")].score >= 0.9  # fixed sentiment words: an easy task
     again = probe_text(train, dev, **options)
     assert [(r.choice, r.score, r.C) for r in again.rows] == [(r.choice, r.score, r.C) for r in result.rows]
 
@@ -93,7 +96,13 @@ def test_learned_mix_finds_the_informative_layer():
     blocks[:, 2, 0] += 3.0 * (2 * codes - 1)  # only layer 2 carries the label
     train, test = slice(0, 400), slice(400, n)
     mix = ScalarMixClassifier(C=1.0).fit(blocks[train], codes[train])
-    assert mix.layer_weights_.sum() == pytest.approx(1.0, abs=1e-5)
+    # the model is softmax(w) · layers → linear: recompute its weights and decisions by hand in numpy
+    raw = mix.mix_logits_.detach().numpy().astype(np.float64)
+    by_hand = np.exp(raw - raw.max()) / np.exp(raw - raw.max()).sum()
+    np.testing.assert_allclose(mix.layer_weights_, by_hand, rtol=1e-5, atol=1e-7)
+    mixed = np.einsum("l,nld->nd", by_hand, blocks[test].astype(np.float64))
+    scores = mixed @ mix.weight_.detach().numpy() + mix.bias_.detach().numpy()
+    assert mix.predict(blocks[test]).tolist() == scores.argmax(1).tolist()
     assert mix.layer_weights_.argmax() == 2 and mix.layer_weights_[2] > 0.5
     from sklearn.linear_model import LogisticRegression
 
@@ -103,6 +112,7 @@ def test_learned_mix_finds_the_informative_layer():
     assert np.mean(mix.predict(blocks[test]) == codes[test]) >= max(singles) - 0.02
 
 
+@pytest.mark.slow
 def test_cli_probe_writes_table_and_files(tiny_dirs, tmp_path, monkeypatch, capsys):
     train = sentiment_file(tmp_path / "train.tsv", n=60)
     dev = sentiment_file(tmp_path / "dev.tsv", n=30, seed=1)

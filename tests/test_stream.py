@@ -79,6 +79,7 @@ def run_until(command, progress_file, min_done, sig):
     return process
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
 def test_killed_run_resumes_to_the_same_file(tiny_dirs, tmp_path, sig):
     model = tiny_dirs["bert_cased"]
@@ -108,6 +109,7 @@ def peak_rss_mb(command):
     return int(out.stdout) / 1024
 
 
+@pytest.mark.slow
 def test_memory_does_not_grow_with_input_size(tiny_dirs, tmp_path):
     model = tiny_dirs["bert_cased"]
     small = make_lines(tmp_path / "small.tsv", 5_000)
