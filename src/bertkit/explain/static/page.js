@@ -22,7 +22,8 @@
   function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); return node; }
   function option(select, value, label) { select.appendChild(el("option", { value: String(value), text: label })); }
   function tokenLabels(tokens) { return tokens.map((t, i) => i + " " + t); }
-  function margin(l) { return { l: l || 90, r: 20, t: 30, b: 40 }; }
+  function margin(l, b) { return { l: l || 90, r: 20, t: 30, b: b || 40 }; }
+  const WHITE_BLUE = [[0, "#ffffff"], [1, "#08306b"]];
 
   function setPanel(id, data, draw) {
     const panel = $(id), error = panel.querySelector(".error"), body = panel.querySelector(".body");
@@ -122,10 +123,10 @@
     const plots = [
       Plotly.react("norms", [{ type: "heatmap", z: d.norms, x: labels, y: states, colorscale: "Viridis",
         hovertemplate: "%{y} %{x}<br>norm %{z}<extra></extra>" }],
-      { title: { text: "vector norm per layer", font: { size: 13 } }, margin: margin(40), xaxis: { tickangle: -45 } }, CONFIG),
+      { title: { text: "vector norm per layer", font: { size: 13 } }, margin: margin(40, 80), xaxis: { tickangle: -45 } }, CONFIG),
       Plotly.react("cosines", [{ type: "heatmap", z: d.cosine_to_previous, x: labels, y: states.slice(1).map((s, i) => s + "·h" + i),
         colorscale: "Cividis", zmin: 0, zmax: 1, hovertemplate: "%{y} %{x}<br>cosine %{z}<extra></extra>" }],
-      { title: { text: "cosine to the previous layer", font: { size: 13 } }, margin: margin(60), xaxis: { tickangle: -45 } }, CONFIG),
+      { title: { text: "cosine to the previous layer", font: { size: 13 } }, margin: margin(60, 80), xaxis: { tickangle: -45 } }, CONFIG),
     ];
     const vectors = d.vectors[layer];
     if (vectors) {
@@ -136,10 +137,10 @@
     }
     const matrix = d.attention[attLayer] && d.attention[attLayer][head];
     if (matrix) {
-      plots.push(Plotly.react("attention", [{ type: "heatmap", z: matrix, x: labels, y: labels, colorscale: "Blues",
+      plots.push(Plotly.react("attention", [{ type: "heatmap", z: matrix, x: labels, y: labels, colorscale: WHITE_BLUE,
         zmin: 0, zmax: 1, hovertemplate: "%{y} attends to %{x}: %{z}<extra></extra>" }],
       { title: { text: `attention of layer ${attLayer}, head ${head} (rows: queries, columns: keys)`, font: { size: 13 } },
-        margin: margin(110), xaxis: { tickangle: -45 }, yaxis: { autorange: "reversed" } }, CONFIG));
+        margin: margin(110, 90), xaxis: { tickangle: -45 }, yaxis: { autorange: "reversed" } }, CONFIG));
     }
     return plots;
   }
@@ -248,7 +249,10 @@
         body: JSON.stringify(settings()) });
       body = await response.json();
     } catch (err) {
-      if (seq === state.seq) { showEverywhere("The server did not answer (" + err.message + "). Is `bertkit serve` still running?"); }
+      if (seq === state.seq) {
+        showEverywhere("The server did not answer (" + err.message + "). Is `bertkit serve` still running?");
+        document.body.dataset.done = String(seq);
+      }
       return;
     }
     if (seq !== state.seq) return; // a newer request is on its way
@@ -256,6 +260,7 @@
       state.lastError = body.error || ("HTTP " + response.status);
       showEverywhere(state.lastError);
       $("status").textContent = "";
+      document.body.dataset.done = String(seq);
       return;
     }
     state.lastError = null;
@@ -264,6 +269,7 @@
     state.timings.push(elapsed);
     $("status").textContent = `all panels updated in ${elapsed.toFixed(0)} ms`;
     document.body.dataset.updated = String(seq);
+    document.body.dataset.done = String(seq);
   }
 
   let timer = null;

@@ -1,0 +1,314 @@
+"""The explainer page: its JSON views against the library, and the page in a real browser (Debian's chromium)
+against a real `bertkit serve` process and an offline `bertkit explain` file."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import torch
+
+from bertkit.errors import InputError
+from bertkit.explain import page, views
+from bertkit.explain.explainer import Explainer, Settings
+from bertkit.io.readers import read_labelled, sample_path
+from bertkit.tasks.classify import TextClassifier
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run", "--disable-sync"]
+SHOTS = Path(__file__).resolve().parents[1] / "docs" / "explain"
+KOREA_IDS = [101, 1045, 2293, 4420, 102, 0, 0]
+
+
+# ---- fixtures ---------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A small feature run: logistic regression (C=1) on bertkit's sample reviews."""
+    data = read_labelled(sample_path("reviews.tsv"), "text", "label", header=True)
+    return TextClassifier(C=1.0).fit(data.texts, data.labels).save(tmp_path_factory.mktemp("runs") / "reviews")
+
+
+@pytest.fixture(scope="module")
+def probe_dir(tmp_path_factory):
+    """A real `bertkit probe` output: 60 sample reviews to train on, the other 20 to score on, cls and mean."""
+    root = tmp_path_factory.mktemp("probe")
+    lines = sample_path("reviews.tsv").read_text(encoding="utf-8").splitlines()
+    (root / "train.tsv").write_text("\n".join(lines[:61]) + "\n", encoding="utf-8")
+    (root / "dev.tsv").write_text("\n".join([lines[0]] + lines[61:]) + "\n", encoding="utf-8")
+    subprocess.run([sys.executable, "-m", "bertkit.cli", "probe", str(root / "train.tsv"), "--dev", str(root / "dev.tsv"),
+                    "--text-column", "text", "--label-column", "label", "--poolings", "cls,mean", "-o",
+                    str(root / "probe")], check=True, capture_output=True, timeout=300)
+    return root / "probe"
+
+
+@pytest.fixture(scope="module")
+def explainer(encoder, run_dir, probe_dir):
+    return Explainer.from_paths(encoder=encoder, run_dirs=[f"reviews={run_dir}", str(probe_dir)])
+
+
+# ---- views against the library (fast) ---------------------------------------------------------------------------
+def test_token_table_is_the_cli_table_padded(encoder):
+    view = views.tokenization(encoder, "I love Korea", pad_to=7)
+    assert [r["id"] for r in view["rows"]] == KOREA_IDS
+    assert [r["mask"] for r in view["rows"]] == [1, 1, 1, 1, 1, 0, 0]
+    assert [r["token"] for r in view["rows"]] == ["[CLS]", "i", "love", "korea", "[SEP]", "[PAD]", "[PAD]"]
+    assert view["coverage"]["message"] == encoder.coverage(["I love Korea"]).message()
+    korean = views.tokenization(encoder, "한국어 문장입니다")
+    assert korean["coverage"]["poor"] and "jamo" in korean["coverage"]["message"]
+
+
+def test_model_view_equals_encoder_forward_and_attention_rows_sum_to_one(encoder):
+    text = "a visually stunning rumination on love"
+    implementation = encoder.model.config._attn_implementation
+    view = views.through_model(encoder, text, pad_to=12)
+    batch = encoder.tokenize([text], max_length=12, padding="max_length")
+    states = encoder.forward(batch).hidden_states
+    assert view["n_states"] == encoder.num_layers + 1 and len(view["vectors"]) == view["n_states"]
+    for i, state in enumerate(states):
+        assert np.allclose(view["vectors"][str(i)], state[0].numpy(), atol=1e-4)
+        assert np.allclose(view["norms"][i], state[0].norm(dim=-1).numpy(), atol=1e-3)
+    attention = np.array(view["attention"]["3"]["5"])
+    assert attention.shape == (12, 12)
+    assert np.allclose(attention.sum(axis=1), 1.0, atol=1e-3)
+    real = int(batch.attention_mask.sum())
+    assert np.allclose(attention[:, real:], 0.0, atol=1e-6)  # nobody attends to [PAD]
+    with torch.inference_mode():  # plain transformers with eager attention gives the same weights
+        eager = views.attention_weights(encoder, batch)
+    assert np.allclose(eager[2][0, 5].numpy(), attention, atol=1e-4)
+    assert encoder.model.config._attn_implementation == implementation  # the shared model is left as it was
+    picked = views.through_model(encoder, text, layer=2, attention_layer=1, head=0)
+    assert list(picked["vectors"]) == ["2"] and list(picked["attention"]) == ["1"]
+    with pytest.raises(InputError, match="layer 9"):
+        views.through_model(encoder, text, layer=9)
+
+
+def test_sentence_vector_is_encoder_embed_and_cosine_is_right(encoder):
+    view = views.sentence_vector(encoder, "I love Korea", "last4:sum", "cls+mean", compare="I hate it")
+    expected = encoder.embed(["I love Korea", "I hate it"], layers="last4:sum", pooling="cls+mean")
+    assert view["dim"] == expected.shape[1] == 2 * encoder.hidden_size
+    assert np.allclose(view["vector"], expected[0], atol=1e-4)
+    a, b = expected
+    assert view["cosine"] == pytest.approx(float(a @ b / np.linalg.norm(a) / np.linalg.norm(b)), abs=1e-4)
+    with pytest.raises(InputError, match="not a valid layer spec"):
+        views.sentence_vector(encoder, "I love Korea", "bogus")
+
+
+def test_explain_puts_every_panel_and_keeps_errors_in_their_panel(explainer, run_dir, probe_dir):
+    result = explainer.explain(Settings.from_json({"text": "I love Korea", "layers": "bogus", "layer": 2}))
+    assert "not a valid layer spec" in result["sentence"]["error"]
+    assert [r["id"] for r in result["tokenization"]["rows"]] == KOREA_IDS[:5]
+    run = TextClassifier.load(run_dir)
+    probabilities = run.predict_proba(["I love Korea"])[0]
+    assert result["predictions"]["reviews"]["label"] == run.classes_[probabilities.argmax()]
+    assert result["predictions"]["reviews"]["probability"] == f"{probabilities.max():.4f}"
+    sits = result["map"]
+    assert "sample reviews" in sits["source"] and sits["n"] == 80
+    assert sum(len(g["x"]) for g in sits["groups"]) == 80
+    record = json.loads((probe_dir / "probe.json").read_text())
+    best = max(record["rows"], key=lambda r: r["score"])
+    shown = result["probes"]["probe"]
+    assert shown["best"] == {"pooling": best["pooling"], "layers": best["choice"], "score": round(100 * best["score"], 1)}
+    assert len(shown["rows"]) == len(record["rows"]) and {s["pooling"] for s in shown["series"]} == {"cls", "mean"}
+    for bad, words in [({"text": ""}, "empty"), ({"text": "x" * 100_000}, "100,000 characters"),
+                       ({"text": "a", "colour": 1}, "unknown field"), ({}, "give the sentence")]:
+        with pytest.raises(InputError, match=words):
+            Settings.from_json(bad)
+
+
+def test_offline_page_inlines_everything():
+    html = page.offline_page({"model": "m"}, {"text": "</script><script>alert(1)</script>"})
+    assert "</script><script>alert" not in html
+    plotly = page._script_safe(page.static_text("plotly.min.js"))
+    assert plotly in html  # inlined whole; its own links (plotly.com in the mode bar) are never fetched at load
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html.replace(plotly, ""))
+    assert html.count("</script>") == 3  # data, plotly.js and page.js each end once; the text cannot end one early
+
+
+# ---- the page in a real browser (slow) -------------------------------------------------------------------------
+class Served:
+    """`bertkit serve` in a subprocess on a free loopback port; stopped with SIGTERM."""
+
+    def __init__(self, *args: str, timeout: float = 120):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [sys.executable, "-m", "bertkit.cli", "serve", "--port", str(self.port), *args]
+        self.process = subprocess.Popen(command, env=dict(os.environ, HF_HUB_OFFLINE="1"),
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"bertkit serve exited: {self.process.stderr.read()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("bertkit serve did not start in time")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+@pytest.fixture(scope="module")
+def server(run_dir):
+    served = Served("--run", f"reviews={run_dir}")
+    yield served
+    served.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: `apt-get install chromium` (.ci/run installs it)")
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+class Watched:
+    """A page with its console errors, page errors and requests recorded."""
+
+    def __init__(self, browser):
+        self.page = browser.new_page(viewport={"width": 1280, "height": 900})
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("request", lambda r: self.requests.append(r.url))
+
+    def update(self, action) -> None:
+        """Do `action` (typing, choosing) and wait until the page has drawn the answer to it."""
+        before = self.page.evaluate("window.bertkit ? window.bertkit.seq : 0")
+        action()
+        self.page.wait_for_function(
+            "n => window.bertkit.seq > n && document.body.dataset.done === String(window.bertkit.seq)",
+            arg=before, timeout=60_000)
+
+    def cells(self, row: str) -> list[str]:
+        return self.page.locator(f"#tokens-table tr.{row} td").all_inner_texts()
+
+    def heatmap(self) -> list:
+        return self.page.evaluate("document.getElementById('heatmap').data[0].z")
+
+    def shot(self, selector: str, name: str) -> None:
+        """A screenshot of one element for the README (the sticky header unstuck, so that it covers nothing)."""
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        self.page.add_style_tag(content="header { position: static !important; }")
+        self.page.locator(selector).screenshot(path=str(SHOTS / name))
+
+
+@pytest.fixture
+def live(browser, server):
+    watched = Watched(browser)
+    watched.update(lambda: watched.page.goto(server.url + "/"))
+    yield watched
+    watched.page.close()
+
+
+@pytest.mark.slow
+def test_typing_a_sentence_with_padding_shows_the_guide_table(live):
+    live.update(lambda: (live.page.fill("#pad", "7"), live.page.fill("#text", "I love Korea")))
+    assert live.cells("ids") == [str(i) for i in KOREA_IDS]
+    assert live.cells("mask") == ["1", "1", "1", "1", "1", "0", "0"]
+    assert live.cells("tokens") == ["[CLS]", "i", "love", "korea", "[SEP]", "[PAD]", "[PAD]"]
+    assert live.page.locator("#panel-tokens .error").is_hidden()
+    live.update(lambda: live.page.fill("#compare", "I hate Korea"))
+    for panel in ("tokens", "model", "sentence", "map", "prediction", "probe"):
+        live.shot(f"#panel-{panel}", f"{panel}.png")
+    live.page.evaluate("window.scrollTo(0, 0)")
+    live.page.screenshot(path=str(SHOTS / "page.png"))
+    assert live.errors == []
+
+
+@pytest.mark.slow
+def test_changing_the_layer_redraws_the_heatmap_with_that_layers_vectors(live, encoder):
+    live.update(lambda: (live.page.fill("#pad", ""), live.page.fill("#text", "I love Korea")))
+    last = live.heatmap()
+    live.update(lambda: live.page.select_option("#layer", "2"))
+    second = live.heatmap()
+    batch = encoder.tokenize(["I love Korea"])
+    states = encoder.forward(batch).hidden_states
+    assert np.allclose(second, states[2][0].numpy(), atol=1e-3)
+    assert np.allclose(last, states[-1][0].numpy(), atol=1e-3)
+    assert not np.allclose(second, last, atol=1e-2)
+    before = live.page.evaluate("document.getElementById('attention').data[0].z")
+    live.update(lambda: live.page.select_option("#head", "7"))
+    assert live.page.evaluate("document.getElementById('attention').data[0].z") != before
+    assert live.errors == []
+
+
+@pytest.mark.slow
+def test_prediction_panel_says_what_bertkit_predict_says(live, run_dir):
+    text = "a dull , lifeless mess that goes nowhere"
+    live.update(lambda: live.page.fill("#text", text))
+    card = live.page.locator('.prediction[data-run="reviews"]')
+    shown = (card.locator(".label").inner_text(), card.locator(".probability").inner_text())
+    cli = subprocess.run([sys.executable, "-m", "bertkit.cli", "predict", str(run_dir), text], capture_output=True,
+                         text=True, timeout=120, check=True)
+    row = next(csv.DictReader(io.StringIO(cli.stdout), delimiter="\t"))
+    assert shown == (row["label"], row["probability"])
+    assert live.errors == []
+
+
+@pytest.mark.slow
+def test_bad_input_shows_a_message_in_every_panel(live):
+    live.update(lambda: live.page.fill("#text", ""))
+    for panel in ("tokens", "model", "sentence", "map", "prediction", "probe"):
+        assert "empty" in live.page.locator(f"#panel-{panel} .error").inner_text()
+    live.update(lambda: live.page.fill("#text", "word " * 20_000))
+    assert "100,000 characters" in live.page.locator("#panel-model .error").inner_text()
+    live.update(lambda: (live.page.fill("#text", "I love Korea"), live.page.fill("#layers", "last9:sum")))
+    assert "does not exist" in live.page.locator("#panel-sentence .error").inner_text()
+    assert live.cells("ids")[:5] == [str(i) for i in KOREA_IDS[:5]]  # the other panels still draw
+    live.shot("#panel-sentence", "bad-layer-spec.png")
+    live.update(lambda: live.page.fill("#layers", "last"))
+    assert live.page.locator("#panel-sentence .error").is_hidden()
+    # the browser logs each 400 answer as a failed resource; nothing else may reach the console
+    assert [e for e in live.errors if "status of 400" not in e] == []
+    assert "Traceback" not in live.page.content()
+
+
+@pytest.mark.slow
+def test_explain_file_opens_offline_with_no_network(browser, run_dir, probe_dir, tmp_path):
+    output = tmp_path / "explain.html"
+    subprocess.run([sys.executable, "-m", "bertkit.cli", "explain", "I love Korea", "--run", str(run_dir), "--run",
+                    str(probe_dir), "--max-length", "7", "--compare", "I hate Korea", "-o", str(output)],
+                   check=True, timeout=180, capture_output=True)
+    watched = Watched(browser)
+    watched.page.goto(output.as_uri())
+    watched.page.wait_for_function("document.body.dataset.updated === 'offline'", timeout=60_000)
+    assert watched.cells("ids") == [str(i) for i in KOREA_IDS]
+    assert watched.cells("mask") == ["1", "1", "1", "1", "1", "0", "0"]
+    assert watched.page.locator("#text").is_disabled()
+    before = watched.heatmap()
+    watched.page.select_option("#layer", "1")
+    assert watched.heatmap() != before
+    rows = json.loads((probe_dir / "probe.json").read_text())["rows"]
+    assert watched.page.locator('.probe[data-probe="probe"] table tr').count() == len(rows) + 1
+    watched.shot("#panel-probe", "probe.png")
+    assert watched.requests and all(url.split(":", 1)[0] in ("file", "data", "blob") for url in watched.requests)
+    assert watched.errors == []
+    watched.page.close()
