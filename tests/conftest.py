@@ -13,7 +13,7 @@ SHARED_DATA = Path(os.environ.get("BERTKIT_DATA", Path(__file__).resolve().paren
 
 
 def shared_file(*parts: str) -> Path:
-    """A file from ../shared/data, or skip the test saying why."""
+    """A file from ../shared/data; when absent, skip saying why, except in CI (CI=true/1/yes), where it is a failure."""
     path = SHARED_DATA.joinpath(*parts)
     if not path.is_file():
         reason = f"shared data {path} is absent (set BERTKIT_DATA to the folder holding sst2/ and conll2003/)"
