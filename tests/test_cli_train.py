@@ -83,8 +83,11 @@ def test_dev_labels_unseen_in_training_are_named(monkeypatch, capsys, tmp_path):
 
 def test_existing_output_needs_overwrite(monkeypatch, capsys, tmp_path):
     (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "mine.txt").write_text("keep me")
     code, _, err = train(monkeypatch, capsys, tmp_path, "-o", tmp_path / "run")
     assert code == 2 and "already exists" in err and "--overwrite" in err
+    assert [p.name for p in (tmp_path / "run").iterdir()] == ["mine.txt"]
+    assert (tmp_path / "run" / "mine.txt").read_text() == "keep me"
 
 
 def test_evaluate_refuses_unknown_labels_and_non_runs(monkeypatch, capsys, tmp_path):

@@ -70,7 +70,7 @@ def test_pooler_and_combined_pooling_equal_transformers(encoder, references):
     assert encoder.sentence_dim("last4:concat", "cls+mean") == 384 * 4 * 2
 
 
-def test_seed_example_forward_shapes(encoder):
+def test_seed_example_forward_shapes(encoder, references):
     batch = encoder.tokenize(["I love Korea"], max_length=7, padding="max_length")
     assert batch.input_ids.tolist() == [[101, 1045, 2293, 4420, 102, 0, 0]]
     assert batch.attention_mask.tolist() == [[1, 1, 1, 1, 1, 0, 0]]
@@ -81,6 +81,9 @@ def test_seed_example_forward_shapes(encoder):
     assert len(out.hidden_states) == 7
     assert torch.equal(out.hidden_states[-1], out.last_hidden_state)
     assert not out.last_hidden_state.requires_grad
+    alone = references[0]  # "I love Korea" through plain transformers, unpadded
+    np.testing.assert_allclose(out.last_hidden_state[0, :5].numpy(), alone.last_hidden_state[0].numpy(), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(out.pooler_output.numpy(), alone.pooler_output.numpy(), atol=1e-5, rtol=0)
 
 
 def test_padding_never_leaks_into_mean_or_max(encoder, references):
