@@ -25,6 +25,7 @@ from . import views
 PROBE_FILE = "probe.json"
 MAP_ROWS = 400  # training sentences drawn on the map (evenly spaced rows of the run's data)
 SAMPLE = "reviews.tsv"
+RECENT = 16  # sentences whose feature vectors are kept (map and prediction of one request share them)
 
 
 @dataclass
@@ -84,6 +85,7 @@ class Explainer:
     runs: dict = field(default_factory=dict)
     probes: dict = field(default_factory=dict)
     _maps: dict = field(default_factory=dict)
+    _recent: dict = field(default_factory=dict)  # (run, text) → features, the last few sentences
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
@@ -127,7 +129,8 @@ class Explainer:
             "sentence": _panel(lambda: views.sentence_vector(encoder, text, settings.layers, settings.pooling,
                                                              settings.compare)),
             "map": _panel(lambda: self.map_view(map_run, text)),
-            "predictions": {name: _panel(lambda run=run: views.prediction(run, text)) for name, run in self.runs.items()},
+            "predictions": {name: _panel(lambda name=name, run=run: views.prediction(run, text, self._features(name, text)))
+                            for name, run in self.runs.items()},
             "probes": {name: _panel(lambda record=record: views.probe_table(record)) for name, record in self.probes.items()},
         }
 
@@ -145,7 +148,7 @@ class Explainer:
             if name not in self._maps:
                 self._maps[name] = _fit_map(run)
         data = self._maps[name]
-        features = run.features([text])
+        features = self._features(name, text)
         point = data.pca.transform(features)[0]
         predicted = run.classes_[int(run.predict_proba_features(features).argmax(axis=1)[0])]
         groups: dict[str, dict] = {}
@@ -161,6 +164,22 @@ class Explainer:
             "sentence": {"x": round(float(point[0]), 3), "y": round(float(point[1]), 3), "text": text[:80],
                          "predicted": str(predicted)},
         }
+
+
+    def _features(self, name: str, text: str) -> np.ndarray | None:
+        """A feature run's vectors of [text], computed once per sentence for the map and the prediction."""
+        run = self.runs[name]
+        if not isinstance(run, TextClassifier):
+            return None
+        with self._lock:
+            if (name, text) in self._recent:
+                return self._recent[(name, text)]
+        features = run.features([text])
+        with self._lock:
+            self._recent[(name, text)] = features
+            while len(self._recent) > RECENT:
+                self._recent.pop(next(iter(self._recent)))
+        return features
 
 
 def _fit_map(run: TextClassifier) -> MapData:
