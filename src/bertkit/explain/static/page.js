@@ -213,7 +213,8 @@
       const p = probes[name], card = el("div", { class: "probe", "data-probe": name });
       card.appendChild(el("h3", { text: name }));
       if (p.error) { card.appendChild(el("div", { class: "error", text: p.error })); box.appendChild(card); return; }
-      card.appendChild(el("p", { class: "muted", text: `${p.task} probe of ${p.facts.model || "the model"}; best: ` +
+      card.appendChild(el("p", { class: "muted", text: `${p.task} probe of ${p.facts.model || "the model"}` +
+        (p.facts.train_rows ? ` (trained on ${p.facts.train_rows} rows, scored on ${p.facts.dev_rows} dev rows)` : "") + `; best: ` +
         `${p.best.pooling} / ${p.best.layers} (${p.metric} ${p.best.score})` }));
       const columns = Object.keys(p.rows[0]);
       const table = el("table", { class: "small" }, [el("tr", {}, columns.map((c) => el("th", { text: c })))]);
