@@ -22,6 +22,7 @@ from .defaults import DEFAULT_BATCH_SIZE
 from .layers import LayerSelection, parse_layers
 from .models import LoadedModel, load_model, resolve_model
 from .pooling import parse_pooling, pool_sentences, pool_words
+from .int8 import int8_model_for
 from .precision import autocast, check_precision
 from .threads import set_threads, threads_per_batch, total_threads
 from .windows import pad_pieces, split_into_pieces, stitch
@@ -89,6 +90,7 @@ class Encoder:
         self._accepts_type_ids = "token_type_ids" in inspect.signature(self.model.forward).parameters
         for note in loaded.warnings:
             warnings.warn(f"{loaded.source.spec}: {note}", stacklevel=2)
+        self._int8 = int8_model_for(self) if self.precision == "int8" else None  # ONNX Runtime session, see int8.py
 
     @classmethod
     def from_pretrained(
@@ -102,6 +104,7 @@ class Encoder:
         """Load the packaged default (None), a local directory saved with `save_pretrained`, or a hub name.
 
         precision='bf16' runs the forward under CPU bf16 autocast; refused where the CPU lacks native bf16.
+        precision='int8' runs an 8-bit ONNX Runtime copy of the model, built once and cached (see encoder/int8.py).
         concurrent_batches: batches in flight at once, sharing the torch threads (default: 2 when there are
         2 or more threads, else 1); 1 gives the classic one-batch-at-a-time loop.
         """
@@ -215,7 +218,7 @@ class Encoder:
         if self._accepts_type_ids:
             inputs["token_type_ids"] = batch.token_type_ids
         with torch.inference_mode(), autocast(self.precision):
-            out = self.model(**inputs, output_hidden_states=True, return_dict=True)
+            out = (self._int8 or self.model)(**inputs, output_hidden_states=True, return_dict=True)
         return ForwardOutput(
             last_hidden_state=out.last_hidden_state,
             pooler_output=getattr(out, "pooler_output", None) if self.has_pooler else None,

@@ -1,15 +1,17 @@
-"""Numeric precision of the forward pass: fp32 everywhere, bf16 autocast only where the CPU does bf16 natively."""
+"""Numeric precision of the forward pass: fp32 everywhere, bf16 autocast only where the CPU does bf16 natively,
+int8 through ONNX Runtime (encoder/int8.py) where onnxruntime is installed."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from pathlib import Path
 
 import torch
 
 from ..errors import InputError
 
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "int8")
 
 
 def cpu_bf16_flags() -> set[str]:
@@ -33,10 +35,16 @@ def fast_bf16_cpu() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-def check_precision(precision: str) -> str:
-    """Validate `precision`; refuse bf16 on a CPU that would emulate it (hundreds of times slower than fp32)."""
+def check_precision(precision: str, supported: tuple[str, ...] = PRECISIONS, what: str = "") -> str:
+    """Validate `precision`; refuse bf16 on a CPU that would emulate it, int8 without onnxruntime."""
+    if precision in PRECISIONS and precision not in supported:
+        raise InputError(f"precision={precision!r} is not available for {what or 'this'}: use one of "
+                         f"{', '.join(supported)}.")
     if precision not in PRECISIONS:
-        raise InputError(f"precision={precision!r}: valid values are {', '.join(PRECISIONS)}.")
+        raise InputError(f"precision={precision!r}: valid values are {', '.join(supported)}.")
+    if precision == "int8" and (importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnx") is None):
+        raise InputError("precision='int8' runs on ONNX Runtime: pip install 'bertkit[int8]' (onnxruntime and onnx), "
+                         "or use precision='fp32'.")
     if precision == "bf16" and not fast_bf16_cpu():
         raise InputError(
             f"precision='bf16': this CPU ({torch.backends.cpu.get_cpu_capability()}) has no native bf16 "
@@ -48,7 +56,7 @@ def check_precision(precision: str) -> str:
 
 
 def autocast(precision: str):
-    """Context for one forward pass: bf16 autocast on CPU, or nothing for fp32."""
+    """Context for one forward pass: bf16 autocast on CPU, or nothing for fp32 and int8 (ONNX Runtime)."""
     if precision == "bf16":
         return torch.autocast("cpu", dtype=torch.bfloat16)
     return contextlib.nullcontext()

@@ -42,7 +42,7 @@ class _FineTuned:
             raise InputError(f"long_text={long_text!r}: valid values are {', '.join(LONG_TEXT_POLICIES)}.")
         self.long_text = long_text
         trained = (record or {}).get("precision", "fp32")
-        self.precision = check_precision(precision or trained)
+        self.precision = check_precision(precision or trained, ("fp32", "bf16"), "fine-tuned models (int8: embeddings)")
         if self.precision != trained:
             warnings.warn(f"this model was fine-tuned and evaluated at {trained} and is now used at {self.precision}: "
                           "its predictions may differ slightly from the evaluated ones.", stacklevel=3)
