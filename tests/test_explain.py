@@ -25,6 +25,7 @@ from bertkit.explain import page, views
 from bertkit.explain.explainer import Explainer, Settings
 from bertkit.io.readers import read_labelled, sample_path
 from bertkit.tasks.classify import TextClassifier
+from bertkit.tasks.load import load_run
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -52,6 +53,20 @@ def probe_dir(tmp_path_factory):
                     "--text-column", "text", "--label-column", "label", "--poolings", "cls,mean", "-o",
                     str(root / "probe")], check=True, capture_output=True, timeout=300)
     return root / "probe"
+
+
+@pytest.fixture(scope="module")
+def tagger_dir(tmp_path_factory, tiny_dirs):
+    """A tiny fine-tuned tagger (random tiny BERT, 3 epochs on 60 synthetic CoNLL sentences)."""
+    from test_finetune import conll_file, tiny_args
+
+    from bertkit.tasks.finetune import finetune
+
+    root = tmp_path_factory.mktemp("tagger")
+    train, dev = conll_file(root / "train.txt", n=60), conll_file(root / "dev.txt", n=16, seed=1)
+    finetune(train, dev, task="token", output_dir=root / "ner", model=str(tiny_dirs["bert_cased"]),
+             args=tiny_args(epochs=3, max_length=16), log=lambda _: None)
+    return root / "ner"
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +150,19 @@ def test_offline_page_inlines_everything():
     assert plotly in html  # inlined whole; its own links (plotly.com in the mode bar) are never fetched at load
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html.replace(plotly, ""))
     assert html.count("</script>") == 3  # data, plotly.js and page.js each end once; the text cannot end one early
+
+
+@pytest.mark.slow
+def test_tagger_prediction_is_its_predict_and_it_has_no_map(encoder, tagger_dir):
+    explainer = Explainer.from_paths(encoder=encoder, run_dirs=[f"ner={tagger_dir}"])
+    text = "EU rejects German call to boycott British lamb ."
+    result = explainer.explain(Settings(text=text))
+    expected = load_run(tagger_dir).predict([text])[0]
+    shown = result["predictions"]["ner"]
+    assert shown["kind"] == "tagger" and explainer.info()["runs"] == {"ner": "tagger"}
+    assert [(e["type"], e["start"], e["end"]) for e in shown["entities"]] == [(e.type, e.char_start, e.char_end)
+                                                                             for e in expected]
+    assert "no feature-classifier run" in result["map"]["error"]
 
 
 # ---- the page in a real browser (slow) -------------------------------------------------------------------------
@@ -292,10 +320,10 @@ def test_bad_input_shows_a_message_in_every_panel(live):
 
 
 @pytest.mark.slow
-def test_explain_file_opens_offline_with_no_network(browser, run_dir, probe_dir, tmp_path):
+def test_explain_file_opens_offline_with_no_network(browser, run_dir, probe_dir, tagger_dir, tmp_path):
     output = tmp_path / "explain.html"
     subprocess.run([sys.executable, "-m", "bertkit.cli", "explain", "I love Korea", "--run", str(run_dir), "--run",
-                    str(probe_dir), "--max-length", "7", "--compare", "I hate Korea", "-o", str(output)],
+                    str(probe_dir), "--run", f"ner={tagger_dir}", "--max-length", "7", "--compare", "I hate Korea", "-o", str(output)],
                    check=True, timeout=180, capture_output=True)
     watched = Watched(browser)
     watched.page.goto(output.as_uri())
@@ -309,6 +337,10 @@ def test_explain_file_opens_offline_with_no_network(browser, run_dir, probe_dir,
     rows = json.loads((probe_dir / "probe.json").read_text())["rows"]
     assert watched.page.locator('.probe[data-probe="probe"] table tr').count() == len(rows) + 1
     watched.shot("#panel-probe", "probe.png")
+    entities = load_run(tagger_dir).predict(["I love Korea"])[0]
+    assert watched.page.locator('.prediction[data-run="ner"] mark').count() == len(entities)
+    assert watched.page.locator('.prediction[data-run="ner"] .tagged').inner_text().replace("\n", "").startswith(
+        "I love Korea"[: entities[0].char_start] if entities else "I love Korea")
     assert watched.requests and all(url.split(":", 1)[0] in ("file", "data", "blob") for url in watched.requests)
     assert watched.errors == []
     watched.page.close()
