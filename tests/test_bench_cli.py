@@ -1,6 +1,9 @@
 """`bertkit bench`: the printed table has the rows asked for, hand-checkable counts and FLOPs, and sane numbers."""
 
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 from test_cli import run
@@ -57,7 +60,7 @@ def test_bench_prints_the_table_with_sane_numbers(monkeypatch, capsys, tmp_path,
             other_name = re.match(r"bertkit[^)]*\)|bertkit \S+", line)[0]
             if "refused" in line or "skipped" in line:
                 continue
-            assert float(columns(header, line, other_name)["min_cos"]) >= 0.99, line
+            assert float(columns(header, line, other_name)["min_cos"]) >= 0.95, line  # bf16/int8: close, not equal
     assert any(line.startswith("where bertkit fp32's time goes") for line in lines)
 
 
@@ -68,3 +71,14 @@ def test_bench_bad_repeats_is_one_line(monkeypatch, capsys, tmp_path, repeats):
     code, out, err = run(monkeypatch, capsys, "bench", source, "--column", "0", "--repeats", repeats, "--no-peers")
     assert code == 2 and out == ""
     assert err.startswith("error: --repeats must be at least 1") and err.count("\n") == 1, err
+
+
+@pytest.mark.slow
+def test_bench_bad_repeats_from_a_fresh_process_prints_only_that_line(tmp_path):
+    """What a user sees: nothing but the error on stderr, even from imports made on the way (a fresh interpreter)."""
+    source = tmp_path / "texts.tsv"
+    source.write_text("I love Korea\t1\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "bertkit.cli", "bench", str(source), "--column", "0", "--repeats", "0"],
+                          capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == "error: --repeats must be at least 1 (3 or more for a median worth reporting).\n"
