@@ -67,7 +67,7 @@ def embed(
     model: Optional[str] = ModelOption,
     threads: Optional[int] = ThreadsOption,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
-    chunk_rows: int = typer.Option(4096, "--chunk-rows", help="Rows read, embedded and written per chunk (memory and resume granularity)."),
+    chunk_rows: Optional[int] = typer.Option(None, "--chunk-rows", help="Rows read, embedded and written per chunk (memory and resume granularity; default 4096). Ray: rows per actor call (default 1024)."),
     precision: str = PrecisionOption,
     engine: str = typer.Option("local", "--engine", help="local (this process) | ray (Ray Data; INPUT may be a glob, -o is a directory)."),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to join (e.g. ray://head:10001; default: RAY_ADDRESS or a local Ray)."),
@@ -85,7 +85,7 @@ def embed(
         raise InputError(f"--engine {engine!r}: choose local or ray.")
     if engine == "ray":
         _embed_on_ray(str(input), output, column, id_column, layers, pooling, batch_size, max_length, long_text,
-                      stride, model, precision, actors, address, overwrite, quiet)
+                      stride, model, precision, actors, address, overwrite, quiet, chunk_rows)
         return
 
     tokens_only = parse_pooling(pooling) == ("none",)
@@ -120,7 +120,7 @@ def embed(
             result = embed_file(
                 encoder, input, output, column=column_spec(column), id_column=column_spec(id_column), header=header, fmt=fmt,
                 layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length, long_text=long_text,
-                stride=stride, chunk_rows=chunk_rows, on_chunk=advance,
+                stride=stride, chunk_rows=4096 if chunk_rows is None else chunk_rows, on_chunk=advance,
             )
         except KeyboardInterrupt:
             bar.close()
@@ -144,14 +144,15 @@ def embed(
 
 
 def _embed_on_ray(pattern, output, column, id_column, layers, pooling, batch_size, max_length, long_text, stride,
-                  model, precision, actors, address, overwrite, quiet) -> None:
+                  model, precision, actors, address, overwrite, quiet, chunk_rows) -> None:
     """`--engine ray`: Ray Data over every file the pattern names, one Parquet folder per file in `output`."""
     from ..ray import embed_files
+    from ..ray.dataset import DEFAULT_ROWS_PER_CALL
 
     summary = embed_files(
         pattern, output, column=column or "text", id_column=id_column, layers=layers, pooling=pooling,
         batch_size=batch_size, max_length=max_length, long_text=long_text, stride=stride, precision=precision,
-        model=model, actors=actors, address=address, overwrite=overwrite,
+        model=model, actors=actors, address=address, overwrite=overwrite, rows_per_call=DEFAULT_ROWS_PER_CALL if chunk_rows is None else chunk_rows,
     )
     if not quiet:
         plan = summary.resources

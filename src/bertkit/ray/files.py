@@ -13,6 +13,7 @@ import glob
 import json
 import os
 import shutil
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,10 +40,14 @@ from .dataset import (
     plan_resources,
 )
 
+try:  # Ray's own switch to token mode (what `ray.init(address="auto")` uses); absent in Rays without token auth
+    from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
+except ImportError:
+    maybe_enable_token_auth_if_token_available = None
+
 MANIFEST = "manifest.json"
 RAY_FORMATS = {".parquet": "parquet", ".jsonl": "json", ".ndjson": "json", ".json": "json", ".csv": "csv",
                ".tsv": "tsv", ".txt": "text"}
-
 
 
 @dataclass
@@ -296,10 +301,7 @@ def embed_files(
             summary.empty.append(path.stem)
             finish(path)
     work = [path for path, entry in pending.items() if entry["rows"]]
-    started_ray = False
-    if work and not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, configure_logging=False)
-        started_ray = True
+    started_ray = bool(work) and connect(address)
     try:
         if work:
             summary.resources = plan_resources(*cluster_resources(), actors, cpus_per_actor)
@@ -312,6 +314,39 @@ def embed_files(
             ray.shutdown()
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def connect(address: str | None = None) -> bool:
+    """Join the Ray cluster at `address` (default: RAY_ADDRESS, else a new local Ray); True when this call started it.
+
+    Ray (2.5x+) sends its token (~/.ray/auth_token) only in token mode, and never switches that on by itself for
+    an explicit address. A head on this machine gets this machine's token; any other needs RAY_AUTH_MODE=token.
+    """
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS") or "local"  # never a stale `ray start` address by surprise
+    host = address.split("://")[-1].rsplit(":", 1)[0]
+    if host in ("127.0.0.1", "localhost", socket.gethostname()) or host in _own_addresses():
+        _use_local_token()
+    try:
+        ray.init(address=address, include_dashboard=False, configure_logging=False)
+    except ConnectionError as exc:
+        raise InputError(f"cannot join the Ray cluster at {address} ({exc}). Check the address (`ray status` on the "
+                         "head); a cluster with token auth needs RAY_AUTH_MODE=token and its token "
+                         "(RAY_AUTH_TOKEN or ~/.ray/auth_token).") from None
+    return True
+
+
+def _own_addresses() -> set[str]:
+    try:
+        return {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None)}
+    except OSError:
+        return set()
+
+
+def _use_local_token() -> None:
+    if maybe_enable_token_auth_if_token_available is not None:
+        maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
 def _run_pipeline(group, output, encoder, column, id_column, options, plan, model, precision, rows_per_call,
