@@ -41,7 +41,9 @@ from .dataset import (
 )
 
 try:  # Ray's own switch to token mode (what `ray.init(address="auto")` uses); absent in Rays without token auth
-    from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
+    from ray._private.authentication.authentication_token_setup import (
+        maybe_enable_token_auth_if_token_available,
+    )
 except ImportError:
     maybe_enable_token_auth_if_token_available = None
 
