@@ -7,9 +7,11 @@ import bertkit.encoder.precision as precision
 from bertkit import Encoder, InputError
 from bertkit.tasks.bench import (
     compare,
+    cosines,
     forward_flops,
     matmul_peak_gflops,
     naive_loop,
+    parse_precisions,
     run_benchmark,
 )
 
@@ -64,3 +66,28 @@ def test_run_benchmark_prints_the_table(encoder):
     np.testing.assert_allclose(fp32.vectors, encoder.embed(TEXTS * 5), atol=1e-5, rtol=0)
     naive = next(r for r in rows if r.name.startswith("tutorial"))
     assert compare(fp32.vectors, naive.vectors)[0] < 1e-5
+
+
+def test_parse_precisions_keeps_fp32_as_the_reference():
+    assert parse_precisions("bf16, int8") == ("fp32", "bf16", "int8")
+    assert parse_precisions("int8,fp32,int8") == ("fp32", "int8")
+    with pytest.raises(InputError, match="precision 'fp16': valid values are fp32, bf16, int8"):
+        parse_precisions("fp32,fp16")
+
+
+def test_run_benchmark_puts_int8_beside_fp32_with_its_fidelity(encoder, monkeypatch, tmp_path):
+    pytest.importorskip("onnxruntime")
+    monkeypatch.setenv("BERTKIT_CACHE", str(tmp_path))
+    lines = []
+    rows = run_benchmark(encoder, TEXTS * 5, repeats=1, batch_size=8, include_peers=False, precisions="int8",
+                         echo=lines.append)
+    assert [r.name.split(" (")[0] for r in rows] == ["bertkit fp32", "bertkit int8 ONNX Runtime"]  # bf16 not asked
+    fp32, int8 = rows
+    found = cosines(fp32.vectors, int8.vectors)
+    assert 0.99 <= found.min() < 1 - 1e-7  # close to fp32, and really computed another way
+    lines = "\n".join(lines).splitlines()
+    header = next(line for line in lines if line.startswith("way"))
+    assert header.split()[-2:] == ["cos_p1", "cos_med"]
+    row = next(line for line in lines if line.startswith("bertkit int8"))
+    assert float(row.split()[-1]) == pytest.approx(np.median(found), abs=1e-5)
+    assert float(row.split()[-3]) == pytest.approx(found.min(), abs=1e-5)

@@ -32,10 +32,14 @@ def bench(
     peers: bool = typer.Option(True, "--peers/--no-peers", help="Also time the tutorial loop and sentence-transformers."),
     model: Optional[str] = ModelOption,
     threads: Optional[int] = ThreadsOption,
+    precision: str = typer.Option("fp32,bf16", "--precision", help="Precisions to time side by side, comma-separated: "
+                                  "fp32,bf16,int8 (fp32 is always timed: the others' cosine is measured against it)."),
 ) -> None:
     """Measure embedding throughput on your data against the naive loop and sentence-transformers."""
     from ..io.readers import read_texts, sample_path
-    from ..tasks.bench import run_benchmark
+    from ..tasks.bench import parse_precisions, run_benchmark
+
+    precisions = parse_precisions(precision)
 
     if input is None:
         texts = read_texts(sample_path("reviews.tsv"), "text")[0]
@@ -45,7 +49,7 @@ def bench(
     if repeats < 1:
         raise InputError("--repeats must be at least 1 (3 or more for a median worth reporting).")
     run_benchmark(make_encoder(model, threads), texts, repeats=repeats, batch_size=batch_size, include_peers=peers,
-                  echo=typer.echo)
+                  echo=typer.echo, precisions=precisions)
 
 
 @app.command()

@@ -18,7 +18,8 @@ import torch
 from ..encoder import tokenize as tok
 from ..encoder.defaults import DEFAULT_BATCH_SIZE
 from ..encoder.encode import Encoder
-from ..encoder.precision import fast_bf16_cpu
+from ..encoder.precision import PRECISIONS, fast_bf16_cpu
+from ..errors import InputError
 
 
 @dataclass
@@ -93,9 +94,16 @@ def _time(function: Callable[[], np.ndarray], repeats: int, row: Row) -> None:
         row.seconds.append(time.perf_counter() - started)
 
 
+def cosines(reference: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """Row-wise cosine similarity (a zero row against itself counts as 1)."""
+    norms = np.linalg.norm(reference, axis=1) * np.linalg.norm(vectors, axis=1)
+    dots = (reference * vectors).sum(1)
+    return np.where(norms > 0, dots / np.where(norms > 0, norms, 1), 1.0)
+
+
 def compare(reference: np.ndarray, vectors: np.ndarray) -> tuple[float, float]:
-    cosine = (reference * vectors).sum(1) / (np.linalg.norm(reference, axis=1) * np.linalg.norm(vectors, axis=1))
-    return float(np.abs(reference - vectors).max()), float(cosine.min())
+    """Max absolute difference and minimum cosine of `vectors` against `reference`."""
+    return float(np.abs(reference - vectors).max()), float(cosines(reference, vectors).min())
 
 
 def where_time_goes(encoder: Encoder, texts: Sequence[str], batch_size: int) -> dict[str, float]:
@@ -123,8 +131,37 @@ def where_time_goes(encoder: Encoder, texts: Sequence[str], batch_size: int) -> 
     return {"total": total, "tokenize": tokenize_s, "forward": forward_s, "other": total - tokenize_s - forward_s}
 
 
+def parse_precisions(spec: str | Sequence[str]) -> tuple[str, ...]:
+    """'fp32,bf16,int8' → ('fp32', 'bf16', 'int8'); each one a known precision, fp32 (the reference) always in."""
+    names = [p.strip() for p in (spec.split(",") if isinstance(spec, str) else spec) if p.strip()]
+    for name in names:
+        if name not in PRECISIONS:
+            raise InputError(f"precision {name!r}: valid values are {', '.join(PRECISIONS)} (comma-separated).")
+    return tuple(dict.fromkeys(["fp32", *names]))
+
+
+_PRECISION_ROWS = {"bf16": "bertkit bf16 autocast (batch {})", "int8": "bertkit int8 ONNX Runtime (batch {})"}
+
+
+def _precision_row(encoder: Encoder, texts: list[str], precision: str, repeats: int, batch_size: int) -> Row:
+    """Time one non-fp32 precision on the same texts, or say why it cannot run here."""
+    name = _PRECISION_ROWS[precision].format(batch_size)
+    if precision == "bf16" and not fast_bf16_cpu():
+        return Row(f"bertkit {precision}", note="refused: this CPU has no native bf16 (AMX / AVX512-BF16)")
+    try:
+        variant = Encoder(encoder.loaded, precision=precision, concurrent_batches=encoder.concurrent_batches)
+    except InputError as exc:
+        return Row(f"bertkit {precision}", note=f"refused: {exc}")
+    row = Row(name)
+    _time(lambda: variant.embed(texts, batch_size=batch_size, progress=False, warn=False), repeats, row)
+    return row
+
+
 def run_benchmark(encoder: Encoder, texts: Sequence[str], *, repeats: int = 3, batch_size: int = DEFAULT_BATCH_SIZE,
-                  include_peers: bool = True, echo: Callable[[str], None] = print) -> list[Row]:
+                  include_peers: bool = True, echo: Callable[[str], None] = print,
+                  precisions: str | Sequence[str] = ("fp32", "bf16")) -> list[Row]:
+    """Time the tutorial loop, sentence-transformers and bertkit at each precision; print speed and fidelity."""
+    precisions = parse_precisions(precisions)
     texts = list(texts)
     encoded = tok.encode(encoder.tokenizer, texts, max_length=encoder.max_length)
     counts = [len(e.ids) for e in encoded]
@@ -151,13 +188,9 @@ def run_benchmark(encoder: Encoder, texts: Sequence[str], *, repeats: int = 3, b
     fp32 = Row(f"bertkit fp32 (length-sorted, batch {batch_size})")
     _time(lambda: encoder.embed(texts, batch_size=batch_size, progress=False, warn=False), repeats, fp32)
     rows.append(fp32)
-    if fast_bf16_cpu():
-        bf16 = Encoder(encoder.loaded, precision="bf16")
-        row = Row(f"bertkit bf16 autocast (batch {batch_size})")
-        _time(lambda: bf16.embed(texts, batch_size=batch_size, progress=False, warn=False), repeats, row)
-        rows.append(row)
-    else:
-        rows.append(Row("bertkit bf16", note="refused: this CPU has no native bf16 (AMX / AVX512-BF16)"))
+    for precision in precisions:
+        if precision != "fp32":
+            rows.append(_precision_row(encoder, texts, precision, repeats, batch_size))
 
     _print_table(rows, len(texts), bound, fp32.vectors, echo)
     split = where_time_goes(Encoder(encoder.loaded, concurrent_batches=1), texts, batch_size)
@@ -169,7 +202,8 @@ def run_benchmark(encoder: Encoder, texts: Sequence[str], *, repeats: int = 3, b
 def _print_table(rows: list[Row], n: int, bound: float, reference: np.ndarray, echo) -> None:
     st = next((r for r in rows if r.name.startswith("sentence-transformers") and r.seconds), None)
     naive = next((r for r in rows if r.name.startswith("tutorial") and r.seconds), None)
-    echo(f"\n{'way':<58} {'sent/s':>7} {'range':>13} {'×ST':>5} {'×naive':>6} {'bound':>6} {'max|Δ|':>8} {'min cos':>8}")
+    echo(f"\n{'way':<58} {'sent/s':>7} {'range':>13} {'×ST':>5} {'×naive':>6} {'bound':>6} {'max|Δ|':>8} {'min cos':>8} "
+         f"{'cos_p1':>8} {'cos_med':>8}")
     for row in rows:
         if not row.seconds:
             echo(f"{row.name:<58} {row.note}")
@@ -178,5 +212,6 @@ def _print_table(rows: list[Row], n: int, bound: float, reference: np.ndarray, e
         median = statistics.median(speeds)
         ratio = lambda peer: f"{median / statistics.median([n / s for s in peer.seconds]):.2f}" if peer else "-"  # noqa: E731
         diff, cosine = compare(reference, row.vectors)
+        found = cosines(reference, row.vectors)
         echo(f"{row.name:<58} {median:7.0f} {min(speeds):6.0f}–{max(speeds):<6.0f} {ratio(st):>5} {ratio(naive):>6} "
-             f"{median / bound:6.0%} {diff:8.1e} {cosine:8.5f}")
+             f"{median / bound:6.0%} {diff:8.1e} {cosine:8.5f} {np.percentile(found, 1):8.5f} {np.median(found):8.5f}")
