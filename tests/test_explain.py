@@ -344,3 +344,14 @@ def test_explain_file_opens_offline_with_no_network(browser, run_dir, probe_dir,
     assert watched.requests and all(url.split(":", 1)[0] in ("file", "data", "blob") for url in watched.requests)
     assert watched.errors == []
     watched.page.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, words", [(["", ], "text is empty"), (["hi", "--layers", "bogus"], "--layers/--pooling"),
+                                         (["hi", "--max-length", "2"], "--max-length: padding 2")])
+def test_explain_command_refuses_bad_options_with_one_line(tmp_path, args, words):
+    output = tmp_path / "explain.html"
+    done = subprocess.run([sys.executable, "-m", "bertkit.cli", "explain", *args, "-o", str(output)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr
+    assert not output.exists()

@@ -26,15 +26,18 @@ def explain(
     """Write the visual guide for TEXT as one HTML file: tokens, layers, attention, vector, map, prediction, probe."""
     from ..explain.explainer import Explainer, Settings
     from ..explain.page import offline_page
+    from ..errors import InputError
     from ..io.writers import atomic_path
 
     explainer = Explainer.from_paths(model, run or [])
     settings = Settings.from_json({"text": text, "pad_to": max_length, "layers": layers, "pooling": pooling,
                                    "compare": compare})
     result = explainer.explain(settings)
+    for name, option in (("tokenization", "--max-length"), ("model", "--max-length"), ("sentence", "--layers/--pooling")):
+        if "error" in result[name]:  # an option the user gave is wrong: say so, write nothing
+            raise InputError(f"{option}: {result[name]['error']}")
+    if explainer.info()["map_runs"] and "error" in result["map"]:
+        say(f"note: the map panel says: {result['map']['error']}")
     with atomic_path(output) as temporary:
         temporary.write_text(offline_page(explainer.info(), result), encoding="utf-8")
-    for name in ("tokenization", "model", "sentence", "map"):
-        if "error" in result[name]:
-            say(f"note: the {name} panel says: {result[name]['error']}")
     say(f"wrote {output} ({output.stat().st_size / 1e6:.1f} MB; opens offline in any browser)")
