@@ -156,7 +156,7 @@ def _embed_on_ray(pattern, output, column, id_column, layers, pooling, batch_siz
     )
     if not quiet:
         plan = summary.resources
-        layout = f" on {plan.actors} actors × {plan.threads} threads" if plan else ""
+        layout = f" on {plan.actors} actor(s) × {plan.threads} thread(s)" if plan else ""
         say(f"wrote {output}: {summary.rows} rows from {len(summary.files)} files in {summary.seconds:.1f} s "
             f"({summary.rows_per_second:.0f} rows/s{layout}); skipped {len(summary.skipped)} complete files"
             + (f" ({', '.join(summary.skipped)})" if summary.skipped else "") + ".")
