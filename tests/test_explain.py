@@ -306,6 +306,10 @@ def test_bad_input_shows_a_message_in_every_panel(live):
     live.update(lambda: live.page.fill("#text", ""))
     for panel in ("tokens", "model", "sentence", "map", "prediction", "probe"):
         assert "empty" in live.page.locator(f"#panel-{panel} .error").inner_text()
+    live.update(lambda: live.page.fill("#text", "이 영화 재미없네요"))
+    coverage = live.page.locator("#coverage")
+    assert "jamo" in coverage.inner_text() and coverage.get_attribute("class") == "warning"
+    live.shot("#panel-tokens", "tokens-korean.png")
     live.update(lambda: live.page.fill("#text", "word " * 20_000))
     assert "100,000 characters" in live.page.locator("#panel-model .error").inner_text()
     live.update(lambda: (live.page.fill("#text", "I love Korea"), live.page.fill("#layers", "last9:sum")))

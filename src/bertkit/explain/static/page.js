@@ -133,14 +133,15 @@
       plots.push(Plotly.react("heatmap", [{ type: "heatmap", z: vectors, y: labels, colorscale: "RdBu", zmid: 0,
         hovertemplate: "%{y}<br>dim %{x}: %{z}<extra></extra>" }],
       { title: { text: `token vectors of hidden_states[${layer}] (tokens × ${d.hidden_size} dims)`, font: { size: 13 } },
-        margin: margin(110), yaxis: { autorange: "reversed" } }, CONFIG));
+        margin: margin(110), yaxis: { autorange: "reversed" }, height: Math.max(320, 16 * labels.length + 90) }, CONFIG));
     }
     const matrix = d.attention[attLayer] && d.attention[attLayer][head];
     if (matrix) {
       plots.push(Plotly.react("attention", [{ type: "heatmap", z: matrix, x: labels, y: labels, colorscale: WHITE_BLUE,
         zmin: 0, zmax: 1, hovertemplate: "%{y} attends to %{x}: %{z}<extra></extra>" }],
       { title: { text: `attention of layer ${attLayer}, head ${head} (rows: queries, columns: keys)`, font: { size: 13 } },
-        margin: margin(110, 90), xaxis: { tickangle: -45 }, yaxis: { autorange: "reversed" } }, CONFIG));
+        margin: margin(110, 90), xaxis: { tickangle: -45 }, yaxis: { autorange: "reversed" },
+        height: Math.max(560, 14 * labels.length + 200), width: Math.max(640, 14 * labels.length + 260) }, CONFIG));
     }
     return plots;
   }
