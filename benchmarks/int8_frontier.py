@@ -81,7 +81,7 @@ def frontier(args) -> None:
         for name, make in candidates(encoder, Path(scratch)).items():
             variant = make()
             row = Row(name)
-            _time(lambda: variant.embed(texts, batch_size=64, progress=False, warn=False), args.repeats, row)
+            _time(lambda variant=variant: variant.embed(texts, batch_size=64, progress=False, warn=False), args.repeats, row)
             rows.append(row)
     n_tokens = sum(len(ids) for ids in encoder.tokenizer(texts)["input_ids"])
     reference = next(r for r in rows if r.name.startswith("bertkit fp32")).vectors
