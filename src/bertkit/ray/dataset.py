@@ -122,6 +122,8 @@ def embed_dataset(
                              stride=stride)
     if rows_per_call < 1:
         raise InputError(f"rows_per_call={rows_per_call}: give a positive number of rows.")
+    if not ray.is_initialized():
+        ray.init()  # what Ray Data would do on first use; the CPU plan needs the cluster now
     plan = plan_resources(*cluster_resources(), actors, cpus_per_actor)
     spec = model if model is None or not Path(model).exists() else str(Path(model).resolve())
     return ds.map_batches(

@@ -354,7 +354,18 @@ def _use_local_token() -> None:
 def _run_pipeline(group, output, encoder, column, id_column, options, plan, model, precision, rows_per_call,
                   by_name, pending, finish) -> None:
     """read → number rows → embed (actor pool) → write parts; the driver closes each file once its rows are in."""
-    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    context = ray.data.DataContext.get_current()
+    kept_order, context.execution_options.preserve_order = context.execution_options.preserve_order, True
+    try:
+        _stream_files(group, output, encoder, column, id_column, options, plan, model, precision, rows_per_call,
+                      by_name, pending, finish)
+    finally:
+        context.execution_options.preserve_order = kept_order
+
+
+def _stream_files(group, output, encoder, column, id_column, options, plan, model, precision, rows_per_call,
+                  by_name, pending, finish) -> None:
+    """The pipeline itself, with order preserved so that row numbers follow each file's order."""
     ds = read_files(group, plan.io_cpus)
     ds = ds.map_batches(_RowNumbers, fn_constructor_args=(["path", column] + ([id_column] if id_column else []),),
                         batch_format="pyarrow", batch_size=None, compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0)
