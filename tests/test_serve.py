@@ -1,0 +1,302 @@
+"""`bertkit serve` through real HTTP: a server process on a free loopback port, official clients, limits, lifecycle."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from test_finetune import conll_file, tiny_args
+
+KEY = "test-key-0123456789"
+TEXTS = [
+    "I love Korea",
+    "a warm , funny and beautifully acted story about growing up",
+    "EU rejects German call to boycott British lamb .",
+    "",
+    "the movie was great " * 12,
+    "Hello",
+]
+OPTIONS = [("last", "mean"), ("last4:sum", "mean"), ("all:concat", "cls+max"), ("-2", "cls"), ("last", "pooler"),
+           ("0,3", "max"), ("last", "none"), ("last4:mean", "none")]
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    """`python -m bertkit.cli serve ...` in a subprocess; `url`, `headers`, `stop()` (SIGTERM → exit status)."""
+
+    def __init__(self, *args: str, key: str | None = None, timeout: float = 120):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ, HF_HUB_OFFLINE="1")
+        command = [sys.executable, "-m", "bertkit.cli", "serve", "--port", str(self.port), "--threads", "2", *args]
+        if key:
+            env["BERTKIT_TEST_KEY"] = key
+            command += ["--api-key-env", "BERTKIT_TEST_KEY"]
+        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"bertkit-serve-{self.port}.log", "w+")
+        self.process = subprocess.Popen(command, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited early:\n{self.output()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"server did not start:\n{self.output()}")
+
+    def output(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def post(self, path: str, body, **kwargs) -> httpx.Response:
+        content = body if isinstance(body, (bytes, str)) else json.dumps(body)
+        return httpx.post(self.url + path, content=content, headers={**self.headers, **kwargs.pop("headers", {})},
+                          timeout=kwargs.pop("timeout", 60), **kwargs)
+
+    def metric(self, name: str) -> float:
+        text = httpx.get(self.url + "/metrics", headers=self.headers).text
+        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")
+                   or line.startswith(name + "{"))
+
+    def stop(self, timeout: float = 60) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+
+
+@pytest.fixture(scope="session")
+def run_dirs(tmp_path_factory, tiny_dirs):
+    """A feature classifier on bertkit's sample reviews and a tiny fine-tuned tagger, both saved as runs."""
+    from bertkit import TextClassifier
+    from bertkit.io.readers import sample_path
+    from bertkit.tasks.finetune import finetune
+
+    root = tmp_path_factory.mktemp("runs")
+    rows = [line.split("\t") for line in sample_path("reviews.tsv").read_text(encoding="utf-8").splitlines()[1:]]
+    TextClassifier(C=1.0).fit([r[0] for r in rows], [r[1] for r in rows]).save(root / "sentiment")
+    train, dev = conll_file(root / "train.txt", n=60), conll_file(root / "dev.txt", n=16, seed=1)
+    finetune(train, dev, task="token", output_dir=root / "ner", model=str(tiny_dirs["bert_cased"]),
+             args=tiny_args(epochs=3, max_length=16), log=lambda _: None)
+    return {"sentiment": root / "sentiment", "ner": root / "ner"}
+
+
+@pytest.fixture(scope="session")
+def server(run_dirs):
+    server = Server("--run", f"sentiment={run_dirs['sentiment']}", "--run", f"ner={run_dirs['ner']}",
+                    "--max-inputs", "16", "--max-body-bytes", "100000", key=KEY)
+    yield server
+    assert server.stop() == 0
+
+
+def expected(encoder, texts, layers, pooling):
+    out = encoder.embed(texts, layers=layers, pooling=pooling, warn=False)
+    return [t.vectors for t in out] if pooling == "none" else list(out)
+
+
+def test_concurrent_mixed_requests_are_batched_and_equal_the_library(server, encoder):
+    jobs = [(i, TEXTS[i % len(TEXTS):] + TEXTS[: i % 3], *OPTIONS[i % len(OPTIONS)]) for i in range(32)]
+    batches_before = server.metric("bertkit_batch_size_count")
+
+    def send(job):
+        _, texts, layers, pooling = job
+        return server.post("/embed", {"inputs": texts, "layers": layers, "pooling": pooling})
+
+    with ThreadPoolExecutor(16) as pool:
+        responses = list(pool.map(send, jobs))
+    for (_, texts, layers, pooling), response in zip(jobs, responses):
+        assert response.status_code == 200, response.text
+        want = expected(encoder, texts, layers, pooling)
+        got = response.json()
+        assert len(got) == len(texts)
+        for row, (g, w) in enumerate(zip(got, want)):
+            g = np.asarray(g["vectors"] if pooling == "none" else g, dtype=np.float32)
+            assert g.shape == w.shape
+            assert np.abs(g - w).max() <= 1e-5, (layers, pooling, row)
+        if pooling == "none":
+            assert got[0]["tokens"] == encoder.tokenize(texts[0]).tokens[0]
+    inputs = sum(len(texts) for _, texts, _, _ in jobs)
+    batches = server.metric("bertkit_batch_size_count") - batches_before
+    assert 0 < batches < inputs / 2, "concurrent requests were not batched together"
+    assert server.metric("bertkit_tokens_total") > 0
+
+
+def test_openai_client_float_and_base64_give_the_library_vectors(server, encoder):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=server.url + "/v1", api_key=KEY)
+    texts = ["I love Korea", "the movie was great"]
+    want = encoder.embed(texts)
+    for encoding in ("float", "base64", None):  # None: the client asks for base64 and decodes it itself
+        options = {"encoding_format": encoding} if encoding else {}
+        result = client.embeddings.create(model="default", input=texts, **options)
+        got = np.array([np.frombuffer(base64.b64decode(d.embedding), "<f4") if encoding == "base64" else d.embedding
+                        for d in result.data], dtype=np.float32)
+        np.testing.assert_allclose(got, want, atol=1e-5)
+        assert result.usage.prompt_tokens == result.usage.total_tokens == int(encoder.tokenize(texts).attention_mask.sum())
+    with pytest.raises(Exception) as error:
+        client.embeddings.create(model="text-embedding-3-small", input="x")
+    assert error.value.status_code == 404 and "not served here" in error.value.response.json()["error"]
+
+
+def test_huggingface_inference_client_gets_the_library_vector(server, encoder, monkeypatch):
+    from huggingface_hub import InferenceClient, constants
+
+    monkeypatch.setattr(constants, "is_offline_mode", lambda: False)  # the tests run offline; this server is local
+
+    got = InferenceClient(server.url, token=KEY).feature_extraction("I love Korea")
+    np.testing.assert_allclose(np.asarray(got).reshape(1, -1), encoder.embed(["I love Korea"]), atol=1e-5)
+
+
+def test_tokenize_gives_tokens_ids_mask_word_ids_and_character_offsets(server, encoder):
+    text = "I love Korea"
+    [view] = server.post("/tokenize", {"inputs": text}).json()
+    batch = encoder.tokenize(text)
+    assert view["tokens"] == ["[CLS]", "i", "love", "korea", "[SEP]"] == batch.tokens[0]
+    assert view["ids"] == batch.input_ids[0].tolist() and view["attention_mask"] == [1] * 5
+    assert view["word_ids"] == [None, 0, 1, 2, None]
+    assert [text[a:b] for a, b in view["offsets"][1:-1]] == ["I", "love", "Korea"]
+    long = server.post("/tokenize", {"inputs": ["word " * 600]})
+    assert long.headers["X-Bertkit-Truncated"] == "1" and len(long.json()[0]["ids"]) == 512
+
+
+def test_long_input_is_truncated_and_says_so_or_refused_by_index(server, encoder):
+    long = "the movie was great and " * 200
+    response = server.post("/embed", {"inputs": ["short", long]})
+    assert response.headers["X-Bertkit-Truncated"] == "1" and response.headers["X-Bertkit-Truncated-Inputs"] == "1"
+    np.testing.assert_allclose(np.asarray(response.json(), dtype=np.float32), encoder.embed(["short", long], warn=False),
+                               atol=1e-5)
+    refused = server.post("/embed", {"inputs": ["short", long], "truncate": False})
+    assert refused.status_code == 413
+    length = len(encoder.tokenize(long, truncation=False).tokens[0])
+    assert f"inputs[1] has {length} tokens" in refused.json()["error"]
+
+
+def test_predict_serves_a_feature_classifier_and_a_tagger_like_their_own_predict(server, run_dirs):
+    from bertkit import load_run
+
+    texts = ["a warm and funny story", "a dull lifeless mess"]
+    classifier = load_run(run_dirs["sentiment"], cache=None)
+    got = server.post("/predict/sentiment", {"inputs": texts}).json()
+    probabilities = classifier.predict_proba(texts)
+    for row, prediction in zip(probabilities, got):
+        assert prediction["label"] == classifier.classes_[row.argmax()]
+        by_label = {p["label"]: p["score"] for p in prediction["probabilities"]}
+        assert by_label == pytest.approx(dict(zip(classifier.classes_, row.tolist())), abs=1e-5)
+    text = "EU rejects the German movie in New York ."
+    tagger = load_run(run_dirs["ner"])
+    [entities] = tagger.predict([text])
+    [served] = server.post("/predict/ner", {"inputs": text}).json()
+    assert [(e["type"], e["text"], e["start"], e["end"]) for e in served["entities"]] == \
+        [(e.type, e.text, e.char_start, e.char_end) for e in entities]
+    for e in served["entities"]:
+        assert text[e["start"]:e["end"]] == e["text"] and 0 < e["score"] <= 1
+    info = httpx.get(server.url + "/info", headers=server.headers).json()
+    assert {r["name"]: r["kind"] for r in info["runs"]} == {"sentiment": "features", "ner": "finetuned-token"}
+    assert info["hidden_size"] == 384 and info["max_length"] == 512 and "path" not in info
+
+
+def test_every_endpoint_but_health_needs_the_key(server):
+    assert httpx.get(server.url + "/health").status_code == 200
+    for method, path in [("GET", "/info"), ("GET", "/metrics"), ("POST", "/embed"), ("POST", "/v1/embeddings"),
+                         ("POST", "/tokenize"), ("POST", "/predict/sentiment")]:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+            response = httpx.request(method, server.url + path, headers=headers, content=b'{"inputs": "x"}')
+            assert response.status_code == 401, (path, headers)
+            assert response.json()["error_type"] == "unauthorized"
+            assert response.headers["WWW-Authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize("path, body, status, error_type, words", [
+    ("/embed", b'{"inputs": ["a"', 400, "invalid_json", "not valid JSON"),
+    ("/embed", {"inputs": 5}, 422, "validation_error", "inputs: must be a string or a list of strings, not int"),
+    ("/embed", {"inputs": ["a", 3]}, 422, "validation_error", "inputs.1"),
+    ("/embed", {"inputs": ["a"], "truncate": "yes"}, 422, "validation_error", "truncate"),
+    ("/embed", {"input": ["a"]}, 422, "validation_error", "input: unknown field"),
+    ("/embed", {"inputs": []}, 422, "invalid_input", "empty list"),
+    ("/embed", {"inputs": ["a"] * 17}, 413, "too_many_inputs", "at most 16"),
+    ("/embed", {"inputs": ["word " * 30000]}, 413, "payload_too_large", "larger than 100000 bytes"),
+    ("/predict/nope", {"inputs": ["a"]}, 404, "unknown_run", "served runs: ner, sentiment"),
+    ("/embed", {"inputs": ["a"], "layers": "last99:sum"}, 422, "invalid_input", "layer -8 does not exist"),
+    ("/embed", {"inputs": ["a"], "layers": "lastx"}, 422, "invalid_input", "not a valid layer spec"),
+    ("/embed", {"inputs": ["a"], "pooling": "avg"}, 422, "invalid_input", "unknown pooling 'avg'"),
+    ("/embed", {"inputs": ["a"], "layers": "-2", "pooling": "pooler"}, 422, "invalid_input", "pooler"),
+    ("/v1/embeddings", {"input": [[1, 2]], "model": "default"}, 422, "invalid_input", "token ids"),
+    ("/nowhere", {"inputs": ["a"]}, 404, "not_found", "no endpoint /nowhere"),
+])
+def test_bad_requests_get_one_clear_json_error(server, path, body, status, error_type, words):
+    response = server.post(path, body)
+    assert response.status_code == status, response.text
+    payload = response.json()
+    assert payload["error_type"] == error_type and words in payload["error"], payload
+    assert "Traceback" not in response.text and "/tmp" not in response.text and "site-packages" not in response.text
+
+
+def test_a_request_whose_client_left_is_dropped_before_the_model(server):
+    dropped = server.metric("bertkit_dropped_total")
+    busy = threading.Thread(target=server.post, args=("/embed", {"inputs": ["the movie was great " * 100] * 16}))
+    busy.start()
+    time.sleep(0.2)  # the big request is in the model; the next one waits in the queue
+    with pytest.raises(httpx.TimeoutException):
+        server.post("/embed", {"inputs": ["gone before its turn"] * 4}, timeout=0.3)
+    busy.join()
+    deadline = time.time() + 10
+    while server.metric("bertkit_dropped_total") <= dropped and time.time() < deadline:
+        time.sleep(0.1)
+    assert server.metric("bertkit_dropped_total") == dropped + 1
+
+
+def test_overload_answers_429_at_once_and_keeps_serving():
+    server = Server("--max-queue-tokens", "64")
+    try:
+        body = {"inputs": ["a warm , funny and beautifully acted story about growing up"] * 8}
+        with ThreadPoolExecutor(24) as pool:
+            responses = list(pool.map(lambda _: server.post("/embed", body), range(48)))
+        codes = [r.status_code for r in responses]
+        assert set(codes) == {200, 429}, codes
+        refused = next(r for r in responses if r.status_code == 429)
+        assert refused.json()["error_type"] == "overloaded" and int(refused.headers["Retry-After"]) >= 1
+        assert server.metric("bertkit_rejected_total") == codes.count(429)
+        assert server.post("/embed", {"inputs": "still here"}).status_code == 200
+    finally:
+        assert server.stop() == 0
+
+
+def test_sigterm_finishes_requests_in_flight_and_exits_0(encoder):
+    server = Server()
+    texts = ["the movie was great and the actors were good " * 4] * 32
+    with ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(server.post, "/embed", {"inputs": texts}) for _ in range(8)]
+        time.sleep(0.5)
+        server.process.send_signal(signal.SIGTERM)
+        responses = [f.result() for f in futures]
+    assert [r.status_code for r in responses] == [200] * 8
+    np.testing.assert_allclose(np.asarray(responses[-1].json(), dtype=np.float32)[:1], encoder.embed(texts[:1]), atol=1e-5)
+    assert server.stop() == 0
+    assert "Application shutdown complete" in server.output()

@@ -1,0 +1,54 @@
+"""The service app in-process (Starlette's TestClient): batches split by the token budget, a crashed batch, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from bertkit import Encoder
+from bertkit.serve import ServeSettings, create_app
+from bertkit.serve.security import authorized
+
+
+def test_bearer_check_is_exact():
+    assert authorized(b"Bearer k3y", b"k3y") and authorized(b"bearer k3y", b"k3y")
+    assert not authorized(b"Bearer k3", b"k3y") and not authorized(b"k3y", b"k3y") and not authorized(None, b"k3y")
+    assert not authorized(b"Basic k3y", b"k3y")
+
+
+@pytest.mark.slow
+def test_a_request_larger_than_the_batch_budget_runs_in_several_batches_and_equals_embed(encoder):
+    texts = [f"sentence number {i} " + "about a movie " * (i % 7) for i in range(40)]
+    app = create_app(encoder, settings=ServeSettings(max_batch_tokens=64))
+    with TestClient(app) as client:
+        response = client.post("/embed", json={"inputs": texts, "layers": "last4:concat", "pooling": "cls+mean"})
+        assert response.status_code == 200
+        np.testing.assert_allclose(np.asarray(response.json(), dtype=np.float32),
+                                   encoder.embed(texts, layers="last4:concat", pooling="cls+mean"), atol=1e-5)
+        metrics = client.get("/metrics").text
+    batches = next(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("bertkit_batch_size_count"))
+    assert batches >= 10  # 40 inputs of 5-30 tokens under a 64-token padded budget
+
+
+@pytest.mark.slow
+def test_a_crashed_batch_fails_its_request_with_json_and_the_server_keeps_serving(encoder):
+    flaky = Encoder(encoder.loaded, concurrent_batches=1)
+    poison = flaky.tokenizer.convert_tokens_to_ids("boycott")
+    real_forward = flaky.forward
+
+    def forward(batch):
+        if (batch.input_ids == poison).any():
+            raise RuntimeError("/secret/path/model.bin exploded")
+        return real_forward(batch)
+
+    flaky.forward = forward
+    with TestClient(create_app(flaky), raise_server_exceptions=False) as client:
+        failed = client.post("/embed", json={"inputs": ["EU rejects German call to boycott British lamb ."]})
+        assert failed.status_code == 500
+        assert failed.json()["error_type"] == "internal_error" and "/secret" not in failed.text
+        fine = client.post("/embed", json={"inputs": ["I love Korea"]})
+        assert fine.status_code == 200
+        np.testing.assert_allclose(np.asarray(fine.json(), dtype=np.float32), encoder.embed(["I love Korea"]), atol=1e-5)
+        assert client.get("/health").json() == {"status": "ok"}
+        assert "bertkit_failed_batches_total 1.0" in client.get("/metrics").text
