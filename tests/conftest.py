@@ -52,3 +52,14 @@ def tiny_dirs(tmp_path_factory):
         "electra": tiny_models.tiny_electra(root / "electra"),
         "roberta": tiny_models.tiny_roberta(root / "roberta"),
     }
+
+
+def run_cli(monkeypatch, capsys, *args):
+    """Run `bertkit ARGS` in this process: (exit code, stdout, stderr)."""
+    from bertkit import cli
+
+    monkeypatch.setattr(sys, "argv", ["bertkit", *map(str, args)])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main()
+    captured = capsys.readouterr()
+    return exit_info.value.code or 0, captured.out, captured.err

@@ -1,20 +1,14 @@
 """The command line: outputs equal the library's, and user mistakes are one 'error:' line with exit status 2."""
 
-import sys
 
 import numpy as np
 import pyarrow.parquet as pq  # a test dependency (.[test]): missing means failing, not skipping
 import pytest
 
-from bertkit import cli
+from conftest import run_cli
 
 
-def run(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["bertkit", *map(str, args)])
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main()
-    captured = capsys.readouterr()
-    return exit_info.value.code or 0, captured.out, captured.err
+run = run_cli
 
 
 def test_tokenize_prints_the_table(monkeypatch, capsys):

@@ -5,21 +5,15 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import sys
 
 import pytest
 
-from bertkit import cli
+from conftest import run_cli
 from bertkit.cli.errors import describe_os_error, user_message
 from bertkit.encoder.models import default_model_dir
 
 
-def run(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["bertkit", *map(str, args)])
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main()
-    captured = capsys.readouterr()
-    return exit_info.value.code or 0, captured.out, captured.err
+run = run_cli
 
 
 def error_line(err: str) -> str:
