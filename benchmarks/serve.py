@@ -22,6 +22,13 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from pydantic import BaseModel
+
+
+class Body(BaseModel):
+    """The naive endpoint's request: TEI's `inputs`."""
+
+    inputs: str | list[str]
 
 ROOT = Path(__file__).resolve().parents[1]
 SST2 = Path(os.environ.get("BERTKIT_DATA", ROOT.parent / "shared" / "data")) / "sst2" / "dev.tsv"
@@ -30,15 +37,11 @@ SST2 = Path(os.environ.get("BERTKIT_DATA", ROOT.parent / "shared" / "data")) / "
 def naive_app(threads: int):
     """The way most tutorials serve a model: one forward pass per request in FastAPI's thread pool."""
     from fastapi import FastAPI
-    from pydantic import BaseModel
 
     from bertkit import Encoder
 
     encoder = Encoder.from_pretrained(threads=threads, concurrent_batches=1)
     app = FastAPI()
-
-    class Body(BaseModel):
-        inputs: str | list[str]
 
     @app.post("/embed")
     def embed(body: Body):
@@ -160,7 +163,7 @@ def main() -> None:
     for c in levels:
         b, n = rows["bertkit", c], rows["naive", c]
         print(f"| {c} | {b['rps']:.0f} | {b['p50']:.1f} | {b['p95']:.1f} | {b['p99']:.1f} | {n['rps']:.0f} | "
-              f"{n['p50']:.1f} | {n['p95']:.1f} | {n['p99']:.1f} | {b['rps'] / n['rps']:.2f} | {b['p99'] / n['p99']:.2f} |")
+              f"{n['p50']:.1f} | {n['p95']:.1f} | {n['p99']:.1f} | {b['rps'] / max(n['rps'], 1e-9):.2f} | {b['p99'] / n['p99']:.2f} |")
         for kind, row in (("bertkit", b), ("naive", n)):
             if set(row["codes"]) - {200}:
                 print(f"    {kind} c={c} status counts: {row['codes']}")
