@@ -21,7 +21,7 @@ def _cores() -> int:
 @app.command()
 def serve(
     model: Optional[str] = ModelOption,
-    run: List[str] = typer.Option([], "--run", help="Serve a trained run at /predict/NAME: NAME=DIR (repeatable)."),
+    run: List[str] = typer.Option([], "--run", help="Serve a trained run at /predict/NAME: NAME=DIR (repeatable); a `bertkit probe` directory shows on the page."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (default loopback only)."),
     port: int = typer.Option(8080, "--port", "-p"),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 (CPUs with native bf16 only)."),
@@ -43,6 +43,7 @@ def serve(
     import uvicorn
 
     from ..encoder.encode import Encoder
+    from ..explain.explainer import load_probe
     from ..serve.app import create_app
     from ..serve.runs import load_runs, parse_run_specs
     from ..serve.security import load_api_key
@@ -53,11 +54,15 @@ def serve(
                              concurrent_batches=concurrent_batches,
                              api_key=load_api_key(api_key_env, api_key_file)).check()
     directories = parse_run_specs(run)
+    # a `bertkit probe` output (probe.json, no bertkit.json) is shown on the explainer page, not served at /predict
+    probes = {name: load_probe(str(d)) for name, d in directories.items() if not (d / "bertkit.json").is_file()}
+    probes = {name: record for name, record in probes.items() if record is not None}
     encoder = Encoder.from_pretrained(model, threads=threads or _cores(), precision=precision)
-    runs = load_runs(directories)
+    runs = load_runs({name: d for name, d in directories.items() if name not in probes})
     application = create_app(encoder, runs, settings)
+    application.state.explain_probes = probes
     say(f"bertkit serve: {encoder.name} ({encoder.precision}, {threads or _cores()} threads), runs: "
-        f"{', '.join(runs) or 'none'}; http://{host}:{port}")
+        f"{', '.join(runs) or 'none'}" + (f"; probes: {', '.join(probes)}" if probes else "") + f"; http://{host}:{port}")
     config = uvicorn.Config(application, host=host, port=port, workers=1, log_level=log_level, access_log=access_log,
                             timeout_graceful_shutdown=graceful_timeout, server_header=False)
     # uvicorn drains on SIGTERM, then re-raises the signal; a no-op handler makes that a clean exit status 0
