@@ -7,8 +7,6 @@ import inspect
 import json
 import sys
 import warnings
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
@@ -24,7 +22,7 @@ from .models import LoadedModel, load_model, resolve_model
 from .pooling import parse_pooling, pool_sentences, pool_words
 from .int8 import int8_model_for
 from .precision import autocast, check_precision
-from .threads import set_threads, threads_per_batch, total_threads
+from .threads import forward_in_parallel, set_threads, total_threads
 from .windows import pad_pieces, split_into_pieces, stitch
 
 PROGRESS_MIN_ROWS = 256
@@ -246,10 +244,7 @@ class Encoder:
         selection = parse_layers(layers)
         self._check_pooling(methods, selection)
         texts = _as_list(texts)
-        report = EmbedReport(n_texts=len(texts), max_length=self._max_length(max_length))
-        encoded = tok.encode(self.tokenizer, texts, _as_list(text_pairs), max_length=report.max_length, long_text=long_text)
-        report.truncated_rows = [i for i, e in enumerate(encoded) if e.truncated]
-        report.coverage = tok.coverage(encoded, texts, self.tokenizer.unk_token_id)
+        encoded, report = self._encode(texts, _as_list(text_pairs), max_length, long_text)
         if methods == ("none",):
             result: list | np.ndarray = [None] * len(texts)
         else:
@@ -289,10 +284,7 @@ class Encoder:
             if isinstance(words, str):
                 raise InputError(f"sentences[{row}] is a string; embed_words takes lists of words (e.g. text.split()).")
         selection = parse_layers(layers)
-        report = EmbedReport(n_texts=len(sentences), max_length=self._max_length(max_length))
-        encoded = tok.encode(self.tokenizer, sentences, max_length=report.max_length, long_text=long_text)
-        report.truncated_rows = [i for i, e in enumerate(encoded) if e.truncated]
-        report.coverage = tok.coverage(encoded, sentences, self.tokenizer.unk_token_id)
+        encoded, report = self._encode(sentences, None, max_length, long_text)
         result: list = [None] * len(sentences)
         for rows, vectors, masks, _ in self._token_states(encoded, selection, batch_size, max_length, stride, progress, report):
             for k, row in enumerate(rows):
@@ -306,6 +298,14 @@ class Encoder:
         return (result, report) if return_report else result
 
     # ---- internals ----------------------------------------------------------------------------------------------
+    def _encode(self, texts: list, pairs: list | None, max_length: int | None, long_text: str) -> tuple[list, EmbedReport]:
+        """Tokenize under the long-text policy and start the call's report (limit, truncated rows, coverage)."""
+        report = EmbedReport(n_texts=len(texts), max_length=self._max_length(max_length))
+        encoded = tok.encode(self.tokenizer, texts, pairs, max_length=report.max_length, long_text=long_text)
+        report.truncated_rows = [i for i, e in enumerate(encoded) if e.truncated]
+        report.coverage = tok.coverage(encoded, texts, self.tokenizer.unk_token_id)
+        return encoded, report
+
     def _check_pooling(self, methods: tuple[str, ...], selection: LayerSelection) -> None:
         if "pooler" not in methods:
             return
@@ -332,11 +332,13 @@ class Encoder:
 
     def _forward_chunks(self, chunks: list) -> Iterator[tuple]:
         """(chunk, batch, ForwardOutput) for each chunk of pieces, in order."""
-        if min(self.concurrent_batches, total_threads()) > 1 and len(chunks) > 1:
-            yield from _forward_in_parallel(self, chunks)
+        pad = lambda chunk: pad_pieces(chunk, self.tokenizer.pad_token_id)  # noqa: E731
+        workers = min(self.concurrent_batches, total_threads())
+        if workers > 1 and len(chunks) > 1:
+            yield from forward_in_parallel(self.forward, chunks, pad, workers)
             return
         for chunk in chunks:
-            batch = pad_pieces(chunk, self.tokenizer.pad_token_id)
+            batch = pad(chunk)
             yield chunk, batch, self.forward(batch)
 
     def _token_states(
@@ -387,26 +389,6 @@ class Encoder:
                         bar.update(1)
         finally:
             bar.close()
-
-
-def _forward_in_parallel(encoder: "Encoder", chunks: list) -> Iterator[tuple]:
-    """Run `concurrent_batches` forwards at once, each on one share of torch's threads; yield in order.
-
-    On small CPUs one batch per core beats one batch split across cores (measured on 2 cores: +17%), since
-    the per-batch matrices are too small to keep two threads busy. At most that many outputs are held.
-    """
-    workers = min(encoder.concurrent_batches, total_threads())
-    with threads_per_batch(workers), ThreadPoolExecutor(workers) as pool:
-        pending: deque = deque()
-        for chunk in chunks:
-            batch = pad_pieces(chunk, encoder.tokenizer.pad_token_id)
-            pending.append((chunk, batch, pool.submit(encoder.forward, batch)))
-            if len(pending) > workers:
-                chunk0, batch0, future = pending.popleft()
-                yield chunk0, batch0, future.result()
-        while pending:
-            chunk0, batch0, future = pending.popleft()
-            yield chunk0, batch0, future.result()
 
 
 def _as_list(texts):
