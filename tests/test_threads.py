@@ -115,3 +115,33 @@ def test_vectorizer_clones_share_one_encoder():
     first = BertVectorizer(layers="last").fit([])
     second = BertVectorizer(layers="last4:sum").fit([])
     assert first.encoder_ is second.encoder_
+
+
+def test_a_thread_that_sets_its_own_count_keeps_it_when_the_process_count_changes():
+    """The serve workers' layout: each worker sets its share before any torch op, then the dispatcher sets the total.
+
+    Torch initialises a thread's count from the process-wide value at that thread's first parallel op; before
+    `set_threads` triggered that first, the worker's own 1 was silently replaced by the later process-wide 2.
+    """
+    from bertkit.encoder.threads import set_threads
+
+    before = torch.get_num_threads()
+    ready, go, seen = threading.Event(), threading.Event(), []
+
+    def worker():
+        set_threads(1)
+        ready.set()
+        go.wait()
+        seen.append(torch.get_num_threads())
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    ready.wait()
+    try:
+        set_threads(2)
+        go.set()
+        thread.join()
+        assert seen == [1]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -23,6 +23,9 @@ def set_threads(threads: int | None) -> None:
         return
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise InputError(f"threads={threads!r}: give a positive number of threads.")
+    # Torch sets each thread's count lazily from the process-wide value at that thread's first parallel op; do
+    # that first, or a thread that sets its own count before any op would later be reset to the process-wide one.
+    torch.get_num_threads()
     torch.set_num_threads(threads)
 
 
