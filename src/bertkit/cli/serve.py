@@ -26,8 +26,10 @@ def serve(
     port: int = typer.Option(8080, "--port", "-p"),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 (CPUs with native bf16 only)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="Torch threads (default: one per core)."),
-    concurrent_batches: int = typer.Option(1, "--concurrent-batches",
-                                           help="Forward passes in flight at once, each on its share of the threads."),
+    concurrent_batches: Optional[int] = typer.Option(None, "--concurrent-batches",
+                                                     help="Forward passes in flight at once, each on its share of the "
+                                                     "threads (default: one per core, at most 2; 1: one pass at a time "
+                                                     "on every thread)."),
     max_batch_tokens: int = typer.Option(2048, "--max-batch-tokens", help="Padded tokens per forward pass."),
     max_queue_tokens: int = typer.Option(65536, "--max-queue-tokens", help="Tokens allowed to wait; beyond it 429."),
     max_inputs: int = typer.Option(128, "--max-inputs", help="Texts per request."),

@@ -1,10 +1,13 @@
-"""The one queue and the one model thread: requests → rows → token-budget batches → one forward → each its rows.
+"""The one queue and the model threads: requests → rows → length-grouped passes → forwards → each its rows.
 
-The event loop only appends to the queue and awaits a future; every forward pass runs on the batcher's thread
-(or, with `concurrent_batches` > 1, on a small pool it feeds, each pass on its share of the torch threads).
-A batch takes rows first-come first-served until the padded size (rows × longest row) would pass
-`max_batch_tokens`, sorts them by length and pads once. Layer selection and pooling then run per request with the
-library's own `LayerSelection.apply` and `pool_sentences`, so a request's vectors do not depend on its batch mates.
+The event loop only appends to the queue and awaits a future. A dispatcher thread takes queued rows first-come
+first-served (up to `max_batch_tokens` real tokens per worker), sorts them by length and cuts them into passes that
+waste little padding (serve/plan.py). With several workers (`concurrent_batches`, one per core by default), each
+pass runs on a worker with its share of the torch threads, several at once: small passes do not keep two threads
+busy, and one-thread passes never wait on each other at a thread barrier. A lone pass with every worker idle
+(light load) runs on the dispatcher with all the threads, for the lowest latency.
+Layer selection and pooling then run per request with the library's own `LayerSelection.apply` and
+`pool_sentences`, so a request's vectors do not depend on its batch mates.
 """
 
 from __future__ import annotations
@@ -15,8 +18,6 @@ import math
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -26,9 +27,10 @@ import torch
 from ..encoder.encode import Encoder
 from ..encoder.layers import LayerSelection
 from ..encoder.pooling import pool_sentences
-from ..encoder.threads import threads_per_batch
+from ..encoder.threads import set_threads, total_threads
 from ..encoder.tokenize import Batch, pad_ids
 from .metrics import Metrics
+from .plan import padded_width, plan_batches
 
 log = logging.getLogger("bertkit.serve")
 
@@ -104,7 +106,7 @@ def _deliver(job, result: Any = None, error: BaseException | None = None) -> Non
 
 
 class Batcher:
-    """Token-budget micro-batcher around one `Encoder`: `submit` from the event loop, forwards on its own thread."""
+    """Token-budget micro-batcher around one `Encoder`: `submit` from the event loop, forwards on its own threads."""
 
     def __init__(self, encoder: Encoder, metrics: Metrics, max_batch_tokens: int, max_queue_tokens: int,
                  concurrent_batches: int = 1):
@@ -117,23 +119,37 @@ class Batcher:
         self._queue: deque = deque()
         self._queued_tokens = 0
         self._stopping = False
+        self._closed = False  # the dispatcher has taken its last work: idle workers may end
+        self._pending: deque[list[tuple[EmbedJob, int]]] = deque()  # planned passes waiting for a worker
+        self._busy = 0  # workers inside a forward pass
         self._thread: threading.Thread | None = None
-        self._slots = threading.Semaphore(concurrent_batches)
+        self._worker_threads: list[threading.Thread] = []
         self._job_lock = threading.Lock()
         self._tokens_per_second = 0.0
 
     # ---- the event loop's side --------------------------------------------------------------------------------
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="bertkit-batcher", daemon=True)
+        total = total_threads()
+        if self.workers > 1:
+            share = max(1, total // self.workers)
+            ready = [threading.Event() for _ in range(self.workers)]
+            self._worker_threads = [threading.Thread(target=self._work, args=(share, event), daemon=True,
+                                                     name=f"bertkit-forward-{k}") for k, event in enumerate(ready)]
+            for thread in self._worker_threads:
+                thread.start()
+            for event in ready:
+                event.wait()
+        self._thread = threading.Thread(target=self._run, args=(total,), name="bertkit-batcher", daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
-        """Finish everything queued, then end the thread (the graceful-shutdown drain)."""
+        """Finish everything queued, then end the threads (the graceful-shutdown drain)."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        for thread in [self._thread, *self._worker_threads]:
+            if thread is not None:
+                thread.join(timeout)
 
     @property
     def running(self) -> bool:
@@ -152,72 +168,104 @@ class Batcher:
             self._queue.append(job)
             self._queued_tokens += tokens
             self._gauges()
-            self._cond.notify()
+            self._cond.notify_all()
 
     def queue_depth(self) -> tuple[int, int]:
         """(requests, tokens) waiting."""
         with self._cond:
             return len(self._queue), self._queued_tokens
 
-    # ---- the model thread -------------------------------------------------------------------------------------
+    # ---- the model threads ------------------------------------------------------------------------------------
     def _gauges(self) -> None:
         self.metrics.queue_requests.set(len(self._queue))
         self.metrics.queue_tokens.set(self._queued_tokens)
 
-    def _take(self) -> list[tuple[EmbedJob, int]] | CallJob:
-        """Rows first come first served up to the padded token budget, or one `CallJob`. Caller holds the lock."""
+    def _drop_gone(self) -> None:
+        """Pop jobs at the head whose client left (or that failed). Caller holds the lock."""
+        while self._queue and (self._queue[0].cancelled or self._queue[0].failed):
+            job = self._queue.popleft()
+            self._queued_tokens -= job.tokens_left()
+            if job.cancelled:
+                self.metrics.dropped.inc()
+
+    def _take(self) -> list[tuple[EmbedJob, int]]:
+        """Rows first come first served up to `max_batch_tokens` real tokens per worker. Caller holds the lock."""
         taken: list[tuple[EmbedJob, int]] = []
-        longest = 0
+        budget, used = self.max_batch_tokens * self.workers, 0
         while self._queue:
+            self._drop_gone()
+            if not self._queue or isinstance(self._queue[0], CallJob):
+                break
             job = self._queue[0]
-            if job.cancelled or job.failed:
-                self._queue.popleft()
-                self._queued_tokens -= job.tokens_left()
-                if job.cancelled:
-                    self.metrics.dropped.inc()
-                continue
-            if isinstance(job, CallJob):
-                if taken:
-                    break
-                self._queue.popleft()
-                self._queued_tokens -= job.tokens
-                return job
             while job.next_row < len(job.ids):
                 length = len(job.ids[job.next_row])
-                width = max(longest, length)
-                if taken and width * (len(taken) + 1) > self.max_batch_tokens:
+                if taken and used + length > budget:
                     return taken
                 taken.append((job, job.next_row))
-                longest = width
+                used += length
                 job.next_row += 1
                 self._queued_tokens -= length
             self._queue.popleft()
         return taken
 
-    def _run(self) -> None:
-        with ExitStack() as stack:
-            pool = None
-            if self.workers > 1:
-                stack.enter_context(threads_per_batch(self.workers))
-                pool = stack.enter_context(ThreadPoolExecutor(self.workers, thread_name_prefix="bertkit-forward"))
-            while True:
+    def _ready(self) -> bool:
+        """The dispatcher has something to do. Caller holds the lock."""
+        if not self._queue:
+            return False
+        if isinstance(self._queue[0], CallJob):  # a run's own predict needs every thread: wait for an idle model
+            return self._busy == 0 and not self._pending
+        return not self._pending and self._busy < self.workers
+
+    def _run(self, total_threads_: int) -> None:
+        set_threads(total_threads_)  # this thread runs lone passes and served runs' predicts on every thread
+        while True:
+            with self._cond:
+                while not self._ready() and not (self._stopping and not self._queue):
+                    self._cond.wait()
+                self._drop_gone()
+                if not self._queue:
+                    if self._stopping:
+                        break  # everything queued has been taken
+                    continue
+                if isinstance(self._queue[0], CallJob):
+                    call = self._queue.popleft()
+                    self._queued_tokens -= call.tokens
+                    passes = []
+                else:
+                    call = None
+                    taken = self._take()
+                    groups = plan_batches([len(job.ids[row]) for job, row in taken], self.max_batch_tokens)
+                    passes = [[taken[k] for k in group] for group in groups]
+                    if self.workers > 1 and not (len(passes) == 1 and self._busy == 0):
+                        self._pending.extend(passes)
+                        self._cond.notify_all()
+                        passes = []
+                self._gauges()
+            if call is not None:
+                self._run_call(call)
+            for taken in passes:
+                self._run_batch(taken)
+        with self._cond:  # workers finish the passes still pending, then end
+            self._closed = True
+            self._cond.notify_all()
+
+    def _work(self, share: int, ready: threading.Event) -> None:
+        set_threads(share)
+        ready.set()
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if not self._pending:
+                    return
+                taken = self._pending.popleft()
+                self._busy += 1
+            try:
+                self._run_batch(taken)
+            finally:
                 with self._cond:
-                    while not self._queue and not self._stopping:
-                        self._cond.wait()
-                    if not self._queue:
-                        break  # stopping, and everything queued has been taken
-                    work = self._take()
-                    self._gauges()
-                if isinstance(work, CallJob):
-                    self._run_call(work)
-                elif work:
-                    self._slots.acquire()
-                    if pool is None:
-                        self._run_batch(work)
-                    else:
-                        pool.submit(self._run_batch, work)
-            for _ in range(self.workers):  # wait for batches still in flight
-                self._slots.acquire()
+                    self._busy -= 1
+                    self._cond.notify_all()
 
     def _run_call(self, job: CallJob) -> None:
         try:
@@ -238,17 +286,16 @@ class Batcher:
                     job.failed = True
                 if first:
                     _deliver(job, error=exc)
-        finally:
-            self._slots.release()
 
     def _forward_and_pool(self, taken: list[tuple[EmbedJob, int]]) -> None:
         taken = [t for t in taken if not t[0].cancelled]
         if not taken:
             return
         taken.sort(key=lambda t: len(t[0].ids[t[1]]), reverse=True)
+        width = padded_width(len(taken[0][0].ids[taken[0][1]]), self.encoder.max_length)
         input_ids, mask, type_ids = pad_ids([job.ids[row] for job, row in taken],
                                             [job.type_ids[row] for job, row in taken],
-                                            self.encoder.tokenizer.pad_token_id)
+                                            self.encoder.tokenizer.pad_token_id, width)
         started = time.perf_counter()
         out = self.encoder.forward(Batch(input_ids, mask, type_ids, [], []))
         real_tokens = int(mask.sum())

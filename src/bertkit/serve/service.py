@@ -58,8 +58,9 @@ class Service:
         self.runs = runs or {}
         self.settings = (settings or ServeSettings()).check()
         self.metrics = Metrics()
+        self.concurrent_batches = self.settings.concurrent_batches or encoder.concurrent_batches
         self.batcher = Batcher(encoder, self.metrics, self.settings.max_batch_tokens, self.settings.max_queue_tokens,
-                               self.settings.concurrent_batches)
+                               self.concurrent_batches)
 
     # ---- checks -----------------------------------------------------------------------------------------------
     def texts(self, inputs: str | Sequence[str], name: str = "inputs") -> list[str]:
@@ -149,6 +150,6 @@ class Service:
             "limits": {"max_inputs": self.settings.max_inputs, "max_body_bytes": self.settings.max_body_bytes,
                        "max_batch_tokens": self.settings.max_batch_tokens,
                        "max_queue_tokens": self.settings.max_queue_tokens},
-            "concurrent_batches": self.settings.concurrent_batches,
+            "concurrent_batches": self.concurrent_batches,
             "auth": self.settings.api_key is not None,
         }

@@ -15,13 +15,15 @@ class ServeSettings:
     max_queue_tokens: int = 65536  # tokens waiting for the model; more → 429 at once
     max_inputs: int = 128  # texts per request
     max_body_bytes: int = 2_000_000  # request body limit
-    concurrent_batches: int = 1  # forward passes in flight at once, each on its share of the torch threads
+    concurrent_batches: int | None = None  # passes in flight at once, each on its share of the threads (None: the encoder's)
     api_key: str | None = None  # when set, every endpoint but /health needs `Authorization: Bearer <key>`
 
     def check(self) -> "ServeSettings":
         """Refuse non-positive limits with the flag's name."""
         for name in ("max_batch_tokens", "max_queue_tokens", "max_inputs", "max_body_bytes", "concurrent_batches"):
             value = getattr(self, name)
+            if value is None and name == "concurrent_batches":
+                continue
             if not isinstance(value, int) or value < 1:
                 raise InputError(f"--{name.replace('_', '-')}={value!r}: give a positive whole number.")
         return self

@@ -1,0 +1,55 @@
+"""How the batcher cuts taken rows into forward passes: least overhead + padding, within the token budget."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+from bertkit.serve.plan import PASS_OVERHEAD_TOKENS, padded_width, plan_batches
+
+
+def cost(lengths, groups, overhead=PASS_OVERHEAD_TOKENS) -> int:
+    return sum(overhead + len(g) * padded_width(max(lengths[i] for i in g)) for g in groups)
+
+
+def test_widths_round_up_to_eight_but_never_past_the_model_limit():
+    assert [padded_width(n) for n in (1, 8, 9, 23, 24, 25)] == [8, 8, 16, 24, 24, 32]
+    assert padded_width(297, limit=300) == 300 and padded_width(300, limit=300) == 300
+    assert padded_width(12, limit=300) == 16
+
+
+def test_one_long_row_gets_a_pass_of_its_own_instead_of_padding_the_short_ones():
+    # one pass: 32 + 4 x 40 = 192 padded-token units; [5, 6, 7] and [40] apart: (32 + 3 x 8) + (32 + 40) = 128
+    assert plan_batches([5, 6, 40, 7], max_batch_tokens=2048) == [[2], [0, 1, 3]]
+
+
+def test_similar_rows_share_one_pass():
+    assert plan_batches([20, 21, 22, 23], max_batch_tokens=2048) == [[0, 1, 2, 3]]
+
+
+def test_no_pass_is_wider_than_the_budget_unless_one_row_alone_is():
+    groups = plan_batches([30] * 5 + [100], max_batch_tokens=64)
+    assert sorted(map(len, groups)) == [1, 1, 2, 2]  # 30 pads to 32: two rows fill 64; 100 alone
+    assert all(len(g) * padded_width(max(([30] * 5 + [100])[i] for i in g)) <= 64 for g in groups if len(g) > 1)
+
+
+def test_the_plan_is_the_cheapest_split_of_the_sorted_rows():
+    rng = random.Random(0)
+    for _ in range(60):
+        lengths = [rng.randint(3, 70) for _ in range(rng.randint(1, 8))]
+        budget = rng.choice([64, 128, 2048])
+        groups = plan_batches(lengths, max_batch_tokens=budget)
+        assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+        order = sorted(range(len(lengths)), key=lengths.__getitem__)
+        best = None
+        for cuts in itertools.product([False, True], repeat=len(order) - 1):  # every split of the sorted rows
+            split, current = [], [order[0]]
+            for index, cut in zip(order[1:], cuts):
+                if cut:
+                    split.append(current)
+                    current = []
+                current.append(index)
+            split.append(current)
+            if all(len(g) == 1 or len(g) * padded_width(max(lengths[i] for i in g)) <= budget for g in split):
+                best = min(best if best is not None else 10**9, cost(lengths, split))
+        assert cost(lengths, groups) == best
