@@ -1,28 +1,37 @@
-"""bertkit serve vs a naive FastAPI endpoint (one forward per request), real HTTP over loopback, SST-2 sentences.
+"""bertkit serve vs a naive FastAPI endpoint (one forward pass per request), real HTTP over loopback, SST-2 sentences.
 
-    flock /tmp/bertkit-cpu.lock .venv/bin/python benchmarks/serve.py [--seconds 10] [--levels 1,8,32,128] [--soak 120]
+    python benchmarks/serve.py [--seconds 10] [--repeats 3] [--levels 1,8,32,128] [--precisions fp32,bf16] [--soak 120]
 
-Each server runs alone in its own process with the same model and torch threads; the load generator is an async
-httpx client in this process. Prints requests/s and p50/p95/p99 per concurrency, the ratios, a bare
-`Encoder.embed` on one sentence, and with --soak a c=64 run of that many seconds (errors, 429s, RSS growth).
+The load generator is wrk (Debian: apt-get install wrk), a C program on one thread, so it takes little of the CPU
+the servers share with it; benchmarks/wrk_embed.lua sends one SST-2 dev sentence per request (TEI's `{"inputs": ...}`)
+and reports p50/p95/p99. Each server runs alone in its own process with the same model, precision and torch threads.
+Every level runs `--repeats` times; the table shows the medians. Also printed: a bare `Encoder.embed` on one sentence
+(the c=1 reference) and, with --soak, a run of that many seconds at 64 clients (statuses, RSS sampled every 5 s, exit
+status after SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
 import os
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
 import httpx
-import numpy as np
 from pydantic import BaseModel
+
+ROOT = Path(__file__).resolve().parents[1]
+SST2 = Path(os.environ.get("BERTKIT_DATA", ROOT.parent / "shared" / "data")) / "sst2" / "dev.tsv"
+WRK_SCRIPT = Path(__file__).with_name("wrk_embed.lua")
 
 
 class Body(BaseModel):
@@ -30,17 +39,14 @@ class Body(BaseModel):
 
     inputs: str | list[str]
 
-ROOT = Path(__file__).resolve().parents[1]
-SST2 = Path(os.environ.get("BERTKIT_DATA", ROOT.parent / "shared" / "data")) / "sst2" / "dev.tsv"
 
-
-def naive_app(threads: int):
+def naive_app(threads: int, precision: str):
     """The way most tutorials serve a model: one forward pass per request in FastAPI's thread pool."""
     from fastapi import FastAPI
 
     from bertkit import Encoder
 
-    encoder = Encoder.from_pretrained(threads=threads, concurrent_batches=1)
+    encoder = Encoder.from_pretrained(threads=threads, precision=precision, concurrent_batches=1)
     app = FastAPI()
 
     @app.post("/embed")
@@ -60,15 +66,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start(kind: str, threads: int, extra: list[str]) -> tuple[subprocess.Popen, str]:
+def start(kind: str, threads: int, precision: str, extra: list[str]) -> tuple[subprocess.Popen, str]:
     port = free_port()
     if kind == "bertkit":
-        command = [sys.executable, "-m", "bertkit.cli", "serve", "--port", str(port), "--threads", str(threads), *extra]
+        command = [sys.executable, "-m", "bertkit.cli", "serve", "--port", str(port), "--threads", str(threads),
+                   "--precision", precision, *extra]
     else:
-        command = [sys.executable, __file__, "--naive-server", str(port), "--threads", str(threads)]
+        command = [sys.executable, __file__, "--naive-server", str(port), "--threads", str(threads),
+                   "--precisions", precision]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
+    for _ in range(600):
         try:
             if httpx.get(url + "/health", timeout=1).status_code == 200:
                 return process, url
@@ -78,6 +86,11 @@ def start(kind: str, threads: int, extra: list[str]) -> tuple[subprocess.Popen, 
     raise RuntimeError(f"{kind} server did not start")
 
 
+def stop(process: subprocess.Popen) -> int:
+    process.send_signal(signal.SIGTERM)
+    return process.wait(60)
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -85,102 +98,131 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-async def load(url: str, sentences: list[str], concurrency: int, seconds: float) -> dict:
-    """`concurrency` clients each sending one sentence at a time for `seconds`; latencies of 200s, counts of others."""
-    latencies: list[float] = []
-    codes: dict[int, int] = {}
-    deadline = time.perf_counter() + seconds
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
-        async def worker(k: int):
-            i = k
-            while time.perf_counter() < deadline:
-                began = time.perf_counter()
-                try:
-                    response = await client.post("/embed", json={"inputs": sentences[i % len(sentences)]})
-                    code = response.status_code
-                except httpx.HTTPError:
-                    code = -1
-                codes[code] = codes.get(code, 0) + 1
-                if code == 200:
-                    latencies.append(time.perf_counter() - began)
-                i += concurrency
-
-        started = time.perf_counter()
-        await asyncio.gather(*(worker(k) for k in range(concurrency)))
-        elapsed = time.perf_counter() - started
-    ms = np.array(latencies) * 1000 if latencies else np.array([float("nan")])
-    return {"rps": len(latencies) / elapsed, "p50": np.percentile(ms, 50), "p95": np.percentile(ms, 95),
-            "p99": np.percentile(ms, 99), "codes": codes}
+def wrk(url: str, bodies: Path, concurrency: int, seconds: float) -> dict:
+    """One wrk run: `concurrency` connections on one wrk thread for `seconds`; the script's RESULT as a dict."""
+    command = ["wrk", "-t1", f"-c{concurrency}", f"-d{seconds:g}s", "--timeout", "60s", "-s", str(WRK_SCRIPT), url]
+    out = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "BODIES": str(bodies)},
+                         check=True).stdout
+    result = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT ")).split(" ", 1)[1])
+    result["rps"] = result["statuses"].get("200", 0) / result["seconds"]
+    return result
 
 
-def bare_embed_ms(sentences: list[str], threads: int) -> float:
+def median_row(runs: list[dict]) -> dict:
+    row = {key: statistics.median(run[key] for run in runs) for key in ("rps", "p50", "p95", "p99")}
+    row["statuses"] = {}
+    for run in runs:
+        for code, count in run["statuses"].items():
+            row["statuses"][code] = row["statuses"].get(code, 0) + count
+    row["socket_errors"] = sum(run["socket_errors"] for run in runs)
+    return row
+
+
+def bare_embed_ms(sentences: list[str], threads: int, precision: str) -> float:
     from bertkit import Encoder
 
-    encoder = Encoder.from_pretrained(threads=threads, concurrent_batches=1)
+    encoder = Encoder.from_pretrained(threads=threads, precision=precision, concurrent_batches=1)
     for s in sentences[:20]:
         encoder.embed([s], warn=False)
     times = []
-    for s in sentences[:200]:
+    for s in sentences[:300]:
         began = time.perf_counter()
         encoder.embed([s], warn=False)
         times.append(time.perf_counter() - began)
     return statistics.median(times) * 1000
 
 
+def cpu_name() -> str:
+    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    name = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?")
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return f"{name} ({', '.join(f for f in ('avx2', 'avx512_vnni', 'avx512_bf16', 'amx_bf16') if f in flags)})"
+
+
+def soak(args, bodies: Path, precision: str) -> None:
+    process, url = start("bertkit", args.threads, precision, args.serve_args.split())
+    try:
+        wrk(url, bodies, 64, 5)
+        samples = [rss_mb(process.pid)]
+        done = threading.Event()
+
+        def sample():
+            while not done.wait(5):
+                samples.append(rss_mb(process.pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        result = wrk(url, bodies, 64, args.soak)
+        done.set()
+        sampler.join()
+        samples.append(rss_mb(process.pid))
+    finally:
+        code = stop(process)
+    errors = sum(v for k, v in result["statuses"].items() if k not in ("200", "429")) + result["socket_errors"]
+    print(f"\nsoak, {precision}, c=64 for {args.soak:.0f} s: {result['rps']:.0f} req/s, p50 {result['p50']:.0f} / "
+          f"p99 {result['p99']:.0f} ms, statuses {result['statuses']}, errors other than 429: {errors}; RSS "
+          f"{samples[0]:.0f} → {samples[-1]:.0f} MB ({samples[-1] - samples[0]:+.1f} MB, highest "
+          f"{max(samples):.0f}); exit status after SIGTERM {code}")
+    print("RSS every 5 s (MB): " + " ".join(f"{s:.0f}" for s in samples))
+
+
 def main() -> None:
+    from bertkit.encoder.precision import fast_bf16_cpu
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--levels", default="1,8,32,128")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--precisions", default="fp32,bf16" if fast_bf16_cpu() else "fp32")
     parser.add_argument("--serve-args", default="", help="extra flags for bertkit serve")
-    parser.add_argument("--soak", type=float, default=0, help="seconds of c=64 load on bertkit serve after the table")
+    parser.add_argument("--soak", type=float, default=0, help="seconds of c=64 load on bertkit serve after the tables")
     parser.add_argument("--naive-server", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.naive_server:
         import uvicorn
 
-        uvicorn.run(naive_app(args.threads), host="127.0.0.1", port=args.naive_server, log_level="warning",
-                    access_log=False)
+        uvicorn.run(naive_app(args.threads, args.precisions), host="127.0.0.1", port=args.naive_server,
+                    log_level="warning", access_log=False)
         return
+    if shutil.which("wrk") is None:
+        sys.exit("benchmarks/serve.py needs the load generator wrk: apt-get install wrk")
     sentences = [line.split("\t")[0] for line in SST2.read_text(encoding="utf-8").splitlines() if line.strip()]
     levels = [int(x) for x in args.levels.split(",")]
-    rows = {}
-    for kind in ("bertkit", "naive"):
-        process, url = start(kind, args.threads, args.serve_args.split())
-        try:
-            asyncio.run(load(url, sentences, 4, 2))  # warm-up
+    precisions = args.precisions.split(",")
+    with tempfile.TemporaryDirectory() as scratch:
+        bodies = Path(scratch) / "bodies.jsonl"
+        bodies.write_text("".join(json.dumps({"inputs": s}) + "\n" for s in sentences), encoding="utf-8")
+        rows = {}
+        for precision in precisions:
+            for kind in ("bertkit", "naive"):
+                process, url = start(kind, args.threads, precision, args.serve_args.split() if kind == "bertkit" else [])
+                try:
+                    wrk(url, bodies, 32, 3)  # warm-up
+                    for c in levels:
+                        rows[precision, kind, c] = median_row([wrk(url, bodies, c, args.seconds)
+                                                               for _ in range(args.repeats)])
+                finally:
+                    stop(process)
+        print(f"CPU: {cpu_name()}, {args.threads} torch threads; single SST-2 dev sentences ({len(sentences)}); wrk, "
+              f"{args.seconds:g} s per run, median of {args.repeats} runs per row")
+        for precision in precisions:
+            bare = bare_embed_ms(sentences, args.threads, precision)
+            print(f"\n{precision}: bare Encoder.embed on one sentence, p50 {bare:.1f} ms")
+            print("| c | bertkit req/s | p50 | p95 | p99 ms | naive req/s | p50 | p95 | p99 ms | × throughput | p99 ratio |")
+            print("|---|---|---|---|---|---|---|---|---|---|---|")
             for c in levels:
-                rows[kind, c] = asyncio.run(load(url, sentences, c, args.seconds))
-        finally:
-            process.send_signal(signal.SIGTERM)
-            process.wait(60)
-    bare = bare_embed_ms(sentences, args.threads)
-    print(f"CPU threads {args.threads}; {args.seconds:.0f} s per level; single SST-2 dev sentences; bare Encoder.embed "
-          f"on one sentence: p50 {bare:.1f} ms")
-    print("| c | bertkit req/s | p50 | p95 | p99 ms | naive req/s | p50 | p95 | p99 ms | throughput x | p99 ratio |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for c in levels:
-        b, n = rows["bertkit", c], rows["naive", c]
-        print(f"| {c} | {b['rps']:.0f} | {b['p50']:.1f} | {b['p95']:.1f} | {b['p99']:.1f} | {n['rps']:.0f} | "
-              f"{n['p50']:.1f} | {n['p95']:.1f} | {n['p99']:.1f} | {b['rps'] / max(n['rps'], 1e-9):.2f} | {b['p99'] / n['p99']:.2f} |")
-        for kind, row in (("bertkit", b), ("naive", n)):
-            if set(row["codes"]) - {200}:
-                print(f"    {kind} c={c} status counts: {row['codes']}")
-    if args.soak:
-        process, url = start("bertkit", args.threads, args.serve_args.split())
-        try:
-            asyncio.run(load(url, sentences, 64, 5))
-            before = rss_mb(process.pid)
-            result = asyncio.run(load(url, sentences, 64, args.soak))
-            after = rss_mb(process.pid)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            code = process.wait(60)
-        errors = sum(v for k, v in result["codes"].items() if k not in (200, 429))
-        print(f"soak c=64 {args.soak:.0f} s: {result['rps']:.0f} req/s, p99 {result['p99']:.1f} ms, statuses "
-              f"{result['codes']}, errors (not 200/429) {errors}, RSS {before:.0f} → {after:.0f} MB "
-              f"({after - before:+.1f} MB), exit status {code}")
+                b, n = rows[precision, "bertkit", c], rows[precision, "naive", c]
+                print(f"| {c} | {b['rps']:.0f} | {b['p50']:.1f} | {b['p95']:.1f} | {b['p99']:.1f} | {n['rps']:.0f} | "
+                      f"{n['p50']:.1f} | {n['p95']:.1f} | {n['p99']:.1f} | {b['rps'] / max(n['rps'], 1e-9):.2f} | "
+                      f"{b['p99'] / n['p99']:.2f} |")
+            for c in levels:
+                for kind in ("bertkit", "naive"):
+                    row = rows[precision, kind, c]
+                    if set(row["statuses"]) - {"200"} or row["socket_errors"]:
+                        print(f"    {kind} c={c}: statuses {row['statuses']}, socket errors {row['socket_errors']}")
+        if args.soak:
+            soak(args, bodies, precisions[0])
 
 
 if __name__ == "__main__":
