@@ -9,6 +9,7 @@ from typing import List, Optional
 
 import typer
 
+from ..encoder.defaults import MAX_BATCH_TOKENS
 from .common import ModelOption, app, say
 
 # Library imports sit inside the command: `bertkit --help` loads neither torch nor the web stack (start-up speed).
@@ -30,7 +31,7 @@ def serve(
                                                      help="Forward passes in flight at once, each on its share of the "
                                                      "threads (default: one per core, at most 2; 1: one pass at a time "
                                                      "on every thread)."),
-    max_batch_tokens: int = typer.Option(2048, "--max-batch-tokens", help="Padded tokens per forward pass."),
+    max_batch_tokens: int = typer.Option(MAX_BATCH_TOKENS, "--max-batch-tokens", help="Padded tokens per forward pass."),
     max_queue_tokens: int = typer.Option(65536, "--max-queue-tokens", help="Tokens allowed to wait; beyond it 429."),
     max_inputs: int = typer.Option(128, "--max-inputs", help="Texts per request."),
     max_body_bytes: int = typer.Option(2_000_000, "--max-body-bytes", help="Request body limit in bytes."),

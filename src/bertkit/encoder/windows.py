@@ -1,4 +1,5 @@
-"""Long inputs as overlapping windows: split into pieces the model can take, pad them, stitch token vectors back."""
+"""Long inputs as overlapping windows: split into pieces the model can take, batch them by length, pad them, and
+stitch token vectors back."""
 
 from __future__ import annotations
 
@@ -75,3 +76,13 @@ def stitch(item: tok.Encoded, windows: list) -> tuple[torch.Tensor, torch.Tensor
     return out, windows[0][2]
 
 
+def length_sorted_chunks(lengths: Sequence[int], batch_size: int, max_tokens: int) -> list[list[int]]:
+    """Positions of `lengths` (sorted longest first) in batches of at most `batch_size` rows and `max_tokens` padded
+    tokens (a row longer than that alone)."""
+    chunks: list[list[int]] = []
+    for position, length in enumerate(lengths):
+        if chunks and len(chunks[-1]) < batch_size and (len(chunks[-1]) + 1) * lengths[chunks[-1][0]] <= max_tokens:
+            chunks[-1].append(position)
+        else:
+            chunks.append([position])
+    return chunks

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..encoder.defaults import MAX_BATCH_TOKENS
 from ..errors import InputError
 
 
@@ -11,7 +12,7 @@ from ..errors import InputError
 class ServeSettings:
     """Limits and batching options of one server process (the CLI flags of `bertkit serve`)."""
 
-    max_batch_tokens: int = 2048  # padded tokens (rows × longest row) per forward pass, like TEI's flag
+    max_batch_tokens: int = MAX_BATCH_TOKENS  # padded tokens (rows × longest row) per pass, like TEI's flag
     max_queue_tokens: int = 65536  # tokens waiting for the model; more → 429 at once
     max_inputs: int = 128  # texts per request
     max_body_bytes: int = 2_000_000  # request body limit
