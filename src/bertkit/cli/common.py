@@ -22,7 +22,7 @@ NoCacheOption = typer.Option(False, "--no-cache", help="Do not read or write the
 OverwriteOption = typer.Option(False, "--overwrite", help="Replace an existing output directory.")
 PrecisionOption = typer.Option(
     "fp32", "--precision",
-    help="fp32 (default) | bf16 (only on CPUs with native bf16: AMX / AVX512-BF16) | int8 (ONNX Runtime, bertkit[int8]).")
+    help="fp32 (default) | bf16 (only on CPUs with native bf16: AMX / AVX512-BF16) | int8 (int8 linear layers, smoothed; see bertkit quantize).")
 RunArgument = typer.Argument(..., help="A run directory written by `bertkit train` or `bertkit finetune`.")
 
 

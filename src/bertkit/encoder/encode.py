@@ -16,14 +16,14 @@ from tqdm.auto import tqdm
 
 from ..errors import InputError
 from . import tokenize as tok
-from .defaults import DEFAULT_BATCH_SIZE
+from .defaults import DEFAULT_BATCH_SIZE, MAX_BATCH_TOKENS
 from .layers import LayerSelection, parse_layers
 from .models import LoadedModel, load_model, resolve_model
 from .pooling import parse_pooling, pool_sentences, pool_words
 from .int8 import int8_model_for
 from .precision import autocast, check_precision
 from .threads import forward_in_parallel, set_threads, total_threads
-from .windows import pad_pieces, split_into_pieces, stitch
+from .windows import length_sorted_chunks, pad_pieces, split_into_pieces, stitch
 
 PROGRESS_MIN_ROWS = 256
 _PATH_DEPENDENT_CONFIG = {"_name_or_path", "transformers_version", "_commit_hash", "name_or_path"}
@@ -88,7 +88,8 @@ class Encoder:
         self._accepts_type_ids = "token_type_ids" in inspect.signature(self.model.forward).parameters
         for note in loaded.warnings:
             warnings.warn(f"{loaded.source.spec}: {note}", stacklevel=2)
-        self._int8 = int8_model_for(self) if self.precision == "int8" else None  # ONNX Runtime session, see int8.py
+        # int8: a copy of the model with int8 linear layers (int8.py), and the digest of the calibration it uses
+        self._int8, self.int8_calibration = int8_model_for(self) if self.precision == "int8" else (None, None)
 
     @classmethod
     def from_pretrained(
@@ -102,7 +103,7 @@ class Encoder:
         """Load the packaged default (None), a local directory saved with `save_pretrained`, or a hub name.
 
         precision='bf16' runs the forward under CPU bf16 autocast; refused where the CPU lacks native bf16.
-        precision='int8' runs an 8-bit ONNX Runtime copy of the model, built once and cached (see encoder/int8.py).
+        precision='int8' runs a copy of the model with int8 linear layers, calibrated once and cached (encoder/int8.py).
         concurrent_batches: batches in flight at once, sharing the torch threads (default: 2 when there are
         2 or more threads, else 1); 1 gives the classic one-batch-at-a-time loop.
         """
@@ -140,6 +141,15 @@ class Encoder:
                 digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
             self._fingerprint = digest.hexdigest()[:32]
         return self._fingerprint
+
+    def numerics(self) -> dict:
+        """What decides the arithmetic besides the weights: the precision and, for int8, the calibration's digest.
+
+        Cache keys and run records include it, so int8 vectors from two calibrations are never mixed up.
+        """
+        if self.int8_calibration is None:
+            return {"precision": self.precision}
+        return {"precision": self.precision, "int8_calibration": self.int8_calibration}
 
     @property
     def has_pooler(self) -> bool:
@@ -366,7 +376,8 @@ class Encoder:
         pending: dict[int, list] = {}
         bar = _progress_bar(len(encoded), progress)
         try:
-            chunks = [[pieces[i] for i in order[first : first + batch_size]] for first in range(0, len(order), batch_size)]
+            chunks = length_sorted_chunks([len(pieces[i].ids) for i in order], batch_size, MAX_BATCH_TOKENS)
+            chunks = [[pieces[order[k]] for k in chunk] for chunk in chunks]
             for chunk, batch, out in self._forward_chunks(chunks):
                 vectors = selection.apply(out.hidden_states)
                 whole = [k for k, p in enumerate(chunk) if p.row not in windows_left]

@@ -1,144 +1,284 @@
-"""int8 forward passes: an ONNX export of the encoder with 8-bit block-quantised weights, run by ONNX Runtime.
+"""precision='int8': the transformer layers' linear maps on int8 weights and int8 activations, with int32 products.
 
-Measured (benchmarks/int8_frontier.py): per-tensor activation scales (torch `quantize_dynamic`, ONNX Runtime
-`quantize_dynamic`) lose the vectors (min cosine 0.96 on SST-2); ONNX Runtime's `MatMulNBits` with 8-bit weights in
-blocks of 32 along the input axis and accuracy_level=4 (activations quantised to int8 per block of 32 on the fly,
-VNNI int8 dot products) keeps them (min cosine 0.998). No calibration: the quantised file is built from the weights
-alone, once per model, and cached under ~/.cache/bertkit/int8/<fingerprint>/.
+Measured on SST-2 (benchmarks/int8_frontier.py): per-tensor activation scales (torch's or ONNX Runtime's dynamic
+quantisation) lose the vectors (min cosine to fp32 0.96), per-token scales keep more (median 0.997), and these
+choices keep them (min 0.995, median 0.9994) at about twice fp32's speed:
+
+- weights: symmetric int8 per output channel;
+- activations: asymmetric int8 per row (token), found in each pass, so no row depends on what shares its batch;
+- smoothing (SmoothQuant, alpha 0.5): where a linear reads a LayerNorm's output (the residual stream, whose outlier
+  channels reach 16-22x the median), the input is divided per channel by s = max|x|^0.5 / max|W|^0.5 and the weights
+  multiplied by it: the same product in real numbers, smaller rounding losses in int8. The channel maxima come from a
+  calibration pass over a few hundred sentences: the packaged ones (computed once per model and cached), or the
+  user's own through `bertkit quantize MODEL --calibration FILE -o DIR`;
+- linears that read one tensor (query, key, value) share one quantised input.
+
+The products run in `torch._int_mm` (oneDNN's int8 kernels, VNNI where the CPU has it). Only the stack of
+transformer layers is quantised; embeddings, the pooler and task heads stay fp32.
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import json
 import os
 import tempfile
-import warnings
+import threading
+from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
+from typing import Iterable, Sequence
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from ..errors import InputError
-from .threads import total_threads
 
-INT8_BITS = 8
-INT8_BLOCK = 32  # block along the input axis: 128 loses the median cosine target (0.9990), 32 keeps it (0.9996)
-INT8_ACCURACY_LEVEL = 4  # int8 activations and int8 dot products (VNNI / AVX2 kernels in ONNX Runtime's MLAS)
-ONNX_OPSET = 17
+SMOOTH_ALPHA = 0.5
+CALIBRATION_FILE = "int8_calibration.safetensors"  # in a model or run directory: that directory's own calibration
+CALIBRATION_FORMAT = "bertkit-int8-calibration/1"
+PACKAGED_TEXTS = ("calibration.txt", "reviews.tsv")  # bertkit/samples: 118 general sentences and 80 short reviews
 
 
-def _onnxruntime():
-    try:
-        import onnxruntime
-    except ImportError as exc:
-        raise InputError(
-            "precision='int8' runs on ONNX Runtime, which is not installed: pip install 'bertkit[int8]' "
-            "(onnxruntime and onnx), or use precision='fp32'."
-        ) from exc
-    return onnxruntime
+def int8_supported() -> bool:
+    return hasattr(torch, "_int_mm")
 
 
 def cache_dir() -> Path:
-    """Where quantised models are kept: $BERTKIT_CACHE/int8 or ~/.cache/bertkit/int8."""
+    """Where calibrations of models without their own are kept: $BERTKIT_CACHE/int8 or ~/.cache/bertkit/int8."""
     root = os.environ.get("BERTKIT_CACHE") or Path.home() / ".cache" / "bertkit"
     return Path(root) / "int8"
 
 
-class _Outputs(torch.nn.Module):
-    """The encoder as a function of tensors only: every hidden state, then the pooler output where there is one."""
+@dataclass
+class Calibration:
+    """Which linears read one tensor (groups, in call order) and, for groups fed by a LayerNorm, its channel maxima."""
 
-    def __init__(self, model, with_type_ids: bool, with_pooler: bool):
+    groups: list[list[str]]
+    absmax: dict[str, torch.Tensor]  # group leader (first name) → max |x| per input channel
+    texts: int
+
+    def save(self, path: Path) -> None:
+        """Atomically write the calibration as safetensors (no pickle)."""
+        meta = {"format": CALIBRATION_FORMAT, "groups": json.dumps(self.groups), "texts": str(self.texts)}
+        handle, scratch = tempfile.mkstemp(dir=path.parent, prefix=".calibration-", suffix=".partial")
+        os.close(handle)
+        try:
+            save_file({k: v.contiguous() for k, v in self.absmax.items()}, scratch, metadata=meta)
+            os.replace(scratch, path)
+        except BaseException:
+            Path(scratch).unlink(missing_ok=True)
+            raise
+
+    def digest(self) -> str:
+        """A short hash of the groups and maxima: equal digests give equal int8 models for equal weights."""
+        hasher = hashlib.sha256(json.dumps(self.groups).encode())
+        for key in sorted(self.absmax):
+            hasher.update(key.encode())
+            hasher.update(self.absmax[key].contiguous().numpy().tobytes())
+        return hasher.hexdigest()[:16]
+
+    @classmethod
+    def load(cls, path: Path) -> "Calibration":
+        with safe_open(str(path), framework="pt") as handle:
+            meta = handle.metadata() or {}
+            if meta.get("format") != CALIBRATION_FORMAT:
+                raise InputError(f"{path}: not a bertkit int8 calibration ({meta.get('format')!r}); make one with "
+                                 "`bertkit quantize MODEL --calibration FILE -o DIR`.")
+            absmax = {key: handle.get_tensor(key) for key in handle.keys()}
+        return cls(json.loads(meta["groups"]), absmax, int(meta.get("texts", 0)))
+
+
+def layer_stack(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList]:
+    """The model's stack of transformer layers: its largest ModuleList (encoder.layer, transformer.layer, ...)."""
+    stacks = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.ModuleList) and len(m)]
+    if not stacks:
+        raise InputError(f"{type(model).__name__}: no stack of layers found to quantise; use precision='fp32'.")
+    return max(stacks, key=lambda item: sum(p.numel() for p in item[1].parameters()))
+
+
+def calibrate(model: torch.nn.Module, inputs: Iterable[dict]) -> Calibration:
+    """Run `model` on each input (one text each, unpadded) and record the groups and the LayerNorm-fed maxima."""
+    prefix, stack = layer_stack(model)
+    linears = {f"{prefix}.{name}": m for name, m in stack.named_modules() if isinstance(m, torch.nn.Linear)}
+    norm_outputs: dict[int, torch.Tensor] = {}
+    seen: dict[int, tuple[torch.Tensor, list[str]]] = {}  # this pass: input tensor id → (tensor, linears reading it)
+    absmax: dict[str, torch.Tensor] = {}
+    fed_by_norm: set[str] = set()
+
+    def on_norm(module, args, output):
+        norm_outputs[id(output)] = output
+
+    def on_linear(name):
+        def hook(module, args):
+            x = args[0]
+            seen.setdefault(id(x), (x, []))[1].append(name)
+            if id(x) in norm_outputs:
+                fed_by_norm.add(name)
+                channel_max = x.detach().abs().reshape(-1, x.shape[-1]).amax(0).float()
+                absmax[name] = torch.maximum(absmax[name], channel_max) if name in absmax else channel_max
+        return hook
+
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm) or type(m).__name__.endswith("LayerNorm")]
+    hooks = [m.register_forward_hook(on_norm) for m in norms]
+    hooks += [m.register_forward_pre_hook(on_linear(name)) for name, m in linears.items()]
+    groups: list[list[str]] | None = None
+    count = 0
+    try:
+        with torch.inference_mode():
+            for feed in inputs:
+                norm_outputs.clear()
+                seen.clear()
+                model(**feed)
+                count += 1
+                if groups is None:
+                    groups = [names for _, names in seen.values()]
+    finally:
+        for hook in hooks:
+            hook.remove()
+    if not count:
+        raise InputError("int8 calibration needs at least one text.")
+    leaders = {group[0]: group for group in groups or []}
+    merged = {leader: torch.stack([absmax[n] for n in group]).amax(0)
+              for leader, group in leaders.items() if all(n in fed_by_norm for n in group)}
+    return Calibration(groups or [], merged, count)
+
+
+class _InputQuantizer:
+    """Per-token asymmetric int8 of a linear's input, after the optional smoothing; one result per input tensor.
+
+    Linears reading the same tensor share one quantizer, so query, key and value quantise their input once. The
+    last result is kept per thread: concurrent batches never see each other's.
+    """
+
+    def __init__(self, inverse_smooth: torch.Tensor | None):
+        self.inverse_smooth = inverse_smooth
+        self._last: dict[int, tuple] = {}
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(int8 rows, per-row scale (rows, 1), [per-row middle, 1] (rows, 2)) for `x` flattened to rows."""
+        thread = threading.get_ident()
+        version = None if x.is_inference() else x._version  # inference tensors cannot change in place
+        last = self._last.get(thread)
+        if last is not None and last[0] is x and last[1] == version:
+            return last[2]
+        rows = x.reshape(-1, x.shape[-1])
+        if self.inverse_smooth is not None:
+            rows = rows * self.inverse_smooth
+        high, low = rows.amax(dim=1, keepdim=True), rows.amin(dim=1, keepdim=True)
+        middle = (high + low) * 0.5
+        scale = ((high - low) * (0.5 / 127)).clamp_(min=1e-12)  # [-127, 127] spans [low, high]
+        inverse = 1.0 / scale
+        # (x - middle) / scale lies in [-127, 127] by construction, so rounding needs no clamp
+        quantized = torch.addcmul(-middle * inverse, rows, inverse).round_().to(torch.int8)
+        result = (quantized, scale, torch.cat([middle, torch.ones_like(middle)], dim=1))
+        if len(self._last) > 64:  # threads come and go; keep the table small
+            self._last.clear()
+        self._last[thread] = (x, version, result)  # holding x: its id cannot be reused meanwhile
+        return result
+
+
+class Int8Linear(torch.nn.Module):
+    """y = x Wᵀ + b from int8 x (per token) and int8 W (per output channel): int32 products, fp32 result."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, quantizer: _InputQuantizer):
         super().__init__()
-        self.model, self.with_type_ids, self.with_pooler = model, with_type_ids, with_pooler
+        weight = weight.detach().float()
+        scale = weight.abs().amax(dim=1).clamp(min=1e-12) / 127
+        quantized = torch.round(weight / scale[:, None]).clamp(-127, 127).to(torch.int8)
+        self.register_buffer("weight_int8", quantized)  # (out, in), like nn.Linear
+        self.register_buffer("weight_scale", scale)
+        # x = scale·q + middle per row, so x·Wᵀ + b = scale·(q·Wᵀ) + [middle, 1]·[row sums of W; b]: the second term
+        # is one rank-2 product, with the sums precomputed
+        weight_sum = (quantized.float() * scale[:, None]).sum(1)
+        offset = torch.stack([weight_sum, bias.detach().float() if bias is not None else torch.zeros_like(weight_sum)])
+        self.register_buffer("offset", offset)
+        self.quantizer = quantizer
+        self.in_features, self.out_features = weight.shape[1], weight.shape[0]
 
-    def forward(self, input_ids, attention_mask, token_type_ids=None):
-        extra = {"token_type_ids": token_type_ids} if self.with_type_ids else {}
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
-                         return_dict=True, **extra)
-        states = tuple(out.hidden_states)
-        return states + (out.pooler_output,) if self.with_pooler else states
-
-
-def input_names(with_type_ids: bool) -> list[str]:
-    return ["input_ids", "attention_mask"] + (["token_type_ids"] if with_type_ids else [])
-
-
-def export_onnx(model, tokenizer, path: Path, with_type_ids: bool, with_pooler: bool) -> None:
-    """fp32 ONNX export of `model` with dynamic batch and sequence axes."""
-    sample = tokenizer(["a short one", "and a somewhat longer second sentence"], padding=True, return_tensors="pt")
-    names = input_names(with_type_ids)
-    args = tuple(sample[name] if name in sample else torch.zeros_like(sample["input_ids"]) for name in names)
-    layers = int(model.config.num_hidden_layers) + 1
-    outputs = [f"hidden_{i}" for i in range(layers)] + (["pooler_output"] if with_pooler else [])
-    axes = {name: {0: "batch", 1: "sequence"} for name in names + outputs[:layers]}
-    if with_pooler:
-        axes["pooler_output"] = {0: "batch"}
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tracer notes on shape checks: the axes above are declared dynamic
-        torch.onnx.export(_Outputs(model, with_type_ids, with_pooler).eval(), args, str(path), input_names=names,
-                          output_names=outputs, dynamic_axes=axes, opset_version=ONNX_OPSET, dynamo=False)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        quantized, scale, middle_and_one = self.quantizer(x)
+        y = torch._int_mm(quantized, self.weight_int8.t()) * scale  # int32 × fp32 → fp32 in one pass
+        y.mul_(self.weight_scale).addmm_(middle_and_one, self.offset)
+        return y.reshape(*x.shape[:-1], self.out_features)
 
 
-def quantize_onnx(source: Path, target: Path, block_size: int = INT8_BLOCK) -> None:
-    """Replace every MatMul with constant weights by an 8-bit block-quantised `MatMulNBits` (int8 compute)."""
-    import onnx
-    from onnxruntime.quantization.matmul_nbits_quantizer import (
-        DefaultWeightOnlyQuantConfig,
-        MatMulNBitsQuantizer,
-    )
-
-    config = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=True,
-                                          accuracy_level=INT8_ACCURACY_LEVEL, bits=INT8_BITS)
-    quantizer = MatMulNBitsQuantizer(onnx.load(str(source)), algo_config=config)
-    quantizer.process()
-    quantizer.model.save_model_to_file(str(target), False)
-
-
-def build_int8(model, tokenizer, directory: Path, with_type_ids: bool, with_pooler: bool) -> Path:
-    """Export + quantise into `directory`/model.onnx (written whole or not at all); returns the file."""
-    _onnxruntime()
-    directory.mkdir(parents=True, exist_ok=True)
-    target = directory / "model.onnx"
-    with tempfile.TemporaryDirectory(dir=directory) as scratch:
-        fp32 = Path(scratch) / "fp32.onnx"
-        export_onnx(model, tokenizer, fp32, with_type_ids, with_pooler)
-        partial = Path(scratch) / "int8.onnx"
-        quantize_onnx(fp32, partial)
-        os.replace(partial, target)
-    return target
-
-
-class Int8Model:
-    """An ONNX Runtime session that answers like a transformers model: hidden_states, last_hidden_state, pooler."""
-
-    def __init__(self, path: Path, with_type_ids: bool, with_pooler: bool, threads: int):
-        ort = _onnxruntime()
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = max(1, threads)
-        options.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        self.names = input_names(with_type_ids)
-        self.with_pooler = with_pooler
-        self.path = path
-
-    def __call__(self, input_ids, attention_mask, token_type_ids=None, **_) -> SimpleNamespace:
-        given = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
-        feeds = {name: given[name].numpy() for name in self.names}
-        outputs = [torch.from_numpy(array) for array in self.session.run(None, feeds)]
-        pooler = outputs.pop() if self.with_pooler else None
-        return SimpleNamespace(hidden_states=tuple(outputs), last_hidden_state=outputs[-1], pooler_output=pooler)
+def quantize_model(model: torch.nn.Module, calibration: Calibration, alpha: float = SMOOTH_ALPHA) -> torch.nn.Module:
+    """A copy of `model` whose calibrated linears are `Int8Linear`; everything else is shared with `model`."""
+    prefix, stack = layer_stack(model)
+    linears = {f"{prefix}.{name}": m for name, m in stack.named_modules() if isinstance(m, torch.nn.Linear)}
+    missing = [name for group in calibration.groups for name in group if name not in linears]
+    if missing:
+        raise InputError(f"the int8 calibration does not fit this model (no layer {missing[0]}); calibrate it again "
+                         "with `bertkit quantize`.")
+    replaced = {id(p) for group in calibration.groups for name in group for p in linears[name].parameters()}
+    shared = {id(t): t for t in list(model.parameters()) + list(model.buffers()) if id(t) not in replaced}
+    quantized = copy.deepcopy(model, memo=dict(shared))
+    modules = dict(quantized.named_modules())
+    for group in calibration.groups:
+        members = [modules[name] for name in group]
+        weights = [m.weight.detach().float() for m in members]
+        inverse = None
+        if group[0] in calibration.absmax:
+            weight_max = torch.stack([w.abs().amax(0) for w in weights]).amax(0).clamp(min=1e-5)
+            smooth = (calibration.absmax[group[0]].clamp(min=1e-5) ** alpha / weight_max ** (1 - alpha)).clamp(1e-3, 1e3)
+            weights = [w * smooth[None, :] for w in weights]
+            inverse = 1.0 / smooth
+        quantizer = _InputQuantizer(inverse)
+        for name, member, weight in zip(group, members, weights):
+            parent_name, _, child = name.rpartition(".")
+            setattr(modules[parent_name], child, Int8Linear(weight, member.bias, quantizer))
+    return quantized
 
 
-def load_int8(model, tokenizer, fingerprint: str, with_type_ids: bool, with_pooler: bool, threads: int) -> Int8Model:
-    """The cached int8 model for these weights, built on first use (about a minute for a 6-layer BERT)."""
-    directory = cache_dir() / fingerprint
-    path = directory / "model.onnx"
-    if not path.exists():
-        build_int8(model, tokenizer, directory, with_type_ids, with_pooler)
-    return Int8Model(path, with_type_ids, with_pooler, threads)
+def calibration_inputs(tokenizer, texts: Sequence[str], max_length: int, with_type_ids: bool) -> Iterable[dict]:
+    """One unpadded model input per text (padding would put pad tokens into the channel maxima)."""
+    for text in texts:
+        encoded = tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")
+        feed = {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
+        if with_type_ids and "token_type_ids" in encoded:
+            feed["token_type_ids"] = encoded["token_type_ids"]
+        yield feed
 
 
-def int8_model_for(encoder) -> Int8Model:
-    """The int8 runner for an `Encoder`: its weights' cached file, one share of the threads per concurrent batch."""
-    threads = max(1, total_threads() // max(1, encoder.concurrent_batches))
-    return load_int8(encoder.model, encoder.tokenizer, encoder.fingerprint, encoder._accepts_type_ids,
-                     encoder.has_pooler, threads)
+def packaged_texts() -> list[str]:
+    """The calibration sentences that ship with bertkit."""
+    from importlib.resources import files
+
+    texts: list[str] = []
+    for name in PACKAGED_TEXTS:
+        lines = (files("bertkit") / "samples" / name).read_text(encoding="utf-8").splitlines()
+        if name.endswith(".tsv"):
+            lines = [line.split("\t")[0] for line in lines[1:]]
+        texts += [line for line in lines if line.strip()]
+    return texts
+
+
+def calibration_for(model, tokenizer, max_length: int, with_type_ids: bool, directory: str | None,
+                    fingerprint: str | None) -> Calibration:
+    """The directory's own calibration, else the cached one for this fingerprint, else a new one on the packaged texts."""
+    own = Path(directory) / CALIBRATION_FILE if directory else None
+    if own is not None and own.is_file():
+        return Calibration.load(own)
+    cached = cache_dir() / f"{fingerprint}.safetensors" if fingerprint else None
+    if cached is not None and cached.is_file():
+        return Calibration.load(cached)
+    calibration = calibrate(model, calibration_inputs(tokenizer, packaged_texts(), max_length, with_type_ids))
+    if cached is not None:
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            calibration.save(cached)
+        except OSError:  # a read-only home: calibrate again next time
+            pass
+    return calibration
+
+
+def int8_model_for(encoder) -> tuple[torch.nn.Module, str]:
+    """The int8 copy of an `Encoder`'s model, calibrated by its directory's file, the cache, or the packaged texts,
+    and the calibration's digest."""
+    source = encoder.loaded.source
+    directory = source.path if source.kind in ("local", "default") else None
+    calibration = calibration_for(encoder.model, encoder.tokenizer, encoder.max_length, encoder._accepts_type_ids,
+                                  directory, encoder.fingerprint)
+    return quantize_model(encoder.model, calibration).eval(), calibration.digest()

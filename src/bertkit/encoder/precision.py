@@ -1,10 +1,9 @@
 """Numeric precision of the forward pass: fp32 everywhere, bf16 autocast only where the CPU does bf16 natively,
-int8 through ONNX Runtime (encoder/int8.py) where onnxruntime is installed."""
+int8 (per-token activations, smoothed, encoder/int8.py) where torch has its int8 matrix product."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 from pathlib import Path
 
 import torch
@@ -36,15 +35,15 @@ def fast_bf16_cpu() -> bool:
 
 
 def check_precision(precision: str, supported: tuple[str, ...] = PRECISIONS, what: str = "") -> str:
-    """Validate `precision`; refuse bf16 on a CPU that would emulate it, int8 without onnxruntime."""
+    """Validate `precision`; refuse bf16 on a CPU that would emulate it, int8 on a torch without int8 products."""
     if precision in PRECISIONS and precision not in supported:
         raise InputError(f"precision={precision!r} is not available for {what or 'this'}: use one of "
                          f"{', '.join(supported)}.")
     if precision not in PRECISIONS:
         raise InputError(f"precision={precision!r}: valid values are {', '.join(supported)}.")
-    if precision == "int8" and (importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnx") is None):
-        raise InputError("precision='int8' runs on ONNX Runtime: pip install 'bertkit[int8]' (onnxruntime and onnx), "
-                         "or use precision='fp32'.")
+    if precision == "int8" and not hasattr(torch, "_int_mm"):
+        raise InputError(f"precision='int8' needs torch's int8 matrix product (torch >= 2.2; this is {torch.__version__}): "
+                         "pip install torch==2.13.0, or use precision='fp32'.")
     if precision == "bf16" and not fast_bf16_cpu():
         raise InputError(
             f"precision='bf16': this CPU ({torch.backends.cpu.get_cpu_capability()}) has no native bf16 "
@@ -56,7 +55,7 @@ def check_precision(precision: str, supported: tuple[str, ...] = PRECISIONS, wha
 
 
 def autocast(precision: str):
-    """Context for one forward pass: bf16 autocast on CPU, or nothing for fp32 and int8 (ONNX Runtime)."""
+    """Context for one forward pass: bf16 autocast on CPU, or nothing for fp32 and int8 (its own int8 layers)."""
     if precision == "bf16":
         return torch.autocast("cpu", dtype=torch.bfloat16)
     return contextlib.nullcontext()

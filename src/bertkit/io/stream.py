@@ -76,7 +76,7 @@ def embed_file(
     dim = encoder.sentence_dim(layers, pooling)
     options = {"fingerprint": encoder.fingerprint, "layers": layers, "pooling": pooling, "max_length": max_length,
                "long_text": long_text, "stride": stride, "column": column, "id_column": id_column, "header": header,
-               "chunk_rows": chunk_rows, "precision": encoder.precision}
+               "chunk_rows": chunk_rows, **encoder.numerics()}
     key = _job_key(input_path, options)
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(output.name + ".partial.npy")

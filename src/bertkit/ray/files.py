@@ -190,7 +190,7 @@ def _write_parts(batch: pa.Table, staging: dict, id_column: str | None) -> pa.Ta
 
 def _result_options(encoder: Encoder, column: str, id_column: str | None, options: dict) -> dict:
     kept = {k: options[k] for k in ("layers", "pooling", "max_length", "long_text", "stride")}
-    return {"model": encoder.fingerprint, "precision": encoder.precision, "column": column, "id_column": id_column,
+    return {"model": encoder.fingerprint, **encoder.numerics(), "column": column, "id_column": id_column,
             **kept}
 
 

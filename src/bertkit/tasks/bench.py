@@ -140,7 +140,7 @@ def parse_precisions(spec: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(["fp32", *names]))
 
 
-_PRECISION_ROWS = {"bf16": "bertkit bf16 autocast (batch {})", "int8": "bertkit int8 ONNX Runtime (batch {})"}
+_PRECISION_ROWS = {"bf16": "bertkit bf16 autocast (batch {})", "int8": "bertkit int8 per-token, smoothed (batch {})"}
 
 
 def _precision_row(encoder: Encoder, texts: list[str], precision: str, repeats: int, batch_size: int) -> Row:

@@ -226,6 +226,13 @@ class TextClassifier(ClassifierMixin, BaseEstimator):
                 f"but that model now has fingerprint {found}: the weights or tokenizer changed, so its vectors would "
                 "not match the classifier. Retrain with `bertkit train`, or restore the original model directory."
             )
+        trained_calibration = record.get("features", {}).get("int8_calibration")
+        calibration = estimator.vectorizer_.encoder_.int8_calibration
+        if precision == trained_precision == "int8" and trained_calibration not in (None, calibration):
+            warnings.warn(
+                f"{directory} was trained on int8 vectors of calibration {trained_calibration} and now runs with "
+                f"calibration {calibration}: its predictions may differ slightly; use the model directory it was "
+                "trained with (`bertkit quantize` writes the calibration into it).", stacklevel=2)
         arrays = load_file(str(Path(directory) / WEIGHTS_FILE))
         estimator.classes_ = np.array(record["classes"])
         estimator.C_, estimator.cv_scores_ = record["C"], record.get("cv_scores", {})
