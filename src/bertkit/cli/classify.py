@@ -51,7 +51,7 @@ def train(
     overwrite: bool = OverwriteOption,
     model: Optional[str] = ModelOption,
     threads: Optional[int] = ThreadsOption,
-    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | bf16 | int8 (feature runs); default: the run's own (train: fp32)."),
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | bf16 | int8; default: the run's own (train: fp32)."),
 ) -> None:
     """Embed texts with the frozen encoder and train a classifier on the vectors (the visual guide's pipeline)."""
     from ..io.readers import read_labelled
@@ -108,7 +108,7 @@ def evaluate(
     cache_dir: Optional[Path] = CacheDirOption,
     no_cache: bool = NoCacheOption,
     threads: Optional[int] = ThreadsOption,
-    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | bf16 | int8 (feature runs); default: the run's own (train: fp32)."),
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | bf16 | int8; default: the run's own (train: fp32)."),
 ) -> None:
     """Score a saved model: accuracy, macro-F1, per-class table, confusion matrix; taggers: entity P/R/F1 per type."""
     from ..io.readers import read_labelled
@@ -151,7 +151,7 @@ def predict(
     cache_dir: Optional[Path] = CacheDirOption,
     no_cache: bool = NoCacheOption,
     threads: Optional[int] = ThreadsOption,
-    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | bf16 | int8 (feature runs); default: the run's own (train: fp32)."),
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | bf16 | int8; default: the run's own (train: fp32)."),
 ) -> None:
     """Label texts (or every row of a file) with a saved model; taggers print each entity with its character span."""
     import csv

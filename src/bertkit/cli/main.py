@@ -11,6 +11,7 @@ from . import embed  # noqa: F401  (isort: skip)
 from . import classify  # noqa: F401  (isort: skip)
 from . import finetune  # noqa: F401  (isort: skip)
 from . import tools  # noqa: F401  (isort: skip)
+from . import quantize  # noqa: F401  (isort: skip)
 from . import serve  # noqa: F401  (isort: skip)
 from . import explain  # noqa: F401  (isort: skip)
 from .common import app, say

@@ -12,6 +12,7 @@ import torch
 import transformers
 from transformers import AutoTokenizer
 
+from ..encoder.int8 import calibration_for, quantize_model
 from ..encoder.models import quiet_transformers
 from ..encoder.precision import autocast, check_precision
 from ..encoder.tokenize import LONG_TEXT_POLICIES, check_texts
@@ -36,13 +37,13 @@ class _FineTuned:
     """A transformers `...ForXClassification` model and its tokenizer, run without gradients in length-sorted batches."""
 
     def __init__(self, model, tokenizer, max_length: int, record: dict | None = None, threads: int | None = None,
-                 precision: str | None = None, long_text: str = "truncate"):
+                 precision: str | None = None, long_text: str = "truncate", directory: str | Path | None = None):
         set_threads(threads)
         if long_text not in LONG_TEXT_POLICIES:
             raise InputError(f"long_text={long_text!r}: valid values are {', '.join(LONG_TEXT_POLICIES)}.")
         self.long_text = long_text
         trained = (record or {}).get("precision", "fp32")
-        self.precision = check_precision(precision or trained, ("fp32", "bf16"), "fine-tuned models (int8: embeddings)")
+        self.precision = check_precision(precision or trained, what="fine-tuned models")
         if self.precision != trained:
             warnings.warn(f"this model was fine-tuned and evaluated at {trained} and is now used at {self.precision}: "
                           "its predictions may differ slightly from the evaluated ones.", stacklevel=3)
@@ -52,13 +53,19 @@ class _FineTuned:
         self.record_ = record or {}
         self.classes_ = np.array([model.config.id2label[i] for i in range(model.config.num_labels)])
         self.with_type_ids = "token_type_ids" in inspect.signature(model.forward).parameters
+        self._runner = model
+        if self.precision == "int8":  # the encoder layers in int8, calibrated on this fine-tuned model; the head in fp32
+            calibration = calibration_for(model, tokenizer, max_length, self.with_type_ids,
+                                          str(directory) if directory else None, None)
+            self._runner = quantize_model(model.eval(), calibration).eval()
 
     @classmethod
     def load(cls, directory: str | Path, *, threads: int | None = None, precision: str | None = None,
              long_text: str = "truncate"):
         """Load with plain transformers from safetensors (what `bertkit finetune` saved), remote code off.
 
-        precision: None runs at the precision the model was trained with; long_text: what a classifier does with a
+        precision: None runs at the precision the model was trained with ('int8' quantises the encoder layers, with the
+        directory's own calibration when `bertkit quantize` wrote one); long_text: what a classifier does with a
         text longer than its maximum length ('truncate' and say so, 'error', or 'window': average over windows).
         """
         record = read_run_config(directory, expected_kind=cls.KIND)
@@ -71,7 +78,7 @@ class _FineTuned:
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"{directory}: cannot load the fine-tuned model ({exc}).") from exc
         model.eval()
-        return cls(model, tokenizer, int(record["max_length"]), record, threads, precision, long_text)
+        return cls(model, tokenizer, int(record["max_length"]), record, threads, precision, long_text, directory)
 
     def _logits(self, examples: Sequence[Example], batch_size: int = EVAL_BATCH_SIZE) -> list[torch.Tensor]:
         """Logits per example in input order (each [classes] or [tokens, classes])."""
@@ -82,7 +89,7 @@ class _FineTuned:
             for rows in sorted_batches([len(e.input_ids) for e in examples], batch_size):
                 batch = collate([examples[i] for i in rows], self.tokenizer.pad_token_id, self.with_type_ids)
                 batch.pop("labels")
-                logits = self.model(**batch).logits.float()
+                logits = self._runner(**batch).logits.float()
                 for k, row in enumerate(rows):
                     results[row] = logits[k, : len(examples[row].input_ids)] if logits.dim() == 3 else logits[k]
         self.model.train(was_training)

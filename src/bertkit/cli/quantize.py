@@ -1,0 +1,41 @@
+"""`bertkit quantize`: int8 calibrated on your own texts, written as a copy of the model or fine-tuned run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .common import HeaderOption, OverwriteOption, ThreadsOption, app, column_spec, say
+
+# Library imports sit inside the command: `bertkit --help` loads neither torch nor transformers (start-up speed).
+
+
+@app.command()
+def quantize(
+    model: Optional[str] = typer.Argument(None, help="A model directory or hub name (omit for the packaged default), "
+                                          "or a `bertkit finetune` run directory."),
+    output: Path = typer.Option(..., "--output", "-o", help="New directory: a copy of MODEL with its int8 calibration."),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="Texts to calibrate on (TSV/CSV/JSONL/text), "
+                                               "like the ones you will embed; default: bertkit's packaged sentences."),
+    column: Optional[str] = typer.Option(None, "--column", "-c", help="Text column of --calibration."),
+    header: Optional[bool] = HeaderOption,
+    limit: int = typer.Option(512, "--limit", help="Calibrate on the first N texts (0 = all)."),
+    overwrite: bool = OverwriteOption,
+    threads: Optional[int] = ThreadsOption,
+) -> None:
+    """Calibrate precision='int8' on your texts: then `--model DIR --precision int8` (or the run) uses that calibration."""
+    from ..encoder.int8 import packaged_texts
+    from ..io.readers import read_texts
+    from ..tasks.quantize import quantize as quantize_model
+
+    if calibration is None:
+        texts = packaged_texts()
+    else:
+        texts = read_texts(calibration, column_spec(column), header=header)[0]
+    texts = texts[:limit] if limit else texts
+    report = quantize_model(model, output, texts, overwrite=overwrite, threads=threads)
+    say(f"calibrated on {report.texts} texts ({report.smoothed} groups of linear layers smoothed); {report.fidelity}")
+    typer.echo(f"wrote {report.output}: use it with --precision int8 "
+               f"({'--model ' + str(report.output) if report.kind == 'encoder' else 'bertkit predict/evaluate ' + str(report.output)}).")
