@@ -25,7 +25,7 @@ def serve(
     run: List[str] = typer.Option([], "--run", help="Serve a trained run at /predict/NAME: NAME=DIR (repeatable); a `bertkit probe` directory shows on the page."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (default loopback only)."),
     port: int = typer.Option(8080, "--port", "-p"),
-    precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 (CPUs with native bf16 only)."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 (CPUs with native bf16 only) | int8."),
     threads: Optional[int] = typer.Option(None, "--threads", help="Torch threads (default: one per core)."),
     concurrent_batches: Optional[int] = typer.Option(None, "--concurrent-batches",
                                                      help="Forward passes in flight at once, each on its share of the "
@@ -68,7 +68,8 @@ def serve(
         f"{', '.join(runs) or 'none'}" + (f"; probes: {', '.join(probes)}" if probes else "") + f"; http://{host}:{port}")
     config = uvicorn.Config(application, host=host, port=port, workers=1, log_level=log_level, access_log=access_log,
                             timeout_graceful_shutdown=graceful_timeout, server_header=False)
-    # uvicorn drains on SIGTERM, then re-raises the signal; a no-op handler makes that a clean exit status 0
-    signal.signal(signal.SIGTERM, lambda *_: None)
+    # uvicorn drains on SIGTERM, then restores this handler and re-raises the signal. SIG_IGN (not a Python no-op,
+    # which interpreter teardown resets to the default) makes that, and any repeat during teardown, exit status 0.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     uvicorn.Server(config).run()
     say("bertkit serve: stopped.")
