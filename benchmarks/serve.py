@@ -45,8 +45,11 @@ def naive_app(threads: int, precision: str):
     from fastapi import FastAPI
 
     from bertkit import Encoder
+    from bertkit.encoder.threads import release_openmp_threads
 
     encoder = Encoder.from_pretrained(threads=threads, precision=precision, concurrent_batches=1)
+    if precision == "int8":
+        release_openmp_threads()  # as bertkit serve does (see serve/app.py): the comparison is of batching alone
     app = FastAPI()
 
     @app.post("/embed")
@@ -120,6 +123,7 @@ def median_row(runs: list[dict]) -> dict:
 
 def bare_embed_ms(sentences: list[str], threads: int, precision: str) -> float:
     from bertkit import Encoder
+    from bertkit.encoder.threads import release_openmp_threads
 
     encoder = Encoder.from_pretrained(threads=threads, precision=precision, concurrent_batches=1)
     for s in sentences[:20]:

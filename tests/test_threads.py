@@ -145,3 +145,33 @@ def test_a_thread_that_sets_its_own_count_keeps_it_when_the_process_count_change
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_release_openmp_threads_frees_the_callers_team_and_torch_keeps_working():
+    import os
+    import time
+
+    from bertkit.encoder.threads import release_openmp_threads
+
+    def tasks() -> int:
+        return len(os.listdir("/proc/self/task"))
+
+    if not os.path.isdir("/proc/self/task"):
+        pytest.skip("counting threads needs /proc (Linux)")
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        release_openmp_threads()  # teams that earlier tests left (torch's, scikit-learn's) go first
+        time.sleep(0.2)
+        x = torch.randn(2_000_000)
+        expected = x.exp()  # a parallel op: this thread now owns a team of 2
+        before = tasks()
+        assert release_openmp_threads() is True
+        deadline = time.time() + 5
+        while tasks() > before - 1 and time.time() < deadline:
+            time.sleep(0.01)
+        assert tasks() == before - 1  # the team's worker thread is gone
+        assert torch.equal(x.exp(), expected)  # and the next parallel op makes a new one
+        assert tasks() == before
+    finally:
+        torch.set_num_threads(saved)
