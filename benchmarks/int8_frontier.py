@@ -114,17 +114,19 @@ def candidates(encoder: Encoder, scratch: Path) -> dict:
             model = torch.ao.quantization.quantize_dynamic(copy.deepcopy(encoder.model), {torch.nn.Linear}, dtype=torch.qint8)
         return with_model(encoder, model)
 
-    def per_token(smoothed: bool):
+    def per_token(alpha: float | None):
+        """bertkit's int8 with a fixed smoothing strength (None: no smoothing) instead of the calibrated one."""
         calibration = calibration_for(encoder.model, encoder.tokenizer, encoder.max_length, encoder._accepts_type_ids,
                                       None, encoder.fingerprint)
-        if not smoothed:
+        if alpha is None:
             calibration = Calibration(calibration.groups, {}, calibration.texts)
-        return with_model(encoder, quantize_model(encoder.model, calibration).eval())
+        return with_model(encoder, quantize_model(encoder.model, calibration, alpha).eval())
 
     return {
         "torch quantize_dynamic (per-tensor act., every Linear)": torch_dynamic,
         **onnx_candidates(encoder, scratch),
-        "bertkit per-token asym., no smoothing": lambda: per_token(False),
+        "bertkit per-token asym., no smoothing": lambda: per_token(None),
+        "bertkit per-token, smoothing fixed at 0.5": lambda: per_token(0.5),
     }
 
 

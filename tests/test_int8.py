@@ -8,7 +8,9 @@ from test_finetune import sentiment_file, tiny_args
 
 from bertkit import Encoder, InputError
 from bertkit.encoder import precision
-from bertkit.encoder.int8 import CALIBRATION_FILE, Calibration, Int8Linear, _InputQuantizer, layer_stack
+from bertkit.encoder.int8 import (ALPHA_GRID, CACHE_VERSION, CALIBRATION_FILE, Calibration, Int8Linear, _InputQuantizer,
+                                  alpha_errors, calibrate, calibration_inputs, layer_stack, packaged_texts,
+                                  quantize_model)
 from bertkit.tasks.bench import compare
 from bertkit.tasks.finetune import finetune
 from bertkit.tasks.finetuned import FineTunedClassifier
@@ -65,7 +67,7 @@ def test_int8_matches_fp32_on_every_architecture(tiny_dirs, int8_cache, name):
     assert len(quantized) == 6 * len(stack) and plain == []  # every linear map of every layer
     assert len({id(m.quantizer) for m in quantized}) == 4 * len(stack)  # query, key and value share one input
     assert any(isinstance(m, torch.nn.Linear) for m in fp32.model.modules())  # the fp32 model is left as it was
-    assert (int8_cache / f"{fp32.fingerprint}.safetensors").is_file()
+    assert (int8_cache / f"{fp32.fingerprint}-{CACHE_VERSION}.safetensors").is_file()
 
 
 def test_int8_vectors_do_not_depend_on_the_batch(tiny_dirs, int8_cache):
@@ -77,7 +79,7 @@ def test_int8_vectors_do_not_depend_on_the_batch(tiny_dirs, int8_cache):
 
 def test_calibration_is_made_once_cached_and_reused(tiny_dirs, int8_cache):
     first = Encoder.from_pretrained(str(tiny_dirs["bert_cased"]), precision="int8")
-    cached = int8_cache / f"{first.fingerprint}.safetensors"
+    cached = int8_cache / f"{first.fingerprint}-{CACHE_VERSION}.safetensors"
     made = cached.stat().st_mtime_ns
     second = Encoder.from_pretrained(str(tiny_dirs["bert_cased"]), precision="int8")
     assert cached.stat().st_mtime_ns == made
@@ -88,6 +90,24 @@ def test_calibration_is_made_once_cached_and_reused(tiny_dirs, int8_cache):
     assert calibration.texts == 198 and first.int8_calibration == calibration.digest()
     assert first.numerics() == {"precision": "int8", "int8_calibration": calibration.digest()}
     assert Encoder.from_pretrained(str(tiny_dirs["bert_cased"])).numerics() == {"precision": "fp32"}
+    assert calibration.alpha in ALPHA_GRID and first._int8 is not None
+
+
+def test_the_smoothing_strength_is_the_one_that_keeps_the_calibration_texts_closest(encoder):
+    """calibrate() measures every strength on its own texts and keeps the best; the saved file carries it."""
+    texts = packaged_texts()[:60]
+    feeds = list(calibration_inputs(encoder.tokenizer, texts, encoder.max_length, encoder._accepts_type_ids))
+    calibration = calibrate(encoder.model, feeds)
+    errors = alpha_errors(encoder.model, calibration, feeds, ALPHA_GRID)
+    assert calibration.alpha == min(errors, key=errors.get)
+    assert max(errors.values()) > min(errors.values()) > 0  # the strength matters, and int8 is not exact
+    # the error is what it says: recompute one strength's by hand on the first text alone
+    alpha, feed = calibration.alpha, feeds[0]
+    with torch.inference_mode():
+        reference = encoder.model(**feed, output_hidden_states=True).hidden_states[1:]
+        got = quantize_model(encoder.model, calibration, alpha)(**feed, output_hidden_states=True).hidden_states[1:]
+    by_hand = np.mean([float((g.mean(1) - r.mean(1)).norm() / r.mean(1).norm()) for g, r in zip(got, reference)])
+    assert by_hand == pytest.approx(alpha_errors(encoder.model, calibration, feeds[:1], [alpha])[alpha], rel=1e-4)
 
 
 def test_quantize_writes_a_copy_whose_own_calibration_is_used(tiny_dirs, int8_cache, tmp_path, monkeypatch, capsys):

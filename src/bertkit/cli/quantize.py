@@ -36,6 +36,7 @@ def quantize(
         texts = read_texts(calibration, column_spec(column), header=header)[0]
     texts = texts[:limit] if limit else texts
     report = quantize_model(model, output, texts, overwrite=overwrite, threads=threads)
-    say(f"calibrated on {report.texts} texts ({report.smoothed} groups of linear layers smoothed); {report.fidelity}")
+    say(f"calibrated on {report.texts} texts ({report.smoothed} groups of linear layers smoothed, strength "
+        f"{report.alpha:g}); {report.fidelity}")
     typer.echo(f"wrote {report.output}: use it with --precision int8 "
                f"({'--model ' + str(report.output) if report.kind == 'encoder' else 'bertkit predict/evaluate ' + str(report.output)}).")

@@ -6,11 +6,12 @@ choices keep them (min 0.995, median 0.9994) at about twice fp32's speed:
 
 - weights: symmetric int8 per output channel;
 - activations: asymmetric int8 per row (token), found in each pass, so no row depends on what shares its batch;
-- smoothing (SmoothQuant, alpha 0.5): where a linear reads a LayerNorm's output (the residual stream, whose outlier
-  channels reach 16-22x the median), the input is divided per channel by s = max|x|^0.5 / max|W|^0.5 and the weights
+- smoothing (SmoothQuant): where a linear reads a LayerNorm's output (the residual stream, whose outlier channels
+  reach 16-22x the median), the input is divided per channel by s = max|x|^a / max|W|^(1-a) and the weights
   multiplied by it: the same product in real numbers, smaller rounding losses in int8. The channel maxima come from a
   calibration pass over a few hundred sentences: the packaged ones (computed once per model and cached), or the
-  user's own through `bertkit quantize MODEL --calibration FILE -o DIR`;
+  user's own through `bertkit quantize MODEL --calibration FILE -o DIR`. The strength a is the one of 0.3-0.8 whose
+  int8 copy keeps the calibration texts' per-layer mean vectors closest to fp32 (0.6 for the default model);
 - linears that read one tensor (query, key, value) share one quantised input.
 
 The products run in `torch._int_mm` (oneDNN's int8 kernels, VNNI where the CPU has it). Only the stack of
@@ -35,9 +36,11 @@ from safetensors.torch import save_file
 
 from ..errors import InputError
 
-SMOOTH_ALPHA = 0.5
+SMOOTH_ALPHA = 0.5  # SmoothQuant's default; what calibrations written before the search was added used
+ALPHA_GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 CALIBRATION_FILE = "int8_calibration.safetensors"  # in a model or run directory: that directory's own calibration
 CALIBRATION_FORMAT = "bertkit-int8-calibration/1"
+CACHE_VERSION = 2  # cached calibrations of an older version are made again (2: the smoothing strength is chosen)
 PACKAGED_TEXTS = ("calibration.txt", "reviews.tsv")  # bertkit/samples: 118 general sentences and 80 short reviews
 
 
@@ -58,10 +61,12 @@ class Calibration:
     groups: list[list[str]]
     absmax: dict[str, torch.Tensor]  # group leader (first name) → max |x| per input channel
     texts: int
+    alpha: float = SMOOTH_ALPHA  # smoothing strength, chosen on the calibration texts
 
     def save(self, path: Path) -> None:
         """Atomically write the calibration as safetensors (no pickle)."""
-        meta = {"format": CALIBRATION_FORMAT, "groups": json.dumps(self.groups), "texts": str(self.texts)}
+        meta = {"format": CALIBRATION_FORMAT, "groups": json.dumps(self.groups), "texts": str(self.texts),
+                "alpha": repr(self.alpha)}
         handle, scratch = tempfile.mkstemp(dir=path.parent, prefix=".calibration-", suffix=".partial")
         os.close(handle)
         try:
@@ -73,7 +78,7 @@ class Calibration:
 
     def digest(self) -> str:
         """A short hash of the groups and maxima: equal digests give equal int8 models for equal weights."""
-        hasher = hashlib.sha256(json.dumps(self.groups).encode())
+        hasher = hashlib.sha256(json.dumps([self.groups, self.alpha]).encode())
         for key in sorted(self.absmax):
             hasher.update(key.encode())
             hasher.update(self.absmax[key].contiguous().numpy().tobytes())
@@ -87,7 +92,8 @@ class Calibration:
                 raise InputError(f"{path}: not a bertkit int8 calibration ({meta.get('format')!r}); make one with "
                                  "`bertkit quantize MODEL --calibration FILE -o DIR`.")
             absmax = {key: handle.get_tensor(key) for key in handle.keys()}
-        return cls(json.loads(meta["groups"]), absmax, int(meta.get("texts", 0)))
+        return cls(json.loads(meta["groups"]), absmax, int(meta.get("texts", 0)),
+                   float(meta.get("alpha", SMOOTH_ALPHA)))
 
 
 def layer_stack(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList]:
@@ -99,7 +105,8 @@ def layer_stack(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList]:
 
 
 def calibrate(model: torch.nn.Module, inputs: Iterable[dict]) -> Calibration:
-    """Run `model` on each input (one text each, unpadded) and record the groups and the LayerNorm-fed maxima."""
+    """Run `model` on each input (one text each, unpadded), record the groups and the LayerNorm-fed maxima, and
+    choose the smoothing strength that keeps these texts' vectors closest to fp32."""
     prefix, stack = layer_stack(model)
     linears = {f"{prefix}.{name}": m for name, m in stack.named_modules() if isinstance(m, torch.nn.Linear)}
     norm_outputs: dict[int, torch.Tensor] = {}
@@ -125,9 +132,11 @@ def calibrate(model: torch.nn.Module, inputs: Iterable[dict]) -> Calibration:
     hooks += [m.register_forward_pre_hook(on_linear(name)) for name, m in linears.items()]
     groups: list[list[str]] | None = None
     count = 0
+    feeds: list[dict] = []
     try:
         with torch.inference_mode():
             for feed in inputs:
+                feeds.append(feed)
                 norm_outputs.clear()
                 seen.clear()
                 model(**feed)
@@ -142,7 +151,43 @@ def calibrate(model: torch.nn.Module, inputs: Iterable[dict]) -> Calibration:
     leaders = {group[0]: group for group in groups or []}
     merged = {leader: torch.stack([absmax[n] for n in group]).amax(0)
               for leader, group in leaders.items() if all(n in fed_by_norm for n in group)}
-    return Calibration(groups or [], merged, count)
+    calibration = Calibration(groups or [], merged, count)
+    errors = alpha_errors(model, calibration, feeds, ALPHA_GRID)
+    calibration.alpha = min(errors, key=errors.get)
+    return calibration
+
+
+def alpha_errors(model: torch.nn.Module, calibration: Calibration, feeds: Sequence[dict],
+                 alphas: Sequence[float]) -> dict[float, float]:
+    """For each smoothing strength, how far its int8 copy moves the texts' vectors: the relative L2 error of each
+    layer's mean over tokens, averaged over layers and texts (every layer, since users pick any)."""
+    batches = list(_padded_batches(feeds))
+
+    def layer_means(runner, batch):
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        states = runner(**batch, output_hidden_states=True).hidden_states[1:]
+        return [(h * mask).sum(1) / mask.sum(1) for h in states]
+
+    with torch.inference_mode():
+        references = [layer_means(model, batch) for batch in batches]
+        result = {}
+        for alpha in alphas:
+            quantized = quantize_model(model, calibration, alpha).eval()
+            errors = [((g - r).norm(dim=1) / r.norm(dim=1).clamp(min=1e-12)).mean()
+                      for batch, reference in zip(batches, references)
+                      for g, r in zip(layer_means(quantized, batch), reference)]
+            result[alpha] = float(torch.stack(errors).mean())
+    return result
+
+
+def _padded_batches(feeds: Sequence[dict], size: int = 32) -> Iterable[dict]:
+    """The one-text feeds grouped by length into padded batches (pad positions are masked out)."""
+    ordered = sorted(feeds, key=lambda feed: feed["input_ids"].shape[1])
+    for start in range(0, len(ordered), size):
+        chunk = ordered[start:start + size]
+        width = max(feed["input_ids"].shape[1] for feed in chunk)
+        yield {key: torch.cat([torch.nn.functional.pad(feed[key], (0, width - feed[key].shape[1])) for feed in chunk])
+               for key in chunk[0]}
 
 
 class _InputQuantizer:
@@ -204,8 +249,10 @@ class Int8Linear(torch.nn.Module):
         return y.reshape(*x.shape[:-1], self.out_features)
 
 
-def quantize_model(model: torch.nn.Module, calibration: Calibration, alpha: float = SMOOTH_ALPHA) -> torch.nn.Module:
-    """A copy of `model` whose calibrated linears are `Int8Linear`; everything else is shared with `model`."""
+def quantize_model(model: torch.nn.Module, calibration: Calibration, alpha: float | None = None) -> torch.nn.Module:
+    """A copy of `model` whose calibrated linears are `Int8Linear` (smoothed with `alpha`, by default the
+    calibration's); everything else is shared with `model`."""
+    alpha = calibration.alpha if alpha is None else alpha
     prefix, stack = layer_stack(model)
     linears = {f"{prefix}.{name}": m for name, m in stack.named_modules() if isinstance(m, torch.nn.Linear)}
     missing = [name for group in calibration.groups for name in group if name not in linears]
@@ -261,7 +308,7 @@ def calibration_for(model, tokenizer, max_length: int, with_type_ids: bool, dire
     own = Path(directory) / CALIBRATION_FILE if directory else None
     if own is not None and own.is_file():
         return Calibration.load(own)
-    cached = cache_dir() / f"{fingerprint}.safetensors" if fingerprint else None
+    cached = cache_dir() / f"{fingerprint}-{CACHE_VERSION}.safetensors" if fingerprint else None
     if cached is not None and cached.is_file():
         return Calibration.load(cached)
     calibration = calibrate(model, calibration_inputs(tokenizer, packaged_texts(), max_length, with_type_ids))

@@ -32,6 +32,7 @@ class QuantizeReport:
     kind: str
     texts: int
     smoothed: int  # groups of linears that read a LayerNorm output and were smoothed
+    alpha: float  # the smoothing strength chosen on the texts
     fidelity: str
 
 
@@ -74,7 +75,7 @@ def quantize(model: str | None, output: str | Path, texts: Sequence[str], *, ove
         fidelity = (f"cosine to fp32 (mean of the last layer, {len(sample)} of these texts): min {cosine.min():.5f}, "
                     f"median {np.median(cosine):.5f}")
         kind = "encoder"
-    return QuantizeReport(output, kind, calibration.texts, len(calibration.absmax), fidelity)
+    return QuantizeReport(output, kind, calibration.texts, len(calibration.absmax), calibration.alpha, fidelity)
 
 
 def _run_kind(model: str | None) -> str | None:
