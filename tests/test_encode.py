@@ -252,10 +252,10 @@ def test_concurrent_batches_give_the_same_vectors_and_restore_threads(encoder):
 
 
 def test_batches_are_cut_by_rows_and_by_padded_tokens():
-    from bertkit.encoder.windows import length_sorted_chunks
+    from bertkit.encoder.windows import sorted_batches
 
     lengths = [100, 60, 50, 10, 10, 10]  # longest first, as embed sorts them
     # 100 alone (two rows would pad to 200 > 128); 60 + 50 pad to 120; three 10s pad to 30
-    assert length_sorted_chunks(lengths, batch_size=4, max_tokens=128) == [[0], [1, 2], [3, 4, 5]]
-    assert length_sorted_chunks(lengths, batch_size=2, max_tokens=128) == [[0], [1, 2], [3, 4], [5]]
-    assert length_sorted_chunks([300], batch_size=4, max_tokens=128) == [[0]]  # too long even alone: its own batch
+    assert sorted_batches(lengths, batch_size=4, max_tokens=128) == [[0], [1, 2], [3, 4, 5]]
+    assert sorted_batches(lengths, batch_size=2, max_tokens=128) == [[0], [1, 2], [3, 4], [5]]
+    assert sorted_batches([300], batch_size=4, max_tokens=128) == [[0]]  # too long even alone: its own batch

@@ -23,7 +23,7 @@ from .pooling import parse_pooling, pool_sentences, pool_words
 from .int8 import int8_model_for
 from .precision import autocast, check_precision
 from .threads import forward_in_parallel, set_threads, total_threads
-from .windows import length_sorted_chunks, pad_pieces, split_into_pieces, stitch
+from .windows import pad_pieces, sorted_batches, split_into_pieces, stitch
 
 PROGRESS_MIN_ROWS = 256
 _PATH_DEPENDENT_CONFIG = {"_name_or_path", "transformers_version", "_commit_hash", "name_or_path"}
@@ -368,7 +368,6 @@ class Encoder:
         if batch_size < 1:
             raise InputError(f"batch_size={batch_size}: give a positive batch size.")
         pieces = split_into_pieces(encoded, self._max_length(max_length), stride, report.windowed_rows)
-        order = sorted(range(len(pieces)), key=lambda i: len(pieces[i].ids), reverse=True)
         windows_left = {row: 0 for row in report.windowed_rows}
         for piece in pieces:
             if piece.row in windows_left:
@@ -376,8 +375,8 @@ class Encoder:
         pending: dict[int, list] = {}
         bar = _progress_bar(len(encoded), progress)
         try:
-            chunks = length_sorted_chunks([len(pieces[i].ids) for i in order], batch_size, MAX_BATCH_TOKENS)
-            chunks = [[pieces[order[k]] for k in chunk] for chunk in chunks]
+            chunks = [[pieces[i] for i in rows]
+                      for rows in sorted_batches([len(p.ids) for p in pieces], batch_size, MAX_BATCH_TOKENS)]
             for chunk, batch, out in self._forward_chunks(chunks):
                 vectors = selection.apply(out.hidden_states)
                 whole = [k for k, p in enumerate(chunk) if p.row not in windows_left]

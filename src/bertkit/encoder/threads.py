@@ -81,7 +81,7 @@ def _loaded_openmp_libraries() -> list[str]:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
         return []
-    paths = {line.split()[-1] for line in maps.splitlines() if line.rstrip().endswith(".so") or ".so." in line}
+    paths = {line.split()[-1] for line in maps.splitlines() if "/" in line}
     return sorted(p for p in paths if os.path.basename(p).startswith(("libgomp", "libomp", "libiomp5")))
 
 

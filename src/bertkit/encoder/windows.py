@@ -76,13 +76,14 @@ def stitch(item: tok.Encoded, windows: list) -> tuple[torch.Tensor, torch.Tensor
     return out, windows[0][2]
 
 
-def length_sorted_chunks(lengths: Sequence[int], batch_size: int, max_tokens: int) -> list[list[int]]:
-    """Positions of `lengths` (sorted longest first) in batches of at most `batch_size` rows and `max_tokens` padded
-    tokens (a row longer than that alone)."""
+def sorted_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | None = None) -> list[list[int]]:
+    """Indices of `lengths`, longest first, in batches of at most `batch_size` rows and (when given) `max_tokens`
+    padded tokens, a row longer than that alone; callers put results back in input order."""
     chunks: list[list[int]] = []
-    for position, length in enumerate(lengths):
-        if chunks and len(chunks[-1]) < batch_size and (len(chunks[-1]) + 1) * lengths[chunks[-1][0]] <= max_tokens:
-            chunks[-1].append(position)
+    for index in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        if chunks and len(chunks[-1]) < batch_size and (
+                max_tokens is None or (len(chunks[-1]) + 1) * lengths[chunks[-1][0]] <= max_tokens):
+            chunks[-1].append(index)
         else:
-            chunks.append([position])
+            chunks.append([index])
     return chunks

@@ -216,8 +216,8 @@ class Batcher:
             return self._busy == 0 and not self._pending
         return not self._pending and self._busy < self.workers
 
-    def _run(self, total_threads_: int) -> None:
-        set_threads(total_threads_)  # this thread runs lone passes and served runs' predicts on every thread
+    def _run(self, threads: int) -> None:
+        set_threads(threads)  # this thread runs lone passes and served runs' predicts on every thread
         while True:
             with self._cond:
                 while not self._ready() and not (self._stopping and not self._queue):

@@ -31,7 +31,7 @@ def plan_batches(lengths: Sequence[int], max_batch_tokens: int, overhead_tokens:
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
     width = [lengths[i] for i in order]
     n = len(order)
-    best = [0] + [0] * n  # best[j]: least cost of the first j sorted rows
+    best = [0] * (n + 1)  # best[j]: least cost of the first j sorted rows
     cut = [0] * (n + 1)  # cut[j]: where the last group of that best plan starts
     for j in range(1, n + 1):
         longest = padded_width(width[j - 1])

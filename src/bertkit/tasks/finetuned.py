@@ -17,11 +17,11 @@ from ..encoder.models import quiet_transformers
 from ..encoder.precision import autocast, check_precision
 from ..encoder.tokenize import LONG_TEXT_POLICIES, check_texts
 from ..encoder.threads import set_threads
+from ..encoder.windows import sorted_batches
 from ..errors import InputError, ModelLoadError
 from .finetune.examples import (
     Example,
     collate,
-    sorted_batches,
     split_words,
     text_examples,
     token_examples,

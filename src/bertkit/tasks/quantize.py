@@ -18,6 +18,7 @@ from ..encoder.encode import Encoder
 from ..encoder.int8 import CALIBRATION_FILE, calibrate, calibration_inputs
 from ..errors import InputError
 from ..io.writers import check_new_directory, staged_directory
+from .bench import cosines
 from .finetuned import FineTunedClassifier, FineTunedTagger
 from .runs import KIND_FEATURES, KIND_TEXT, KIND_TOKEN, read_run_config
 
@@ -71,7 +72,7 @@ def quantize(model: str | None, output: str | Path, texts: Sequence[str], *, ove
         int8 = Encoder.from_pretrained(str(output), threads=threads, precision="int8")
         sample = texts[:FIDELITY_TEXTS]
         a, b = encoder.embed(sample, warn=False), int8.embed(sample, warn=False)
-        cosine = (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
+        cosine = cosines(a, b)
         fidelity = (f"cosine to fp32 (mean of the last layer, {len(sample)} of these texts): min {cosine.min():.5f}, "
                     f"median {np.median(cosine):.5f}")
         kind = "encoder"

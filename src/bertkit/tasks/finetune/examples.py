@@ -123,12 +123,6 @@ def length_grouped_batches(lengths: Sequence[int], batch_size: int, rng: np.rand
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
-def sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Inference batches of similar length (longest first); callers put results back in input order."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-
-
 _WORD = re.compile(r"\S+")
 _EDGE_PUNCTUATION = "\"'()[]{}<>«»“”‘’,;:!?."
 
