@@ -93,9 +93,12 @@ def test_existing_run_directory_is_kept(sample, tmp_path):
     with pytest.raises(InputError, match="already exists.*--overwrite"):
         classifier.save(tmp_path / "run")
     assert (tmp_path / "run" / "mine.txt").read_text() == "keep me"
-    classifier.save(tmp_path / "run", overwrite=True)
-    assert not (tmp_path / "run" / "mine.txt").exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    with pytest.raises(InputError, match="not a folder bertkit wrote"):
+        classifier.save(tmp_path / "run", overwrite=True)
+    assert (tmp_path / "run" / "mine.txt").read_text() == "keep me"
+    classifier.save(tmp_path / "run2")
+    classifier.save(tmp_path / "run2", overwrite=True)  # a run bertkit wrote may be replaced
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "run2"]
 
 
 @pytest.mark.slow

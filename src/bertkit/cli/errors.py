@@ -16,8 +16,8 @@ _OS_ADVICE = {
     errno.EPERM: ("operation not permitted", "choose a location you may use, or change its permissions"),
     errno.EISDIR: ("is a directory", "give a file path, not a directory"),
     errno.ENOTDIR: ("a part of this path is a file, not a directory", "check the path"),
-    errno.ENOSPC: ("no space left on the device", "free some space or write somewhere else; nothing partial was kept"),
-    errno.EDQUOT: ("disk quota exceeded", "free some space or write somewhere else; nothing partial was kept"),
+    errno.ENOSPC: ("no space left on the device", "free some space or write somewhere else"),
+    errno.EDQUOT: ("disk quota exceeded", "free some space or write somewhere else"),
     errno.EROFS: ("read-only file system", "write somewhere else"),
     errno.ENAMETOOLONG: ("file name too long", "use a shorter name"),
     errno.EEXIST: ("already exists", "choose another name or remove it"),
@@ -30,7 +30,8 @@ def describe_os_error(exc: OSError) -> str:
     if exc.filename2 is not None:
         path = f"{exc.filename} → {exc.filename2}"
     problem, advice = _OS_ADVICE.get(exc.errno, (exc.strerror or str(exc), "check the path and try again"))
-    return f"{path}: {problem}; {advice.format(cwd=os.getcwd())}."
+    notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
+    return f"{path}: {problem}; {advice.format(cwd=os.getcwd())}{notes}."
 
 
 def user_message(exc: BaseException) -> str | None:

@@ -78,6 +78,7 @@ class Encoder:
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         self.max_length = loaded.max_length
+        self.position_limit = loaded.position_limit or loaded.max_length
         set_threads(threads)
         self._fingerprint: str | None = None
         if concurrent_batches is None:
@@ -175,6 +176,8 @@ class Encoder:
             "hidden_size": self.hidden_size,
             "attention_heads": getattr(config, "num_attention_heads", getattr(config, "n_heads", None)),
             "max_length": self.max_length,
+            "max_length_source": self.loaded.max_length_source,
+            "position_limit": self.position_limit,
             "vocab_size": len(self.tokenizer),
             "cased": self.loaded.is_cased,
             "pooler": self.has_pooler,
@@ -212,8 +215,8 @@ class Encoder:
     def _max_length(self, max_length: int | None) -> int:
         if max_length is None:
             return self.max_length
-        if not 2 < max_length <= self.max_length:
-            raise InputError(f"max_length={max_length}: this model takes between 3 and {self.max_length} tokens.")
+        if not 2 < max_length <= self.position_limit:
+            raise InputError(f"max_length={max_length}: this model takes between 3 and {self.position_limit} tokens.")
         return int(max_length)
 
     def _pad(self, encoded: Sequence[tok.Encoded], pad_to: int | None = None, with_views: bool = True) -> tok.Batch:

@@ -114,10 +114,44 @@ class LoadedModel:
     source: ModelSource
     model: object  # transformers PreTrainedModel
     tokenizer: object  # transformers PreTrainedTokenizerFast
-    max_length: int
+    max_length: int  # the limit in force by default
     has_pooler: bool
     is_cased: bool
     warnings: list[str]
+    position_limit: int = 0  # the most tokens the position table takes (what `max_length=` may raise the limit to)
+    max_length_source: str = "the model's position table"
+
+
+SENTENCE_BERT_CONFIG = "sentence_bert_config.json"
+
+
+def declared_max_length(source: ModelSource) -> int | None:
+    """`max_seq_length` from the model's sentence_bert_config.json: the length sentence-transformers truncates to."""
+    path = Path(source.path) / SENTENCE_BERT_CONFIG
+    if source.kind == "hub":
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(source.path, SENTENCE_BERT_CONFIG)
+        except ImportError:  # pragma: no cover - a dependency of transformers
+            cached = None
+        if not isinstance(cached, str):
+            return None
+        path = Path(cached)
+    try:
+        value = json.loads(path.read_text(encoding="utf-8")).get("max_seq_length")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return int(value) if isinstance(value, int) and value > 2 else None
+
+
+def max_length_in_force(source: ModelSource, config, tokenizer) -> tuple[int, int, str]:
+    """(default limit, position limit, why): a declared sentence-transformers length caps the position table."""
+    positions = max_length_from_config(config, tokenizer)
+    declared = declared_max_length(source)
+    if declared is not None and declared < positions:
+        return declared, positions, f"{SENTENCE_BERT_CONFIG} max_seq_length (the position table takes {positions})"
+    return positions, positions, "the model's position table"
 
 
 def max_length_from_config(config, tokenizer) -> int:
@@ -241,12 +275,15 @@ def load_model(source: ModelSource):
     has_pooler = getattr(model, "pooler", None) is not None and not pooler_missing
     if getattr(model, "pooler", None) is not None and pooler_missing:
         notes.append("the checkpoint has no pooler weights; pooling='pooler' is unavailable.")
+    max_length, position_limit, why = max_length_in_force(source, model.config, tokenizer)
     return LoadedModel(
         source=source,
         model=model,
         tokenizer=tokenizer,
-        max_length=max_length_from_config(model.config, tokenizer),
+        max_length=max_length,
         has_pooler=has_pooler,
         is_cased=is_cased,
         warnings=notes,
+        position_limit=position_limit,
+        max_length_source=why,
     )

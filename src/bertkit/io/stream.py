@@ -22,7 +22,7 @@ import numpy as np
 
 from ..encoder.defaults import DEFAULT_BATCH_SIZE
 from ..encoder.encode import Encoder
-from ..errors import BertkitError, InputError
+from ..errors import BertkitError, InputError, add_note
 from .readers import iter_texts
 from .writers import atomic_path, check_output_path, require_pyarrow
 
@@ -118,15 +118,21 @@ def embed_file(
             _write_progress(progress, {"key": key, "rows": total, "done": done, "output": str(output)})
             if on_chunk is not None:
                 on_chunk(done, total)
-    except (BertkitError, OSError) as exc:
-        # a user mistake or a full / unwritable disk, not an interruption: nothing worth resuming, leave nothing behind
-        if isinstance(exc, OSError) and exc.filename is None:
+    except OSError as exc:
+        # a full or unwritable disk: the chunks already recorded stay, so the same command resumes once there is room
+        if exc.filename is None:
             exc.filename = str(output)
-        os.close(handle)
-        partial.unlink(missing_ok=True)
-        progress.unlink(missing_ok=True)
+        if done:
+            add_note(exc, f"rows 1-{done} are kept and the same command resumes after them")
+        else:
+            _discard(partial, progress)
+            add_note(exc, "nothing partial was kept")
         raise
-    os.close(handle)
+    except BertkitError:
+        _discard(partial, progress)  # a user mistake (e.g. --long-text error on a long row): the command must change
+        raise
+    finally:
+        os.close(handle)
     ids = lambda: (i for _, i in _rows(input_path, column, id_column, header, fmt))  # noqa: E731
     _finish(partial, output, ids, total, id_type="int64" if id_column is None else "string")
     progress.unlink(missing_ok=True)
@@ -167,6 +173,11 @@ def _finish(partial: Path, output: Path, ids: Callable[[], Iterator], total: int
                     names = pa.array([convert(i) for i in islice(id_iter, count)], type=getattr(pa, id_type)())
                     writer.write_table(pa.Table.from_arrays([names, column], schema=schema))
     partial.unlink()
+
+
+def _discard(partial: Path, progress: Path) -> None:
+    partial.unlink(missing_ok=True)
+    progress.unlink(missing_ok=True)
 
 
 def _read_progress(path: Path) -> dict | None:

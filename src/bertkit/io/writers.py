@@ -1,4 +1,8 @@
-"""Writers for vectors (.npy, .npz, .parquet) that replace the target atomically: complete or absent, never half."""
+"""Writers for vectors (.npy, .npz, .parquet) that replace the target atomically: complete or absent, never half.
+
+Every file and folder bertkit writes gets the mode that `open()` / `mkdir()` would give under the caller's umask (a
+replaced file keeps its mode), and `--overwrite` only ever replaces a folder that bertkit wrote, or an empty one.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +15,31 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, add_note
 
 VECTOR_FORMATS = (".npy", ".npz", ".parquet")
+# What a folder written by bertkit holds: a run record, a fine-tuning checkpoint (a run folder holds one while it trains;
+# a crash between a checkpoint's two renames leaves `.checkpoint.old`), or a `bertkit quantize` calibration. Only such a
+# folder, or an empty one, may be replaced.
+BERTKIT_MARKERS = ("bertkit.json", "optimizer.safetensors", "checkpoint/optimizer.safetensors",
+                   ".checkpoint.old/optimizer.safetensors", "int8_calibration.safetensors")
+
+
+def caller_umask() -> int:
+    """The process umask, read without changing it where the OS allows (Linux), else by setting and restoring it."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _mode_like_open(target: Path, directory: bool) -> int:
+    if target.exists() and target.is_dir() == directory:
+        return target.stat().st_mode & 0o7777
+    return (0o777 if directory else 0o666) & ~caller_umask()
 
 
 @contextlib.contextmanager
@@ -26,7 +52,11 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     temporary = Path(name)
     try:
         yield temporary
+        os.chmod(temporary, _mode_like_open(target, directory=False))
         os.replace(temporary, target)
+    except OSError as exc:
+        add_note(exc, "nothing partial was kept")
+        raise
     finally:
         if temporary.exists():
             temporary.unlink()
@@ -36,16 +66,19 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
 def staged_directory(target: str | Path) -> Iterator[Path]:
     """Yield an empty directory beside `target`; on success it replaces `target` whole, on failure it is removed.
 
-    A crash between the two renames leaves the previous version at `previous_version(target)`.
+    `target` must be absent, empty or written by bertkit (`check_new_directory`). A crash between the two renames
+    leaves the previous version at `previous_version(target)`.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         yield staging
+        os.chmod(staging, _mode_like_open(target, directory=True))
         old = previous_version(target)
         shutil.rmtree(old, ignore_errors=True)
         if target.exists():
+            _check_replaceable(target)
             target.rename(old)
         staging.rename(target)
         shutil.rmtree(old, ignore_errors=True)
@@ -59,12 +92,36 @@ def previous_version(target: str | Path) -> Path:
     return target.with_name(f".{target.name}.old")
 
 
+def written_by_bertkit(path: str | Path) -> bool:
+    """True for a folder that holds a bertkit run record, checkpoint or int8 calibration."""
+    path = Path(path)
+    return path.is_dir() and any((path / marker).is_file() for marker in BERTKIT_MARKERS)
+
+
+def _check_replaceable(path: Path) -> None:
+    if not path.is_dir():
+        raise InputError(f"{path} is a file, not a folder bertkit wrote; choose another -o directory (nothing was touched).")
+    if any(path.iterdir()) and not written_by_bertkit(path):
+        raise InputError(f"{path} is not a folder bertkit wrote (no bertkit.json or checkpoint in it), so --overwrite "
+                         "will not replace it and nothing in it was touched; choose another -o directory.")
+
+
 def check_new_directory(path: str | Path, overwrite: bool) -> Path:
-    """An output directory must not exist yet, unless the user said --overwrite."""
+    """An output directory must not exist yet; with --overwrite it may be an empty folder or one bertkit wrote."""
     path = Path(path)
     if path.exists() and not overwrite:
         raise InputError(f"{path} already exists; choose another -o directory or pass --overwrite.")
+    if path.exists():
+        _check_replaceable(path)
     return path
+
+
+def remove_bertkit_directory(path: str | Path) -> None:
+    """Delete a folder that `check_new_directory` allowed to be replaced (checked again here)."""
+    path = Path(path)
+    if path.exists():
+        _check_replaceable(path)
+        shutil.rmtree(path)
 
 
 def check_output_path(path: str | Path) -> Path:

@@ -33,7 +33,6 @@ from .runs import (
 from .vectorizer import BertVectorizer
 
 CLASSIFIERS = ("logreg", "linear-svm", "mlp")
-DEFAULT_FEATURES = {"layers": "all:concat", "pooling": "mean"}
 SAVED_VECTORIZER_PARAMS = ("layers", "pooling", "max_length", "long_text", "batch_size")
 C_GRID = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 1.0)
 
@@ -42,7 +41,7 @@ class TextClassifier(ClassifierMixin, BaseEstimator):
     """The visual guide's pipeline as one estimator: BERT sentence vectors → (scaled) → a classifier.
 
     vectorizer: the `BertVectorizer` that makes the features (model, layers, pooling, precision, cache, ...);
-    None means `BertVectorizer(layers="all:concat", pooling="mean")`. It is cloned in `fit` (`vectorizer_`), so
+    None means `BertVectorizer()` (its default features: every layer's mean, concatenated). It is cloned in `fit` (`vectorizer_`), so
     grid searches reach its options as `vectorizer__layers`, `vectorizer__pooling`, ...
 
     C=None picks the regularisation by stratified cross-validation on the training set (`C_`, `cv_scores_`).
@@ -108,17 +107,18 @@ class TextClassifier(ClassifierMixin, BaseEstimator):
         return classes, codes
 
     def _vectorizer(self) -> BertVectorizer:
-        return clone(self.vectorizer) if self.vectorizer is not None else BertVectorizer(**DEFAULT_FEATURES)
+        return clone(self.vectorizer) if self.vectorizer is not None else BertVectorizer()
 
     def _scaled(self, features: np.ndarray) -> np.ndarray:
         return self.scaler_.transform(features).astype(np.float32) if self.scaler_ is not None else features
 
     def _choose_C(self, features: np.ndarray, codes: np.ndarray) -> tuple[float, dict]:
+        self.cv_folds_ = 0
         if self.C is not None:
             return float(self.C), {}
         if self.classifier == "mlp":
             return 1.0, {}
-        folds = min(self.cv, int(np.bincount(codes).min()))
+        self.cv_folds_ = folds = min(self.cv, int(np.bincount(codes).min()))
         search = GridSearchCV(
             _new_head(self.classifier, 1.0, self.seed),
             {"C": list(C_GRID)},

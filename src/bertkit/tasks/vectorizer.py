@@ -10,7 +10,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ..encoder.defaults import DEFAULT_BATCH_SIZE
+from ..encoder.defaults import DEFAULT_BATCH_SIZE, DEFAULT_FEATURE_LAYERS, DEFAULT_FEATURE_POOLING
 from ..encoder.encode import Encoder
 from ..encoder.layers import parse_layers
 from ..encoder.pooling import parse_pooling
@@ -50,8 +50,8 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
     def __init__(
         self,
         model: str | None = None,
-        layers: str = "last",
-        pooling: str = "mean",
+        layers: str = DEFAULT_FEATURE_LAYERS,
+        pooling: str = DEFAULT_FEATURE_POOLING,
         max_length: int | None = None,
         long_text: str = "truncate",
         batch_size: int = DEFAULT_BATCH_SIZE,

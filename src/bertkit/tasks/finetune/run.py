@@ -7,7 +7,6 @@ plus `bertkit.json` with the arguments, data fingerprints, per-epoch history and
 from __future__ import annotations
 
 import copy
-import shutil
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -19,6 +18,7 @@ from transformers import get_linear_schedule_with_warmup
 from ...encoder.encode import Encoder
 from ...encoder.threads import set_threads
 from ...errors import InputError
+from ...io.writers import remove_bertkit_directory
 from .arguments import CHECKPOINT, TEXT_MAX_LENGTH, FinetuneArguments, TrainingState
 from .checkpoint import check_output, check_resumable, load_checkpoint, write_final
 from .prepare import prepare, word_tokenizer
@@ -80,7 +80,7 @@ def finetune(
     if resume:
         state = check_resumable(output, run_record)
     elif output.exists():
-        shutil.rmtree(output)  # --overwrite, checked above; only after the data has been read and validated
+        remove_bertkit_directory(output)  # --overwrite, checked above; only after the data has been read and validated
     for note in prepared.notes:
         log(note)
 

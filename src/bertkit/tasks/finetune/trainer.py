@@ -114,10 +114,12 @@ class Trainer:
         bar = _bar(len(prepared.train), state.epoch, args.epochs, self.progress)
         bar.update(sum(len(b) for b in batches[: state.step_in_epoch]))
         started, seen, loss_sum = time.perf_counter(), 0, 0.0
+        at_step_boundary = True
         self.network.train()
         try:
             for position in range(state.step_in_epoch, len(batches)):
                 rows = batches[position]
+                at_step_boundary = False
                 loss = self.network(**collate([prepared.train[i] for i in rows], pad_id, with_type_ids)).loss
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(self.network.parameters(), args.max_grad_norm)
@@ -125,6 +127,7 @@ class Trainer:
                 self.scheduler.step()
                 self.optimizer.zero_grad(set_to_none=True)
                 state.step_in_epoch, state.global_step = position + 1, state.global_step + 1
+                at_step_boundary = True
                 seen += len(rows)
                 loss_sum += loss.item() * len(rows)
                 bar.update(len(rows))
@@ -135,6 +138,10 @@ class Trainer:
                     raise KeyboardInterrupt
         except KeyboardInterrupt:
             bar.close()
+            if not at_step_boundary:  # a second Ctrl-C inside a step: the weights may hold half an update
+                self.log(f"stopped inside step {state.step_in_epoch + 1} of epoch {state.epoch + 1}: nothing saved "
+                         f"since the last checkpoint in {self.checkpoint}; --resume continues from there.")
+                raise
             state.train_seconds += time.perf_counter() - started
             self._save()
             self.log(f"interrupted in epoch {state.epoch + 1} after step {state.step_in_epoch}: checkpoint saved in "

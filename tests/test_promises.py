@@ -1,0 +1,255 @@
+"""Regression tests for the promises an outside review found broken: overwrite, umask, defaults, interrupts,
+resumable progress on a full disk, sentence-transformers' length, and file names taken for texts."""
+
+import errno
+import json
+import os
+import stat
+
+import numpy as np
+import pytest
+from conftest import run_cli
+from test_finetune import quiet, sentiment_file, tiny_args
+
+from bertkit.errors import InputError
+from bertkit.io import stream
+from bertkit.io.writers import atomic_path, check_new_directory, staged_directory, write_vectors
+
+
+def mode(path):
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+# ---- 1. --overwrite replaces only what bertkit wrote -------------------------------------------------------------
+def test_overwrite_refuses_a_folder_bertkit_did_not_write(tmp_path):
+    documents = tmp_path / "Documents"
+    documents.mkdir()
+    (documents / "thesis.tex").write_text("years of work")
+    with pytest.raises(InputError, match="not a folder bertkit wrote.*nothing in it was touched"):
+        check_new_directory(documents, overwrite=True)
+    with pytest.raises(InputError, match="not a folder bertkit wrote"):
+        with staged_directory(documents) as staging:
+            (staging / "bertkit.json").write_text("{}")
+    assert (documents / "thesis.tex").read_text() == "years of work"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Documents"]  # no staging folder left behind
+
+
+def test_overwrite_replaces_an_empty_folder_or_a_bertkit_run(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    check_new_directory(empty, overwrite=True)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "bertkit.json").write_text("{}")
+    check_new_directory(run, overwrite=True)
+    with staged_directory(run) as staging:
+        (staging / "bertkit.json").write_text('{"new": 1}')
+    assert json.loads((run / "bertkit.json").read_text()) == {"new": 1}
+
+
+def test_cli_train_overwrite_keeps_a_users_folder(monkeypatch, capsys, tmp_path):
+    data = sentiment_file(tmp_path / "train.tsv", n=24)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    code, _, err = run_cli(monkeypatch, capsys, "train", str(data), "-o", str(mine), "--overwrite", "-l", "last",
+                           "--C", "1.0")
+    assert code == 2 and "not a folder bertkit wrote" in err and str(mine) in err
+    assert (mine / "notes.txt").read_text() == "keep me" and len(err.strip().splitlines()) == 1
+
+
+def test_finetune_overwrite_keeps_a_users_folder(tiny_dirs, tmp_path):
+    from bertkit.tasks.finetune import finetune
+
+    data = sentiment_file(tmp_path / "train.tsv", n=16)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(InputError, match="not a folder bertkit wrote"):
+        finetune(data, output_dir=mine, model=str(tiny_dirs["bert_cased"]), args=tiny_args(epochs=1),
+                 dev_share=0.25, overwrite=True, log=quiet)
+    assert (mine / "notes.txt").read_text() == "keep me"
+
+
+# ---- 2. files and folders get the caller's umask -----------------------------------------------------------------
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
+def test_outputs_follow_the_umask(tmp_path, umask):
+    previous = os.umask(umask)
+    try:
+        vectors = np.ones((2, 3), np.float32)
+        written = [write_vectors(tmp_path / f"v{suffix}", vectors) for suffix in (".npy", ".npz")]
+        with atomic_path(tmp_path / "page.html") as temporary:
+            temporary.write_text("<html></html>")
+        with staged_directory(tmp_path / "run") as staging:
+            (staging / "bertkit.json").write_text("{}")
+    finally:
+        os.umask(previous)
+    for path in [*written, tmp_path / "page.html", tmp_path / "run" / "bertkit.json"]:
+        assert mode(path) == 0o666 & ~umask, (path, oct(mode(path)))
+    assert mode(tmp_path / "run") == 0o777 & ~umask
+
+
+def test_a_replaced_file_keeps_its_mode(tmp_path):
+    target = tmp_path / "v.npz"
+    write_vectors(target, np.ones((1, 2), np.float32))
+    target.chmod(0o640)
+    write_vectors(target, np.zeros((1, 2), np.float32))
+    assert mode(target) == 0o640
+
+
+# ---- 3. one default for the same features ------------------------------------------------------------------------
+def test_vectorizer_classifier_and_train_share_one_default():
+    import inspect
+
+    from bertkit import BertVectorizer, TextClassifier
+    from bertkit.cli.classify import train
+
+    vectorizer = BertVectorizer()
+    assert TextClassifier()._vectorizer().get_params() == vectorizer.get_params()
+    options = inspect.signature(train).parameters
+    assert options["layers"].default.default == vectorizer.layers
+    assert options["pooling"].default.default == vectorizer.pooling
+
+
+def test_demo_prints_the_features_it_used(monkeypatch, capsys):
+    code, out, _ = run_cli(monkeypatch, capsys, "demo")
+    assert code == 0
+    line = next(line for line in out.splitlines() if "features:" in line)
+    from bertkit import BertVectorizer
+
+    assert f"layers={BertVectorizer().layers} pooling={BertVectorizer().pooling}" in line
+    assert "max length 256 from sentence_bert_config.json" in out
+
+
+# ---- 7. a second Ctrl-C inside a step saves nothing ----------------------------------------------------------------
+def test_a_second_interrupt_inside_a_step_keeps_the_last_checkpoint(tiny_dirs, tmp_path, monkeypatch):
+    import torch
+
+    from bertkit.tasks.finetune import finetune
+
+    data = sentiment_file(tmp_path / "train.tsv")
+    options = dict(model=str(tiny_dirs["bert_cased"]), args=tiny_args(epochs=2), dev_share=0.25, log=quiet)
+    original_step = torch.optim.AdamW.step
+    calls = []
+
+    def step_then_interrupt(self, *args, **kwargs):  # Ctrl-C lands after the update, before the step is counted
+        result = original_step(self, *args, **kwargs)
+        calls.append(1)
+        if len(calls) == 9:
+            raise KeyboardInterrupt
+        return result
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", step_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        finetune(data, output_dir=tmp_path / "run", **options)
+    saved = json.loads((tmp_path / "run" / "checkpoint" / "state.json").read_text())
+    assert saved["state"]["epoch"] == 1 and saved["state"]["step_in_epoch"] == 0  # the end-of-epoch-1 checkpoint
+    monkeypatch.setattr(torch.optim.AdamW, "step", original_step)
+    finetune(data, output_dir=tmp_path / "run", resume=True, **options)
+    finetune(data, output_dir=tmp_path / "whole", **options)
+    from safetensors.torch import load_file
+
+    a, b = (load_file(str(tmp_path / name / "model.safetensors")) for name in ("run", "whole"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ---- 9. embed_file: no descriptor leak, progress kept on a full disk ----------------------------------------------
+def open_descriptors():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def lines_file(path, n):
+    path.write_text("".join(f"sentence number {i} about films\n" for i in range(n)), encoding="utf-8")
+    return path
+
+
+def test_interrupted_embed_file_closes_its_descriptor(encoder, tmp_path):
+    texts = lines_file(tmp_path / "in.txt", 12)
+
+    def interrupt(done, total):
+        raise KeyboardInterrupt
+
+    before = open_descriptors()
+    with pytest.raises(KeyboardInterrupt):
+        stream.embed_file(encoder, texts, tmp_path / "out.npy", chunk_rows=4, on_chunk=interrupt)
+    assert open_descriptors() == before
+
+
+def test_full_disk_keeps_the_finished_chunks_and_resumes(encoder, tmp_path, monkeypatch):
+    texts = lines_file(tmp_path / "in.txt", 12)
+    output = tmp_path / "out.npy"
+    real_pwrite, writes = os.pwrite, []
+
+    def pwrite_until_full(fd, data, offset):
+        writes.append(offset)
+        if len(writes) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(stream.os, "pwrite", pwrite_until_full)
+    with pytest.raises(OSError) as raised:
+        stream.embed_file(encoder, texts, output, chunk_rows=4)
+    from bertkit.cli.errors import user_message
+
+    assert user_message(raised.value) == (f"{output}: no space left on the device; free some space or write somewhere "
+                                          "else; rows 1-8 are kept and the same command resumes after them.")
+    assert not output.exists()
+    assert json.loads(output.with_name("out.npy.progress.json").read_text())["done"] == 8
+    monkeypatch.setattr(stream.os, "pwrite", real_pwrite)
+    result = stream.embed_file(encoder, texts, output, chunk_rows=4)
+    assert result.resumed_from == 8
+    expected = encoder.embed(texts.read_text().splitlines())
+    np.testing.assert_allclose(np.load(output), expected, atol=1e-5)
+
+
+# ---- 11. the length sentence-transformers uses ---------------------------------------------------------------------
+def test_long_text_equals_sentence_transformers(encoder):
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    from bertkit.encoder.models import default_model_dir
+
+    model = sentence_transformers.SentenceTransformer(str(default_model_dir()), device="cpu")
+    long_text = " ".join(f"the film number {i} was long and slow and" for i in range(60))
+    assert len(encoder.tokenizer(long_text)["input_ids"]) > 400
+    texts = [long_text, "a short one"]
+    ours = encoder.embed(texts, pooling="mean")
+    ours = ours / np.linalg.norm(ours, axis=1, keepdims=True)
+    theirs = model.encode(texts, normalize_embeddings=True)
+    cosine = (ours * theirs).sum(axis=1)
+    assert cosine.min() > 0.99999, cosine
+    assert encoder.max_length == model.max_seq_length == 256
+    facts = encoder.info()
+    assert facts["position_limit"] == 512 and "sentence_bert_config.json" in facts["max_length_source"]
+    assert encoder.embed([long_text], max_length=512).shape == (1, 384)  # the position table still takes 512
+
+
+# ---- 13. a path that is not there is not a text --------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def features_run(tmp_path_factory):
+    from bertkit import BertVectorizer, TextClassifier
+
+    root = tmp_path_factory.mktemp("run")
+    texts = ["good film", "great film", "love it", "bad film", "awful plot", "boring mess"] * 2
+    labels = ["pos", "pos", "pos", "neg", "neg", "neg"] * 2
+    TextClassifier(BertVectorizer(layers="last"), C=1.0).fit(texts, labels).save(root / "run")
+    return root / "run"
+
+
+def test_predict_refuses_a_missing_file_unless_marked_as_text(features_run, monkeypatch, capsys, tmp_path):
+    code, out, err = run_cli(monkeypatch, capsys, "predict", str(features_run), "reviews.tsv")
+    assert code == 2 and "reviews.tsv: no such file" in err and "--text" in err and out == ""
+    code, out, err = run_cli(monkeypatch, capsys, "predict", str(features_run), "reviews.tsv", "--text")
+    assert code == 0 and "reviews.tsv" in out and "given on the command line" in err
+    (tmp_path / "few.txt").write_text("good film\nboring mess\n")
+    code, out, err = run_cli(monkeypatch, capsys, "predict", str(features_run), str(tmp_path / "few.txt"))
+    assert code == 0 and f"labelling 2 rows of {tmp_path / 'few.txt'}" in err
+    code, out, err = run_cli(monkeypatch, capsys, "predict", str(features_run), "a fine film.")
+    assert code == 0 and "a fine film." in out
+
+
+def test_train_prints_the_fold_count_it_used(monkeypatch, capsys, tmp_path):
+    rows = [f"good film number {i}\tpos" for i in range(6)] + [f"bad film number {i}\tneg" for i in range(3)]
+    (tmp_path / "few.tsv").write_text("\n".join(rows) + "\n")
+    code, _, err = run_cli(monkeypatch, capsys, "train", str(tmp_path / "few.tsv"), "--dev", str(tmp_path / "few.tsv"),
+                           "-o", str(tmp_path / "run"), "-l", "last")
+    assert code == 0, err
+    assert "C chosen by 3-fold cross-validation" in err  # the rarer class has 3 rows, so 5 folds cannot be used
