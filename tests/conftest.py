@@ -9,6 +9,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import tiny_models  # noqa: E402
 
+try:  # generated-input tests: a quick profile for every run, a long one on demand (--hypothesis-profile=long)
+    from hypothesis import settings
+
+    settings.register_profile("ci", max_examples=40)
+    settings.register_profile("long", max_examples=2000)
+    settings.load_profile("ci")
+except ImportError:  # pragma: no cover - hypothesis is in the test extra
+    pass
+
 SHARED_DATA = Path(os.environ.get("BERTKIT_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 

@@ -82,7 +82,7 @@ def test_embed_reports_truncation(monkeypatch, capsys, tmp_path, encoder):
 @pytest.mark.parametrize(
     "content, args, message",
     [
-        ("sentence\tlabel\nhi\t1\n", ["--column", "text"], "no column named 'text'; the columns are ['sentence', 'label']"),
+        ("sentence\tlabel\nhi\t1\n", ["--column", "text"], "no column named 'text'; the header has ['sentence', 'label']"),
         ("", ["--column", "0"], "the file has no data rows"),
         (b"ok\t1\nbad \xff\t0\n", ["--column", "0"], "line 2: bytes that are not UTF-8"),
         ("hi\t1\n", ["--layers", "penultimate"], "Valid forms"),

@@ -36,7 +36,7 @@ def test_jsonl_and_plain_text(tmp_path):
 
 def test_missing_column_lists_the_columns(tmp_path):
     path = write(tmp_path / "a.csv", "sentence,label\nhi,1\n")
-    with pytest.raises(InputError, match=r"a.csv: no column named 'text'; the columns are \['sentence', 'label'\]"):
+    with pytest.raises(InputError, match=r"a.csv, line 1: no column named 'text'; the header has \['sentence', 'label'\]"):
         read_texts(path, "text")
     tsv = write(tmp_path / "b.tsv", "hi\t1\n")
     with pytest.raises(InputError, match="column 5 does not exist; the file has 2 columns"):

@@ -85,3 +85,16 @@ def test_word_pooling_by_hand():
     assert pool_words(vectors, word_ids, 3, "first_last").tolist()[0] == [1, 10, 3, 30]
     with pytest.raises(InputError, match="subtoken_pooling"):
         pool_words(vectors, word_ids, 3, "max")
+
+
+@pytest.mark.parametrize("spec", ["-2\x1c,0,0", "1,\x1f2", "٣", "1,\u20072"])
+def test_layer_lists_with_odd_characters_are_refused_cleanly(spec):
+    """Found by fuzz/fuzz_inputs.py: a separator `\\s` accepted but `int()` refused raised ValueError."""
+    with pytest.raises(InputError, match="not a valid layer spec"):
+        parse_layers(spec)
+
+
+def test_an_absurd_last_n_is_refused_without_building_it():
+    """Found by fuzz/fuzz_inputs.py: 'last0111…1:concat' built a range too large for C (OverflowError)."""
+    with pytest.raises(InputError, match="more than any model has"):
+        parse_layers("last" + "1" * 130 + ":concat")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -17,7 +17,8 @@ VALID_FORMS = (
     "'lastN:sum|mean|concat' (e.g. 'last4:sum', 'last4:concat'), 'all:sum|mean|concat' (embeddings + every layer)"
 )
 _NAMED = {"last": (-1,), "second_to_last": (-2,), "embeddings": (0,)}
-_INT_LIST = re.compile(r"^-?\d+(\s*,\s*-?\d+)*$")
+MAX_LAYERS = 1000  # far above any encoder; a larger lastN is a typo, not a request
+_INT_LIST = re.compile(r"-?[0-9]+( *, *-?[0-9]+)*")  # spaces only: int() refuses some other whitespace
 
 
 @dataclass(frozen=True)
@@ -80,13 +81,15 @@ def parse_layers(spec: str | int | Sequence[int] | LayerSelection) -> LayerSelec
         if not combine:
             raise InputError(f"layers={spec!r}: say how to combine all layers. Valid forms: {VALID_FORMS}.")
         return LayerSelection(text, None, combine)
-    match = re.fullmatch(r"last(\d+)", head)
+    match = re.fullmatch(r"last([0-9]+)", head)
     if match:
         count = int(match.group(1))
         if count < 1 or not combine:
             raise InputError(f"layers={spec!r}: use e.g. 'last4:sum'. Valid forms: {VALID_FORMS}.")
+        if count > MAX_LAYERS:
+            raise InputError(f"layers={spec!r}: {count} layers is more than any model has; use 'all:{combine}'.")
         return LayerSelection(text, tuple(range(-1, -count - 1, -1)), combine)
-    if _INT_LIST.match(head):
+    if _INT_LIST.fullmatch(head):
         indices = tuple(int(part) for part in head.split(","))
         if len(set(indices)) != len(indices):
             raise InputError(f"layers={spec!r}: a layer is listed twice. Valid forms: {VALID_FORMS}.")

@@ -6,10 +6,11 @@ import csv
 import hashlib
 import json
 import math
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
-from typing import Iterator
 
 from ..errors import InputError
 
@@ -56,23 +57,25 @@ def decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
             yield number, text
 
 
-def _resolve_columns(path: Path, header: list[str] | None, wanted: list[str | int], width: int) -> list[int]:
+def _resolve_columns(path: Path, header: list[str] | None, wanted: list[str | int], width: int,
+                     line: int) -> list[int]:
+    where = f"{path}, line {line}"
     indices = []
     for column in wanted:
         if isinstance(column, int) or (isinstance(column, str) and column.lstrip("-").isdigit()):
             index = int(column)
             if not -width <= index < width:
                 described = f"columns {header}" if header else f"{width} columns (0 to {width - 1})"
-                raise InputError(f"{path}: column {index} does not exist; the file has {described}.")
+                raise InputError(f"{where}: column {index} does not exist; the file has {described}.")
             indices.append(index % width)
         else:
             if header is None:
                 raise InputError(
-                    f"{path}: column {column!r} is a name but the file is read without a header; "
+                    f"{where}: column {column!r} is a name but the file is read without a header; "
                     "pass --header, or give the column by index."
                 )
             if column not in header:
-                raise InputError(f"{path}: no column named {column!r}; the columns are {header}.")
+                raise InputError(f"{where}: no column named {column!r}; the header has {header}.")
             indices.append(header.index(column))
     return indices
 
@@ -116,11 +119,12 @@ def _delimited_rows(path: Path, kind: str, columns: list[str | int], header: boo
         header = any(isinstance(c, str) and not c.lstrip("-").isdigit() for c in columns)
     lines = decoded_lines(path)
     numbers: list[int] = []
+    header_line = 0
 
     def text_lines():
         for number, text in lines:
             numbers.append(number)
-            yield text
+            yield _protect_bare_cr(text)
 
     options = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if kind == "tsv" else {"delimiter": ","}
     if csv.field_size_limit() < MAX_FIELD_CHARS:
@@ -134,23 +138,42 @@ def _delimited_rows(path: Path, kind: str, columns: list[str | int], header: boo
             if not record:  # blank line
                 continue
             if header and names is None:
-                names = [name.strip() for name in record]
+                names, header_line = [_restore_bare_cr(name).strip() for name in record], line
                 continue
             if indices is None:
-                indices = _resolve_columns(path, names, columns, len(names) if names else len(record))
+                indices = _resolve_columns(path, names, columns, len(names) if names else len(record),
+                                           header_line or line)
             if max(indices) >= len(record):
                 raise InputError(
                     f"{path}, line {line}: {len(record)} fields, but column {max(indices)} was asked for"
                     + (f" (the header has {len(names)})." if names else ".")
                     + " Check the delimiter and quoting of that line."
                 )
-            yield Row(line, tuple(record[i] for i in indices))
+            yield Row(line, tuple(_restore_bare_cr(record[i]) for i in indices))
     except csv.Error as exc:
         line = numbers[-1] if numbers else 1
         if "field larger than field limit" in str(exc):
             raise InputError(f"{path}, line {line}: a field is longer than bertkit's cap of {MAX_FIELD_CHARS:,} "
                              "characters; split that text into smaller rows.") from None
         raise InputError(f"{path}, line {line}: cannot parse it as {kind.upper()} ({exc}).") from None
+
+
+# csv's reader takes a lone "\r" inside an unquoted field for a line break and fails, although a CSV written with
+# "\n" line ends (Python's csv.writer with lineterminator="\n", pandas) leaves such fields unquoted. Lines are already
+# split at "\n", so a "\r" not before the line end is data: it travels through the parser as U+FDD0, a noncharacter
+# Unicode reserves for such internal use (a line that already holds one is left as it is).
+_BARE_CR = re.compile(r"\r(?!\n?$)")
+_CR_STAND_IN = "\ufdd0"
+
+
+def _protect_bare_cr(text: str) -> str:
+    if "\r" not in text or _CR_STAND_IN in text:
+        return text
+    return _BARE_CR.sub(_CR_STAND_IN, text)
+
+
+def _restore_bare_cr(field: str) -> str:
+    return field.replace(_CR_STAND_IN, "\r") if _CR_STAND_IN in field else field
 
 
 def _jsonl_rows(path: Path, fields: list[str | int]) -> Iterator[Row]:
