@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -47,7 +48,8 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside `target`; on success it is renamed onto `target`, on failure removed."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    sweep_stale_temporaries(target)
+    handle, name = tempfile.mkstemp(prefix=_temporary_prefix(target), suffix=".tmp", dir=target.parent)
     os.close(handle)
     temporary = Path(name)
     try:
@@ -71,7 +73,8 @@ def staged_directory(target: str | Path) -> Iterator[Path]:
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    sweep_stale_temporaries(target)
+    staging = Path(tempfile.mkdtemp(prefix=_temporary_prefix(target), suffix=".tmp", dir=target.parent))
     try:
         yield staging
         os.chmod(staging, _mode_like_open(target, directory=True))
@@ -84,6 +87,39 @@ def staged_directory(target: str | Path) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _temporary_prefix(target: Path) -> str:
+    return f".{target.name}.{os.getpid()}."
+
+
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]+)\.[A-Za-z0-9_]+\.tmp")
+
+
+def _is_bertkit_temporary(path: Path) -> bool:
+    return _TEMPORARY.fullmatch(path.name) is not None
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, but belongs to someone else
+        return True
+    return True
+
+
+def sweep_stale_temporaries(target: Path) -> None:
+    """Remove the temporaries that a killed bertkit process left beside `target` (its PID is in their name)."""
+    with contextlib.suppress(OSError):
+        for entry in target.parent.iterdir():
+            match = _TEMPORARY.fullmatch(entry.name)
+            if match and match["name"] == target.name and not _process_alive(int(match["pid"])):
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
 
 
 def previous_version(target: str | Path) -> Path:
@@ -101,14 +137,22 @@ def written_by_bertkit(path: str | Path) -> bool:
 def _check_replaceable(path: Path) -> None:
     if not path.is_dir():
         raise InputError(f"{path} is a file, not a folder bertkit wrote; choose another -o directory (nothing was touched).")
-    if any(path.iterdir()) and not written_by_bertkit(path):
+    if any(not _is_bertkit_temporary(entry) for entry in path.iterdir()) and not written_by_bertkit(path):
         raise InputError(f"{path} is not a folder bertkit wrote (no bertkit.json or checkpoint in it), so --overwrite "
                          "will not replace it and nothing in it was touched; choose another -o directory.")
+
+
+def recover_interrupted_replace(path: str | Path) -> None:
+    """A process killed between `staged_directory`'s two renames left the previous version aside: put it back."""
+    path, old = Path(path), previous_version(path)
+    if not path.exists() and written_by_bertkit(old):
+        old.rename(path)
 
 
 def check_new_directory(path: str | Path, overwrite: bool) -> Path:
     """An output directory must not exist yet; with --overwrite it may be an empty folder or one bertkit wrote."""
     path = Path(path)
+    recover_interrupted_replace(path)
     if path.exists() and not overwrite:
         raise InputError(f"{path} already exists; choose another -o directory or pass --overwrite.")
     if path.exists():
@@ -184,9 +228,8 @@ def write_token_vectors(path: str | Path, tokens: list[list[str]], vectors: list
     offsets = np.cumsum([0] + [len(v) for v in vectors])
     stacked = np.concatenate(vectors) if vectors else np.zeros((0, 0), np.float32)
     flat_tokens = np.array([t for row in tokens for t in row], dtype=str)
-    with atomic_path(path) as temporary:
-        with temporary.open("wb") as handle:
-            np.savez(handle, vectors=stacked, offsets=offsets, tokens=flat_tokens, ids=np.asarray(list(ids)))
+    with atomic_path(path) as temporary, temporary.open("wb") as handle:
+        np.savez(handle, vectors=stacked, offsets=offsets, tokens=flat_tokens, ids=np.asarray(list(ids)))
     return path
 
 

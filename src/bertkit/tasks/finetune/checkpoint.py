@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from ...encoder.models import quiet_transformers
 from ...errors import InputError
-from ...io.writers import check_new_directory, previous_version, staged_directory
+from ...io.writers import check_new_directory, previous_version, recover_interrupted_replace, staged_directory
 from ..finetuned import KIND_TEXT, KIND_TOKEN, FineTunedClassifier, FineTunedTagger
 from ..runs import CONFIG_FILE, package_version
 from .arguments import CHECKPOINT, TrainingState
@@ -22,6 +22,7 @@ from .arguments import CHECKPOINT, TrainingState
 def check_output(output: Path, resume: bool, overwrite: bool) -> None:
     if resume and overwrite:
         raise InputError("--resume continues a run and --overwrite starts over: give one of them.")
+    recover_interrupted_replace(output)
     if resume:
         if (output / CONFIG_FILE).is_file():
             raise InputError(f"{output}: this run already finished; nothing to resume (--overwrite trains it again).")
