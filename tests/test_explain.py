@@ -30,7 +30,7 @@ from bertkit.tasks.load import load_run
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--no-first-run", "--disable-sync"]
-SHOTS = Path(__file__).resolve().parents[1] / "docs" / "explain"
+ROOT = Path(__file__).resolve().parents[1]
 KOREA_IDS = [101, 1045, 2293, 4420, 102, 0, 0]
 
 
@@ -88,7 +88,7 @@ def test_token_table_is_the_cli_table_padded(encoder):
 def test_model_view_equals_encoder_forward_and_attention_rows_sum_to_one(encoder):
     text = "a visually stunning rumination on love"
     implementation = encoder.model.config._attn_implementation
-    view = views.through_model(encoder, text, pad_to=12)
+    view = views.through_model(encoder, text, pad_to=12, layer="all", attention_layer="all", head="all")
     batch = encoder.tokenize([text], max_length=12, padding="max_length")
     states = encoder.forward(batch).hidden_states
     assert view["n_states"] == encoder.num_layers + 1 and len(view["vectors"]) == view["n_states"]
@@ -108,6 +108,22 @@ def test_model_view_equals_encoder_forward_and_attention_rows_sum_to_one(encoder
     assert list(picked["vectors"]) == ["2"] and list(picked["attention"]) == ["1"]
     with pytest.raises(InputError, match="layer 9"):
         views.through_model(encoder, text, layer=9)
+    with pytest.raises(InputError, match="at most 16"):
+        views.through_model(encoder, text, attention_layer="all", head="all", max_maps=16)
+
+
+def test_the_explain_file_holds_every_layer_and_head_and_no_path(tmp_path, run_dir, monkeypatch, capsys):
+    from conftest import run_cli
+
+    output = tmp_path / "explain.html"
+    code, _, err = run_cli(monkeypatch, capsys, "explain", "I love Korea", "--run", str(run_dir), "-o", output)
+    assert code == 0, err
+    html = output.read_text(encoding="utf-8")
+    data = json.loads(re.search(r'<script id="bertkit-data" type="application/json">(.*?)</script>', html, re.DOTALL)[1])
+    model, heads = data["result"]["model"], data["info"]["heads"]
+    assert len(model["vectors"]) == data["info"]["hidden_states"]  # the file switches layers with no server
+    assert [len(by_head) for by_head in model["attention"].values()] == [heads] * data["info"]["layers"]
+    assert str(run_dir) not in html
 
 
 def test_sentence_vector_is_encoder_embed_and_cosine_is_right(encoder):
@@ -169,13 +185,13 @@ def test_tagger_prediction_is_its_predict_and_it_has_no_map(encoder, tagger_dir)
 class Served:
     """`bertkit serve` in a subprocess on a free loopback port; stopped with SIGTERM."""
 
-    def __init__(self, *args: str, timeout: float = 120):
+    def __init__(self, *args: str, timeout: float = 120, env: dict[str, str] | None = None):
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         command = [sys.executable, "-m", "bertkit.cli", "serve", "--port", str(self.port), *args]
-        self.process = subprocess.Popen(command, env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        self.process = subprocess.Popen(command, env=dict(os.environ, HF_HUB_OFFLINE="1", **(env or {})),
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + timeout
         while time.time() < deadline:
@@ -241,12 +257,6 @@ class Watched:
     def heatmap(self) -> list:
         return self.page.evaluate("document.getElementById('heatmap').data[0].z")
 
-    def shot(self, selector: str, name: str) -> None:
-        """A screenshot of one element for the README (the sticky header unstuck, so that it covers nothing)."""
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        self.page.add_style_tag(content="header { position: static !important; }")
-        self.page.locator(selector).screenshot(path=str(SHOTS / name))
-
 
 @pytest.fixture
 def live(browser, server):
@@ -264,10 +274,7 @@ def test_typing_a_sentence_with_padding_shows_the_guide_table(live):
     assert live.cells("tokens") == ["[CLS]", "i", "love", "korea", "[SEP]", "[PAD]", "[PAD]"]
     assert live.page.locator("#panel-tokens .error").is_hidden()
     live.update(lambda: live.page.fill("#compare", "I hate Korea"))
-    for panel in ("tokens", "model", "sentence", "map", "prediction", "probe"):
-        live.shot(f"#panel-{panel}", f"{panel}.png")
-    live.page.evaluate("window.scrollTo(0, 0)")
-    live.page.screenshot(path=str(SHOTS / "page.png"))
+    assert "cosine" in live.page.locator("#cosine").inner_text()
     assert live.errors == []
 
 
@@ -309,17 +316,15 @@ def test_bad_input_shows_a_message_in_every_panel(live):
     live.update(lambda: live.page.fill("#text", "이 영화 재미없네요"))
     coverage = live.page.locator("#coverage")
     assert "jamo" in coverage.inner_text() and coverage.get_attribute("class") == "warning"
-    live.shot("#panel-tokens", "tokens-korean.png")
     live.update(lambda: live.page.fill("#text", "word " * 20_000))
     assert "100,000 characters" in live.page.locator("#panel-model .error").inner_text()
     live.update(lambda: (live.page.fill("#text", "I love Korea"), live.page.fill("#layers", "last9:sum")))
     assert "does not exist" in live.page.locator("#panel-sentence .error").inner_text()
     assert live.cells("ids")[:5] == [str(i) for i in KOREA_IDS[:5]]  # the other panels still draw
-    live.shot("#panel-sentence", "bad-layer-spec.png")
     live.update(lambda: live.page.fill("#layers", "last"))
     assert live.page.locator("#panel-sentence .error").is_hidden()
-    # the browser logs each 400 answer as a failed resource; nothing else may reach the console
-    assert [e for e in live.errors if "status of 400" not in e] == []
+    # the browser logs each 422 answer as a failed resource; nothing else may reach the console
+    assert [e for e in live.errors if "status of 422" not in e] == []
     assert "Traceback" not in live.page.content()
 
 
@@ -340,7 +345,6 @@ def test_explain_file_opens_offline_with_no_network(browser, run_dir, probe_dir,
     assert watched.heatmap() != before
     rows = json.loads((probe_dir / "probe.json").read_text())["rows"]
     assert watched.page.locator('.probe[data-probe="probe"] table tr').count() == len(rows) + 1
-    watched.shot("#panel-probe", "probe.png")
     entities = load_run(tagger_dir).predict(["I love Korea"])[0]
     assert watched.page.locator('.prediction[data-run="ner"] mark').count() == len(entities)
     assert watched.page.locator('.prediction[data-run="ner"] .tagged').inner_text().replace("\n", "").startswith(
@@ -356,6 +360,54 @@ def test_explain_file_opens_offline_with_no_network(browser, run_dir, probe_dir,
 def test_explain_command_refuses_bad_options_with_one_line(tmp_path, args, words):
     output = tmp_path / "explain.html"
     done = subprocess.run([sys.executable, "-m", "bertkit.cli", "explain", *args, "-o", str(output)],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr
     assert not output.exists()
+
+
+@pytest.mark.slow
+def test_the_page_of_a_server_with_a_key_asks_for_it_once_and_sends_it(browser, run_dir):
+    served = Served("--run", f"reviews={run_dir}", "--api-key-env", "BERTKIT_PAGE_KEY",
+                    env={"BERTKIT_PAGE_KEY": "page-key-123"})
+    try:
+        watched = Watched(browser)
+        watched.page.goto(served.url + "/")
+        watched.page.locator("#key-form").wait_for(state="visible", timeout=60_000)
+        watched.page.fill("#api-key", "not-the-key")
+        watched.page.click("#key-submit")
+        watched.page.wait_for_function("document.getElementById('key-message').textContent.includes('refused')",
+                                       timeout=60_000)
+        watched.update(lambda: (watched.page.fill("#api-key", "page-key-123"), watched.page.click("#key-submit")))
+        assert watched.cells("tokens")[0] == "[CLS]" and watched.page.locator("#key-form").is_hidden()
+        assert watched.page.evaluate("sessionStorage.getItem('bertkit-api-key')") == "page-key-123"
+        watched.page.reload()  # the tab keeps the key: no second prompt
+        watched.page.wait_for_function("window.bertkit && window.bertkit.seq > 0 && "
+                                       "document.body.dataset.done === String(window.bertkit.seq)", timeout=60_000)
+        assert watched.page.locator("#key-form").is_hidden()
+        assert [e for e in watched.errors if "status of 401" not in e] == []
+        watched.page.close()
+    finally:
+        served.stop()
+
+
+# ---- the README's pictures ----------------------------------------------------------------------------------------
+SCREENSHOTS = ["page.png", "tokens.png", "model.png", "sentence.png", "map.png", "prediction.png", "probe.png",
+               "tokens-korean.png", "bad-layer-spec.png"]
+
+
+def test_the_readme_pictures_come_from_a_documented_command():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "python benchmarks/explain_page.py --screenshots docs/explain" in readme
+    shown = set(re.findall(r"docs/explain/([\w-]+\.png)", readme))
+    assert shown <= set(SCREENSHOTS), shown - set(SCREENSHOTS)
+    usage = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "explain_page.py"), "--help"],
+                           capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "--screenshots DIR" in usage
+
+
+@pytest.mark.slow
+def test_the_screenshot_command_writes_every_picture_into_the_folder_it_is_given(browser, tmp_path):
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "explain_page.py"), "--screenshots", str(tmp_path)],
+                   check=True, capture_output=True, timeout=900)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(SCREENSHOTS)
+    assert all(p.stat().st_size > 1000 for p in tmp_path.iterdir())

@@ -52,7 +52,8 @@ class Server:
             env["BERTKIT_TEST_KEY"] = key
             command += ["--api-key-env", "BERTKIT_TEST_KEY"]
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self.log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"bertkit-serve-{self.port}.log", "w+")
+        log = Path(os.environ.get("TMPDIR", "/tmp")) / f"bertkit-serve-{self.port}.log"
+        self.log = open(log, "w+")  # noqa: SIM115  (open for the server's life; closed by the OS when the test ends)
         self.process = subprocess.Popen(command, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + timeout
         while time.time() < deadline:
@@ -73,13 +74,12 @@ class Server:
 
     def post(self, path: str, body, **kwargs) -> httpx.Response:
         content = body if isinstance(body, (bytes, str)) else json.dumps(body)
-        return httpx.post(self.url + path, content=content, headers={**self.headers, **kwargs.pop("headers", {})},
-                          timeout=kwargs.pop("timeout", 60), **kwargs)
+        headers = {"Content-Type": "application/json", **self.headers, **kwargs.pop("headers", {})}
+        return httpx.post(self.url + path, content=content, headers=headers, timeout=kwargs.pop("timeout", 60), **kwargs)
 
     def metric(self, name: str) -> float:
         text = httpx.get(self.url + "/metrics", headers=self.headers).text
-        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")
-                   or line.startswith(name + "{"))
+        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith((name + " ", name + "{")))
 
     def stop(self, timeout: float = 60) -> int:
         if self.process.poll() is None:
@@ -115,6 +115,15 @@ def server(run_dirs):
     assert server.stop() == 0
 
 
+def error_of(response: httpx.Response) -> tuple[str, str]:
+    """(kind, message) of an error answer: bertkit's shape, or OpenAI's under /v1/ (the kind is its `code`)."""
+    payload = response.json()
+    if isinstance(payload["error"], dict):
+        assert set(payload["error"]) == {"message", "type", "param", "code"}, payload
+        return payload["error"]["code"], payload["error"]["message"]
+    return payload["error_type"], payload["error"]
+
+
 def expected(encoder, texts, layers, pooling):
     out = encoder.embed(texts, layers=layers, pooling=pooling, warn=False)
     return [t.vectors for t in out] if pooling == "none" else list(out)
@@ -147,22 +156,40 @@ def test_concurrent_mixed_requests_are_batched_and_equal_the_library(server, enc
     assert server.metric("bertkit_tokens_total") > 0
 
 
-def test_openai_client_float_and_base64_give_the_library_vectors(server, encoder):
+def test_openai_client_float_and_base64_give_unit_length_library_vectors(server, encoder):
     from openai import OpenAI
 
     client = OpenAI(base_url=server.url + "/v1", api_key=KEY)
     texts = ["I love Korea", "the movie was great"]
     want = encoder.embed(texts)
+    want = want / np.linalg.norm(want, axis=1, keepdims=True)  # OpenAI's embeddings have length 1
     for encoding in ("float", "base64", None):  # None: the client asks for base64 and decodes it itself
         options = {"encoding_format": encoding} if encoding else {}
         result = client.embeddings.create(model="default", input=texts, **options)
         got = np.array([np.frombuffer(base64.b64decode(d.embedding), "<f4") if encoding == "base64" else d.embedding
                         for d in result.data], dtype=np.float32)
+        np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
         np.testing.assert_allclose(got, want, atol=1e-5)
         assert result.usage.prompt_tokens == result.usage.total_tokens == int(encoder.tokenize(texts).attention_mask.sum())
-    with pytest.raises(Exception) as error:
-        client.embeddings.create(model="text-embedding-3-small", input="x")
-    assert error.value.status_code == 404 and "not served here" in error.value.response.json()["error"]
+
+
+@pytest.mark.parametrize("key, call, error_class, code, words", [
+    (KEY, {"model": "text-embedding-3-small", "input": "x"}, "NotFoundError", "model_not_found", "not served here"),
+    (KEY, {"model": "default", "input": [[1, 2]]}, "UnprocessableEntityError", "invalid_input", "token ids"),
+    (KEY, {"model": "default", "input": "x", "dimensions": 7}, "UnprocessableEntityError", "invalid_input",
+     "dimensions=7"),
+    ("wrong-key", {"model": "default", "input": "x"}, "AuthenticationError", "unauthorized", "wrong API key"),
+])
+def test_openai_client_errors_carry_the_message(server, key, call, error_class, code, words):
+    import openai
+
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0)
+    with pytest.raises(getattr(openai, error_class)) as error:
+        client.embeddings.create(**call)
+    assert words in str(error.value) and words in error.value.message, str(error.value)
+    assert error.value.code == code and error.value.type in ("invalid_request_error", "authentication_error")
+    if code == "model_not_found":
+        assert error.value.param == "model"
 
 
 def test_huggingface_inference_client_gets_the_library_vector(server, encoder, monkeypatch):
@@ -183,7 +210,7 @@ def test_tokenize_gives_tokens_ids_mask_word_ids_and_character_offsets(server, e
     assert view["word_ids"] == [None, 0, 1, 2, None]
     assert [text[a:b] for a, b in view["offsets"][1:-1]] == ["I", "love", "Korea"]
     long = server.post("/tokenize", {"inputs": ["word " * 600]})
-    assert long.headers["X-Bertkit-Truncated"] == "1" and len(long.json()[0]["ids"]) == 512
+    assert long.headers["X-Bertkit-Truncated"] == "1" and len(long.json()[0]["ids"]) == encoder.max_length
 
 
 def test_long_input_is_truncated_and_says_so_or_refused_by_index(server, encoder):
@@ -198,7 +225,7 @@ def test_long_input_is_truncated_and_says_so_or_refused_by_index(server, encoder
     assert f"inputs[1] has {length} tokens" in refused.json()["error"]
 
 
-def test_predict_serves_a_feature_classifier_and_a_tagger_like_their_own_predict(server, run_dirs):
+def test_predict_serves_a_feature_classifier_and_a_tagger_like_their_own_predict(server, run_dirs, encoder):
     from bertkit import load_run
 
     texts = ["a warm and funny story", "a dull lifeless mess"]
@@ -219,7 +246,7 @@ def test_predict_serves_a_feature_classifier_and_a_tagger_like_their_own_predict
         assert text[e["start"]:e["end"]] == e["text"] and 0 < e["score"] <= 1
     info = httpx.get(server.url + "/info", headers=server.headers).json()
     assert {r["name"]: r["kind"] for r in info["runs"]} == {"sentiment": "features", "ner": "finetuned-token"}
-    assert info["hidden_size"] == 384 and info["max_length"] == 512 and "path" not in info
+    assert info["hidden_size"] == 384 and info["max_length"] == encoder.max_length and "path" not in info
 
 
 def test_every_endpoint_but_health_needs_the_key(server):
@@ -229,7 +256,7 @@ def test_every_endpoint_but_health_needs_the_key(server):
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
             response = httpx.request(method, server.url + path, headers=headers, content=b'{"inputs": "x"}')
             assert response.status_code == 401, (path, headers)
-            assert response.json()["error_type"] == "unauthorized"
+            assert error_of(response)[0] == "unauthorized"
             assert response.headers["WWW-Authenticate"] == "Bearer"
 
 
@@ -253,8 +280,8 @@ def test_every_endpoint_but_health_needs_the_key(server):
 def test_bad_requests_get_one_clear_json_error(server, path, body, status, error_type, words):
     response = server.post(path, body)
     assert response.status_code == status, response.text
-    payload = response.json()
-    assert payload["error_type"] == error_type and words in payload["error"], payload
+    kind, message = error_of(response)
+    assert kind == error_type and words in message, response.text
     assert "Traceback" not in response.text and "/tmp" not in response.text and "site-packages" not in response.text
 
 
@@ -281,7 +308,7 @@ def test_overload_answers_429_at_once_and_keeps_serving():
         codes = [r.status_code for r in responses]
         assert set(codes) == {200, 429}, codes
         refused = next(r for r in responses if r.status_code == 429)
-        assert refused.json()["error_type"] == "overloaded" and int(refused.headers["Retry-After"]) >= 1
+        assert error_of(refused)[0] == "overloaded" and int(refused.headers["Retry-After"]) >= 1
         assert server.metric("bertkit_rejected_total") == codes.count(429)
         assert server.post("/embed", {"inputs": "still here"}).status_code == 200
     finally:

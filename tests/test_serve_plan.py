@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
+import threading
+
+import numpy as np
+import pytest
 
 from bertkit.serve.plan import PASS_OVERHEAD_TOKENS, padded_width, plan_batches
 
@@ -53,3 +58,39 @@ def test_the_plan_is_the_cheapest_split_of_the_sorted_rows():
             if all(len(g) == 1 or len(g) * padded_width(max(lengths[i] for i in g)) <= budget for g in split):
                 best = min(best if best is not None else 10**9, cost(lengths, split))
         assert cost(lengths, groups) == best
+
+
+@pytest.mark.slow
+def test_the_batcher_plans_its_passes_without_holding_the_lock_that_submit_needs(encoder, monkeypatch):
+    """Planning 1,365 short rows took 32 ms: under the queue's lock, every request's `submit` waited for it."""
+    from bertkit.encoder.layers import parse_layers
+    from bertkit.serve import batcher as batcher_module
+    from bertkit.serve.metrics import Metrics
+
+    batcher = batcher_module.Batcher(encoder, Metrics(), max_batch_tokens=2048, max_queue_tokens=65536)
+    free_while_planning: list[bool] = []
+    real_plan = batcher_module.plan_batches
+
+    def plan(lengths, budget):
+        other = threading.Thread(target=batcher.queue_depth)  # takes the lock that submit() takes
+        other.start()
+        other.join(timeout=5)
+        free_while_planning.append(not other.is_alive())
+        return real_plan(lengths, budget)
+
+    monkeypatch.setattr(batcher_module, "plan_batches", plan)
+    loop = asyncio.new_event_loop()
+    try:
+        batcher.start()
+        ids = encoder.tokenize(["I love Korea", "a visually stunning rumination on love"])
+        rows = [[int(i) for i, m in zip(r, mask) if m] for r, mask in zip(ids.input_ids, ids.attention_mask)]
+        job = batcher_module.EmbedJob(rows, [[0] * len(r) for r in rows], parse_layers("last"), ("mean",),
+                                      loop.create_future(), loop)
+        batcher.submit(job)
+        vectors = loop.run_until_complete(asyncio.wait_for(job.future, 60))
+    finally:
+        batcher.stop(30)
+        loop.close()
+    assert free_while_planning == [True]
+    np.testing.assert_allclose(np.stack(vectors), encoder.embed(["I love Korea", "a visually stunning rumination on love"]),
+                               atol=1e-5)

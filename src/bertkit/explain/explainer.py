@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from sklearn.decomposition import PCA
@@ -30,20 +30,21 @@ RECENT = 16  # sentences whose feature vectors are kept (map and prediction of o
 
 @dataclass
 class Settings:
-    """What the page asks for; None means 'every one' for the layer / attention layer / head of the offline page."""
+    """What the page asks for. `layer`, `attention_layer`, `head`: a number, a list, 'all' ('mean' for the head), or
+    None for the small default (the last hidden state, the last layer's attention averaged over its heads)."""
 
     text: str
     pad_to: int | None = None
-    layer: int | None = None
-    attention_layer: int | None = None
-    head: int | None = None
+    layer: int | list[int] | str | None = None
+    attention_layer: int | list[int] | str | None = None
+    head: int | list[int] | str | None = None
     layers: str = "last"
     pooling: str = "mean"
     compare: str | None = None
     map_run: str | None = None
 
     @classmethod
-    def from_json(cls, payload: dict) -> "Settings":
+    def from_json(cls, payload: dict) -> Settings:
         """Settings from a request body; unknown keys and wrong types get a message naming them."""
         if not isinstance(payload, dict):
             raise InputError("the request body must be a JSON object such as {\"text\": \"I love Korea\"}.")
@@ -68,29 +69,36 @@ class Settings:
 
 @dataclass
 class MapData:
-    """A feature run's training sentences in 2-D: the fitted PCA, the points, and where they came from."""
+    """A feature run's training sentences in 2-D: the fitted PCA, the points, where they came from (in words, no
+    path), and whether their texts may be shown (bertkit's own sample reviews, or `map_texts`)."""
 
     pca: PCA
     points: np.ndarray
     labels: list[str]
     texts: list[str]
     source: str
+    public: bool = False
 
 
 @dataclass
 class Explainer:
-    """An encoder plus named runs (classifiers, taggers) and probe records, with a cache of each run's map."""
+    """An encoder plus named runs (classifiers, taggers) and probe records, with a cache of each run's map.
+
+    `map_texts`: the map panel carries a run's training sentences (for the hover text); off, it carries only points
+    and labels, so that a served page does not hand out the training data (bertkit's sample reviews always show).
+    """
 
     encoder: Encoder
     runs: dict = field(default_factory=dict)
     probes: dict = field(default_factory=dict)
+    map_texts: bool = False
     _maps: dict = field(default_factory=dict)
     _recent: dict = field(default_factory=dict)  # (run, text) → features, the last few sentences
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def from_paths(cls, model: str | None = None, run_dirs: list[str] | None = None, encoder: Encoder | None = None,
-                   **options) -> "Explainer":
+                   **options) -> Explainer:
         """Load the encoder and each `[name=]DIR`: a run (`bertkit train` / `finetune`) or a `bertkit probe` output."""
         explainer = cls(encoder or Encoder.from_pretrained(model))
         for spec in run_dirs or []:
@@ -108,7 +116,7 @@ class Explainer:
         """What the page needs before the first sentence: model facts, runs by kind, probe names."""
         facts = self.encoder.info()
         return {
-            "model": facts["model"], "architecture": facts["architecture"], "layers": facts["layers"],
+            "model": model_name(self.encoder), "architecture": facts["architecture"], "layers": facts["layers"],
             "hidden_states": facts["hidden_states"], "hidden_size": facts["hidden_size"],
             "heads": facts["attention_heads"], "max_length": facts["max_length"], "pooler": facts["pooler"],
             "limits": {"chars": views.MAX_CHARS, "tokens": min(views.MAX_TOKENS, self.encoder.max_length)},
@@ -117,15 +125,30 @@ class Explainer:
             "probes": list(self.probes),
         }
 
-    def explain(self, settings: Settings) -> dict:
-        """Every panel for one sentence; each panel is its data or {"error": message}."""
+    def explain(self, settings: Settings, bounded: bool = True) -> dict:
+        """Every panel for one sentence; each panel is its data or {"error": message}.
+
+        Parameters
+        ----------
+        settings : Settings
+            The sentence and what to show of it.
+        bounded : bool
+            Cap the token vectors and attention maps one answer carries (`views.MAX_VECTOR_LAYERS`,
+            `views.MAX_ATTENTION_MAPS`); the offline page of `bertkit explain` asks for every one.
+
+        Returns
+        -------
+        dict
+            One entry per panel, plus the settings used.
+        """
         text, encoder = settings.text, self.encoder
-        map_run = settings.map_run or next(iter(self.info()["map_runs"]), None)
+        map_run = self._map_run(settings)
+        limits = (views.MAX_VECTOR_LAYERS, views.MAX_ATTENTION_MAPS) if bounded else (None, None)
         return {
             "settings": {**settings.__dict__, "map_run": map_run},
             "tokenization": _panel(lambda: views.tokenization(encoder, text, settings.pad_to)),
             "model": _panel(lambda: views.through_model(encoder, text, settings.pad_to, settings.layer,
-                                                        settings.attention_layer, settings.head)),
+                                                        settings.attention_layer, settings.head, *limits)),
             "sentence": _panel(lambda: views.sentence_vector(encoder, text, settings.layers, settings.pooling,
                                                              settings.compare)),
             "map": _panel(lambda: self.map_view(map_run, text)),
@@ -133,6 +156,21 @@ class Explainer:
                             for name, run in self.runs.items()},
             "probes": {name: _panel(lambda record=record: views.probe_table(record)) for name, record in self.probes.items()},
         }
+
+    def work_tokens(self, settings: Settings) -> int:
+        """About how many tokens of model work `explain(settings)` does: what it counts against the server's queue.
+
+        The sentence goes through the model for the token panels (twice: hidden states and attention), the sentence
+        vector and each run; the second sentence once; a run's map is fitted on its first use.
+        """
+        sentence = min(len(settings.text) // 4 + 2, self.encoder.max_length)
+        compare = min(len(settings.compare) // 4 + 2, self.encoder.max_length) if settings.compare else 0
+        map_run = self._map_run(settings)
+        first_map = MAP_ROWS * 16 if map_run in self.runs and map_run not in self._maps else 0
+        return sentence * (3 + len(self.runs)) + compare + first_map
+
+    def _map_run(self, settings: Settings) -> str | None:
+        return settings.map_run or next(iter(self.info()["map_runs"]), None)
 
     def map_view(self, name: str | None, text: str) -> dict:
         """The run's training sentences on a PCA map coloured by label, with `text` placed by the same projection."""
@@ -146,17 +184,18 @@ class Explainer:
                              f"(feature runs: {known}).")
         with self._lock:
             if name not in self._maps:
-                self._maps[name] = _fit_map(run)
+                self._maps[name] = _fit_map(run, name, self.map_texts)
         data = self._maps[name]
         features = self._features(name, text)
         point = data.pca.transform(features)[0]
         predicted = run.classes_[int(run.predict_proba_features(features).argmax(axis=1)[0])]
         groups: dict[str, dict] = {}
         for (x, y), label, sentence in zip(data.points, data.labels, data.texts):
-            group = groups.setdefault(label, {"label": label, "x": [], "y": [], "text": []})
+            group = groups.setdefault(label, {"label": label, "x": [], "y": [], **({"text": []} if data.public else {})})
             group["x"].append(round(float(x), 3))
             group["y"].append(round(float(y), 3))
-            group["text"].append(sentence[:80])
+            if data.public:
+                group["text"].append(sentence[:80])
         return {
             "run": name, "source": data.source, "n": len(data.texts),
             "explained_variance": [round(float(v), 4) for v in data.pca.explained_variance_ratio_],
@@ -182,27 +221,37 @@ class Explainer:
         return features
 
 
-def _fit_map(run: TextClassifier) -> MapData:
-    texts, labels, source = map_source(run)
+def _fit_map(run: TextClassifier, name: str, map_texts: bool = False) -> MapData:
+    texts, labels, source, sample = map_source(run, name)
     rows = np.unique(np.linspace(0, len(texts) - 1, min(MAP_ROWS, len(texts))).astype(int))
     texts, labels = [texts[i] for i in rows], [str(labels[i]) for i in rows]
     vectors = run.features(texts)
     pca = PCA(n_components=2, random_state=0).fit(vectors)
-    return MapData(pca, pca.transform(vectors), labels, texts, source)
+    return MapData(pca, pca.transform(vectors), labels, texts, source, public=sample or map_texts)
 
 
-def map_source(run: TextClassifier) -> tuple[list[str], list, str]:
-    """The run's own training file when its record names one that is still there, else bertkit's sample reviews."""
+def map_source(run: TextClassifier, name: str = "the run") -> tuple[list[str], list, str, bool]:
+    """The run's own training file when its record names one that is still there, else bertkit's sample reviews.
+
+    Returns the texts, the labels, where they come from in words (the run's name, never a path), and whether they
+    are bertkit's sample reviews.
+    """
     data = run.record_.get("data", {}) if hasattr(run, "record_") else {}
     train = data.get("train")
     if train and Path(train).is_file():
         columns = [_column(data.get("text_column")), _column(data.get("label_column"))]
         loaded = read_labelled(train, *columns, header=data.get("header"))
         n = min(MAP_ROWS, len(loaded.texts))
-        return loaded.texts, loaded.labels, f"{n} evenly spaced rows of the run's training file {train}"
+        return loaded.texts, loaded.labels, f"{n} evenly spaced rows of run {name}'s training file", False
     loaded = read_labelled(sample_path(SAMPLE), "text", "label", header=True)
-    why = f"its training file {train} is not reachable" if train else "the run does not record its training file"
-    return loaded.texts, loaded.labels, f"bertkit's {len(loaded.texts)} sample reviews ({why})"
+    why = "its training file is not reachable here" if train else "the run does not record its training file"
+    return loaded.texts, loaded.labels, f"bertkit's {len(loaded.texts)} sample reviews ({why})", True
+
+
+def model_name(encoder: Encoder) -> str:
+    """The model's name for answers and pages: the hub name, 'default', or a local model's directory name (no path)."""
+    source = encoder.loaded.source
+    return Path(source.path).name if source.kind == "local" else source.spec
 
 
 def split_run_spec(spec: str) -> tuple[str, str]:

@@ -1,7 +1,9 @@
 """HTTP routes of the explainer: GET / (the page), its static files, GET /explain/info and POST /explain (all panels).
 
-The routes read the server's shared state (`app.state.service`: encoder and runs), so the page explains with the
-very model and runs that `/embed` and `/predict` serve; a probe record can be added with `add_routes(app, probes)`.
+The routes read the server's shared state (`app.state.service`: encoder, runs and the batcher), so the page explains
+with the very model and runs that `/embed` and `/predict` serve, and `POST /explain` runs on the service's model
+thread under its queue limit like every other model call. Errors are raised, and answered by the app's handlers in
+the service's one JSON error shape. A probe record can be added with `add_routes(app, probes)`.
 """
 
 from __future__ import annotations
@@ -10,14 +12,13 @@ import json
 import threading
 
 from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
-from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 
-from ..errors import BertkitError
 from . import page
 from .explainer import Explainer, Settings, load_probe
 
-MAX_BODY_BYTES = 1 << 20  # a 100k-character paste still arrives, so that the answer can say what is wrong with it
 _BUILD = threading.Lock()
 
 
@@ -34,7 +35,8 @@ def explainer_of(app) -> Explainer:
         if getattr(app.state, "explainer", None) is None:
             service = app.state.service
             runs = {name: getattr(run, "model", run) for name, run in service.runs.items()}
-            app.state.explainer = Explainer(service.encoder, runs, dict(getattr(app.state, "explain_probes", {})))
+            app.state.explainer = Explainer(service.encoder, runs, dict(getattr(app.state, "explain_probes", {})),
+                                            map_texts=service.settings.map_texts)
         return app.state.explainer
 
 
@@ -49,7 +51,7 @@ def router() -> APIRouter:
     @routes.get("/explain/static/{name}", include_in_schema=False)
     def explainer_static(name: str):
         if name not in page.STATIC_FILES:
-            return _error(404, f"no static file {name!r}; the page uses {', '.join(page.STATIC_FILES)}.", "not_found")
+            raise HTTPException(404, f"no static file {name!r}; the page uses {', '.join(page.STATIC_FILES)}.")
         return FileResponse(page.static_path(name), media_type=page.STATIC_FILES[name],
                             headers={"Cache-Control": "max-age=3600"})
 
@@ -60,26 +62,20 @@ def router() -> APIRouter:
     @routes.post("/explain", summary="Explainer: every panel for one sentence (tokens, layers, attention, vector, map, "
                  "predictions, probes)")
     async def explain(request: Request):
-        body = await request.body()
-        if len(body) > MAX_BODY_BYTES:
-            return _error(413, f"the request body is {len(body):,} bytes; the explainer takes up to {MAX_BODY_BYTES:,}.",
-                          "payload_too_large")
-        try:
-            payload = json.loads(body or b"null")
-        except ValueError as exc:
-            return _error(400, f"the request body is not valid JSON ({exc}); send {{\"text\": \"...\"}}.", "invalid_json")
-        try:
-            settings = Settings.from_json(payload)
-            explainer = explainer_of(request.app)
-            # a plain JSONResponse: FastAPI's jsonable_encoder would walk every float of the heatmaps (~12 ms)
-            return JSONResponse(await run_in_threadpool(explainer.explain, settings))
-        except BertkitError as exc:
-            return _error(400, str(exc), "invalid_input")
-        except TypeError as exc:
-            return _error(400, f"bad settings: {exc}.", "invalid_input")
+        settings = Settings.from_json(_json(await request.body()))
+        explainer = explainer_of(request.app)
+        result = await request.app.state.service.call(lambda: explainer.explain(settings),
+                                                      explainer.work_tokens(settings))
+        # a plain JSONResponse: FastAPI's jsonable_encoder would walk every float of the heatmaps (~12 ms)
+        return JSONResponse(result)
 
     return routes
 
 
-def _error(status: int, message: str, kind: str) -> JSONResponse:
-    return JSONResponse({"error": message, "error_type": kind}, status_code=status)
+def _json(body: bytes):
+    """The body as JSON, or the app's `invalid_json` error."""
+    try:
+        return json.loads(body or b"null")
+    except ValueError as exc:
+        raise RequestValidationError([{"type": "json_invalid", "loc": ("body",), "msg": "JSON decode error",
+                                       "ctx": {"error": str(exc)}}]) from None

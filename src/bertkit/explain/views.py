@@ -9,7 +9,8 @@ from __future__ import annotations
 import copy
 import inspect
 import weakref
-from typing import Sequence
+from collections.abc import Sequence
+from pathlib import PurePath
 
 import numpy as np
 import torch
@@ -22,8 +23,13 @@ from ..errors import InputError
 MAX_CHARS = 2000  # a sentence or a short paragraph; longer pastes are refused with a message
 MAX_TOKENS = 128  # the token panels (heatmaps, attention) show at most this many positions
 DIGITS = 4
+# One served answer carries at most this many layers of token vectors and attention maps (each up to 128 x 128):
+# every head of one layer, or one head (or the mean) of every layer of a 12-layer model; about 6 MB of JSON at most.
+MAX_VECTOR_LAYERS = 4
+MAX_ATTENTION_MAPS = 16
+ALL, MEAN = "all", "mean"
 
-_EAGER: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = weakref.WeakKeyDictionary()
+_EAGER: weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module] = weakref.WeakKeyDictionary()
 
 
 def check_text(text: object, name: str = "text", allow_empty: bool = False) -> str:
@@ -71,22 +77,46 @@ def through_model(
     encoder: Encoder,
     text: str,
     pad_to: int | None = None,
-    layer: int | None = None,
-    attention_layer: int | None = None,
-    head: int | None = None,
+    layer: int | list[int] | str | None = None,
+    attention_layer: int | list[int] | str | None = None,
+    head: int | list[int] | str | None = None,
+    max_layers: int | None = None,
+    max_maps: int | None = None,
 ) -> dict:
     """Tensor shapes, per-layer norms and cosines, token vectors of layer(s) and attention of layer(s) / head(s).
 
-    `layer`, `attention_layer` and `head` pick what to send; None sends every one (the offline page switches locally).
+    Parameters
+    ----------
+    encoder : Encoder
+        The model.
+    text : str
+        The sentence.
+    pad_to : int, optional
+        Pad the tokens to this length.
+    layer : int, list of int, 'all' or None
+        The hidden states whose token vectors to send (None: the last).
+    attention_layer : int, list of int, 'all' or None
+        The layers whose attention to send (None: the last).
+    head : int, list of int, 'all', 'mean' or None
+        The heads of each of those layers ('mean' and None: their average).
+    max_layers, max_maps : int, optional
+        Refuse to send more layers of token vectors / attention maps than this (None: no cap).
+
+    Returns
+    -------
+    dict
+        Tokens, shapes, norms, cosines, `vectors` by layer and `attention` by layer and head.
     """
+    n_states, n_heads = encoder.num_layers + 1, _heads(encoder)
+    layers = _pick(layer, n_states, "layer", "hidden states (0 = embeddings)", n_states - 1)
+    attention_layers = _pick(attention_layer, n_states, "attention layer", "layers", n_states - 1, first=1)
+    heads = _pick(MEAN if head is None else head, n_heads, "head", "attention heads", MEAN, extra=(MEAN,))
+    _cap(len(layers), max_layers, "layer", "layers of token vectors")
+    _cap(len(attention_layers) * len(heads), max_maps, "attention_layer x head", "attention maps")
     batch = _batch(encoder, text, pad_to)
     out = encoder.forward(batch)
     states = out.hidden_states  # layers + 1 tensors of (1, n, hidden)
     attentions = attention_weights(encoder, batch)  # layers tensors of (1, heads, n, n)
-    n_states, n_heads = len(states), int(attentions[0].shape[1])
-    layers = _pick(layer, n_states, "layer", "hidden states (0 = embeddings)")
-    attention_layers = _pick(attention_layer, n_states, "attention layer", "layers", first=1)
-    heads = _pick(head, n_heads, "head", "attention heads")
     stacked = torch.stack([s[0].float() for s in states])  # (states, n, hidden)
     norms = stacked.norm(dim=-1)
     cosines = torch.nn.functional.cosine_similarity(stacked[1:], stacked[:-1], dim=-1)
@@ -108,8 +138,24 @@ def through_model(
         "norms": _round(norms),
         "cosine_to_previous": _round(cosines),
         "vectors": {str(i): _round(stacked[i]) for i in layers},
-        "attention": {str(i): {str(h): _round(attentions[i - 1][0, h]) for h in heads} for i in attention_layers},
+        "attention": {str(i): {str(h): _round(_head(attentions[i - 1][0], h)) for h in heads} for i in attention_layers},
     }
+
+
+def _heads(encoder: Encoder) -> int:
+    config = encoder.model.config
+    return int(getattr(config, "num_attention_heads", getattr(config, "n_heads", 1)))
+
+
+def _head(attention: torch.Tensor, head: int | str) -> torch.Tensor:
+    """One head's (n, n) attention of a layer's (heads, n, n), or their mean."""
+    return attention.mean(dim=0) if head == MEAN else attention[head]
+
+
+def _cap(count: int, cap: int | None, name: str, what: str) -> None:
+    if cap is not None and count > cap:
+        raise InputError(f"{name}: that asks for {count} {what}; one answer carries at most {cap}. Ask for fewer "
+                         "(a number or a short list such as [0, 6]).")
 
 
 def attention_weights(encoder: Encoder, batch) -> tuple[torch.Tensor, ...]:
@@ -200,7 +246,7 @@ def probe_table(record: dict) -> dict:
         "task": record.get("task"),
         "metric": metric,
         "secondary_metric": record.get("secondary_metric"),
-        "facts": record.get("facts", {}),
+        "facts": _named(record.get("facts", {})),
         "rows": [{"pooling": r["pooling"], "layers": r["choice"], "dim": r["dim"], metric: round(100 * r["score"], 1),
                   record.get("secondary_metric", "secondary"): round(100 * r["secondary"], 1)} for r in rows],
         "series": series,
@@ -209,6 +255,18 @@ def probe_table(record: dict) -> dict:
 
 
 # ---- helpers --------------------------------------------------------------------------------------------------------
+def _named(facts: dict) -> dict:
+    """A probe record's facts with names instead of paths: its data files' names, a local model's directory name."""
+    named = dict(facts)
+    for key in ("train", "dev"):
+        if isinstance(named.get(key), str):
+            named[key] = PurePath(named[key]).name
+    model = named.get("model")
+    if isinstance(model, str) and (PurePath(model).is_absolute() or model.startswith((".", "~"))):
+        named["model"] = PurePath(model).name
+    return named
+
+
 def _batch(encoder: Encoder, text: str, pad_to: int | None):
     """What `bertkit tokenize --max-length` builds: padded to `pad_to`, or to its own length (at most MAX_TOKENS)."""
     pad_to = check_padding(encoder, pad_to)
@@ -216,12 +274,22 @@ def _batch(encoder: Encoder, text: str, pad_to: int | None):
     return encoder.tokenize([text], max_length=limit, padding="max_length" if pad_to else "longest")
 
 
-def _pick(choice: int | None, count: int, name: str, what: str, first: int = 0) -> Sequence[int]:
+def _pick(choice, count: int, name: str, what: str, default: int | str, first: int = 0,
+          extra: Sequence[str] = ()) -> list:
+    """The chosen indices: None → [default], 'all' → every one, a number or a list of numbers (or an `extra` word)."""
     if choice is None:
-        return range(first, count)
-    if isinstance(choice, bool) or not isinstance(choice, int) or not first <= choice < count:
-        raise InputError(f"{name} {choice!r}: this model has {what} {first} to {count - 1}.")
-    return [choice]
+        return [default]
+    if choice == ALL:
+        return list(range(first, count))
+    if isinstance(choice, str) and choice in extra:
+        return [choice]
+    values = choice if isinstance(choice, list) else [choice]
+    words = "".join(f", '{word}'" for word in (ALL, *extra))
+    for value in values or [None]:
+        if isinstance(value, bool) or not isinstance(value, int) or not first <= value < count:
+            raise InputError(f"{name} {value!r}: this model has {what} {first} to {count - 1}; give one, a list of "
+                             f"them{words} or null.")
+    return list(dict.fromkeys(values))
 
 
 def _round(values) -> list:

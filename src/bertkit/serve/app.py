@@ -10,13 +10,15 @@ import asyncio
 import base64
 import gc
 import logging
+from collections.abc import Sequence
 from contextlib import asynccontextmanager
-from typing import Sequence
+from http import HTTPStatus
 
 import numpy as np
 import orjson
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -26,7 +28,15 @@ from ..encoder.threads import release_openmp_threads
 from ..errors import BertkitError
 from ..explain.routes import add_routes as add_explainer_routes
 from .batcher import Overloaded, ShuttingDown
-from .middleware import ApiKeyMiddleware, BodyLimitMiddleware, BodyTooLarge, MetricsMiddleware
+from .errors import error_response
+from .middleware import (
+    ApiKeyMiddleware,
+    BodyLimitMiddleware,
+    BodyTooLarge,
+    JsonBodyMiddleware,
+    LocalAccessMiddleware,
+    MetricsMiddleware,
+)
 from .runs import ServedRun
 from .schemas import (
     ClassPrediction,
@@ -40,6 +50,7 @@ from .schemas import (
     TokenVectors,
     TokenView,
 )
+from .security import check_allow_hosts, check_allow_origins
 from .service import ClientGone, EmbedResult, ServeError, Service
 from .settings import ServeSettings
 
@@ -57,7 +68,9 @@ class VectorJSONResponse(JSONResponse):
 
     def render(self, content) -> bytes:
         return orjson.dumps(content, default=_array_fallback, option=orjson.OPT_SERIALIZE_NUMPY)
-ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 413, 422, 429, 500)}
+
+
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 413, 415, 422, 429, 500)}
 
 
 def create_app(encoder: Encoder | None = None, runs: dict[str, ServedRun] | None = None,
@@ -90,12 +103,25 @@ def create_app(encoder: Encoder | None = None, runs: dict[str, ServedRun] | None
     add_explainer_routes(app)  # GET / (the visual guide, live), /explain/info, POST /explain
     for router in routers:
         app.include_router(router)
-    # outermost first: metrics see every answer, the key is checked before the body is read
-    app.add_middleware(BodyLimitMiddleware, limit=service.settings.max_body_bytes)
-    if service.settings.api_key:
-        app.add_middleware(ApiKeyMiddleware, key=service.settings.api_key)
-    app.add_middleware(MetricsMiddleware, metrics=service.metrics)
+    _add_middleware(app, service.settings, service.metrics)
     return app
+
+
+def _add_middleware(app: FastAPI, settings: ServeSettings, metrics) -> None:
+    """Outermost first: metrics see every answer; Host and Origin are checked before anything else, CORS answers
+    (preflight included) come before the key check, and the key before the body is read."""
+    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    app.add_middleware(JsonBodyMiddleware)
+    if settings.api_key:
+        app.add_middleware(ApiKeyMiddleware, key=settings.api_key)
+    origins = check_allow_origins(settings.allow_origins)
+    if origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(origins), allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type"], max_age=600,
+                           expose_headers=["Retry-After", "X-Bertkit-Truncated", "X-Bertkit-Truncated-Inputs"])
+    app.add_middleware(LocalAccessMiddleware, allow_hosts=check_allow_hosts(settings.allow_hosts),
+                       allow_origins=origins)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
 
 
 def _service(request: Request) -> Service:
@@ -130,7 +156,7 @@ def _normalized(vectors: np.ndarray, normalize: bool) -> np.ndarray:
 
 
 async def _parse(request: Request, model: type[BaseModel]):
-    """The JSON body as `model`, whatever the Content-Type says (`curl -d` sends form encoding)."""
+    """The JSON body as `model` (JsonBodyMiddleware has refused other content types)."""
     try:
         return model.model_validate_json(await request.body())
     except ValidationError as exc:
@@ -193,20 +219,22 @@ def _routes() -> APIRouter:
         names = service.model_names
         if body.model not in names:
             raise ServeError(404, "model_not_found", f"model {body.model!r} is not served here; use one of: "
-                             f"{', '.join(sorted(names))}.")
+                             f"{', '.join(sorted(names))}.", param="model")
         inputs = body.input
         if not isinstance(inputs, str) and inputs and not all(isinstance(x, str) for x in inputs):
-            raise ServeError(422, "invalid_input", "input: token ids are not accepted; send a string or a list of strings.")
+            raise ServeError(422, "invalid_input", "input: token ids are not accepted; send a string or a list of "
+                             "strings.", param="input")
         if body.pooling.strip().lower() == "none":
-            raise ServeError(422, "invalid_input", "pooling='none' gives token vectors; use /embed for those.")
+            raise ServeError(422, "invalid_input", "pooling='none' gives token vectors; use /embed for those.",
+                             param="pooling")
         dim = service.encoder.sentence_dim(body.layers, body.pooling)
         if body.dimensions is not None and body.dimensions != dim:
             raise ServeError(422, "invalid_input", f"dimensions={body.dimensions}: this model gives {dim}-dimensional "
-                             "vectors for these layers and pooling; leave dimensions out.")
+                             "vectors for these layers and pooling; leave dimensions out.", param="dimensions")
         result = await service.embed(service.texts(inputs, "input"), body.layers, body.pooling, True,
                                      _disconnected(request))
         data = []
-        for index, vector in enumerate(result.vectors):
+        for index, vector in enumerate(_normalized(np.stack(result.vectors), True)):  # unit length, as OpenAI's
             if body.encoding_format == "base64":
                 value = base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
             else:
@@ -245,10 +273,6 @@ def _routes() -> APIRouter:
     return router
 
 
-def _error(status: int, error_type: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": message, "error_type": error_type}, status_code=status, headers=headers)
-
-
 def _validation_message(exc: RequestValidationError) -> tuple[int, str, str]:
     errors = exc.errors()
     if any(e.get("type") == "json_invalid" for e in errors):
@@ -270,44 +294,66 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str, str]:
     return 422, "validation_error", f"{text}."
 
 
+def _validation_param(exc: RequestValidationError) -> str | None:
+    """The first request field a validation error names (OpenAI's `param`)."""
+    for error in exc.errors():
+        names = [str(p) for p in error.get("loc", ()) if p != "body"]
+        if names:
+            return names[0]
+    return None
+
+
+def _http_message(request: Request, exc: StarletteHTTPException) -> str:
+    if exc.detail != HTTPStatus(exc.status_code).phrase:  # a route's own message
+        return str(exc.detail)
+    if exc.status_code == 404:
+        return f"no endpoint {request.url.path}; see /docs for the API."
+    if exc.status_code == 405:
+        return f"{request.method} is not allowed on {request.url.path}."
+    return str(exc.detail)
+
+
 def _add_error_handlers(app: FastAPI) -> None:
+    def answer(request: Request, status: int, error_type: str, message: str, headers: dict[str, str] | None = None,
+               param: str | None = None) -> JSONResponse:
+        return error_response(status, error_type, message, request.url.path, headers, param)
+
     @app.exception_handler(ServeError)
     async def serve_error(request: Request, exc: ServeError):
-        return _error(exc.status, exc.error_type, str(exc), exc.headers)
+        return answer(request, exc.status, exc.error_type, str(exc), exc.headers, exc.param)
 
     @app.exception_handler(BertkitError)
     async def bertkit_error(request: Request, exc: BertkitError):
-        return _error(422, "invalid_input", str(exc))
+        return answer(request, 422, "invalid_input", str(exc))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):
-        return _error(*_validation_message(exc))
+        return answer(request, *_validation_message(exc), param=_validation_param(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
         kinds = {404: "not_found", 405: "method_not_allowed"}
-        message = {404: f"no endpoint {request.url.path}; see /docs for the API.",
-                   405: f"{request.method} is not allowed on {request.url.path}."}.get(exc.status_code, str(exc.detail))
-        return _error(exc.status_code, kinds.get(exc.status_code, "http_error"), message, exc.headers)
+        return answer(request, exc.status_code, kinds.get(exc.status_code, "http_error"), _http_message(request, exc),
+                      exc.headers)
 
     @app.exception_handler(Overloaded)
     async def overloaded(request: Request, exc: Overloaded):
-        return _error(429, "overloaded", str(exc), {"Retry-After": str(exc.retry_after)})
+        return answer(request, 429, "overloaded", str(exc), {"Retry-After": str(exc.retry_after)})
 
     @app.exception_handler(ShuttingDown)
     async def shutting_down(request: Request, exc: ShuttingDown):
-        return _error(503, "shutting_down", str(exc), {"Retry-After": "5"})
+        return answer(request, 503, "shutting_down", str(exc), {"Retry-After": "5"})
 
     @app.exception_handler(BodyTooLarge)
     async def too_large(request: Request, exc: BodyTooLarge):
-        return _error(413, "payload_too_large", str(exc))
+        return answer(request, 413, "payload_too_large", str(exc))
 
     @app.exception_handler(ClientGone)
     async def client_gone(request: Request, exc: ClientGone):
-        return _error(499, "client_closed_request", "the client closed the connection; the request was dropped.")
+        return answer(request, 499, "client_closed_request", "the client closed the connection; the request was dropped.")
 
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception):
         log.error("request %s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
-        return _error(500, "internal_error", "the server failed on this request (it keeps serving others); "
+        return answer(request, 500, "internal_error", "the server failed on this request (it keeps serving others); "
                       "the server log has the details.")

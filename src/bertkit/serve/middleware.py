@@ -1,21 +1,20 @@
-"""Pure ASGI middleware (no request buffering): API key, body size limit, and per-request metrics."""
+"""Pure ASGI middleware (no request buffering): Host and Origin checks, API key, JSON bodies, body size, metrics.
+
+Every refusal is the service's JSON error (serve/errors.py), answered before the request reaches a route.
+"""
 
 from __future__ import annotations
 
-import json
 import time
 
+from .errors import error_response
 from .metrics import Metrics
-from .security import EXEMPT_PATHS, authorized
+from .security import BODY_METHODS, authorized, host_allowed, is_json, needs_key, origin_allowed, same_origin
 
 
-async def send_error(send, status: int, error: str, error_type: str, headers: dict[str, str] | None = None) -> None:
-    """Answer with bertkit's JSON error body straight from middleware."""
-    body = json.dumps({"error": error, "error_type": error_type}).encode()
-    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": raw})
-    await send({"type": "http.response.body", "body": body})
+def _header(scope, name: bytes) -> str | None:
+    value = dict(scope["headers"]).get(name)
+    return value.decode("latin-1") if value is not None else None
 
 
 class BodyTooLarge(Exception):
@@ -25,21 +24,67 @@ class BodyTooLarge(Exception):
         super().__init__(f"the request body is larger than {limit} bytes (--max-body-bytes); send fewer or shorter texts.")
 
 
+class LocalAccessMiddleware:
+    """Refuse (403) a `Host` that does not name this server and a browser `Origin` that is neither this server's
+    own nor admitted by `--allow-origin` (see serve/security.py: DNS rebinding and cross-site requests)."""
+
+    def __init__(self, app, allow_hosts: tuple[str, ...] = (), allow_origins: tuple[str, ...] = ()):
+        self.app = app
+        self.allow_hosts = allow_hosts
+        self.allow_origins = allow_origins
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        host = _header(scope, b"host")
+        if not host_allowed(host, scope.get("server"), self.allow_hosts):
+            name = (host or "").strip() or "(none)"
+            message = (f"Host {name!r} is not a name of this server; if clients reach it by that name, start it with "
+                       f"--allow-host {name.rsplit(':', 1)[0] if name != '(none)' else 'NAME'}.")
+            return await error_response(403, "host_not_allowed", message, scope["path"])(scope, receive, send)
+        origin = _header(scope, b"origin")
+        if origin is not None and not same_origin(origin, host) and not origin_allowed(origin, self.allow_origins):
+            message = (f"requests from web pages of origin {origin!r} are refused; if that page is yours, start the "
+                       f"server with --allow-origin {origin}.")
+            return await error_response(403, "origin_not_allowed", message, scope["path"])(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
 class ApiKeyMiddleware:
-    """Every path but /health needs `Authorization: Bearer <key>`."""
+    """Every request but /health and the page's GETs needs `Authorization: Bearer <key>`."""
 
     def __init__(self, app, key: str):
         self.app = app
         self.key = key.encode()
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["path"] in EXEMPT_PATHS:
+        if scope["type"] != "http" or not needs_key(scope["method"], scope["path"]):
             return await self.app(scope, receive, send)
         header = dict(scope["headers"]).get(b"authorization")
         if not authorized(header, self.key):
             message = "missing API key" if header is None else "wrong API key"
-            return await send_error(send, 401, f"{message}: send the header 'Authorization: Bearer <key>'.",
-                                    "unauthorized", {"WWW-Authenticate": "Bearer"})
+            response = error_response(401, "unauthorized", f"{message}: send the header 'Authorization: Bearer <key>'.",
+                                      scope["path"], {"WWW-Authenticate": "Bearer"})
+            return await response(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
+class JsonBodyMiddleware:
+    """Refuse (415) a POST/PUT/PATCH whose body is not `application/json`: a web page's plain form (text/plain,
+    form encoding) is a request a browser sends cross-site without asking the server first."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
+            return await self.app(scope, receive, send)
+        content_type = _header(scope, b"content-type")
+        if not is_json(content_type):
+            got = content_type.split(";", 1)[0].strip() if content_type else "none"
+            message = (f"the request body must be JSON sent as 'Content-Type: application/json' (got {got}); "
+                       "with curl use --json '{...}' or -H 'Content-Type: application/json'.")
+            return await error_response(415, "unsupported_media_type", message, scope["path"])(scope, receive, send)
         return await self.app(scope, receive, send)
 
 
@@ -55,7 +100,8 @@ class BodyLimitMiddleware:
             return await self.app(scope, receive, send)
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limit:
-            return await send_error(send, 413, str(BodyTooLarge(self.limit)), "payload_too_large")
+            response = error_response(413, "payload_too_large", str(BodyTooLarge(self.limit)), scope["path"])
+            return await response(scope, receive, send)
         seen = 0
 
         async def limited_receive():

@@ -12,7 +12,7 @@ against +19 MB with widths in steps of 8).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 PASS_OVERHEAD_TOKENS = 32  # a forward pass's fixed cost, in tokens' worth of compute (measured, see above)
 PAD_MULTIPLE = 8  # padded widths are multiples of this

@@ -6,11 +6,11 @@ Responses are built as plain JSON for speed; the models below document them in t
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-Inputs = Union[StrictStr, list[StrictStr]]
+Inputs = StrictStr | list[StrictStr]
 
 
 class _Request(BaseModel):
@@ -47,7 +47,7 @@ class OpenAIEmbeddingRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    input: Union[StrictStr, list[StrictStr], list[StrictInt], list[list[StrictInt]]]
+    input: StrictStr | list[StrictStr] | list[StrictInt] | list[list[StrictInt]]
     model: StrictStr
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: StrictInt | None = None
@@ -64,7 +64,7 @@ class Usage(BaseModel):
 class EmbeddingObject(BaseModel):
     object: Literal["embedding"] = "embedding"
     index: int
-    embedding: Union[list[float], str] = Field(description="floats, or base64 of little-endian float32")
+    embedding: list[float] | str = Field(description="floats, or base64 of little-endian float32")
 
 
 class OpenAIEmbeddingResponse(BaseModel):

@@ -1,14 +1,30 @@
-"""The API key: read from an environment variable or a file, checked in constant time on every request."""
+"""Who may talk to the service: the API key, the Host names it answers to, and the web origins it admits.
+
+A server on 127.0.0.1 is reachable from every web page the user opens: a page may POST to it, and with DNS
+rebinding (a name of the attacker's that resolves to 127.0.0.1) read the answers. The defences, checked on every
+request before any other work:
+
+- the `Host` header must name this server: the address the request arrived on, `127.0.0.1`, `localhost` or
+  `[::1]` (with this server's port, or none), or a name given with `--allow-host` (`*`: any);
+- a browser's `Origin` header, when present, must be this server's own origin or one given with `--allow-origin`
+  (`*`: any), which then get CORS answers (preflight included);
+- request bodies must be `application/json`, so that a plain HTML form (a "simple" cross-site request) cannot post.
+"""
 
 from __future__ import annotations
 
 import hmac
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ..errors import InputError
 
-EXEMPT_PATHS = frozenset({"/health"})
+LOCAL_NAMES = ("127.0.0.1", "localhost", "[::1]")
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+# No data behind these, so a browser can load them without the key (it cannot add a header to a page load);
+# the page then asks for the key and sends it with its API calls.
+_KEYLESS_PAGES = ("/", "/explain/static/")
 
 
 def load_api_key(env_name: str | None = None, key_file: str | Path | None = None) -> str | None:
@@ -32,3 +48,84 @@ def authorized(header: bytes | None, key: bytes) -> bool:
     """True when `header` is exactly `Bearer <key>`; the comparison takes the same time wherever they differ."""
     scheme, _, given = (header or b"").partition(b" ")
     return hmac.compare_digest(given.strip(), key) and scheme.lower() == b"bearer"
+
+
+def needs_key(method: str, path: str) -> bool:
+    """Every request needs the key but /health and GETs of the page and its static files (they hold no data)."""
+    if path == "/health":
+        return False
+    if method in ("GET", "HEAD"):
+        return not (path == _KEYLESS_PAGES[0] or path.startswith(_KEYLESS_PAGES[1]))
+    return True
+
+
+def split_host(host: str) -> tuple[str, str | None]:
+    """'name:port' → ('name', 'port'); '[::1]:8080' → ('[::1]', '8080'); a bare name has port None."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        name, _, rest = host.partition("]")
+        return name + "]", rest[1:] if rest.startswith(":") else None
+    name, sep, port = host.rpartition(":")
+    return (name, port) if sep else (host, None)
+
+
+def bracketed(address: str) -> str:
+    """An IPv6 address as it appears in a Host header ('::1' → '[::1]'); other names unchanged."""
+    return f"[{address}]" if ":" in address and not address.startswith("[") else address
+
+
+def check_allow_hosts(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """`--allow-host` values, lower-cased: a name, `name:port`, `[v6]`, or `*`; refuses URLs and empty names."""
+    checked = []
+    for name in names:
+        value = name.strip().lower()
+        if not value or "/" in value or " " in value:
+            raise InputError(f"--allow-host {name!r}: give a host name as clients send it (e.g. bertkit.example.org "
+                             "or 10.0.0.5:8080), or '*' for any.")
+        checked.append(value)
+    return tuple(checked)
+
+
+def check_allow_origins(origins: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """`--allow-origin` values: `scheme://host[:port]` without a path (as browsers send them), `null`, or `*`."""
+    checked = []
+    for origin in origins:
+        value = origin.strip().rstrip("/").lower()
+        parts = urlsplit(value)
+        if value not in ("*", "null") and (parts.scheme not in ("http", "https") or not parts.netloc or parts.path):
+            raise InputError(f"--allow-origin {origin!r}: give an origin as a browser sends it, e.g. "
+                             "http://localhost:3000 (scheme, host and port; no path), or '*' for any.")
+        checked.append(value)
+    return tuple(checked)
+
+
+def host_allowed(host: str | None, server: tuple[str, int] | None, allowed: tuple[str, ...]) -> bool:
+    """True when the `Host` header names this server (see the module's notes); `server` is the ASGI scope's."""
+    if "*" in allowed:
+        return True
+    if not host:
+        return False
+    name, port = split_host(host)
+    if host.strip().lower() in allowed or name in allowed:
+        return True
+    own_port = str(server[1]) if server else None
+    own_names = set(LOCAL_NAMES)
+    if server:
+        own_names.add(bracketed(str(server[0]).lower()))
+    return name in own_names and (port is None or port == own_port)
+
+
+def same_origin(origin: str, host: str | None) -> bool:
+    """True when a browser's `Origin` is this server's own: its host and port are the request's `Host`."""
+    return bool(host) and urlsplit(origin.lower()).netloc == host.strip().lower()
+
+
+def origin_allowed(origin: str, allowed: tuple[str, ...]) -> bool:
+    """True when `--allow-origin` admits this cross-origin `Origin`."""
+    return "*" in allowed or origin.strip().rstrip("/").lower() in allowed
+
+
+def is_json(content_type: str | None) -> bool:
+    """`application/json` (any parameters, e.g. charset) or a `+json` type."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))

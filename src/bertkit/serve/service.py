@@ -7,9 +7,9 @@ returns comes from the same tokenizer, forward pass, layer selection and pooling
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Awaitable, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from ..encoder.encode import Encoder
 from ..encoder.layers import LayerSelection, parse_layers
 from ..encoder.pooling import parse_pooling
 from ..encoder.tokenize import Encoded, encode
+from ..explain.explainer import model_name
 from .batcher import Batcher, CallJob, EmbedJob
 from .metrics import Metrics
 from .runs import ServedRun
@@ -28,9 +29,10 @@ Disconnected = Callable[[], Awaitable[None]]  # returns when the client has gone
 class ServeError(Exception):
     """An error with its HTTP status and machine-readable type; the message says what to change."""
 
-    def __init__(self, status: int, error_type: str, message: str, headers: dict[str, str] | None = None):
+    def __init__(self, status: int, error_type: str, message: str, headers: dict[str, str] | None = None,
+                 param: str | None = None):
         super().__init__(message)
-        self.status, self.error_type, self.headers = status, error_type, headers or {}
+        self.status, self.error_type, self.headers, self.param = status, error_type, headers or {}, param
 
 
 class ClientGone(Exception):
@@ -108,10 +110,32 @@ class Service:
     async def predict(self, name: str, texts: list[str], disconnected: Disconnected | None = None) -> list[dict]:
         """A served run's own predictions, computed on the model thread."""
         run = self.run(name)
-        loop = asyncio.get_running_loop()
         estimate = sum(len(t) // 4 + 2 for t in texts)  # token estimate for the queue budget
-        job = CallJob(lambda: run.predict(texts), estimate, loop.create_future(), loop)
-        return await self._wait(job, disconnected)
+        return await self.call(lambda: run.predict(texts), estimate, disconnected)
+
+    async def call(self, work: Callable[[], Any], tokens: int, disconnected: Disconnected | None = None) -> Any:
+        """Run `work` on the model thread, alone (no pass in flight), under the queue's admission control.
+
+        Every model call of the service goes through the batcher: the embedding passes, the served runs' predicts
+        and the explainer. A model or tokenizer is then never used by two threads at once, and a full queue
+        answers 429 whatever the endpoint.
+
+        Parameters
+        ----------
+        work : callable
+            What to run; its return value is the result.
+        tokens : int
+            Its estimated cost in tokens, counted against `--max-queue-tokens`.
+        disconnected : callable, optional
+            Returns when the client has gone away; the work is then dropped if it has not started.
+
+        Returns
+        -------
+        Any
+            What `work` returned.
+        """
+        loop = asyncio.get_running_loop()
+        return await self._wait(CallJob(work, max(1, tokens), loop.create_future(), loop), disconnected)
 
     def run(self, name: str) -> ServedRun:
         if name not in self.runs:
@@ -142,8 +166,7 @@ class Service:
     def info(self) -> dict:
         """Model facts (no file paths), served runs, limits and batching settings."""
         facts = {k: v for k, v in self.encoder.info().items() if k != "path"}
-        if self.encoder.loaded.source.kind == "local":  # the directory's name, not where it lives
-            facts["model"] = Path(self.encoder.loaded.source.path).name
+        facts["model"] = model_name(self.encoder)  # a local model's directory name, not where it lives
         return {
             **facts,
             "runs": [run.describe() for run in self.runs.values()],

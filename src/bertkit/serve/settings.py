@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from ..encoder.defaults import MAX_BATCH_TOKENS
 from ..errors import InputError
+from .security import check_allow_hosts, check_allow_origins
 
 
 @dataclass(frozen=True)
@@ -17,14 +18,19 @@ class ServeSettings:
     max_inputs: int = 128  # texts per request
     max_body_bytes: int = 2_000_000  # request body limit
     concurrent_batches: int | None = None  # passes in flight at once, each on its share of the threads (None: the encoder's)
-    api_key: str | None = None  # when set, every endpoint but /health needs `Authorization: Bearer <key>`
+    api_key: str | None = None  # when set, every endpoint but /health and the page needs `Authorization: Bearer <key>`
+    allow_hosts: tuple[str, ...] = ()  # Host names answered besides this server's address and localhost ('*': any)
+    allow_origins: tuple[str, ...] = ()  # web origins admitted cross-origin, with CORS answers ('*': any)
+    map_texts: bool = False  # the explainer's map shows a run's training sentences (off: points and labels only)
 
-    def check(self) -> "ServeSettings":
-        """Refuse non-positive limits with the flag's name."""
+    def check(self) -> ServeSettings:
+        """Refuse non-positive limits with the flag's name, and malformed `--allow-host` / `--allow-origin` values."""
         for name in ("max_batch_tokens", "max_queue_tokens", "max_inputs", "max_body_bytes", "concurrent_batches"):
             value = getattr(self, name)
             if value is None and name == "concurrent_batches":
                 continue
             if not isinstance(value, int) or value < 1:
                 raise InputError(f"--{name.replace('_', '-')}={value!r}: give a positive whole number.")
+        check_allow_hosts(self.allow_hosts)
+        check_allow_origins(self.allow_origins)
         return self

@@ -44,6 +44,45 @@
     });
   }
 
+  // ---- the API key -------------------------------------------------------------------------------------------------
+  // The page itself holds no data and loads without a key; with `--api-key-*` its API calls need one. The page asks
+  // for it once, keeps it in this tab's sessionStorage, and sends it as a bearer header (a page load cannot).
+  const KEY = "bertkit-api-key";
+  let keyAsked = null;
+
+  function askKey(message) {
+    if (keyAsked) return keyAsked;
+    const form = $("key-form");
+    $("key-message").textContent = message;
+    form.hidden = false;
+    $("api-key").focus();
+    keyAsked = new Promise((resolve) => {
+      form.onsubmit = (event) => {
+        event.preventDefault();
+        const key = $("api-key").value.trim();
+        if (!key) return;
+        sessionStorage.setItem(KEY, key);
+        form.hidden = true;
+        keyAsked = null;
+        resolve();
+      };
+    });
+    return keyAsked;
+  }
+
+  async function api(path, options) {
+    for (;;) {
+      const headers = Object.assign({}, (options || {}).headers);
+      const key = sessionStorage.getItem(KEY);
+      if (key) headers.Authorization = "Bearer " + key;
+      const response = await fetch(path, Object.assign({}, options, { headers }));
+      if (response.status !== 401) return response;
+      if (key) sessionStorage.removeItem(KEY);
+      $("status").textContent = "waiting for the API key";
+      await askKey(key ? "That key was refused; check it and try again." : "");
+    }
+  }
+
   // ---- controls ---------------------------------------------------------------------------------------------------
   function fillControls(info) {
     state.info = info;
@@ -159,8 +198,10 @@
   function drawMap(d) {
     $("map-source").textContent = `run ${d.run}: ${d.source}; PCA explains ` +
       d.explained_variance.map((v) => (100 * v).toFixed(1) + "%").join(" + ") + " of the variance.";
+    // the training sentences come only when the server shows them (`--map-texts`, or bertkit's sample reviews)
     const traces = d.groups.map((g) => ({ type: "scatter", mode: "markers", name: g.label, x: g.x, y: g.y, text: g.text,
-      marker: { size: 7, opacity: 0.7 }, hovertemplate: "%{text}<extra>" + g.label + "</extra>" }));
+      marker: { size: 7, opacity: 0.7 }, hovertemplate: (g.text ? "%{text}" : "a training sentence") +
+        "<extra>" + g.label + "</extra>" }));
     traces.push({ type: "scatter", mode: "markers+text", name: "your sentence", x: [d.sentence.x], y: [d.sentence.y],
       text: ["your sentence → " + d.sentence.predicted], textposition: "top center",
       marker: { symbol: "star", size: 18, color: "#111", line: { color: "#fff", width: 1 } } });
@@ -247,7 +288,7 @@
     $("status").textContent = "updating…";
     let response, body;
     try {
-      response = await fetch("explain", { method: "POST", headers: { "Content-Type": "application/json" },
+      response = await api("explain", { method: "POST", headers: { "Content-Type": "application/json" },
         body: JSON.stringify(settings()) });
       body = await response.json();
     } catch (err) {
@@ -294,8 +335,10 @@
       return;
     }
     try {
-      const response = await fetch("explain/info");
-      fillControls(await response.json());
+      const response = await api("explain/info");
+      const info = await response.json();
+      if (!response.ok) throw new Error(info.error || "HTTP " + response.status);
+      fillControls(info);
     } catch (err) {
       showEverywhere("Could not read the model facts from the server (" + err.message + ").");
       return;

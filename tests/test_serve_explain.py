@@ -1,0 +1,126 @@
+"""POST /explain inside the service (Starlette's TestClient): on the model thread like every model call, under the
+queue's admission control, and with a small answer unless more is asked for (up to a cap)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from bertkit import Encoder
+from bertkit.explain import views
+from bertkit.serve import ServeSettings, create_app
+from bertkit.serve.runs import ServedRun
+from bertkit.tasks.runs import KIND_TEXT
+
+pytestmark = pytest.mark.slow
+
+
+class GatedRun:
+    """A fine-tuned-classifier look-alike that records the thread of each call and can be held at a gate."""
+
+    classes_ = np.array(["neg", "pos"])
+
+    def __init__(self):
+        self.threads: list[str] = []
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def predict_proba(self, texts):
+        self.threads.append(threading.current_thread().name)
+        self.entered.set()
+        self.gate.wait(10)
+        return np.tile([0.25, 0.75], (len(texts), 1))
+
+
+def recording(encoder: Encoder) -> tuple[Encoder, list[str]]:
+    """A fresh Encoder on the same loaded model whose forward passes record their thread."""
+    copy = Encoder(encoder.loaded, concurrent_batches=1)
+    threads: list[str] = []
+    real = copy.forward
+
+    def forward(batch):
+        threads.append(threading.current_thread().name)
+        return real(batch)
+
+    copy.forward = forward
+    return copy, threads
+
+
+def test_explain_and_predict_run_their_model_calls_on_the_batcher_thread(encoder):
+    model, forwards = recording(encoder)
+    run = GatedRun()
+    app = create_app(model, {"clf": ServedRun("clf", KIND_TEXT, run)})
+    with TestClient(app) as client:
+        assert client.post("/predict/clf", json={"inputs": ["a fine film"]}).status_code == 200
+        explained = client.post("/explain", json={"text": "I love Korea"})
+        assert explained.status_code == 200, explained.text
+        assert explained.json()["predictions"]["clf"]["label"] == "pos"
+        assert client.post("/embed", json={"inputs": ["I love Korea"]}).status_code == 200
+    assert len(run.threads) == 2 and forwards
+    assert all(name.startswith("bertkit-") for name in run.threads + forwards), run.threads + forwards
+
+
+def test_explain_answers_429_with_retry_after_when_the_queue_is_full(encoder):
+    run = GatedRun()
+    app = create_app(encoder, {"clf": ServedRun("clf", KIND_TEXT, run)}, ServeSettings(max_queue_tokens=64))
+    with TestClient(app) as client:
+        service = app.state.service
+        run.gate.clear()
+        answers: list[int] = []
+        busy = threading.Thread(target=lambda: answers.append(client.post("/predict/clf", json={"inputs": "x"}).status_code))
+        busy.start()
+        assert run.entered.wait(30)  # the model thread is held inside the first predict
+        queued = threading.Thread(target=lambda: answers.append(
+            client.post("/predict/clf", json={"inputs": ["y" * 400]}).status_code))
+        queued.start()
+        deadline = time.time() + 30
+        while service.batcher.queue_depth()[0] < 1 and time.time() < deadline:
+            time.sleep(0.01)
+        try:
+            refused = client.post("/explain", json={"text": "I love Korea"})
+        finally:
+            run.gate.set()
+            busy.join()
+            queued.join()
+        assert refused.status_code == 429, refused.text[:300]
+        assert refused.json()["error_type"] == "overloaded" and int(refused.headers["Retry-After"]) >= 1
+        assert answers == [200, 200]
+        assert client.post("/explain", json={"text": "I love Korea"}).status_code == 200
+
+
+def test_explain_sends_one_layer_and_the_mean_attention_unless_asked_and_caps_what_is_asked(encoder):
+    app = create_app(encoder)
+    last = str(encoder.num_layers)
+    with TestClient(app) as client:
+        small = client.post("/explain", json={"text": "a visually stunning rumination on love"})
+        model = small.json()["model"]
+        assert list(model["vectors"]) == [last] and model["attention"].keys() == {last}
+        assert list(model["attention"][last]) == ["mean"]
+        assert len(small.content) < 60_000
+        batch = encoder.tokenize(["a visually stunning rumination on love"])
+        with torch.inference_mode():
+            heads = views.attention_weights(encoder, batch)[-1][0]
+        assert np.allclose(model["attention"][last]["mean"], heads.mean(dim=0).numpy(), atol=1e-4)
+
+        asked = client.post("/explain", json={"text": "I love Korea", "layer": [0, 2], "attention_layer": "all",
+                                              "head": 3}).json()["model"]
+        assert list(asked["vectors"]) == ["0", "2"]
+        assert list(asked["attention"]) == [str(i) for i in range(1, encoder.num_layers + 1)]
+        assert all(list(by_head) == ["3"] for by_head in asked["attention"].values())
+        every_head = client.post("/explain", json={"text": "I love Korea", "head": "all"}).json()["model"]
+        assert len(every_head["attention"][last]) == encoder.model.config.num_attention_heads
+
+        capped = client.post("/explain", json={"text": "I love Korea", "attention_layer": "all", "head": "all"})
+        assert capped.status_code == 200  # the other panels still draw
+        assert f"at most {views.MAX_ATTENTION_MAPS}" in capped.json()["model"]["error"]
+        assert "rows" in capped.json()["tokenization"]
+        too_many = client.post("/explain", json={"text": "I love Korea", "layer": "all"}).json()["model"]
+        assert f"at most {views.MAX_VECTOR_LAYERS}" in too_many["error"]
+        wrong = client.post("/explain", json={"text": "I love Korea", "head": "max"}).json()["model"]
+        assert "'all', 'mean'" in wrong["error"]
