@@ -253,3 +253,21 @@ def test_train_prints_the_fold_count_it_used(monkeypatch, capsys, tmp_path):
                            "-o", str(tmp_path / "run"), "-l", "last")
     assert code == 0, err
     assert "C chosen by 3-fold cross-validation" in err  # the rarer class has 3 rows, so 5 folds cannot be used
+
+
+# ---- 4. fine-tuned models are safe to call from several threads ---------------------------------------------------
+def test_finetuned_tagger_from_many_threads(tiny_dirs, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from test_finetune import conll_file
+
+    from bertkit.tasks.finetune import finetune
+
+    data = conll_file(tmp_path / "train.txt", n=24)
+    tagger = finetune(data, output_dir=tmp_path / "run", task="token", model=str(tiny_dirs["bert_cased"]),
+                      args=tiny_args(epochs=1), dev_share=0.25, log=quiet)
+    sentences = [("EU rejects German call to boycott British lamb " * (1 + i % 5)).split() for i in range(200)]
+    expected = tagger.predict_word_tags(sentences)
+    with ThreadPoolExecutor(4) as pool:  # unlocked, the Rust tokenizer raised "Already borrowed" here
+        results = list(pool.map(lambda _: tagger.predict_word_tags(sentences), range(4)))
+    assert all(result == expected for result in results)

@@ -162,11 +162,11 @@ def encode(
         if long_text == "window":
             raise InputError("long_text='window' works on single texts, not sentence pairs; use 'truncate'.")
         pair_joined = [word_spans_of(pair) for pair in pairs]
-        with _TOKENIZER_LOCK:
+        with TOKENIZER_LOCK:
             raw = tokenizer([s for s in strings], [s for s, _ in pair_joined], **_CALL).encodings
     else:
         pair_joined = None
-        with _TOKENIZER_LOCK:
+        with TOKENIZER_LOCK:
             raw = tokenizer(strings, **_CALL).encodings if strings else []
     encoded = [
         Encoded(encoding, spans, None, len(encoding.ids), pair_joined[i][1] if pair_joined else None)
@@ -184,7 +184,7 @@ def encode(
             for row in too_long:
                 _truncate_single(encoded[row], max_length)
         else:
-            with _TOKENIZER_LOCK:
+            with TOKENIZER_LOCK:
                 cut = tokenizer(
                     [strings[i] for i in too_long],
                     [pair_joined[i][0] for i in too_long],
@@ -199,7 +199,7 @@ def encode(
 
 # A transformers tokenizer call sets the Rust tokenizer's truncation and padding state before encoding, so two
 # threads calling it at once race ("Already borrowed"). Tokenizing is a small share of an embed call: serialise it.
-_TOKENIZER_LOCK = threading.RLock()
+TOKENIZER_LOCK = threading.RLock()
 
 _CALL = dict(
     add_special_tokens=True,

@@ -15,7 +15,7 @@ from transformers import AutoTokenizer
 from ..encoder.int8 import calibration_for, quantize_model
 from ..encoder.models import quiet_transformers
 from ..encoder.precision import autocast, check_precision
-from ..encoder.tokenize import LONG_TEXT_POLICIES, check_texts
+from ..encoder.tokenize import LONG_TEXT_POLICIES, TOKENIZER_LOCK, check_texts
 from ..encoder.threads import set_threads
 from ..encoder.windows import sorted_batches
 from ..errors import InputError, ModelLoadError
@@ -115,7 +115,8 @@ class FineTunedClassifier(_FineTuned):
 
     def _examples(self, texts: list[str]) -> tuple[list[Example], list[int]]:
         """Model inputs and the text each came from: one per text, or one per window with long_text='window'."""
-        lengths = [len(ids) for ids in self.tokenizer(texts, truncation=False)["input_ids"]]
+        with TOKENIZER_LOCK:
+            lengths = [len(ids) for ids in self.tokenizer(texts, truncation=False)["input_ids"]]
         too_long = [row for row, n in enumerate(lengths) if n > self.max_length]
         if too_long and self.long_text == "error":
             row = too_long[0]

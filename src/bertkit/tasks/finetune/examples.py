@@ -9,7 +9,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ...encoder.tokenize import pad_ids
+from ...encoder.tokenize import TOKENIZER_LOCK, pad_ids
 
 IGNORE_INDEX = -100  # positions the loss skips: special tokens, padding, and every sub-token after a word's first
 
@@ -37,7 +37,8 @@ class WordPiece:
 
 def text_examples(tokenizer, texts: Sequence[str], label_ids: Sequence[int] | None, max_length: int) -> tuple[list[Example], int]:
     """Tokenize sentences for classification, truncating to max_length; returns examples and how many were cut."""
-    encoded = tokenizer(list(texts), truncation=False, add_special_tokens=True)
+    with TOKENIZER_LOCK:
+        encoded = tokenizer(list(texts), truncation=False, add_special_tokens=True)
     examples, truncated = [], 0
     for row, ids in enumerate(encoded["input_ids"]):
         type_ids = encoded["token_type_ids"][row] if "token_type_ids" in encoded else [0] * len(ids)
@@ -55,7 +56,8 @@ def word_pieces(tokenizer, sentences: Sequence[Sequence[str]], max_length: int) 
     Returns the pieces and how many sentences needed more than one. A single word longer than the budget is cut.
     """
     budget = max_length - tokenizer.num_special_tokens_to_add(pair=False)
-    whole = tokenizer([list(s) for s in sentences], is_split_into_words=True, add_special_tokens=False)
+    with TOKENIZER_LOCK:
+        whole = tokenizer([list(s) for s in sentences], is_split_into_words=True, add_special_tokens=False)
     spans: list[tuple[int, int, int]] = []
     split_sentences = 0
     for index, sentence in enumerate(sentences):
@@ -69,9 +71,9 @@ def word_pieces(tokenizer, sentences: Sequence[Sequence[str]], max_length: int) 
             used += count
         spans.append((index, start, len(sentence)))
         split_sentences += len(spans) - pieces_before > 1
-    encoded = tokenizer(
-        [list(sentences[i][a:b]) for i, a, b in spans], is_split_into_words=True, truncation=True, max_length=max_length
-    )
+    with TOKENIZER_LOCK:
+        encoded = tokenizer([list(sentences[i][a:b]) for i, a, b in spans], is_split_into_words=True, truncation=True,
+                            max_length=max_length)
     pieces = []
     for row, (index, start, end) in enumerate(spans):
         word_ids = encoded.word_ids(row)
