@@ -5,6 +5,7 @@ that keep none). After every kill, an output that exists must be complete and eq
 partial file is never taken for a finished one.
 """
 
+import json
 import os
 import random
 import signal
@@ -130,3 +131,69 @@ def test_finetune_killed_anywhere_resumes_to_the_same_weights(model_dir, tmp_pat
     got = load_file(run / "model.safetensors")
     assert got.keys() == expected.keys()
     assert all(np.array_equal(got[k], expected[k]) for k in got), "the resumed run differs from the uninterrupted one"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 160 KiB tmpfs (root and mount rights needed: CI has both)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(mount)], capture_output=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({result.stderr.decode().strip()}): needs root")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def remount(mount, options):
+    subprocess.run(["mount", "-o", f"remount,{options}", str(mount)], check=True)
+
+
+def test_embed_on_a_full_disk_keeps_finished_chunks_then_resumes(model_dir, tmp_path, small_disk):
+    texts = corpus(tmp_path / "in.txt", n=2000)
+    command = ["embed", texts, "--model", model_dir, "--chunk-rows", "64", "--quiet"]
+    finish(start([*command, "-o", tmp_path / "reference.npy"], tmp_path))
+    expected = np.load(tmp_path / "reference.npy")
+    assert expected.nbytes > 160 * 1024  # the vectors cannot fit the disk
+
+    output = small_disk / "out.npy"
+    process = start([*command, "-o", output], tmp_path)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 2 and err.decode().count("\n") == 1, err.decode()
+    message = err.decode()
+    assert "no space left on the device" in message and "are kept and the same command resumes" in message
+    assert not output.exists()
+    done = json.loads(output.with_name("out.npy.progress.json").read_text())["done"]
+    assert 0 < done < len(expected)
+
+    remount(small_disk, "ro")  # read-only now: the run fails at once and keeps what it had
+    process = start([*command, "-o", output], tmp_path)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 2 and "is on a read-only file system" in err.decode(), err.decode()
+    assert json.loads(output.with_name("out.npy.progress.json").read_text())["done"] == done
+
+    remount(small_disk, "rw,size=4m")
+    out, err = finish(start([*command, "-o", output], tmp_path))
+    np.testing.assert_array_equal(np.load(output), expected)
+    assert sorted(p.name for p in small_disk.iterdir()) == ["out.npy"]
+
+
+def test_train_overwrite_on_a_full_disk_keeps_the_previous_run(model_dir, tmp_path, small_disk):
+    data = sentiment_file(tmp_path / "train.tsv", n=60)
+    command = ["train", data, "--model", model_dir, "-l", "last", "--C", "1.0", "--no-cache", "-o", small_disk / "run"]
+    finish(start(command, tmp_path))
+    before = {p.name: p.read_bytes() for p in (small_disk / "run").iterdir()}
+    filler = small_disk / "filler"
+    handle = os.open(filler, os.O_WRONLY | os.O_CREAT)  # fill the disk: no room for a second copy of the run
+    try:
+        while os.write(handle, b"\0" * 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(handle)
+    process = start([*command, "--overwrite"], tmp_path)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 2 and "no space left on the device" in err.decode(), err.decode()
+    assert {p.name: p.read_bytes() for p in (small_disk / "run").iterdir()} == before
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler", "run"]

@@ -189,9 +189,19 @@ def check_writable_location(path: str | Path) -> Path:
         folder = folder.parent
     if not folder.is_dir():
         raise InputError(f"output {path}: {folder} is a file, not a directory; choose another output path.")
+    if _read_only(folder):
+        raise InputError(f"output {path}: {folder} is on a read-only file system; choose a folder you can write to "
+                         "(anything already written there is kept).")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise InputError(f"output {path}: cannot write in {folder} (permission denied); choose a folder you can write to.")
     return path
+
+
+def _read_only(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
 
 
 def require_pyarrow():
