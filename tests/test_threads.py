@@ -10,7 +10,7 @@ import torch
 
 from bertkit import BertVectorizer
 from bertkit.io import cache as cache_module
-from bertkit.io.cache import EmbeddingCache, MemoryStore
+from bertkit.io.cache import EmbeddingCache, MemoryStore, entry_bytes
 from bertkit.io.readers import read_labelled, sample_path
 from bertkit.tasks import vectorizer as vectorizer_module
 
@@ -54,23 +54,24 @@ def test_eight_threads_on_one_encoder_match_serial_calls(encoder):
 
 
 def test_memory_store_evicts_least_recently_used_past_its_cap():
-    store = MemoryStore(max_bytes=3 * 400)  # three 100-float vectors
     vectors = {name: np.full(100, i, dtype=np.float32) for i, name in enumerate([b"a", b"b", b"c", b"d"])}
+    one = entry_bytes(vectors[b"a"])
+    store = MemoryStore(max_bytes=3 * one)  # three 100-float vectors
     for name in (b"a", b"b", b"c"):
         store.put("cfg", name, vectors[name])
-    assert store.get("cfg", b"a") is vectors[b"a"]  # "a" is now the most recent
+    np.testing.assert_array_equal(store.get("cfg", b"a"), vectors[b"a"])  # "a" is now the most recent
     store.put("cfg", b"d", vectors[b"d"])
     assert store.get("cfg", b"b") is None  # least recently used went
     assert [store.get("cfg", n) is not None for n in (b"a", b"c", b"d")] == [True, True, True]
-    assert store.bytes == 1200 and len(store) == 3
+    assert store.bytes == 3 * one and len(store) == 3
     store.put("cfg", b"d", vectors[b"d"])  # replacing counts once
-    assert store.bytes == 1200
+    assert store.bytes == 3 * one
     store.put("other", b"x", np.zeros(1000, np.float32))  # bigger than the cap: kept out entirely
     assert store.bytes <= store.max_bytes
 
 
 def test_embedding_cache_stays_correct_when_its_memory_is_too_small(monkeypatch):
-    monkeypatch.setattr(cache_module, "MEMORY", MemoryStore(max_bytes=2 * 16))  # two 4-float vectors
+    monkeypatch.setattr(cache_module, "MEMORY", MemoryStore(max_bytes=2 * entry_bytes(np.zeros(4, np.float32))))
     calls: list[list[str]] = []
 
     def compute(texts):

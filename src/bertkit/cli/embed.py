@@ -84,7 +84,7 @@ def embed(
     if engine not in ("local", "ray"):
         raise InputError(f"--engine {engine!r}: choose local or ray.")
     if engine == "ray":
-        _embed_on_ray(str(input), output, column, id_column, layers, pooling, batch_size, max_length, long_text,
+        _embed_on_ray(str(input), output, column_spec(column), column_spec(id_column), header, layers, pooling, batch_size, max_length, long_text,
                       stride, model, precision, actors, address, overwrite, quiet, chunk_rows)
         return
 
@@ -143,14 +143,14 @@ def embed(
         say(f"vocabulary coverage: {coverage}")
 
 
-def _embed_on_ray(pattern, output, column, id_column, layers, pooling, batch_size, max_length, long_text, stride,
+def _embed_on_ray(pattern, output, column, id_column, header, layers, pooling, batch_size, max_length, long_text, stride,
                   model, precision, actors, address, overwrite, quiet, chunk_rows) -> None:
     """`--engine ray`: Ray Data over every file the pattern names, one Parquet folder per file in `output`."""
     from ..ray import embed_files
     from ..ray.dataset import DEFAULT_ROWS_PER_CALL
 
     summary = embed_files(
-        pattern, output, column=column or "text", id_column=id_column, layers=layers, pooling=pooling,
+        pattern, output, column=column, id_column=id_column, header=header, layers=layers, pooling=pooling,
         batch_size=batch_size, max_length=max_length, long_text=long_text, stride=stride, precision=precision,
         model=model, actors=actors, address=address, overwrite=overwrite, rows_per_call=DEFAULT_ROWS_PER_CALL if chunk_rows is None else chunk_rows,
     )

@@ -1,69 +1,104 @@
 """Embedding cache keyed by (model fingerprint, feature options, text): a text is embedded once per configuration.
 
-Vectors live in memory (process-wide) and, given a directory, on disk as atomic `.npz` shards written chunk by
-chunk, so an interrupted run leaves a valid cache and the next run continues from it.
+Two tiers, each with a size limit that holds as measured:
+
+- memory: one process-wide least-recently-used store of at most `DEFAULT_MEMORY_MB` ($BERTKIT_MEMORY_CACHE_MB),
+  a `cachetools.LRUCache` sized in bytes. Every entry is an owned copy (never a view into a larger array, which
+  would keep the whole array alive) and is counted with its bookkeeping overhead.
+- disk (given a directory): one SQLite database, `embeddings.sqlite3`, shared by every configuration, whose pages
+  in use never pass `DEFAULT_DISK_MB` ($BERTKIT_DISK_CACHE_MB, or `max_disk_bytes`). Opening it reads nothing;
+  vectors are looked up by key when asked for. To stay in the limit the least recently used vectors are deleted,
+  and the deletion is logged (logger `bertkit.io.cache`, INFO).
+
+Why SQLite (the standard library's sqlite3) rather than diskcache: diskcache (5.6.3, last released 2023) pickles
+values and unpickles what it finds in its folder (CVE-2025-69872, no fixed release), which bertkit's "no pickle"
+rule excludes, and it does not say what it evicts. SQLite gives what the cache needs: lookups by key without
+loading the rest, transactions (an interrupted run keeps every committed chunk, a reader never sees half a
+chunk), several processes sharing one cache, and deletion in least-recently-used order from an index.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import logging
 import os
+import sqlite3
 import threading
-import time
-from collections import OrderedDict
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
+import cachetools
 import numpy as np
 
-from .writers import atomic_path
+from ..errors import InputError
 
-CACHE_FORMAT = 1
+logger = logging.getLogger(__name__)
+
+CACHE_FORMAT = 1  # part of every configuration key: vectors, not storage (the database has its own user_version)
+DISK_FORMAT = 1
 DEFAULT_CHUNK = 2048
 KEY_BYTES = 20  # SHA-1 digest
 DEFAULT_MEMORY_MB = 2048  # $BERTKIT_MEMORY_CACHE_MB overrides: the process-wide in-memory cache never grows past it
+DEFAULT_DISK_MB = 10240  # $BERTKIT_DISK_CACHE_MB overrides: one cache directory's database never holds more
+DATABASE = "embeddings.sqlite3"
+ENTRY_OVERHEAD = 512  # bytes an in-memory entry costs besides its vector (array object, key, LRU bookkeeping)
+ROW_OVERHEAD = 160  # bytes a database row costs besides its vector (key and configuration, twice with the index)
+EVICT_TO = 0.9  # eviction goes down to this share of the disk limit, so it runs once per tenth, not per chunk
+PAGE_SIZE = 65536  # SQLite's largest page: least space lost around vectors of a few KB (measured 1.05-1.5x)
+SQL_BATCH = 500  # keys per `IN (...)` query (SQLite's variable limit is 999 in old builds)
+
+
+def entry_bytes(vector: np.ndarray) -> int:
+    """What one in-memory entry costs: its vector's bytes plus the bookkeeping around it."""
+    return vector.nbytes + ENTRY_OVERHEAD
 
 
 class MemoryStore:
     """Process-wide vectors by (configuration, text) key, least recently used first out past `max_bytes`.
 
-    Thread-safe. Disk shards are not affected by eviction; an evicted vector is read again from its shard when a
-    cache on that directory is opened, or embedded again.
+    Thread-safe. Entries are private float32 copies, so what is counted is what is held.
     """
 
     def __init__(self, max_bytes: int):
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self._items: OrderedDict[tuple[str, bytes], np.ndarray] = OrderedDict()
+        self._lru: cachetools.LRUCache = cachetools.LRUCache(maxsize=max_bytes, getsizeof=entry_bytes)
         self._lock = threading.Lock()
+
+    @property
+    def max_bytes(self) -> int:
+        return int(self._lru.maxsize)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes held now, entry overhead included."""
+        return int(self._lru.currsize)
 
     def get(self, config: str, key: bytes) -> np.ndarray | None:
         with self._lock:
-            vector = self._items.get((config, key))
-            if vector is not None:
-                self._items.move_to_end((config, key))
-            return vector
+            return self._lru.get((config, key))
 
     def put(self, config: str, key: bytes, vector: np.ndarray) -> None:
+        owned = vector if _owned(vector) else np.array(vector, dtype=np.float32, order="C")  # never a view
+        if entry_bytes(owned) > self.max_bytes:
+            return
         with self._lock:
-            old = self._items.pop((config, key), None)
-            if old is not None:
-                self.bytes -= old.nbytes
-            self._items[(config, key)] = vector
-            self.bytes += vector.nbytes
-            while self.bytes > self.max_bytes and self._items:
-                _, evicted = self._items.popitem(last=False)
-                self.bytes -= evicted.nbytes
+            self._lru[(config, key)] = owned
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._lru)
 
     def clear(self) -> None:
         with self._lock:
-            self._items.clear()
-            self.bytes = 0
+            self._lru.clear()
+
+
+def _owned(vector: np.ndarray) -> bool:
+    """True for a float32 array that owns its memory: storing it pins nothing else (a view would pin its base)."""
+    return vector.dtype == np.float32 and vector.flags.c_contiguous and vector.flags.owndata
 
 
 MEMORY = MemoryStore(int(float(os.environ.get("BERTKIT_MEMORY_CACHE_MB", DEFAULT_MEMORY_MB)) * 2**20))
@@ -77,6 +112,11 @@ def default_cache_dir() -> Path:
     return base / "bertkit" / "embeddings"
 
 
+def default_disk_bytes() -> int:
+    """The disk limit of a cache directory: $BERTKIT_DISK_CACHE_MB, else `DEFAULT_DISK_MB` (10 GiB)."""
+    return int(float(os.environ.get("BERTKIT_DISK_CACHE_MB", DEFAULT_DISK_MB)) * 2**20)
+
+
 def text_key(text: str) -> bytes:
     return hashlib.sha1(text.encode("utf-8")).digest()
 
@@ -84,6 +124,218 @@ def text_key(text: str) -> bytes:
 def config_key(options: dict) -> str:
     payload = json.dumps({"format": CACHE_FORMAT, **options}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
+
+
+_SCHEMA = f"""
+PRAGMA page_size = {PAGE_SIZE};
+CREATE TABLE IF NOT EXISTS configs (config TEXT PRIMARY KEY, options TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS vectors (
+    id INTEGER PRIMARY KEY, config TEXT NOT NULL, key BLOB NOT NULL, rows INTEGER, dim INTEGER NOT NULL,
+    data BLOB NOT NULL, UNIQUE (config, key));
+CREATE TABLE IF NOT EXISTS totals (id INTEGER PRIMARY KEY CHECK (id = 0), rows INTEGER NOT NULL);
+INSERT OR IGNORE INTO totals VALUES (0, 0);
+CREATE TRIGGER IF NOT EXISTS count_in AFTER INSERT ON vectors BEGIN UPDATE totals SET rows = rows + 1; END;
+CREATE TRIGGER IF NOT EXISTS count_out AFTER DELETE ON vectors BEGIN UPDATE totals SET rows = rows - 1; END;
+PRAGMA user_version = {DISK_FORMAT};
+"""
+
+
+class DiskStore:
+    """Vectors of every configuration in one SQLite file whose pages in use never pass `max_bytes`.
+
+    The table is a queue in least-recently-used order: new vectors go to the end, a hit in the older half moves
+    to the end, eviction deletes from the front. So eviction frees whole pages, which new vectors reuse, and the
+    file stays within the limit as measured (SQLite's page count, indexes included) -- unlike a count of vector
+    bytes, which misses page overhead and the holes that scattered deletions leave. Opening it reads nothing but
+    the schema; a connection is opened per operation, so a store is safe across threads and processes, and its
+    owner can be pickled.
+    """
+
+    def __init__(self, directory: str | Path, max_bytes: int | None = None):
+        self.directory = Path(directory)
+        self.path = self.directory / DATABASE
+        self.max_bytes = default_disk_bytes() if max_bytes is None else int(max_bytes)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with self._connect() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, DISK_FORMAT):
+                raise InputError(f"{self.path}: an embedding cache of another bertkit version; choose another "
+                                 "cache directory.")
+            if version == 0:  # a new database (the script is idempotent, should two processes both create it)
+                db.executescript(_SCHEMA)
+        for folder in sorted({shard.parent for shard in self.directory.glob("*/shard-*.npz")}):
+            self._import_shards(folder)
+
+    def _import_shards(self, folder: Path) -> None:
+        """Move a configuration's `.npz` shards (bertkit before the database) into the database, once."""
+        options = folder / "options.json"
+        if options.exists():
+            self.register(folder.name, json.loads(options.read_text()))
+        shards = sorted(folder.glob("shard-*.npz"))
+        for shard in shards:
+            try:
+                with np.load(shard) as data:
+                    vectors = data["vectors"]
+                    if "lengths" in data:  # ragged entries, stored end to end
+                        vectors = np.split(vectors, np.cumsum(data["lengths"])[:-1])
+                    # numpy's S20 drops trailing NUL bytes; every key is a 20-byte SHA-1, so pad it back
+                    keys = [bytes(key).ljust(KEY_BYTES, b"\0") for key in data["keys"]]
+                    self.put_many(folder.name, list(zip(keys, vectors)))
+            except (OSError, ValueError, KeyError):
+                pass  # an unreadable shard only costs re-embedding its texts
+            shard.unlink(missing_ok=True)
+        options.unlink(missing_ok=True)
+        if not any(folder.iterdir()):
+            folder.rmdir()
+        logger.info("embedding cache %s: moved %d shards of configuration %s into %s.", self.directory, len(shards),
+                    folder.name, DATABASE)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        try:
+            db = sqlite3.connect(self.path, timeout=120, isolation_level=None)
+        except sqlite3.OperationalError as exc:
+            raise _os_error(exc, self.path) from None
+        try:
+            yield db
+        except sqlite3.OperationalError as exc:
+            raise _os_error(exc, self.path) from None
+        except sqlite3.DatabaseError as exc:  # not a database, or a damaged one
+            raise InputError(f"{self.path}: the embedding cache is damaged ({exc}); delete the file (it is only a "
+                             "cache) or choose another cache directory.") from None
+        finally:
+            db.close()
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of the database's pages in use (what the limit applies to)."""
+        with self._connect() as db:
+            return _used_bytes(db)
+
+    def register(self, config: str, options: dict) -> None:
+        """Record what a configuration key stands for (for people reading the database)."""
+        text = json.dumps(options, sort_keys=True, default=str)
+        with self._connect() as db:
+            if db.execute("SELECT 1 FROM configs WHERE config = ?", (config,)).fetchone() is None:
+                db.execute("INSERT OR IGNORE INTO configs VALUES (?, ?)", (config, text))
+
+    def get_many(self, config: str, keys: Sequence[bytes]) -> dict[bytes, np.ndarray]:
+        """The stored vectors among `keys` (private copies), marked as just used."""
+        found: dict[bytes, np.ndarray] = {}
+        with self._connect() as db:
+            for batch in _batches(list(keys)):
+                query = f"SELECT key, rows, dim, data FROM vectors WHERE config = ? AND key IN ({_marks(batch)})"
+                for key, rows, dim, data in db.execute(query, (config, *batch)):
+                    shape = (dim,) if rows is None else (rows, dim)
+                    found[bytes(key)] = np.frombuffer(data, dtype=np.float32).reshape(shape).copy()
+            _requeue(db, config, list(found))
+        return found
+
+    def touch(self, config: str, keys: Sequence[bytes]) -> None:
+        """Mark vectors as used now (a hit served from memory keeps its disk copy from eviction too)."""
+        if keys:
+            with self._connect() as db:
+                _requeue(db, config, list(keys))
+
+    def put_many(self, config: str, items: Sequence[tuple[bytes, np.ndarray]]) -> None:
+        """Store vectors in one transaction (all or none), evicting the least recently used to stay in the limit."""
+        rows = [_row(config, key, vector) for key, vector in items]
+        incoming = sum(len(row[4]) for row in rows) * 5 // 4 + len(rows) * ROW_OVERHEAD  # with page overhead
+        with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            if _used_bytes(db) + incoming > self.max_bytes:  # make room first: the file does not grow past the limit
+                self._evict(db, int(self.max_bytes * EVICT_TO) - incoming)
+            db.executemany("INSERT OR IGNORE INTO vectors (config, key, rows, dim, data) VALUES (?, ?, ?, ?, ?)", rows)
+            self._evict(db, self.max_bytes)  # in case the estimate fell short
+            db.execute("COMMIT")
+
+    def _evict(self, db: sqlite3.Connection, target: int) -> None:
+        """Delete from the front of the queue (least recently used first) until the pages in use fit `target`."""
+        before = used = _used_bytes(db)
+        per_config: Counter = Counter()
+        while used > target:
+            count = db.execute("SELECT rows FROM totals").fetchone()[0]
+            if not count:
+                break
+            victims = min(count, max(1, -(-(used - max(target, 0)) * count // used)))  # at the average row cost
+            last = db.execute("SELECT id FROM vectors ORDER BY id LIMIT 1 OFFSET ?", (victims - 1,)).fetchone()[0]
+            for config, number in db.execute("SELECT config, COUNT(*) FROM vectors WHERE id <= ? GROUP BY config",
+                                             (last,)):
+                per_config[config] += number
+            db.execute("DELETE FROM vectors WHERE id <= ?", (last,))
+            used = _used_bytes(db)
+        if per_config:
+            logger.info("embedding cache %s (limit %s): evicted the %d least recently used vectors, %s (%s); they "
+                        "are embedded again when next asked for.", self.path, _size(self.max_bytes),
+                        sum(per_config.values()), _size(before - used),
+                        ", ".join(f"{count} of configuration {config}" for config, count in per_config.most_common()))
+
+
+def _used_bytes(db: sqlite3.Connection) -> int:
+    pages = db.execute("PRAGMA page_count").fetchone()[0] - db.execute("PRAGMA freelist_count").fetchone()[0]
+    return pages * db.execute("PRAGMA page_size").fetchone()[0]
+
+
+def _requeue(db: sqlite3.Connection, config: str, keys: list[bytes]) -> None:
+    """Move those of `keys` that sit in the older half of the queue to its end.
+
+    The newer half stays put, so a steady working set is rewritten about once per turn of the queue, not on
+    every hit; nothing is written when nothing is old. Bookkeeping only: a cache that cannot be written to now
+    (read-only, or locked past the timeout) still serves its vectors.
+    """
+    try:
+        _move_to_end(db, config, keys)
+    except sqlite3.OperationalError as exc:
+        db.rollback()
+        logger.debug("embedding cache: recency not recorded (%s)", exc)
+
+
+def _move_to_end(db: sqlite3.Connection, config: str, keys: list[bytes]) -> None:
+    if keys and _old_rows(db, config, keys):
+        db.execute("BEGIN IMMEDIATE")
+        old = _old_rows(db, config, keys)  # again, inside the transaction: another process may have moved them
+        high = db.execute("SELECT MAX(id) FROM vectors").fetchone()[0]
+        db.executemany("UPDATE vectors SET id = ? WHERE id = ?",
+                       [(high + offset, row_id) for offset, row_id in enumerate(old, start=1)])
+        db.execute("COMMIT")
+
+
+def _old_rows(db: sqlite3.Connection, config: str, keys: list[bytes]) -> list[int]:
+    low, high = db.execute("SELECT MIN(id), MAX(id) FROM vectors").fetchone()
+    if high is None:
+        return []
+    found = []
+    for batch in _batches(keys):
+        query = f"SELECT id FROM vectors WHERE config = ? AND key IN ({_marks(batch)}) AND id <= ?"
+        found += [row_id for (row_id,) in db.execute(query, (config, *batch, (low + high) // 2))]
+    return sorted(found)
+
+
+def _row(config: str, key: bytes, vector: np.ndarray) -> tuple:
+    data = np.ascontiguousarray(vector, dtype=np.float32)
+    return config, key, None if data.ndim == 1 else data.shape[0], data.shape[-1], data.tobytes()
+
+
+def _marks(batch: list) -> str:
+    return ",".join("?" * len(batch))
+
+
+def _batches(keys: list[bytes]) -> Iterator[list[bytes]]:
+    for start in range(0, len(keys), SQL_BATCH):
+        yield keys[start:start + SQL_BATCH]
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**20:.1f} MiB"
+
+
+def _os_error(exc: sqlite3.OperationalError, path: Path) -> Exception:
+    """SQLite's 'disk is full' / 'readonly' / 'unable to open' as the OSError the CLI reports in one line."""
+    message = str(exc).lower()
+    for words, code in (("full", errno.ENOSPC), ("readonly", errno.EROFS), ("unable to open", errno.EACCES)):
+        if words in message:
+            return OSError(code, os.strerror(code), str(path))
+    return exc
 
 
 @dataclass
@@ -96,34 +348,30 @@ class CacheStats:
 
 
 class EmbeddingCache:
-    """Vectors for one feature configuration; `directory=None` keeps them in memory only."""
+    """Vectors for one feature configuration; `directory=None` keeps them in memory only.
 
-    def __init__(self, options: dict, directory: str | Path | None = None, chunk_size: int = DEFAULT_CHUNK):
+    Parameters
+    ----------
+    options : dict
+        Everything besides the text that determines a vector (model fingerprint, layers, pooling, ...).
+    directory : str or Path, optional
+        A cache directory (memory + disk, survives restarts); None keeps vectors in memory only.
+    chunk_size : int
+        Texts embedded and stored per step: an interrupted call keeps every finished chunk.
+    max_disk_bytes : int, optional
+        Size limit of the directory's database; default $BERTKIT_DISK_CACHE_MB, else 10 GiB.
+    """
+
+    def __init__(self, options: dict, directory: str | Path | None = None, chunk_size: int = DEFAULT_CHUNK,
+                 max_disk_bytes: int | None = None):
         self.key = config_key(options)
         self.options = options
         self.chunk_size = chunk_size
-        self.directory = Path(directory) / self.key if directory is not None else None
+        self.directory = Path(directory) if directory is not None else None
+        self.disk = DiskStore(directory, max_disk_bytes) if directory is not None else None
         self.stats = CacheStats()
-        if self.directory is not None:
-            self._load_disk()
-
-    def _load_disk(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        meta = self.directory / "options.json"
-        if not meta.exists():
-            with atomic_path(meta) as temporary:
-                temporary.write_text(json.dumps(self.options, indent=2, sort_keys=True, default=str))
-        for shard in sorted(self.directory.glob("shard-*.npz")):
-            try:
-                with np.load(shard) as data:
-                    vectors = data["vectors"]
-                    if "lengths" in data:  # ragged entries, stored end to end
-                        vectors = np.split(vectors, np.cumsum(data["lengths"])[:-1])
-                    for key, vector in zip(data["keys"], vectors):
-                        # numpy's S20 drops trailing NUL bytes; every key is a 20-byte SHA-1, so pad it back
-                        MEMORY.put(self.key, bytes(key).ljust(KEY_BYTES, b"\0"), vector)
-            except (OSError, ValueError, KeyError):
-                continue  # an unreadable shard only costs re-embedding its texts
+        if self.disk is not None:
+            self.disk.register(self.key, options)
 
     def get_or_compute(self, texts: Sequence[str], compute: Callable[[list[str]], np.ndarray], stack: bool = True):
         """Vectors for `texts` in order; texts not cached are embedded in chunks, each chunk stored at once.
@@ -131,47 +379,44 @@ class EmbeddingCache:
         stack=False returns a list, for entries of different lengths (one vector per word of a sentence).
         """
         keys = [text_key(t) for t in texts]
-        found: dict[bytes, np.ndarray] = {}  # held here, so eviction during this call loses nothing
-        missing: dict[bytes, str] = {}
-        for key, text in zip(keys, texts):
-            if key in found or key in missing:
-                continue
-            vector = MEMORY.get(self.key, key)
-            if vector is None:
-                missing[key] = text
-            else:
-                found[key] = vector
+        found, missing = self._lookup(keys, texts)  # `found` holds them, so eviction during this call loses nothing
         self.stats.misses += sum(1 for k in keys if k in missing)
         self.stats.hits += len(texts) - sum(1 for k in keys if k in missing)
         pending = list(missing.items())
         for start in range(0, len(pending), self.chunk_size):
             chunk = pending[start : start + self.chunk_size]
-            vectors = [np.asarray(v, dtype=np.float32) for v in compute([text for _, text in chunk])]
+            vectors = compute([text for _, text in chunk])
             for (key, _), vector in zip(chunk, vectors):
-                found[key] = vector
-                MEMORY.put(self.key, key, vector)
-            self._write_shard([key for key, _ in chunk], vectors)
+                found[key] = np.array(vector, dtype=np.float32, copy=True)  # a row of its own, not a view
+                MEMORY.put(self.key, key, found[key])
+            if self.disk is not None:
+                self.disk.put_many(self.key, [(key, found[key]) for key, _ in chunk])
         if not stack:
             return [found[k] for k in keys]
         if not keys:
             return np.zeros((0, 0), dtype=np.float32)
         return np.stack([found[k] for k in keys])
 
-    def _write_shard(self, keys: list[bytes], vectors: list[np.ndarray]) -> None:
-        if self.directory is None:
-            return
-        arrays = {"keys": np.array(keys, dtype=f"S{KEY_BYTES}")}
-        if len({v.shape for v in vectors}) <= 1 and vectors and vectors[0].ndim == 1:
-            arrays["vectors"] = np.stack(vectors)
-        else:
-            arrays["vectors"] = np.concatenate(vectors) if vectors else np.zeros((0,), np.float32)
-            arrays["lengths"] = np.array([len(v) for v in vectors], dtype=np.int64)
-        name = f"shard-{time.time_ns()}-{os.getpid()}.npz"
-        with atomic_path(self.directory / name) as temporary:
-            with temporary.open("wb") as handle:
-                np.savez(handle, **arrays)
+    def _lookup(self, keys: list[bytes], texts: Sequence[str]) -> tuple[dict[bytes, np.ndarray], dict[bytes, str]]:
+        """(vectors found in memory or on disk, {key: text} of the rest), each distinct key once."""
+        found: dict[bytes, np.ndarray] = {}
+        missing: dict[bytes, str] = {}
+        for key, text in zip(keys, texts):
+            if key not in found and key not in missing:
+                vector = MEMORY.get(self.key, key)
+                if vector is None:
+                    missing[key] = text
+                else:
+                    found[key] = vector
+        if self.disk is not None:
+            self.disk.touch(self.key, list(found))
+            for key, vector in self.disk.get_many(self.key, list(missing)).items():
+                found[key] = vector
+                MEMORY.put(self.key, key, vector)
+                del missing[key]
+        return found, missing
 
 
 def clear_memory() -> None:
-    """Forget every in-memory vector (disk shards stay)."""
+    """Forget every in-memory vector (disk entries stay)."""
     MEMORY.clear()

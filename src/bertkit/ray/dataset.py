@@ -52,14 +52,15 @@ def plan_resources(cluster_cpus: float, node_cpus: float, nodes: int = 1, actors
             "hangs). Use fewer --actors or add nodes."
         )
     if cpus_per_actor > node_cpus:
-        raise InputError(f"{cpus_per_actor:g} CPUs per actor: no node has more than {node_cpus:g}; use more, smaller actors.")
+        raise InputError(f"{cpus_per_actor:g} CPUs per actor: no node has more than {node_cpus:g}; "
+                         "use more, smaller actors.")
     per_node = -(-actors // max(1, nodes))  # actors that share one node's cores
     threads = max(1, int(node_cpus // per_node))
     return Resources(actors, round(cpus_per_actor, 4), threads, round(reserve / 2, 4))
 
 
 def cluster_resources() -> tuple[float, float, int]:
-    """(CPUs in the cluster, CPUs of its largest node, nodes with CPUs), from the cluster this process is connected to."""
+    """(CPUs in the cluster, CPUs of its largest node, nodes with CPUs) of the cluster this process is connected to."""
     cpus = [n.get("Resources", {}).get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")]
     cpus = [c for c in cpus if c > 0]
     return float(sum(cpus)), float(max(cpus, default=0.0)), len(cpus)
@@ -137,7 +138,8 @@ def embed_dataset(
 
 def check_options(encoder: Encoder, **options) -> dict:
     if options["pooling"].strip() == "none":
-        raise InputError("pooling='none' (token vectors) is not supported on Ray; choose cls, mean, max or a combination.")
+        raise InputError("pooling='none' (token vectors) is not supported on Ray; "
+                         "choose cls, mean, max or a combination.")
     if options["long_text"] not in LONG_TEXT:
         raise InputError(f"long_text={options['long_text']!r}: valid values are {', '.join(LONG_TEXT)}.")
     encoder.embed(["check the options"], progress=False, warn=False, **options)  # raises InputError on a bad option

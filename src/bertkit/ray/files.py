@@ -1,14 +1,14 @@
 """Files → per-file Parquet outputs on Ray Data, with a manifest that makes a killed run resume file by file.
 
-One pipeline (one actor pool) covers all pending files: read_parquet / read_json / read_csv → row numbers → embed →
-a write stage that writes each block as one Parquet part. Ray's write_parquet reports nothing until the whole
-dataset is written, so it cannot say when one file is complete; these parts stream small counts back to the driver,
-which moves a file's folder into place and records it (rows, input SHA-256, options) as soon as all its rows are in.
+One pipeline (one actor pool) covers all pending files: read (`rows.file_rows`, the local engine's reader, in Ray
+read tasks) → embed → a write stage that writes each block as one Parquet part. Ray's write_parquet reports nothing
+until the whole dataset is written, so it cannot say when one file is complete; these parts stream small counts
+back to the driver, which moves a file's folder into place and records it (rows, input SHA-256, options) as soon
+as all its rows are in.
 """
 
 from __future__ import annotations
 
-import csv
 import glob
 import json
 import os
@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import ray
 import ray.data
@@ -39,6 +38,7 @@ from .dataset import (
     embed_dataset,
     plan_resources,
 )
+from .rows import RAY_FORMATS, count_rows, has_rows, read_inputs
 
 try:  # Ray's own switch to token mode (what `ray.init(address="auto")` uses); absent in Rays without token auth
     from ray._private.authentication.authentication_token_setup import (
@@ -48,8 +48,7 @@ except ImportError:
     maybe_enable_token_auth_if_token_available = None
 
 MANIFEST = "manifest.json"
-RAY_FORMATS = {".parquet": "parquet", ".jsonl": "json", ".ndjson": "json", ".json": "json", ".csv": "csv",
-               ".tsv": "tsv", ".txt": "text"}
+FILE_OUTPUTS = (".npy", ".npz", ".parquet")  # what `-o` names for the local engine; Ray writes a folder
 
 
 @dataclass
@@ -70,20 +69,19 @@ class RunSummary:
 
 
 def expand_inputs(patterns: str | Path | Sequence[str | Path]) -> list[Path]:
-    """Files named by paths or glob patterns (sorted, no duplicates); a pattern that matches nothing is an error."""
+    """Files named by paths, folders (their input files) or glob patterns: sorted, no duplicates.
+
+    A pattern that matches nothing, or a folder with no input files, is an error.
+    """
     if isinstance(patterns, (str, Path)):
         patterns = [patterns]
     found: list[Path] = []
     for pattern in map(str, patterns):
-        matches = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
-        matches = [m for m in matches if not Path(m).is_dir()]
-        if not matches or not Path(matches[0]).exists():
-            raise InputError(f"{pattern}: no such file" + (" matches" if glob.has_magic(pattern) else "") + ".")
-        found += [Path(m) for m in matches if Path(m) not in found]
+        found += [path for path in _expand_one(pattern) if path not in found]
     for path in found:
         if path.suffix.lower() not in RAY_FORMATS:
             raise InputError(f"{path}: the Ray engine reads {', '.join(RAY_FORMATS)} files (by extension).")
-    names = {}
+    names: dict[str, Path] = {}
     for path in found:
         other = names.setdefault(path.stem, path)
         if other != path:
@@ -91,95 +89,42 @@ def expand_inputs(patterns: str | Path | Sequence[str | Path]) -> list[Path]:
     return found
 
 
-def peek_columns(path: Path) -> tuple[list[str], bool]:
-    """The column names of one input and whether it has no rows, read from its schema or first lines only."""
-    kind = RAY_FORMATS[path.suffix.lower()]
-    if kind == "parquet":
-        try:
-            meta = pq.ParquetFile(path)
-        except (OSError, pa.ArrowInvalid) as exc:
-            raise InputError(f"{path}: not a readable Parquet file ({exc}).") from None
-        return meta.schema_arrow.names, meta.metadata.num_rows == 0
-    with open(path, encoding="utf-8-sig", errors="replace") as handle:
-        lines = (line for line in handle if line.strip())
-        first = next(lines, None)
-        if kind == "text":
-            return ["text"], first is None
-        if first is None:
-            return [], True
-        if kind == "json":
-            try:
-                record = json.loads(first)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}, first record: not valid JSON ({exc.msg}).") from None
-            if not isinstance(record, dict):
-                raise InputError(f"{path}: each line must be a JSON object.")
-            return list(record), False
-        header = next(csv.reader([first], delimiter="\t" if kind == "tsv" else ","))
-        return [name.strip() for name in header], next(lines, None) is None
+def _expand_one(pattern: str) -> list[Path]:
+    if Path(pattern).is_dir():
+        inside = sorted(p for p in Path(pattern).iterdir()
+                        if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in RAY_FORMATS)
+        if not inside:
+            raise InputError(f"{pattern}: the folder has no {', '.join(RAY_FORMATS)} files.")
+        return inside
+    matches = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
+    matches = [m for m in matches if not Path(m).is_dir()]
+    if not matches or not Path(matches[0]).exists():
+        raise InputError(f"{pattern}: no such file" + (" matches" if glob.has_magic(pattern) else "") + ".")
+    return [Path(m) for m in matches]
 
 
-def check_columns(path: Path, column: str, id_column: str | None) -> bool:
+def check_output(output: Path) -> None:
+    """Refuse an `-o` that names a file: the Ray engine writes a folder of per-file Parquet folders."""
+    if output.exists() and not output.is_dir():
+        raise InputError(f"-o {output} is a file; the Ray engine writes a directory (one folder per input file).")
+    if output.suffix.lower() in FILE_OUTPUTS and not output.is_dir():
+        raise InputError(f"-o {output}: the Ray engine writes a folder (one Parquet folder per input file), not a "
+                         f"{output.suffix} file; give a folder name such as {output.with_suffix('')}/, or use "
+                         "--engine local for one file.")
+
+
+def check_columns(path: Path, column: str | int | None, id_column: str | int | None,
+                  header: bool | None = None) -> bool:
     """Refuse a missing text or id column, naming the file and its columns; True when the file has no rows."""
-    names, empty = peek_columns(path)
-    for wanted in [column] + ([id_column] if id_column is not None else []):
-        if not empty and wanted not in names:
-            kind = "field" if path.suffix.lower() in (".jsonl", ".ndjson", ".json") else "column"
-            raise InputError(f"{path}: no {kind} named {wanted!r}; it has {names}. Pass --column / --id-column.")
-    return empty
+    return not has_rows(path, column, id_column, header)
 
 
-def count_rows(path: Path) -> int:
-    """Rows of one input counted on the driver, independently of Ray: the figure the written rows must match."""
-    kind = RAY_FORMATS[path.suffix.lower()]
-    if kind == "parquet":
-        return pq.ParquetFile(path).metadata.num_rows
-    if kind in ("csv", "tsv"):
-        with pa_csv.open_csv(path, parse_options=_csv_options(kind)) as reader:
-            return sum(batch.num_rows for batch in reader)
-    with open(path, encoding="utf-8", errors="replace") as handle:  # JSON lines; text as read_text drops blank lines
-        return sum(1 for line in handle if line.strip())
-
-
-def _csv_options(kind: str) -> pa_csv.ParseOptions:
-    return pa_csv.ParseOptions(delimiter="\t", quote_char=False) if kind == "tsv" else pa_csv.ParseOptions()
-
-
-def read_files(paths: list[Path], io_cpus: float = 1.0) -> ray.data.Dataset:
-    """Input files of one format as a Ray Dataset with a `path` column, read by the Ray Data reader it calls for."""
-    kind = RAY_FORMATS[paths[0].suffix.lower()]
-    names = [str(path.resolve()) for path in paths]
-    common = {"include_paths": True, "num_cpus": io_cpus}
-    if kind == "parquet":
-        return ray.data.read_parquet(names, **common)
-    if kind == "json":
-        return ray.data.read_json(names, file_extensions=None, **common)
-    if kind == "text":
-        return ray.data.read_text(names, drop_empty_lines=True, **common)
-    return ray.data.read_csv(names, parse_options=_csv_options(kind), file_extensions=None, **common)
-
-
-class _RowNumbers:
-    """One actor that keeps the columns needed and numbers rows per input file, in file order (order is preserved)."""
-
-    def __init__(self, columns: list[str]):
-        self.columns = columns
-        self.next: dict[str, int] = {}
-
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        numbers = []
-        for path in batch.column("path").to_pylist():
-            numbers.append(self.next.get(path, 0))
-            self.next[path] = numbers[-1] + 1
-        return batch.select(self.columns).append_column("row", pa.array(numbers, pa.int64()))
-
-
-def _write_parts(batch: pa.Table, staging: dict, id_column: str | None) -> pa.Table:
+def _write_parts(batch: pa.Table, staging: dict) -> pa.Table:
     """Write each input file's rows of this block as `<staging>/part-<first row>.parquet` (atomic); return counts."""
     paths, counts = [], []
     for path in batch.column("path").unique().to_pylist():
         part = batch.filter(pc.equal(batch.column("path"), path))
-        ids = part.column("row" if id_column is None else id_column)
+        ids = part.column("id")
         target = Path(staging[path]) / f"part-{part.column('row')[0].as_py():012d}.parquet"
         with atomic_path(target) as temporary:
             pq.write_table(pa.table({"id": ids, "vector": part.column("vector")}), temporary)
@@ -188,17 +133,19 @@ def _write_parts(batch: pa.Table, staging: dict, id_column: str | None) -> pa.Ta
     return pa.table({"path": pa.array(paths, pa.string()), "rows": pa.array(counts, pa.int64())})
 
 
-def _result_options(encoder: Encoder, column: str, id_column: str | None, options: dict) -> dict:
+def _result_options(encoder: Encoder, column: str | int | None, id_column: str | int | None, header: bool | None,
+                    options: dict) -> dict:
     kept = {k: options[k] for k in ("layers", "pooling", "max_length", "long_text", "stride")}
     return {"model": encoder.fingerprint, **encoder.numerics(), "column": column, "id_column": id_column,
-            **kept}
+            "header": header, **kept}
 
 
 def _load_manifest(output: Path, options: dict, overwrite: bool) -> dict:
     path = output / MANIFEST
     if not path.exists():
         if output.exists() and any(output.iterdir()) and not overwrite:
-            raise InputError(f"{output} is not empty and has no {MANIFEST}; choose an empty -o directory or pass --overwrite.")
+            raise InputError(f"{output} is not empty and has no {MANIFEST}; choose an empty -o directory or pass "
+                             "--overwrite.")
         return {"version": 1, "options": options, "files": {}}
     manifest = json.loads(path.read_text())
     changed = [k for k in options if manifest.get("options", {}).get(k) != options[k]]
@@ -231,12 +178,36 @@ def _is_complete(output: Path, entry: dict) -> bool:
         return False
 
 
+@dataclass
+class _Job:
+    """One `embed_files` run: the manifest, the files still to write and what has been done."""
+
+    output: Path
+    manifest: dict
+    summary: RunSummary
+    pending: dict[Path, dict] = field(default_factory=dict)
+
+    def staging(self, path: Path) -> Path:
+        return self.output / f".{path.stem}.tmp"
+
+    def finish(self, path: Path) -> None:
+        """Move a complete file's folder into place and record it in the manifest."""
+        entry = self.pending[path]
+        shutil.rmtree(self.output / path.stem, ignore_errors=True)
+        os.replace(self.staging(path), self.output / path.stem)
+        self.manifest["files"][path.stem] = entry
+        _save_manifest(self.output, self.manifest)
+        self.summary.rows += entry["rows"]
+        self.summary.files.append(path.stem)
+
+
 def embed_files(
     inputs: str | Path | Sequence[str | Path],
     output_dir: str | Path,
     *,
-    column: str = "text",
-    id_column: str | None = None,
+    column: str | int | None = None,
+    id_column: str | int | None = None,
+    header: bool | None = None,
     layers: str = "last",
     pooling: str = "mean",
     batch_size: int = DEFAULT_BATCH_SIZE,
@@ -253,69 +224,69 @@ def embed_files(
 ) -> RunSummary:
     """Embed every row of every input into `<output_dir>/<file stem>/part-*.parquet` (id, vector), resumably.
 
-    One Ray Data pipeline (one actor pool) covers all pending files; each file's folder is moved into place and
-    recorded in the manifest as soon as all its rows are written, so a killed run loses only unfinished files.
+    Inputs are files, folders (their .parquet/.jsonl/.csv/.tsv/.txt files) or glob patterns. Rows, row numbers
+    and ids are those of `bertkit embed` on one machine: `column` (default: "text" for JSONL and Parquet, the
+    first column of TSV/CSV, the line of a text file), `header` and `id_column` mean what they mean there, and
+    ids of an id column are written as strings. One Ray Data pipeline (one actor pool) covers all pending files;
+    each file's folder is moved into place and recorded in the manifest as soon as all its rows are written, so
+    a killed run loses only unfinished files.
     """
     started = time.perf_counter()
     paths = expand_inputs(inputs)
-    if id_column is not None and id_column == column:
-        raise InputError(f"--id-column {id_column!r} is the text column; name another column, or leave it out for row numbers.")
-    for path in paths:  # every file's columns, before any work
-        check_columns(path, column, id_column)
     output = Path(output_dir)
-    if output.exists() and not output.is_dir():
-        raise InputError(f"-o {output} is a file; the Ray engine writes a directory (one folder per input file).")
+    check_output(output)
+    if id_column is not None and id_column == column:
+        raise InputError(f"--id-column {id_column!r} is the text column; name another column, or leave it out for "
+                         "row numbers.")
+    for path in paths:  # every file's columns, before any work
+        check_columns(path, column, id_column, header)
     encoder = Encoder.from_pretrained(model, precision=precision)
     options = check_options(encoder, layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length,
                              long_text=long_text, stride=stride)
-    manifest = _load_manifest(output, _result_options(encoder, column, id_column, options), overwrite)
-    summary = RunSummary(output)
-    pending: dict[Path, dict] = {}
+    recorded = _result_options(encoder, column, id_column, header, options)
+    job = _Job(output, _load_manifest(output, recorded, overwrite), RunSummary(output))
     for path in paths:
-        entry, digest = manifest["files"].get(path.stem), file_sha256(path)
-        if entry is not None and entry["sha256"] != digest:
-            raise InputError(f"{path} changed since {output / path.stem} was written from it (its SHA-256 differs); "
-                             "pass --overwrite to start over.")
-        if entry is not None and entry["sha256"] == digest and _is_complete(output, entry):
-            summary.skipped.append(path.stem)
-        else:
-            pending[path] = {"input": str(path.resolve()), "sha256": digest, "rows": count_rows(path), "output": path.stem}
+        _plan_file(job, path, lambda p: count_rows(p, column, id_column, header))
     output.mkdir(parents=True, exist_ok=True)
-    _save_manifest(output, manifest)
-
-    def finish(path: Path) -> None:
-        entry = pending[path]
-        shutil.rmtree(output / path.stem, ignore_errors=True)
-        os.replace(output / f".{path.stem}.tmp", output / path.stem)
-        manifest["files"][path.stem] = entry
-        _save_manifest(output, manifest)
-        summary.rows += entry["rows"]
-        summary.files.append(path.stem)
-
-    dim = encoder.sentence_dim(layers, pooling)
-    for path, entry in pending.items():
-        shutil.rmtree(output / f".{path.stem}.tmp", ignore_errors=True)
-        (output / f".{path.stem}.tmp").mkdir()
-        if entry["rows"] == 0:  # nothing for Ray to read: an empty output with the right schema
-            id_type = pa.int64() if id_column is None else pa.string()
-            empty = pa.table({"id": pa.array([], id_type), "vector": pa.array([], pa.list_(pa.float32(), dim))})
-            pq.write_table(empty, output / f".{path.stem}.tmp" / "part-000000000000.parquet")
-            summary.empty.append(path.stem)
-            finish(path)
-    work = [path for path, entry in pending.items() if entry["rows"]]
+    _save_manifest(output, job.manifest)
+    _write_empty(job, encoder.sentence_dim(layers, pooling), id_column)
+    work = {str(path.resolve()): path for path, entry in job.pending.items() if entry["rows"]}
     started_ray = bool(work) and connect(address)
     try:
         if work:
-            summary.resources = plan_resources(*cluster_resources(), actors, cpus_per_actor)
-        for kind in sorted({RAY_FORMATS[p.suffix.lower()] for p in work}):
-            group = [p for p in work if RAY_FORMATS[p.suffix.lower()] == kind]
-            _run_pipeline(group, output, encoder, column, id_column, options, summary.resources, model, precision,
-                          rows_per_call, {str(p.resolve()): p for p in group}, pending, finish)
+            job.summary.resources = plan_resources(*cluster_resources(), actors, cpus_per_actor)
+            reader = {"column": column, "id_column": id_column, "header": header, "rows_per_block": rows_per_call}
+            _stream_files(job, work, reader, encoder, options, model, precision)
     finally:
         if started_ray:
             ray.shutdown()
-    summary.seconds = time.perf_counter() - started
-    return summary
+    job.summary.seconds = time.perf_counter() - started
+    return job.summary
+
+
+def _plan_file(job: _Job, path: Path, count) -> None:
+    """Skip a file the manifest records as complete and unchanged; otherwise queue it with its row count."""
+    entry, digest = job.manifest["files"].get(path.stem), file_sha256(path)
+    if entry is not None and entry["sha256"] != digest:
+        raise InputError(f"{path} changed since {job.output / path.stem} was written from it (its SHA-256 differs); "
+                         "pass --overwrite to start over.")
+    if entry is not None and _is_complete(job.output, entry):
+        job.summary.skipped.append(path.stem)
+    else:
+        job.pending[path] = {"input": str(path.resolve()), "sha256": digest, "rows": count(path), "output": path.stem}
+
+
+def _write_empty(job: _Job, dim: int, id_column: str | int | None) -> None:
+    """Clear the staging folders; a file with no rows gets an empty output with the right schema, without Ray."""
+    for path, entry in list(job.pending.items()):
+        shutil.rmtree(job.staging(path), ignore_errors=True)
+        job.staging(path).mkdir()
+        if entry["rows"] == 0:
+            id_type = pa.int64() if id_column is None else pa.string()
+            empty = pa.table({"id": pa.array([], id_type), "vector": pa.array([], pa.list_(pa.float32(), dim))})
+            pq.write_table(empty, job.staging(path) / "part-000000000000.parquet")
+            job.summary.empty.append(path.stem)
+            job.finish(path)
 
 
 def connect(address: str | None = None) -> bool:
@@ -351,46 +322,32 @@ def _use_local_token() -> None:
         maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
-def _run_pipeline(group, output, encoder, column, id_column, options, plan, model, precision, rows_per_call,
-                  by_name, pending, finish) -> None:
-    """read → number rows → embed (actor pool) → write parts; the driver closes each file once its rows are in."""
-    context = ray.data.DataContext.get_current()
-    kept_order, context.execution_options.preserve_order = context.execution_options.preserve_order, True
-    try:
-        _stream_files(group, output, encoder, column, id_column, options, plan, model, precision, rows_per_call,
-                      by_name, pending, finish)
-    finally:
-        context.execution_options.preserve_order = kept_order
-
-
-def _stream_files(group, output, encoder, column, id_column, options, plan, model, precision, rows_per_call,
-                  by_name, pending, finish) -> None:
-    """The pipeline itself, with order preserved so that row numbers follow each file's order."""
-    ds = read_files(group, plan.io_cpus)
-    ds = ds.map_batches(_RowNumbers, fn_constructor_args=(["path", column] + ([id_column] if id_column else []),),
-                        batch_format="pyarrow", batch_size=None, compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0)
-    ds = ds.repartition(target_num_rows_per_block=rows_per_call)  # streaming: blocks small enough to share out
-    ds = embed_dataset(ds, column, model=model, precision=precision, encoder=encoder, actors=plan.actors,
-                       cpus_per_actor=plan.cpus_per_actor, rows_per_call=rows_per_call, **options)
-    staging = {name: str(output / f".{path.stem}.tmp") for name, path in by_name.items()}
-    ds = ds.map_batches(_write_parts, fn_kwargs={"staging": staging, "id_column": id_column}, batch_format="pyarrow",
-                        batch_size=None, num_cpus=plan.io_cpus)
-    done = {name: 0 for name in by_name}
+def _stream_files(job: _Job, work: dict[str, Path], reader: dict, encoder: Encoder, options: dict,
+                  model: str | None, precision: str) -> None:
+    """read → embed (actor pool) → write parts; the driver closes each file as soon as its rows are all written."""
+    plan = job.summary.resources
+    counts = {name: job.pending[path]["rows"] for name, path in work.items()}
+    ds = read_inputs(counts, io_cpus=plan.io_cpus, **reader)
+    ds = embed_dataset(ds, "text", model=model, precision=precision, encoder=encoder, actors=plan.actors,
+                       cpus_per_actor=plan.cpus_per_actor, rows_per_call=reader["rows_per_block"], **options)
+    staging = {name: str(job.staging(path)) for name, path in work.items()}
+    ds = ds.map_batches(_write_parts, fn_kwargs={"staging": staging}, batch_format="pyarrow", batch_size=None,
+                        num_cpus=plan.io_cpus)
+    done = dict.fromkeys(work, 0)
     try:
         for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
             for name, rows in zip(batch.column("path").to_pylist(), batch.column("rows").to_pylist()):
-                path = by_name[name]
                 done[name] += rows
-                if done[name] > pending[path]["rows"]:
-                    raise BertkitError(f"{path}: more rows written ({done[name]}) than it has ({pending[path]['rows']}).")
-                if done[name] == pending[path]["rows"]:
-                    finish(path)
+                if done[name] > counts[name]:
+                    raise BertkitError(f"{work[name]}: more rows written ({done[name]}) than it has ({counts[name]}).")
+                if done[name] == counts[name]:
+                    job.finish(work[name])
     except Exception as exc:  # a user error inside an actor comes back wrapped in Ray's exceptions: unwrap it
         cause = _bertkit_cause(exc)
         if cause is not None and cause is not exc:
             raise cause from None
         raise
-    short = [f"{by_name[n]} ({done[n]} of {pending[by_name[n]]['rows']} rows)" for n in done if done[n] != pending[by_name[n]]["rows"]]
+    short = [f"{work[n]} ({done[n]} of {counts[n]} rows)" for n in done if done[n] != counts[n]]
     if short:
         raise BertkitError(f"rows were lost on the way: {', '.join(short)}; those outputs were not kept. Run again.")
 

@@ -1,0 +1,166 @@
+"""The rows of an input file, defined once for both engines, and a Ray Data datasource that reads them.
+
+Text, TSV/CSV and JSONL rows come from `bertkit.io.readers.iter_texts`, the reader of the local engine, so a
+line, a header, a quoted field, a blank line and a row number mean the same on both engines (a line ends at `\\n`
+or `\\r\\n`; `\\x0c`, a lone `\\r` and U+2028 are characters inside it). Parquet is read with pyarrow. Ray's own
+readers are not used: `read_text` splits with `str.splitlines` and drops blank lines, `read_csv` and
+`read_json` infer types and parse quotes their own way, and their path handling imports fsspec's HTTP filesystem,
+which fails without aiohttp (`ImportError: cannot import name 'HTTPFileSystem'`). Here a worker opens its file by
+path, nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import ray.data
+from ray.data.block import BlockMetadata
+from ray.data.datasource import Datasource, ReadTask
+
+from ..errors import InputError
+from ..io.readers import iter_texts
+
+# extension → reader format (`bertkit.io.readers` names; "parquet" is read here)
+RAY_FORMATS = {".parquet": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv",
+               ".tsv": "tsv", ".txt": "text"}
+NO_ROWS = "the file has no data rows."  # the local reader's words for an empty file, which Ray writes as empty
+
+
+def input_format(path: Path) -> str:
+    return RAY_FORMATS[path.suffix.lower()]
+
+
+def file_rows(path: Path, column: str | int | None = None, id_column: str | int | None = None,
+              header: bool | None = None) -> Iterator[tuple[str, object]]:
+    """(text, id) of every row of one input, as `bertkit embed` reads it; the id is the row number or its value.
+
+    A file without rows yields nothing. Every problem is an InputError naming the file and line (or row).
+    """
+    kind = input_format(path)
+    if kind == "parquet":
+        yield from _parquet_rows(path, column, id_column)
+        return
+    try:
+        for _, text, row_id in iter_texts(path, column, header=header, fmt=kind, id_column=id_column):
+            yield text, (str(row_id) if id_column is not None else row_id)  # ids as the local engine writes them
+    except InputError as exc:
+        if not str(exc).endswith(NO_ROWS):
+            raise
+
+
+def _parquet_rows(path: Path, column: str | int | None, id_column: str | int | None,
+                  batch_rows: int = 4096) -> Iterator[tuple[str, object]]:
+    try:
+        source = pq.ParquetFile(path)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise InputError(f"{path}: not a readable Parquet file ({exc}).") from None
+    names = source.schema_arrow.names
+    wanted = [_parquet_column(path, names, "text" if column is None else column)]
+    if id_column is not None:
+        wanted.append(_parquet_column(path, names, id_column))
+    number = 0
+    for batch in source.iter_batches(batch_size=batch_rows, columns=wanted):
+        values = [batch.column(i).to_pylist() for i in range(len(wanted))]
+        for offset, text in enumerate(values[0]):
+            row_id = values[1][offset] if id_column is not None else number
+            _check_value(path, number, wanted[0], text, str)
+            if id_column is not None:
+                _check_value(path, number, wanted[1], row_id, object)
+                row_id = str(row_id)
+            yield text, row_id
+            number += 1
+
+
+def _parquet_column(path: Path, names: list[str], column: str | int) -> str:
+    """A column by name, or by index as the local readers take one ("0", -1)."""
+    if isinstance(column, int) or (column not in names and column.lstrip("-").isdigit()):
+        index = int(column)
+        if not -len(names) <= index < len(names):
+            raise InputError(f"{path}: column {index} does not exist; the file has columns {names}.")
+        return names[index]
+    if column not in names:
+        raise InputError(f"{path}: no column named {column!r}; the columns are {names}.")
+    return column
+
+
+def _check_value(path: Path, row: int, column: str, value: object, kind: type) -> None:
+    if value is None:
+        raise InputError(f"{path}, row {row}: {column!r} is empty (null); give a value.")
+    if not isinstance(value, kind):
+        raise InputError(f"{path}, row {row}: the text is a {type(value).__name__} ({value!r}), not a string.")
+
+
+def count_rows(path: Path, column: str | int | None, id_column: str | int | None, header: bool | None) -> int:
+    """Rows of one input, counted (and every row checked) on the driver: the figure the written rows must match."""
+    return sum(1 for _ in file_rows(path, column, id_column, header))
+
+
+def has_rows(path: Path, column: str | int | None, id_column: str | int | None, header: bool | None) -> bool:
+    """Whether an input has rows, reading only up to its first one (so a missing column is refused at once)."""
+    return next(file_rows(path, column, id_column, header), None) is not None
+
+
+class FileRowsDatasource(Datasource):
+    """One read task per input file, yielding blocks of `path`, `row`, `id` and `text` (the rows of `file_rows`).
+
+    Rows are numbered as they are read, so no later step has to keep Ray's block order.
+    """
+
+    def __init__(self, files: dict[str, int], column: str | int | None, id_column: str | int | None,
+                 header: bool | None, rows_per_block: int):
+        super().__init__()
+        self.files = files  # absolute path → its row count (from the driver)
+        self.options = {"column": column, "id_column": id_column, "header": header, "rows_per_block": rows_per_block}
+
+    def estimate_inmemory_data_size(self) -> int:
+        return sum(os.path.getsize(name) for name in self.files)
+
+    def get_read_tasks(self, parallelism: int, *args, **kwargs) -> list[ReadTask]:
+        return [ReadTask(functools.partial(read_blocks, name, **self.options), _metadata(name, rows))
+                for name, rows in self.files.items()]
+
+
+def read_blocks(name: str, column: str | int | None, id_column: str | int | None, header: bool | None,
+                rows_per_block: int) -> Iterator[pa.Table]:
+    """One input's rows as Arrow tables of at most `rows_per_block` rows (runs in a Ray read task)."""
+    texts: list[str] = []
+    ids: list = []
+    start = 0
+    for text, row_id in file_rows(Path(name), column, id_column, header):
+        texts.append(text)
+        ids.append(row_id)
+        if len(texts) == rows_per_block:
+            yield _block(name, start, texts, ids, id_column)
+            start, texts, ids = start + len(texts), [], []
+    if texts:
+        yield _block(name, start, texts, ids, id_column)
+
+
+def _block(name: str, start: int, texts: list[str], ids: list, id_column: str | int | None) -> pa.Table:
+    return pa.table({
+        "path": pa.array([name] * len(texts), pa.string()),
+        "row": pa.array(range(start, start + len(texts)), pa.int64()),
+        "id": pa.array(ids, pa.int64() if id_column is None else pa.string()),
+        "text": pa.array(texts, pa.string()),
+    })
+
+
+def _metadata(name: str, rows: int) -> BlockMetadata:
+    fields = {field.name for field in dataclasses.fields(BlockMetadata)}
+    values = {"num_rows": rows, "size_bytes": os.path.getsize(name), "input_files": [name], "exec_stats": None}
+    if "schema" in fields:  # Ray before 2.40 kept the schema in the metadata
+        values["schema"] = None
+    return BlockMetadata(**{k: v for k, v in values.items() if k in fields})
+
+
+def read_inputs(files: dict[str, int], column: str | int | None, id_column: str | int | None, header: bool | None,
+                rows_per_block: int, io_cpus: float) -> ray.data.Dataset:
+    """The rows of `files` (absolute path → row count) as a Ray Dataset, read by `file_rows` in Ray tasks."""
+    source = FileRowsDatasource(files, column, id_column, header, rows_per_block)
+    return ray.data.read_datasource(source, num_cpus=io_cpus)
