@@ -1,41 +1,68 @@
-"""bertkit: pre-trained BERT-family encoders for tokenization, embeddings, classification and fine-tuning."""
+"""bertkit: pre-trained BERT-family encoders for tokenization, embeddings, classification and fine-tuning.
 
-from .encoder.encode import EmbedReport, Encoder, ForwardOutput, TokenEmbedding
-from .encoder.layers import LayerSelection, parse_layers
-from .encoder.tokenize import Batch
+The public names are imported on first use (PEP 562), so `import bertkit` and the command line start without
+loading torch, transformers or scikit-learn until a command needs them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
+
 from .errors import BertkitError, InputError, ModelLoadError
-from .io.conll import read_tagged
-from .tasks.classify import TextClassifier
-from .tasks.finetune import FinetuneArguments, finetune
-from .tasks.finetuned import FineTunedClassifier, FineTunedTagger
-from .tasks.load import load_run
-from .tasks.probe import probe_text, probe_token
-from .tasks.tagging import Entity, entity_scores
-from .tasks.vectorizer import BertVectorizer
 
-__version__ = "0.1.0"
+try:
+    __version__ = version("bertkit")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree that was never installed
+    __version__ = "0+unknown"
 
-__all__ = [
-    "Batch",
-    "BertVectorizer",
-    "BertkitError",
-    "EmbedReport",
-    "Encoder",
-    "Entity",
-    "FineTunedClassifier",
-    "FineTunedTagger",
-    "FinetuneArguments",
-    "ForwardOutput",
-    "InputError",
-    "LayerSelection",
-    "ModelLoadError",
-    "TextClassifier",
-    "TokenEmbedding",
-    "entity_scores",
-    "finetune",
-    "load_run",
-    "parse_layers",
-    "probe_text",
-    "probe_token",
-    "read_tagged",
-]
+_LAZY = {
+    "Batch": "encoder.tokenize",
+    "BertVectorizer": "tasks.vectorizer",
+    "EmbedReport": "encoder.encode",
+    "Encoder": "encoder.encode",
+    "Entity": "tasks.tagging",
+    "FineTunedClassifier": "tasks.finetuned",
+    "FineTunedTagger": "tasks.finetuned",
+    "FinetuneArguments": "tasks.finetune",
+    "ForwardOutput": "encoder.encode",
+    "LayerSelection": "encoder.layers",
+    "TextClassifier": "tasks.classify",
+    "TokenEmbedding": "encoder.encode",
+    "entity_scores": "tasks.tagging",
+    "finetune": "tasks.finetune",
+    "load_run": "tasks.load",
+    "parse_layers": "encoder.layers",
+    "probe_text": "tasks.probe",
+    "probe_token": "tasks.probe",
+    "read_tagged": "io.conll",
+}
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come from __getattr__
+    from .encoder.encode import EmbedReport, Encoder, ForwardOutput, TokenEmbedding
+    from .encoder.layers import LayerSelection, parse_layers
+    from .encoder.tokenize import Batch
+    from .io.conll import read_tagged
+    from .tasks.classify import TextClassifier
+    from .tasks.finetune import FinetuneArguments, finetune
+    from .tasks.finetuned import FineTunedClassifier, FineTunedTagger
+    from .tasks.load import load_run
+    from .tasks.probe import probe_text, probe_token
+    from .tasks.tagging import Entity, entity_scores
+    from .tasks.vectorizer import BertVectorizer
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'bertkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = sorted(["BertkitError", "InputError", "ModelLoadError", *_LAZY])

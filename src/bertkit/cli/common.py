@@ -17,6 +17,25 @@ app = typer.Typer(
     help="Use pre-trained BERT-family encoders: inspect tokenization, extract embeddings, train classifiers, probe layers, fine-tune, serve.",
 )
 
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        typer.echo(f"bertkit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print bertkit's version and exit."),
+) -> None:
+    """Use pre-trained BERT-family encoders: inspect tokenization, extract embeddings, train classifiers, probe
+    layers, fine-tune, serve."""
+
+
 ModelOption = typer.Option(None, "--model", "-m", help="Model: a local directory, a hub name, or omit for the packaged default.")
 ThreadsOption = typer.Option(None, "--threads", help="Torch threads (default: torch's choice).")
 HeaderOption = typer.Option(None, "--header/--no-header", help="First line is a header (default: when columns are names).")

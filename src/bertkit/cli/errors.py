@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
-
-from safetensors import SafetensorError
+import sys
 
 from ..errors import BertkitError
 
@@ -40,7 +39,8 @@ def user_message(exc: BaseException) -> str | None:
         return str(exc)
     if isinstance(exc, OSError):
         return describe_os_error(exc)
-    if isinstance(exc, SafetensorError):
+    safetensors = sys.modules.get("safetensors")  # not imported here: `bertkit --help` must stay light
+    if safetensors is not None and isinstance(exc, safetensors.SafetensorError):
         return (f"a .safetensors file is damaged or is not safetensors ({exc}); copy or save the model directory "
                 "again (transformers: save_pretrained(DIR, safe_serialization=True)).")
     return None

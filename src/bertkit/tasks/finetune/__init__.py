@@ -1,6 +1,24 @@
-"""Fine-tuning, split by job: arguments, data preparation, the training loop, checkpoints, and `finetune()` tying them."""
+"""Fine-tuning, split by job: arguments, data preparation, the training loop, checkpoints, and `finetune()` tying them.
+
+`finetune` is imported on first use: `tasks.finetuned` (a saved run, at prediction time) imports this package's
+`examples`, and must not pull in the training loop, which imports `tasks.finetuned` back.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from .arguments import FinetuneArguments, TrainingState
-from .run import finetune
+
+if TYPE_CHECKING:
+    from .run import finetune
 
 __all__ = ["FinetuneArguments", "TrainingState", "finetune"]
+
+
+def __getattr__(name: str):
+    if name == "finetune":
+        from .run import finetune
+
+        return finetune
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
