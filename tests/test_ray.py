@@ -191,6 +191,45 @@ def test_cli_killed_midway_resumes_and_skips_finished_files(head, tmp_path, enco
     assert not list(out.glob(".*.tmp")), "staging folders of the killed run are cleared"
 
 
+RAY_KILLS = 6
+
+
+@pytest.mark.slow
+def test_cli_killed_at_seeded_random_points_resumes_to_the_same_vectors(head, tmp_path, encoder):
+    """SIGKILL the driver at random moments (after it has started working), again and again; then finish."""
+    import random
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    texts = {f"p{k}": sst2_texts(120, skip=120 * k) for k in range(6)}
+    for name, rows in texts.items():
+        write_jsonl(inputs / f"{name}.jsonl", rows, prefix=name)
+    out = tmp_path / "out"
+    args = [str(inputs / "*.jsonl"), "--column", "text", "--id-column", "key", "--engine", "ray",
+            "--address", head["address"], "--actors", "1", "--chunk-rows", "32", "-o", str(out)]
+    rng = random.Random(3)
+    killed = 0
+    for _ in range(RAY_KILLS):
+        process = run_cli(*args)
+        time.sleep(rng.uniform(4.0, 12.0))  # start-up is ~4 s; the whole run takes longer than the longest wait
+        killed += process.poll() is None
+        process.kill()
+        process.wait()
+        for name in json.loads((out / "manifest.json").read_text())["files"] if (out / "manifest.json").exists() else []:
+            ids, _ = read_output(out / name)  # whatever the manifest calls done is whole
+            assert ids == sorted(f"{name}{i}" for i in range(len(texts[name])))
+    assert killed >= RAY_KILLS // 2, f"only {killed} runs were still working when killed"
+    final = run_cli(*args)
+    _, stderr = final.communicate(timeout=300)
+    assert final.returncode == 0, stderr[-2000:]
+    for name, rows in texts.items():
+        ids, vectors = read_output(out / name)
+        assert ids == sorted(f"{name}{i}" for i in range(len(rows)))
+        order = np.argsort([f"{name}{i}" for i in range(len(rows))])
+        np.testing.assert_allclose(vectors, encoder.embed(rows)[order], atol=1e-5, rtol=0)
+    assert not list(out.glob(".*.tmp")), "staging folders of the killed runs are cleared"
+
+
 @pytest.mark.slow
 def test_a_bad_column_is_one_clear_error_before_any_work(tmp_path):
     write_jsonl(tmp_path / "a.jsonl", ["one", "two"])
