@@ -215,7 +215,8 @@ def test_cli_killed_at_seeded_random_points_resumes_to_the_same_vectors(head, tm
         killed += process.poll() is None
         process.kill()
         process.wait()
-        for name in json.loads((out / "manifest.json").read_text())["files"] if (out / "manifest.json").exists() else []:
+        manifest = out / "manifest.json"
+        for name in json.loads(manifest.read_text())["files"] if manifest.exists() else []:
             ids, _ = read_output(out / name)  # whatever the manifest calls done is whole
             assert ids == sorted(f"{name}{i}" for i in range(len(texts[name])))
     assert killed >= RAY_KILLS // 2, f"only {killed} runs were still working when killed"
