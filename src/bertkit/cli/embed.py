@@ -88,9 +88,13 @@ def embed(
                       stride, model, precision, actors, address, overwrite, quiet, chunk_rows)
         return
 
+    from ..encoder.layers import parse_layers
+
+    parse_layers(layers)  # option mistakes are reported before the input is read
     tokens_only = parse_pooling(pooling) == ("none",)
     with open(input, "rb"):  # a missing or unreadable input is reported (by the CLI boundary) before the model loads
         pass
+    column, header = _text_column(input, column_spec(column), header, fmt, quiet)
     if tokens_only:
         check_writable_location(output)
     else:
@@ -98,7 +102,7 @@ def embed(
     encoder = make_encoder(model, threads, precision)
     started = time.perf_counter()
     if tokens_only:
-        texts, ids, _ = read_texts(input, column_spec(column), header=header, fmt=fmt, id_column=column_spec(id_column))
+        texts, ids, _ = read_texts(input, column, header=header, fmt=fmt, id_column=column_spec(id_column))
         result, report = encoder.embed(
             texts, layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length,
             long_text=long_text, stride=stride, progress=None if not quiet else False, return_report=True,
@@ -118,7 +122,7 @@ def embed(
 
         try:
             result = embed_file(
-                encoder, input, output, column=column_spec(column), id_column=column_spec(id_column), header=header, fmt=fmt,
+                encoder, input, output, column=column, id_column=column_spec(id_column), header=header, fmt=fmt,
                 layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length, long_text=long_text,
                 stride=stride, chunk_rows=4096 if chunk_rows is None else chunk_rows, on_chunk=advance,
             )
@@ -128,6 +132,10 @@ def embed(
             raise
         bar.close()
         rows, shape = result.rows, f"{result.rows} × {result.dim}"
+        if result.blank_lines and not quiet:
+            shown = ", ".join(map(str, result.blank_lines[:5])) + (", …" if len(result.blank_lines) > 5 else "")
+            say(f"{len(result.blank_lines)} blank texts were embedded as empty texts (lines {shown}); "
+                "remove them from the file if they are not rows.")
         truncated, windowed = result.truncated, result.windowed
         share = result.unknown_tokens / result.tokens if result.tokens else 0.0
         coverage = f"[UNK] {result.unknown_tokens} of {result.tokens} tokens ({share:.1%})"
@@ -141,6 +149,18 @@ def embed(
         if windowed:
             say(f"{windowed} long texts were embedded in overlapping windows.")
         say(f"vocabulary coverage: {coverage}")
+
+
+def _text_column(input: Path, column, header, fmt, quiet: bool):
+    """The column and header to read: as given, else detected for a TSV/CSV (and said), else the format's default."""
+    from ..io.readers import choose_text_column, detect_format
+
+    if column is not None or header is not None or detect_format(Path(input), fmt) not in ("tsv", "csv"):
+        return column, header
+    choice = choose_text_column(input, fmt)
+    if not quiet:
+        say(f"reading {choice.reason} of {input}; --column chooses another")
+    return choice.column, choice.header
 
 
 def _embed_on_ray(pattern, output, column, id_column, header, layers, pooling, batch_size, max_length, long_text, stride,

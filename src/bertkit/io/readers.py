@@ -114,7 +114,8 @@ def iter_rows(
         raise InputError(f"{path}: the file has no data rows.")
 
 
-def _delimited_rows(path: Path, kind: str, columns: list[str | int], header: bool | None) -> Iterator[Row]:
+def _delimited_rows(path: Path, kind: str, columns: list[str | int], header: bool | None,
+                    ragged: bool = False) -> Iterator[Row]:
     if header is None:
         header = any(isinstance(c, str) and not c.lstrip("-").isdigit() for c in columns)
     lines = decoded_lines(path)
@@ -126,7 +127,7 @@ def _delimited_rows(path: Path, kind: str, columns: list[str | int], header: boo
             numbers.append(number)
             yield _protect_bare_cr(text)
 
-    options = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if kind == "tsv" else {"delimiter": ","}
+    options = _dialect(kind)
     if csv.field_size_limit() < MAX_FIELD_CHARS:
         csv.field_size_limit(MAX_FIELD_CHARS)
     reader = csv.reader(text_lines(), **options)
@@ -143,6 +144,9 @@ def _delimited_rows(path: Path, kind: str, columns: list[str | int], header: boo
             if indices is None:
                 indices = _resolve_columns(path, names, columns, len(names) if names else len(record),
                                            header_line or line)
+            if ragged:
+                yield Row(line, tuple(_restore_bare_cr(record[i]) if i < len(record) else "" for i in indices))
+                continue
             if max(indices) >= len(record):
                 raise InputError(
                     f"{path}, line {line}: {len(record)} fields, but column {max(indices)} was asked for"
@@ -193,6 +197,95 @@ def _jsonl_rows(path: Path, fields: list[str | int]) -> Iterator[Row]:
                 raise InputError(f"{path}, line {number}: no field {key!r}; the fields are {sorted(record)}.")
             values.append(record[key])
         yield Row(number, tuple(values))
+
+
+TEXT_COLUMN_NAMES = ("text", "sentence", "sentences", "review", "document", "content", "body", "question", "query",
+                     "passage", "comment", "tweet", "title")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_ .-]{0,63}")
+SNIFF_ROWS = 50
+
+
+@dataclass(frozen=True)
+class ColumnChoice:
+    """Which column of a table holds the texts, whether line 1 is a header, and why bertkit thinks so."""
+
+    column: str | int
+    header: bool
+    reason: str
+
+
+def choose_text_column(path: str | Path, fmt: str | None = None) -> ColumnChoice:
+    """For a TSV/CSV read without --column: detect a header row and the column that holds the texts, or refuse.
+
+    Line 1 is a header when its fields are all names and a field is a usual text-column name, or some column below
+    it holds numbers, or sentences under a one-word name. The texts are the column with a usual name, else the one of the longest values, which
+    must hold letters and clearly outgrow the others. Anything less clear is refused with the columns listed.
+    """
+    path = Path(path)
+    kind = detect_format(path, fmt)
+    rows = [row.values for _, row in zip(range(SNIFF_ROWS + 1), _sniff_rows(path, kind))]
+    if not rows:
+        raise InputError(f"{path}: the file has no data rows.")
+    first, body = [field.strip() for field in rows[0]], rows[1:]
+    width = len(first)
+    if width == 1:
+        return ColumnChoice(0, False, "one column")
+    named = all(_NAME.fullmatch(field) for field in first)
+    numeric_below = any(_is_number(row[i]) and not _is_number(first[i]) for row in body for i in range(min(width, len(row))))
+    usual = [i for i, field in enumerate(first) if field.lower() in TEXT_COLUMN_NAMES]
+    header = named and (bool(usual) or numeric_below or _names_above_sentences(first, body))
+    data = body if header else rows
+    if header and usual:
+        return ColumnChoice(first[usual[0]], True, f"column {first[usual[0]]!r} (line 1 is a header)")
+    lengths = [sum(len(row[i]) for row in data if i < len(row)) / max(len(data), 1) for i in range(width)]
+    best = max(range(width), key=lengths.__getitem__)
+    others = max((length for i, length in enumerate(lengths) if i != best), default=0.0)
+    wordy = all(any(c.isalpha() for c in row[best]) for row in data if best < len(row) and row[best].strip())
+    if wordy and lengths[best] >= 2 * others:
+        name = first[best] if header else best
+        return ColumnChoice(name, header, f"column {name!r}, the one of the longest texts"
+                            + (" (line 1 is a header)" if header else ""))
+    described = f"the header has {first}" if header else f"line 1 has {width} fields: {first}"
+    raise InputError(f"{path}: which column holds the texts? {described}; pass --column NAME or --column INDEX "
+                     "(and --header or --no-header).")
+
+
+def _names_above_sentences(first: list[str], body: list[tuple]) -> bool:
+    """Some column holds sentences (3+ words on average) below a one-word field: a header over texts."""
+    for i, name in enumerate(first):
+        words = [len(row[i].split()) for row in body if i < len(row)]
+        if words and sum(words) / len(words) >= 3 and len(name.split()) == 1:
+            return True
+    return False
+
+
+def _sniff_rows(path: Path, kind: str) -> Iterator[Row]:
+    if kind not in ("tsv", "csv"):
+        raise InputError(f"{path}: only TSV and CSV files have columns to choose from.")
+    line = _first_line(path)
+    if not line:
+        return
+    width = len(next(csv.reader([line], **_dialect(kind))))
+    yield from _delimited_rows(path, kind, list(range(width)), header=False, ragged=True)
+
+
+def _first_line(path: Path) -> str:
+    for _, text in decoded_lines(path):
+        if text.strip():
+            return text.rstrip("\r\n")
+    return ""
+
+
+def _dialect(kind: str) -> dict:
+    return {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if kind == "tsv" else {"delimiter": ","}
+
+
+def _is_number(value: str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
 
 
 def iter_texts(

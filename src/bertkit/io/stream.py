@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Callable, Iterator
@@ -38,10 +38,12 @@ class StreamResult:
     windowed: int
     unknown_tokens: int
     tokens: int
+    blank_lines: list[int] = field(default_factory=list)  # file lines of empty texts (embedded as empty texts)
 
 
-def _rows(path: Path, column, id_column, header, fmt) -> Iterator[tuple[str, object]]:
-    return ((text, row_id) for _, text, row_id in iter_texts(path, column, header=header, fmt=fmt, id_column=id_column))
+def _rows(path: Path, column, id_column, header, fmt) -> Iterator[tuple[str, object, int]]:
+    return ((text, row_id, line) for line, text, row_id in iter_texts(path, column, header=header, fmt=fmt,
+                                                                      id_column=id_column))
 
 
 def _job_key(path: Path, options: dict) -> str:
@@ -99,13 +101,16 @@ def embed_file(
         _write_progress(progress, {"key": key, "rows": total, "done": 0, "output": str(output)})
     resumed_from = done
     stats = {"truncated": 0, "windowed": 0, "unknown": 0, "tokens": 0}
+    blank_lines: list[int] = []
     rows = islice(_rows(input_path, column, id_column, header, fmt), done, None)
     embed_options = dict(layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length,
                          long_text=long_text, stride=stride)
     handle = os.open(partial, os.O_WRONLY)
     try:
         while done < total:
-            texts = [text for text, _ in islice(rows, chunk_rows)]
+            chunk_rows_read = list(islice(rows, chunk_rows))
+            texts = [text for text, _, _ in chunk_rows_read]
+            blank_lines += [line for text, _, line in chunk_rows_read if not text.strip()]
             chunk, report = encoder.embed(texts, progress=False, return_report=True, warn=False, **embed_options)
             # Plain positional writes, not a memory map: written pages do not stay in this process's memory.
             os.pwrite(handle, np.ascontiguousarray(chunk, dtype=np.float32).tobytes(), offset + done * dim * 4)
@@ -133,10 +138,11 @@ def embed_file(
         raise
     finally:
         os.close(handle)
-    ids = lambda: (i for _, i in _rows(input_path, column, id_column, header, fmt))  # noqa: E731
+    ids = lambda: (i for _, i, _ in _rows(input_path, column, id_column, header, fmt))  # noqa: E731
     _finish(partial, output, ids, total, id_type="int64" if id_column is None else "string")
     progress.unlink(missing_ok=True)
-    return StreamResult(total, dim, resumed_from, stats["truncated"], stats["windowed"], stats["unknown"], stats["tokens"])
+    return StreamResult(total, dim, resumed_from, stats["truncated"], stats["windowed"], stats["unknown"], stats["tokens"],
+                        blank_lines)
 
 
 def _finish(partial: Path, output: Path, ids: Callable[[], Iterator], total: int, id_type: str,

@@ -1,0 +1,53 @@
+"""The first hour (issue 22): bertkit says what it took, and a table without --column is read as a person would."""
+
+import numpy as np
+import pytest
+from conftest import run_cli
+
+from bertkit.errors import InputError
+from bertkit.io.readers import choose_text_column
+
+
+def test_embed_a_csv_with_a_header_reads_the_text_column_and_says_so(monkeypatch, capsys, tmp_path, encoder):
+    sentences = [f"this is review number {i} of a film" for i in range(200)]
+    source = tmp_path / "data.csv"
+    source.write_text("id,sentence,label\n" + "".join(f"{i},{s},{i % 2}\n" for i, s in enumerate(sentences)))
+    code, _, err = run_cli(monkeypatch, capsys, "embed", source, "-o", tmp_path / "v.npy")
+    assert code == 0, err
+    assert "reading column 'sentence' (line 1 is a header)" in err
+    vectors = np.load(tmp_path / "v.npy")
+    assert vectors.shape == (200, 384)  # not 201: the header is not a text
+    np.testing.assert_allclose(vectors[:3], encoder.embed(sentences[:3]), atol=1e-5)
+
+
+@pytest.mark.parametrize("content, expected", [
+    ("a stirring funny film\t1\nthe plot is a mess\t0\n", (0, False)),          # SST-2: no header, texts first
+    ("label\treview\n1\ta stirring funny film\n0\tawful\n", ("review", True)),
+    ("doc_id,body\nA1,a long text about films and plots\nA2,another long one\n", ("body", True)),
+    ("key,notes\nk1,a fairly long free text field here\nk2,and another free text here\n", ("notes", True)),
+])
+def test_the_text_column_is_detected(tmp_path, content, expected):
+    path = tmp_path / ("t.tsv" if "\t" in content else "t.csv")
+    path.write_text(content)
+    choice = choose_text_column(path)
+    assert (choice.column, choice.header) == expected
+
+
+def test_an_unclear_table_is_refused_with_its_columns(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("x,y\n1,2\n3,4\n")
+    with pytest.raises(InputError, match=r"which column holds the texts\? the header has \['x', 'y'\]; pass --column"):
+        choose_text_column(path)
+
+
+def test_blank_lines_are_embedded_and_named(monkeypatch, capsys, tmp_path):
+    (tmp_path / "t.txt").write_text("one text\n\nanother\n   \n")
+    code, _, err = run_cli(monkeypatch, capsys, "embed", tmp_path / "t.txt", "-o", tmp_path / "v.npy")
+    assert code == 0 and "2 blank texts were embedded as empty texts (lines 2, 4)" in err
+    assert np.load(tmp_path / "v.npy").shape[0] == 4
+
+
+def test_a_short_first_text_is_not_taken_for_a_header(tmp_path):
+    path = tmp_path / "t.tsv"
+    path.write_text("great film\tpos\nthe plot is a mess and the acting worse\tneg\na long slow dull story\tneg\n")
+    assert choose_text_column(path).header is False
