@@ -218,7 +218,8 @@ def choose_text_column(path: str | Path, fmt: str | None = None) -> ColumnChoice
     """For a TSV/CSV read without --column: detect a header row and the column that holds the texts, or refuse.
 
     Line 1 is a header when its fields are all names and a field is a usual text-column name, or some column below
-    it holds numbers, or sentences under a one-word name. The texts are the column with a usual name, else the one of the longest values, which
+    it holds numbers, or sentences under a one-word name. The texts are the column with a usual name, else the one
+    of the longest values, which
     must hold letters and clearly outgrow the others. Anything less clear is refused with the columns listed.
     """
     path = Path(path)
@@ -231,7 +232,8 @@ def choose_text_column(path: str | Path, fmt: str | None = None) -> ColumnChoice
     if width == 1:
         return ColumnChoice(0, False, "one column")
     named = all(_NAME.fullmatch(field) for field in first)
-    numeric_below = any(_is_number(row[i]) and not _is_number(first[i]) for row in body for i in range(min(width, len(row))))
+    numeric_below = any(_is_number(row[i]) and not _is_number(first[i])
+                        for row in body for i in range(min(width, len(row))))
     usual = [i for i, field in enumerate(first) if field.lower() in TEXT_COLUMN_NAMES]
     header = named and (bool(usual) or numeric_below or _names_above_sentences(first, body))
     data = body if header else rows

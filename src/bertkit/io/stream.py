@@ -141,8 +141,8 @@ def embed_file(
     ids = lambda: (i for _, i, _ in _rows(input_path, column, id_column, header, fmt))  # noqa: E731
     _finish(partial, output, ids, total, id_type="int64" if id_column is None else "string")
     progress.unlink(missing_ok=True)
-    return StreamResult(total, dim, resumed_from, stats["truncated"], stats["windowed"], stats["unknown"], stats["tokens"],
-                        blank_lines)
+    return StreamResult(total, dim, resumed_from, stats["truncated"], stats["windowed"], stats["unknown"],
+                        stats["tokens"], blank_lines)
 
 
 def _finish(partial: Path, output: Path, ids: Callable[[], Iterator], total: int, id_type: str,
