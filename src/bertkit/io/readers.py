@@ -219,8 +219,7 @@ def choose_text_column(path: str | Path, fmt: str | None = None) -> ColumnChoice
 
     Line 1 is a header when its fields are all names and a field is a usual text-column name, or some column below
     it holds numbers, or sentences under a one-word name. The texts are the column with a usual name, else the one
-    of the longest values, which
-    must hold letters and clearly outgrow the others. Anything less clear is refused with the columns listed.
+    of the longest values, which must hold letters and clearly outgrow the others. Anything less clear is refused with the columns listed.
     """
     path = Path(path)
     kind = detect_format(path, fmt)
