@@ -51,3 +51,19 @@ def test_a_short_first_text_is_not_taken_for_a_header(tmp_path):
     path = tmp_path / "t.tsv"
     path.write_text("great film\tpos\nthe plot is a mess and the acting worse\tneg\na long slow dull story\tneg\n")
     assert choose_text_column(path).header is False
+
+
+def test_finetune_takes_the_command_line_settings_as_keywords(tiny_dirs, tmp_path):
+    import json
+
+    from test_finetune import quiet, sentiment_file
+
+    from bertkit import finetune
+
+    data = sentiment_file(tmp_path / "train.tsv", n=16)
+    finetune(data, output_dir=tmp_path / "run", model=str(tiny_dirs["bert_cased"]), epochs=1, lr=5e-5,
+             batch_size=4, dev_share=0.25, log=quiet)
+    saved = json.loads((tmp_path / "run" / "bertkit.json").read_text())["args"]
+    assert (saved["epochs"], saved["learning_rate"], saved["batch_size"]) == (1, 5e-5, 4)
+    with pytest.raises(InputError, match="unknown setting 'epoch'"):
+        finetune(data, output_dir=tmp_path / "other", epoch=1)

@@ -7,6 +7,7 @@ plus `bertkit.json` with the arguments, data fingerprints, per-epoch history and
 from __future__ import annotations
 
 import copy
+import dataclasses
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -44,15 +45,18 @@ def finetune(
     progress: bool | None = None,
     log: Callable[[str], None] | None = None,
     callbacks: Sequence[Callable[[TrainingState], None]] = (),
+    **training,
 ):
     """Fine-tune the encoder on a labelled file and save it to `output_dir`; returns the loaded best model.
 
     task='text' (the default) or 'token', here or in `args.task` (a contradiction is an error). 'text': TSV/CSV/JSONL with text and label columns. task='token': CoNLL (word … tag) or two-column files.
+    Training settings go as keywords, as on the command line (`epochs=1, lr=5e-5, batch_size=16, patience=2`; every
+    `FinetuneArguments` field, `lr` for `learning_rate`), or as `args=FinetuneArguments(...)`; keywords override args.
     Without `dev`, a seeded `dev_share` of the training data is held out. `resume=True` continues an interrupted
     run from its last checkpoint; `callbacks` are called after every optimizer step (KeyboardInterrupt there
     interrupts like Ctrl-C does).
     """
-    args = copy.deepcopy(args) if args is not None else FinetuneArguments()
+    args = _with_keywords(copy.deepcopy(args) if args is not None else FinetuneArguments(), training)
     if task is not None and args.task is not None and task != args.task:
         raise InputError(f"task={task!r} but args.task={args.task!r}: they contradict each other; give the task once.")
     task = args.task = task or args.task or "text"
@@ -103,3 +107,17 @@ def finetune(
     return write_final(output, evaluator.runner.model, evaluator.tokenizer, evaluator.metric_name, state, run_record, log)
 
 
+
+
+KEYWORD_ALIASES = {"lr": "learning_rate"}  # the command line's short names
+
+
+def _with_keywords(args: FinetuneArguments, training: dict) -> FinetuneArguments:
+    fields = {f.name for f in dataclasses.fields(FinetuneArguments)}
+    for key, value in training.items():
+        name = KEYWORD_ALIASES.get(key, key)
+        if name not in fields:
+            raise InputError(f"finetune() got an unknown setting {key!r}; the settings are {', '.join(sorted(fields))} "
+                             "(and lr for learning_rate).")
+        setattr(args, name, value)
+    return args
