@@ -67,3 +67,29 @@ def test_finetune_takes_the_command_line_settings_as_keywords(tiny_dirs, tmp_pat
     assert (saved["epochs"], saved["learning_rate"], saved["batch_size"]) == (1, 5e-5, 4)
     with pytest.raises(InputError, match="unknown setting 'epoch'"):
         finetune(data, output_dir=tmp_path / "other", epoch=1)
+
+
+def test_a_run_that_learned_nothing_says_so(tiny_dirs, tmp_path):
+    import json
+
+    from test_finetune import sentiment_file
+
+    from bertkit import finetune
+
+    data = sentiment_file(tmp_path / "train.tsv", n=32)
+    messages = []
+    finetune(data, output_dir=tmp_path / "flat", model=str(tiny_dirs["bert_cased"]), epochs=1, lr=1e-12,
+             dev_share=0.25, log=messages.append)
+    record = json.loads((tmp_path / "flat" / "bertkit.json").read_text())
+    assert record["baseline"]["learned"] is False
+    assert record["baseline"]["score"] == 0.5 and "majority label" in record["baseline"]["what"]
+    warning = next(m for m in messages if m.startswith("warning:"))
+    assert "learned nothing useful" in warning and "--epochs" in warning and "--lr" in warning
+
+    messages.clear()
+    finetune(sentiment_file(tmp_path / "more.tsv", n=128), output_dir=tmp_path / "learned",
+             model=str(tiny_dirs["bert_cased"]), epochs=6, patience=6, lr=3e-3, batch_size=8, warmup_ratio=0.0,
+             dev_share=0.25, log=messages.append)
+    record = json.loads((tmp_path / "learned" / "bertkit.json").read_text())
+    assert record["baseline"]["learned"] is True, (record["baseline"], record["metrics"])
+    assert not any(m.startswith("warning:") for m in messages)

@@ -98,6 +98,18 @@ def load_checkpoint(directory: Path, network, optimizer, scheduler) -> None:
     torch.set_rng_state(tensors["rng.torch"])
 
 
+def learned_anything(baseline: dict | None, best: float | None, metric_name: str, log) -> dict | None:
+    """Compare the best dev score with the majority baseline; a run no better than it is saved with a warning."""
+    if baseline is None:
+        return None
+    learned = best is not None and best > baseline["score"] + 1e-9
+    if not learned:
+        log(f"warning: the best dev {metric_name} ({best or 0:.4f}) is no better than {baseline['what']} "
+            f"({baseline['score']:.4f}): the model learned nothing useful. Try more epochs (--epochs), a higher "
+            "learning rate (--lr), or more training data.")
+    return {**baseline, "learned": learned}
+
+
 def write_final(output: Path, network, tokenizer, metric_name: str, state: TrainingState, run_record: dict, log):
     """Replace `output` by the best epoch's weights as a transformers model + tokenizer + bertkit.json (checkpoint gone)."""
     checkpoint = output / CHECKPOINT
@@ -117,6 +129,7 @@ def write_final(output: Path, network, tokenizer, metric_name: str, state: Train
             "examples_per_second": round(seen / max(sum(h["seconds"] for h in history), 1e-9), 1),
         },
         "metrics": metrics,
+        "baseline": learned_anything(run_record.get("baseline"), state.best_score, metric_name, log),
         "versions": {name: package_version(name) for name in ("torch", "transformers", "tokenizers")},
     }
     with staged_directory(output) as staging:

@@ -6,6 +6,7 @@ plus `bertkit.json` with the arguments, data fingerprints, per-epoch history and
 
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import sys
@@ -79,6 +80,7 @@ def finetune(
         "max_length": max_length,
         "data": prepared.data_record,
     }
+    baseline = majority_baseline(task, prepared)
     state = TrainingState()
     checkpoint = output / CHECKPOINT
     if resume:
@@ -104,6 +106,7 @@ def finetune(
         f"lr {args.learning_rate:g}, {torch.get_num_threads()} threads")
     Trainer(network, optimizer, scheduler, prepared, evaluator, args, state, checkpoint, run_record, log, progress,
              callbacks).train()
+    run_record["baseline"] = baseline
     return write_final(output, evaluator.runner.model, evaluator.tokenizer, evaluator.metric_name, state, run_record, log)
 
 
@@ -121,3 +124,13 @@ def _with_keywords(args: FinetuneArguments, training: dict) -> FinetuneArguments
                              "(and lr for learning_rate).")
         setattr(args, name, value)
     return args
+
+
+def majority_baseline(task: str, prepared) -> dict:
+    """What predicting the most frequent training label scores on dev (tagging: all 'O', entity F1 0)."""
+    if task != "text":
+        return {"what": "tagging every word 'O'", "score": 0.0}
+    counts = collections.Counter(example.labels for example in prepared.train)
+    majority = prepared.labels[counts.most_common(1)[0][0]]
+    score = sum(gold == majority for gold in prepared.dev_gold) / max(len(prepared.dev_gold), 1)
+    return {"what": f"always predicting the majority label {majority!r}", "score": score}
