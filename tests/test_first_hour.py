@@ -20,12 +20,15 @@ def test_embed_a_csv_with_a_header_reads_the_text_column_and_says_so(monkeypatch
     np.testing.assert_allclose(vectors[:3], encoder.embed(sentences[:3]), atol=1e-5)
 
 
-@pytest.mark.parametrize("content, expected", [
-    ("a stirring funny film\t1\nthe plot is a mess\t0\n", (0, False)),          # SST-2: no header, texts first
-    ("label\treview\n1\ta stirring funny film\n0\tawful\n", ("review", True)),
-    ("doc_id,body\nA1,a long text about films and plots\nA2,another long one\n", ("body", True)),
-    ("key,notes\nk1,a fairly long free text field here\nk2,and another free text here\n", ("notes", True)),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ("a stirring funny film\t1\nthe plot is a mess\t0\n", (0, False)),  # SST-2: no header, texts first
+        ("label\treview\n1\ta stirring funny film\n0\tawful\n", ("review", True)),
+        ("doc_id,body\nA1,a long text about films and plots\nA2,another long one\n", ("body", True)),
+        ("key,notes\nk1,a fairly long free text field here\nk2,and another free text here\n", ("notes", True)),
+    ],
+)
 def test_the_text_column_is_detected(tmp_path, content, expected):
     path = tmp_path / ("t.tsv" if "\t" in content else "t.csv")
     path.write_text(content)
@@ -61,8 +64,16 @@ def test_finetune_takes_the_command_line_settings_as_keywords(tiny_dirs, tmp_pat
     from bertkit import finetune
 
     data = sentiment_file(tmp_path / "train.tsv", n=16)
-    finetune(data, output_dir=tmp_path / "run", model=str(tiny_dirs["bert_cased"]), epochs=1, lr=5e-5,
-             batch_size=4, dev_share=0.25, log=quiet)
+    finetune(
+        data,
+        output_dir=tmp_path / "run",
+        model=str(tiny_dirs["bert_cased"]),
+        epochs=1,
+        lr=5e-5,
+        batch_size=4,
+        dev_share=0.25,
+        log=quiet,
+    )
     saved = json.loads((tmp_path / "run" / "bertkit.json").read_text())["args"]
     assert (saved["epochs"], saved["learning_rate"], saved["batch_size"]) == (1, 5e-5, 4)
     with pytest.raises(InputError, match="unknown setting 'epoch'"):
@@ -78,8 +89,15 @@ def test_a_run_that_learned_nothing_says_so(tiny_dirs, tmp_path):
 
     data = sentiment_file(tmp_path / "train.tsv", n=32)
     messages = []
-    finetune(data, output_dir=tmp_path / "flat", model=str(tiny_dirs["bert_cased"]), epochs=1, lr=1e-12,
-             dev_share=0.25, log=messages.append)
+    finetune(
+        data,
+        output_dir=tmp_path / "flat",
+        model=str(tiny_dirs["bert_cased"]),
+        epochs=1,
+        lr=1e-12,
+        dev_share=0.25,
+        log=messages.append,
+    )
     record = json.loads((tmp_path / "flat" / "bertkit.json").read_text())
     assert record["baseline"]["learned"] is False
     assert record["baseline"]["score"] == 0.5 and "majority label" in record["baseline"]["what"]
@@ -87,9 +105,35 @@ def test_a_run_that_learned_nothing_says_so(tiny_dirs, tmp_path):
     assert "learned nothing useful" in warning and "--epochs" in warning and "--lr" in warning
 
     messages.clear()
-    finetune(sentiment_file(tmp_path / "more.tsv", n=128), output_dir=tmp_path / "learned",
-             model=str(tiny_dirs["bert_cased"]), epochs=6, patience=6, lr=3e-3, batch_size=8, warmup_ratio=0.0,
-             dev_share=0.25, log=messages.append)
+    finetune(
+        sentiment_file(tmp_path / "more.tsv", n=128),
+        output_dir=tmp_path / "learned",
+        model=str(tiny_dirs["bert_cased"]),
+        epochs=6,
+        patience=6,
+        lr=3e-3,
+        batch_size=8,
+        warmup_ratio=0.0,
+        dev_share=0.25,
+        log=messages.append,
+    )
     record = json.loads((tmp_path / "learned" / "bertkit.json").read_text())
     assert record["baseline"]["learned"] is True, (record["baseline"], record["metrics"])
     assert not any(m.startswith("warning:") for m in messages)
+
+
+def test_embed_names_truncated_and_poorly_covered_rows_by_line(monkeypatch, capsys, tmp_path):
+    source = tmp_path / "t.txt"
+    source.write_text("a fine film\n" + "word " * 300 + "\n이 영화 재미없네요 정말\nanother fine film\n")
+    code, _, err = run_cli(monkeypatch, capsys, "embed", source, "-o", tmp_path / "v.npy")
+    assert code == 0, err
+    assert "1 texts were truncated to 256 tokens (line 2)" in err
+    assert "1 rows are poorly covered by this model's vocabulary (line 3)" in err and "for Korean" in err
+
+
+def test_long_text_error_names_the_file_line_and_the_option(monkeypatch, capsys, tmp_path):
+    source = tmp_path / "t.txt"
+    source.write_text("a fine film\n" + "word " * 300 + "\n")
+    code, _, err = run_cli(monkeypatch, capsys, "embed", source, "-o", tmp_path / "v.npy", "--long-text", "error")
+    assert code == 2 and f"error: {source}, line 2: 302 tokens, more than the limit of 256" in err
+    assert "--long-text truncate" in err and not (tmp_path / "v.npy").exists()

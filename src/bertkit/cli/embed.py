@@ -54,28 +54,54 @@ def tokenize(
 def embed(
     input: Path = typer.Argument(..., help="TSV/CSV/JSONL or plain-text file (one text per line)."),
     output: Path = typer.Option(..., "--output", "-o", help="Output .npy, .npz (vectors + ids) or .parquet."),
-    column: Optional[str] = typer.Option(None, "--column", "-c", help="Text column: index or name (JSONL: field; default 0 / 'text')."),
-    header: Optional[bool] = typer.Option(None, "--header/--no-header", help="First line is a header (default: only when --column is a name)."),
-    id_column: Optional[str] = typer.Option(None, "--id-column", help="Column whose values are stored as row ids (.npz/.parquet)."),
-    layers: str = typer.Option("last", "--layers", "-l", help="e.g. last, -2, 0, last4:sum, last4:concat, all:mean, '-1,-2'."),
-    pooling: str = typer.Option("mean", "--pooling", "-p", help="cls, pooler, mean, max, 'cls+mean', or none (token vectors, .npz)."),
+    column: Optional[str] = typer.Option(
+        None, "--column", "-c", help="Text column: index or name (JSONL: field; default 0 / 'text')."
+    ),
+    header: Optional[bool] = typer.Option(
+        None, "--header/--no-header", help="First line is a header (default: only when --column is a name)."
+    ),
+    id_column: Optional[str] = typer.Option(
+        None, "--id-column", help="Column whose values are stored as row ids (.npz/.parquet)."
+    ),
+    layers: str = typer.Option(
+        "last", "--layers", "-l", help="e.g. last, -2, 0, last4:sum, last4:concat, all:mean, '-1,-2'."
+    ),
+    pooling: str = typer.Option(
+        "mean", "--pooling", "-p", help="cls, pooler, mean, max, 'cls+mean', or none (token vectors, .npz)."
+    ),
     batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", "-b", help="Texts per forward pass."),
     max_length: Optional[int] = typer.Option(None, "--max-length"),
     long_text: str = typer.Option("truncate", "--long-text", help="truncate | error | window"),
     stride: Optional[int] = typer.Option(None, "--stride", help="Overlap of windows in tokens (long-text window)."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="Input format if the extension does not say: tsv, csv, jsonl, text."),
+    fmt: Optional[str] = typer.Option(
+        None, "--format", help="Input format if the extension does not say: tsv, csv, jsonl, text."
+    ),
     model: Optional[str] = ModelOption,
     threads: Optional[int] = ThreadsOption,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
-    chunk_rows: Optional[int] = typer.Option(None, "--chunk-rows", help="Rows read, embedded and written per chunk (memory and resume granularity; default 4096). Ray: rows per actor call (default 1024)."),
+    chunk_rows: Optional[int] = typer.Option(
+        None,
+        "--chunk-rows",
+        help="Rows read, embedded and written per chunk (memory and resume granularity; default 4096). "
+        "Ray: rows per actor call (default 1024).",
+    ),
     precision: str = PrecisionOption,
-    engine: str = typer.Option("local", "--engine", help="local (this process) | ray (Ray Data; INPUT may be a glob, -o is a directory)."),
-    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to join (e.g. ray://head:10001; default: RAY_ADDRESS or a local Ray)."),
-    actors: Optional[int] = typer.Option(None, "--actors", help="Ray: model replicas (default: one per CPU, one CPU kept for reading and writing)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Ray: start the output directory over instead of resuming it."),
+    engine: str = typer.Option(
+        "local", "--engine", help="local (this process) | ray (Ray Data; INPUT may be a glob, -o is a directory)."
+    ),
+    address: Optional[str] = typer.Option(
+        None, "--address", help="Ray cluster to join (e.g. ray://head:10001; default: RAY_ADDRESS or a local Ray)."
+    ),
+    actors: Optional[int] = typer.Option(
+        None, "--actors", help="Ray: model replicas (default: one per CPU, one CPU kept for reading and writing)."
+    ),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Ray: start the output directory over instead of resuming it."
+    ),
 ) -> None:
     """Embed every text of a file and write the vectors (streamed in chunks; an interrupted run resumes)."""
     from ..encoder.pooling import parse_pooling
+    from ..encoder.tokenize import TextTooLong
     from ..errors import InputError
     from ..io.readers import read_texts
     from ..io.stream import embed_file
@@ -84,8 +110,26 @@ def embed(
     if engine not in ("local", "ray"):
         raise InputError(f"--engine {engine!r}: choose local or ray.")
     if engine == "ray":
-        _embed_on_ray(str(input), output, column_spec(column), column_spec(id_column), header, layers, pooling, batch_size, max_length, long_text,
-                      stride, model, precision, actors, address, overwrite, quiet, chunk_rows)
+        _embed_on_ray(
+            str(input),
+            output,
+            column_spec(column),
+            column_spec(id_column),
+            header,
+            layers,
+            pooling,
+            batch_size,
+            max_length,
+            long_text,
+            stride,
+            model,
+            precision,
+            actors,
+            address,
+            overwrite,
+            quiet,
+            chunk_rows,
+        )
         return
 
     from ..encoder.layers import parse_layers
@@ -102,14 +146,33 @@ def embed(
     encoder = make_encoder(model, threads, precision)
     started = time.perf_counter()
     if tokens_only:
-        texts, ids, _ = read_texts(input, column, header=header, fmt=fmt, id_column=column_spec(id_column))
-        result, report = encoder.embed(
-            texts, layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length,
-            long_text=long_text, stride=stride, progress=None if not quiet else False, return_report=True,
-        )
+        texts, ids, lines = read_texts(input, column, header=header, fmt=fmt, id_column=column_spec(id_column))
+        try:
+            result, report = encoder.embed(
+                texts,
+                layers=layers,
+                pooling=pooling,
+                batch_size=batch_size,
+                max_length=max_length,
+                long_text=long_text,
+                stride=stride,
+                progress=None if not quiet else False,
+                return_report=True,
+                warn=False,
+            )
+        except TextTooLong as exc:
+            raise InputError(
+                f"{input}, line {lines[exc.row]}: {exc.tokens} tokens, more than the limit of "
+                f"{exc.max_length}; pass --long-text truncate or --long-text window."
+            ) from None
         write_token_vectors(output, [r.tokens for r in result], [r.vectors for r in result], ids)
         rows, shape = len(texts), f"{sum(len(r.tokens) for r in result)} token vectors"
         truncated, windowed, coverage = report.n_truncated, len(report.windowed_rows), report.coverage.message()
+        truncated_lines = [lines[row] for row in report.truncated_rows]
+        poor_lines = [lines[row] for row in report.coverage.poor_rows]
+        poor_message = (
+            encoder.coverage([texts[row] for row in report.coverage.poor_rows]).message() if poor_lines else ""
+        )
     else:
         from tqdm.auto import tqdm
 
@@ -122,9 +185,21 @@ def embed(
 
         try:
             result = embed_file(
-                encoder, input, output, column=column, id_column=column_spec(id_column), header=header, fmt=fmt,
-                layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length, long_text=long_text,
-                stride=stride, chunk_rows=4096 if chunk_rows is None else chunk_rows, on_chunk=advance,
+                encoder,
+                input,
+                output,
+                column=column,
+                id_column=column_spec(id_column),
+                header=header,
+                fmt=fmt,
+                layers=layers,
+                pooling=pooling,
+                batch_size=batch_size,
+                max_length=max_length,
+                long_text=long_text,
+                stride=stride,
+                chunk_rows=4096 if chunk_rows is None else chunk_rows,
+                on_chunk=advance,
             )
         except KeyboardInterrupt:
             bar.close()
@@ -134,9 +209,16 @@ def embed(
         rows, shape = result.rows, f"{result.rows} × {result.dim}"
         if result.blank_lines and not quiet:
             shown = ", ".join(map(str, result.blank_lines[:5])) + (", …" if len(result.blank_lines) > 5 else "")
-            say(f"{len(result.blank_lines)} blank texts were embedded as empty texts (lines {shown}); "
-                "remove them from the file if they are not rows.")
+            say(
+                f"{len(result.blank_lines)} blank texts were embedded as empty texts (lines {shown}); "
+                "remove them from the file if they are not rows."
+            )
         truncated, windowed = result.truncated, result.windowed
+        truncated_lines, poor_lines, poor_message = (
+            result.truncated_lines,
+            result.poor_coverage_lines,
+            result.coverage_message,
+        )
         share = result.unknown_tokens / result.tokens if result.tokens else 0.0
         coverage = f"[UNK] {result.unknown_tokens} of {result.tokens} tokens ({share:.1%})"
         if result.resumed_from:
@@ -145,10 +227,27 @@ def embed(
     if not quiet:
         say(f"wrote {output}: {shape} ({rows / max(seconds, 1e-9):.0f} texts/s)")
         if truncated:
-            say(f"{truncated} texts were truncated to {max_length or encoder.max_length} tokens; --long-text window keeps all tokens.")
+            say(
+                f"{truncated} texts were truncated to {max_length or encoder.max_length} tokens "
+                f"({_lines(truncated_lines)});"
+                " --long-text window keeps all tokens."
+            )
         if windowed:
             say(f"{windowed} long texts were embedded in overlapping windows.")
         say(f"vocabulary coverage: {coverage}")
+        if poor_lines:
+            say(
+                f"{len(poor_lines)} rows are poorly covered by this model's vocabulary ({_lines(poor_lines)}): "
+                f"{poor_message}"
+            )
+
+
+def _lines(numbers: list[int], shown: int = 5) -> str:
+    """'lines 3, 9, 12' or 'lines 3, 9, 12, 15, 20 and 7 more' (file lines, 1-based)."""
+    head = ", ".join(map(str, numbers[:shown]))
+    return f"line{'s' if len(numbers) > 1 else ''} {head}" + (
+        f" and {len(numbers) - shown} more" if len(numbers) > shown else ""
+    )
 
 
 def _text_column(input: Path, column, header, fmt, quiet: bool):
@@ -163,22 +262,57 @@ def _text_column(input: Path, column, header, fmt, quiet: bool):
     return choice.column, choice.header
 
 
-def _embed_on_ray(pattern, output, column, id_column, header, layers, pooling, batch_size, max_length, long_text, stride,
-                  model, precision, actors, address, overwrite, quiet, chunk_rows) -> None:
+def _embed_on_ray(
+    pattern,
+    output,
+    column,
+    id_column,
+    header,
+    layers,
+    pooling,
+    batch_size,
+    max_length,
+    long_text,
+    stride,
+    model,
+    precision,
+    actors,
+    address,
+    overwrite,
+    quiet,
+    chunk_rows,
+) -> None:
     """`--engine ray`: Ray Data over every file the pattern names, one Parquet folder per file in `output`."""
     from ..ray import embed_files
     from ..ray.dataset import DEFAULT_ROWS_PER_CALL
 
     summary = embed_files(
-        pattern, output, column=column, id_column=id_column, header=header, layers=layers, pooling=pooling,
-        batch_size=batch_size, max_length=max_length, long_text=long_text, stride=stride, precision=precision,
-        model=model, actors=actors, address=address, overwrite=overwrite, rows_per_call=DEFAULT_ROWS_PER_CALL if chunk_rows is None else chunk_rows,
+        pattern,
+        output,
+        column=column,
+        id_column=id_column,
+        header=header,
+        layers=layers,
+        pooling=pooling,
+        batch_size=batch_size,
+        max_length=max_length,
+        long_text=long_text,
+        stride=stride,
+        precision=precision,
+        model=model,
+        actors=actors,
+        address=address,
+        overwrite=overwrite,
+        rows_per_call=DEFAULT_ROWS_PER_CALL if chunk_rows is None else chunk_rows,
     )
     if not quiet:
         plan = summary.resources
         layout = f" on {plan.actors} actor(s) × {plan.threads} thread(s)" if plan else ""
-        say(f"wrote {output}: {summary.rows} rows from {len(summary.files)} files in {summary.seconds:.1f} s "
+        say(
+            f"wrote {output}: {summary.rows} rows from {len(summary.files)} files in {summary.seconds:.1f} s "
             f"({summary.rows_per_second:.0f} rows/s{layout}); skipped {len(summary.skipped)} complete files"
-            + (f" ({', '.join(summary.skipped)})" if summary.skipped else "") + ".")
+            + (f" ({', '.join(summary.skipped)})" if summary.skipped else "")
+            + "."
+        )
         if summary.empty:
             say(f"{len(summary.empty)} input files had no rows: {', '.join(summary.empty)}.")

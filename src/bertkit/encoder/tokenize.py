@@ -136,7 +136,9 @@ def check_texts(texts: str | Sequence, name: str = "texts") -> list:
     for row, text in enumerate(checked):
         if text is None or (isinstance(text, float) and np.isnan(text)):
             raise InputError(f"{name}[{row}] is missing (None/NaN); give a string ('' is fine).")
-        if not isinstance(text, str) and not (isinstance(text, (list, tuple)) and all(isinstance(w, str) for w in text)):
+        if not isinstance(text, str) and not (
+            isinstance(text, (list, tuple)) and all(isinstance(w, str) for w in text)
+        ):
             raise InputError(f"{name}[{row}] is a {type(text).__name__}, not a string or a list of words: {text!r}")
     return checked
 
@@ -175,10 +177,7 @@ def encode(
     too_long = [i for i, e in enumerate(encoded) if e.full_length > max_length]
     if too_long and long_text == "error":
         row = too_long[0]
-        raise InputError(
-            f"text {row} has {encoded[row].full_length} tokens, more than max_length={max_length} "
-            f"({len(too_long)} texts are too long). Use long_text='truncate' or 'window', or shorten it."
-        )
+        raise TextTooLong(row, encoded[row].full_length, max_length, len(too_long))
     if too_long and long_text == "truncate":
         if pairs is None:
             for row in too_long:
@@ -276,6 +275,7 @@ class Coverage:
     n_words: int
     scripts: list[str]  # non-Latin scripts present in the text
     decomposed: bool  # the tokenizer broke syllables into letter parts (uncased BERT: Hangul → jamo)
+    poor_rows: list[int] = field(default_factory=list)  # rows whose own coverage is poor
 
     @property
     def unknown_share(self) -> float:
@@ -290,7 +290,8 @@ class Coverage:
         return self.unknown_share >= 0.05 or self.tokens_per_word >= 3.0 or self.decomposed
 
     def message(self) -> str:
-        head = f"[UNK] {self.n_unknown} of {self.n_tokens} tokens ({self.unknown_share:.1%}); {self.tokens_per_word:.2f} tokens per word"
+        head = (f"[UNK] {self.n_unknown} of {self.n_tokens} tokens ({self.unknown_share:.1%}); "
+                f"{self.tokens_per_word:.2f} tokens per word")
         if not self.poor:
             return head
         why = []
@@ -301,7 +302,19 @@ class Coverage:
         if self.tokens_per_word >= 3.0:
             why.append("words are split into many sub-tokens")
         hint = _MODEL_HINTS.get(self.scripts[0] if self.scripts else "", _MODEL_HINTS[""])
-        return f"{head}. WARNING: this model's vocabulary covers the text poorly: {'; '.join(why)}. Use a model made for that language, {hint}."
+        return (f"{head}. WARNING: this model's vocabulary covers the text poorly: {'; '.join(why)}. "
+                f"Use a model made for that language, {hint}.")
+
+
+class TextTooLong(InputError):
+    """long_text='error' met a text longer than the limit; `row` is its index in the call's texts."""
+
+    def __init__(self, row: int, tokens: int, max_length: int, count: int):
+        self.row, self.tokens, self.max_length, self.count = row, tokens, max_length, count
+        super().__init__(
+            f"text {row} has {tokens} tokens, more than max_length={max_length} ({count} texts are too "
+            "long). Use long_text='truncate' or 'window', or shorten it."
+        )
 
 
 _MODEL_HINTS = {
@@ -329,13 +342,19 @@ def coverage(encoded: Sequence[Encoded], texts: Sequence[Text], unk_token_id: in
     n_tokens = n_unknown = n_words = 0
     scripts: list[str] = []
     decomposed = False
-    for item, text in zip(encoded, texts):
+    poor_rows: list[int] = []
+    for row, (item, text) in enumerate(zip(encoded, texts)):
         ids = item.ids
-        n_tokens += len(ids) - sum(item._take(item.encoding.special_tokens_mask))
-        n_unknown += sum(1 for i in ids if i == unk_token_id)
-        n_words += item.num_words + len(item.pair_word_spans or [])
+        tokens = len(ids) - sum(item._take(item.encoding.special_tokens_mask))
+        unknown = sum(1 for i in ids if i == unk_token_id)
+        words = item.num_words + len(item.pair_word_spans or [])
+        n_tokens, n_unknown, n_words = n_tokens + tokens, n_unknown + unknown, n_words + words
         joined = text if isinstance(text, str) else " ".join(text)
+        row_decomposed = False
         if not joined.isascii():
             scripts += [s for s in _scripts_in(joined) if s not in scripts]
-            decomposed = decomposed or ("HANGUL" in scripts and any(_JAMO.search(t) for t in item.tokens))
-    return Coverage(n_tokens, n_unknown, n_words, scripts, decomposed)
+            row_decomposed = "HANGUL" in scripts and any(_JAMO.search(t) for t in item.tokens)
+            decomposed = decomposed or row_decomposed
+        if Coverage(tokens, unknown, words, [], row_decomposed).poor:
+            poor_rows.append(row)
+    return Coverage(n_tokens, n_unknown, n_words, scripts, decomposed, poor_rows)

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..encoder.defaults import DEFAULT_BATCH_SIZE
 from ..encoder.encode import Encoder
+from ..encoder.tokenize import TextTooLong
 from ..errors import BertkitError, InputError, add_note
 from .readers import iter_texts
 from .writers import atomic_path, check_output_path, require_pyarrow
@@ -39,17 +40,25 @@ class StreamResult:
     unknown_tokens: int
     tokens: int
     blank_lines: list[int] = field(default_factory=list)  # file lines of empty texts (embedded as empty texts)
+    truncated_lines: list[int] = field(default_factory=list)  # file lines of the texts cut to the limit
+    poor_coverage_lines: list[int] = field(default_factory=list)  # file lines the vocabulary covers poorly
+    coverage_message: str = ""  # what the poor rows' coverage looks like, with the model to try
 
 
 def _rows(path: Path, column, id_column, header, fmt) -> Iterator[tuple[str, object, int]]:
-    return ((text, row_id, line) for line, text, row_id in iter_texts(path, column, header=header, fmt=fmt,
-                                                                      id_column=id_column))
+    return (
+        (text, row_id, line)
+        for line, text, row_id in iter_texts(path, column, header=header, fmt=fmt, id_column=id_column)
+    )
 
 
 def _job_key(path: Path, options: dict) -> str:
     stat = path.stat()
-    payload = json.dumps({"input": str(path.resolve()), "size": stat.st_size, "mtime": stat.st_mtime_ns, **options},
-                         sort_keys=True, default=str)
+    payload = json.dumps(
+        {"input": str(path.resolve()), "size": stat.st_size, "mtime": stat.st_mtime_ns, **options},
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -76,9 +85,19 @@ def embed_file(
     if chunk_rows < 1:
         raise InputError(f"chunk_rows={chunk_rows}: give a positive number of rows per chunk.")
     dim = encoder.sentence_dim(layers, pooling)
-    options = {"fingerprint": encoder.fingerprint, "layers": layers, "pooling": pooling, "max_length": max_length,
-               "long_text": long_text, "stride": stride, "column": column, "id_column": id_column, "header": header,
-               "chunk_rows": chunk_rows, **encoder.numerics()}
+    options = {
+        "fingerprint": encoder.fingerprint,
+        "layers": layers,
+        "pooling": pooling,
+        "max_length": max_length,
+        "long_text": long_text,
+        "stride": stride,
+        "column": column,
+        "id_column": id_column,
+        "header": header,
+        "chunk_rows": chunk_rows,
+        **encoder.numerics(),
+    }
     key = _job_key(input_path, options)
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(output.name + ".partial.npy")
@@ -102,21 +121,37 @@ def embed_file(
     resumed_from = done
     stats = {"truncated": 0, "windowed": 0, "unknown": 0, "tokens": 0}
     blank_lines: list[int] = []
+    truncated_lines: list[int] = []
+    poor_lines: list[int] = []
+    coverage_message = ""
     rows = islice(_rows(input_path, column, id_column, header, fmt), done, None)
-    embed_options = dict(layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length,
-                         long_text=long_text, stride=stride)
+    embed_options = dict(
+        layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length, long_text=long_text, stride=stride
+    )
     handle = os.open(partial, os.O_WRONLY)
     try:
         while done < total:
             chunk_rows_read = list(islice(rows, chunk_rows))
             texts = [text for text, _, _ in chunk_rows_read]
             blank_lines += [line for text, _, line in chunk_rows_read if not text.strip()]
-            chunk, report = encoder.embed(texts, progress=False, return_report=True, warn=False, **embed_options)
+            lines = [line for _, _, line in chunk_rows_read]
+            try:
+                chunk, report = encoder.embed(texts, progress=False, return_report=True, warn=False, **embed_options)
+            except TextTooLong as exc:
+                raise InputError(
+                    f"{input_path}, line {lines[exc.row]}: {exc.tokens} tokens, more than the limit of "
+                    f"{exc.max_length}; pass --long-text truncate (cut it) or --long-text window (embed "
+                    "it in overlapping windows), or long_text= in Python."
+                ) from None
             # Plain positional writes, not a memory map: written pages do not stay in this process's memory.
             os.pwrite(handle, np.ascontiguousarray(chunk, dtype=np.float32).tobytes(), offset + done * dim * 4)
             os.fsync(handle)  # the data is on disk before the progress record says so
             done += len(texts)
             stats["truncated"] += report.n_truncated
+            truncated_lines += [lines[row] for row in report.truncated_rows]
+            poor_lines += [lines[row] for row in report.coverage.poor_rows]
+            if report.coverage.poor_rows and not coverage_message:
+                coverage_message = encoder.coverage([texts[row] for row in report.coverage.poor_rows]).message()
             stats["windowed"] += len(report.windowed_rows)
             stats["unknown"] += report.coverage.n_unknown
             stats["tokens"] += report.coverage.n_tokens
@@ -141,12 +176,24 @@ def embed_file(
     ids = lambda: (i for _, i, _ in _rows(input_path, column, id_column, header, fmt))  # noqa: E731
     _finish(partial, output, ids, total, id_type="int64" if id_column is None else "string")
     progress.unlink(missing_ok=True)
-    return StreamResult(total, dim, resumed_from, stats["truncated"], stats["windowed"], stats["unknown"],
-                        stats["tokens"], blank_lines)
+    return StreamResult(
+        total,
+        dim,
+        resumed_from,
+        stats["truncated"],
+        stats["windowed"],
+        stats["unknown"],
+        stats["tokens"],
+        blank_lines,
+        truncated_lines,
+        poor_lines,
+        coverage_message,
+    )
 
 
-def _finish(partial: Path, output: Path, ids: Callable[[], Iterator], total: int, id_type: str,
-            slice_rows: int = 65536) -> None:
+def _finish(
+    partial: Path, output: Path, ids: Callable[[], Iterator], total: int, id_type: str, slice_rows: int = 65536
+) -> None:
     """Turn the finished partial .npy into the requested output, reading it in slices (no memory map)."""
     suffix = output.suffix.lower()
     if suffix == ".npy":
@@ -156,7 +203,6 @@ def _finish(partial: Path, output: Path, ids: Callable[[], Iterator], total: int
     offset, dim = header.offset, header.shape[1]
     del header
     if suffix == ".npz":
-
         id_array = np.asarray(list(ids()))
         with atomic_path(output) as temporary:
             with zipfile.ZipFile(temporary, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
