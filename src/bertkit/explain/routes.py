@@ -8,7 +8,7 @@ the service's one JSON error shape. A probe record can be added with `add_routes
 
 from __future__ import annotations
 
-import json
+import orjson
 import threading
 
 from fastapi import APIRouter, FastAPI, Request
@@ -75,7 +75,7 @@ def router() -> APIRouter:
 def _json(body: bytes):
     """The body as JSON, or the app's `invalid_json` error."""
     try:
-        return json.loads(body or b"null")
-    except ValueError as exc:
+        return orjson.loads(body or b"null")  # strict: no NaN, 1e400 or lone surrogates (json.loads takes them)
+    except orjson.JSONDecodeError as exc:
         raise RequestValidationError([{"type": "json_invalid", "loc": ("body",), "msg": "JSON decode error",
                                        "ctx": {"error": str(exc)}}]) from None

@@ -19,16 +19,17 @@ import orjson
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from ..encoder.encode import Encoder
 from ..encoder.threads import release_openmp_threads
 from ..errors import BertkitError
 from ..explain.routes import add_routes as add_explainer_routes
 from .batcher import Overloaded, ShuttingDown
-from .errors import error_response
+from .errors import OPENAI_PREFIX, error_response
 from .middleware import (
     ApiKeyMiddleware,
     BodyLimitMiddleware,
@@ -42,13 +43,20 @@ from .schemas import (
     ClassPrediction,
     EmbedRequest,
     ErrorResponse,
+    ExplainInfo,
+    ExplainRequest,
+    ExplainResponse,
+    Health,
     OpenAIEmbeddingRequest,
     OpenAIEmbeddingResponse,
+    OpenAIErrorResponse,
     PredictRequest,
+    ServiceInfo,
     TagPrediction,
     TokenizeRequest,
     TokenVectors,
     TokenView,
+    request_schema,
 )
 from .security import check_allow_hosts, check_allow_origins
 from .service import ClientGone, EmbedResult, ServeError, Service
@@ -70,7 +78,51 @@ class VectorJSONResponse(JSONResponse):
         return orjson.dumps(content, default=_array_fallback, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 413, 415, 422, 429, 500)}
+# ---- the OpenAPI document: every status a route can answer, with its JSON shape ----------------------------------
+ERROR_CODES = {
+    400: "the body is not valid JSON (invalid_json)",
+    401: "missing or wrong API key (unauthorized); only when the server was started with a key",
+    403: "the Host header does not name this server, or a web page of another origin sent the request",
+    404: "no such run or model",
+    413: "body over --max-body-bytes, more texts than --max-inputs, or an input too long with truncate=false",
+    415: "the body is not sent as Content-Type: application/json",
+    422: "a field has the wrong type or value (validation_error), or the model cannot do what was asked "
+         "(invalid_input); the message names the field",
+    429: "the queue is full (overloaded); retry after Retry-After seconds",
+    500: "the server failed on this request (internal_error); it keeps serving others",
+    503: "the server is shutting down and takes no new requests",
+}
+REF = "#/components/schemas/"
+POST_ERRORS = (400, 403, 413, 415, 422, 429, 500, 503)
+GET_ERRORS = (403, 500)
+RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "integer"}}}
+TRUNCATED = {
+    "X-Bertkit-Truncated": {"description": "how many inputs were cut to the model's max length", "required": True,
+                            "schema": {"type": "integer"}},
+    "X-Bertkit-Truncated-Inputs": {"description": "their indices, comma-separated (only when some were cut)",
+                                   "schema": {"type": "string"}},
+}
+
+
+def _errors(codes: Sequence[int], path: str, key: bool) -> dict[int | str, dict]:
+    """OpenAPI responses for error `codes` of a route: bertkit's JSON error, OpenAI's shape under `/v1/`.
+
+    Given as JSON content (not as a model), so that a route whose answer is not JSON (`/metrics`) still documents
+    JSON errors; `_add_openapi` puts the shapes into the document's components.
+    """
+    model = OpenAIErrorResponse if path.startswith(OPENAI_PREFIX) else ErrorResponse
+    content = {"application/json": {"schema": {"$ref": REF + model.__name__}}}
+    responses: dict[int | str, dict] = {}
+    for code in sorted({*codes, *([401] if key else [])}):
+        responses[code] = {"description": ERROR_CODES[code], "content": content}
+        if code in (429, 503):
+            responses[code]["headers"] = RETRY_AFTER
+    return responses
+
+
+def _ok(model, headers: dict | None = None) -> dict[int | str, dict]:
+    """The documented 200 answer: `model` describes the body (the routes build their JSON themselves)."""
+    return {200: {"model": model, "description": "Successful Response", **({"headers": headers} if headers else {})}}
 
 
 def create_app(encoder: Encoder | None = None, runs: dict[str, ServedRun] | None = None,
@@ -95,12 +147,13 @@ def create_app(encoder: Encoder | None = None, runs: dict[str, ServedRun] | None
         finally:  # uvicorn has finished the requests in flight; the batcher drains what is still queued
             await asyncio.to_thread(service.batcher.stop)
 
-    app = FastAPI(title="bertkit serve", version="0.1.0", lifespan=lifespan, responses=ERRORS,
-                  description="Embeddings from any layer with any pooling, tokenization and predictions of trained runs.")
+    app = FastAPI(title="bertkit serve", version="0.1.0", lifespan=lifespan, description="Embeddings from any layer "
+                  "with any pooling, tokenization and predictions of trained runs.")
     app.state.service = service
     _add_error_handlers(app)
-    app.include_router(_routes())
+    app.include_router(_routes(service))
     add_explainer_routes(app)  # GET / (the visual guide, live), /explain/info, POST /explain
+    _add_openapi(app, service.settings)
     for router in routers:
         app.include_router(router)
     _add_middleware(app, service.settings, service.metrics)
@@ -163,29 +216,83 @@ async def _parse(request: Request, model: type[BaseModel]):
         raise RequestValidationError(exc.errors(include_url=False)) from None
 
 
-def _body(model: type[BaseModel]) -> dict:
+def _body(schema: dict) -> dict:
     """OpenAPI description of a JSON request body (bodies are parsed by `_parse`, not by FastAPI)."""
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
-def _routes() -> APIRouter:
+def _component(document: dict, model: type[BaseModel]) -> dict:
+    """Add `model` (and the models it nests) to the document's components; a `$ref` to it."""
+    schema = model.model_json_schema(ref_template=REF + "{model}")
+    components = document.setdefault("components", {}).setdefault("schemas", {})
+    components.update(schema.pop("$defs", {}))
+    components[model.__name__] = schema
+    return {"$ref": REF + model.__name__}
+
+
+def _add_openapi(app: FastAPI, settings: ServeSettings) -> None:
+    """FastAPI's OpenAPI document plus what it cannot see: the error shapes and the explainer's bodies.
+
+    The explainer's routes (explain/routes.py) parse their bodies by hand, as the service's own routes do; their
+    request and answers are described here, from the models in serve/schemas.py.
+    """
+    build = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            document = build()  # cached by FastAPI as app.openapi_schema
+            for model in (ErrorResponse, OpenAIErrorResponse):
+                _component(document, model)
+            explainer = {("/explain", "post"): (ExplainResponse, POST_ERRORS, ExplainRequest),
+                         ("/explain/info", "get"): (ExplainInfo, GET_ERRORS, None)}
+            for (path, method), (answer, codes, request) in explainer.items():
+                operation = document.get("paths", {}).get(path, {}).get(method)
+                if operation is None:
+                    continue
+                ok = {"description": "Successful Response",
+                      "content": {"application/json": {"schema": _component(document, answer)}}}
+                operation["responses"] = {"200": ok, **{str(code): response for code, response in
+                                                        _errors(codes, path, settings.api_key is not None).items()}}
+                if request is not None:
+                    operation.update(_body(_component(document, request)))
+        return app.openapi_schema
+
+    app.openapi = openapi
+
+
+def _routes(service: Service) -> APIRouter:
     router = APIRouter()
+    settings = service.settings
+    key = settings.api_key is not None
 
-    @router.get("/health", summary="Liveness: 200 while the model thread runs (no key needed)")
+    def body(model: type[BaseModel]) -> dict:
+        return _body(request_schema(model, settings.max_inputs, service.model_names if model is
+                                    OpenAIEmbeddingRequest else ()))
+
+    def answers(path: str, model, codes: Sequence[int] = POST_ERRORS, headers: dict | None = None) -> dict:
+        return {**_ok(model, headers), **_errors(codes, path, key)}
+
+    @router.get("/health", summary="Liveness: 200 while the model thread runs (no key needed)",
+                responses={**_ok(Health), 503: {"model": Health, "description": "the model thread has stopped"},
+                           **_errors((403, 500), "/health", key=False)})
     async def health(request: Request):
         alive = _service(request).batcher.running
         return JSONResponse({"status": "ok" if alive else "model thread stopped"}, status_code=200 if alive else 503)
 
-    @router.get("/info", summary="Model, layers, hidden size, max length, served runs, limits")
+    @router.get("/info", summary="Model, layers, hidden size, max length, served runs, limits",
+                responses=answers("/info", ServiceInfo, GET_ERRORS))
     async def info(request: Request):
         return _service(request).info()
 
-    @router.get("/metrics", summary="Prometheus metrics")
+    @router.get("/metrics", summary="Prometheus metrics", response_class=PlainTextResponse,
+                responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
+                                 "description": "Prometheus text format"}, **_errors(GET_ERRORS, "/metrics", key)})
     async def metrics(request: Request):
         service = _service(request)
         return Response(service.metrics.exposition(), media_type=service.metrics.content_type)
 
-    @router.post("/embed", response_model=list[list[float]] | list[TokenVectors], openapi_extra=_body(EmbedRequest),
+    @router.post("/embed", openapi_extra=body(EmbedRequest),
+                 responses=answers("/embed", list[list[float]] | list[TokenVectors], headers=TRUNCATED),
                  summary="Sentence vectors (TEI's /embed), or token vectors with pooling='none'")
     @router.post("/", include_in_schema=False)  # TEI answers POST / too; huggingface_hub's InferenceClient posts there
     async def embed(request: Request):
@@ -199,7 +306,8 @@ def _routes() -> APIRouter:
             content = _normalized(np.stack(result.vectors), body.normalize)
         return VectorJSONResponse(content, headers=_truncation_headers(result))
 
-    @router.post("/embed_all", response_model=list[list[list[float]]], openapi_extra=_body(EmbedRequest),
+    @router.post("/embed_all", openapi_extra=body(EmbedRequest),
+                 responses=answers("/embed_all", list[list[list[float]]], headers=TRUNCATED),
                  summary="TEI's /embed_all: every token's vector of the chosen layers")
     async def embed_all(request: Request):
         body = await _parse(request, EmbedRequest)
@@ -211,7 +319,8 @@ def _routes() -> APIRouter:
         content = [_normalized(v, body.normalize) for v in result.vectors]
         return VectorJSONResponse(content, headers=_truncation_headers(result))
 
-    @router.post("/v1/embeddings", response_model=OpenAIEmbeddingResponse, openapi_extra=_body(OpenAIEmbeddingRequest),
+    @router.post("/v1/embeddings", openapi_extra=body(OpenAIEmbeddingRequest),
+                 responses=answers("/v1/embeddings", OpenAIEmbeddingResponse, (*POST_ERRORS, 404), TRUNCATED),
                  summary="OpenAI's embeddings API")
     async def openai_embeddings(request: Request):
         body = await _parse(request, OpenAIEmbeddingRequest)
@@ -244,7 +353,8 @@ def _routes() -> APIRouter:
         return VectorJSONResponse({"object": "list", "data": data, "model": body.model, "usage": usage},
                             headers=_truncation_headers(result))
 
-    @router.post("/tokenize", response_model=list[TokenView], openapi_extra=_body(TokenizeRequest),
+    @router.post("/tokenize", openapi_extra=body(TokenizeRequest),
+                 responses=answers("/tokenize", list[TokenView], headers=TRUNCATED),
                  summary="Tokens, ids, mask, word ids, character offsets")
     async def tokenize(request: Request):
         body = await _parse(request, TokenizeRequest)
@@ -262,7 +372,8 @@ def _routes() -> APIRouter:
         headers = {"X-Bertkit-Truncated": str(len(truncated))}
         return VectorJSONResponse(views, headers=headers)
 
-    @router.post("/predict/{run}", response_model=list[ClassPrediction] | list[TagPrediction], openapi_extra=_body(PredictRequest),
+    @router.post("/predict/{run}", response_model=list[ClassPrediction] | list[TagPrediction],
+                 openapi_extra=body(PredictRequest), responses=_errors((*POST_ERRORS, 404), "/predict", key),
                  summary="A served run's labels with probabilities, or entities with character offsets")
     async def predict(run: str, request: Request):
         service = _service(request)
@@ -349,8 +460,10 @@ def _add_error_handlers(app: FastAPI) -> None:
         return answer(request, 413, "payload_too_large", str(exc))
 
     @app.exception_handler(ClientGone)
-    async def client_gone(request: Request, exc: ClientGone):
-        return answer(request, 499, "client_closed_request", "the client closed the connection; the request was dropped.")
+    @app.exception_handler(ClientDisconnect)  # the client left while its body was being read (not a server error)
+    async def client_gone(request: Request, exc: ClientGone | ClientDisconnect):
+        return answer(request, 499, "client_closed_request",
+                      "the client closed the connection; the request was dropped.")
 
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception):

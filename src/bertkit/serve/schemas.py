@@ -1,16 +1,41 @@
 """Request and response shapes: TEI's (`/embed`, `/tokenize`), OpenAI's (`/v1/embeddings`) and bertkit's own fields.
 
 Requests are validated strictly (no silent coercion of numbers into text) so a wrong type is a clear 422.
-Responses are built as plain JSON for speed; the models below document them in the OpenAPI schema.
+Responses are built as plain JSON for speed; the models below document them in the OpenAPI schema, which
+`tests/test_serve_fuzz.py` holds to what a real server answers (schemathesis).
+
+Where a request model accepts more than the service serves, so that the answer can say what is wrong (OpenAI's
+token-id inputs, an empty list of texts), the published schema says what is served (`WithJsonSchema`), and
+`request_schema` adds one server's own limits (`--max-inputs`, the model names it answers to).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import copy
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, WithJsonSchema
 
-Inputs = StrictStr | list[StrictStr]
+TEXTS_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {"type": "string"},
+        {"type": "array", "items": {"type": "string"}, "minItems": 1},
+    ],
+    "description": "One text, or a list of at least one (at most the server's --max-inputs, see /info).",
+}
+LAYERS_DESCRIPTION = (
+    "Hidden states to use, as in the library: 'last', '-2', '0,3', 'last4:sum|mean|concat', 'all:sum|mean|concat'. "
+    "A layer this model does not have is a 422 (invalid_input) that lists the valid forms."
+)
+POOLING_DESCRIPTION = (
+    "cls, pooler (last layer only), mean, max, several joined with '+' ('cls+mean'), or 'none' for token vectors. "
+    "An unknown or ill-fitting pooling is a 422 (invalid_input)."
+)
+
+Inputs = Annotated[StrictStr | list[StrictStr], WithJsonSchema(TEXTS_SCHEMA)]
+Layers = Annotated[StrictStr, Field(description=LAYERS_DESCRIPTION, examples=["last", "last4:sum", "-2"])]
+Pooling = Annotated[StrictStr, Field(description=POOLING_DESCRIPTION, examples=["mean", "cls", "cls+max"])]
 
 
 class _Request(BaseModel):
@@ -24,8 +49,8 @@ class EmbedRequest(_Request):
     truncate: StrictBool = True
     normalize: StrictBool = False
     truncation_direction: Literal["right", "Right"] = "right"
-    layers: StrictStr = "last"
-    pooling: StrictStr = "mean"
+    layers: Layers = "last"
+    pooling: Pooling = "mean"
 
 
 class TokenizeRequest(_Request):
@@ -47,15 +72,70 @@ class OpenAIEmbeddingRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    input: StrictStr | list[StrictStr] | list[StrictInt] | list[list[StrictInt]]
-    model: StrictStr
+    # token ids are parsed so that the answer can say they are not accepted (422 invalid_input, param "input")
+    input: Annotated[StrictStr | list[StrictStr] | list[StrictInt] | list[list[StrictInt]],
+                     WithJsonSchema({**TEXTS_SCHEMA, "description": "One text or a list of texts; token ids are "
+                                     "refused (422)."})]
+    model: StrictStr = Field(description="'default', 'bertkit' or the model's name (see /info); others are a 404.")
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: StrictInt | None = None
+    dimensions: StrictInt | None = Field(None, description="Leave out, or give the vectors' own dimension (else 422).")
     user: StrictStr | None = None
-    layers: StrictStr = "last"
-    pooling: StrictStr = "mean"
+    layers: Layers = "last"
+    pooling: Pooling = "mean"
 
 
+class ExplainRequest(_Request):
+    """The explainer's `POST /explain` body (parsed by `explain.explainer.Settings.from_json`; documentation only).
+
+    Out-of-range `pad_to`, `layer`, `attention_layer`, `head`, `layers` or `pooling` do not fail the request: the
+    panel they concern carries `{"error": message}` instead of its data.
+    """
+
+    text: str = Field(min_length=1, max_length=2000, pattern=r"\S", description="The sentence (not blank).")
+    # any JSON is taken for these four: a value the model cannot show is reported in its panel, not refused
+    pad_to: Any = Field(None, description="Pad the tokens to this length (3 to 128), or null.")
+    layer: Any = Field(None, description="Hidden states whose token vectors to send: an index, a list of them, "
+                       "'all' or null (the last).")
+    attention_layer: Any = Field(None, description="Layers whose attention to send: an index, a list, 'all' or null.")
+    head: Any = Field(None, description="Heads of those layers: an index, a list, 'all', 'mean' or null (their mean).")
+    layers: str = Field("last", description=LAYERS_DESCRIPTION)
+    pooling: str = Field("mean", description=POOLING_DESCRIPTION)
+    compare: str | None = Field(None, max_length=2000, pattern=r"^$|\S",
+                                description="A second sentence to compare with (cosine), or null.")
+    map_run: str | None = Field(None, description="The feature run whose training sentences the map shows.")
+
+
+def request_schema(model: type[BaseModel], max_inputs: int | None = None, model_names: Iterable[str] = ()) -> dict:
+    """The JSON schema of a request body as one server takes it: its `--max-inputs` and the model names it serves.
+
+    Parameters
+    ----------
+    model : type of BaseModel
+        The request model (`EmbedRequest`, `OpenAIEmbeddingRequest`, ...).
+    max_inputs : int, optional
+        The most texts one request may carry (`maxItems` of the list form of `inputs`/`input`).
+    model_names : iterable of str
+        The names `/v1/embeddings` accepts as `model` (an `enum`); empty leaves `model` a plain string.
+
+    Returns
+    -------
+    dict
+        A self-contained JSON schema (the request models nest no other models).
+    """
+    schema = copy.deepcopy(model.model_json_schema())
+    properties = schema.get("properties", {})
+    for name in ("inputs", "input"):
+        if name in properties and max_inputs is not None:
+            for option in properties[name].get("anyOf", ()):
+                if option.get("type") == "array":
+                    option["maxItems"] = max_inputs
+    names = sorted(set(model_names))
+    if names and "model" in properties:
+        properties["model"]["enum"] = names
+    return schema
+
+
+# ---- responses ----------------------------------------------------------------------------------------------------
 class Usage(BaseModel):
     prompt_tokens: int
     total_tokens: int
@@ -118,6 +198,101 @@ class TagPrediction(BaseModel):
     entities: list[EntityOut]
 
 
+class Health(BaseModel):
+    """`GET /health`: "ok" (200) while the model threads run, else 503."""
+
+    status: str
+
+
+class RunInfo(BaseModel):
+    name: str
+    kind: str = Field(description="features, finetuned-sequence or finetuned-token")
+    labels: list[str]
+
+
+class Limits(BaseModel):
+    max_inputs: int
+    max_body_bytes: int
+    max_batch_tokens: int
+    max_queue_tokens: int
+
+
+class ServiceInfo(BaseModel):
+    """`GET /info`: model facts (names, never paths), served runs, limits and batching settings."""
+
+    model: str
+    architecture: str
+    model_type: str
+    layers: int
+    hidden_states: int
+    hidden_size: int
+    attention_heads: int | None
+    max_length: int
+    max_length_source: str
+    position_limit: int
+    vocab_size: int
+    cased: bool
+    pooler: bool
+    token_type_ids: bool
+    parameters: int
+    precision: str
+    threads: int
+    concurrent_batches: int
+    runs: list[RunInfo]
+    limits: Limits
+    auth: bool
+
+
+class ExplainInfo(BaseModel):
+    """`GET /explain/info`: what the explainer page needs before the first sentence."""
+
+    model: str
+    architecture: str
+    layers: int
+    hidden_states: int
+    hidden_size: int
+    heads: int | None
+    max_length: int
+    pooler: bool
+    limits: dict[str, int]
+    runs: dict[str, str] = Field(description="run name → kind")
+    map_runs: list[str]
+    probes: list[str]
+
+
+class ExplainResponse(BaseModel):
+    """`POST /explain`: every panel for one sentence; each panel is its data, or `{"error": message}`."""
+
+    settings: dict[str, Any]
+    tokenization: dict[str, Any]
+    model: dict[str, Any]
+    sentence: dict[str, Any]
+    map: dict[str, Any]
+    predictions: dict[str, dict[str, Any]]
+    probes: dict[str, dict[str, Any]]
+
+
 class ErrorResponse(BaseModel):
+    """bertkit's error answer (serve/errors.py): one line that says what to do, and a machine-readable kind."""
+
+    model_config = ConfigDict(extra="forbid")
+
     error: str
     error_type: str
+
+
+class OpenAIError(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    message: str
+    type: str = Field(description="OpenAI's kind: invalid_request_error, authentication_error, ...")
+    param: str | None = Field(description="the request field the error is about")
+    code: str = Field(description="bertkit's own kind (error_type)")
+
+
+class OpenAIErrorResponse(BaseModel):
+    """The error answer under `/v1/`: OpenAI's shape, so that the `openai` client's exception carries the message."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    error: OpenAIError

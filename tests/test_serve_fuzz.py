@@ -1,0 +1,199 @@
+"""`bertkit serve` fuzzed from its own OpenAPI document: schemathesis against a real server process.
+
+Every operation of `/openapi.json` gets generated requests, valid and invalid (schemathesis' examples, coverage and
+fuzzing phases), and every answer is held to: no 5xx; status, content type, headers and body as the document
+publishes them; a schema-valid request served, or refused only for what a JSON schema cannot say (a layer this model
+lacks, an input too long with truncate=false, a run that is not served); a schema-invalid one refused with a 4xx;
+and every error the service's JSON shape (OpenAI's under /v1/), without tracebacks or paths.
+
+Quick profile (CI): up to 20 generated requests per operation in the fuzzing phase, besides the coverage phase's
+boundary cases (about 800 requests, under a minute on two cores). Long profile, thousands per operation, with a
+tally of the answers by operation, phase, kind of data and status (`-s` shows it):
+
+    BERTKIT_FUZZ_EXAMPLES=2000 .venv/bin/pytest -q -s tests/test_serve_fuzz.py
+
+The tests after the fuzzer pin what it found, one by one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+import httpx
+import pytest
+import schemathesis
+from schemathesis.checks import not_a_server_error
+from schemathesis.config import CheckConfig
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    negative_data_rejection,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+from test_serve import Server
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = int(os.environ.get("BERTKIT_FUZZ_EXAMPLES", "20"))
+MAX_INPUTS, MAX_BODY = 16, 100_000
+LEAKS = ("Traceback", "site-packages", "/tmp/", "File \"")
+# Schema-valid requests that the service may still refuse: what a JSON schema cannot say. A 422 of this kind
+# names the option at fault; anything else refused (a validation_error, an empty list...) is a schema that
+# promises more than the server takes.
+SEMANTIC_422_WORDS = ("layers", "pooling", "dimensions")
+
+
+TALLY: Counter = Counter()  # (operation, phase, positive/negative, status) -> answers
+
+
+@pytest.fixture(scope="module")
+def server():
+    server = Server("--max-inputs", str(MAX_INPUTS), "--max-body-bytes", str(MAX_BODY))
+    yield server
+    assert server.stop() == 0, server.output()[-3000:]
+    if TALLY:
+        print(f"\nschemathesis: {sum(TALLY.values())} requests")
+        for (label, phase, mode, status), count in sorted(TALLY.items()):
+            print(f"  {label:24} {phase:9} {mode:9} {status}  {count}")
+
+
+@pytest.fixture(scope="module")
+def api(server):
+    schema = schemathesis.openapi.from_url(server.url + "/openapi.json")
+    schema.config.generation.update(max_examples=EXAMPLES, database="none")
+    schema.config.update(request_timeout=120)
+    # an oversized list of texts (maxItems) is refused with 413, as --max-inputs says
+    schema.config.checks.negative_data_rejection = CheckConfig(expected_statuses=["400", "404", "405", "413", "415",
+                                                                              "422"])
+    return schema
+
+
+if not hasattr(pytest.Function, "_nodeid"):
+    # schemathesis 4.32's from_fixture renames the running test (for its report) through `Function._nodeid`, which
+    # pytest 9.2 no longer has; read the id, ignore the renaming (each operation is still reported as a subtest)
+    pytest.Function._nodeid = property(lambda self: self.nodeid, lambda self, value: None)
+
+schema = schemathesis.pytest.from_fixture("api")
+
+
+def json_error_shape(ctx, response, case) -> None:
+    """Every 4xx/5xx is JSON in the service's error shape: OpenAI's under /v1/, else {error, error_type}."""
+    if response.status_code < 400:
+        return
+    assert response.headers.get("content-type", [""])[0].startswith("application/json"), response.headers
+    body = json.loads(response.content)
+    if case.path.startswith("/v1/"):
+        assert isinstance(body, dict) and set(body) == {"error"}, body
+        error = body["error"]
+        assert set(error) == {"message", "type", "param", "code"}, body
+        assert isinstance(error["message"], str) and error["message"] and isinstance(error["code"], str), body
+    else:
+        assert isinstance(body, dict) and set(body) == {"error", "error_type"}, body
+        assert isinstance(body["error"], str) and body["error"] and isinstance(body["error_type"], str), body
+    text = response.content.decode("utf-8")
+    assert not any(leak in text for leak in LEAKS), text
+
+
+def schema_valid_is_served(ctx, response, case) -> None:
+    """A request the document calls valid is served (2xx), or refused for a reason a JSON schema cannot state."""
+    if case.meta is None or not case.meta.generation.mode.is_positive or response.status_code < 400:
+        return
+    body = json.loads(response.content)
+    error = body.get("error")
+    kind, message = (error["code"], error["message"]) if isinstance(error, dict) else (body.get("error_type"), error)
+    allowed = ((response.status_code == 413 and kind in ("input_too_long", "payload_too_large"))
+               or (response.status_code == 404 and kind == "unknown_run")
+               or (response.status_code == 422 and kind == "invalid_input" and case.path != "/explain"
+                   and any(word in message for word in SEMANTIC_422_WORDS)))
+    assert allowed, f"schema-valid request refused: {response.status_code} {kind}: {message}"
+
+
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
+          response_schema_conformance, negative_data_rejection, json_error_shape, schema_valid_is_served]
+
+
+@schema.parametrize()
+def test_every_operation_answers_as_its_schema_says(case):
+    response = case.call(timeout=120)
+    meta = case.meta
+    TALLY[case.operation.label, meta.phase.name.value if meta else "-", meta.generation.mode.value if meta else "-",
+          response.status_code] += 1
+    case.validate_response(response, checks=CHECKS)
+
+
+# ---- what the fuzzer found, pinned -------------------------------------------------------------------------------
+def document(server) -> dict:
+    return httpx.get(server.url + "/openapi.json").json()
+
+
+def operation(server, path: str, method: str = "POST"):
+    return schemathesis.openapi.from_dict(document(server))[path][method]
+
+
+def test_every_route_publishes_its_request_body_and_answers(server):
+    """Before: /explain had no request body, /health, /info and /explain `{}` answers, /metrics a JSON answer."""
+    paths = document(server)["paths"]
+    for path in ("/embed", "/embed_all", "/tokenize", "/predict/{run}", "/v1/embeddings", "/explain"):
+        body = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert body, path
+        assert paths[path]["post"]["responses"]["200"]["content"]["application/json"]["schema"], path
+    for path in ("/health", "/info", "/explain/info"):
+        assert paths[path]["get"]["responses"]["200"]["content"]["application/json"]["schema"].get("$ref"), path
+    assert list(paths["/metrics"]["get"]["responses"]["200"]["content"]) == ["text/plain"]
+    assert paths["/metrics"]["get"]["responses"]["403"]["content"]["application/json"]
+
+
+def test_an_empty_list_of_texts_is_refused_by_the_schema_too(server):
+    """Before: `{"inputs": []}` was schema-valid and refused (422 invalid_input); the schema now says minItems 1
+    and maxItems --max-inputs."""
+    op = operation(server, "/embed")
+    inputs = op.definition.raw["requestBody"]["content"]["application/json"]["schema"]["properties"]["inputs"]
+    array = next(o for o in inputs["anyOf"] if o.get("type") == "array")
+    assert (array["minItems"], array["maxItems"]) == (1, MAX_INPUTS)
+    assert server.post("/embed", {"inputs": []}).status_code == 422
+
+
+@pytest.mark.parametrize("path, body, status", [
+    ("/v1/embeddings", {"input": "a", "model": "gpt"}, 404),
+    ("/v1/embeddings", b"{", 400),
+    ("/v1/embeddings", {"input": [[1, 2]], "model": "default"}, 422),
+    ("/predict/nope", {"inputs": "a"}, 404),
+    ("/embed", {"inputs": ["a"] * (MAX_INPUTS + 1)}, 413),
+])
+def test_errors_are_documented_in_their_own_shape(server, path, body, status):
+    """Before: 404 was undocumented on /predict/{run} and /v1/embeddings, and /v1 errors (OpenAI's shape)
+    were documented as bertkit's {error, error_type}."""
+    response = server.post(path, body)
+    assert response.status_code == status
+    template = "/predict/{run}" if path.startswith("/predict/") else path
+    operation(server, template).validate_response(response)
+
+
+def test_v1_only_documents_the_model_names_it_serves(server):
+    op = operation(server, "/v1/embeddings")
+    model = op.definition.raw["requestBody"]["content"]["application/json"]["schema"]["properties"]["model"]
+    assert set(model["enum"]) >= {"default", "bertkit"}
+    for name in model["enum"]:
+        assert server.post("/v1/embeddings", {"input": "a", "model": name}).status_code == 200
+
+
+def test_metrics_are_documented_as_text(server):
+    response = httpx.get(server.url + "/metrics")
+    operation(server, "/metrics", "GET").validate_response(response)
+    assert "bertkit_queue_requests" in response.text
+
+
+@pytest.mark.parametrize("raw", [b'{"text": "a", "layer": 1e400}', b'{"text": "a", "layer": NaN}',
+                                 b'{"text": "a\\ud800"}'])
+def test_explain_refuses_what_is_not_json_with_400(server, raw):
+    response = server.post("/explain", raw)
+    assert response.status_code == 400 and response.json()["error_type"] == "invalid_json", response.text
+
+
+@pytest.mark.parametrize("method", ["PUT", "PATCH"])
+def test_a_method_a_route_does_not_take_is_405(server, method):
+    response = httpx.request(method, server.url + "/embed", json={"inputs": "a"})
+    assert response.status_code == 405 and response.json()["error_type"], response.text
