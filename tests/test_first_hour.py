@@ -137,3 +137,41 @@ def test_long_text_error_names_the_file_line_and_the_option(monkeypatch, capsys,
     code, _, err = run_cli(monkeypatch, capsys, "embed", source, "-o", tmp_path / "v.npy", "--long-text", "error")
     assert code == 2 and f"error: {source}, line 2: 302 tokens, more than the limit of 256" in err
     assert "--long-text truncate" in err and not (tmp_path / "v.npy").exists()
+
+
+# ---- one rule per option: --run [NAME=]DIR for serve and explain -------------------------------------------------
+def test_run_specs_take_a_bare_folder_or_a_name(tmp_path):
+    from bertkit.tasks.runs import parse_run_specs
+
+    (tmp_path / "sst2").mkdir()
+    (tmp_path / "a=b").mkdir()  # an existing folder whose name holds '=' is a folder, named with NAME=DIR
+    specs = [str(tmp_path / "sst2"), f"other={tmp_path / 'sst2'}", f"ab={tmp_path / 'a=b'}"]
+    assert parse_run_specs(specs) == {"sst2": tmp_path / "sst2", "other": tmp_path / "sst2", "ab": tmp_path / "a=b"}
+    with pytest.raises(InputError, match="give one with NAME=DIR"):
+        parse_run_specs([str(tmp_path / "a=b")])
+    with pytest.raises(InputError, match="given twice"):
+        parse_run_specs([str(tmp_path / "sst2"), f"sst2={tmp_path}"])
+    with pytest.raises(InputError, match="letters, digits"):
+        parse_run_specs([f"bad name={tmp_path}"])
+
+
+def test_serve_and_explain_read_runs_with_the_same_parser():
+    import inspect
+
+    from bertkit.cli import serve
+    from bertkit.explain import explainer
+
+    assert "parse_run_specs" in inspect.getsource(serve.serve) and "parse_run_specs" in inspect.getsource(
+        explainer.Explainer.from_paths)
+
+
+def test_info_lists_the_probes_on_the_page(encoder):
+    from fastapi.testclient import TestClient
+
+    from bertkit.serve import create_app
+
+    app = create_app(encoder)
+    app.state.explain_probes = {"layers-sst2": {"task": "text"}}
+    with TestClient(app) as client:
+        info = client.get("/info").json()
+    assert info["probes"] == ["layers-sst2"] and info["runs"] == []

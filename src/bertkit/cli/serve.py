@@ -21,7 +21,7 @@ def _cores() -> int:
 @app.command()
 def serve(
     model: str | None = ModelOption,
-    run: list[str] = typer.Option([], "--run", help="Serve a trained run at /predict/NAME: NAME=DIR (repeatable); a `bertkit probe` directory shows on the page."),
+    run: list[str] = typer.Option([], "--run", help="Serve a trained run at /predict/NAME: [NAME=]DIR (NAME: the folder name by default; repeatable); a `bertkit probe` directory shows on the page."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (default loopback only)."),
     port: int = typer.Option(8080, "--port", "-p"),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 (CPUs with native bf16 only) | int8."),
@@ -55,7 +55,8 @@ def serve(
     from ..encoder.encode import Encoder
     from ..explain.explainer import load_probe
     from ..serve.app import create_app
-    from ..serve.runs import load_runs, parse_run_specs
+    from ..serve.runs import load_runs
+    from ..tasks.runs import parse_run_specs
     from ..serve.security import check_allow_hosts, check_allow_origins, load_api_key
     from ..serve.settings import ServeSettings
 

@@ -20,6 +20,7 @@ from ..errors import BertkitError, InputError, ModelLoadError
 from ..io.readers import read_labelled, sample_path
 from ..tasks.classify import TextClassifier
 from ..tasks.load import load_run
+from ..tasks.runs import parse_run_specs
 from . import views
 
 PROBE_FILE = "probe.json"
@@ -101,10 +102,7 @@ class Explainer:
                    **options) -> Explainer:
         """Load the encoder and each `[name=]DIR`: a run (`bertkit train` / `finetune`) or a `bertkit probe` output."""
         explainer = cls(encoder or Encoder.from_pretrained(model))
-        for spec in run_dirs or []:
-            name, directory = split_run_spec(spec)
-            if name in explainer.runs or name in explainer.probes:
-                raise InputError(f"run name {name!r} is given twice; name them: --run a=DIR --run b=DIR.")
+        for name, directory in parse_run_specs(list(run_dirs or [])).items():
             probe = load_probe(directory)
             if probe is not None:
                 explainer.probes[name] = probe
@@ -252,14 +250,6 @@ def model_name(encoder: Encoder) -> str:
     """The model's name for answers and pages: the hub name, 'default', or a local model's directory name (no path)."""
     source = encoder.loaded.source
     return Path(source.path).name if source.kind == "local" else source.spec
-
-
-def split_run_spec(spec: str) -> tuple[str, str]:
-    """'name=DIR' → (name, DIR); a bare DIR is named after its last folder."""
-    name, sep, directory = spec.partition("=")
-    if sep and name and not Path(spec).exists():
-        return name, directory
-    return Path(spec).name or spec, spec
 
 
 def load_probe(directory: str) -> dict | None:

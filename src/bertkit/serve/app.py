@@ -282,7 +282,7 @@ def _routes(service: Service) -> APIRouter:
     @router.get("/info", summary="Model, layers, hidden size, max length, served runs, limits",
                 responses=answers("/info", ServiceInfo, GET_ERRORS))
     async def info(request: Request):
-        return _service(request).info()
+        return {**_service(request).info(), "probes": sorted(getattr(request.app.state, "explain_probes", None) or {})}
 
     @router.get("/metrics", summary="Prometheus metrics", response_class=PlainTextResponse,
                 responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},

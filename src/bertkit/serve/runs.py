@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
 from ..tasks.load import load_run
 from ..tasks.runs import KIND_FEATURES, KIND_TOKEN, read_run_config
 
-RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 @dataclass
@@ -51,21 +48,6 @@ class ServedRun:
                 "probabilities": [{"label": classes[int(k)], "score": round(float(row[k]), 6)} for k in order],
             })
         return results
-
-
-def parse_run_specs(specs: list[str]) -> dict[str, Path]:
-    """`NAME=DIR` strings (the repeatable `--run`) → {name: directory}, with clear errors for each mistake."""
-    runs: dict[str, Path] = {}
-    for spec in specs:
-        name, sep, directory = spec.partition("=")
-        if not sep or not name or not directory:
-            raise InputError(f"--run {spec!r}: give NAME=DIR, e.g. --run sst2=runs/sst2.")
-        if not RUN_NAME.match(name):
-            raise InputError(f"--run {spec!r}: the name may hold letters, digits, '_', '.', '-' (it becomes /predict/{name}).")
-        if name in runs:
-            raise InputError(f"--run {name}=...: the name {name!r} is given twice.")
-        runs[name] = Path(directory)
-    return runs
 
 
 def load_runs(directories: dict[str, Path]) -> dict[str, ServedRun]:

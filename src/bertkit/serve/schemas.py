@@ -239,6 +239,7 @@ class ServiceInfo(BaseModel):
     threads: int
     concurrent_batches: int
     runs: list[RunInfo]
+    probes: list[str] = Field(default_factory=list, description="`bertkit probe` outputs shown on the page")
     limits: Limits
     auth: bool
 

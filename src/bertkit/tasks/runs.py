@@ -7,13 +7,14 @@ written into a staging directory and swapped into place, so a run is complete or
 from __future__ import annotations
 
 import json
+import re
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import save_file
 
-from ..errors import ModelLoadError
+from ..errors import InputError, ModelLoadError
 from ..io.writers import check_new_directory, staged_directory
 
 CONFIG_FILE = "bertkit.json"
@@ -65,3 +66,27 @@ def to_json_value(value):
     if isinstance(value, np.generic):
         return value.item()
     raise TypeError(f"cannot store {type(value).__name__} in JSON")
+
+
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def parse_run_specs(specs: list[str]) -> dict[str, Path]:
+    """The repeatable `--run [NAME=]DIR` of serve and explain → {name: directory}; a bare DIR is named after its folder.
+
+    The name becomes `/predict/NAME` and the page's label, so it may hold letters, digits, '_', '.' and '-'.
+    """
+    runs: dict[str, Path] = {}
+    for spec in specs:
+        name, sep, directory = spec.partition("=")
+        if not sep or Path(spec).exists():
+            name, directory = Path(spec).name, spec
+        if not name or not directory:
+            raise InputError(f"--run {spec!r}: give DIR or NAME=DIR, e.g. --run runs/sst2 or --run sst2=runs/sst2.")
+        if not RUN_NAME.fullmatch(name):
+            raise InputError(f"--run {spec!r}: the name {name!r} may hold letters, digits, '_', '.', '-' only; "
+                             "give one with NAME=DIR.")
+        if name in runs:
+            raise InputError(f"--run {spec!r}: the name {name!r} is given twice; name them: --run a=DIR --run b=DIR.")
+        runs[name] = Path(directory)
+    return runs
