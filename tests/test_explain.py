@@ -166,6 +166,8 @@ def test_offline_page_inlines_everything():
     assert plotly in html  # inlined whole; its own links (plotly.com in the mode bar) are never fetched at load
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html.replace(plotly, ""))
     assert html.count("</script>") == 3  # data, plotly.js and page.js each end once; the text cannot end one early
+    assert "the visual guide, saved" in html and "live" not in html.replace(plotly, "").split("<script")[0]
+    assert "displayModeBar: false" in page.static_text("page.js")  # plotly's tool bar covered chart titles
 
 
 @pytest.mark.slow

@@ -24,6 +24,10 @@ def static_path(name: str) -> Path:
     return Path(str(files("bertkit.explain") / "static" / name))
 
 
+LIVE_TITLE = "the visual guide, live"
+SAVED_TITLE = "the visual guide, saved"
+
+
 def live_page() -> str:
     """page.html linking its scripts and style from the server; the page fetches the data itself."""
     return _fill(
@@ -36,11 +40,12 @@ def live_page() -> str:
 def offline_page(info: dict, result: dict) -> str:
     """One HTML file holding the style, plotly.js, the page script and the data: it opens from disk with no network."""
     data = json.dumps({"info": info, "result": result}, separators=(",", ":"))
-    return _fill(
+    page = _fill(
         style=f"<style>\n{static_text('page.css')}\n</style>",
         data=f'<script id="bertkit-data" type="application/json">{_script_safe(data)}</script>',
         scripts="\n".join(f"<script>\n{_script_safe(static_text(name))}\n</script>" for name in ("plotly.min.js", "page.js")),
     )
+    return page.replace(LIVE_TITLE, SAVED_TITLE)  # a saved file is one sentence's answer, not a live page
 
 
 def _fill(style: str, data: str, scripts: str) -> str:

@@ -4,7 +4,7 @@
   const $ = (id) => document.getElementById(id);
   const embedded = document.getElementById("bertkit-data");
   const OFFLINE = embedded ? JSON.parse(embedded.textContent) : null;
-  const CONFIG = { displaylogo: false, responsive: true };
+  const CONFIG = { displaylogo: false, responsive: true, displayModeBar: false };  // its tool bar hid chart titles
   const state = { info: null, result: null, seq: 0, timings: [], lastError: null };
   window.bertkit = state; // the browser tests read timings and the last result here
 
