@@ -175,3 +175,26 @@ def test_info_lists_the_probes_on_the_page(encoder):
     with TestClient(app) as client:
         info = client.get("/info").json()
     assert info["probes"] == ["layers-sst2"] and info["runs"] == []
+
+
+# ---- bench tells the truth on any input ----------------------------------------------------------------------------
+def test_where_time_goes_never_has_negative_parts(encoder):
+    from bertkit.tasks.bench import where_time_goes
+
+    for texts in (["a"], ["a fine film"] * 3, [("word " * 200).strip()] * 4):
+        split = where_time_goes(encoder, texts, batch_size=32)
+        assert all(seconds >= 0 for seconds in split.values()), split
+        assert split["tokenize"] + split["forward"] <= split["total"] + 1e-6
+
+
+def test_bench_on_a_tiny_input_says_it_is_too_small(encoder):
+    from bertkit.tasks.bench import run_benchmark
+
+    lines: list[str] = []
+    run_benchmark(encoder, ["a fine film", "awful"], repeats=3, include_peers=False, echo=lines.append,
+                  precisions="fp32")
+    text = "\n".join(lines)
+    assert "too short to time reliably" in text and "\r" not in text and "it/s" not in text
+    fp32 = next(line for line in lines if line.startswith("bertkit fp32"))
+    share = fp32.split()[-5]
+    assert share.endswith("%") and 0 <= float(share.rstrip("%")) <= 100 or share == ">pk*", fp32
