@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -100,40 +101,18 @@ def embed(
     ),
 ) -> None:
     """Embed every text of a file and write the vectors (streamed in chunks; an interrupted run resumes)."""
+    from ..encoder.layers import parse_layers
     from ..encoder.pooling import parse_pooling
-    from ..encoder.tokenize import TextTooLong
     from ..errors import InputError
-    from ..io.readers import read_texts
-    from ..io.stream import embed_file
-    from ..io.writers import check_output_path, check_writable_location, write_token_vectors
+    from ..io.writers import check_output_path, check_writable_location
 
     if engine not in ("local", "ray"):
         raise InputError(f"--engine {engine!r}: choose local or ray.")
     if engine == "ray":
-        _embed_on_ray(
-            str(input),
-            output,
-            column_spec(column),
-            column_spec(id_column),
-            header,
-            layers,
-            pooling,
-            batch_size,
-            max_length,
-            long_text,
-            stride,
-            model,
-            precision,
-            actors,
-            address,
-            overwrite,
-            quiet,
-            chunk_rows,
-        )
+        _embed_on_ray(str(input), output, column_spec(column), column_spec(id_column), header, layers, pooling,
+                      batch_size, max_length, long_text, stride, model, precision, actors, address, overwrite, quiet,
+                      chunk_rows)
         return
-
-    from ..encoder.layers import parse_layers
-
     parse_layers(layers)  # option mistakes are reported before the input is read
     tokens_only = parse_pooling(pooling) == ("none",)
     with open(input, "rb"):  # a missing or unreadable input is reported (by the CLI boundary) before the model loads
@@ -144,102 +123,98 @@ def embed(
     else:
         check_output_path(output)
     encoder = make_encoder(model, threads, precision)
+    options = dict(layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length, long_text=long_text,
+                   stride=stride)
+    reading = dict(column=column, id_column=column_spec(id_column), header=header, fmt=fmt)
     started = time.perf_counter()
     if tokens_only:
-        texts, ids, lines = read_texts(input, column, header=header, fmt=fmt, id_column=column_spec(id_column))
-        try:
-            result, report = encoder.embed(
-                texts,
-                layers=layers,
-                pooling=pooling,
-                batch_size=batch_size,
-                max_length=max_length,
-                long_text=long_text,
-                stride=stride,
-                progress=None if not quiet else False,
-                return_report=True,
-                warn=False,
-            )
-        except TextTooLong as exc:
-            raise InputError(
-                f"{input}, line {lines[exc.row]}: {exc.tokens} tokens, more than the limit of "
-                f"{exc.max_length}; pass --long-text truncate or --long-text window."
-            ) from None
-        write_token_vectors(output, [r.tokens for r in result], [r.vectors for r in result], ids)
-        rows, shape = len(texts), f"{sum(len(r.tokens) for r in result)} token vectors"
-        truncated, windowed, coverage = report.n_truncated, len(report.windowed_rows), report.coverage.message()
-        truncated_lines = [lines[row] for row in report.truncated_rows]
-        poor_lines = [lines[row] for row in report.coverage.poor_rows]
-        poor_message = (
-            encoder.coverage([texts[row] for row in report.coverage.poor_rows]).message() if poor_lines else ""
-        )
+        summary = _embed_token_vectors(encoder, input, output, reading, options, quiet)
     else:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=None, unit="text", desc="embedding", disable=quiet or not sys.stderr.isatty(), leave=False)
-
-        def advance(done: int, total: int) -> None:
-            bar.total = total
-            bar.n = done
-            bar.refresh()
-
-        try:
-            result = embed_file(
-                encoder,
-                input,
-                output,
-                column=column,
-                id_column=column_spec(id_column),
-                header=header,
-                fmt=fmt,
-                layers=layers,
-                pooling=pooling,
-                batch_size=batch_size,
-                max_length=max_length,
-                long_text=long_text,
-                stride=stride,
-                chunk_rows=4096 if chunk_rows is None else chunk_rows,
-                on_chunk=advance,
-            )
-        except KeyboardInterrupt:
-            bar.close()
-            say("interrupted: finished chunks are kept; run the same command again to continue.")
-            raise
-        bar.close()
-        rows, shape = result.rows, f"{result.rows} × {result.dim}"
-        if result.blank_lines and not quiet:
-            shown = ", ".join(map(str, result.blank_lines[:5])) + (", …" if len(result.blank_lines) > 5 else "")
-            say(
-                f"{len(result.blank_lines)} blank texts were embedded as empty texts (lines {shown}); "
-                "remove them from the file if they are not rows."
-            )
-        truncated, windowed = result.truncated, result.windowed
-        truncated_lines, poor_lines, poor_message = (
-            result.truncated_lines,
-            result.poor_coverage_lines,
-            result.coverage_message,
-        )
-        share = result.unknown_tokens / result.tokens if result.tokens else 0.0
-        coverage = f"[UNK] {result.unknown_tokens} of {result.tokens} tokens ({share:.1%})"
-        if result.resumed_from:
-            say(f"resumed after row {result.resumed_from} of {result.rows}")
-    seconds = time.perf_counter() - started
+        summary = _embed_streamed(encoder, input, output, reading, options, quiet, chunk_rows)
     if not quiet:
-        say(f"wrote {output}: {shape} ({rows / max(seconds, 1e-9):.0f} texts/s)")
-        if truncated:
-            say(
-                f"{truncated} texts were truncated to {max_length or encoder.max_length} tokens "
-                f"({_lines(truncated_lines)});"
-                " --long-text window keeps all tokens."
-            )
-        if windowed:
-            say(f"{windowed} long texts were embedded in overlapping windows.")
-        say(f"vocabulary coverage: {coverage}")
-        if poor_lines:
-            say(
-                f"{len(poor_lines)} rows are poorly covered by this model's vocabulary ({_lines(poor_lines)}): "
-                f"{poor_message}"
-            )
+        _say_summary(summary, output, time.perf_counter() - started, max_length or encoder.max_length)
+
+
+@dataclass
+class _Summary:
+    rows: int
+    shape: str
+    truncated: int
+    windowed: int
+    coverage: str
+    truncated_lines: list[int] = field(default_factory=list)
+    poor_lines: list[int] = field(default_factory=list)
+    poor_message: str = ""
+
+
+def _embed_token_vectors(encoder, input: Path, output: Path, reading: dict, options: dict, quiet: bool) -> _Summary:
+    """pooling='none': every token's vector, read whole and written as one .npz."""
+    from ..encoder.tokenize import TextTooLong
+    from ..errors import InputError
+    from ..io.readers import read_texts
+    from ..io.writers import write_token_vectors
+
+    texts, ids, lines = read_texts(input, **reading)
+    try:
+        result, report = encoder.embed(texts, progress=None if not quiet else False, return_report=True, warn=False,
+                                       **options)
+    except TextTooLong as exc:
+        raise InputError(f"{input}, line {lines[exc.row]}: {exc.tokens} tokens, more than the limit of "
+                         f"{exc.max_length}; pass --long-text truncate or --long-text window.") from None
+    write_token_vectors(output, [r.tokens for r in result], [r.vectors for r in result], ids)
+    poor = report.coverage.poor_rows
+    return _Summary(
+        len(texts), f"{sum(len(r.tokens) for r in result)} token vectors", report.n_truncated,
+        len(report.windowed_rows), report.coverage.message(), [lines[row] for row in report.truncated_rows],
+        [lines[row] for row in poor], encoder.coverage([texts[row] for row in poor]).message() if poor else "",
+    )
+
+
+def _embed_streamed(encoder, input: Path, output: Path, reading: dict, options: dict, quiet: bool,
+                    chunk_rows: int | None) -> _Summary:
+    """Sentence vectors, streamed chunk by chunk into the output (resumable)."""
+    from tqdm.auto import tqdm
+
+    from ..io.stream import embed_file
+
+    bar = tqdm(total=None, unit="text", desc="embedding", disable=quiet or not sys.stderr.isatty(), leave=False)
+
+    def advance(done: int, total: int) -> None:
+        bar.total, bar.n = total, done
+        bar.refresh()
+
+    try:
+        result = embed_file(encoder, input, output, **reading, **options, on_chunk=advance,
+                            chunk_rows=4096 if chunk_rows is None else chunk_rows)
+    except KeyboardInterrupt:
+        say("interrupted: finished chunks are kept; run the same command again to continue.")
+        raise
+    finally:
+        bar.close()
+    if result.blank_lines and not quiet:
+        say(f"{len(result.blank_lines)} blank texts were embedded as empty texts ({_lines(result.blank_lines)}); "
+            "remove them from the file if they are not rows.")
+    if result.resumed_from and not quiet:
+        say(f"resumed after row {result.resumed_from} of {result.rows}")
+    share = result.unknown_tokens / result.tokens if result.tokens else 0.0
+    return _Summary(
+        result.rows, f"{result.rows} × {result.dim}", result.truncated, result.windowed,
+        f"[UNK] {result.unknown_tokens} of {result.tokens} tokens ({share:.1%})", result.truncated_lines,
+        result.poor_coverage_lines, result.coverage_message,
+    )
+
+
+def _say_summary(summary: _Summary, output: Path, seconds: float, limit: int) -> None:
+    say(f"wrote {output}: {summary.shape} ({summary.rows / max(seconds, 1e-9):.0f} texts/s)")
+    if summary.truncated:
+        say(f"{summary.truncated} texts were truncated to {limit} tokens ({_lines(summary.truncated_lines)}); "
+            "--long-text window keeps all tokens.")
+    if summary.windowed:
+        say(f"{summary.windowed} long texts were embedded in overlapping windows.")
+    say(f"vocabulary coverage: {summary.coverage}")
+    if summary.poor_lines:
+        say(f"{len(summary.poor_lines)} rows are poorly covered by this model's vocabulary "
+            f"({_lines(summary.poor_lines)}): {summary.poor_message}")
 
 
 def _lines(numbers: list[int], shown: int = 5) -> str:

@@ -102,59 +102,21 @@ def embed_file(
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(output.name + ".partial.npy")
     progress = output.with_name(output.name + ".progress.json")
-
-    state = _read_progress(progress)
-    if state is not None and state.get("key") == key and partial.exists():
-        total, done = state["rows"], state["done"]
-        existing = np.load(partial, mmap_mode="r")
-        if existing.shape != (total, dim) or existing.dtype != np.float32:
-            raise InputError(f"{partial} does not match this job; delete it and {progress} to start over.")
-        offset = existing.offset
-        del existing
-    else:
-        total = sum(1 for _ in _rows(input_path, column, id_column, header, fmt))  # validates the whole file first
-        done = 0
-        created = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(total, dim))  # sparse file
-        offset = created.offset
-        del created
-        _write_progress(progress, {"key": key, "rows": total, "done": 0, "output": str(output)})
-    resumed_from = done
-    stats = {"truncated": 0, "windowed": 0, "unknown": 0, "tokens": 0}
-    blank_lines: list[int] = []
-    truncated_lines: list[int] = []
-    poor_lines: list[int] = []
-    coverage_message = ""
+    total, done, offset = _open_partial(partial, progress, key, dim, output,
+                                        lambda: sum(1 for _ in _rows(input_path, column, id_column, header, fmt)))
+    result = StreamResult(total, dim, done, 0, 0, 0, 0)
     rows = islice(_rows(input_path, column, id_column, header, fmt), done, None)
-    embed_options = dict(
-        layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length, long_text=long_text, stride=stride
-    )
+    embed_options = dict(layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length,
+                         long_text=long_text, stride=stride)
     handle = os.open(partial, os.O_WRONLY)
     try:
         while done < total:
-            chunk_rows_read = list(islice(rows, chunk_rows))
-            texts = [text for text, _, _ in chunk_rows_read]
-            blank_lines += [line for text, _, line in chunk_rows_read if not text.strip()]
-            lines = [line for _, _, line in chunk_rows_read]
-            try:
-                chunk, report = encoder.embed(texts, progress=False, return_report=True, warn=False, **embed_options)
-            except TextTooLong as exc:
-                raise InputError(
-                    f"{input_path}, line {lines[exc.row]}: {exc.tokens} tokens, more than the limit of "
-                    f"{exc.max_length}; pass --long-text truncate (cut it) or --long-text window (embed "
-                    "it in overlapping windows), or long_text= in Python."
-                ) from None
+            read = list(islice(rows, chunk_rows))
+            chunk = _embed_chunk(encoder, read, input_path, embed_options, result)
             # Plain positional writes, not a memory map: written pages do not stay in this process's memory.
             os.pwrite(handle, np.ascontiguousarray(chunk, dtype=np.float32).tobytes(), offset + done * dim * 4)
             os.fsync(handle)  # the data is on disk before the progress record says so
-            done += len(texts)
-            stats["truncated"] += report.n_truncated
-            truncated_lines += [lines[row] for row in report.truncated_rows]
-            poor_lines += [lines[row] for row in report.coverage.poor_rows]
-            if report.coverage.poor_rows and not coverage_message:
-                coverage_message = encoder.coverage([texts[row] for row in report.coverage.poor_rows]).message()
-            stats["windowed"] += len(report.windowed_rows)
-            stats["unknown"] += report.coverage.n_unknown
-            stats["tokens"] += report.coverage.n_tokens
+            done += len(read)
             _write_progress(progress, {"key": key, "rows": total, "done": done, "output": str(output)})
             if on_chunk is not None:
                 on_chunk(done, total)
@@ -176,19 +138,47 @@ def embed_file(
     ids = lambda: (i for _, i, _ in _rows(input_path, column, id_column, header, fmt))  # noqa: E731
     _finish(partial, output, ids, total, id_type="int64" if id_column is None else "string")
     progress.unlink(missing_ok=True)
-    return StreamResult(
-        total,
-        dim,
-        resumed_from,
-        stats["truncated"],
-        stats["windowed"],
-        stats["unknown"],
-        stats["tokens"],
-        blank_lines,
-        truncated_lines,
-        poor_lines,
-        coverage_message,
-    )
+    return result
+
+
+def _open_partial(partial: Path, progress: Path, key: str, dim: int, output: Path,
+                  count_rows: Callable[[], int]) -> tuple[int, int, int]:
+    """(rows, rows done, data offset) of the partial .npy: the one a run of this job left, or a new sparse one."""
+    state = _read_progress(progress)
+    if state is not None and state.get("key") == key and partial.exists():
+        existing = np.load(partial, mmap_mode="r")
+        if existing.shape != (state["rows"], dim) or existing.dtype != np.float32:
+            raise InputError(f"{partial} does not match this job; delete it and {progress} to start over.")
+        return state["rows"], state["done"], existing.offset
+    total = count_rows()  # reads (and validates) the whole file before any work
+    created = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(total, dim))  # sparse file
+    offset = created.offset
+    del created
+    _write_progress(progress, {"key": key, "rows": total, "done": 0, "output": str(output)})
+    return total, 0, offset
+
+
+def _embed_chunk(encoder: Encoder, read: list[tuple[str, object, int]], input_path: Path, options: dict,
+                 result: StreamResult) -> np.ndarray:
+    """Embed one chunk of (text, id, line) rows and add what happened to `result`, by file line."""
+    texts, lines = [text for text, _, _ in read], [line for _, _, line in read]
+    try:
+        chunk, report = encoder.embed(texts, progress=False, return_report=True, warn=False, **options)
+    except TextTooLong as exc:
+        raise InputError(f"{input_path}, line {lines[exc.row]}: {exc.tokens} tokens, more than the limit of "
+                         f"{exc.max_length}; pass --long-text truncate (cut it) or --long-text window (embed it in "
+                         "overlapping windows), or long_text= in Python.") from None
+    result.blank_lines += [line for text, line in zip(texts, lines) if not text.strip()]
+    result.truncated += report.n_truncated
+    result.truncated_lines += [lines[row] for row in report.truncated_rows]
+    result.windowed += len(report.windowed_rows)
+    result.unknown_tokens += report.coverage.n_unknown
+    result.tokens += report.coverage.n_tokens
+    poor = report.coverage.poor_rows
+    result.poor_coverage_lines += [lines[row] for row in poor]
+    if poor and not result.coverage_message:
+        result.coverage_message = encoder.coverage([texts[row] for row in poor]).message()
+    return chunk
 
 
 def _finish(
