@@ -43,3 +43,9 @@ def test_version_and_python_dash_m():
     for command in ([sys.executable, "-m", "bertkit", "--version"], [sys.executable, "-m", "bertkit.cli", "--version"]):
         result = subprocess.run(command, capture_output=True, text=True)
         assert result.returncode == 0 and result.stdout.strip() == f"bertkit {version('bertkit')}"
+
+
+def test_all_names_every_lazy_export():
+    import bertkit
+
+    assert set(bertkit.__all__) == set(bertkit._LAZY) | {"BertkitError", "InputError", "ModelLoadError"}

@@ -65,4 +65,27 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = sorted(["BertkitError", "InputError", "ModelLoadError", *_LAZY])
+__all__ = [
+    "Batch",
+    "BertVectorizer",
+    "BertkitError",
+    "EmbedReport",
+    "Encoder",
+    "Entity",
+    "FineTunedClassifier",
+    "FineTunedTagger",
+    "FinetuneArguments",
+    "ForwardOutput",
+    "InputError",
+    "LayerSelection",
+    "ModelLoadError",
+    "TextClassifier",
+    "TokenEmbedding",
+    "entity_scores",
+    "finetune",
+    "load_run",
+    "parse_layers",
+    "probe_text",
+    "probe_token",
+    "read_tagged",
+]
