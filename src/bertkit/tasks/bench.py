@@ -30,6 +30,9 @@ class Row:
     note: str = ""
 
 
+PEAK_REPEAT_S = 0.2  # seconds a timed repeat of the matmul peak takes (slow kernels get fewer products, not hours)
+
+
 def matmul_peak_gflops(sizes: Sequence[int] = (512, 1024, 2048), repeats: int = 3, precision: str = "fp32") -> float:
     """Best GFLOP/s (int8: GOP/s) of square matrix products at the current thread setting, in `precision`."""
     best = 0.0
@@ -41,13 +44,17 @@ def matmul_peak_gflops(sizes: Sequence[int] = (512, 1024, 2048), repeats: int = 
             dtype = torch.bfloat16 if precision == "bf16" else torch.float32
             a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
             product = lambda: a @ b  # noqa: E731
-        product()
-        count = max(1, int(2e10 / (2 * n**3)))
+        started = time.perf_counter()
+        product()  # warm-up, and how long one product takes: each timed repeat lasts about PEAK_REPEAT_S
+        single = time.perf_counter() - started
+        count = max(1, int(PEAK_REPEAT_S / max(single, 1e-6)))
         for _ in range(repeats):
             started = time.perf_counter()
             for _ in range(count):
                 product()
             best = max(best, count * 2 * n**3 / (time.perf_counter() - started) / 1e9)
+        if single > PEAK_REPEAT_S:  # a slow kernel (int8 without VNNI): larger products would take minutes
+            break
     return best
 
 
@@ -190,7 +197,8 @@ def run_benchmark(encoder: Encoder, texts: Sequence[str], *, repeats: int = 3, b
         try:
             peer = sentence_transformers_encoder(encoder)
             st = Row("sentence-transformers encode (batch 32, mean)")
-            _time(lambda: peer.encode(texts, batch_size=32, convert_to_numpy=True, show_progress_bar=False), repeats, st)
+            encode = lambda: peer.encode(texts, batch_size=32, convert_to_numpy=True, show_progress_bar=False)  # noqa: E731
+            _time(encode, repeats, st)
             rows.append(st)
         except ImportError:
             echo("sentence-transformers is not installed: its row is skipped (pip install sentence-transformers)")
