@@ -110,8 +110,15 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
+_SWEPT: set[Path] = set()  # targets already swept by this process (a progress record is replaced after every chunk)
+
+
 def sweep_stale_temporaries(target: Path) -> None:
-    """Remove the temporaries that a killed bertkit process left beside `target` (its PID is in their name)."""
+    """Remove the temporaries that a killed bertkit process left beside `target` (its PID is in their name); once a
+    process per target, so a folder of many files is not listed again for every chunk."""
+    if target in _SWEPT:
+        return
+    _SWEPT.add(target)
     with contextlib.suppress(OSError):
         for entry in target.parent.iterdir():
             match = _TEMPORARY.fullmatch(entry.name)
