@@ -19,9 +19,9 @@ import numpy as np
 from ..errors import InputError, add_note
 
 VECTOR_FORMATS = (".npy", ".npz", ".parquet")
-# What a folder written by bertkit holds: a run record, a fine-tuning checkpoint (a run folder holds one while it trains;
-# a crash between a checkpoint's two renames leaves `.checkpoint.old`), or a `bertkit quantize` calibration. Only such a
-# folder, or an empty one, may be replaced.
+# What a folder written by bertkit holds: a run record, a fine-tuning checkpoint (a run folder holds one while it
+# trains; a crash between a checkpoint's two renames leaves `.checkpoint.old`), or a `bertkit quantize` calibration.
+# Only such a folder, or an empty one, may be replaced.
 BERTKIT_MARKERS = ("bertkit.json", "optimizer.safetensors", "checkpoint/optimizer.safetensors",
                    ".checkpoint.old/optimizer.safetensors", "int8_calibration.safetensors")
 
@@ -143,7 +143,8 @@ def written_by_bertkit(path: str | Path) -> bool:
 
 def _check_replaceable(path: Path) -> None:
     if not path.is_dir():
-        raise InputError(f"{path} is a file, not a folder bertkit wrote; choose another -o directory (nothing was touched).")
+        raise InputError(f"{path} is a file, not a folder bertkit wrote; choose another -o directory "
+                         "(nothing was touched).")
     if any(not _is_bertkit_temporary(entry) for entry in path.iterdir()) and not written_by_bertkit(path):
         raise InputError(f"{path} is not a folder bertkit wrote (no bertkit.json or checkpoint in it), so --overwrite "
                          "will not replace it and nothing in it was touched; choose another -o directory.")
