@@ -32,6 +32,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 from playwright.sync_api import sync_playwright
+from sklearn.linear_model import LogisticRegression
 
 from bertkit import Encoder
 from bertkit.io.readers import read_labelled, sample_path
@@ -59,7 +60,7 @@ def sentences(encoder: Encoder, count: int) -> list[str]:
 def feature_run(folder: Path) -> Path:
     """A logistic regression (C=1) on bertkit's 80 sample reviews, saved as a run."""
     data = read_labelled(sample_path("reviews.tsv"), "text", "label", header=True)
-    return TextClassifier(C=1.0).fit(data.texts, data.labels).save(folder / "reviews")
+    return TextClassifier(classifier=LogisticRegression(C=1.0, max_iter=3000)).fit(data.texts, data.labels).save(folder / "reviews")
 
 
 def probe_run(folder: Path) -> Path:

@@ -1,18 +1,29 @@
-"""TextClassifier: CV-chosen C, save → load predicts identically without pickle, clear refusals, known accuracy."""
+"""TextClassifier: a scikit-learn Pipeline inside; any classifier; saved with skops (no pickle) and loaded back
+identically; bertkit 0.1 runs still load and predict what they predicted; clear refusals; known accuracy."""
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import tiny_models
 from conftest import shared_file
-from sklearn.linear_model import LogisticRegression
-from sklearn.pipeline import make_pipeline
+from sklearn.base import clone
+from sklearn.calibration import CalibratedClassifierCV
+from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
+from sklearn.model_selection import GridSearchCV, StratifiedKFold, cross_val_score
+from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
+from sklearn.svm import LinearSVC
+from sklearn.tree import DecisionTreeClassifier
+from sklearn.utils import estimator_checks
 
 from bertkit import BertVectorizer, InputError, ModelLoadError, TextClassifier
 from bertkit.io.readers import read_labelled, sample_path
+from bertkit.tasks.classify import C_GRID, named_classifier
+
+FIXTURES = Path(__file__).parent / "fixtures" / "runs-0.1"
 
 
 @pytest.fixture(scope="module")
@@ -21,44 +32,110 @@ def sample():
     return data.texts, data.labels
 
 
+def logreg(C=1.0):
+    return LogisticRegression(C=C, max_iter=3000)
+
+
 @pytest.mark.parametrize("kind", ["logreg", "linear-svm", "mlp"])
 def test_save_load_predicts_identically(sample, tmp_path, kind):
     texts, labels = sample
-    classifier = TextClassifier(BertVectorizer(layers="last"), classifier=kind, cv=3).fit(texts, labels)
+    head = named_classifier(kind, None if kind != "mlp" else 1.0, cv=3, n_samples=len(texts))
+    classifier = TextClassifier(BertVectorizer(layers="last"), head, cv=3).fit(texts, labels)
     assert set(classifier.classes_) == {"negative", "positive"}
     assert classifier.score(texts, labels) > 0.9
     saved = classifier.save(tmp_path / "run", metrics={"note": "x"})
-    assert sorted(p.name for p in saved.iterdir()) == ["bertkit.json", "classifier.safetensors"]
+    assert sorted(p.name for p in saved.iterdir()) == ["bertkit.json", "head.skops"]
     loaded = TextClassifier.load(saved)
     probe = texts[:10] + ["an unseen sentence about a film"]
     np.testing.assert_array_equal(loaded.predict_proba(probe), classifier.predict_proba(probe))
     assert loaded.predict(probe).tolist() == classifier.predict(probe).tolist()
+    assert isinstance(loaded.pipeline_, Pipeline) and list(loaded.pipeline_.named_steps) == [
+        "vectorizer", "scaler", "classifier"]
     record = json.loads((saved / "bertkit.json").read_text())
-    assert record["kind"] == "features" and record["features"]["layers"] == "last"
+    assert record["kind"] == "features" and record["format"] == 2 and record["features"]["layers"] == "last"
     assert record["encoder"]["fingerprint"] == classifier.vectorizer_.encoder_.fingerprint
-    assert record["classes"] == ["negative", "positive"] and record["versions"]["torch"]
+    assert record["classes"] == ["negative", "positive"] and record["versions"]["skops"]
+    assert (saved / "head.skops").read_bytes()[:2] == b"PK"  # skops' own format: a zip of JSON and arrays
 
 
-def test_C_is_chosen_by_cross_validation(sample):
+@pytest.mark.parametrize("name", ["logreg-default", "linear-svm-last-mean", "mlp-last-cls"])
+def test_runs_saved_by_bertkit_0_1_load_and_predict_the_same(name):
+    """Fixtures written by bertkit 0.1's code (tests/fixtures/runs-0.1/make_fixtures.py), with its predictions."""
+    expected = json.loads((FIXTURES / name / "expected.json").read_text())
+    loaded = TextClassifier.load(FIXTURES / name, cache=None)
+    np.testing.assert_allclose(loaded.predict_proba(expected["texts"]), expected["predict_proba"], atol=1e-6)
+    assert loaded.predict(expected["texts"]).tolist() == expected["predict"]
+    assert loaded.classes_.tolist() == expected["classes"]
+
+
+def test_a_0_1_run_saved_again_uses_todays_format(tmp_path):
+    loaded = TextClassifier.load(FIXTURES / "linear-svm-last-mean", cache=None)
+    expected = json.loads((FIXTURES / "linear-svm-last-mean" / "expected.json").read_text())
+    again = TextClassifier.load(loaded.save(tmp_path / "again"), cache=None)
+    assert (tmp_path / "again" / "head.skops").is_file()
+    np.testing.assert_allclose(again.predict_proba(expected["texts"]), expected["predict_proba"], atol=1e-6)
+
+
+def test_the_default_is_logistic_regression_with_C_by_cross_validation(sample):
     texts, labels = sample
     classifier = TextClassifier(BertVectorizer(layers="last"), cv=4).fit(texts, labels)
-    assert classifier.C_ in classifier.cv_scores_
+    estimator = classifier.pipeline_.named_steps["classifier"]
+    assert isinstance(estimator, LogisticRegressionCV) and estimator.Cs_.tolist() == list(C_GRID)
+    assert classifier.C_ in classifier.cv_scores_ and classifier.cv_folds_ == 4
     assert classifier.cv_scores_[classifier.C_] == max(classifier.cv_scores_.values())
-    fixed = TextClassifier(BertVectorizer(layers="last"), C=0.5).fit(texts, labels)
-    assert fixed.C_ == 0.5 and fixed.cv_scores_ == {}
+    # the same choice made by scikit-learn's GridSearchCV over LogisticRegression on the same folds
+    features = StandardScaler().fit_transform(classifier.vectorizer_.transform(texts))
+    search = GridSearchCV(LogisticRegression(max_iter=3000), {"C": list(C_GRID)}, scoring="accuracy",
+                          cv=StratifiedKFold(4, shuffle=True, random_state=0)).fit(features, labels)
+    np.testing.assert_allclose(list(classifier.cv_scores_.values()), search.cv_results_["mean_test_score"], atol=0.02)
+    fixed = TextClassifier(BertVectorizer(layers="last"), logreg(0.5)).fit(texts, labels)
+    assert fixed.C_ is None and fixed.cv_scores_ == {}
+
+
+def test_any_classifier_and_calibration_where_needed(sample):
+    texts, labels = sample
+    tree = TextClassifier(BertVectorizer(layers="last"), DecisionTreeClassifier(max_depth=2, random_state=0))
+    assert tree.fit(texts, labels).pipeline_.named_steps["classifier"].get_depth() <= 2
+    svm = TextClassifier(BertVectorizer(layers="last"), LinearSVC(C=0.1), cv=3).fit(texts, labels)
+    calibrated = svm.pipeline_.named_steps["classifier"]
+    assert isinstance(calibrated, CalibratedClassifierCV) and isinstance(calibrated.estimator, LinearSVC)
+    np.testing.assert_allclose(svm.predict_proba(texts[:5]).sum(axis=1), 1.0, rtol=1e-6)
 
 
 def test_integer_and_multiclass_labels(sample, encoder):
     texts = sample[0][:30]
     labels = [i % 3 for i in range(30)]
-    classifier = TextClassifier(BertVectorizer(layers="last"), C=1.0).fit(texts, labels)
+    classifier = TextClassifier(BertVectorizer(layers="last"), logreg()).fit(texts, labels)
     assert classifier.classes_.tolist() == [0, 1, 2]
     # the same thing by hand: Encoder.embed → StandardScaler → scikit-learn's multinomial LogisticRegression
-    reference = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=3000))
+    reference = make_pipeline(StandardScaler(), logreg())
     reference.fit(encoder.embed(texts, layers="last"), labels)
     probabilities = classifier.predict_proba(texts[:4])
     np.testing.assert_allclose(probabilities, reference.predict_proba(encoder.embed(texts[:4], layers="last")), atol=1e-4)
     assert classifier.predict(texts[:4]).tolist() == classifier.classes_[probabilities.argmax(1)].tolist()
+
+
+def test_scikit_learn_conventions():
+    """The estimator checks that apply to an estimator of texts (the others feed it numeric matrices)."""
+    checks = ["check_no_attributes_set_in_init", "check_get_params_invariance", "check_set_params",
+              "check_parameters_default_constructible", "check_estimator_repr", "check_estimator_cloneable",
+              "check_do_not_raise_errors_in_init_or_set_params", "check_mixin_order", "check_valid_tag_types",
+              "check_estimator_tags_renamed"]
+    for estimator in (TextClassifier(), TextClassifier(BertVectorizer(layers="last"), logreg()), BertVectorizer()):
+        for check in checks:
+            getattr(estimator_checks, check)(type(estimator).__name__, estimator)
+    nested = TextClassifier(BertVectorizer(layers="last"), logreg()).get_params()
+    assert nested["classifier__C"] == 1.0 and nested["vectorizer__layers"] == "last" and nested["random_state"] == 0
+    assert clone(TextClassifier(random_state=7)).random_state == 7
+
+
+def test_grid_search_and_cross_validation_reach_the_parts(sample):
+    texts, labels = sample
+    model = TextClassifier(BertVectorizer(layers="last"), logreg())
+    search = GridSearchCV(model, {"classifier__C": [0.01, 1.0], "vectorizer__pooling": ["mean", "cls"]}, cv=2)
+    search.fit(texts, labels)
+    assert set(search.best_params_) == {"classifier__C", "vectorizer__pooling"}
+    assert len(cross_val_score(model, texts, labels, cv=2)) == 2
 
 
 def test_bad_training_data(sample):
@@ -71,14 +148,32 @@ def test_bad_training_data(sample):
         TextClassifier().fit(texts, ["a", float("nan"), "b", "a", "b", "a"])
     with pytest.raises(InputError, match=r"class 'c' \(1\) has fewer than 2 examples.*--C"):
         TextClassifier().fit(texts, ["a", "b", "c", "a", "b", "a"])
-    with pytest.raises(InputError, match="classifier='forest'"):
-        TextClassifier(classifier="forest").fit(texts, ["a", "b"] * 3)
+    with pytest.raises(InputError, match="classifier 'forest'"):
+        named_classifier("forest")
+
+
+def test_untrusted_types_in_a_saved_head_are_refused(sample, tmp_path):
+    texts, labels = sample
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    model = TextClassifier(BertVectorizer(layers="last"), HistGradientBoostingClassifier(max_iter=3))
+    model.fit(texts, labels).save(tmp_path / "run")
+    with pytest.raises(ModelLoadError, match="types bertkit does not load unless you trust them.*trusted="):
+        TextClassifier.load(tmp_path / "run")
+    import skops.io
+
+    names = skops.io.get_untrusted_types(file=tmp_path / "run" / "head.skops")
+    loaded = TextClassifier.load(tmp_path / "run", trusted=names)
+    np.testing.assert_array_equal(loaded.predict_proba(texts[:3]), model.predict_proba(texts[:3]))
+    (tmp_path / "run" / "head.skops").write_bytes(b"not a zip")
+    with pytest.raises(ModelLoadError, match="not a readable skops file"):
+        TextClassifier.load(tmp_path / "run")
 
 
 def test_model_from_a_different_encoder_is_refused(sample, tmp_path):
     model_dir = tiny_models.tiny_bert(tmp_path / "enc", seed=0)
     texts, labels = sample[0][:12], sample[1][:12]
-    TextClassifier(BertVectorizer(model=str(model_dir), layers="last"), C=1.0).fit(texts, labels).save(tmp_path / "run")
+    TextClassifier(BertVectorizer(model=str(model_dir), layers="last"), logreg()).fit(texts, labels).save(tmp_path / "run")
     shutil.rmtree(model_dir)
     tiny_models.tiny_bert(tmp_path / "enc", seed=1)  # same place, other weights
     with pytest.raises(ModelLoadError, match="fingerprint.*Retrain"):
@@ -87,7 +182,7 @@ def test_model_from_a_different_encoder_is_refused(sample, tmp_path):
 
 def test_existing_run_directory_is_kept(sample, tmp_path):
     texts, labels = sample
-    classifier = TextClassifier(BertVectorizer(layers="last"), C=1.0).fit(texts[:10], labels[:10])
+    classifier = TextClassifier(BertVectorizer(layers="last"), logreg()).fit(texts[:10], labels[:10])
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "mine.txt").write_text("keep me")
     with pytest.raises(InputError, match="already exists.*--overwrite"):

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from sklearn.linear_model import LogisticRegression
 import torch
 
 from bertkit.errors import InputError
@@ -39,7 +40,7 @@ KOREA_IDS = [101, 1045, 2293, 4420, 102, 0, 0]
 def run_dir(tmp_path_factory):
     """A small feature run: logistic regression (C=1) on bertkit's sample reviews."""
     data = read_labelled(sample_path("reviews.tsv"), "text", "label", header=True)
-    return TextClassifier(C=1.0).fit(data.texts, data.labels).save(tmp_path_factory.mktemp("runs") / "reviews")
+    return TextClassifier(classifier=LogisticRegression(C=1.0, max_iter=3000)).fit(data.texts, data.labels).save(tmp_path_factory.mktemp("runs") / "reviews")
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,7 @@ def tagger_dir(tmp_path_factory, tiny_dirs):
     root = tmp_path_factory.mktemp("tagger")
     train, dev = conll_file(root / "train.txt", n=60), conll_file(root / "dev.txt", n=16, seed=1)
     finetune(train, dev, task="token", output_dir=root / "ner", model=str(tiny_dirs["bert_cased"]),
-             args=tiny_args(epochs=3, max_length=16), log=lambda _: None)
+             args=tiny_args(epochs=3, max_length=16))
     return root / "ner"
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from sklearn.linear_model import LogisticRegression
 from test_finetune import conll_file, tiny_args
 
 KEY = "test-key-0123456789"
@@ -100,10 +101,10 @@ def run_dirs(tmp_path_factory, tiny_dirs):
 
     root = tmp_path_factory.mktemp("runs")
     rows = [line.split("\t") for line in sample_path("reviews.tsv").read_text(encoding="utf-8").splitlines()[1:]]
-    TextClassifier(C=1.0).fit([r[0] for r in rows], [r[1] for r in rows]).save(root / "sentiment")
+    TextClassifier(classifier=LogisticRegression(C=1.0, max_iter=3000)).fit([r[0] for r in rows], [r[1] for r in rows]).save(root / "sentiment")
     train, dev = conll_file(root / "train.txt", n=60), conll_file(root / "dev.txt", n=16, seed=1)
     finetune(train, dev, task="token", output_dir=root / "ner", model=str(tiny_dirs["bert_cased"]),
-             args=tiny_args(epochs=3, max_length=16), log=lambda _: None)
+             args=tiny_args(epochs=3, max_length=16))
     return {"sentiment": root / "sentiment", "ner": root / "ner"}
 
 

@@ -9,6 +9,7 @@ import re
 import httpx
 import numpy as np
 import pytest
+from sklearn.linear_model import LogisticRegression
 from test_serve import KEY, Server
 
 pytestmark = pytest.mark.slow
@@ -99,7 +100,7 @@ def absolute(tmp_path_factory):
     rows = [(f"{SECRET} number {i}, {'great' if i % 2 else 'awful'}", "pos" if i % 2 else "neg") for i in range(20)]
     train.write_text("text\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows), encoding="utf-8")
     data = {"train": str(train), "text_column": "text", "label_column": "label", "header": True}
-    run = TextClassifier(C=1.0).fit([t for t, _ in rows], [y for _, y in rows]).save(root / "runs" / "secret",
+    run = TextClassifier(classifier=LogisticRegression(C=1.0, max_iter=3000)).fit([t for t, _ in rows], [y for _, y in rows]).save(root / "runs" / "secret",
                                                                                        extra={"data": data})
     model = default_model_dir().resolve()
     probe = root / "probe"

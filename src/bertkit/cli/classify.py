@@ -57,7 +57,7 @@ def train(
     """Embed texts with the frozen encoder and train a classifier on the vectors (the visual guide's pipeline)."""
     from ..io.readers import read_labelled
     from ..io.writers import check_new_directory
-    from ..tasks.classify import TextClassifier
+    from ..tasks.classify import TextClassifier, check_training_labels, named_classifier
     from ..tasks.vectorizer import BertVectorizer
     from ..tasks.labels import check_known_labels, split_holdout
     from ..tasks.report import classification_metrics, format_metrics, write_report
@@ -75,14 +75,15 @@ def train(
     vectorizer = BertVectorizer(model=model, layers=layers, pooling=pooling, max_length=max_length,
                                 batch_size=batch_size, cache=cache_option(no_cache, cache_dir), threads=threads,
                                 precision=precision or "fp32")
-    estimator = TextClassifier(vectorizer, classifier=classifier, C=c_value, cv=cv, scale=scale, seed=seed)
-    estimator.check_training_labels(labels)
+    head = named_classifier(classifier, c_value, cv=cv, n_samples=len(texts), random_state=seed)
+    estimator = TextClassifier(vectorizer, head, scale=scale, cv=cv, random_state=seed)
+    check_training_labels(labels, head, cv)
     say(f"training on {len(texts)} texts ({len(set(map(str, labels)))} classes), evaluating on {len(dev_texts)}: {dev_source}")
     estimator.fit(texts, labels)
     stats = estimator.vectorizer_.cache_.stats if estimator.vectorizer_.cache_ is not None else None
     say(f"features: layers={estimator.vectorizer_.layers} pooling={estimator.vectorizer_.pooling} → "
         f"{estimator.vectorizer_.n_features_out_} dims; "
-         f"embedding {estimator.embed_seconds_:.1f}s" + (f" ({stats})" if stats else ""))
+        f"embedding {estimator.embed_seconds_:.1f}s" + (f" ({stats})" if stats else ""))
     if estimator.cv_scores_:
         scores = ", ".join(f"{c:g}: {s:.4f}" for c, s in estimator.cv_scores_.items())
         say(f"C chosen by {estimator.cv_folds_}-fold cross-validation: C={estimator.C_:g}   (CV accuracy {scores})")

@@ -59,7 +59,7 @@ def run_demo(model: str | None = None) -> None:
     metrics = classification_metrics(test_y, classifier.predict(test_x), classifier.classes_, classifier.majority_class_)
     features = classifier.vectorizer_
     echo(f"   features: layers={features.layers} pooling={features.pooling} → {features.n_features_out_} dims, "
-         f"{'standardised' if classifier.scaler_ is not None else 'not scaled'}; "
+         f"{'standardised' if classifier.scale else 'not scaled'}; "
          f"logistic regression with C={classifier.C_:g} chosen by {classifier.cv_folds_}-fold CV")
     echo(f"   held-out accuracy {metrics['accuracy']:.3f} on {metrics['n']} reviews "
          f"(majority baseline {metrics['majority_baseline_accuracy']:.3f})")

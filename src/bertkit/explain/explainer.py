@@ -186,7 +186,7 @@ class Explainer:
         data = self._maps[name]
         features = self._features(name, text)
         point = data.pca.transform(features)[0]
-        predicted = run.classes_[int(run.predict_proba_features(features).argmax(axis=1)[0])]
+        predicted = run.classes_[int(run.head_.predict_proba(features).argmax(axis=1)[0])]
         groups: dict[str, dict] = {}
         for (x, y), label, sentence in zip(data.points, data.labels, data.texts):
             group = groups.setdefault(label, {"label": label, "x": [], "y": [], **({"text": []} if data.public else {})})
@@ -211,7 +211,7 @@ class Explainer:
         with self._lock:
             if (name, text) in self._recent:
                 return self._recent[(name, text)]
-        features = run.features([text])
+        features = run.vectorizer_.transform([text])
         with self._lock:
             self._recent[(name, text)] = features
             while len(self._recent) > RECENT:
@@ -223,7 +223,7 @@ def _fit_map(run: TextClassifier, name: str, map_texts: bool = False) -> MapData
     texts, labels, source, sample = map_source(run, name)
     rows = np.unique(np.linspace(0, len(texts) - 1, min(MAP_ROWS, len(texts))).astype(int))
     texts, labels = [texts[i] for i in rows], [str(labels[i]) for i in rows]
-    vectors = run.features(texts)
+    vectors = run.vectorizer_.transform(texts)
     pca = PCA(n_components=2, random_state=0).fit(vectors)
     return MapData(pca, pca.transform(vectors), labels, texts, source, public=sample or map_texts)
 
@@ -248,7 +248,7 @@ def map_source(run: TextClassifier, name: str = "the run") -> tuple[list[str], l
 
 def model_name(encoder: Encoder) -> str:
     """The model's name for answers and pages: the hub name, 'default', or a local model's directory name (no path)."""
-    source = encoder.loaded.source
+    source = encoder.source
     return Path(source.path).name if source.kind == "local" else source.spec
 
 

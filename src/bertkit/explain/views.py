@@ -206,11 +206,11 @@ def prediction(run, text: str, features: np.ndarray | None = None) -> dict:
     """A classifier's label and probabilities (`predict_proba`), or a tagger's entities (`predict`), as the CLI prints.
 
     `features`: the feature run's vectors of [text] when already computed (`predict_proba` is exactly
-    `predict_proba_features(features(X))`), so the map and the prediction share one forward pass.
+    `head_.predict_proba(vectorizer_.transform(X))`), so the map and the prediction share one forward pass.
     """
     if hasattr(run, "predict_proba"):
         if features is not None:
-            probabilities = run.predict_proba_features(features)[0]
+            probabilities = run.head_.predict_proba(features)[0]
         else:
             probabilities = run.predict_proba([text])[0]
         best = int(np.argmax(probabilities))

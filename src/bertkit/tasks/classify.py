@@ -1,304 +1,466 @@
-"""Feature-based text classification: frozen-encoder vectors → scaler → linear or small head, saved without pickle."""
+"""Feature-based text classification: a scikit-learn `Pipeline` (BertVectorizer → StandardScaler → any classifier),
+saved without pickle (skops, with an explicit list of trusted types)."""
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import time
-import warnings
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
-from safetensors.numpy import load_file
-from sklearn.base import BaseEstimator, ClassifierMixin, clone
-from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import GridSearchCV, StratifiedKFold, cross_val_predict
-from sklearn.neural_network import MLPClassifier
-from sklearn.preprocessing import LabelBinarizer, StandardScaler
-from sklearn.svm import LinearSVC
+import skops.io as skops
+from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, clone
+from sklearn.calibration import CalibratedClassifierCV
+from sklearn.linear_model import LogisticRegressionCV
+from sklearn.model_selection import GridSearchCV, StratifiedKFold
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import StandardScaler
 from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import threadpool_limits
 
 from ..errors import InputError, ModelLoadError
 from .labels import check_class_counts, check_labels
-from .runs import (
-    CONFIG_FILE,
-    KIND_FEATURES,
-    WEIGHTS_FILE,
-    package_version,
-    read_run_config,
-    to_json_value,
-    write_run_directory,
-)
+from .runs import CONFIG_FILE, KIND_FEATURES, package_version, read_run_config, to_json_value, write_run_directory
 from .vectorizer import BertVectorizer
 
-CLASSIFIERS = ("logreg", "linear-svm", "mlp")
-SAVED_VECTORIZER_PARAMS = ("layers", "pooling", "max_length", "long_text", "batch_size")
+logger = logging.getLogger(__name__)
+
 C_GRID = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 1.0)
+RUN_FORMAT = 2  # 1: bertkit 0.1 (classifier.safetensors, read by tasks/legacy_runs.py); 2: head.skops
+HEAD_FILE = "head.skops"
+SAVED_VECTORIZER_PARAMS = ("layers", "pooling", "max_length", "long_text", "batch_size")
+# scikit-learn's own helpers inside fitted estimators, which skops does not trust by itself. Anything else in a
+# saved head is refused unless the caller names it (`TextClassifier.load(dir, trusted=[...])`).
+TRUSTED_TYPES = (
+    "sklearn.calibration._CalibratedClassifier",
+    "sklearn.calibration._SigmoidCalibration",
+    "sklearn.metrics._classification.accuracy_score",
+    "sklearn.metrics._scorer._PassthroughScorer",
+    "sklearn.metrics._scorer._Scorer",
+    "sklearn.model_selection._split.StratifiedKFold",
+    "sklearn.neural_network._stochastic_optimizers.AdamOptimizer",
+    "sklearn.neural_network._stochastic_optimizers.SGDOptimizer",
+)
 
 
-class TextClassifier(ClassifierMixin, BaseEstimator):
-    """The visual guide's pipeline as one estimator: BERT sentence vectors → (scaled) → a classifier.
+def default_classifier(n_folds: int = 5, random_state: int | None = 0) -> LogisticRegressionCV:
+    """Logistic regression with C chosen by stratified cross-validation over `C_GRID` (accuracy).
 
-    vectorizer: the `BertVectorizer` that makes the features (model, layers, pooling, precision, cache, ...);
-    None means `BertVectorizer()` (its default features: every layer's mean, concatenated). It is cloned in `fit` (`vectorizer_`), so
-    grid searches reach its options as `vectorizer__layers`, `vectorizer__pooling`, ...
+    Parameters
+    ----------
+    n_folds : int
+        Cross-validation folds.
+    random_state : int or None
+        Seeds the shuffled folds.
 
-    C=None picks the regularisation by stratified cross-validation on the training set (`C_`, `cv_scores_`).
-    The defaults (mean of every layer, concatenated, standardised, logistic regression) reach 84.4% on SST-2 dev
-    with the packaged model (benchmarks/sst2_features.py).
+    Returns
+    -------
+    LogisticRegressionCV
+        Unfitted.
+    """
+    folds = StratifiedKFold(n_folds, shuffle=True, random_state=random_state)
+    model = LogisticRegressionCV(Cs=list(C_GRID), cv=folds, scoring="accuracy", max_iter=3000, random_state=random_state)
+    if "use_legacy_attributes" in model.get_params():  # scikit-learn 1.8 to 1.11: the simpler fitted attributes
+        model.set_params(use_legacy_attributes=False, l1_ratios=(0.0,))
+    return model
+
+
+CLASSIFIER_NAMES = ("logreg", "linear-svm", "mlp")
+
+
+def named_classifier(name: str, C: float | None = None, *, cv: int = 5, n_samples: int = 0,
+                     random_state: int | None = 0) -> Any:
+    """The command line's `--classifier NAME [--C C]` as a scikit-learn classifier.
+
+    Parameters
+    ----------
+    name : str
+        'logreg' (C by cross-validation unless given), 'linear-svm' (likewise; calibrated by `feature_head`) or
+        'mlp' (one hidden layer of 256, L2 penalty 0.01 / C, early stopping from 1,000 examples).
+    C : float, optional
+        Fixes the regularisation.
+    cv : int
+        Folds for choosing C.
+    n_samples : int
+        Training examples (the MLP holds out 10% for early stopping only when there are enough).
+    random_state : int or None
+        Seeds folds and initialisation.
+
+    Returns
+    -------
+    estimator or None
+        None stands for `default_classifier` (logreg without C).
+    """
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.svm import LinearSVC
+
+    if name not in CLASSIFIER_NAMES:
+        raise InputError(f"classifier {name!r}: valid values are {', '.join(CLASSIFIER_NAMES)}.")
+    folds = StratifiedKFold(cv, shuffle=True, random_state=random_state)
+    if name == "logreg":
+        return None if C is None else LogisticRegression(C=C, max_iter=3000, random_state=random_state)
+    if name == "linear-svm":
+        svm = LinearSVC(C=C or 1.0, max_iter=5000, random_state=random_state)
+        return svm if C is not None else GridSearchCV(svm, {"C": list(C_GRID)}, cv=folds, scoring="accuracy")
+    return MLPClassifier(hidden_layer_sizes=(256,), alpha=1e-2 / (C or 1.0), early_stopping=n_samples >= 1000,
+                         random_state=random_state, max_iter=200)
+
+
+def feature_head(classifier: Any = None, *, scale: bool = True, n_folds: int = 5,
+                 random_state: int | None = 0) -> Pipeline:
+    """What follows the vectorizer: `StandardScaler` (or passthrough) → the classifier, with probabilities.
+
+    Parameters
+    ----------
+    classifier : scikit-learn classifier, optional
+        Cloned; None is `default_classifier`. One without `predict_proba` (e.g. `LinearSVC`) is wrapped in
+        `CalibratedClassifierCV` (sigmoid, `n_folds` folds) so that it gives probabilities.
+    scale : bool
+        Standardise the features first.
+    n_folds : int
+        Folds for choosing C (default classifier) and for calibration.
+    random_state : int or None
+        Seeds the folds.
+
+    Returns
+    -------
+    Pipeline
+        Unfitted, steps `scaler` and `classifier`.
+    """
+    estimator = default_classifier(n_folds, random_state) if classifier is None else clone(classifier)
+    if not hasattr(estimator, "predict_proba"):
+        folds = StratifiedKFold(min(n_folds, 3), shuffle=True, random_state=random_state)
+        estimator = CalibratedClassifierCV(estimator, cv=folds, ensemble=False)
+    return Pipeline([("scaler", StandardScaler() if scale else "passthrough"), ("classifier", estimator)])
+
+
+def chosen_C(head: Pipeline) -> tuple[float | None, dict[float, float], int]:
+    """(C, {C: mean cross-validated accuracy}, folds) of a fitted head that chose C by cross-validation.
+
+    Parameters
+    ----------
+    head : Pipeline
+        A fitted `feature_head`.
+
+    Returns
+    -------
+    tuple
+        (None, {}, 0) when the classifier did not choose C itself.
+    """
+    estimator = head.named_steps["classifier"]
+    if isinstance(estimator, CalibratedClassifierCV):
+        estimator = estimator.calibrated_classifiers_[0].estimator
+    if isinstance(estimator, LogisticRegressionCV):
+        scores = estimator.scores_  # (folds, l1 ratios, Cs); a dict of (folds, Cs) per class in older scikit-learn
+        scores = next(iter(scores.values()))[:, None, :] if isinstance(scores, dict) else scores
+        means = scores[:, 0, :].mean(axis=0)
+        C = float(np.ravel(estimator.C_)[0])
+        return C, {float(c): float(s) for c, s in zip(estimator.Cs_, means)}, int(scores.shape[0])
+    if isinstance(estimator, GridSearchCV) and "C" in estimator.best_params_:
+        grid = [p["C"] for p in estimator.cv_results_["params"]]
+        scores = estimator.cv_results_["mean_test_score"]
+        return float(estimator.best_params_["C"]), dict(zip(map(float, grid), map(float, scores))), estimator.n_splits_
+    return None, {}, 0
+
+
+def check_training_labels(y: Sequence, classifier: Any = None, cv: int = 5) -> np.ndarray:
+    """The labels as an array; refuses missing labels, a single class, or classes too rare for cross-validation.
+
+    Parameters
+    ----------
+    y : list
+        The training labels.
+    classifier : scikit-learn classifier, optional
+        As given to `TextClassifier`: None, a search over C and a classifier to calibrate all need two examples
+        of every class.
+    cv : int
+        The folds asked for.
+
+    Returns
+    -------
+    numpy.ndarray
+        The labels.
+    """
+    labels = np.asarray(check_labels(y), dtype=object)
+    classes, codes = np.unique(labels, return_inverse=True)
+    folds = classifier is None or hasattr(classifier, "cv") or not hasattr(classifier, "predict_proba")
+    check_class_counts(classes, codes, cv if folds else 0)
+    return np.array(labels.tolist())
+
+
+class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
+    """The visual guide's pipeline as one estimator: BERT sentence vectors → standardised → any classifier.
+
+    `fit` builds and fits a scikit-learn `Pipeline` (`pipeline_`): a clone of `vectorizer`, a `StandardScaler`
+    and a clone of `classifier`. Parameters reach its parts as usual: `vectorizer__layers`, `classifier__C`.
+
+    Parameters
+    ----------
+    vectorizer : BertVectorizer, optional
+        Makes the features (model, layers, pooling, precision, cache, ...). None is `BertVectorizer()`: the
+        mean over tokens of every layer, concatenated.
+    classifier : scikit-learn classifier, optional
+        None is `LogisticRegressionCV` choosing C by `cv`-fold stratified cross-validation (`C_`, `cv_scores_`).
+        A classifier without `predict_proba` is calibrated with `CalibratedClassifierCV`.
+    scale : bool
+        Standardise the features before the classifier.
+    cv : int
+        Folds for choosing C and for calibration (fewer when a class has fewer examples).
+    random_state : int or None
+        Seeds the folds (and the classifier, when it takes one).
+
+    Examples
+    --------
+    >>> from bertkit import TextClassifier
+    >>> clf = TextClassifier().fit(["good", "great", "fine", "bad", "awful", "poor"], [1, 1, 1, 0, 0, 0])
+    >>> clf.predict("a lovely film").tolist()
+    [1]
     """
 
-    def __init__(
-        self,
-        vectorizer: BertVectorizer | None = None,
-        classifier: str = "logreg",
-        C: float | None = None,
-        cv: int = 5,
-        scale: bool = True,
-        seed: int = 0,
-    ):
+    def __init__(self, vectorizer: BertVectorizer | None = None, classifier: Any = None, *, scale: bool = True,
+                 cv: int = 5, random_state: int | None = 0):
         self.vectorizer = vectorizer
         self.classifier = classifier
-        self.C = C
-        self.cv = cv
         self.scale = scale
-        self.seed = seed
+        self.cv = cv
+        self.random_state = random_state
 
     # ---- fitting ------------------------------------------------------------------------------------------------
-    def fit(self, X: Sequence[str], y: Sequence) -> "TextClassifier":
-        """Embed X with a clone of `vectorizer`, then fit the scaler and the head (C by cross-validation unless given)."""
+    def fit(self, X: Sequence[str], y: Sequence) -> TextClassifier:
+        """Embed `X` with a clone of `vectorizer`, then fit the scaler and the classifier on the vectors.
+
+        Parameters
+        ----------
+        X : list of str
+            Training texts.
+        y : list
+            One label per text.
+
+        Returns
+        -------
+        TextClassifier
+            self, fitted.
+        """
         if isinstance(X, str):
             raise InputError("fit takes a list of texts and a list of labels, not one string.")
-        if len(y) != len(X):
-            raise InputError(f"{len(X)} texts but {len(y)} labels.")
-        self.classes_, codes = self.check_training_labels(y)
-        self.vectorizer_ = self._vectorizer().fit(X)
+        labels = check_training_labels(y, self.classifier, self.cv)
+        if len(labels) != len(X):
+            raise InputError(f"{len(X)} texts but {len(labels)} labels.")
+        vectorizer = clone(self.vectorizer) if self.vectorizer is not None else BertVectorizer()
         started = time.perf_counter()
-        features = self.vectorizer_.transform(X)
+        features = vectorizer.fit(X).transform(X)
         self.embed_seconds_ = time.perf_counter() - started
-        self._fit_head_on(features, codes)
+        head = self._fit_head(features, labels)
+        self.pipeline_ = Pipeline([("vectorizer", vectorizer), *head.steps])
         return self
 
-    def fit_features(self, features: np.ndarray, y: Sequence) -> "TextClassifier":
-        """Fit scaler + head on precomputed sentence vectors (benchmarks, probes); no encoder involved."""
-        self.classes_, codes = self.check_training_labels(y)
-        self._fit_head_on(np.asarray(features, dtype=np.float32), codes)
-        return self
-
-    def _fit_head_on(self, features: np.ndarray, codes: np.ndarray) -> None:
+    def _fit_head(self, features: np.ndarray, labels: np.ndarray) -> Pipeline:
         started = time.perf_counter()
-        with threadpool_limits(1):
-            self.scaler_ = StandardScaler().fit(features) if self.scale else None
-            scaled = self._scaled(features)
-            self.C_, self.cv_scores_ = self._choose_C(scaled, codes)
-            self.head_ = self._fit_head(scaled, codes, self.C_)
+        rarest = int(np.unique(labels, return_counts=True)[1].min())
+        head = feature_head(self.classifier, scale=self.scale, n_folds=max(2, min(self.cv, rarest)),
+                            random_state=self.random_state)
+        with threadpool_limits(1):  # one BLAS thread: faster on these small problems (README, performance)
+            head.fit(features, labels)
         self.fit_seconds_ = time.perf_counter() - started
-        self.majority_class_ = self.classes_[np.bincount(codes).argmax()]
-
-    def check_training_labels(self, y: Sequence) -> tuple[np.ndarray, np.ndarray]:
-        """Classes and integer codes of `y`, refusing missing labels, a single class, or classes too rare for CV."""
-        if self.classifier not in CLASSIFIERS:
-            raise InputError(f"classifier={self.classifier!r}: valid values are {', '.join(CLASSIFIERS)}.")
-        labels = check_labels(y)
-        classes, codes = np.unique(np.asarray(labels, dtype=object), return_inverse=True)
-        classes = np.array(classes.tolist())
-        check_class_counts(classes, codes, self.cv if self.C is None and self.classifier != "mlp" else 0)
-        return classes, codes
-
-    def _vectorizer(self) -> BertVectorizer:
-        return clone(self.vectorizer) if self.vectorizer is not None else BertVectorizer()
-
-    def _scaled(self, features: np.ndarray) -> np.ndarray:
-        return self.scaler_.transform(features).astype(np.float32) if self.scaler_ is not None else features
-
-    def _choose_C(self, features: np.ndarray, codes: np.ndarray) -> tuple[float, dict]:
-        self.cv_folds_ = 0
-        if self.C is not None:
-            return float(self.C), {}
-        if self.classifier == "mlp":
-            return 1.0, {}
-        self.cv_folds_ = folds = min(self.cv, int(np.bincount(codes).min()))
-        search = GridSearchCV(
-            _new_head(self.classifier, 1.0, self.seed),
-            {"C": list(C_GRID)},
-            cv=StratifiedKFold(folds, shuffle=True, random_state=self.seed),
-            scoring="accuracy",
-        )
-        search.fit(features, codes)
-        scores = {float(c): float(s) for c, s in zip(C_GRID, search.cv_results_["mean_test_score"])}
-        return float(search.best_params_["C"]), scores
-
-    def _fit_head(self, features: np.ndarray, codes: np.ndarray, C: float):
-        head = _new_head(self.classifier, C, self.seed, len(codes)).fit(features, codes)
-        if self.classifier == "linear-svm":  # Platt scaling on out-of-fold decision values gives probabilities
-            folds = max(2, min(3, int(np.bincount(codes).min())))
-            decisions = cross_val_predict(
-                _new_head("linear-svm", C, self.seed), features, codes,
-                cv=StratifiedKFold(folds, shuffle=True, random_state=self.seed), method="decision_function",
-            )
-            head.calibrator_ = LogisticRegression(max_iter=1000).fit(_as_2d(decisions), codes)
+        values, counts = np.unique(labels, return_counts=True)
+        self.majority_class_ = values[counts.argmax()]
+        self.C_, self.cv_scores_, self.cv_folds_ = chosen_C(head)
+        self.classes_ = head.classes_
         return head
 
+    # ---- the fitted parts ---------------------------------------------------------------------------------------
+    @property
+    def vectorizer_(self) -> BertVectorizer:
+        """The fitted `BertVectorizer` (the pipeline's first step)."""
+        check_is_fitted(self, "pipeline_")
+        return self.pipeline_.named_steps["vectorizer"]
+
+    @property
+    def head_(self) -> Pipeline:
+        """The fitted scaler and classifier: what turns sentence vectors into probabilities."""
+        check_is_fitted(self, "pipeline_")
+        return self.pipeline_[1:]
+
     # ---- prediction ---------------------------------------------------------------------------------------------
-    def features(self, X: Sequence[str]) -> np.ndarray:
-        """The sentence vectors of X (before scaling): for plots and probes."""
-        check_is_fitted(self, "head_")
-        return self.vectorizer_.transform(X)
-
     def predict_proba(self, X: str | Sequence[str]) -> np.ndarray:
-        """(n_texts, n_classes) probabilities in `classes_` order; a single string is one text (one row)."""
-        return self.predict_proba_features(self.features(X))
+        """Class probabilities in `classes_` order.
 
-    def predict_proba_features(self, features: np.ndarray) -> np.ndarray:
-        """Class probabilities for sentence vectors as `features` returns them (scaling happens here)."""
-        check_is_fitted(self, "head_")
-        features = self._scaled(np.asarray(features, dtype=np.float32))
+        Parameters
+        ----------
+        X : str or list of str
+            One string is one text.
+
+        Returns
+        -------
+        numpy.ndarray
+            (n_texts, n_classes).
+        """
+        check_is_fitted(self, "pipeline_")
+        features = self.vectorizer_.transform(X)  # torch's threads; then one BLAS thread for the small head
         with threadpool_limits(1):
-            if self.classifier == "linear-svm":
-                return self.head_.calibrator_.predict_proba(_as_2d(self.head_.decision_function(features)))
             return self.head_.predict_proba(features)
 
     def predict(self, X: str | Sequence[str]) -> np.ndarray:
-        """The most probable class of each text; a single string is one text (an array of one label)."""
+        """The most probable class of each text; one string is one text (an array of one label).
+
+        Parameters
+        ----------
+        X : str or list of str
+            The texts.
+
+        Returns
+        -------
+        numpy.ndarray
+            One label per text.
+        """
         return self.classes_[self.predict_proba(X).argmax(axis=1)]
 
-    # ---- persistence ---------------------------------------------------------------------------------------------
-    def save(self, directory: str | Path, *, metrics: dict | None = None, extra: dict | None = None, overwrite: bool = False) -> Path:
-        """Write `bertkit.json` + `classifier.safetensors` into `directory`, all at once (never half-written)."""
-        check_is_fitted(self, "head_")
-        arrays = _head_arrays(self.classifier, self.head_)
-        if self.scaler_ is not None:
-            arrays["scaler.mean"] = self.scaler_.mean_
-            arrays["scaler.scale"] = self.scaler_.scale_
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        return tags
+
+    # ---- persistence --------------------------------------------------------------------------------------------
+    def save(self, directory: str | Path, *, metrics: dict | None = None, extra: dict | None = None,
+             overwrite: bool = False) -> Path:
+        """Write `bertkit.json` and `head.skops` into a new `directory`, all at once (never half-written).
+
+        Parameters
+        ----------
+        directory : str or Path
+            The run directory to create.
+        metrics : dict, optional
+            Evaluation results to record.
+        extra : dict, optional
+            More fields for the record (the CLI adds where the data came from).
+        overwrite : bool
+            Replace an existing bertkit run (never a folder bertkit did not write).
+
+        Returns
+        -------
+        Path
+            The run directory.
+        """
+        check_is_fitted(self, "pipeline_")
+        buffer = io.BytesIO()
+        skops.dump(self.head_, buffer)
+        encoder = self.vectorizer_.encoder_
         record = {
             "kind": KIND_FEATURES,
+            "format": RUN_FORMAT,
             "bertkit_version": package_version("bertkit"),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "encoder": {
-                "model": self.vectorizer_.encoder_.loaded.source.path
-                if self.vectorizer_.encoder_.loaded.source.kind == "local" else self.vectorizer_.encoder_.name,
-                "fingerprint": self.vectorizer_.encoder_.fingerprint,
-                "architecture": type(self.vectorizer_.encoder_.model).__name__,
+                "model": encoder.source.path if encoder.source.kind == "local" else encoder.name,
+                "fingerprint": encoder.fingerprint,
+                "architecture": type(encoder.model).__name__,
             },
             "features": self.vectorizer_.feature_options(),
             "vectorizer": {k: self.vectorizer_.get_params()[k] for k in SAVED_VECTORIZER_PARAMS},
-            "params": self.get_params(deep=False) | {"vectorizer": None},
+            "params": {"scale": self.scale, "cv": self.cv, "random_state": self.random_state,
+                       "classifier": None if self.classifier is None else repr(self.classifier)},
             "classes": self.classes_.tolist(),
-            "majority_class": to_json_value(self.majority_class_) if isinstance(self.majority_class_, np.generic) else self.majority_class_,
+            "majority_class": getattr(self.majority_class_, "item", lambda: self.majority_class_)(),
             "C": self.C_,
             "cv_scores": self.cv_scores_,
             "n_features": int(self.vectorizer_.n_features_out_),
             "metrics": metrics or {},
-            "versions": {name: package_version(name) for name in ("torch", "transformers", "scikit-learn", "numpy")},
+            "versions": {name: package_version(name) for name in ("torch", "transformers", "scikit-learn", "skops")},
             **(extra or {}),
         }
-        return write_run_directory(directory, {CONFIG_FILE: json.dumps(record, indent=2, default=to_json_value)}, arrays, overwrite)
+        files = {CONFIG_FILE: json.dumps(record, indent=2, default=to_json_value), HEAD_FILE: buffer.getvalue()}
+        return write_run_directory(directory, files, overwrite)
 
     @classmethod
     def load(cls, directory: str | Path, *, cache: str | Path | None = "memory", threads: int | None = None,
-             precision: str | None = None) -> "TextClassifier":
-        """Rebuild a saved classifier; refuses when the encoder no longer has the fingerprint it was trained with.
+             precision: str | None = None, trusted: Sequence[str] = ()) -> TextClassifier:
+        """Rebuild a saved classifier; refuses when the encoder's weights changed since it was trained.
 
-        precision=None uses the precision the run was trained with; another one works but warns, since its vectors
-        differ slightly from those the classifier learned on.
+        Parameters
+        ----------
+        directory : str or Path
+            A run saved by `save` or `bertkit train` (bertkit 0.1's format too).
+        cache : str, Path or None
+            The vectorizer's embedding cache ("memory", a directory, or None).
+        threads : int, optional
+            Torch threads.
+        precision : str, optional
+            None uses the precision the run was trained with; another one works and warns, since its vectors
+            differ slightly from those the classifier learned on.
+        trusted : list of str
+            Types in `head.skops` to load beyond scikit-learn's own (skops' fully qualified names).
+
+        Returns
+        -------
+        TextClassifier
+            Fitted, ready to predict.
         """
+        from .legacy_runs import head_from_safetensors
+
         record = read_run_config(directory, expected_kind=KIND_FEATURES)
-        params = dict(record["params"])
-        # runs saved before bertkit 0.2 kept the vectorizer's options among the classifier's own parameters
-        saved_vectorizer = record.get("vectorizer") or {k: params[k] for k in SAVED_VECTORIZER_PARAMS if k in params}
-        params = {k: v for k, v in params.items() if k in ("classifier", "C", "cv", "scale", "seed")}
-        trained_precision = record.get("features", {}).get("precision", "fp32")
-        precision = precision or trained_precision
-        if precision != trained_precision:
-            warnings.warn(
-                f"{directory} was trained on {trained_precision} vectors and is now used at {precision}: its "
-                "predictions may differ slightly from the evaluated ones.", stacklevel=2)
-        model = record["encoder"]["model"]
-        vectorizer = BertVectorizer(**{**saved_vectorizer, "model": None if model == "default" else model},
-                                    cache=cache, threads=threads, precision=precision)
-        estimator = cls(vectorizer, **params)
-        estimator.vectorizer_ = estimator._vectorizer().fit([])
-        found = estimator.vectorizer_.encoder_.fingerprint
-        if found != record["encoder"]["fingerprint"]:
-            raise ModelLoadError(
-                f"{directory} was trained on encoder {model!r} with fingerprint {record['encoder']['fingerprint']}, "
-                f"but that model now has fingerprint {found}: the weights or tokenizer changed, so its vectors would "
-                "not match the classifier. Retrain with `bertkit train`, or restore the original model directory."
-            )
-        trained_calibration = record.get("features", {}).get("int8_calibration")
-        calibration = estimator.vectorizer_.encoder_.int8_calibration
-        if precision == trained_precision == "int8" and trained_calibration not in (None, calibration):
-            warnings.warn(
-                f"{directory} was trained on int8 vectors of calibration {trained_calibration} and now runs with "
-                f"calibration {calibration}: its predictions may differ slightly; use the model directory it was "
-                "trained with (`bertkit quantize` writes the calibration into it).", stacklevel=2)
-        arrays = load_file(str(Path(directory) / WEIGHTS_FILE))
+        vectorizer = _saved_vectorizer(directory, record, cache, threads, precision)
+        if record.get("format", 1) >= 2:
+            head = _load_head(Path(directory) / HEAD_FILE, trusted)
+        else:
+            head = head_from_safetensors(directory, record)
+        params = record["params"]
+        estimator = cls(vectorizer, None if params.get("classifier") is None else clone(head[-1]),
+                        scale=params.get("scale", True), cv=params.get("cv", 5),
+                        random_state=params.get("random_state", params.get("seed", 0)))
+        estimator.pipeline_ = Pipeline([("vectorizer", vectorizer), *head.steps])
         estimator.classes_ = np.array(record["classes"])
-        estimator.C_, estimator.cv_scores_ = record["C"], record.get("cv_scores", {})
+        estimator.C_, estimator.cv_scores_ = record.get("C"), record.get("cv_scores", {})
         estimator.majority_class_ = record.get("majority_class")
-        estimator.scaler_ = None
-        if "scaler.mean" in arrays:
-            scaler = StandardScaler()
-            scaler.mean_, scaler.scale_ = arrays["scaler.mean"], arrays["scaler.scale"]
-            scaler.var_ = scaler.scale_ ** 2
-            scaler.n_features_in_ = scaler.mean_.shape[0]
-            estimator.scaler_ = scaler
-        estimator.head_ = _head_from_arrays(params["classifier"], arrays, len(estimator.classes_))
         estimator.record_ = record
         return estimator
 
 
-# ---- heads ----------------------------------------------------------------------------------------------------------
-def _new_head(kind: str, C: float, seed: int, n_samples: int = 0):
-    if kind == "logreg":
-        return LogisticRegression(C=C, max_iter=3000)
-    if kind == "linear-svm":
-        return LinearSVC(C=C, max_iter=5000, random_state=seed)
-    # Early stopping holds out 10%: worth it on real data sets, too noisy on a few dozen examples.
-    return MLPClassifier(
-        hidden_layer_sizes=(256,), alpha=1e-2 / C, early_stopping=n_samples >= 1000, random_state=seed, max_iter=200
-    )
+def _saved_vectorizer(directory, record: dict, cache, threads, precision) -> BertVectorizer:
+    """The run's vectorizer, fitted, after checking that the encoder still has the weights it was trained on."""
+    params = dict(record["params"])
+    # runs saved before bertkit 0.2 kept the vectorizer's options among the classifier's own parameters
+    options = record.get("vectorizer") or {k: params[k] for k in SAVED_VECTORIZER_PARAMS if k in params}
+    trained_precision = record.get("features", {}).get("precision", "fp32")
+    precision = precision or trained_precision
+    if precision != trained_precision:
+        logger.warning("%s was trained on %s vectors and is now used at %s: its predictions may differ slightly "
+                       "from the evaluated ones.", directory, trained_precision, precision)
+    model = record["encoder"]["model"]
+    vectorizer = BertVectorizer(**{**options, "model": None if model == "default" else model}, cache=cache,
+                                threads=threads, precision=precision).fit([])
+    found = vectorizer.encoder_.fingerprint
+    if found != record["encoder"]["fingerprint"]:
+        raise ModelLoadError(
+            f"{directory} was trained on encoder {model!r} with fingerprint {record['encoder']['fingerprint']}, "
+            f"but that model now has fingerprint {found}: the weights or tokenizer changed, so its vectors would "
+            "not match the classifier. Retrain with `bertkit train`, or restore the original model directory."
+        )
+    trained_calibration = record.get("features", {}).get("int8_calibration")
+    calibration = vectorizer.encoder_.int8_calibration
+    if precision == trained_precision == "int8" and trained_calibration not in (None, calibration):
+        logger.warning("%s was trained on int8 vectors of calibration %s and now runs with calibration %s: its "
+                       "predictions may differ slightly; use the model directory it was trained with (`bertkit "
+                       "quantize` writes the calibration into it).", directory, trained_calibration, calibration)
+    return vectorizer
 
 
-def _as_2d(decisions: np.ndarray) -> np.ndarray:
-    return decisions.reshape(len(decisions), -1)
-
-
-def _head_arrays(kind: str, head) -> dict[str, np.ndarray]:
-    if kind == "mlp":
-        arrays = {f"mlp.coef.{i}": c for i, c in enumerate(head.coefs_)}
-        arrays.update({f"mlp.intercept.{i}": b for i, b in enumerate(head.intercepts_)})
-        return {k: np.ascontiguousarray(v) for k, v in arrays.items()}
-    arrays = {"coef": head.coef_, "intercept": np.atleast_1d(head.intercept_)}
-    if kind == "linear-svm":
-        arrays["calibrator.coef"] = head.calibrator_.coef_
-        arrays["calibrator.intercept"] = head.calibrator_.intercept_
-    return {k: np.ascontiguousarray(v) for k, v in arrays.items()}
-
-
-def _linear(cls, coef: np.ndarray, intercept: np.ndarray, n_classes: int):
-    head = cls()
-    head.coef_, head.intercept_ = coef, intercept
-    head.classes_ = np.arange(n_classes)
-    head.n_features_in_ = coef.shape[1]
-    return head
-
-
-def _head_from_arrays(kind: str, arrays: dict[str, np.ndarray], n_classes: int):
-    if kind == "logreg":
-        return _linear(LogisticRegression, arrays["coef"], arrays["intercept"], n_classes)
-    if kind == "linear-svm":
-        head = _linear(LinearSVC, arrays["coef"], arrays["intercept"], n_classes)
-        head.calibrator_ = _linear(LogisticRegression, arrays["calibrator.coef"], arrays["calibrator.intercept"], n_classes)
-        return head
-    head = MLPClassifier(hidden_layer_sizes=(256,))
-    layers = len([k for k in arrays if k.startswith("mlp.coef.")])
-    head.coefs_ = [arrays[f"mlp.coef.{i}"] for i in range(layers)]
-    head.intercepts_ = [arrays[f"mlp.intercept.{i}"] for i in range(layers)]
-    head.n_layers_, head.n_outputs_ = layers + 1, head.coefs_[-1].shape[1]
-    head.out_activation_ = "logistic" if n_classes == 2 else "softmax"
-    head.classes_ = np.arange(n_classes)
-    head._label_binarizer = LabelBinarizer().fit(head.classes_)
-    head.n_features_in_ = head.coefs_[0].shape[0]
-    return head
+def _load_head(path: Path, trusted: Sequence[str]) -> Pipeline:
+    """The saved scaler + classifier, loaded by skops; types outside scikit-learn and `TRUSTED_TYPES` are refused."""
+    if not path.is_file():
+        raise ModelLoadError(f"{path.parent}: {path.name} is missing; the run is incomplete, train it again.")
+    try:
+        found = skops.get_untrusted_types(file=path)
+    except Exception as exc:  # skops raises zipfile/JSON errors of its own for a damaged file
+        raise ModelLoadError(f"{path}: not a readable skops file ({exc}); the run is damaged, train it again.") from None
+    unknown = sorted(set(found) - set(TRUSTED_TYPES) - set(trusted))
+    if unknown:
+        raise ModelLoadError(
+            f"{path} holds types bertkit does not load unless you trust them: {', '.join(unknown)}. If you made this "
+            "file, pass trusted=[...] with those names to TextClassifier.load."
+        )
+    return skops.load(path, trusted=found)

@@ -12,21 +12,19 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import save_file
 
 from ..errors import InputError, ModelLoadError
 from ..io.writers import check_new_directory, staged_directory
 
 CONFIG_FILE = "bertkit.json"
-WEIGHTS_FILE = "classifier.safetensors"
 KIND_FEATURES = "features"
 KIND_TEXT = "finetuned-text"
 KIND_TOKEN = "finetuned-token"
 KINDS = (KIND_FEATURES, KIND_TEXT, KIND_TOKEN)
 
 
-def write_run_directory(directory: str | Path, files: dict[str, str | bytes], arrays: dict[str, np.ndarray], overwrite: bool) -> Path:
-    """Write `files` (name → text or bytes) and `arrays` (into classifier.safetensors) as one new directory."""
+def write_run_directory(directory: str | Path, files: dict[str, str | bytes], overwrite: bool) -> Path:
+    """Write `files` (name → text or bytes) as one new directory, complete or absent."""
     target = check_new_directory(directory, overwrite)
     with staged_directory(target) as staging:
         for name, content in files.items():
@@ -34,8 +32,6 @@ def write_run_directory(directory: str | Path, files: dict[str, str | bytes], ar
                 (staging / name).write_bytes(content)
             else:
                 (staging / name).write_text(content, encoding="utf-8")
-        if arrays:
-            save_file(arrays, str(staging / WEIGHTS_FILE))
     return target
 
 

@@ -13,14 +13,14 @@ class ScalarMixClassifier(BaseEstimator):
     max_iter=100: more iterations fit the training loss further without a better dev score (measured).
     """
 
-    def __init__(self, C: float = 1.0, max_iter: int = 100, seed: int = 0):
+    def __init__(self, C: float = 1.0, max_iter: int = 100, random_state: int = 0):
         self.C = C
         self.max_iter = max_iter
-        self.seed = seed
+        self.random_state = random_state
 
     def fit(self, layers: np.ndarray, codes: np.ndarray) -> "ScalarMixClassifier":
         """layers: (n, n_layers, dim) float32, codes: (n,) class ids 0..k-1."""
-        generator = torch.Generator().manual_seed(self.seed)
+        generator = torch.Generator().manual_seed(self.random_state)
         x = torch.from_numpy(np.ascontiguousarray(layers, dtype=np.float32))
         y = torch.from_numpy(np.asarray(codes, dtype=np.int64))
         n, n_layers, dim = x.shape
