@@ -37,7 +37,7 @@ from bertkit.tasks.vectorizer import BertVectorizer
 
 def with_model(encoder: Encoder, model) -> Encoder:
     """An fp32-path Encoder whose forward runs `model` (a quantised copy keeping the transformers interface)."""
-    return Encoder(dataclasses.replace(encoder.loaded, model=model), concurrent_batches=encoder.concurrent_batches)
+    return Encoder(dataclasses.replace(encoder._loaded, model=model), concurrent_batches=encoder.concurrent_batches)
 
 
 class OnnxModel:
@@ -134,10 +134,10 @@ def frontier(args) -> None:
     texts = read_labelled(args.data / "train.tsv").texts
     texts = texts[: args.limit] if args.limit else texts
     encoder = Encoder.from_pretrained(args.model, threads=args.threads)
-    Encoder(encoder.loaded, precision="int8")  # calibrate (and cache) before any timing
+    encoder.with_options(precision="int8")  # calibrate (and cache) before any timing
     if args.fidelity_only:
         reference = encoder.embed(texts, batch_size=64, warn=False)
-        found = cosines(reference, Encoder(encoder.loaded, precision="int8").embed(texts, batch_size=64, warn=False))
+        found = cosines(reference, encoder.with_options(precision="int8").embed(texts, batch_size=64, warn=False))
         print(f"int8 vs fp32 on {len(texts)} SST-2 train sentences: cosine min {found.min():.5f}, "
               f"1st pct {np.percentile(found, 1):.5f}, median {np.median(found):.5f}")
         return

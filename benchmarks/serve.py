@@ -123,7 +123,6 @@ def median_row(runs: list[dict]) -> dict:
 
 def bare_embed_ms(sentences: list[str], threads: int, precision: str) -> float:
     from bertkit import Encoder
-    from bertkit.encoder.threads import release_openmp_threads
 
     encoder = Encoder.from_pretrained(threads=threads, precision=precision, concurrent_batches=1)
     for s in sentences[:20]:

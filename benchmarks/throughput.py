@@ -37,7 +37,7 @@ def main() -> None:
     default = torch.get_num_threads()
     for threads, concurrent in ((1, 1), (default, 1), (default, default)):
         torch.set_num_threads(threads)
-        variant = Encoder(encoder.loaded, concurrent_batches=concurrent)
+        variant = encoder.with_options(concurrent_batches=concurrent)
         speeds = []
         for _ in range(args.repeats):
             started = time.perf_counter()

@@ -4,10 +4,11 @@ records, long texts in fine-tuned classifiers, fitted attributes, and a library 
 from __future__ import annotations
 
 import json
-import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
+from sklearn.linear_model import LogisticRegression
 import tiny_models
 import torch
 from sklearn.base import clone
@@ -30,7 +31,7 @@ def sample():
 @pytest.fixture(scope="module")
 def feature_run(sample, tmp_path_factory):
     texts, labels = sample
-    classifier = TextClassifier(BertVectorizer(layers="last"), C=1.0).fit(texts, labels)
+    classifier = TextClassifier(BertVectorizer(layers="last"), LogisticRegression(C=1.0, max_iter=3000)).fit(texts, labels)
     return classifier, classifier.save(tmp_path_factory.mktemp("runs") / "features")
 
 
@@ -41,7 +42,7 @@ def finetuned_run(tmp_path_factory):
     rows = [("a good film", "pos"), ("a bad film", "neg"), ("great fun", "pos"), ("awful and dull", "neg")] * 8
     (root / "train.tsv").write_text("".join(f"{t}\t{y}\n" for t, y in rows))
     model = finetune(root / "train.tsv", root / "train.tsv", output_dir=root / "run", model=str(model_dir),
-                     args=FinetuneArguments(epochs=1, batch_size=8, max_length=16), log=lambda _: None)
+                     args=FinetuneArguments(epochs=1, batch_size=8, max_length=16))
     return model, root / "run"
 
 
@@ -60,35 +61,35 @@ def test_one_string_is_one_text_everywhere(feature_run, finetuned_run):
 
 def test_text_classifier_holds_a_vectorizer_and_takes_its_precision(sample):
     vectorizer = BertVectorizer(layers="last", pooling="cls")
-    classifier = TextClassifier(vectorizer, C=1.0)
+    classifier = TextClassifier(vectorizer, LogisticRegression(C=1.0, max_iter=3000))
     assert classifier.get_params()["vectorizer__pooling"] == "cls"  # reachable by GridSearchCV
     assert clone(classifier).vectorizer.get_params() == vectorizer.get_params()
     classifier.fit(*sample)
     assert classifier.vectorizer_ is not vectorizer and not hasattr(vectorizer, "encoder_")  # fit clones it
     assert classifier.vectorizer_.n_features_out_ == 384
     if fast_bf16_cpu():
-        bf16 = TextClassifier(BertVectorizer(layers="last", pooling="cls", precision="bf16"), C=1.0).fit(*sample)
+        bf16 = TextClassifier(BertVectorizer(layers="last", pooling="cls", precision="bf16"), LogisticRegression(C=1.0, max_iter=3000)).fit(*sample)
         assert bf16.vectorizer_.encoder_.precision == "bf16"
 
 
-def test_runs_saved_before_the_layout_change_still_load(feature_run, tmp_path):
-    """bertkit 0.1 kept the vectorizer's options in "params": rewrite a run that way and load it."""
-    classifier, saved = feature_run
+def test_runs_saved_before_the_layout_change_still_load(tmp_path):
+    """Early 0.1 runs kept the vectorizer's options in "params" and recorded no precision: rewrite a 0.1 run so."""
+    fixture = Path(__file__).parent / "fixtures" / "runs-0.1" / "linear-svm-last-mean"
     old = tmp_path / "old"
     old.mkdir()
-    record = json.loads((saved / "bertkit.json").read_text())
+    record = json.loads((fixture / "bertkit.json").read_text())
     vectorizer_options = record.pop("vectorizer")
     record["params"] = {**{k: v for k, v in record["params"].items() if k != "vectorizer"}, **vectorizer_options}
-    record["features"].pop("precision")  # 0.1 runs did not record it
+    record["features"].pop("precision")
     (old / "bertkit.json").write_text(json.dumps(record))
-    (old / "classifier.safetensors").write_bytes((saved / "classifier.safetensors").read_bytes())
+    (old / "classifier.safetensors").write_bytes((fixture / "classifier.safetensors").read_bytes())
     loaded = load_run(old)
-    texts = ["a wonderful film", "a dull film"]
-    np.testing.assert_array_equal(loaded.predict_proba(texts), classifier.predict_proba(texts))
+    expected = json.loads((fixture / "expected.json").read_text())
+    np.testing.assert_allclose(loaded.predict_proba(expected["texts"]), expected["predict_proba"], atol=1e-6)
     assert loaded.vectorizer_.layers == "last" and loaded.vectorizer_.encoder_.precision == "fp32"
 
 
-def test_runs_record_precision_and_warn_when_used_at_another(feature_run, finetuned_run):
+def test_runs_record_precision_and_warn_when_used_at_another(feature_run, finetuned_run, caplog):
     _, saved = feature_run
     assert json.loads((saved / "bertkit.json").read_text())["features"]["precision"] == "fp32"
     _, run = finetuned_run
@@ -97,37 +98,37 @@ def test_runs_record_precision_and_warn_when_used_at_another(feature_run, finetu
         pytest.skip("this CPU has no native bf16 (AMX / AVX512-BF16), the only other precision to load at")
     texts = ["a good film", "a dull film"]
     for directory in (saved, run):
-        with pytest.warns(UserWarning, match="used at bf16"):
-            loaded = load_run(directory, precision="bf16")
+        caplog.clear()
+        loaded = load_run(directory, precision="bf16")
+        assert "used at bf16" in caplog.text
         # really at bf16, and still the same model: probabilities within bf16's rounding of the fp32 ones
         assert (loaded.vectorizer_.encoder_ if directory == saved else loaded).precision == "bf16"
         np.testing.assert_allclose(loaded.predict_proba(texts), load_run(directory).predict_proba(texts), atol=0.05)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        load_run(saved)  # its own precision: no warning
+    caplog.clear()
+    load_run(saved)  # its own precision: no warning
+    assert caplog.records == []
 
 
-def test_finetuned_classifier_follows_long_text(finetuned_run):
+def test_finetuned_classifier_follows_long_text(finetuned_run, caplog):
     _, run = finetuned_run
     long_text = "a good film " * 40  # 120 words, far over max_length=16
     with pytest.raises(InputError, match=r"texts\[1\] has \d+ tokens, more than this model's maximum of 16"):
         FineTunedClassifier.load(run, long_text="error").predict_proba(["short", long_text])
-    with pytest.warns(UserWarning, match="1 of 2 texts were longer than 16 tokens and were truncated"):
-        truncated = FineTunedClassifier.load(run).predict_proba(["short", long_text])
+    truncated = FineTunedClassifier.load(run).predict_proba(["short", long_text])
+    assert "1 of 2 texts were longer than 16 tokens and were truncated" in caplog.text
     windowed_model = FineTunedClassifier.load(run, long_text="window")
     windowed = windowed_model.predict_proba(["short", long_text])
     np.testing.assert_allclose(windowed[0], truncated[0], atol=1e-6)  # short texts are untouched
     # the windowed probability is the mean over windows, each scored as its own text
-    tokens = windowed_model.tokenizer(long_text)["input_ids"]
-    from bertkit.tasks.finetuned import _windows
-    from bertkit.tasks.finetune.examples import Example
-
-    windows = _windows(Example(tokens, [0] * len(tokens), -1), 16)
-    assert len(windows) > 1 and all(len(w.input_ids) <= 16 for w in windows)
-    assert {t for w in windows for t in w.input_ids[1:-1]} == set(tokens[1:-1])  # every token is read
+    tokenizer = windowed_model.tokenizer
+    tokens = tokenizer(long_text)["input_ids"]
+    # the fast tokenizer's overflow windows, a quarter (14 // 4 = 3 tokens) shared between neighbours
+    windows = tokenizer(long_text, truncation=True, max_length=16, stride=3, return_overflowing_tokens=True)["input_ids"]
+    assert len(windows) > 1 and all(len(w) <= 16 for w in windows)
+    assert [t for w in windows[:1] for t in w[1:-1]] + [t for w in windows[1:] for t in w[4:-1]] == tokens[1:-1]
     plain = AutoModelForSequenceClassification.from_pretrained(run).eval()  # each window scored by plain transformers
     with torch.no_grad():
-        each = [torch.softmax(plain(input_ids=torch.tensor([w.input_ids])).logits[0], -1).numpy() for w in windows]
+        each = [torch.softmax(plain(input_ids=torch.tensor([w])).logits[0], -1).numpy() for w in windows]
     np.testing.assert_allclose(windowed[1], np.mean(each, axis=0), atol=1e-5)
 
 

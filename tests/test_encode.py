@@ -1,6 +1,6 @@
 """Encoder outputs equal hand computations from plain transformers, for every layer and pooling choice."""
 
-import warnings
+
 
 import numpy as np
 import pytest
@@ -148,12 +148,12 @@ def test_sentence_pairs_use_type_ids(encoder, hf_default):
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
 
 
-def test_long_text_policies(encoder, hf_default):
+def test_long_text_policies(encoder, hf_default, caplog):
     model, tokenizer = hf_default
     long_text = " ".join(f"word{i % 50}" for i in range(120))  # ~ 2 tokens a word
     texts = ["short one", long_text]
-    with pytest.warns(UserWarning, match="1 of 2 texts were longer than"):
-        vectors, report = encoder.embed(texts, max_length=32, return_report=True)
+    vectors, report = encoder.embed(texts, max_length=32, return_report=True)
+    assert "1 of 2 texts were longer than" in caplog.text
     assert report.truncated_rows == [1] and report.n_truncated == 1
     cut = tokenizer(long_text, truncation=True, max_length=32, return_tensors="pt")
     with torch.no_grad():
@@ -171,14 +171,36 @@ def test_long_text_policies(encoder, hf_default):
     with torch.no_grad():
         first = model(**first_window).last_hidden_state[0]
     np.testing.assert_allclose(result[1].vectors[:10], first[:10].numpy(), atol=1e-5, rtol=0)
-    ids = full["input_ids"]
-    last_ids = torch.tensor([[ids[0]] + ids[-31:]])
-    with torch.no_grad():
-        last = model(input_ids=last_ids).last_hidden_state[0]
-    np.testing.assert_allclose(result[1].vectors[-5:], last[-5:].numpy(), atol=1e-5, rtol=0)
+    windows = tokenizer(long_text, truncation=True, max_length=32, stride=8, return_overflowing_tokens=True)
+    with torch.no_grad():  # the text's last token and [SEP] are only in the tokenizer's last overflow window
+        last = model(input_ids=torch.tensor([windows["input_ids"][-1]])).last_hidden_state[0]
+    np.testing.assert_allclose(result[1].vectors[-2:], last[-2:].numpy(), atol=1e-5, rtol=0)
     pooled = encoder.embed(texts, max_length=32, long_text="window", stride=8, pooling="mean")
     np.testing.assert_allclose(pooled[1], result[1].vectors.mean(0), atol=1e-5, rtol=0)
     np.testing.assert_allclose(pooled[0], result[0].vectors.mean(0), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["bert_cased", "roberta", "distilbert"])
+@pytest.mark.parametrize("stride", [None, 0, 5])
+def test_windows_are_the_fast_tokenizers_overflow_windows(tiny_dirs, name, stride):
+    """One rule for long inputs: bertkit's windows are those of `return_overflowing_tokens=True, stride=...`."""
+    from transformers import AutoTokenizer
+
+    from bertkit.encoder.tokenize import encode
+    from bertkit.encoder.windows import default_overlap, split_into_windows
+
+    encoder = Encoder.from_pretrained(str(tiny_dirs[name]))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_dirs[name])
+    text = " ".join(f"word{i} and more, é{i}" for i in range(37))
+    max_length = 24
+    budget = max_length - tokenizer.num_special_tokens_to_add()
+    overlap = default_overlap(budget) if stride is None else stride
+    windowed: list[int] = []
+    encoded = encode(encoder.tokenizer, [text], max_length=max_length, long_text="window")
+    windows = split_into_windows(encoded, max_length, stride, windowed)
+    expected = tokenizer(text, truncation=True, max_length=max_length, stride=overlap,
+                         return_overflowing_tokens=True)["input_ids"]
+    assert windowed == [0] and [w.ids for w in windows] == expected
 
 
 def test_window_equals_plain_for_short_texts(encoder):
@@ -232,23 +254,23 @@ def test_threads_option_sets_torch_threads():
         Encoder.from_pretrained(threads=0)
 
 
-def test_coverage_warning_for_korean_on_uncased_english_vocab(encoder):
-    with pytest.warns(UserWarning, match="covers the text poorly.*Korean"):
-        encoder.embed(["이 영화 재미없네요"])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        encoder.embed(["this movie is no fun"])
+def test_coverage_warning_for_korean_on_uncased_english_vocab(encoder, caplog):
+    encoder.embed(["이 영화 재미없네요"])
+    assert "covers the text poorly" in caplog.text and "Korean" in caplog.text
+    caplog.clear()
+    encoder.embed(["this movie is no fun"])
+    assert caplog.records == []
 
 
 def test_concurrent_batches_give_the_same_vectors_and_restore_threads(encoder):
     texts = [f"sentence number {i} " + "word " * (i % 13) for i in range(50)]
     threads = torch.get_num_threads()
-    one = Encoder(encoder.loaded, concurrent_batches=1).embed(texts, batch_size=4, layers="last4:concat")
-    two = Encoder(encoder.loaded, concurrent_batches=2).embed(texts, batch_size=4, layers="last4:concat")
+    one = encoder.with_options(concurrent_batches=1).embed(texts, batch_size=4, layers="last4:concat")
+    two = encoder.with_options(concurrent_batches=2).embed(texts, batch_size=4, layers="last4:concat")
     assert np.abs(one - two).max() <= 1e-5
     assert torch.get_num_threads() == threads
     with pytest.raises(InputError, match="concurrent_batches"):
-        Encoder(encoder.loaded, concurrent_batches=0)
+        encoder.with_options(concurrent_batches=0)
 
 
 def test_batches_are_cut_by_rows_and_by_padded_tokens():

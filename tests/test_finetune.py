@@ -1,6 +1,7 @@
 """Fine-tuning mechanics on tiny random models, plain-transformers loading, resume, and one small real run."""
 
 import json
+import logging
 import random
 
 import numpy as np
@@ -53,17 +54,13 @@ def tiny_args(**extra):
     return FinetuneArguments(**{"epochs": 3, "learning_rate": 3e-3, "batch_size": 8, "warmup_ratio": 0.0, **extra})
 
 
-def quiet(_message):
-    pass
-
-
 def test_text_finetune_learns_and_loads_in_plain_transformers(tiny_dirs, tmp_path):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     data = sentiment_file(tmp_path / "train.tsv", n=128)
     dev = sentiment_file(tmp_path / "dev.tsv", n=32, seed=1)
     model = finetune(data, dev, output_dir=tmp_path / "run", model=str(tiny_dirs["bert_cased"]),
-                     args=tiny_args(epochs=6, patience=6), log=quiet)
+                     args=tiny_args(epochs=6, patience=6))
     record = json.loads((tmp_path / "run" / "bertkit.json").read_text())
     losses = [h["train_loss"] for h in record["training"]["history"]]
     assert losses[-1] < losses[0] * 0.5, losses
@@ -91,7 +88,7 @@ def final_weights(directory):
 def test_same_seed_same_weights_and_resume_matches_an_uninterrupted_run(tiny_dirs, tmp_path):
     data = sentiment_file(tmp_path / "train.tsv")
     model = str(tiny_dirs["bert_cased"])
-    options = dict(model=model, args=tiny_args(epochs=2), dev_share=0.25, log=quiet)
+    options = dict(model=model, args=tiny_args(epochs=2), dev_share=0.25)
     finetune(data, output_dir=tmp_path / "a", **options)
     finetune(data, output_dir=tmp_path / "b", **options)
 
@@ -126,22 +123,22 @@ def test_resume_refuses_a_changed_command(tiny_dirs, tmp_path):
     def interrupt(state):
         raise KeyboardInterrupt
 
-    options = dict(model=str(tiny_dirs["bert_cased"]), dev_share=0.25, log=quiet)
+    options = dict(model=str(tiny_dirs["bert_cased"]), dev_share=0.25)
     with pytest.raises(KeyboardInterrupt):
         finetune(data, output_dir=tmp_path / "run", args=tiny_args(), callbacks=[interrupt], **options)
     with pytest.raises(InputError, match="different args .*learning_rate"):
         finetune(data, output_dir=tmp_path / "run", args=tiny_args(learning_rate=1e-3), resume=True, **options)
 
 
-def test_token_finetune_predicts_entities_with_character_spans(tiny_dirs, tmp_path, monkeypatch, capsys):
+def test_token_finetune_predicts_entities_with_character_spans(tiny_dirs, tmp_path, monkeypatch, capsys, caplog):
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
     train = conll_file(tmp_path / "train.txt", n=80, long_every=5)
     dev = conll_file(tmp_path / "dev.txt", n=24, seed=1)
-    notes = []
-    tagger = finetune(train, dev, task="token", output_dir=tmp_path / "ner", model=str(tiny_dirs["bert_cased"]),
-                      args=tiny_args(epochs=4, max_length=12), log=notes.append)
-    assert any("split into pieces at word boundaries" in n for n in notes)
+    with caplog.at_level(logging.INFO, logger="bertkit"):
+        tagger = finetune(train, dev, task="token", output_dir=tmp_path / "ner", model=str(tiny_dirs["bert_cased"]),
+                          args=tiny_args(epochs=4, max_length=12))
+    assert any("split into pieces at word boundaries" in r.getMessage() for r in caplog.records)
     record = json.loads((tmp_path / "ner" / "bertkit.json").read_text())
     assert record["kind"] == "finetuned-token"
     assert record["labels"] == ["O", "B-LOC", "I-LOC", "B-MISC", "B-ORG"]
@@ -229,7 +226,7 @@ def test_bad_input_is_refused_before_anything_is_written(tiny_dirs, tmp_path, ca
         task, train = "token", tmp_path / "train.txt"
         train.write_text("Peter O\nBlackburn PER\n")
     with pytest.raises(InputError, match=message):
-        finetune(train, dev, task=task, output_dir=output, model=str(tiny_dirs["bert_cased"]), args=tiny_args(), log=quiet)
+        finetune(train, dev, task=task, output_dir=output, model=str(tiny_dirs["bert_cased"]), args=tiny_args())
     if case == "exists":
         assert (output / "keep.txt").read_text() == "mine"
     else:
@@ -308,7 +305,7 @@ def test_other_architectures_fine_tune_and_reload(tiny_dirs, tmp_path, architect
     )
 
     model = str(tiny_dirs[architecture])
-    options = dict(model=model, args=tiny_args(epochs=1), dev_share=0.25, log=quiet)
+    options = dict(model=model, args=tiny_args(epochs=1), dev_share=0.25)
     classifier = finetune(sentiment_file(tmp_path / "train.tsv", n=32), output_dir=tmp_path / "text", **options)
     plain = AutoModelForSequenceClassification.from_pretrained(tmp_path / "text").eval()
     assert plain.config.id2label == {0: "neg", 1: "pos"}

@@ -1,5 +1,6 @@
 """The first hour (issue 22): bertkit says what it took, and a table without --column is read as a person would."""
 
+import logging
 import numpy as np
 import pytest
 from conftest import run_cli
@@ -59,7 +60,7 @@ def test_a_short_first_text_is_not_taken_for_a_header(tmp_path):
 def test_finetune_takes_the_command_line_settings_as_keywords(tiny_dirs, tmp_path):
     import json
 
-    from test_finetune import quiet, sentiment_file
+    from test_finetune import sentiment_file
 
     from bertkit import finetune
 
@@ -72,7 +73,6 @@ def test_finetune_takes_the_command_line_settings_as_keywords(tiny_dirs, tmp_pat
         lr=5e-5,
         batch_size=4,
         dev_share=0.25,
-        log=quiet,
     )
     saved = json.loads((tmp_path / "run" / "bertkit.json").read_text())["args"]
     assert (saved["epochs"], saved["learning_rate"], saved["batch_size"]) == (1, 5e-5, 4)
@@ -80,7 +80,7 @@ def test_finetune_takes_the_command_line_settings_as_keywords(tiny_dirs, tmp_pat
         finetune(data, output_dir=tmp_path / "other", epoch=1)
 
 
-def test_a_run_that_learned_nothing_says_so(tiny_dirs, tmp_path):
+def test_a_run_that_learned_nothing_says_so(tiny_dirs, tmp_path, caplog):
     import json
 
     from test_finetune import sentiment_file
@@ -88,7 +88,6 @@ def test_a_run_that_learned_nothing_says_so(tiny_dirs, tmp_path):
     from bertkit import finetune
 
     data = sentiment_file(tmp_path / "train.tsv", n=32)
-    messages = []
     finetune(
         data,
         output_dir=tmp_path / "flat",
@@ -96,15 +95,14 @@ def test_a_run_that_learned_nothing_says_so(tiny_dirs, tmp_path):
         epochs=1,
         lr=1e-12,
         dev_share=0.25,
-        log=messages.append,
     )
     record = json.loads((tmp_path / "flat" / "bertkit.json").read_text())
     assert record["baseline"]["learned"] is False
     assert record["baseline"]["score"] == 0.5 and "majority label" in record["baseline"]["what"]
-    warning = next(m for m in messages if m.startswith("warning:"))
+    warning = next(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
     assert "learned nothing useful" in warning and "--epochs" in warning and "--lr" in warning
 
-    messages.clear()
+    caplog.clear()
     finetune(
         sentiment_file(tmp_path / "more.tsv", n=128),
         output_dir=tmp_path / "learned",
@@ -115,11 +113,10 @@ def test_a_run_that_learned_nothing_says_so(tiny_dirs, tmp_path):
         batch_size=8,
         warmup_ratio=0.0,
         dev_share=0.25,
-        log=messages.append,
     )
     record = json.loads((tmp_path / "learned" / "bertkit.json").read_text())
     assert record["baseline"]["learned"] is True, (record["baseline"], record["metrics"])
-    assert not any(m.startswith("warning:") for m in messages)
+    assert not any(r.levelno >= logging.WARNING for r in caplog.records)
 
 
 def test_embed_names_truncated_and_poorly_covered_rows_by_line(monkeypatch, capsys, tmp_path):

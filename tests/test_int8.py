@@ -1,5 +1,6 @@
 """precision='int8': int8 linear layers (per-token activations, smoothed) that keep the vectors (cosine bounds vs fp32)."""
 
+
 import numpy as np
 import pytest
 import torch
@@ -88,8 +89,8 @@ def test_calibration_is_made_once_cached_and_reused(tiny_dirs, int8_cache):
     assert second.info()["precision"] == "int8"
     calibration = Calibration.load(cached)
     assert calibration.texts == 198 and first.int8_calibration == calibration.digest()
-    assert first.numerics() == {"precision": "int8", "int8_calibration": calibration.digest()}
-    assert Encoder.from_pretrained(str(tiny_dirs["bert_cased"])).numerics() == {"precision": "fp32"}
+    assert first.precision_record() == {"precision": "int8", "int8_calibration": calibration.digest()}
+    assert Encoder.from_pretrained(str(tiny_dirs["bert_cased"])).precision_record() == {"precision": "fp32"}
     assert calibration.alpha in ALPHA_GRID and first._int8 is not None
 
 
@@ -123,7 +124,7 @@ def test_quantize_writes_a_copy_whose_own_calibration_is_used(tiny_dirs, int8_ca
     packaged = Encoder.from_pretrained(str(tiny_dirs["bert_cased"]), precision="int8")
     assert own.fingerprint == packaged.fingerprint  # the same weights ...
     assert own.int8_calibration == Calibration.load(out / CALIBRATION_FILE).digest() != packaged.int8_calibration
-    assert own.numerics() != packaged.numerics()  # ... so caches and runs tell the two int8 variants apart
+    assert own.precision_record() != packaged.precision_record()  # ... so caches and runs tell the two int8 variants apart
     assert not np.array_equal(own.embed(TEXTS, warn=False), packaged.embed(TEXTS, warn=False))
     code, _, stderr = run_cli(monkeypatch, capsys, "quantize", str(tiny_dirs["bert_cased"]), "-o", str(out))
     assert code == 2 and "already exists" in stderr
@@ -143,14 +144,14 @@ def test_a_foreign_calibration_file_is_refused_by_name(tiny_dirs, tmp_path):
 
 @pytest.mark.slow
 def test_a_fine_tuned_classifier_runs_int8_and_quantize_calibrates_the_run(tiny_dirs, tmp_path, int8_cache, monkeypatch,
-                                                                            capsys):
+                                                                            capsys, caplog):
     data, dev = sentiment_file(tmp_path / "train.tsv", n=96), sentiment_file(tmp_path / "dev.tsv", n=32, seed=1)
     finetune(data, dev, task="text", output_dir=tmp_path / "run", model=str(tiny_dirs["bert_cased"]),
-             args=tiny_args(epochs=2), log=lambda _: None)
+             args=tiny_args(epochs=2))
     texts = [line.split("\t")[0] for line in dev.read_text().splitlines()]
     fp32 = FineTunedClassifier.load(tmp_path / "run")
-    with pytest.warns(UserWarning, match="fine-tuned and evaluated at fp32 and is now used at int8"):
-        int8 = FineTunedClassifier.load(tmp_path / "run", precision="int8")
+    int8 = FineTunedClassifier.load(tmp_path / "run", precision="int8")
+    assert "fine-tuned and evaluated at fp32 and is now used at int8" in caplog.text
     p, q = fp32.predict_proba(texts), int8.predict_proba(texts)
     assert 0 < np.abs(p - q).max() < 0.05 and (p.argmax(1) == q.argmax(1)).mean() >= 0.9
     assert any(isinstance(m, Int8Linear) for m in int8._runner.modules())
@@ -179,7 +180,7 @@ def test_int8_default_model_keeps_the_vectors_on_sst2_and_conll(encoder, int8_ca
     blocks = shared_file("conll2003", "dev.txt").read_text().split("\n\n")
     conll = [" ".join(line.split()[0] for line in block.splitlines() if line.strip() and "DOCSTART" not in line)
              for block in blocks[:400]]
-    int8 = Encoder(encoder.loaded, precision="int8")
+    int8 = encoder.with_options(precision="int8")
     for texts in (sst2, [t for t in conll if t]):
         a, b = encoder.embed(texts), int8.embed(texts)
         found = cosines(a, b)

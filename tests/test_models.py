@@ -2,8 +2,11 @@
 
 import json
 import shutil
+import http.server
+import threading
 import time
 
+import huggingface_hub
 import numpy as np
 import pytest
 import tiny_models
@@ -28,9 +31,36 @@ def test_default_model_is_packaged_and_offline(encoder, monkeypatch):
 def test_hub_name_offline_fails_fast_with_a_way_out(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     started = time.perf_counter()
-    with pytest.raises(ModelLoadError, match="not reachable.*save_pretrained.*pass its path"):
+    with pytest.raises(ModelLoadError, match="HF_HUB_OFFLINE=1.*save_pretrained.*pass its path"):
         Encoder.from_pretrained("bert-base-uncased")
     assert time.perf_counter() - started < 5
+
+
+class FakeHub(http.server.BaseHTTPRequestHandler):
+    """Answers the hub's model-info route the way huggingface.co does for a model that does not exist."""
+
+    def do_GET(self):
+        self.send_response(404)
+        self.send_header("X-Error-Code", "RepoNotFound")
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"error": "Repository not found"}')
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_name_the_hub_does_not_know_is_named_as_such(monkeypatch):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # read by huggingface_hub at import
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+    try:
+        with pytest.raises(ModelLoadError, match="neither a local directory nor a model on the Hugging Face Hub"):
+            Encoder.from_pretrained("nobody/no-such-model")
+    finally:
+        server.shutdown()
 
 
 def test_unreachable_hub_endpoint_fails_fast(monkeypatch):
@@ -62,7 +92,7 @@ def test_cased_model_keeps_case_and_korean_round_trips(tiny_dirs):
     assert not encoder.coverage([KOREAN]).poor
 
 
-def test_cased_vocab_without_tokenizer_config_is_not_lowercased(tiny_dirs, tmp_path):
+def test_cased_vocab_without_tokenizer_config_is_not_lowercased(tiny_dirs, tmp_path, caplog):
     directory = tmp_path / "no_config"
     shutil.copytree(tiny_dirs["bert_cased"], directory)
     config = json.loads((directory / "tokenizer_config.json").read_text())
@@ -71,8 +101,8 @@ def test_cased_vocab_without_tokenizer_config_is_not_lowercased(tiny_dirs, tmp_p
     tokenizer_json = json.loads((directory / "tokenizer.json").read_text())
     tokenizer_json["normalizer"]["lowercase"] = True  # what a default BertTokenizer would do
     (directory / "tokenizer.json").write_text(json.dumps(tokenizer_json))
-    with pytest.warns(UserWarning, match="vocabulary is cased"):
-        encoder = Encoder.from_pretrained(str(directory))
+    encoder = Encoder.from_pretrained(str(directory))
+    assert "vocabulary is cased" in caplog.text
     assert encoder.tokenize(["I love Korea"]).tokens[0][1:4] == ["I", "love", "Korea"]
 
 

@@ -38,7 +38,7 @@ def test_bf16_autocast_path_stays_close_to_fp32(monkeypatch, tiny_dirs):
 
 @pytest.mark.skipif(not precision.fast_bf16_cpu(), reason="this CPU has no native bf16 (AMX / AVX512-BF16)")
 def test_bf16_default_model_cosine_bound(encoder):
-    bf16 = Encoder(encoder.loaded, precision="bf16")
+    bf16 = encoder.with_options(precision="bf16")
     assert compare(encoder.embed(TEXTS), bf16.embed(TEXTS))[1] >= 0.9999
 
 

@@ -8,8 +8,10 @@ import stat
 
 import numpy as np
 import pytest
+from sklearn.linear_model import LogisticRegression
+from safetensors.numpy import save_file
 from conftest import run_cli
-from test_finetune import quiet, sentiment_file, tiny_args
+from test_finetune import sentiment_file, tiny_args
 
 from bertkit.errors import InputError
 from bertkit.io import stream
@@ -67,7 +69,7 @@ def test_finetune_overwrite_keeps_a_users_folder(tiny_dirs, tmp_path):
     (mine / "notes.txt").write_text("keep me")
     with pytest.raises(InputError, match="not a folder bertkit wrote"):
         finetune(data, output_dir=mine, model=str(tiny_dirs["bert_cased"]), args=tiny_args(epochs=1),
-                 dev_share=0.25, overwrite=True, log=quiet)
+                 dev_share=0.25, overwrite=True)
     assert (mine / "notes.txt").read_text() == "keep me"
 
 
@@ -82,11 +84,15 @@ def test_outputs_follow_the_umask(tmp_path, umask):
             temporary.write_text("<html></html>")
         with staged_directory(tmp_path / "run") as staging:
             (staging / "bertkit.json").write_text("{}")
+            save_file({"w": np.ones(2, np.float32)}, str(staging / "weights.safetensors"))  # safetensors writes 0600
+            (staging / "part").mkdir(mode=0o700)
+            (staging / "part" / "x.txt").write_text("x")
     finally:
         os.umask(previous)
-    for path in [*written, tmp_path / "page.html", tmp_path / "run" / "bertkit.json"]:
+    run = tmp_path / "run"
+    for path in [*written, tmp_path / "page.html", run / "bertkit.json", run / "weights.safetensors", run / "part" / "x.txt"]:
         assert mode(path) == 0o666 & ~umask, (path, oct(mode(path)))
-    assert mode(tmp_path / "run") == 0o777 & ~umask
+    assert mode(run) == mode(run / "part") == 0o777 & ~umask
 
 
 def test_a_replaced_file_keeps_its_mode(tmp_path):
@@ -105,7 +111,8 @@ def test_vectorizer_classifier_and_train_share_one_default():
     from bertkit.cli.classify import train
 
     vectorizer = BertVectorizer()
-    assert TextClassifier()._vectorizer().get_params() == vectorizer.get_params()
+    fitted = TextClassifier(classifier=LogisticRegression()).fit(["good", "bad", "fine", "poor"], [1, 0, 1, 0])
+    assert fitted.vectorizer_.get_params() == vectorizer.get_params()
     options = inspect.signature(train).parameters
     assert options["layers"].default.default == vectorizer.layers
     assert options["pooling"].default.default == vectorizer.pooling
@@ -128,7 +135,7 @@ def test_a_second_interrupt_inside_a_step_keeps_the_last_checkpoint(tiny_dirs, t
     from bertkit.tasks.finetune import finetune
 
     data = sentiment_file(tmp_path / "train.tsv")
-    options = dict(model=str(tiny_dirs["bert_cased"]), args=tiny_args(epochs=2), dev_share=0.25, log=quiet)
+    options = dict(model=str(tiny_dirs["bert_cased"]), args=tiny_args(epochs=2), dev_share=0.25)
     original_step = torch.optim.AdamW.step
     calls = []
 
@@ -230,7 +237,7 @@ def features_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("run")
     texts = ["good film", "great film", "love it", "bad film", "awful plot", "boring mess"] * 2
     labels = ["pos", "pos", "pos", "neg", "neg", "neg"] * 2
-    TextClassifier(BertVectorizer(layers="last"), C=1.0).fit(texts, labels).save(root / "run")
+    TextClassifier(BertVectorizer(layers="last"), LogisticRegression(C=1.0, max_iter=3000)).fit(texts, labels).save(root / "run")
     return root / "run"
 
 
@@ -265,7 +272,7 @@ def test_finetuned_tagger_from_many_threads(tiny_dirs, tmp_path):
 
     data = conll_file(tmp_path / "train.txt", n=24)
     tagger = finetune(data, output_dir=tmp_path / "run", task="token", model=str(tiny_dirs["bert_cased"]),
-                      args=tiny_args(epochs=1), dev_share=0.25, log=quiet)
+                      args=tiny_args(epochs=1), dev_share=0.25)
     sentences = [("EU rejects German call to boycott British lamb " * (1 + i % 5)).split() for i in range(200)]
     expected = tagger.predict_word_tags(sentences)
     with ThreadPoolExecutor(4) as pool:  # unlocked, the Rust tokenizer raised "Already borrowed" here

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from bertkit import Encoder
 from bertkit.serve import ServeSettings, create_app
 from bertkit.serve.security import authorized
 
@@ -33,7 +32,7 @@ def test_a_request_larger_than_the_batch_budget_runs_in_several_batches_and_equa
 
 @pytest.mark.slow
 def test_a_crashed_batch_fails_its_request_with_json_and_the_server_keeps_serving(encoder):
-    flaky = Encoder(encoder.loaded, concurrent_batches=1)
+    flaky = encoder.with_options(concurrent_batches=1)
     poison = flaky.tokenizer.convert_tokens_to_ids("boycott")
     real_forward = flaky.forward
 

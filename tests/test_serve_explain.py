@@ -40,7 +40,7 @@ class GatedRun:
 
 def recording(encoder: Encoder) -> tuple[Encoder, list[str]]:
     """A fresh Encoder on the same loaded model whose forward passes record their thread."""
-    copy = Encoder(encoder.loaded, concurrent_batches=1)
+    copy = encoder.with_options(concurrent_batches=1)
     threads: list[str] = []
     real = copy.forward
 

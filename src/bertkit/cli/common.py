@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import re
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -31,9 +33,72 @@ def _print_version(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                  help="Print bertkit's version and exit."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Show warnings and errors only."),
+    verbose: bool = typer.Option(False, "--verbose", "-v",
+                                 help="Show debug messages, and what other libraries (Ray, transformers) say."),
 ) -> None:
     """Use pre-trained BERT-family encoders: inspect tokenization, extract embeddings, train classifiers, probe
     layers, fine-tune, serve."""
+    show_logs("verbose" if verbose else "quiet" if quiet else "normal")
+
+
+_VERBOSITY = {"level": "normal"}
+_LEVELS = {"quiet": logging.WARNING, "normal": logging.INFO, "verbose": logging.DEBUG}
+
+
+class _LineFormatter(logging.Formatter):
+    """bertkit's log records as the command line says things: 'warning: ...' for warnings, the message otherwise."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.levelno >= logging.ERROR:
+            return f"error: {message}"
+        return f"warning: {message}" if record.levelno >= logging.WARNING else message
+
+
+def show_logs(level: str) -> None:
+    """Print the library's log records (logger `bertkit`) on stderr at `level`: quiet, normal or verbose."""
+    _VERBOSITY["level"] = level
+    logger = logging.getLogger("bertkit")
+    logger.setLevel(_LEVELS[level])
+    if not any(isinstance(handler, _StderrHandler) for handler in logger.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(_LineFormatter())
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
+def stop_showing_logs() -> None:
+    """Undo `show_logs` (the command is over; in-process callers such as tests get the logger back as it was)."""
+    logger = logging.getLogger("bertkit")
+    for handler in [h for h in logger.handlers if isinstance(h, _StderrHandler)]:
+        logger.removeHandler(handler)
+    logger.setLevel(logging.NOTSET)
+    logger.propagate = True
+    _VERBOSITY["level"] = "normal"
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is when a record comes (pytest's capsys and progress bars swap it)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
+def verbosity() -> str:
+    """'quiet', 'normal' or 'verbose', as the root options chose (read from argv before Typer parses them)."""
+    arguments = sys.argv[1:]
+    if "--verbose" in arguments or "-v" in arguments:
+        return "verbose"
+    return "quiet" if "--quiet" in arguments or "-q" in arguments else _VERBOSITY["level"]
 
 
 ModelOption = typer.Option(None, "--model", "-m", help="Model: a local directory, a hub name, or omit for the packaged default.")

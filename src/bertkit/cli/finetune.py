@@ -61,7 +61,7 @@ def finetune(
         run_finetune(
             train_file, dev, output_dir=output, task=task, model=model, args=args, text_column=column_spec(text_column),
             label_column=column_spec(label_column), header=header, limit=limit, resume=resume, overwrite=overwrite,
-            threads=threads, log=say,
+            threads=threads,
         )
     except KeyboardInterrupt:
         sys.exit(130)
@@ -98,13 +98,13 @@ def probe(
     if task == "text":
         result = probe_text(train_file, dev, model=model, poolings=poolings.split(","), limit=limit, seed=seed,
                             cache=cache, threads=threads, text_column=column_spec(text_column),
-                            label_column=column_spec(label_column), header=header, log=say)
+                            label_column=column_spec(label_column), header=header)
     elif task == "token":
         result = probe_token(train_file, dev, model=model, subtoken_pooling=subtoken_pooling, limit=limit, seed=seed,
-                             C=c_value, cache=cache, threads=threads, log=say)
+                             C=c_value, cache=cache, threads=threads)
     else:
         raise InputError(f"--task {task!r}: valid tasks are text and token.")
     typer.echo(format_table(result.table(), list(result.table()[0])))
     title = f"{result.task} probe of {result.facts['model']} on {train_file.name}"
-    write_run_directory(output, probe_files(result, title), {}, overwrite)
+    write_run_directory(output, probe_files(result, title), overwrite)
     say(f"wrote {output}/probe.md, probe.csv, probe.json, probe.png")

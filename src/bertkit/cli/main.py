@@ -14,15 +14,15 @@ from . import tools  # noqa: F401  (isort: skip)
 from . import quantize  # noqa: F401  (isort: skip)
 from . import serve  # noqa: F401  (isort: skip)
 from . import explain  # noqa: F401  (isort: skip)
-from .common import app, say
+from .common import app, say, stop_showing_logs, verbosity
 from .errors import user_message
 
 
 def main() -> None:
     """Console entry point: user mistakes (bad input, missing or unwritable files, damaged models) become one
-    'error:' line and exit status 2."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    'error:' line and exit status 2; what the library logs is shown as `--quiet` / `--verbose` say."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("default" if verbosity() == "verbose" else "ignore")  # other libraries' warnings
         try:
             app()
         except KeyboardInterrupt:
@@ -35,9 +35,7 @@ def main() -> None:
             say(f"error: {message}")
             sys.exit(2)
         finally:
-            for warning in caught:
-                if issubclass(warning.category, UserWarning):
-                    say(f"warning: {warning.message}")
+            stop_showing_logs()
 
 
 if __name__ == "__main__":

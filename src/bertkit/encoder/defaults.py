@@ -1,5 +1,8 @@
 """Defaults shared by the API and the CLI, in a module light enough for the CLI to import at start-up."""
 
+import os
+from pathlib import Path
+
 DEFAULT_BATCH_SIZE = 32  # best measured on a 2-core CPU with length-sorted batches (README, performance)
 # Padded tokens per forward pass, at most: rows of long texts go in smaller batches. Past ~2k tokens a batch's
 # activations (tokens × 1536 floats in the default model's feed-forward) outgrow the CPU caches: measured on 2000
@@ -9,3 +12,13 @@ MAX_BATCH_TOKENS = 2048
 # every layer, concatenated (the best of the probe's choices for a linear classifier on SST-2, see the README).
 DEFAULT_FEATURE_LAYERS = "all:concat"
 DEFAULT_FEATURE_POOLING = "mean"
+
+
+def cache_root() -> Path:
+    """bertkit's cache folder: $BERTKIT_CACHE, else $XDG_CACHE_HOME/bertkit, else ~/.cache/bertkit.
+
+    Under it, `embeddings/` holds the embedding cache and `int8/` the int8 calibrations of models without their own.
+    """
+    if os.environ.get("BERTKIT_CACHE"):
+        return Path(os.environ["BERTKIT_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bertkit"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import logging
 import sys
-import warnings
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
@@ -18,12 +18,14 @@ from ..errors import InputError
 from . import tokenize as tok
 from .defaults import DEFAULT_BATCH_SIZE, MAX_BATCH_TOKENS
 from .layers import LayerSelection, parse_layers
-from .models import LoadedModel, load_model, resolve_model
+from .models import LoadedModel, ModelSource, load_model, resolve_model
 from .pooling import parse_pooling, pool_sentences, pool_words
 from .int8 import int8_model_for
 from .precision import autocast, check_precision
 from .threads import forward_in_parallel, set_threads, total_threads
-from .windows import pad_pieces, sorted_batches, split_into_pieces, stitch
+from .windows import pad_windows, sorted_batches, split_into_windows, stitch
+
+logger = logging.getLogger(__name__)
 
 PROGRESS_MIN_ROWS = 256
 _PATH_DEPENDENT_CONFIG = {"_name_or_path", "transformers_version", "_commit_hash", "name_or_path"}
@@ -73,7 +75,7 @@ class Encoder:
         precision: str = "fp32",
         concurrent_batches: int | None = None,
     ):
-        self.loaded = loaded
+        self._loaded = loaded
         self.precision = check_precision(precision)
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
@@ -88,7 +90,7 @@ class Encoder:
         self.concurrent_batches = int(concurrent_batches)
         self._accepts_type_ids = "token_type_ids" in inspect.signature(self.model.forward).parameters
         for note in loaded.warnings:
-            warnings.warn(f"{loaded.source.spec}: {note}", stacklevel=2)
+            logger.warning("%s: %s", loaded.source.spec, note)
         # int8: a copy of the model with int8 linear layers (int8.py), and the digest of the calibration it uses
         self._int8, self.int8_calibration = int8_model_for(self) if self.precision == "int8" else (None, None)
 
@@ -112,10 +114,33 @@ class Encoder:
         return cls(load_model(resolve_model(model)), threads=threads, precision=precision,
                    concurrent_batches=concurrent_batches)
 
+    def with_options(self, *, precision: str | None = None, concurrent_batches: int | None = None) -> Encoder:
+        """Another `Encoder` over the same loaded weights and tokenizer, at another precision or concurrency.
+
+        Parameters
+        ----------
+        precision : str, optional
+            'fp32', 'bf16' or 'int8'; None keeps this encoder's.
+        concurrent_batches : int, optional
+            Batches in flight at once; None keeps this encoder's.
+
+        Returns
+        -------
+        Encoder
+            Shares the model's memory with this one (int8 builds its own int8 copy).
+        """
+        return Encoder(self._loaded, precision=precision or self.precision,
+                       concurrent_batches=self.concurrent_batches if concurrent_batches is None else concurrent_batches)
+
     # ---- facts about the model -------------------------------------------------------------------------------
     @property
+    def source(self) -> ModelSource:
+        """Where the model came from: its spec, its local path or hub id, and which of the two."""
+        return self._loaded.source
+
+    @property
     def name(self) -> str:
-        return self.loaded.source.spec
+        return self._loaded.source.spec
 
     @property
     def num_layers(self) -> int:
@@ -143,7 +168,7 @@ class Encoder:
             self._fingerprint = digest.hexdigest()[:32]
         return self._fingerprint
 
-    def numerics(self) -> dict:
+    def precision_record(self) -> dict:
         """What decides the arithmetic besides the weights: the precision and, for int8, the calibration's digest.
 
         Cache keys and run records include it, so int8 vectors from two calibrations are never mixed up.
@@ -154,7 +179,7 @@ class Encoder:
 
     @property
     def has_pooler(self) -> bool:
-        return self.loaded.has_pooler
+        return self._loaded.has_pooler
 
     def sentence_dim(self, layers: str | LayerSelection = "last", pooling: str | tuple[str, ...] = "mean") -> int:
         """Width of the sentence vectors `embed` returns for these options."""
@@ -168,7 +193,7 @@ class Encoder:
         config = self.model.config
         return {
             "model": self.name,
-            "path": self.loaded.source.path,
+            "path": self._loaded.source.path,
             "architecture": type(self.model).__name__,
             "model_type": config.model_type,
             "layers": self.num_layers,
@@ -176,10 +201,10 @@ class Encoder:
             "hidden_size": self.hidden_size,
             "attention_heads": getattr(config, "num_attention_heads", getattr(config, "n_heads", None)),
             "max_length": self.max_length,
-            "max_length_source": self.loaded.max_length_source,
+            "max_length_source": self._loaded.max_length_source,
             "position_limit": self.position_limit,
             "vocab_size": len(self.tokenizer),
-            "cased": self.loaded.is_cased,
+            "cased": self._loaded.is_cased,
             "pooler": self.has_pooler,
             "token_type_ids": self._accepts_type_ids,
             "parameters": sum(p.numel() for p in self.model.parameters()),
@@ -335,17 +360,14 @@ class Encoder:
 
     def _warn(self, report: EmbedReport) -> None:
         if report.n_truncated:
-            warnings.warn(
-                f"{report.n_truncated} of {report.n_texts} texts were longer than {report.max_length} tokens and were "
-                "truncated; use long_text='window' to keep all of them.",
-                stacklevel=3,
-            )
+            logger.warning("%d of %d texts were longer than %d tokens and were truncated; use long_text='window' to "
+                           "keep all of them.", report.n_truncated, report.n_texts, report.max_length)
         if report.coverage is not None and report.coverage.poor:
-            warnings.warn(report.coverage.message(), stacklevel=3)
+            logger.warning(report.coverage.message())
 
     def _forward_chunks(self, chunks: list) -> Iterator[tuple]:
         """(chunk, batch, ForwardOutput) for each chunk of pieces, in order."""
-        pad = lambda chunk: pad_pieces(chunk, self.tokenizer.pad_token_id)  # noqa: E731
+        pad = lambda chunk: pad_windows(chunk, self.tokenizer.pad_token_id)  # noqa: E731
         workers = min(self.concurrent_batches, total_threads())
         if workers > 1 and len(chunks) > 1:
             yield from forward_in_parallel(self.forward, chunks, pad, workers)
@@ -370,7 +392,7 @@ class Encoder:
         """
         if batch_size < 1:
             raise InputError(f"batch_size={batch_size}: give a positive batch size.")
-        pieces = split_into_pieces(encoded, self._max_length(max_length), stride, report.windowed_rows)
+        pieces = split_into_windows(encoded, self._max_length(max_length), stride, report.windowed_rows)
         windows_left = {row: 0 for row in report.windowed_rows}
         for piece in pieces:
             if piece.row in windows_left:

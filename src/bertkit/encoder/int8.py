@@ -34,6 +34,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from .defaults import cache_root
 from ..errors import InputError
 
 SMOOTH_ALPHA = 0.5  # SmoothQuant's default; what calibrations written before the search was added used
@@ -49,9 +50,8 @@ def int8_supported() -> bool:
 
 
 def cache_dir() -> Path:
-    """Where calibrations of models without their own are kept: $BERTKIT_CACHE/int8 or ~/.cache/bertkit/int8."""
-    root = os.environ.get("BERTKIT_CACHE") or Path.home() / ".cache" / "bertkit"
-    return Path(root) / "int8"
+    """Where calibrations of models without their own are kept: `int8/` under `cache_root()`."""
+    return cache_root() / "int8"
 
 
 @dataclass
@@ -324,7 +324,7 @@ def calibration_for(model, tokenizer, max_length: int, with_type_ids: bool, dire
 def int8_model_for(encoder) -> tuple[torch.nn.Module, str]:
     """The int8 copy of an `Encoder`'s model, calibrated by its directory's file, the cache, or the packaged texts,
     and the calibration's digest."""
-    source = encoder.loaded.source
+    source = encoder.source
     directory = source.path if source.kind in ("local", "default") else None
     calibration = calibration_for(encoder.model, encoder.tokenizer, encoder.max_length, encoder._accepts_type_ids,
                                   directory, encoder.fingerprint)

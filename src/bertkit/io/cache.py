@@ -35,6 +35,7 @@ from pathlib import Path
 import cachetools
 import numpy as np
 
+from ..encoder.defaults import cache_root
 from ..errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -105,11 +106,8 @@ MEMORY = MemoryStore(int(float(os.environ.get("BERTKIT_MEMORY_CACHE_MB", DEFAULT
 
 
 def default_cache_dir() -> Path:
-    """$BERTKIT_CACHE, else $XDG_CACHE_HOME/bertkit/embeddings, else ~/.cache/bertkit/embeddings."""
-    if os.environ.get("BERTKIT_CACHE"):
-        return Path(os.environ["BERTKIT_CACHE"])
-    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return base / "bertkit" / "embeddings"
+    """The disk cache of `bertkit` commands: `embeddings/` under `cache_root()` ($BERTKIT_CACHE, ~/.cache/bertkit)."""
+    return cache_root() / "embeddings"
 
 
 def default_disk_bytes() -> int:

@@ -96,7 +96,7 @@ def embed_file(
         "id_column": id_column,
         "header": header,
         "chunk_rows": chunk_rows,
-        **encoder.numerics(),
+        **encoder.precision_record(),
     }
     key = _job_key(input_path, options)
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -77,6 +77,7 @@ def staged_directory(target: str | Path) -> Iterator[Path]:
     staging = Path(tempfile.mkdtemp(prefix=_temporary_prefix(target), suffix=".tmp", dir=target.parent))
     try:
         yield staging
+        _modes_like_open(staging)
         os.chmod(staging, _mode_like_open(target, directory=True))
         old = previous_version(target)
         shutil.rmtree(old, ignore_errors=True)
@@ -87,6 +88,16 @@ def staged_directory(target: str | Path) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _modes_like_open(folder: Path) -> None:
+    """Give what a library wrote into `folder` the modes of the caller's umask (safetensors writes files 0600)."""
+    files, folders = 0o666 & ~caller_umask(), 0o777 & ~caller_umask()
+    for root, directories, names in os.walk(folder):
+        for name in directories:
+            os.chmod(Path(root) / name, folders)
+        for name in names:
+            os.chmod(Path(root) / name, files)
 
 
 def _temporary_prefix(target: Path) -> str:

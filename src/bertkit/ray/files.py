@@ -136,7 +136,7 @@ def _write_parts(batch: pa.Table, staging: dict) -> pa.Table:
 def _result_options(encoder: Encoder, column: str | int | None, id_column: str | int | None, header: bool | None,
                     options: dict) -> dict:
     kept = {k: options[k] for k in ("layers", "pooling", "max_length", "long_text", "stride")}
-    return {"model": encoder.fingerprint, **encoder.numerics(), "column": column, "id_column": id_column,
+    return {"model": encoder.fingerprint, **encoder.precision_record(), "column": column, "id_column": id_column,
             "header": header, **kept}
 
 

@@ -363,8 +363,6 @@ def _routes(service: Service) -> APIRouter:
         views = []
         for item in encoded:
             offsets = item.encoding.offsets
-            if item.positions is not None:
-                offsets = [offsets[p] for p in item.positions]
             views.append({"tokens": item.tokens, "ids": item.ids, "attention_mask": [1] * len(item.ids),
                           "type_ids": item.type_ids, "word_ids": item.word_ids(),
                           "offsets": [list(o) for o in offsets], "truncated": item.truncated,

@@ -94,7 +94,7 @@ def sentence_transformers_encoder(encoder: Encoder):
     except ImportError:  # sentence-transformers < 6
         from sentence_transformers.models import Pooling, Transformer
 
-    transformer = Transformer(encoder.loaded.source.path, max_seq_length=encoder.max_length)
+    transformer = Transformer(encoder.source.path, max_seq_length=encoder.max_length)
     dimension = getattr(transformer, "get_embedding_dimension", None) or transformer.get_word_embedding_dimension
     pooling = Pooling(dimension(), pooling_mode="mean")
     return SentenceTransformer(modules=[transformer, pooling], device="cpu")
@@ -165,7 +165,7 @@ def _precision_row(encoder: Encoder, texts: list[str], precision: str, repeats: 
     if precision == "bf16" and not fast_bf16_cpu():
         return Row(f"bertkit {precision}", note="refused: this CPU has no native bf16 (AMX / AVX512-BF16)")
     try:
-        variant = Encoder(encoder.loaded, precision=precision, concurrent_batches=encoder.concurrent_batches)
+        variant = encoder.with_options(precision=precision, concurrent_batches=encoder.concurrent_batches)
     except InputError as exc:
         return Row(f"bertkit {precision}", note=f"refused: {exc}")
     row = Row(name)
@@ -210,7 +210,7 @@ def run_benchmark(encoder: Encoder, texts: Sequence[str], *, repeats: int = 3, b
             rows.append(_precision_row(encoder, texts, precision, repeats, batch_size))
 
     _print_table(rows, len(texts), bounds, fp32.vectors, echo)
-    split = where_time_goes(Encoder(encoder.loaded, concurrent_batches=1), texts, batch_size)
+    split = where_time_goes(encoder.with_options(concurrent_batches=1), texts, batch_size)
     echo("\nwhere bertkit fp32's time goes (one batch at a time): " + ", ".join(
         f"{name} {seconds:.2f}s ({seconds / split['total']:.0%})" for name, seconds in split.items() if name != "total"))
     return rows

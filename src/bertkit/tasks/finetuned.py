@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-import warnings
+import logging
 from pathlib import Path
 from typing import Sequence
 
@@ -17,7 +17,7 @@ from ..encoder.models import quiet_transformers
 from ..encoder.precision import autocast, check_precision
 from ..encoder.tokenize import LONG_TEXT_POLICIES, TOKENIZER_LOCK, check_texts
 from ..encoder.threads import set_threads
-from ..encoder.windows import sorted_batches
+from ..encoder.windows import default_overlap, sorted_batches
 from ..errors import InputError, ModelLoadError
 from .finetune.examples import (
     Example,
@@ -29,6 +29,8 @@ from .finetune.examples import (
 )
 from .runs import KIND_TEXT, KIND_TOKEN, read_run_config
 from .tagging import Entity, entity_spans
+
+logger = logging.getLogger(__name__)
 
 EVAL_BATCH_SIZE = 64
 
@@ -45,8 +47,8 @@ class _FineTuned:
         trained = (record or {}).get("precision", "fp32")
         self.precision = check_precision(precision or trained, what="fine-tuned models")
         if self.precision != trained:
-            warnings.warn(f"this model was fine-tuned and evaluated at {trained} and is now used at {self.precision}: "
-                          "its predictions may differ slightly from the evaluated ones.", stacklevel=3)
+            logger.warning("this model was fine-tuned and evaluated at %s and is now used at %s: its predictions may "
+                           "differ slightly from the evaluated ones.", trained, self.precision)
         self.model = model
         self.tokenizer = tokenizer
         self.max_length = max_length
@@ -123,16 +125,17 @@ class FineTunedClassifier(_FineTuned):
             raise InputError(f"texts[{row}] has {lengths[row]} tokens, more than this model's maximum of "
                              f"{self.max_length}; use long_text='truncate' or 'window'.")
         if too_long and self.long_text == "truncate":
-            warnings.warn(f"{len(too_long)} of {len(texts)} texts were longer than {self.max_length} tokens and were "
-                          "truncated; use long_text='window' to read all of them.", stacklevel=3)
+            logger.warning("%d of %d texts were longer than %d tokens and were truncated; use long_text='window' to "
+                           "read all of them.", len(too_long), len(texts), self.max_length)
         if self.long_text != "window" or not too_long:
             return text_examples(self.tokenizer, texts, None, self.max_length)[0], list(range(len(texts)))
-        examples, owners = [], []
-        for row, example in enumerate(text_examples(self.tokenizer, texts, None, 10**9)[0]):
-            for window in _windows(example, self.max_length):
-                examples.append(window)
-                owners.append(row)
-        return examples, owners
+        budget = self.max_length - self.tokenizer.num_special_tokens_to_add(pair=False)
+        with TOKENIZER_LOCK:  # the fast tokenizer's own windows: the rule encoder/windows.window_spans follows
+            windows = self.tokenizer(texts, truncation=True, max_length=self.max_length, stride=default_overlap(budget),
+                                     return_overflowing_tokens=True)
+        type_rows = windows.get("token_type_ids") or [[0] * len(ids) for ids in windows["input_ids"]]
+        examples = [Example(ids, types, -1) for ids, types in zip(windows["input_ids"], type_rows)]
+        return examples, list(windows["overflow_to_sample_mapping"])
 
     def predict(self, texts: str | Sequence[str], batch_size: int = EVAL_BATCH_SIZE) -> np.ndarray:
         """The most probable label of each text; one string is one text."""
@@ -179,15 +182,3 @@ class FineTunedTagger(_FineTuned):
                 entities.append(Entity(span.type, span.start, span.end, text[start:end], start, end, round(score, 4)))
             results.append(entities)
         return results
-
-
-def _windows(example: Example, max_length: int) -> list[Example]:
-    """A long example as overlapping windows (a quarter overlap), each with the leading and closing special tokens."""
-    ids, types = example.input_ids, example.token_type_ids
-    if len(ids) <= max_length:
-        return [example]
-    content, budget = len(ids) - 2, max_length - 2
-    step = budget - budget // 4
-    starts = list(range(0, content - budget, step)) + [content - budget]
-    return [Example([ids[0]] + ids[1 + a:1 + a + budget] + [ids[-1]], [types[0]] + types[1 + a:1 + a + budget] + [types[-1]],
-                    example.labels) for a in starts]

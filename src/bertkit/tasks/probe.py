@@ -7,10 +7,11 @@ slice of those cached vectors, scored with a linear classifier on the dev set.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -22,11 +23,13 @@ from threadpoolctl import threadpool_limits
 from ..errors import InputError
 from ..io.cache import EmbeddingCache
 from ..io.conll import read_labelled_text, read_tagged
-from .classify import TextClassifier
+from .classify import chosen_C, feature_head
 from .labels import check_known_labels
 from .scalar_mix import ScalarMixClassifier
 from .tagging import entity_scores
 from .vectorizer import BertVectorizer, shared_encoder
+
+logger = logging.getLogger(__name__)
 
 TEXT_POOLINGS = ("cls", "mean", "max", "pooler")
 TOKEN_C = 1.0
@@ -114,7 +117,6 @@ def probe_text(
     text_column=None,
     label_column=None,
     header: bool | None = None,
-    log: Callable[[str], None] = lambda message: None,
 ) -> ProbeResult:
     """Sentence classification probe: LogisticRegression (C by CV) per pooling × layer choice; accuracy, macro-F1."""
     poolings = _check_poolings(poolings)
@@ -129,14 +131,14 @@ def probe_text(
                                 threads=threads, progress=False).fit([])
     encoder = vectorizer.encoder_
     if "pooler" in poolings and not encoder.has_pooler:
-        log(f"{type(encoder.model).__name__} has no pooler: the pooler rows are left out.")
+        logger.info(f"{type(encoder.model).__name__} has no pooler: the pooler rows are left out.")
         poolings = tuple(p for p in poolings if p != "pooler")
     started = time.perf_counter()
     train_blocks = _text_blocks(vectorizer, texts, token_poolings, encoder)
     dev_blocks = _text_blocks(vectorizer, dev_data.texts, token_poolings, encoder)
     embed_seconds = time.perf_counter() - started
     stats = vectorizer.cache_.stats if vectorizer.cache_ is not None else None
-    log(f"embedded {len(texts)} + {len(dev_data.texts)} texts once (all {encoder.num_layers + 1} hidden states, "
+    logger.info(f"embedded {len(texts)} + {len(dev_data.texts)} texts once (all {encoder.num_layers + 1} hidden states, "
         f"poolings {'+'.join(token_poolings)}) in {embed_seconds:.1f}s" + (f" ({stats})" if stats else ""))
     rows = []
     for pooling in poolings:
@@ -144,7 +146,7 @@ def probe_text(
             pooled = _pooler(encoder, train_blocks["cls"][:, -1]), _pooler(encoder, dev_blocks["cls"][:, -1])
             rows.append(_fit_text(pooling, f"pooler(h{encoder.num_layers} [CLS])", pooled[0], pooled[1], labels,
                                   dev_labels, seed, cv))
-            log(_row_line(rows[-1], "accuracy"))
+            logger.info(_row_line(rows[-1], "accuracy"))
             continue
         mean_all_C = 1.0
         for choice in layer_choices(encoder.num_layers):
@@ -156,7 +158,7 @@ def probe_text(
                                       select(dev_blocks[pooling], choice), labels, dev_labels, seed, cv))
                 if choice.how == "mean":
                     mean_all_C = rows[-1].C
-            log(_row_line(rows[-1], "accuracy"))
+            logger.info(_row_line(rows[-1], "accuracy"))
     facts = _facts(encoder, train, dev, len(texts), len(dev_labels), limit, seed, embed_seconds)
     facts.update(cv_folds=cv, poolings=list(poolings),
                  note="max pooling: layers are combined after pooling each layer (sum/mean/concat of per-layer maxima)")
@@ -180,12 +182,14 @@ def _pooler(encoder, cls_last: np.ndarray) -> np.ndarray:
 
 
 def _fit_text(pooling, name, features, dev_features, labels, dev_labels, seed, cv) -> ProbeRow:
-
-
-    classifier = TextClassifier(classifier="logreg", C=None, cv=cv, scale=True, seed=seed).fit_features(features, labels)
-    predicted = classifier.classes_[classifier.predict_proba_features(dev_features).argmax(axis=1)]
+    started = time.perf_counter()
+    rarest = int(np.unique(labels, return_counts=True)[1].min())
+    with threadpool_limits(1):
+        head = feature_head(n_folds=max(2, min(cv, rarest)), random_state=seed).fit(features, labels)
+        seconds = time.perf_counter() - started
+        predicted = head.predict(dev_features)
     return ProbeRow(pooling, name, features.shape[1], float(np.mean(predicted == np.array(dev_labels))),
-                    float(f1_score(dev_labels, predicted, average="macro")), classifier.fit_seconds_, classifier.C_)
+                    float(f1_score(dev_labels, predicted, average="macro")), seconds, chosen_C(head)[0])
 
 
 def _fit_text_mix(pooling, choice, blocks, dev_blocks, labels, dev_labels, C, seed) -> ProbeRow:
@@ -194,7 +198,7 @@ def _fit_text_mix(pooling, choice, blocks, dev_blocks, labels, dev_labels, C, se
     classes, codes = np.unique(np.array(labels), return_inverse=True)
     started = time.perf_counter()
     scaled, dev_scaled = _scale_layers(blocks, dev_blocks)
-    mix = ScalarMixClassifier(C=C, seed=seed).fit(scaled, codes)
+    mix = ScalarMixClassifier(C=C, random_state=seed).fit(scaled, codes)
     predicted = classes[mix.predict(dev_scaled)]
     return ProbeRow(pooling, choice.name, blocks.shape[2], float(np.mean(predicted == np.array(dev_labels))),
                     float(f1_score(dev_labels, predicted, average="macro")), time.perf_counter() - started, C,
@@ -221,7 +225,6 @@ def probe_token(
     C: float = TOKEN_C,
     cache: str | Path | None = "memory",
     threads: int | None = None,
-    log: Callable[[str], None] = lambda message: None,
 ) -> ProbeResult:
     """Tagging probe: a per-word LogisticRegression on word vectors per layer choice; entity F1 and token accuracy."""
     data, dev_data = read_tagged(train), read_tagged(dev)
@@ -235,7 +238,7 @@ def probe_token(
     started = time.perf_counter()
     train_blocks, dev_blocks = (_word_blocks(encoder, sentences, subtoken_pooling, store) for sentences in (words, dev_data.words))
     embed_seconds = time.perf_counter() - started
-    log(f"embedded {len(words)} + {len(dev_data.words)} sentences once (all {encoder.num_layers + 1} hidden states, "
+    logger.info(f"embedded {len(words)} + {len(dev_data.words)} sentences once (all {encoder.num_layers + 1} hidden states, "
         f"{len(train_blocks)} + {len(dev_blocks)} words) in {embed_seconds:.1f}s" + (f" ({store.stats})" if store else ""))
     index = {name: i for i, name in enumerate(names)}
     codes = np.array([index[t] for s in tags for t in s])
@@ -244,7 +247,7 @@ def probe_token(
         started = time.perf_counter()
         if choice.how == "mix":
             scaled, dev_scaled = _scale_layers(train_blocks, dev_blocks)
-            mix = ScalarMixClassifier(C=C, seed=seed).fit(scaled, codes)
+            mix = ScalarMixClassifier(C=C, random_state=seed).fit(scaled, codes)
             predicted, weights, dim = mix.predict(dev_scaled), [round(float(w), 4) for w in mix.layer_weights_], train_blocks.shape[2]
         else:
             features, dev_features = select(train_blocks, choice), select(dev_blocks, choice)
@@ -256,7 +259,7 @@ def probe_token(
         scores = _entity_scores(dev_data.tags, [names[i] for i in predicted])
         rows.append(ProbeRow("word:" + subtoken_pooling, choice.name, dim, scores["f1"], scores["token_accuracy"],
                              time.perf_counter() - started, C, weights))
-        log(_row_line(rows[-1], "entity F1"))
+        logger.info(_row_line(rows[-1], "entity F1"))
     facts = _facts(encoder, train, dev, len(words), len(dev_data.words), limit, seed, embed_seconds)
     facts.update(train_words=int(len(train_blocks)), dev_words=int(len(dev_blocks)), labels=names,
                  subtoken_pooling=subtoken_pooling, C=C)

@@ -62,7 +62,7 @@ def quantize(model: str | None, output: str | Path, texts: Sequence[str], *, ove
         calibration = calibrate(encoder.model, calibration_inputs(encoder.tokenizer, texts, encoder.max_length,
                                                                   encoder._accepts_type_ids))
         with staged_directory(output) as stage:
-            source = encoder.loaded.source
+            source = encoder.source
             if source.kind in ("local", "default"):
                 _copy_files(Path(source.path), stage)
             else:

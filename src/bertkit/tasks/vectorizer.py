@@ -103,7 +103,7 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
             "pooling": "+".join(parse_pooling(self.pooling)),
             "max_length": self.max_length or encoder.max_length,
             "long_text": self.long_text,
-            **encoder.numerics(),
+            **encoder.precision_record(),
         }
 
     def _make_cache(self) -> EmbeddingCache | None:

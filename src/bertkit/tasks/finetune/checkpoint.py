@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import json
 import shutil
 import time
@@ -17,6 +18,8 @@ from ...io.writers import check_new_directory, previous_version, recover_interru
 from ..finetuned import KIND_TEXT, KIND_TOKEN, FineTunedClassifier, FineTunedTagger
 from ..runs import CONFIG_FILE, package_version
 from .arguments import CHECKPOINT, TrainingState
+
+logger = logging.getLogger(__name__)
 
 
 def check_output(output: Path, resume: bool, overwrite: bool) -> None:
@@ -98,19 +101,19 @@ def load_checkpoint(directory: Path, network, optimizer, scheduler) -> None:
     torch.set_rng_state(tensors["rng.torch"])
 
 
-def learned_anything(baseline: dict | None, best: float | None, metric_name: str, log) -> dict | None:
+def learned_anything(baseline: dict | None, best: float | None, metric_name: str) -> dict | None:
     """Compare the best dev score with the majority baseline; a run no better than it is saved with a warning."""
     if baseline is None:
         return None
     learned = best is not None and best > baseline["score"] + 1e-9
     if not learned:
-        log(f"warning: the best dev {metric_name} ({best or 0:.4f}) is no better than {baseline['what']} "
+        logger.warning(f"the best dev {metric_name} ({best or 0:.4f}) is no better than {baseline['what']} "
             f"({baseline['score']:.4f}): the model learned nothing useful. Try more epochs (--epochs), a higher "
             "learning rate (--lr), or more training data.")
     return {**baseline, "learned": learned}
 
 
-def write_final(output: Path, network, tokenizer, metric_name: str, state: TrainingState, run_record: dict, log):
+def write_final(output: Path, network, tokenizer, metric_name: str, state: TrainingState, run_record: dict):
     """Replace `output` by the best epoch's weights as a transformers model + tokenizer + bertkit.json (checkpoint gone)."""
     checkpoint = output / CHECKPOINT
     network.load_state_dict(load_file(str(checkpoint / "best.safetensors")))
@@ -129,7 +132,7 @@ def write_final(output: Path, network, tokenizer, metric_name: str, state: Train
             "examples_per_second": round(seen / max(sum(h["seconds"] for h in history), 1e-9), 1),
         },
         "metrics": metrics,
-        "baseline": learned_anything(run_record.get("baseline"), state.best_score, metric_name, log),
+        "baseline": learned_anything(run_record.get("baseline"), state.best_score, metric_name),
         "versions": {name: package_version(name) for name in ("torch", "transformers", "tokenizers")},
     }
     with staged_directory(output) as staging:
@@ -137,6 +140,6 @@ def write_final(output: Path, network, tokenizer, metric_name: str, state: Train
             network.save_pretrained(str(staging), safe_serialization=True)
             tokenizer.save_pretrained(str(staging))
         (staging / CONFIG_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
-    log(f"saved {output}: best epoch {state.best_epoch} (dev {metric_name} {state.best_score:.4f})")
+    logger.info(f"saved {output}: best epoch {state.best_epoch} (dev {metric_name} {state.best_score:.4f})")
     loader = FineTunedClassifier if run_record["task"] == "text" else FineTunedTagger
     return loader.load(output)

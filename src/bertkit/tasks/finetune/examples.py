@@ -35,19 +35,18 @@ class WordPiece:
     word_starts: list[int | None]  # per token: index of the word (within the piece) it starts, else None
 
 
-def text_examples(tokenizer, texts: Sequence[str], label_ids: Sequence[int] | None, max_length: int) -> tuple[list[Example], int]:
-    """Tokenize sentences for classification, truncating to max_length; returns examples and how many were cut."""
+def text_examples(tokenizer, texts: Sequence[str], labels: Sequence | None, max_length: int,
+                  pairs: Sequence[str] | None = None) -> tuple[list[Example], int]:
+    """Tokenize texts (or text pairs) for classification with the tokenizer's own truncation to `max_length`
+    (pairs: longest first); returns the examples and how many were cut."""
     with TOKENIZER_LOCK:
-        encoded = tokenizer(list(texts), truncation=False, add_special_tokens=True)
-    examples, truncated = [], 0
+        encoded = tokenizer(list(texts), list(pairs) if pairs is not None else None, truncation=True,
+                            max_length=max_length)
+    examples = []
     for row, ids in enumerate(encoded["input_ids"]):
         type_ids = encoded["token_type_ids"][row] if "token_type_ids" in encoded else [0] * len(ids)
-        if len(ids) > max_length:
-            truncated += 1
-            ids = ids[: max_length - 1] + [ids[-1]]  # keep the closing special token ([SEP] / </s>)
-            type_ids = type_ids[:max_length]
-        examples.append(Example(ids, type_ids, label_ids[row] if label_ids is not None else -1))
-    return examples, truncated
+        examples.append(Example(ids, type_ids, labels[row] if labels is not None else -1))
+    return examples, sum(1 for encoding in encoded.encodings if encoding.overflowing)
 
 
 def word_pieces(tokenizer, sentences: Sequence[Sequence[str]], max_length: int) -> tuple[list[WordPiece], int]:

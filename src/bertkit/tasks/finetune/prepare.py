@@ -86,7 +86,7 @@ def word_tokenizer(encoder):
         encoder.tokenizer([["a", "b"]], is_split_into_words=True)
         return encoder.tokenizer
     except ValueError:
-        source = encoder.loaded.source
+        source = encoder.source
         return AutoTokenizer.from_pretrained(source.path, add_prefix_space=True, local_files_only=source.kind != "hub")
 
 

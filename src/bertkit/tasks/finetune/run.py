@@ -6,10 +6,10 @@ plus `bertkit.json` with the arguments, data fingerprints, per-epoch history and
 
 from __future__ import annotations
 
+import logging
 import collections
 import copy
 import dataclasses
-import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Sequence
@@ -25,6 +25,8 @@ from .arguments import CHECKPOINT, TEXT_MAX_LENGTH, FinetuneArguments, TrainingS
 from .checkpoint import check_output, check_resumable, load_checkpoint, write_final
 from .prepare import prepare, word_tokenizer
 from .trainer import Evaluator, Trainer, build_model, make_optimizer
+
+logger = logging.getLogger(__name__)
 
 
 def finetune(
@@ -44,7 +46,6 @@ def finetune(
     overwrite: bool = False,
     threads: int | None = None,
     progress: bool | None = None,
-    log: Callable[[str], None] | None = None,
     callbacks: Sequence[Callable[[TrainingState], None]] = (),
     **training,
 ):
@@ -62,7 +63,6 @@ def finetune(
         raise InputError(f"task={task!r} but args.task={args.task!r}: they contradict each other; give the task once.")
     task = args.task = task or args.task or "text"
     args.check()
-    log = log or (lambda message: print(message, file=sys.stderr))
     output = Path(output_dir)
     check_output(output, resume, overwrite)
     set_threads(threads)
@@ -74,7 +74,7 @@ def finetune(
                         text_column, label_column, header)
     run_record = {
         "task": task,
-        "base_model": {"spec": encoder.name, "path": str(encoder.loaded.source.path), "fingerprint": encoder.fingerprint},
+        "base_model": {"spec": encoder.name, "path": str(encoder.source.path), "fingerprint": encoder.fingerprint},
         "args": asdict(args),
         "labels": prepared.labels,
         "max_length": max_length,
@@ -88,7 +88,7 @@ def finetune(
     elif output.exists():
         remove_bertkit_directory(output)  # --overwrite, checked above; only after the data has been read and validated
     for note in prepared.notes:
-        log(note)
+        logger.warning(note)
 
     torch.manual_seed(args.seed)
     network = build_model(encoder, task, prepared.labels)
@@ -100,14 +100,14 @@ def finetune(
     scheduler = get_linear_schedule_with_warmup(optimizer, int(args.warmup_ratio * total_steps), total_steps)
     if resume:
         load_checkpoint(checkpoint, network, optimizer, scheduler)
-        log(f"resuming {output} after epoch {state.epoch}" + (f", step {state.step_in_epoch}" if state.step_in_epoch else ""))
-    log(f"fine-tuning {task} model on {len(prepared.train)} examples ({len(prepared.labels)} labels), "
+        logger.info(f"resuming {output} after epoch {state.epoch}" + (f", step {state.step_in_epoch}" if state.step_in_epoch else ""))
+    logger.info(f"fine-tuning {task} model on {len(prepared.train)} examples ({len(prepared.labels)} labels), "
         f"dev {len(prepared.dev_inputs)}; {args.epochs} epochs × {batches_per_epoch} batches of {args.batch_size}, "
         f"lr {args.learning_rate:g}, {torch.get_num_threads()} threads")
-    Trainer(network, optimizer, scheduler, prepared, evaluator, args, state, checkpoint, run_record, log, progress,
+    Trainer(network, optimizer, scheduler, prepared, evaluator, args, state, checkpoint, run_record, progress,
              callbacks).train()
     run_record["baseline"] = baseline
-    return write_final(output, evaluator.runner.model, evaluator.tokenizer, evaluator.metric_name, state, run_record, log)
+    return write_final(output, evaluator.runner.model, evaluator.tokenizer, evaluator.metric_name, state, run_record)
 
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import copy
 import signal
 import sys
@@ -29,6 +30,8 @@ from .arguments import FinetuneArguments, TrainingState
 from .checkpoint import save_checkpoint
 from .examples import collate, length_grouped_batches
 from .prepare import Prepared
+
+logger = logging.getLogger(__name__)
 
 
 def build_model(encoder, task: str, labels: list[str]):
@@ -91,18 +94,17 @@ class Trainer:
     state: TrainingState
     checkpoint: Path
     run_record: dict
-    log: Callable[[str], None]
     progress: bool | None
     callbacks: Sequence[Callable[[TrainingState], None]]
 
     def train(self) -> None:
-        with _deferred_interrupt(self.log) as interrupted:
+        with _deferred_interrupt() as interrupted:
             while self.state.epoch < self.args.epochs and not self.state.finished:
                 seen, loss_sum, seconds = self._epoch(interrupted)
                 self._end_epoch(seen, loss_sum, seconds)
                 if interrupted:
-                    self.log(f"interrupted after epoch {self.state.epoch}: checkpoint saved in {self.checkpoint}; "
-                             "run the same command with --resume to continue.")
+                    logger.warning("interrupted after epoch %d: checkpoint saved in %s; run the same command with --resume to "
+                                   "continue.", self.state.epoch, self.checkpoint)
                     raise KeyboardInterrupt
 
     def _epoch(self, interrupted: list) -> tuple[int, float, float]:
@@ -139,13 +141,13 @@ class Trainer:
         except KeyboardInterrupt:
             bar.close()
             if not at_step_boundary:  # a second Ctrl-C inside a step: the weights may hold half an update
-                self.log(f"stopped inside step {state.step_in_epoch + 1} of epoch {state.epoch + 1}: nothing saved "
-                         f"since the last checkpoint in {self.checkpoint}; --resume continues from there.")
+                logger.warning("stopped inside step %d of epoch %d: nothing saved since the last checkpoint in %s; "
+                               "--resume continues from there.", state.step_in_epoch + 1, state.epoch + 1, self.checkpoint)
                 raise
             state.train_seconds += time.perf_counter() - started
             self._save()
-            self.log(f"interrupted in epoch {state.epoch + 1} after step {state.step_in_epoch}: checkpoint saved in "
-                     f"{self.checkpoint}; run the same command with --resume to continue.")
+            logger.warning("interrupted in epoch %d after step %d: checkpoint saved in %s; run the same command with "
+                           "--resume to continue.", state.epoch + 1, state.step_in_epoch, self.checkpoint)
             raise
         bar.close()
         seconds = time.perf_counter() - started
@@ -164,12 +166,12 @@ class Trainer:
             state.best_score, state.best_epoch, state.epochs_without_improvement = score, state.epoch + 1, 0
         else:
             state.epochs_without_improvement += 1
-        self.log(f"epoch {state.epoch + 1}/{args.epochs}: train loss {entry['train_loss']:.4f}, dev "
+        logger.info(f"epoch {state.epoch + 1}/{args.epochs}: train loss {entry['train_loss']:.4f}, dev "
                  f"{self.evaluator.metric_name} {score:.4f}{' (best)' if improved else ''}, {seconds:.0f}s, "
                  f"{entry['examples_per_second']:.1f} examples/s")
         state.epoch, state.step_in_epoch = state.epoch + 1, 0
         if state.epochs_without_improvement >= args.patience and state.epoch < args.epochs:
-            self.log(f"early stop: no better dev score for {args.patience} epochs.")
+            logger.info("early stop: no better dev score for %d epochs.", args.patience)
             state.finished = True
         self._save(best_metrics=metrics if improved else None)
 
@@ -179,7 +181,7 @@ class Trainer:
 
 
 @contextmanager
-def _deferred_interrupt(log: Callable[[str], None]):
+def _deferred_interrupt():
     """The first Ctrl-C is held until the current step (or dev scoring and checkpoint) is done, so a checkpoint
     never catches half an update; a second one stops at once."""
     interrupted: list[bool] = []
@@ -191,7 +193,7 @@ def _deferred_interrupt(log: Callable[[str], None]):
         if interrupted:
             raise KeyboardInterrupt
         interrupted.append(True)
-        log("interrupt: finishing the current step, then saving a checkpoint (Ctrl-C again to stop at once) ...")
+        logger.warning("interrupt: finishing the current step, then saving a checkpoint (Ctrl-C again to stop at once) ...")
 
     previous = signal.signal(signal.SIGINT, hold)
     try:
