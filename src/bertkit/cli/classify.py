@@ -9,6 +9,7 @@ import typer
 
 from ..encoder.defaults import DEFAULT_BATCH_SIZE, DEFAULT_FEATURE_LAYERS, DEFAULT_FEATURE_POOLING
 from ..errors import InputError
+from ..io.readers import column_spec
 from .common import (
     CacheDirOption,
     HeaderOption,
@@ -19,7 +20,6 @@ from .common import (
     ThreadsOption,
     app,
     cache_option,
-    column_spec,
     say,
     texts_or_file,
 )

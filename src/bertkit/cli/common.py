@@ -150,11 +150,3 @@ def texts_or_file(inputs: list[str], as_text: bool) -> Path | None:
         if _PATH_LIKE.fullmatch(given.strip()):
             raise InputError(f"{given}: no such file. Check the path; to take it as a text, pass --text.")
     return None
-
-
-def column_spec(value: Optional[str]):
-    if value is None:
-        return None
-    return int(value) if value.lstrip("-").isdigit() else value
-
-

@@ -11,12 +11,12 @@ from typing import Optional
 import typer
 
 from ..encoder.defaults import DEFAULT_BATCH_SIZE
+from ..io.readers import column_spec
 from .common import (
     ModelOption,
     PrecisionOption,
     ThreadsOption,
     app,
-    column_spec,
     make_encoder,
     say,
 )

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from ..errors import InputError
+from ..io.readers import column_spec
 from .common import (
     CacheDirOption,
     HeaderOption,
@@ -18,7 +19,6 @@ from .common import (
     ThreadsOption,
     app,
     cache_option,
-    column_spec,
     say,
 )
 from .format import format_table

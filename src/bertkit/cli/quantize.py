@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from .common import HeaderOption, OverwriteOption, ThreadsOption, app, column_spec, say
+from ..io.readers import column_spec
+from .common import HeaderOption, OverwriteOption, ThreadsOption, app, say
 
 # Library imports sit inside the command: `bertkit --help` loads neither torch nor transformers (start-up speed).
 

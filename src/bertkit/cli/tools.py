@@ -9,12 +9,12 @@ import typer
 
 from ..encoder.defaults import DEFAULT_BATCH_SIZE
 from ..errors import InputError
+from ..io.readers import column_spec
 from .common import (
     HeaderOption,
     ModelOption,
     ThreadsOption,
     app,
-    column_spec,
     make_encoder,
 )
 

@@ -17,7 +17,7 @@ from sklearn.decomposition import PCA
 
 from ..encoder.encode import Encoder
 from ..errors import BertkitError, InputError, ModelLoadError
-from ..io.readers import read_labelled, sample_path
+from ..io.readers import column_spec, read_labelled, sample_path
 from ..tasks.classify import TextClassifier
 from ..tasks.load import load_run
 from ..tasks.runs import parse_run_specs
@@ -237,7 +237,7 @@ def map_source(run: TextClassifier, name: str = "the run") -> tuple[list[str], l
     data = run.record_.get("data", {}) if hasattr(run, "record_") else {}
     train = data.get("train")
     if train and Path(train).is_file():
-        columns = [_column(data.get("text_column")), _column(data.get("label_column"))]
+        columns = [column_spec(data.get("text_column")), column_spec(data.get("label_column"))]
         loaded = read_labelled(train, *columns, header=data.get("header"))
         n = min(MAP_ROWS, len(loaded.texts))
         return loaded.texts, loaded.labels, f"{n} evenly spaced rows of run {name}'s training file", False
@@ -268,12 +268,6 @@ def run_kind(run) -> str:
     if isinstance(run, TextClassifier):
         return "feature classifier"
     return "fine-tuned classifier" if hasattr(run, "predict_proba") else "tagger"
-
-
-def _column(value):
-    if isinstance(value, str) and value.lstrip("-").isdigit():
-        return int(value)
-    return value
 
 
 def _panel(compute: Callable[[], dict]) -> dict:

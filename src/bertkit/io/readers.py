@@ -28,6 +28,13 @@ class Row:
     values: tuple
 
 
+def column_spec(value: str | int | None) -> str | int | None:
+    """A column as the command line and run records give it: '3' (or '-1') is an index, anything else a name."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return value
+
+
 def detect_format(path: Path, fmt: str | None = None) -> str:
     if fmt:
         if fmt not in set(TEXT_FORMATS.values()):
