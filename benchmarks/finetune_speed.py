@@ -4,7 +4,8 @@
 
 - tutorial loop: every sentence padded to the longest in the set, dataset order, torch AdamW (default foreach);
 - transformers Trainer: train_sampling_strategy='group_by_length', its default optimizer, no evaluation or saving (needs accelerate);
-- bertkit: `finetune()` — length-grouped batches with per-batch padding, fused AdamW (dev scoring excluded).
+- bertkit: `finetune()` — length-grouped batches with per-batch padding, fused AdamW, accelerate underneath (dev
+  scoring excluded); once more with each step's batch in 2 micro-batches (gradient accumulation: same updates).
 Same model (the packaged default + a sequence-classification head), batch 32, lr 1e-4, linear schedule.
 """
 
@@ -95,7 +96,7 @@ def hf_trainer(texts, labels) -> float | None:
         return len(texts) / (time.perf_counter() - started)
 
 
-def bertkit_finetune(texts, labels) -> float:
+def bertkit_finetune(texts, labels, accumulation: int = 1) -> float:
     import json
 
     from bertkit.tasks.finetune import FinetuneArguments, finetune
@@ -105,8 +106,8 @@ def bertkit_finetune(texts, labels) -> float:
         train.write_text("".join(f"{t}\t{y}\n" for t, y in zip(texts, labels)), encoding="utf-8")
         dev = Path(folder) / "dev.tsv"
         dev.write_text("".join(f"{t}\t{y}\n" for t, y in zip(texts[:64], labels[:64])), encoding="utf-8")
-        finetune(train, dev, output_dir=Path(folder) / "run", args=FinetuneArguments(epochs=1, learning_rate=LR),
-                 progress=False, log=lambda message: None)
+        finetune(train, dev, output_dir=Path(folder) / "run", progress=False,
+                 args=FinetuneArguments(epochs=1, learning_rate=LR, gradient_accumulation_steps=accumulation))
         history = json.loads((Path(folder) / "run" / "bertkit.json").read_text())["training"]["history"]
     return history[0]["examples_per_second"]
 
@@ -120,7 +121,8 @@ def main() -> None:
         sys.exit(f"{DATA / 'sst2' / 'train.tsv'} is missing: set BERTKIT_DATA.")
     texts, labels = load_rows(options.rows)
     ways = {"tutorial loop (pad to longest, dataset order)": tutorial_loop,
-            "transformers Trainer (group_by_length)": hf_trainer, "bertkit finetune": bertkit_finetune}
+            "transformers Trainer (group_by_length)": hf_trainer, "bertkit finetune": bertkit_finetune,
+            "bertkit finetune, 2 micro-batches a step": lambda t, y: bertkit_finetune(t, y, accumulation=2)}
     results: dict[str, list[float]] = {name: [] for name in ways}
     for repeat in range(options.repeats):
         for name, way in ways.items():

@@ -253,7 +253,7 @@ def test_cli_finetune_evaluate_predict_on_the_default_model(monkeypatch, capsys,
     code, out, _ = run(monkeypatch, capsys, "evaluate", tmp_path / "ft", small_dev)
     assert code == 0 and out.startswith("accuracy") and "n=300" in out
     accuracy = float(out.split()[1])
-    assert accuracy == pytest.approx(record["metrics"]["accuracy"], abs=1e-9)
+    assert accuracy == pytest.approx(record["metrics"]["accuracy"], abs=5e-5)  # printed with 4 decimals
     baseline = float(out.split("majority-class baseline ")[1].split()[0])
     assert accuracy >= baseline + 0.2
 

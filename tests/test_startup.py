@@ -49,3 +49,9 @@ def test_all_names_every_lazy_export():
     import bertkit
 
     assert set(bertkit.__all__) == set(bertkit._LAZY) | {"BertkitError", "InputError", "ModelLoadError"}
+
+
+def test_tokenize_loads_neither_torch_nor_transformers():
+    code = ("import sys; sys.argv = ['bertkit', 'tokenize', 'I love Korea', '--max-length', '7']\n"
+            "from bertkit.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass")
+    assert "torch" not in loaded_after(code) and "transformers" not in loaded_after(code)

@@ -34,7 +34,8 @@ def write_wordpiece(directory: Path, cased: bool, tokenizer_class: str = "BertTo
     (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
 
 
-def tiny_bert(directory: Path, cased: bool = True, max_positions: int = 64, seed: int = 0) -> Path:
+def tiny_bert(directory: Path, cased: bool = True, max_positions: int = 64, seed: int = 0,
+              dropout: float | None = None) -> Path:
     from transformers import AutoTokenizer, BertConfig, BertModel
 
     torch.manual_seed(seed)
@@ -42,6 +43,8 @@ def tiny_bert(directory: Path, cased: bool = True, max_positions: int = 64, seed
     (directory / "config.json").write_text(json.dumps({"model_type": "bert"}))
     tokenizer = AutoTokenizer.from_pretrained(directory)
     config = BertConfig(vocab_size=len(tokenizer), max_position_embeddings=max_positions, **_small())
+    if dropout is not None:  # 0.0: training is deterministic given the batches (accumulation and DDP tests)
+        config.hidden_dropout_prob = config.attention_probs_dropout_prob = dropout
     return _save(BertModel(config), tokenizer, directory)
 
 

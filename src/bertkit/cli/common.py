@@ -110,6 +110,7 @@ OverwriteOption = typer.Option(False, "--overwrite", help="Replace an existing o
 PrecisionOption = typer.Option(
     "fp32", "--precision",
     help="fp32 (default) | bf16 (only on CPUs with native bf16: AMX / AVX512-BF16) | int8 (int8 linear layers, smoothed; see bertkit quantize).")
+DeviceOption = typer.Option("auto", "--device", help="auto (a GPU when there is one) | cpu | cuda | cuda:N | mps.")
 RunArgument = typer.Argument(..., help="A run directory written by `bertkit train` or `bertkit finetune`.")
 
 

@@ -42,13 +42,21 @@ def tokenize(
     model: Optional[str] = ModelOption,
 ) -> None:
     """Show the tutorial's table: each token with its id, attention mask and token type id."""
-    encoder = make_encoder(model)
-    padding = "max_length" if max_length else "longest"
-    batch = encoder.tokenize([text], [pair] if pair is not None else None, max_length=max_length, padding=padding)
-    typer.echo(format_table(batch.table(0), ["position", "token", "id", "mask", "type_id", "word"]))
-    if batch.truncated[0]:
-        say(f"note: the input was truncated to {batch.input_ids.shape[1]} tokens.")
-    say(f"vocabulary coverage: {encoder.coverage([text] + ([pair] if pair else [])).message()}")
+    from ..encoder.tokenizer_only import TokenizerOnly
+
+    light = TokenizerOnly.from_model(model)  # tokenizer.json alone: no torch, no transformers
+    if light is not None:
+        rows, truncated, coverage = light.table(text, pair, max_length)
+    else:
+        encoder = make_encoder(model)
+        padding = "max_length" if max_length else "longest"
+        batch = encoder.tokenize([text], [pair] if pair is not None else None, max_length=max_length, padding=padding)
+        rows, truncated = batch.table(0), batch.truncated[0]
+        coverage = encoder.coverage([text] + ([pair] if pair else [])).message()
+    typer.echo(format_table(rows, ["position", "token", "id", "mask", "type_id", "word"]))
+    if truncated:
+        say(f"note: the input was truncated to {len(rows)} tokens.")
+    say(f"vocabulary coverage: {coverage}")
 
 
 @app.command()

@@ -12,6 +12,7 @@ from ..errors import InputError
 from ..io.readers import column_spec
 from .common import (
     CacheDirOption,
+    DeviceOption,
     HeaderOption,
     ModelOption,
     NoCacheOption,
@@ -44,24 +45,37 @@ def finetune(
     text_column: Optional[str] = typer.Option(None, "--text-column", help="Text task: index or name (default 0; JSONL 'text')."),
     label_column: Optional[str] = typer.Option(None, "--label-column", help="Text task: index or name (default 1; JSONL 'label')."),
     header: Optional[bool] = HeaderOption,
+    gradient_accumulation_steps: int = typer.Option(
+        1, "--gradient-accumulation-steps", help="Split each step's batch into this many micro-batches (less memory, "
+        "the same updates)."),
+    mixed_precision: str = typer.Option("no", "--mixed-precision", help="no | fp16 (CUDA) | bf16 (CUDA, or a CPU "
+                                        "with native bf16)."),
+    report_to: Optional[str] = typer.Option(None, "--report-to", help="Experiment trackers, comma-separated: "
+                                            "tensorboard, mlflow, wandb, ... (logs in OUTPUT/logs)."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run from its last checkpoint."),
     overwrite: bool = OverwriteOption,
     model: Optional[str] = ModelOption,
     threads: Optional[int] = ThreadsOption,
+    device: str = DeviceOption,
 ) -> None:
-    """Fine-tune the whole encoder with a classification head (sentences) or a tagging head (tokens, NER)."""
+    """Fine-tune the whole encoder with a classification head (sentences) or a tagging head (tokens, NER).
+
+    Several processes (GPUs, or CPU cores with gloo): `torchrun --nproc_per_node N -m bertkit finetune ...` or
+    `accelerate launch -m bertkit finetune ...`; --batch-size stays the batch of one step, split between them."""
     from ..tasks.finetune import FinetuneArguments
     from ..tasks.finetune import finetune as run_finetune
 
     args = FinetuneArguments(
         task=task, epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, max_length=max_length,
         patience=patience, warmup_ratio=warmup_ratio, weight_decay=weight_decay, seed=seed,
+        gradient_accumulation_steps=gradient_accumulation_steps, mixed_precision=mixed_precision,
+        report_to=[name.strip() for name in (report_to or "").split(",") if name.strip()],
     )
     try:
         run_finetune(
             train_file, dev, output_dir=output, task=task, model=model, args=args, text_column=column_spec(text_column),
             label_column=column_spec(label_column), header=header, limit=limit, resume=resume, overwrite=overwrite,
-            threads=threads,
+            threads=threads, device=device,
         )
     except KeyboardInterrupt:
         sys.exit(130)

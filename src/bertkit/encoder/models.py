@@ -9,10 +9,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import transformers
 from safetensors import SafetensorError
 from tokenizers import normalizers
-from transformers import AutoModel, AutoTokenizer
 
 from ..errors import ModelLoadError
 
@@ -177,40 +175,42 @@ def _tokenizer_config(path: str) -> dict:
         return {}
 
 
-def _lowercases(tokenizer) -> bool:
-    normalizer = getattr(getattr(tokenizer, "backend_tokenizer", None), "normalizer", None)
+def _lowercases(backend) -> bool:
+    normalizer = getattr(backend, "normalizer", None)
     return normalizer is not None and normalizer.normalize_str("AB") == "ab"
 
 
-def _vocab_is_cased(tokenizer) -> bool:
+def _vocab_is_cased(backend) -> bool:
     """A vocabulary with many entries holding capitals was built from cased text."""
-    special = set(tokenizer.all_special_tokens)
-    words = [t for t in tokenizer.get_vocab() if t not in special and not t.startswith("[unused")]
+    special = {token.content for token in backend.get_added_tokens_decoder().values() if token.special}
+    words = [t for t in backend.get_vocab() if t not in special and not t.startswith("[unused")]
     upper = sum(1 for t in words if any(c.isupper() for c in t))
     return bool(words) and upper / len(words) > 0.02
 
 
-def _keep_case(tokenizer) -> None:
-    tokenizer.backend_tokenizer.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=False
-    )
+def fix_casing(backend, path: str) -> tuple[bool, list[str]]:
+    """Decide casing from the tokenizer config, else from the vocabulary; never lowercase for a cased model.
 
-
-def fix_casing(tokenizer, path: str) -> tuple[bool, list[str]]:
-    """Decide casing from the tokenizer config, else from the vocabulary; never lowercase for a cased model."""
+    `backend` is the `tokenizers.Tokenizer` (a transformers fast tokenizer's `backend_tokenizer`); its normalizer is
+    replaced by one that keeps case where the model is cased.
+    """
     notes: list[str] = []
     declared = _tokenizer_config(path).get("do_lower_case")
-    if _lowercases(tokenizer):
-        if declared is False or (declared is None and _vocab_is_cased(tokenizer)):
-            _keep_case(tokenizer)
+    if _lowercases(backend):
+        if declared is False or (declared is None and _vocab_is_cased(backend)):
+            backend.normalizer = normalizers.BertNormalizer(
+                clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=False
+            )
             why = "its tokenizer config says do_lower_case=false" if declared is False else "its vocabulary is cased"
             notes.append(f"the tokenizer lowercased text but {why}: casing is kept.")
-    return not _lowercases(tokenizer), notes
+    return not _lowercases(backend), notes
 
 
 @contextmanager
 def quiet_transformers():
     """No progress bars or info/warning logs from transformers while bertkit loads or saves a model."""
+    import transformers
+
     logging = transformers.utils.logging
     bars_were_on = logging.is_progress_bar_enabled()
     previous = logging.get_verbosity()
@@ -226,6 +226,8 @@ def quiet_transformers():
 
 def load_model(source: ModelSource):
     """Load model + tokenizer from safetensors without remote code, and refuse pairs that do not fit together."""
+    from transformers import AutoModel, AutoTokenizer
+
     local_only = source.kind != "hub"
     with quiet_transformers():
         try:
@@ -273,7 +275,7 @@ def load_model(source: ModelSource):
             f"{source.path}: the tokenizer has {len(tokenizer)} tokens but the model's embedding table has {rows} rows. "
             "The tokenizer must be the one the model was trained with; use the tokenizer files saved with the model."
         )
-    is_cased, notes = fix_casing(tokenizer, source.path)
+    is_cased, notes = fix_casing(tokenizer.backend_tokenizer, source.path)
     has_pooler = getattr(model, "pooler", None) is not None and not pooler_missing
     if getattr(model, "pooler", None) is not None and pooler_missing:
         notes.append("the checkpoint has no pooler weights; pooling='pooler' is unavailable.")

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import bisect
+import math
 import re
 import threading
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
-import torch
 
 from ..errors import InputError
+
+if TYPE_CHECKING:  # torch is imported where tensors are made: `bertkit tokenize` runs without it
+    import torch
 
 LONG_TEXT_POLICIES = ("truncate", "error", "window")
 PADDINGS = ("longest", "max_length")
@@ -127,7 +130,7 @@ def check_texts(texts: str | Sequence, name: str = "texts") -> list:
     """
     checked = [texts] if isinstance(texts, str) else list(texts)
     for row, text in enumerate(checked):
-        if text is None or (isinstance(text, float) and np.isnan(text)):
+        if text is None or (isinstance(text, float) and math.isnan(text)):
             raise InputError(f"{name}[{row}] is missing (None/NaN); give a string ('' is fine).")
         if not isinstance(text, str) and not (
             isinstance(text, (list, tuple)) and all(isinstance(w, str) for w in text)
@@ -239,6 +242,8 @@ def pad_ids(
         input_ids[row, : len(ids)] = ids
         mask[row, : len(ids)] = 1
         type_ids[row, : len(ids)] = types
+    import torch
+
     return torch.from_numpy(input_ids), torch.from_numpy(mask), torch.from_numpy(type_ids)
 
 

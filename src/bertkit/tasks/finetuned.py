@@ -82,6 +82,11 @@ class _FineTuned:
         model.eval()
         return cls(model, tokenizer, int(record["max_length"]), record, threads, precision, long_text, directory)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model's weights are (inputs go there)."""
+        return next(self.model.parameters()).device
+
     def _logits(self, examples: Sequence[Example], batch_size: int = EVAL_BATCH_SIZE) -> list[torch.Tensor]:
         """Logits per example in input order (each [classes] or [tokens, classes])."""
         was_training = self.model.training
@@ -91,7 +96,8 @@ class _FineTuned:
             for rows in sorted_batches([len(e.input_ids) for e in examples], batch_size):
                 batch = collate([examples[i] for i in rows], self.tokenizer.pad_token_id, self.with_type_ids)
                 batch.pop("labels")
-                logits = self._runner(**batch).logits.float()
+                batch = {name: tensor.to(self.device) for name, tensor in batch.items()}
+                logits = self._runner(**batch).logits.float().cpu()
                 for k, row in enumerate(rows):
                     results[row] = logits[k, : len(examples[row].input_ids)] if logits.dim() == 3 else logits[k]
         self.model.train(was_training)

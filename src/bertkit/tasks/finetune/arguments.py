@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 from ...errors import InputError
 
 CHECKPOINT = "checkpoint"
+LOGS = "logs"  # metrics.jsonl and the trackers' files (TensorBoard, ...), kept in the finished run
 TEXT_MAX_LENGTH = 128
 TASKS = ("text", "token")
+MIXED_PRECISIONS = ("no", "fp16", "bf16")
 
 
 @dataclass
@@ -25,6 +27,9 @@ class FinetuneArguments:
     patience: int = 2  # stop after this many epochs without a better dev score
     seed: int = 0
     max_length: int | None = None  # text: 128; token: the model's maximum
+    gradient_accumulation_steps: int = 1  # micro-batches per step: the same updates in less memory
+    mixed_precision: str = "no"  # "no" | "fp16" (CUDA, with a gradient scaler) | "bf16" (autocast)
+    report_to: list[str] = field(default_factory=list)  # accelerate trackers: "tensorboard", "mlflow", "wandb", ...
 
     def check(self) -> None:
         if self.task not in TASKS:
@@ -36,6 +41,11 @@ class FinetuneArguments:
             raise InputError(f"learning_rate={self.learning_rate}: give a positive number such as 5e-5.")
         if self.max_length is not None and self.max_length < 8:
             raise InputError(f"max_length={self.max_length}: give at least 8 tokens (special tokens included).")
+        if self.gradient_accumulation_steps < 1 or self.gradient_accumulation_steps > self.batch_size:
+            raise InputError(f"gradient_accumulation_steps={self.gradient_accumulation_steps}: give 1 to batch_size "
+                             f"({self.batch_size}); each step's batch is split into that many micro-batches.")
+        if self.mixed_precision not in MIXED_PRECISIONS:
+            raise InputError(f"mixed_precision={self.mixed_precision!r}: valid values are {', '.join(MIXED_PRECISIONS)}.")
         if not 0 <= self.warmup_ratio < 1:
             raise InputError(f"warmup_ratio={self.warmup_ratio}: give a share between 0 and 1.")
 

@@ -17,7 +17,7 @@ from ...errors import InputError
 from ...io.writers import check_new_directory, previous_version, recover_interrupted_replace, staged_directory
 from ..finetuned import KIND_TEXT, KIND_TOKEN, FineTunedClassifier, FineTunedTagger
 from ..runs import CONFIG_FILE, package_version
-from .arguments import CHECKPOINT, TrainingState
+from .arguments import CHECKPOINT, LOGS, TrainingState
 
 logger = logging.getLogger(__name__)
 
@@ -58,16 +58,31 @@ def _diff(saved, now) -> str:
     return f"{saved!r} then, {now!r} now"
 
 
-def save_checkpoint(directory: Path, network, optimizer, scheduler, state: TrainingState, run_record: dict,
-                     best_metrics: dict | None = None) -> None:
-    """Write weights, optimizer moments, RNG state and progress to a fresh directory, then swap it in."""
-    with staged_directory(directory) as staging:
-        _write_checkpoint(staging, directory, network, optimizer, scheduler, state, run_record, best_metrics)
+def save_checkpoint(directory: Path, accelerator, network, optimizer, scheduler, state: TrainingState,
+                    run_record: dict, best_metrics: dict | None = None) -> None:
+    """Write weights, optimizer moments, every process's RNG state and progress to a fresh directory, then swap it
+    in (the main process writes; the others hand it their RNG state and wait)."""
+    from accelerate.utils import gather_object
+
+    rng_states = gather_object([_rng_state(accelerator.device)])
+    if accelerator.is_main_process:
+        with staged_directory(directory) as staging:
+            _write_checkpoint(staging, directory, accelerator, network, optimizer, scheduler, state, run_record,
+                              best_metrics, rng_states)
+    accelerator.wait_for_everyone()
 
 
-def _write_checkpoint(staging: Path, directory: Path, network, optimizer, scheduler, state: TrainingState,
-                      run_record: dict, best_metrics: dict | None) -> None:
-    weights = {k: v.detach().contiguous() for k, v in network.state_dict().items()}
+def _rng_state(device: torch.device) -> dict[str, torch.Tensor]:
+    state = {"torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _write_checkpoint(staging: Path, directory: Path, accelerator, network, optimizer, scheduler,
+                      state: TrainingState, run_record: dict, best_metrics: dict | None, rng_states: list) -> None:
+    model = accelerator.unwrap_model(network)
+    weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     save_file(weights, str(staging / "model.safetensors"))
     previous_best = directory / "best.safetensors"
     if best_metrics is not None:
@@ -77,28 +92,39 @@ def _write_checkpoint(staging: Path, directory: Path, network, optimizer, schedu
         shutil.copy2(previous_best, staging / "best.safetensors")
         shutil.copy2(directory / "best_metrics.json", staging / "best_metrics.json")
     optimizer_state = optimizer.state_dict()
-    tensors = {"rng.torch": torch.get_rng_state()}
+    tensors = {f"rng.{rank}.{kind}": value for rank, states in enumerate(rng_states) for kind, value in states.items()}
     for index, values in optimizer_state["state"].items():
         for name, value in values.items():
-            tensors[f"optimizer.{index}.{name}"] = value.detach().contiguous() if torch.is_tensor(value) else torch.tensor(value)
+            value = value.detach().contiguous().cpu() if torch.is_tensor(value) else torch.tensor(value)
+            tensors[f"optimizer.{index}.{name}"] = value
     save_file(tensors, str(staging / "optimizer.safetensors"))
+    scaler = accelerator.scaler.state_dict() if accelerator.scaler is not None else None
     record = {"state": asdict(state), "run": run_record, "param_groups": optimizer_state["param_groups"],
-              "scheduler": scheduler.state_dict()}
+              "scheduler": scheduler.state_dict(), "grad_scaler": scaler, "processes": len(rng_states)}
     (staging / "state.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
 
 
-def load_checkpoint(directory: Path, network, optimizer, scheduler) -> None:
+def load_checkpoint(directory: Path, accelerator, network, optimizer, scheduler) -> None:
+    """Put a checkpoint back: weights, optimizer, schedule, gradient scaler and this process's RNG state."""
     record = json.loads((directory / "state.json").read_text(encoding="utf-8"))
-    network.load_state_dict(load_file(str(directory / "model.safetensors")))
+    accelerator.unwrap_model(network).load_state_dict(load_file(str(directory / "model.safetensors")))
     tensors = load_file(str(directory / "optimizer.safetensors"))
     moments: dict[int, dict] = {}
     for key, value in tensors.items():
         if key.startswith("optimizer."):
             _, index, name = key.split(".", 2)
-            moments.setdefault(int(index), {})[name] = value
+            moments.setdefault(int(index), {})[name] = value.to(accelerator.device)
     optimizer.load_state_dict({"state": moments, "param_groups": record["param_groups"]})
     scheduler.load_state_dict(record["scheduler"])
-    torch.set_rng_state(tensors["rng.torch"])
+    if accelerator.scaler is not None and record.get("grad_scaler"):
+        accelerator.scaler.load_state_dict(record["grad_scaler"])
+    rank = accelerator.process_index
+    if record.get("processes", 1) != accelerator.num_processes:
+        logger.warning("this run was checkpointed with %s processes and resumes with %d: dropout draws differ from an "
+                       "uninterrupted run.", record.get("processes", 1), accelerator.num_processes)
+    torch.set_rng_state(tensors.get(f"rng.{rank}.torch", tensors.get("rng.0.torch", tensors.get("rng.torch"))))
+    if accelerator.device.type == "cuda" and f"rng.{rank}.cuda" in tensors:
+        torch.cuda.set_rng_state(tensors[f"rng.{rank}.cuda"], accelerator.device)
 
 
 def learned_anything(baseline: dict | None, best: float | None, metric_name: str) -> dict | None:
@@ -121,7 +147,7 @@ def write_final(output: Path, network, tokenizer, metric_name: str, state: Train
     history = state.history
     seen = sum(h["examples_per_second"] * h["seconds"] for h in history)
     record = {
-        "kind": KIND_TEXT if run_record["task"] == "text" else KIND_TOKEN,
+        "kind": KIND_TOKEN if run_record["task"] == "token" else KIND_TEXT,
         "precision": "fp32",  # trained and evaluated in fp32; loading at another precision warns
         "bertkit_version": package_version("bertkit"),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -140,6 +166,8 @@ def write_final(output: Path, network, tokenizer, metric_name: str, state: Train
             network.save_pretrained(str(staging), safe_serialization=True)
             tokenizer.save_pretrained(str(staging))
         (staging / CONFIG_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
+        if (output / LOGS).is_dir():  # metrics.jsonl and the trackers' files stay with the run
+            shutil.copytree(output / LOGS, staging / LOGS)
     logger.info(f"saved {output}: best epoch {state.best_epoch} (dev {metric_name} {state.best_score:.4f})")
-    loader = FineTunedClassifier if run_record["task"] == "text" else FineTunedTagger
+    loader = FineTunedTagger if run_record["task"] == "token" else FineTunedClassifier
     return loader.load(output)

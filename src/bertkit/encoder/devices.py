@@ -1,0 +1,68 @@
+"""Where the model runs: one `device` option ("auto", "cpu", "cuda", "cuda:N", "mps") for every face of bertkit."""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import InputError
+
+DEVICE_CHOICES = "auto, cpu, cuda, cuda:N or mps"
+
+
+def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
+    """The torch device for `spec`; 'auto' picks CUDA, then Apple's MPS, then the CPU.
+
+    Parameters
+    ----------
+    spec : str, torch.device or None
+        'auto' (None too), 'cpu', 'cuda', 'cuda:N' or 'mps'.
+
+    Returns
+    -------
+    torch.device
+        A device this machine has; asking for one it lacks is an `InputError` that says what it has.
+    """
+    if isinstance(spec, torch.device):
+        spec = str(spec)
+    name = (spec or "auto").strip().lower()
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        if _mps_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name == "cpu":
+        return torch.device("cpu")
+    if name == "mps":
+        if not _mps_available():
+            raise InputError("device='mps': this machine has no Apple GPU (MPS); use device='cpu' or 'auto'.")
+        return torch.device("mps")
+    if name == "cuda" or name.startswith("cuda:"):
+        return _cuda(name)
+    raise InputError(f"device={spec!r}: give one of {DEVICE_CHOICES}.")
+
+
+def _cuda(name: str) -> torch.device:
+    if not torch.cuda.is_available():
+        build = f"torch {torch.__version__}" + (" (a CPU-only build)" if torch.version.cuda is None else "")
+        raise InputError(f"device={name!r}: this machine has no CUDA GPU that {build} can use; use device='cpu' "
+                         "or 'auto' (which picks a GPU when there is one).")
+    index_text = name.partition(":")[2]
+    if index_text and not index_text.isdigit():
+        raise InputError(f"device={name!r}: give cuda or cuda:N with N a GPU number (0 to {torch.cuda.device_count() - 1}).")
+    index = int(index_text) if index_text else torch.cuda.current_device()
+    if index >= torch.cuda.device_count():
+        raise InputError(f"device={name!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s), numbered from 0.")
+    return torch.device("cuda", index)
+
+
+def _mps_available() -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+def describe(device: torch.device) -> str:
+    """'cpu', or 'cuda:0 (NVIDIA H100 80GB HBM3)': what run summaries and records say."""
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return str(device)
