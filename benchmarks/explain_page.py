@@ -40,8 +40,14 @@ from bertkit.tasks.classify import TextClassifier
 
 DATA = Path(os.environ.get("BERTKIT_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 TARGET_MS = 300
 PANELS = ("tokens", "model", "sentence", "map", "prediction", "probe")
 
@@ -49,8 +55,11 @@ PANELS = ("tokens", "model", "sentence", "map", "prediction", "probe")
 def sentences(encoder: Encoder, count: int) -> list[str]:
     """SST-2 dev sentences of at most 64 tokens, spread over lengths (longest included); sample reviews without data."""
     path = DATA / "sst2" / "dev.tsv"
-    texts = read_labelled(path).texts if path.is_file() else read_labelled(sample_path("reviews.tsv"), "text", "label",
-                                                                            header=True).texts
+    texts = (
+        read_labelled(path).texts
+        if path.is_file()
+        else read_labelled(sample_path("reviews.tsv"), "text", "label", header=True).texts
+    )
     lengths = [len(encoder.tokenize([t]).tokens[0]) for t in texts]
     fitting = sorted((n, t) for n, t in zip(lengths, texts) if n <= 64)
     picks = np.linspace(0, len(fitting) - 1, count).astype(int)
@@ -60,7 +69,11 @@ def sentences(encoder: Encoder, count: int) -> list[str]:
 def feature_run(folder: Path) -> Path:
     """A logistic regression (C=1) on bertkit's 80 sample reviews, saved as a run."""
     data = read_labelled(sample_path("reviews.tsv"), "text", "label", header=True)
-    return TextClassifier(classifier=LogisticRegression(C=1.0, max_iter=3000)).fit(data.texts, data.labels).save(folder / "reviews")
+    return (
+        TextClassifier(classifier=LogisticRegression(C=1.0, max_iter=3000))
+        .fit(data.texts, data.labels)
+        .save(folder / "reviews")
+    )
 
 
 def probe_run(folder: Path) -> Path:
@@ -68,9 +81,28 @@ def probe_run(folder: Path) -> Path:
     lines = sample_path("reviews.tsv").read_text(encoding="utf-8").splitlines()
     (folder / "train.tsv").write_text("\n".join(lines[:61]) + "\n", encoding="utf-8")
     (folder / "dev.tsv").write_text("\n".join([lines[0]] + lines[61:]) + "\n", encoding="utf-8")
-    subprocess.run([sys.executable, "-m", "bertkit.cli", "probe", str(folder / "train.tsv"), "--dev",
-                    str(folder / "dev.tsv"), "--text-column", "text", "--label-column", "label", "--poolings",
-                    "cls,mean", "-o", str(folder / "probe")], check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bertkit.cli",
+            "probe",
+            str(folder / "train.tsv"),
+            "--dev",
+            str(folder / "dev.tsv"),
+            "--text-column",
+            "text",
+            "--label-column",
+            "label",
+            "--poolings",
+            "cls,mean",
+            "-o",
+            str(folder / "probe"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     return folder / "probe"
 
 
@@ -81,8 +113,11 @@ def served(*args: str) -> Iterator[str]:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "bertkit.cli", "serve", "--port", str(port), *args],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "bertkit.cli", "serve", "--port", str(port), *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(600):
             try:
@@ -100,8 +135,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sentences", type=int, default=12)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--screenshots", type=Path, metavar="DIR",
-                        help="write the README's pictures of the page into DIR (e.g. docs/explain) instead of measuring")
+    parser.add_argument(
+        "--screenshots",
+        type=Path,
+        metavar="DIR",
+        help="write the README's pictures of the page into DIR (e.g. docs/explain) instead of measuring",
+    )
     args = parser.parse_args()
     if args.screenshots:
         screenshots(args.screenshots)
@@ -110,18 +149,30 @@ def main() -> None:
     texts = sentences(encoder, args.sentences)
     with tempfile.TemporaryDirectory() as tmp, served("--run", f"reviews={feature_run(Path(tmp))}") as url:
         browser_ms, server_ms, embed_ms = measure(url, texts, encoder, args.repeats)
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    print(f"CPU {cpu}, {os.cpu_count()} cores (browser, server and this script share them); "
-          f"{len(texts)} sentences x {args.repeats} repeats, {min(map(len, texts))}-{max(map(len, texts))} characters")
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    print(
+        f"CPU {cpu}, {os.cpu_count()} cores (browser, server and this script share them); "
+        f"{len(texts)} sentences x {args.repeats} repeats, {min(map(len, texts))}-{max(map(len, texts))} characters"
+    )
     print(f"{'what':<44}{'median ms':>10}{'p95 ms':>9}{'max ms':>9}")
-    for name, values in [("page: all panels updated (browser)", browser_ms),
-                         ("server: POST /explain alone (httpx)", server_ms),
-                         ("floor: one Encoder.embed of the sentence", embed_ms)]:
+    for name, values in [
+        ("page: all panels updated (browser)", browser_ms),
+        ("server: POST /explain alone (httpx)", server_ms),
+        ("floor: one Encoder.embed of the sentence", embed_ms),
+    ]:
         print(f"{name:<44}{np.median(values):>10.1f}{np.percentile(values, 95):>9.1f}{np.max(values):>9.1f}")
-    print(f"page / server = {np.median(browser_ms) / np.median(server_ms):.2f}x; "
-          f"page / one embed = {np.median(browser_ms) / np.median(embed_ms):.1f}x; "
-          f"target < {TARGET_MS} ms: {'met' if np.percentile(browser_ms, 95) < TARGET_MS else 'NOT met'} at p95")
+    print(
+        f"page / server = {np.median(browser_ms) / np.median(server_ms):.2f}x; "
+        f"page / one embed = {np.median(browser_ms) / np.median(embed_ms):.1f}x; "
+        f"target < {TARGET_MS} ms: {'met' if np.percentile(browser_ms, 95) < TARGET_MS else 'NOT met'} at p95"
+    )
 
 
 def screenshots(folder: Path) -> None:
@@ -134,11 +185,18 @@ def screenshots(folder: Path) -> None:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.goto(url + "/")
-            page.wait_for_function("window.bertkit && document.body.dataset.done === String(window.bertkit.seq)",
-                                   timeout=120_000)
+            page.wait_for_function(
+                "window.bertkit && document.body.dataset.done === String(window.bertkit.seq)", timeout=120_000
+            )
             page.add_style_tag(content="header { position: static !important; }")  # the header covers nothing
-            _update(page, lambda: (page.fill("#pad", "7"), page.fill("#text", "I love Korea"),
-                                   page.fill("#compare", "I hate Korea")))
+            _update(
+                page,
+                lambda: (
+                    page.fill("#pad", "7"),
+                    page.fill("#text", "I love Korea"),
+                    page.fill("#compare", "I hate Korea"),
+                ),
+            )
             for panel in PANELS:
                 page.locator(f"#panel-{panel}").screenshot(path=str(folder / f"{panel}.png"))
             page.evaluate("window.scrollTo(0, 0)")
@@ -155,8 +213,11 @@ def _update(page, action) -> None:
     """Do `action` on the page and wait until it has drawn the answer."""
     before = page.evaluate("window.bertkit.seq")
     action()
-    page.wait_for_function("n => window.bertkit.seq > n && document.body.dataset.done === String(window.bertkit.seq)",
-                           arg=before, timeout=60_000)
+    page.wait_for_function(
+        "n => window.bertkit.seq > n && document.body.dataset.done === String(window.bertkit.seq)",
+        arg=before,
+        timeout=60_000,
+    )
 
 
 def measure(url: str, texts: list[str], encoder: Encoder, repeats: int) -> tuple[list, list, list]:
@@ -171,9 +232,12 @@ def measure(url: str, texts: list[str], encoder: Encoder, repeats: int) -> tuple
             for text in texts:
                 before = page.evaluate("window.bertkit.timings.length")
                 page.fill("#text", text + (" " * round_))
-                page.wait_for_function("n => window.bertkit.timings.length > n && "
-                                       "document.body.dataset.done === String(window.bertkit.seq)", arg=before,
-                                       timeout=60_000)
+                page.wait_for_function(
+                    "n => window.bertkit.timings.length > n && "
+                    "document.body.dataset.done === String(window.bertkit.seq)",
+                    arg=before,
+                    timeout=60_000,
+                )
                 if round_:
                     browser_ms.append(page.evaluate("window.bertkit.timings[window.bertkit.timings.length - 1]"))
                     settings = page.evaluate("window.bertkit.result.settings")

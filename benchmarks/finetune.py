@@ -39,22 +39,37 @@ def main() -> None:
         if not path.is_file():
             sys.exit(f"{path} is missing: set BERTKIT_DATA to the folder holding sst2/ and conll2003/.")
     output = options.output or Path(tempfile.mkdtemp()) / "run"
-    args = FinetuneArguments(task=options.task, epochs=options.epochs, learning_rate=options.lr,
-                             batch_size=options.batch_size, seed=options.seed, patience=options.epochs)
+    args = FinetuneArguments(
+        task=options.task,
+        epochs=options.epochs,
+        learning_rate=options.lr,
+        batch_size=options.batch_size,
+        seed=options.seed,
+        patience=options.epochs,
+    )
     started = time.perf_counter()
-    finetune(train, dev, output_dir=output, task=options.task, args=args, limit=options.limit, overwrite=True, progress=False)
+    finetune(
+        train, dev, output_dir=output, task=options.task, args=args, limit=options.limit, overwrite=True, progress=False
+    )
     wall = time.perf_counter() - started
     record = json.loads((output / "bertkit.json").read_text())
     training = record["training"]
-    print(f"\n{options.task}: {record['data']['train_rows']} training examples, {record['data']['dev_rows']} dev; "
-          f"lr {options.lr:g}, batch {options.batch_size}, {torch_threads()} threads")
+    print(
+        f"\n{options.task}: {record['data']['train_rows']} training examples, {record['data']['dev_rows']} dev; "
+        f"lr {options.lr:g}, batch {options.batch_size}, {torch_threads()} threads"
+    )
     print("epoch  train loss  dev score  seconds  examples/s")
     for entry in training["history"]:
-        print(f"{entry['epoch']:>5}  {entry['train_loss']:>10.4f}  {entry['dev_score']:>9.4f}  {entry['seconds']:>7.0f}  "
-              f"{entry['examples_per_second']:>10.1f}")
+        print(
+            f"{entry['epoch']:>5}  {entry['train_loss']:>10.4f}  {entry['dev_score']:>9.4f}  {entry['seconds']:>7.0f}  "
+            f"{entry['examples_per_second']:>10.1f}"
+        )
     metric = "accuracy" if options.task == "text" else "f1"
-    print(f"best epoch {training['best_epoch']}: dev {metric} {record['metrics'][metric]:.4f}; training {training['train_seconds']:.0f}s "
-          f"({training['examples_per_second']:.1f} examples/s), wall {wall:.0f}s including loading and dev scoring")
+    print(
+        f"best epoch {training['best_epoch']}: dev {metric} {record['metrics'][metric]:.4f}; training "
+        f"{training['train_seconds']:.0f}s "
+        f"({training['examples_per_second']:.1f} examples/s), wall {wall:.0f}s including loading and dev scoring"
+    )
     if options.task == "token":
         from bertkit.tasks.tagging import format_entity_scores
 

@@ -3,7 +3,8 @@
     python benchmarks/finetune_speed.py [--rows 1280] [--repeats 3]
 
 - tutorial loop: every sentence padded to the longest in the set, dataset order, torch AdamW (default foreach);
-- transformers Trainer: train_sampling_strategy='group_by_length', its default optimizer, no evaluation or saving (needs accelerate);
+- transformers Trainer: train_sampling_strategy='group_by_length', its default optimizer, no evaluation or
+  saving;
 - bertkit: `finetune()` — length-grouped batches with per-batch padding, fused AdamW, accelerate underneath (dev
   scoring excluded); once more with each step's batch in 2 micro-batches (gradient accumulation: same updates).
 Same model (the packaged default + a sequence-classification head), batch 32, lr 1e-4, linear schedule.
@@ -56,8 +57,8 @@ def tutorial_loop(texts, labels) -> float:
     scheduler = get_linear_schedule_with_warmup(optimizer, steps // 10, steps)
     started = time.perf_counter()
     for start in range(0, len(texts), BATCH):
-        batch = {k: v[start:start + BATCH] for k, v in encoded.items()}
-        loss = model(**batch, labels=target[start:start + BATCH]).loss
+        batch = {k: v[start : start + BATCH] for k, v in encoded.items()}
+        loss = model(**batch, labels=target[start : start + BATCH]).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -84,13 +85,28 @@ def hf_trainer(texts, labels) -> float | None:
     rows = [{**tokenizer(t, truncation=True, max_length=128), "labels": y} for t, y in zip(texts, labels)]
     with tempfile.TemporaryDirectory() as output, quiet_transformers():
         args = TrainingArguments(
-            output_dir=output, per_device_train_batch_size=BATCH, learning_rate=LR, weight_decay=0.01,
-            warmup_steps=0.1, num_train_epochs=1, train_sampling_strategy="group_by_length", save_strategy="no",
+            output_dir=output,
+            per_device_train_batch_size=BATCH,
+            learning_rate=LR,
+            weight_decay=0.01,
+            warmup_steps=0.1,
+            num_train_epochs=1,
+            train_sampling_strategy="group_by_length",
+            save_strategy="no",
             eval_strategy="no",
-            logging_strategy="no", report_to=[], disable_tqdm=True, use_cpu=True, seed=0,
+            logging_strategy="no",
+            report_to=[],
+            disable_tqdm=True,
+            use_cpu=True,
+            seed=0,
         )
-        trainer = Trainer(model=fresh_model(), args=args, train_dataset=rows, processing_class=tokenizer,
-                          data_collator=DataCollatorWithPadding(tokenizer))
+        trainer = Trainer(
+            model=fresh_model(),
+            args=args,
+            train_dataset=rows,
+            processing_class=tokenizer,
+            data_collator=DataCollatorWithPadding(tokenizer),
+        )
         started = time.perf_counter()
         trainer.train()
         return len(texts) / (time.perf_counter() - started)
@@ -106,8 +122,13 @@ def bertkit_finetune(texts, labels, accumulation: int = 1) -> float:
         train.write_text("".join(f"{t}\t{y}\n" for t, y in zip(texts, labels)), encoding="utf-8")
         dev = Path(folder) / "dev.tsv"
         dev.write_text("".join(f"{t}\t{y}\n" for t, y in zip(texts[:64], labels[:64])), encoding="utf-8")
-        finetune(train, dev, output_dir=Path(folder) / "run", progress=False,
-                 args=FinetuneArguments(epochs=1, learning_rate=LR, gradient_accumulation_steps=accumulation))
+        finetune(
+            train,
+            dev,
+            output_dir=Path(folder) / "run",
+            progress=False,
+            args=FinetuneArguments(epochs=1, learning_rate=LR, gradient_accumulation_steps=accumulation),
+        )
         history = json.loads((Path(folder) / "run" / "bertkit.json").read_text())["training"]["history"]
     return history[0]["examples_per_second"]
 
@@ -120,9 +141,12 @@ def main() -> None:
     if not (DATA / "sst2" / "train.tsv").is_file():
         sys.exit(f"{DATA / 'sst2' / 'train.tsv'} is missing: set BERTKIT_DATA.")
     texts, labels = load_rows(options.rows)
-    ways = {"tutorial loop (pad to longest, dataset order)": tutorial_loop,
-            "transformers Trainer (group_by_length)": hf_trainer, "bertkit finetune": bertkit_finetune,
-            "bertkit finetune, 2 micro-batches a step": lambda t, y: bertkit_finetune(t, y, accumulation=2)}
+    ways = {
+        "tutorial loop (pad to longest, dataset order)": tutorial_loop,
+        "transformers Trainer (group_by_length)": hf_trainer,
+        "bertkit finetune": bertkit_finetune,
+        "bertkit finetune, 2 micro-batches a step": lambda t, y: bertkit_finetune(t, y, accumulation=2),
+    }
     results: dict[str, list[float]] = {name: [] for name in ways}
     for repeat in range(options.repeats):
         for name, way in ways.items():
@@ -133,8 +157,10 @@ def main() -> None:
     medians = {name: statistics.median(r) for name, r in results.items() if r}
     naive = medians[next(iter(ways))]
     peer = medians.get("transformers Trainer (group_by_length)")
-    print(f"\nSST-2, first {len(texts)} training sentences, one epoch, batch {BATCH}, {torch.get_num_threads()} threads, "
-          f"median of {options.repeats}")
+    print(
+        f"\nSST-2, first {len(texts)} training sentences, one epoch, batch {BATCH}, {torch.get_num_threads()} threads, "
+        f"median of {options.repeats}"
+    )
     print(f"{'way':<48} {'examples/s':>10} {'range':>13} {'× tutorial':>10} {'× Trainer':>9}")
     for name, rates in results.items():
         if not rates:

@@ -67,21 +67,36 @@ class _Outputs(torch.nn.Module):
         self.model, self.with_pooler = model, with_pooler
 
     def forward(self, input_ids, attention_mask, token_type_ids):
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                         output_hidden_states=True, return_dict=True)
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            output_hidden_states=True,
+            return_dict=True,
+        )
         return tuple(out.hidden_states) + ((out.pooler_output,) if self.with_pooler else ())
 
 
 def export_onnx(encoder: Encoder, path: Path) -> None:
-    sample = encoder.tokenizer(["a short one", "and a somewhat longer second sentence"], padding=True, return_tensors="pt")
+    sample = encoder.tokenizer(
+        ["a short one", "and a somewhat longer second sentence"], padding=True, return_tensors="pt"
+    )
     names = ["input_ids", "attention_mask", "token_type_ids"]
     layers = encoder.num_layers + 1
     outputs = [f"hidden_{i}" for i in range(layers)] + (["pooler_output"] if encoder.has_pooler else [])
     axes = {n: {0: "batch", 1: "sequence"} for n in names + outputs[:layers]}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(_Outputs(encoder.model, encoder.has_pooler).eval(), tuple(sample[n] for n in names), str(path),
-                          input_names=names, output_names=outputs, dynamic_axes=axes, opset_version=17, dynamo=False)
+        torch.onnx.export(
+            _Outputs(encoder.model, encoder.has_pooler).eval(),
+            tuple(sample[n] for n in names),
+            str(path),
+            input_names=names,
+            output_names=outputs,
+            dynamic_axes=axes,
+            opset_version=17,
+            dynamo=False,
+        )
 
 
 def onnx_candidates(encoder: Encoder, scratch: Path) -> dict:
@@ -95,15 +110,21 @@ def onnx_candidates(encoder: Encoder, scratch: Path) -> dict:
     fp32 = scratch / "fp32.onnx"
     export_onnx(encoder, fp32)
     dynamic, nbits = scratch / "dynamic.onnx", scratch / "nbits.onnx"
-    quantize_dynamic(str(fp32), str(dynamic), per_channel=True, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
+    quantize_dynamic(
+        str(fp32), str(dynamic), per_channel=True, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"]
+    )
     config = DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True, accuracy_level=4, bits=8)
     quantizer = MatMulNBitsQuantizer(onnx.load(str(fp32)), algo_config=config)
     quantizer.process()
     quantizer.model.save_model_to_file(str(nbits), False)
     threads = max(1, torch.get_num_threads() // encoder.concurrent_batches)
     return {
-        "ORT quantize_dynamic per-channel (per-tensor act.)": lambda: with_model(encoder, OnnxModel(dynamic, encoder, threads)),
-        "ORT MatMulNBits 8-bit block 32 (shipped before)": lambda: with_model(encoder, OnnxModel(nbits, encoder, threads)),
+        "ORT quantize_dynamic per-channel (per-tensor act.)": lambda: with_model(
+            encoder, OnnxModel(dynamic, encoder, threads)
+        ),
+        "ORT MatMulNBits 8-bit block 32 (shipped before)": lambda: with_model(
+            encoder, OnnxModel(nbits, encoder, threads)
+        ),
     }
 
 
@@ -111,13 +132,16 @@ def candidates(encoder: Encoder, scratch: Path) -> dict:
     def torch_dynamic():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # deprecated in torch, still the classic way
-            model = torch.ao.quantization.quantize_dynamic(copy.deepcopy(encoder.model), {torch.nn.Linear}, dtype=torch.qint8)
+            model = torch.ao.quantization.quantize_dynamic(
+                copy.deepcopy(encoder.model), {torch.nn.Linear}, dtype=torch.qint8
+            )
         return with_model(encoder, model)
 
     def per_token(alpha: float | None):
         """bertkit's int8 with a fixed smoothing strength (None: no smoothing) instead of the calibrated one."""
-        calibration = calibration_for(encoder.model, encoder.tokenizer, encoder.max_length, encoder._accepts_type_ids,
-                                      None, encoder.fingerprint)
+        calibration = calibration_for(
+            encoder.model, encoder.tokenizer, encoder.max_length, encoder._accepts_type_ids, None, encoder.fingerprint
+        )
         if alpha is None:
             calibration = Calibration(calibration.groups, {}, calibration.texts)
         return with_model(encoder, quantize_model(encoder.model, calibration, alpha).eval())
@@ -138,15 +162,21 @@ def frontier(args) -> None:
     if args.fidelity_only:
         reference = encoder.embed(texts, batch_size=64, warn=False)
         found = cosines(reference, encoder.with_options(precision="int8").embed(texts, batch_size=64, warn=False))
-        print(f"int8 vs fp32 on {len(texts)} SST-2 train sentences: cosine min {found.min():.5f}, "
-              f"1st pct {np.percentile(found, 1):.5f}, median {np.median(found):.5f}")
+        print(
+            f"int8 vs fp32 on {len(texts)} SST-2 train sentences: cosine min {found.min():.5f}, "
+            f"1st pct {np.percentile(found, 1):.5f}, median {np.median(found):.5f}"
+        )
         return
     rows = run_benchmark(encoder, texts, repeats=args.repeats, batch_size=64, precisions="fp32,bf16,int8")
     with tempfile.TemporaryDirectory() as scratch:
         for name, make in candidates(encoder, Path(scratch)).items():
             variant = make()
             row = Row(name)
-            _time(lambda variant=variant: variant.embed(texts, batch_size=64, progress=False, warn=False), args.repeats, row)
+            _time(
+                lambda variant=variant: variant.embed(texts, batch_size=64, progress=False, warn=False),
+                args.repeats,
+                row,
+            )
             rows.append(row)
     n_tokens = sum(len(ids) for ids in encoder.tokenizer(texts)["input_ids"])
     reference = next(r for r in rows if r.name.startswith("bertkit fp32")).vectors
@@ -155,16 +185,21 @@ def frontier(args) -> None:
 
 
 def accuracy(args) -> None:
-    """SST-2 dev accuracy at fp32 and int8: `bertkit train`'s default features + LR on all of train, and a fine-tuned run."""
+    """SST-2 dev accuracy at fp32 and int8: `bertkit train`'s default features + LR on all of train, and a
+    fine-tuned run."""
     train, dev = read_labelled(args.data / "train.tsv"), read_labelled(args.data / "dev.tsv")
     labels = np.array(dev.labels)
     for precision in ("fp32", "int8"):
-        vectorizer = BertVectorizer(args.model, layers="all:concat", pooling="mean", cache=None, threads=args.threads,
-                                    precision=precision)  # TextClassifier's default features, at this precision
+        vectorizer = BertVectorizer(
+            args.model, layers="all:concat", pooling="mean", cache=None, threads=args.threads, precision=precision
+        )  # TextClassifier's default features, at this precision
         model = TextClassifier(vectorizer).fit(train.texts, train.labels)
         score = np.mean(model.predict(dev.texts) == labels)
-        print(f"features + LR ({model.vectorizer_.layers}, {model.vectorizer_.pooling}, C={model.C_:g}) at {precision}: "
-              f"SST-2 dev accuracy {score * 100:.2f}", flush=True)
+        print(
+            f"features + LR ({model.vectorizer_.layers}, {model.vectorizer_.pooling}, C={model.C_:g}) at {precision}: "
+            f"SST-2 dev accuracy {score * 100:.2f}",
+            flush=True,
+        )
     if args.finetuned:
         for precision in ("fp32", "int8"):
             with warnings.catch_warnings():

@@ -41,7 +41,7 @@ def write_files(folder: Path, texts: list[str], files: int) -> list[Path]:
     paths = []
     for index in range(files):
         path = folder / f"part-{index:03d}.jsonl"
-        path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[index * size:(index + 1) * size]))
+        path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[index * size : (index + 1) * size]))
         paths.append(path)
     return paths
 
@@ -77,9 +77,11 @@ def main() -> None:
         texts = sentences(args.rows)
         paths = write_files(root / "in", texts, args.files)
         write_files(root / "small", texts[:64], 1)
-        ways = {"local (embed_file, 1 process)": lambda out: time_local(paths, out),
-                "ray, 1 actor": lambda out: time_ray(root / "in", out, 1),
-                "ray, 2 actors": lambda out: time_ray(root / "in", out, 2)}
+        ways = {
+            "local (embed_file, 1 process)": lambda out: time_local(paths, out),
+            "ray, 1 actor": lambda out: time_ray(root / "in", out, 1),
+            "ray, 2 actors": lambda out: time_ray(root / "in", out, 2),
+        }
         times: dict[str, list[float]] = {name: [] for name in ways}
         startup: list[float] = []
         for repeat in range(args.repeats):
@@ -92,11 +94,15 @@ def main() -> None:
         local = statistics.median(times["local (embed_file, 1 process)"])
         fixed = statistics.median(startup)
         print(f"\n{args.rows} sentences in {args.files} JSONL files, median of {args.repeats}:")
-        print(f"{'way':32} {'seconds':>8} {'rows/s':>8} {'× local time':>13} {'projected × at ' + str(args.project):>22}")
+        print(
+            f"{'way':32} {'seconds':>8} {'rows/s':>8} {'× local time':>13} {'projected × at ' + str(args.project):>22}"
+        )
         for name, values in times.items():
             median = statistics.median(values)
             steady = args.rows / max(median - (fixed if name.startswith("ray") else 0.0), 1e-9)
-            projected = ((fixed if name.startswith("ray") else 0.0) + args.project / steady) / (args.project * local / args.rows)
+            projected = ((fixed if name.startswith("ray") else 0.0) + args.project / steady) / (
+                args.project * local / args.rows
+            )
             print(f"{name:32} {median:8.1f} {args.rows / median:8.0f} {median / local:13.2f} {projected:22.2f}")
         print(f"Ray start-up (ray.init + driver model + actor start, 64 rows): {fixed:.1f} s median")
     finally:

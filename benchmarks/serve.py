@@ -72,11 +72,30 @@ def free_port() -> int:
 def start(kind: str, threads: int, precision: str, extra: list[str]) -> tuple[subprocess.Popen, str]:
     port = free_port()
     if kind == "bertkit":
-        command = [sys.executable, "-m", "bertkit.cli", "serve", "--port", str(port), "--threads", str(threads),
-                   "--precision", precision, *extra]
+        command = [
+            sys.executable,
+            "-m",
+            "bertkit.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--threads",
+            str(threads),
+            "--precision",
+            precision,
+            *extra,
+        ]
     else:
-        command = [sys.executable, __file__, "--naive-server", str(port), "--threads", str(threads),
-                   "--precisions", precision]
+        command = [
+            sys.executable,
+            __file__,
+            "--naive-server",
+            str(port),
+            "--threads",
+            str(threads),
+            "--precisions",
+            precision,
+        ]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
@@ -104,8 +123,9 @@ def rss_mb(pid: int) -> float:
 def wrk(url: str, bodies: Path, concurrency: int, seconds: float) -> dict:
     """One wrk run: `concurrency` connections on one wrk thread for `seconds`; the script's RESULT as a dict."""
     command = ["wrk", "-t1", f"-c{concurrency}", f"-d{seconds:g}s", "--timeout", "60s", "-s", str(WRK_SCRIPT), url]
-    out = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "BODIES": str(bodies)},
-                         check=True).stdout
+    out = subprocess.run(
+        command, capture_output=True, text=True, env={**os.environ, "BODIES": str(bodies)}, check=True
+    ).stdout
     result = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT ")).split(" ", 1)[1])
     result["rps"] = result["statuses"].get("200", 0) / result["seconds"]
     return result
@@ -162,10 +182,12 @@ def soak(args, bodies: Path, precision: str) -> None:
     finally:
         code = stop(process)
     errors = sum(v for k, v in result["statuses"].items() if k not in ("200", "429")) + result["socket_errors"]
-    print(f"\nsoak, {precision}, c=64 for {args.soak:.0f} s: {result['rps']:.0f} req/s, p50 {result['p50']:.0f} / "
-          f"p99 {result['p99']:.0f} ms, statuses {result['statuses']}, errors other than 429: {errors}; RSS "
-          f"{samples[0]:.0f} → {samples[-1]:.0f} MB ({samples[-1] - samples[0]:+.1f} MB, highest "
-          f"{max(samples):.0f}); exit status after SIGTERM {code}")
+    print(
+        f"\nsoak, {precision}, c=64 for {args.soak:.0f} s: {result['rps']:.0f} req/s, p50 {result['p50']:.0f} / "
+        f"p99 {result['p99']:.0f} ms, statuses {result['statuses']}, errors other than 429: {errors}; RSS "
+        f"{samples[0]:.0f} → {samples[-1]:.0f} MB ({samples[-1] - samples[0]:+.1f} MB, highest "
+        f"{max(samples):.0f}); exit status after SIGTERM {code}"
+    )
     print("RSS every 5 s (MB): " + " ".join(f"{s:.0f}" for s in samples))
 
 
@@ -185,8 +207,13 @@ def main() -> None:
     if args.naive_server:
         import uvicorn
 
-        uvicorn.run(naive_app(args.threads, args.precisions), host="127.0.0.1", port=args.naive_server,
-                    log_level="warning", access_log=False)
+        uvicorn.run(
+            naive_app(args.threads, args.precisions),
+            host="127.0.0.1",
+            port=args.naive_server,
+            log_level="warning",
+            access_log=False,
+        )
         return
     if shutil.which("wrk") is None:
         sys.exit("benchmarks/serve.py needs the load generator wrk: apt-get install wrk")
@@ -199,26 +226,36 @@ def main() -> None:
         rows = {}
         for precision in precisions:
             for kind in ("bertkit", "naive"):
-                process, url = start(kind, args.threads, precision, args.serve_args.split() if kind == "bertkit" else [])
+                process, url = start(
+                    kind, args.threads, precision, args.serve_args.split() if kind == "bertkit" else []
+                )
                 try:
                     wrk(url, bodies, 32, 3)  # warm-up
                     for c in levels:
-                        rows[precision, kind, c] = median_row([wrk(url, bodies, c, args.seconds)
-                                                               for _ in range(args.repeats)])
+                        rows[precision, kind, c] = median_row(
+                            [wrk(url, bodies, c, args.seconds) for _ in range(args.repeats)]
+                        )
                 finally:
                     stop(process)
-        print(f"CPU: {cpu_name()}, {args.threads} torch threads; single SST-2 dev sentences ({len(sentences)}); wrk, "
-              f"{args.seconds:g} s per run, median of {args.repeats} runs per row")
+        print(
+            f"CPU: {cpu_name()}, {args.threads} torch threads; single SST-2 dev sentences ({len(sentences)}); wrk, "
+            f"{args.seconds:g} s per run, median of {args.repeats} runs per row"
+        )
         for precision in precisions:
             bare = bare_embed_ms(sentences, args.threads, precision)
             print(f"\n{precision}: bare Encoder.embed on one sentence, p50 {bare:.1f} ms")
-            print("| c | bertkit req/s | p50 | p95 | p99 ms | naive req/s | p50 | p95 | p99 ms | × throughput | p99 ratio |")
+            print(
+                "| c | bertkit req/s | p50 | p95 | p99 ms | naive req/s | p50 | p95 | p99 ms | × throughput | p99 "
+                "ratio |"
+            )
             print("|---|---|---|---|---|---|---|---|---|---|---|")
             for c in levels:
                 b, n = rows[precision, "bertkit", c], rows[precision, "naive", c]
-                print(f"| {c} | {b['rps']:.0f} | {b['p50']:.1f} | {b['p95']:.1f} | {b['p99']:.1f} | {n['rps']:.0f} | "
-                      f"{n['p50']:.1f} | {n['p95']:.1f} | {n['p99']:.1f} | {b['rps'] / max(n['rps'], 1e-9):.2f} | "
-                      f"{b['p99'] / n['p99']:.2f} |")
+                print(
+                    f"| {c} | {b['rps']:.0f} | {b['p50']:.1f} | {b['p95']:.1f} | {b['p99']:.1f} | {n['rps']:.0f} | "
+                    f"{n['p50']:.1f} | {n['p95']:.1f} | {n['p99']:.1f} | {b['rps'] / max(n['rps'], 1e-9):.2f} | "
+                    f"{b['p99'] / n['p99']:.2f} |"
+                )
             for c in levels:
                 for kind in ("bertkit", "naive"):
                     row = rows[precision, kind, c]

@@ -53,9 +53,11 @@ MAX_QUEUE_TOKENS = 65536  # the server's default (--max-queue-tokens)
 RSS_LIMIT_MB = 50.0
 TOLERANCE = 1e-5
 KINDS = {"good": 0.6, "disconnect": 0.1, "slow": 0.1, "oversized": 0.1, "malformed": 0.1}
-VOCABULARY = ("the movie was great and the actors were good but a little slow in the middle of a long story about "
-              "growing up in Korea with warm funny people who love music food rain city night summer dog cat train "
-              "bertkit embeds every sentence from any layer with any pooling")
+VOCABULARY = (
+    "the movie was great and the actors were good but a little slow in the middle of a long story about "
+    "growing up in Korea with warm funny people who love music food rain city night summer dog cat train "
+    "bertkit embeds every sentence from any layer with any pooling"
+)
 WORDS = VOCABULARY.split()
 MALFORMED = [  # (path, content type, body, statuses the server must answer)
     ("/embed", "application/json", b'{"inputs": ["a"', {400}),
@@ -101,11 +103,21 @@ class ServerProcess:
     def __post_init__(self) -> None:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(tempfile.mkstemp(prefix=f"bertkit-faults-{self.port}-", suffix=".log")[1])
-        command = [sys.executable, "-m", "bertkit.cli", "serve", "--port", str(self.port),
-                   "--max-body-bytes", str(MAX_BODY), *self.extra]
+        command = [
+            sys.executable,
+            "-m",
+            "bertkit.cli",
+            "serve",
+            "--port",
+            str(self.port),
+            "--max-body-bytes",
+            str(MAX_BODY),
+            *self.extra,
+        ]
         with open(self.log_path, "w") as out:
-            self.process = subprocess.Popen(command, env=dict(os.environ, HF_HUB_OFFLINE="1"), stdout=out,
-                                            stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                command, env=dict(os.environ, HF_HUB_OFFLINE="1"), stdout=out, stderr=subprocess.STDOUT
+            )
 
     def wait_ready(self, timeout: float = 180) -> None:
         deadline = time.time() + timeout
@@ -136,8 +148,9 @@ class TextPool:
 
     def __init__(self, size: int, seed: int = 0):
         rng = random.Random(seed)
-        self.texts = [f"request {i}: " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 40)))
-                      for i in range(size)]
+        self.texts = [
+            f"request {i}: " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 40))) for i in range(size)
+        ]
         self.busy: set[int] = set()
         self.next = 0
         self.vectors = np.zeros((0, 0), dtype=np.float32)
@@ -180,8 +193,9 @@ class TextPool:
 
 
 # ---- raw HTTP over asyncio streams ---------------------------------------------------------------------------------
-def head(path: str, host: str, length: int | None, content_type: str = "application/json",
-         chunked: bool = False) -> bytes:
+def head(
+    path: str, host: str, length: int | None, content_type: str = "application/json", chunked: bool = False
+) -> bytes:
     lines = [f"POST {path} HTTP/1.1", f"Host: {host}", f"Content-Type: {content_type}", "Connection: close"]
     lines.append("Transfer-Encoding: chunked" if chunked else f"Content-Length: {length}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
@@ -211,8 +225,12 @@ def error_shape_ok(path: str, body: bytes) -> bool:
     except ValueError:
         return False
     if path.startswith("/v1/"):
-        return isinstance(payload, dict) and set(payload) == {"error"} and isinstance(payload["error"], dict) \
+        return (
+            isinstance(payload, dict)
+            and set(payload) == {"error"}
+            and isinstance(payload["error"], dict)
             and set(payload["error"]) == {"message", "type", "param", "code"}
+        )
     return isinstance(payload, dict) and set(payload) == {"error", "error_type"}
 
 
@@ -292,8 +310,11 @@ class Soak:
         body = json.dumps({"inputs": [self.pool.texts[indices[0]]]}).encode()
         request = head("/embed", self.host, len(body)) + body
         ending = rng.choice(("complete", "half-header", "half-body"))
-        stop = {"complete": len(request), "half-header": request.index(b"\r\n\r\n") // 2,
-                "half-body": len(request) - len(body) // 2}[ending]
+        stop = {
+            "complete": len(request),
+            "half-header": request.index(b"\r\n\r\n") // 2,
+            "half-body": len(request) - len(body) // 2,
+        }[ending]
         cuts = sorted(rng.sample(range(1, stop), min(8, stop - 1))) + [stop]
         reader, writer = await self.connect()
         try:
@@ -327,7 +348,7 @@ class Soak:
             if chunked:
                 writer.write(head(path, self.host, None, chunked=True))
                 for start in range(0, len(body), 8192):
-                    piece = body[start:start + 8192]
+                    piece = body[start : start + 8192]
                     writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
                 writer.write(b"0\r\n\r\n")
             else:
@@ -424,8 +445,14 @@ async def run(args: argparse.Namespace) -> dict:
     server = ServerProcess(extra)
     try:
         server.wait_ready()
-        log.info("server ready at %s (pid %d); %.0f s warm-up, then %.0f s soak at %d clients", server.url,
-                 server.process.pid, args.warmup, args.seconds, args.clients)
+        log.info(
+            "server ready at %s (pid %d); %.0f s warm-up, then %.0f s soak at %d clients",
+            server.url,
+            server.process.pid,
+            args.warmup,
+            args.seconds,
+            args.clients,
+        )
         soak = Soak(server.url, pool, server.process.pid, args.clients)
         stop = asyncio.Event()
         monitors = [asyncio.create_task(soak.poll_health(stop)), asyncio.create_task(soak.poll_resources(stop))]
@@ -440,8 +467,13 @@ async def run(args: argparse.Namespace) -> dict:
         await asyncio.sleep(2)  # dropped requests leave the queue when the dispatcher next looks
         async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
             queue_after = await soak.metrics(http)
-            dropped = float(next(line.split()[-1] for line in (await http.get("/metrics")).text.splitlines()
-                                 if line.startswith("bertkit_dropped_total ")))
+            dropped = float(
+                next(
+                    line.split()[-1]
+                    for line in (await http.get("/metrics")).text.splitlines()
+                    if line.startswith("bertkit_dropped_total ")
+                )
+            )
         stop.set()
         await asyncio.gather(*monitors)
         log.info("load done: %d requests; SIGTERM during a last burst", sum(soak.outcomes.values()))
@@ -451,21 +483,35 @@ async def run(args: argparse.Namespace) -> dict:
     output = server.output()
     health = sorted(soak.health_ms)
     report = {
-        "clients": args.clients, "warmup_s": args.warmup, "soak_s": round(soak_seconds, 1),
-        "reference_s": round(reference_seconds, 1), "texts": len(pool.texts),
+        "clients": args.clients,
+        "warmup_s": args.warmup,
+        "soak_s": round(soak_seconds, 1),
+        "reference_s": round(reference_seconds, 1),
+        "texts": len(pool.texts),
         "requests": sum(soak.outcomes.values()),
         "warmup_requests": sum(warm.values()),
         "outcomes": {f"{kind}/{outcome}": n for (kind, outcome), n in sorted(soak.outcomes.items())},
         "statuses": {str(k): v for k, v in sorted(soak.statuses.items())},
-        "rss_mb": {"start": round(rss_start, 1), "end": round(rss_end, 1), "peak": round(rss_peak, 1),
-                   "growth": round(rss_end - rss_start, 1),
-                   "samples": [round(mb) for _, mb in soak.rss[:: max(1, len(soak.rss) // 40)]]},
-        "queue": {"max_requests": max(soak.queue_requests, default=0), "max_tokens": max(soak.queue_tokens, default=0),
-                  "after": {"requests": queue_after[0], "tokens": queue_after[1]}, "dropped_total": dropped},
-        "health": {"polls": len(health), "failures": soak.health_failures[:10],
-                   "p50_ms": round(statistics.median(health), 1) if health else None,
-                   "p99_ms": round(health[min(len(health) - 1, int(len(health) * 0.99))], 1) if health else None,
-                   "max_ms": round(health[-1], 1) if health else None},
+        "rss_mb": {
+            "start": round(rss_start, 1),
+            "end": round(rss_end, 1),
+            "peak": round(rss_peak, 1),
+            "growth": round(rss_end - rss_start, 1),
+            "samples": [round(mb) for _, mb in soak.rss[:: max(1, len(soak.rss) // 40)]],
+        },
+        "queue": {
+            "max_requests": max(soak.queue_requests, default=0),
+            "max_tokens": max(soak.queue_tokens, default=0),
+            "after": {"requests": queue_after[0], "tokens": queue_after[1]},
+            "dropped_total": dropped,
+        },
+        "health": {
+            "polls": len(health),
+            "failures": soak.health_failures[:10],
+            "p50_ms": round(statistics.median(health), 1) if health else None,
+            "p99_ms": round(health[min(len(health) - 1, int(len(health) * 0.99))], 1) if health else None,
+            "max_ms": round(health[-1], 1) if health else None,
+        },
         "shutdown": shutdown,
         "server_log_tracebacks": output.count("Traceback"),
         "notes": soak.notes,
@@ -482,6 +528,7 @@ async def run(args: argparse.Namespace) -> dict:
 async def sigterm_during_burst(soak: Soak, server: ServerProcess, burst: int = 16) -> dict:
     """SIGTERM while `burst` good requests (4 texts each) are in flight: they must finish; the exit status 0."""
     async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
+
         async def one() -> tuple[int, str]:
             indices = soak.pool.take(4)
             try:
@@ -503,15 +550,21 @@ async def sigterm_during_burst(soak: Soak, server: ServerProcess, burst: int = 1
         code = await asyncio.to_thread(server.process.wait, 60)
     except subprocess.TimeoutExpired:
         code = None
-    return {"exit_status": code, "seconds": round(time.perf_counter() - signalled, 1),
-            "burst": dict(Counter(f"{status}/{outcome}" for status, outcome in results))}
+    return {
+        "exit_status": code,
+        "seconds": round(time.perf_counter() - signalled, 1),
+        "burst": dict(Counter(f"{status}/{outcome}" for status, outcome in results)),
+    }
 
 
 def violations(report: dict) -> list[str]:
     """What broke a promise; empty when the run passed."""
     found = []
-    errors = {key: n for key, n in report["outcomes"].items()
-              if not key.endswith(("/ok", "/sent", "/abandoned", "/refused", "/reset", "/429"))}
+    errors = {
+        key: n
+        for key, n in report["outcomes"].items()
+        if not key.endswith(("/ok", "/sent", "/abandoned", "/refused", "/reset", "/429"))
+    }
     if errors:
         found.append(f"unexpected outcomes: {errors}")
     server_errors = {code: n for code, n in report["statuses"].items() if int(code) >= 500}
@@ -537,18 +590,24 @@ def violations(report: dict) -> list[str]:
 
 
 def print_report(report: dict) -> None:
-    print(f"soak: {report['clients']} clients, {report['warmup_s']} s warm-up + {report['soak_s']} s; "
-          f"{report['requests']} requests ({report['warmup_requests']} in warm-up)")
+    print(
+        f"soak: {report['clients']} clients, {report['warmup_s']} s warm-up + {report['soak_s']} s; "
+        f"{report['requests']} requests ({report['warmup_requests']} in warm-up)"
+    )
     print("outcomes: " + ", ".join(f"{k} {v}" for k, v in report["outcomes"].items()))
     print("statuses: " + ", ".join(f"{k}: {v}" for k, v in report["statuses"].items()))
     rss = report["rss_mb"]
     print(f"RSS after warm-up {rss['start']} MB, end {rss['end']} MB (growth {rss['growth']:+} MB, peak {rss['peak']})")
     queue = report["queue"]
-    print(f"queue: at most {queue['max_requests']:.0f} requests / {queue['max_tokens']:.0f} tokens; after the load "
-          f"{queue['after']}; dropped (client gone) {queue['dropped_total']:.0f}")
+    print(
+        f"queue: at most {queue['max_requests']:.0f} requests / {queue['max_tokens']:.0f} tokens; after the load "
+        f"{queue['after']}; dropped (client gone) {queue['dropped_total']:.0f}"
+    )
     health = report["health"]
-    print(f"/health: {health['polls']} polls, p50 {health['p50_ms']} ms, p99 {health['p99_ms']} ms, "
-          f"max {health['max_ms']} ms, failures {len(health['failures'])}")
+    print(
+        f"/health: {health['polls']} polls, p50 {health['p50_ms']} ms, p99 {health['p99_ms']} ms, "
+        f"max {health['max_ms']} ms, failures {len(health['failures'])}"
+    )
     shutdown = report["shutdown"]
     print(f"SIGTERM: exit {shutdown['exit_status']} in {shutdown['seconds']} s; burst {shutdown['burst']}")
     print("PASS" if not report["violations"] else "FAIL:\n  " + "\n  ".join(report["violations"]))

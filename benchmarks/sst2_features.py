@@ -15,17 +15,17 @@ tests check every layer/pooling combination against plain transformers). Fits ru
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from pathlib import Path
 
 import numpy as np
+from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import train_test_split
 
-from sklearn.linear_model import LogisticRegression
-
 from bertkit import Encoder
-from bertkit.tasks.classify import chosen_C, feature_head
 from bertkit.io.readers import read_labelled
+from bertkit.tasks.classify import chosen_C, feature_head
 
 POOLS = ("cls", "mean", "max")
 
@@ -50,8 +50,10 @@ def main() -> None:
         feats[name] = (everything, pooler)
     embed_seconds = time.perf_counter() - started
     n_texts = len(train.texts) + len(dev.texts)
-    print(f"model {encoder.name}: {states - 1} layers, hidden {dim}; embedded {n_texts} texts (all layers, 3 poolings, "
-          f"+ pooler) in {embed_seconds:.0f}s = {n_texts / embed_seconds:.0f} texts/s\n")
+    print(
+        f"model {encoder.name}: {states - 1} layers, hidden {dim}; embedded {n_texts} texts (all layers, 3 poolings, "
+        f"+ pooler) in {embed_seconds:.0f}s = {n_texts / embed_seconds:.0f} texts/s\n"
+    )
 
     def block(which: str, pool: str, layer: int) -> np.ndarray:
         everything = feats[which][0]
@@ -83,7 +85,7 @@ def main() -> None:
     rows = [("cls", "last", lambda w: block(w, "cls", last)), ("mean", "last", lambda w: block(w, "mean", last))]
     if encoder.has_pooler:
         rows.insert(1, ("pooler", "last", lambda w: feats[w][1]))
-    rows += [("mean", f"{i}", (lambda i: lambda w: block(w, "mean", i))(i)) for i in range(states)]
+    rows += [("mean", f"{i}", functools.partial(lambda w, i: block(w, "mean", i), i=i)) for i in range(states)]
     rows += [
         ("mean", "last4:sum", lambda w: choice(w, "mean", last4, "sum")),
         ("mean", "last4:concat", lambda w: choice(w, "mean", last4)),
@@ -93,7 +95,9 @@ def main() -> None:
         ("mean", "all:concat", lambda w: choice(w, "mean", list(range(states)))),
         ("mean+max", "all:concat", lambda w: choice(w, "mean+max", list(range(states)))),
     ]
-    print(f"\n(b) full train ({len(train.texts)}) → dev ({len(dev.texts)}); LogisticRegression, C by 5-fold CV on train")
+    print(
+        f"\n(b) full train ({len(train.texts)}) → dev ({len(dev.texts)}); LogisticRegression, C by 5-fold CV on train"
+    )
     print(f"{'pooling':<10} {'layers':<13} {'dim':>5} {'scaled':>6} {'C':>7} {'CV acc':>7} {'dev acc':>7} {'fit s':>6}")
     best = None
     for pooling, layers, build in rows:
@@ -105,12 +109,18 @@ def main() -> None:
             accuracy = float(np.mean(head.predict(x_dev) == np.array(dev.labels)))
             C, cv_scores, _ = chosen_C(head)
             cv_accuracy = max(cv_scores.values())
-            print(f"{pooling:<10} {layers:<13} {x_train.shape[1]:5d} {'yes' if scale else 'no':>6} {C:7g} "
-                  f"{cv_accuracy * 100:7.1f} {accuracy * 100:7.1f} {seconds:6.1f}", flush=True)
+            print(
+                f"{pooling:<10} {layers:<13} {x_train.shape[1]:5d} {'yes' if scale else 'no':>6} {C:7g} "
+                f"{cv_accuracy * 100:7.1f} {accuracy * 100:7.1f} {seconds:6.1f}",
+                flush=True,
+            )
             if best is None or cv_accuracy > best[0]:
                 best = (cv_accuracy, accuracy, pooling, layers, scale)
-    print(f"\nbest by CV accuracy (chosen without looking at dev): pooling={best[2]} layers={best[3]} "
-          f"scaled={'yes' if best[4] else 'no'} → dev {best[1] * 100:.1f}%  (bertkit train's default: mean / all:concat / scaled)")
+    print(
+        f"\nbest by CV accuracy (chosen without looking at dev): pooling={best[2]} layers={best[3]} "
+        f"scaled={'yes' if best[4] else 'no'} → dev {best[1] * 100:.1f}%  (bertkit train's default: mean / "
+        "all:concat / scaled)"
+    )
 
 
 if __name__ == "__main__":

@@ -31,18 +31,22 @@ COMMANDS = {
 
 def seconds(command: list[str]) -> float:
     started = time.perf_counter()
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    subprocess.run(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+    )
     return time.perf_counter() - started
 
 
 def importtime(top: int = 10) -> None:
-    probe = ("import sys; sys.argv = ['bertkit', 'tokenize', 'I love Korea']\nfrom bertkit.cli import main\n"
-             "try:\n    main()\nexcept SystemExit:\n    pass")
+    probe = (
+        "import sys; sys.argv = ['bertkit', 'tokenize', 'I love Korea']\nfrom bertkit.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass"
+    )
     err = subprocess.run([sys.executable, "-X", "importtime", "-c", probe], capture_output=True, text=True).stderr
     rows = []
     for line in err.splitlines():
         if line.startswith("import time:") and "|" in line and "cumulative" not in line:
-            _, cumulative, name = (part.strip() for part in line[len("import time:"):].split("|"))
+            _, cumulative, name = (part.strip() for part in line[len("import time:") :].split("|"))
             rows.append((int(cumulative), name))
     print("\nslowest imports of `bertkit tokenize` (cumulative µs, python -X importtime):")
     for cumulative, name in sorted(rows, reverse=True)[:top]:

@@ -21,8 +21,9 @@ from bertkit.tasks.bench import run_benchmark
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path,
-                        default=Path(__file__).resolve().parents[2] / "shared" / "data" / "sst2" / "train.tsv")
+    parser.add_argument(
+        "--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data" / "sst2" / "train.tsv"
+    )
     parser.add_argument("--limit", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
@@ -43,9 +44,12 @@ def main() -> None:
             started = time.perf_counter()
             variant.embed(texts[:1500], batch_size=args.batch_size, progress=False, warn=False)
             speeds.append(1500 / (time.perf_counter() - started))
-        print(f"  {threads} torch thread(s), {concurrent} batch(es) at a time: "
-              f"{statistics.median(speeds):.0f} sentences/s (median of {args.repeats})")
+        print(
+            f"  {threads} torch thread(s), {concurrent} batch(es) at a time: "
+            f"{statistics.median(speeds):.0f} sentences/s (median of {args.repeats})"
+        )
     torch.set_num_threads(default)
+
 
 if __name__ == "__main__":
     main()

@@ -10,7 +10,17 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "bertkit"
 
 # Lower number = lower wing. A module may import its own wing and lower ones, never a higher one.
-WING_LEVELS = {"errors": 0, "encoder": 1, "io": 2, "tasks": 3, "explain": 4, "ray": 4, "serve": 5, "cli": 6, "__main__": 6}
+WING_LEVELS = {
+    "errors": 0,
+    "encoder": 1,
+    "io": 2,
+    "tasks": 3,
+    "explain": 4,
+    "ray": 4,
+    "serve": 5,
+    "cli": 6,
+    "__main__": 6,
+}
 MAX_FUNCTION_LINES = 100  # a rule on functions, not files: a long file of small functions reads well
 
 
@@ -52,6 +62,7 @@ def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """A module-level import cycle as a path [a, b, ..., a], ignoring package __init__ re-exports of children."""
+
     def edges(node):
         # `import pkg.sub` also runs pkg/__init__; an __init__ re-exporting its own children is not a cycle.
         return {t for t in graph.get(node, ()) if not t.startswith(node + ".")}
@@ -64,7 +75,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for target in sorted(edges(node)):
             if state.get(target) == 1:
-                return stack[stack.index(target):] + [target]
+                return stack[stack.index(target) :] + [target]
             if target not in state:
                 cycle = visit(target)
                 if cycle:
@@ -118,8 +129,11 @@ def own_lines(function: ast.AST) -> int:
     body = function.body
     if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]
-    nested = sum(node.end_lineno - node.lineno + 1 for node in ast.walk(function)
-                 if node is not function and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    nested = sum(
+        node.end_lineno - node.lineno + 1
+        for node in ast.walk(function)
+        if node is not function and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    )
     return function.end_lineno - body[0].lineno + 1 - nested
 
 
@@ -136,7 +150,9 @@ def test_functions_stay_readable():
 def test_wings_say_what_they_hold_and_may_import():
     for wing in [w for w in WING_LEVELS if (PACKAGE / w / "__init__.py").is_file()]:
         doc = ast.get_docstring(ast.parse((PACKAGE / wing / "__init__.py").read_text()))
-        assert doc and "import" in doc.lower(), f"bertkit/{wing}/__init__.py needs a docstring naming what it may import"
+        assert doc and "import" in doc.lower(), (
+            f"bertkit/{wing}/__init__.py needs a docstring naming what it may import"
+        )
 
 
 def _write(root: Path, files: dict[str, str]) -> Path:
@@ -149,20 +165,36 @@ def _write(root: Path, files: dict[str, str]) -> Path:
 
 def test_the_checks_catch_a_cycle_and_an_upward_import(tmp_path):
     """The two checks above would fail on a package that breaks the rules (shown on a small fake package)."""
-    fake = _write(tmp_path, {
-        "__init__.py": "",
-        "encoder/__init__.py": "",
-        "encoder/a.py": "from ..tasks.b import thing\n",  # encoder → tasks: upward
-        "tasks/__init__.py": "",
-        "tasks/b.py": "def f():\n    from ..encoder.a import other\n",  # a local import still closes the cycle
-    })
+    fake = _write(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "encoder/__init__.py": "",
+            "encoder/a.py": "from ..tasks.b import thing\n",  # encoder → tasks: upward
+            "tasks/__init__.py": "",
+            "tasks/b.py": "def f():\n    from ..encoder.a import other\n",  # a local import still closes the cycle
+        },
+    )
     graph = import_graph(fake)
     assert find_cycle(graph) == ["bertkit.encoder.a", "bertkit.tasks.b", "bertkit.encoder.a"]
     assert upward_imports(graph) == ["bertkit.encoder.a imports bertkit.tasks.b"]
 
 
-@pytest.mark.parametrize("name", ["Encoder", "BertVectorizer", "TextClassifier", "finetune", "FinetuneArguments",
-                                  "load_run", "probe_text", "probe_token", "read_tagged", "entity_scores"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Encoder",
+        "BertVectorizer",
+        "TextClassifier",
+        "finetune",
+        "FinetuneArguments",
+        "load_run",
+        "probe_text",
+        "probe_token",
+        "read_tagged",
+        "entity_scores",
+    ],
+)
 def test_public_api_is_unchanged(name):
     import bertkit
 

@@ -8,15 +8,21 @@ import sys
 import pytest
 from test_cli import run
 
-TEXTS = ["I love Korea", "EU rejects German call to boycott British lamb .", "the movie was great", "a dull , lifeless mess",
-         "a visually stunning rumination on love", ""]
+TEXTS = [
+    "I love Korea",
+    "EU rejects German call to boycott British lamb .",
+    "the movie was great",
+    "a dull , lifeless mess",
+    "a visually stunning rumination on love",
+    "",
+]
 HIDDEN, INNER, LAYERS = 384, 1536, 6  # the packaged default model
 
 
 def columns(header: str, line: str, name: str) -> dict[str, str]:
     """The row's values by header name; robust to columns added after 'way' (the row name may hold spaces)."""
     names = header.replace("min cos", "min_cos").split()[1:]
-    values = line[len(name):].split()
+    values = line[len(name) :].split()
     assert len(values) == len(names), (header, line)
     return dict(zip(names, values))
 
@@ -24,8 +30,9 @@ def columns(header: str, line: str, name: str) -> dict[str, str]:
 def test_bench_prints_the_table_with_sane_numbers(monkeypatch, capsys, tmp_path, hf_default):
     source = tmp_path / "texts.tsv"
     source.write_text("".join(f"{t}\t0\n" for t in TEXTS), encoding="utf-8")
-    code, out, err = run(monkeypatch, capsys, "bench", source, "--column", "0", "--no-peers", "--repeats", "1",
-                         "--batch-size", "4")
+    code, out, err = run(
+        monkeypatch, capsys, "bench", source, "--column", "0", "--no-peers", "--repeats", "1", "--batch-size", "4"
+    )
     assert code == 0, err
     lines = out.splitlines()
 
@@ -78,7 +85,12 @@ def test_bench_bad_repeats_from_a_fresh_process_prints_only_that_line(tmp_path):
     """What a user sees: nothing but the error on stderr, even from imports made on the way (a fresh interpreter)."""
     source = tmp_path / "texts.tsv"
     source.write_text("I love Korea\t1\n", encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "bertkit.cli", "bench", str(source), "--column", "0", "--repeats", "0"],
-                          capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "bertkit.cli", "bench", str(source), "--column", "0", "--repeats", "0"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        timeout=120,
+    )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == "error: --repeats must be at least 1 (3 or more for a median worth reporting).\n"

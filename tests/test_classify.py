@@ -50,7 +50,10 @@ def test_save_load_predicts_identically(sample, tmp_path, kind):
     np.testing.assert_array_equal(loaded.predict_proba(probe), classifier.predict_proba(probe))
     assert loaded.predict(probe).tolist() == classifier.predict(probe).tolist()
     assert isinstance(loaded.pipeline_, Pipeline) and list(loaded.pipeline_.named_steps) == [
-        "vectorizer", "scaler", "classifier"]
+        "vectorizer",
+        "scaler",
+        "classifier",
+    ]
     record = json.loads((saved / "bertkit.json").read_text())
     assert record["kind"] == "features" and record["format"] == 2 and record["features"]["layers"] == "last"
     assert record["encoder"]["fingerprint"] == classifier.vectorizer_.encoder_.fingerprint
@@ -85,8 +88,12 @@ def test_the_default_is_logistic_regression_with_C_by_cross_validation(sample):
     assert classifier.cv_scores_[classifier.C_] == max(classifier.cv_scores_.values())
     # the same choice made by scikit-learn's GridSearchCV over LogisticRegression on the same folds
     features = StandardScaler().fit_transform(classifier.vectorizer_.transform(texts))
-    search = GridSearchCV(LogisticRegression(max_iter=3000), {"C": list(C_GRID)}, scoring="accuracy",
-                          cv=StratifiedKFold(4, shuffle=True, random_state=0)).fit(features, labels)
+    search = GridSearchCV(
+        LogisticRegression(max_iter=3000),
+        {"C": list(C_GRID)},
+        scoring="accuracy",
+        cv=StratifiedKFold(4, shuffle=True, random_state=0),
+    ).fit(features, labels)
     np.testing.assert_allclose(list(classifier.cv_scores_.values()), search.cv_results_["mean_test_score"], atol=0.02)
     fixed = TextClassifier(BertVectorizer(layers="last"), logreg(0.5)).fit(texts, labels)
     assert fixed.C_ is None and fixed.cv_scores_ == {}
@@ -111,16 +118,26 @@ def test_integer_and_multiclass_labels(sample, encoder):
     reference = make_pipeline(StandardScaler(), logreg())
     reference.fit(encoder.embed(texts, layers="last"), labels)
     probabilities = classifier.predict_proba(texts[:4])
-    np.testing.assert_allclose(probabilities, reference.predict_proba(encoder.embed(texts[:4], layers="last")), atol=1e-4)
+    np.testing.assert_allclose(
+        probabilities, reference.predict_proba(encoder.embed(texts[:4], layers="last")), atol=1e-4
+    )
     assert classifier.predict(texts[:4]).tolist() == classifier.classes_[probabilities.argmax(1)].tolist()
 
 
 def test_scikit_learn_conventions():
     """The estimator checks that apply to an estimator of texts (the others feed it numeric matrices)."""
-    checks = ["check_no_attributes_set_in_init", "check_get_params_invariance", "check_set_params",
-              "check_parameters_default_constructible", "check_estimator_repr", "check_estimator_cloneable",
-              "check_do_not_raise_errors_in_init_or_set_params", "check_mixin_order", "check_valid_tag_types",
-              "check_estimator_tags_renamed"]
+    checks = [
+        "check_no_attributes_set_in_init",
+        "check_get_params_invariance",
+        "check_set_params",
+        "check_parameters_default_constructible",
+        "check_estimator_repr",
+        "check_estimator_cloneable",
+        "check_do_not_raise_errors_in_init_or_set_params",
+        "check_mixin_order",
+        "check_valid_tag_types",
+        "check_estimator_tags_renamed",
+    ]
     for estimator in (TextClassifier(), TextClassifier(BertVectorizer(layers="last"), logreg()), BertVectorizer()):
         for check in checks:
             getattr(estimator_checks, check)(type(estimator).__name__, estimator)
@@ -173,7 +190,9 @@ def test_untrusted_types_in_a_saved_head_are_refused(sample, tmp_path):
 def test_model_from_a_different_encoder_is_refused(sample, tmp_path):
     model_dir = tiny_models.tiny_bert(tmp_path / "enc", seed=0)
     texts, labels = sample[0][:12], sample[1][:12]
-    TextClassifier(BertVectorizer(model=str(model_dir), layers="last"), logreg()).fit(texts, labels).save(tmp_path / "run")
+    TextClassifier(BertVectorizer(model=str(model_dir), layers="last"), logreg()).fit(texts, labels).save(
+        tmp_path / "run"
+    )
     shutil.rmtree(model_dir)
     tiny_models.tiny_bert(tmp_path / "enc", seed=1)  # same place, other weights
     with pytest.raises(ModelLoadError, match="fingerprint.*Retrain"):
@@ -201,6 +220,8 @@ def test_sst2_subset_accuracy():
     """Known accuracy: 1500 SST-2 training sentences → dev; the full set gives 84.4% (benchmarks/sst2_features.py)."""
     train = read_labelled(shared_file("sst2", "train.tsv"))
     dev = read_labelled(shared_file("sst2", "dev.tsv"))
-    classifier = TextClassifier(BertVectorizer(layers="all:concat", batch_size=128)).fit(train.texts[:1500], train.labels[:1500])
+    classifier = TextClassifier(BertVectorizer(layers="all:concat", batch_size=128)).fit(
+        train.texts[:1500], train.labels[:1500]
+    )
     accuracy = classifier.score(dev.texts, dev.labels)
     assert accuracy >= 0.78, accuracy

@@ -1,12 +1,9 @@
 """The command line: outputs equal the library's, and user mistakes are one 'error:' line with exit status 2."""
 
-
 import numpy as np
 import pyarrow.parquet as pq  # a test dependency (.[test]): missing means failing, not skipping
 import pytest
-
 from conftest import run_cli
-
 
 run = run_cli
 
@@ -39,8 +36,20 @@ def test_info(monkeypatch, capsys):
 def test_embed_tsv_equals_library(monkeypatch, capsys, tmp_path, encoder):
     source = tmp_path / "s.tsv"
     source.write_text("a stirring , funny film\t1\n\t0\nthe plot is a mess\t0\n", encoding="utf-8")
-    code, _, err = run(monkeypatch, capsys, "embed", source, "--column", "0", "--layers", "last", "--pooling", "cls",
-                       "-o", tmp_path / "v.npy")
+    code, _, err = run(
+        monkeypatch,
+        capsys,
+        "embed",
+        source,
+        "--column",
+        "0",
+        "--layers",
+        "last",
+        "--pooling",
+        "cls",
+        "-o",
+        tmp_path / "v.npy",
+    )
     assert code == 0, err
     expected = encoder.embed(["a stirring , funny film", "", "the plot is a mess"], layers="last", pooling="cls")
     np.testing.assert_allclose(np.load(tmp_path / "v.npy"), expected, atol=1e-6)
@@ -49,13 +58,20 @@ def test_embed_tsv_equals_library(monkeypatch, capsys, tmp_path, encoder):
 
 def test_embed_token_vectors_and_parquet(monkeypatch, capsys, tmp_path, encoder):
     source = tmp_path / "s.jsonl"
-    source.write_text('{"text": "I love Korea", "id": "k"}\n{"text": "the plot is a mess", "id": "m"}\n', encoding="utf-8")
-    code, _, err = run(monkeypatch, capsys, "embed", source, "--pooling", "none", "--id-column", "id", "-o", tmp_path / "t.npz")
+    source.write_text(
+        '{"text": "I love Korea", "id": "k"}\n{"text": "the plot is a mess", "id": "m"}\n', encoding="utf-8"
+    )
+    code, _, err = run(
+        monkeypatch, capsys, "embed", source, "--pooling", "none", "--id-column", "id", "-o", tmp_path / "t.npz"
+    )
     assert code == 0, err
     saved = np.load(tmp_path / "t.npz")
     expected = encoder.embed(["I love Korea", "the plot is a mess"], layers="last", pooling="none")
     assert saved["tokens"].tolist() == expected[0].tokens + expected[1].tokens
-    assert saved["tokens"].tolist()[:5] == ["[CLS]", "i", "love", "korea", "[SEP]"] and saved["ids"].tolist() == ["k", "m"]
+    assert saved["tokens"].tolist()[:5] == ["[CLS]", "i", "love", "korea", "[SEP]"] and saved["ids"].tolist() == [
+        "k",
+        "m",
+    ]
     assert saved["offsets"].tolist() == [0, 5, 5 + len(expected[1].tokens)]
     np.testing.assert_allclose(saved["vectors"], np.concatenate([e.vectors for e in expected]), atol=1e-6, rtol=0)
 
@@ -82,7 +98,11 @@ def test_embed_reports_truncation(monkeypatch, capsys, tmp_path, encoder):
 @pytest.mark.parametrize(
     "content, args, message",
     [
-        ("sentence\tlabel\nhi\t1\n", ["--column", "text"], "no column named 'text'; the header has ['sentence', 'label']"),
+        (
+            "sentence\tlabel\nhi\t1\n",
+            ["--column", "text"],
+            "no column named 'text'; the header has ['sentence', 'label']",
+        ),
         ("", ["--column", "0"], "the file has no data rows"),
         (b"ok\t1\nbad \xff\t0\n", ["--column", "0"], "line 2: bytes that are not UTF-8"),
         ("hi\t1\n", ["--layers", "penultimate"], "Valid forms"),

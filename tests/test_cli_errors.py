@@ -7,11 +7,10 @@ import os
 import shutil
 
 import pytest
-
 from conftest import run_cli
+
 from bertkit.cli.errors import describe_os_error, user_message
 from bertkit.encoder.models import default_model_dir
-
 
 run = run_cli
 
@@ -69,16 +68,21 @@ def test_output_folder_without_write_permission(monkeypatch, capsys, tmp_path, t
     locked.chmod(0o555)
     if os.access(locked, os.W_OK):  # root may write anywhere: make the permission check see what a user would
         real_access = os.access
-        monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if str(p) == str(locked) else real_access(p, mode, **kw))
+        monkeypatch.setattr(
+            os, "access", lambda p, mode, **kw: False if str(p) == str(locked) else real_access(p, mode, **kw)
+        )
     code, _, err = run(monkeypatch, capsys, "embed", texts, "-o", locked / "v.npy")
     assert code == 2 and f"cannot write in {locked} (permission denied)" in error_line(err)
     assert leftovers(locked) == []
 
 
-@pytest.mark.parametrize("failure, expected", [
-    (PermissionError(errno.EACCES, "Permission denied"), "permission denied; choose a location you may use"),
-    (OSError(errno.ENOSPC, "No space left on device"), "no space left on the device; free some space"),
-])
+@pytest.mark.parametrize(
+    "failure, expected",
+    [
+        (PermissionError(errno.EACCES, "Permission denied"), "permission denied; choose a location you may use"),
+        (OSError(errno.ENOSPC, "No space left on device"), "no space left on the device; free some space"),
+    ],
+)
 def test_write_failure_mid_run_leaves_nothing(monkeypatch, capsys, tmp_path, texts, failure, expected):
     """The disk fills (or a permission flips) while the vectors are written: one line, and no partial file."""
     target = tmp_path / "out" / "v.npy"
@@ -108,11 +112,14 @@ def damaged_models(tmp_path_factory):
     return {"truncated": truncated, "garbage": garbage, "bad_tokenizer": bad_tokenizer}
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("truncated", "the weights file is truncated or corrupt"),
-    ("garbage", "the weights file is truncated or corrupt"),
-    ("bad_tokenizer", "cannot load a tokenizer from"),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("truncated", "the weights file is truncated or corrupt"),
+        ("garbage", "the weights file is truncated or corrupt"),
+        ("bad_tokenizer", "cannot load a tokenizer from"),
+    ],
+)
 def test_damaged_model_directory(monkeypatch, capsys, tmp_path, texts, damaged_models, name, expected):
     code, _, err = run(monkeypatch, capsys, "embed", texts, "-o", tmp_path / "v.npy", "--model", damaged_models[name])
     line = error_line(err)

@@ -2,6 +2,7 @@
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 from test_cli import run
@@ -13,14 +14,28 @@ SAMPLE = str(sample_path("reviews.tsv"))
 
 
 def train(monkeypatch, capsys, tmp_path, *extra):
-    return run(monkeypatch, capsys, "train", SAMPLE, "--text-column", "text", "--label-column", "label",
-               "--layers", "last", "--cache-dir", tmp_path / "cache", *extra)
+    return run(
+        monkeypatch,
+        capsys,
+        "train",
+        SAMPLE,
+        "--text-column",
+        "text",
+        "--label-column",
+        "label",
+        "--layers",
+        "last",
+        "--cache-dir",
+        tmp_path / "cache",
+        *extra,
+    )
 
 
 def test_train_evaluate_predict(monkeypatch, capsys, tmp_path):
     clear_memory()
-    code, out, err = train(monkeypatch, capsys, tmp_path, "--test-size", "0.25", "-o", tmp_path / "run",
-                           "--report", tmp_path / "report")
+    code, out, err = train(
+        monkeypatch, capsys, tmp_path, "--test-size", "0.25", "-o", tmp_path / "run", "--report", tmp_path / "report"
+    )
     assert code == 0, err
     assert "accuracy" in out and "macro-F1" in out and "majority-class baseline 0.5000" in out
     assert "confusion matrix" in out and "negative" in out
@@ -42,11 +57,21 @@ def test_train_evaluate_predict(monkeypatch, capsys, tmp_path):
     assert rows[0] == ["label", "probability", "text"]
     assert [r[0] for r in rows[1:]] == ["positive", "negative"] and float(rows[1][1]) > 0.5
 
-    code, _, err = run(monkeypatch, capsys, "predict", tmp_path / "run", SAMPLE, "--column", "text", "--header",
-                       "-o", tmp_path / "pred.tsv")
+    code, _, err = run(
+        monkeypatch,
+        capsys,
+        "predict",
+        tmp_path / "run",
+        SAMPLE,
+        "--column",
+        "text",
+        "--header",
+        "-o",
+        tmp_path / "pred.tsv",
+    )
     assert code == 0, err
     rows = list(csv.reader((tmp_path / "pred.tsv").read_text().splitlines(), delimiter="\t"))
-    sample_rows = list(csv.reader(open(SAMPLE, encoding="utf-8"), delimiter="\t"))
+    sample_rows = list(csv.reader(Path(SAMPLE).read_text(encoding="utf-8").splitlines(), delimiter="\t"))
     assert [r[2] for r in rows[1:]] == [r[0] for r in sample_rows[1:]]  # row order kept
 
 
@@ -77,7 +102,11 @@ def test_dev_labels_unseen_in_training_are_named(monkeypatch, capsys, tmp_path):
     source = write(tmp_path / "train.tsv", "good\tpos\nbad\tneg\n" * 3)
     dev = write(tmp_path / "dev.tsv", "fine\tpos\nso so\tneutral\nawful\tterrible\n")
     code, _, err = run(monkeypatch, capsys, "train", source, "--dev", dev, "-o", tmp_path / "run", "--no-cache")
-    assert code == 2 and f"labels ['neutral', 'terrible'] never occur in {source}" in err and "known: ['neg', 'pos']" in err
+    assert (
+        code == 2
+        and f"labels ['neutral', 'terrible'] never occur in {source}" in err
+        and "known: ['neg', 'pos']" in err
+    )
     assert not (tmp_path / "run").exists()
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sklearn.linear_model import LogisticRegression
 import tiny_models
 import torch
 from sklearn.base import clone
+from sklearn.linear_model import LogisticRegression
 from transformers import AutoModelForSequenceClassification
 
 from bertkit import BertVectorizer, FineTunedClassifier, InputError, TextClassifier, finetune, load_run
@@ -31,7 +31,9 @@ def sample():
 @pytest.fixture(scope="module")
 def feature_run(sample, tmp_path_factory):
     texts, labels = sample
-    classifier = TextClassifier(BertVectorizer(layers="last"), LogisticRegression(C=1.0, max_iter=3000)).fit(texts, labels)
+    classifier = TextClassifier(BertVectorizer(layers="last"), LogisticRegression(C=1.0, max_iter=3000)).fit(
+        texts, labels
+    )
     return classifier, classifier.save(tmp_path_factory.mktemp("runs") / "features")
 
 
@@ -41,8 +43,13 @@ def finetuned_run(tmp_path_factory):
     model_dir = tiny_models.tiny_bert(root / "enc", cased=True)
     rows = [("a good film", "pos"), ("a bad film", "neg"), ("great fun", "pos"), ("awful and dull", "neg")] * 8
     (root / "train.tsv").write_text("".join(f"{t}\t{y}\n" for t, y in rows))
-    model = finetune(root / "train.tsv", root / "train.tsv", output_dir=root / "run", model=str(model_dir),
-                     args=FinetuneArguments(epochs=1, batch_size=8, max_length=16))
+    model = finetune(
+        root / "train.tsv",
+        root / "train.tsv",
+        output_dir=root / "run",
+        model=str(model_dir),
+        args=FinetuneArguments(epochs=1, batch_size=8, max_length=16),
+    )
     return model, root / "run"
 
 
@@ -53,8 +60,9 @@ def test_one_string_is_one_text_everywhere(feature_run, finetuned_run):
         np.testing.assert_array_equal(estimator.predict_proba("a fine film"), estimator.predict_proba(["a fine film"]))
         assert estimator.predict("a fine film").tolist() == estimator.predict(["a fine film"]).tolist()
         assert estimator.predict_proba("a fine film").shape == (1, 2)
-    np.testing.assert_array_equal(classifier.vectorizer_.transform("a fine film"),
-                                  classifier.vectorizer_.transform(["a fine film"]))
+    np.testing.assert_array_equal(
+        classifier.vectorizer_.transform("a fine film"), classifier.vectorizer_.transform(["a fine film"])
+    )
     with pytest.raises(InputError, match="not one string"):
         TextClassifier().fit("a text", ["a"])
 
@@ -68,7 +76,9 @@ def test_text_classifier_holds_a_vectorizer_and_takes_its_precision(sample):
     assert classifier.vectorizer_ is not vectorizer and not hasattr(vectorizer, "encoder_")  # fit clones it
     assert classifier.vectorizer_.n_features_out_ == 384
     if fast_bf16_cpu():
-        bf16 = TextClassifier(BertVectorizer(layers="last", pooling="cls", precision="bf16"), LogisticRegression(C=1.0, max_iter=3000)).fit(*sample)
+        bf16 = TextClassifier(
+            BertVectorizer(layers="last", pooling="cls", precision="bf16"), LogisticRegression(C=1.0, max_iter=3000)
+        ).fit(*sample)
         assert bf16.vectorizer_.encoder_.precision == "bf16"
 
 
@@ -123,7 +133,9 @@ def test_finetuned_classifier_follows_long_text(finetuned_run, caplog):
     tokenizer = windowed_model.tokenizer
     tokens = tokenizer(long_text)["input_ids"]
     # the fast tokenizer's overflow windows, a quarter (14 // 4 = 3 tokens) shared between neighbours
-    windows = tokenizer(long_text, truncation=True, max_length=16, stride=3, return_overflowing_tokens=True)["input_ids"]
+    windows = tokenizer(long_text, truncation=True, max_length=16, stride=3, return_overflowing_tokens=True)[
+        "input_ids"
+    ]
     assert len(windows) > 1 and all(len(w) <= 16 for w in windows)
     assert [t for w in windows[:1] for t in w[1:-1]] + [t for w in windows[1:] for t in w[4:-1]] == tokens[1:-1]
     plain = AutoModelForSequenceClassification.from_pretrained(run).eval()  # each window scored by plain transformers
@@ -148,7 +160,9 @@ def test_one_held_out_split_for_every_trainer():
 
 
 def test_unknown_dev_labels_are_named_with_both_files():
-    with pytest.raises(InputError, match=r"dev\.tsv: labels \['maybe'\] never occur in train\.tsv \(known: \['no', 'yes'\]\)"):
+    with pytest.raises(
+        InputError, match=r"dev\.tsv: labels \['maybe'\] never occur in train\.tsv \(known: \['no', 'yes'\]\)"
+    ):
         check_known_labels("dev.tsv", ["yes", "maybe"], ["yes", "no", "yes"], "train.tsv")
     check_known_labels("dev.tsv", ["yes"], ["yes", "no"], "train.tsv")
 

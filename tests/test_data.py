@@ -36,7 +36,9 @@ def test_jsonl_and_plain_text(tmp_path):
 
 def test_missing_column_lists_the_columns(tmp_path):
     path = write(tmp_path / "a.csv", "sentence,label\nhi,1\n")
-    with pytest.raises(InputError, match=r"a.csv, line 1: no column named 'text'; the header has \['sentence', 'label'\]"):
+    with pytest.raises(
+        InputError, match=r"a.csv, line 1: no column named 'text'; the header has \['sentence', 'label'\]"
+    ):
         read_texts(path, "text")
     tsv = write(tmp_path / "b.tsv", "hi\t1\n")
     with pytest.raises(InputError, match="column 5 does not exist; the file has 2 columns"):
@@ -98,7 +100,9 @@ def test_a_field_over_the_cap_names_its_line(tmp_path, monkeypatch):
     previous = readers.csv.field_size_limit(1000)
     try:
         path = write(tmp_path / "a.csv", f"ok,1\n{'x' * 2000},0\n")
-        with pytest.raises(InputError, match=r"a\.csv, line 2: a field is longer than bertkit's cap of 1,000 characters"):
+        with pytest.raises(
+            InputError, match=r"a\.csv, line 2: a field is longer than bertkit's cap of 1,000 characters"
+        ):
             read_texts(path, 0)
     finally:
         readers.csv.field_size_limit(previous)
@@ -114,9 +118,11 @@ def test_long_tsv_row_embeds_with_each_long_text_policy(tmp_path, encoder, polic
 
     long_text = ("the film is long " * 17_700)[:300_000]
     tsv = write(tmp_path / "long.tsv", f"a short review\t1\n{long_text}\t0\n")
-    jsonl = write(tmp_path / "long.jsonl", '{"text": "a short review"}\n' + '{"text": "%s"}\n' % long_text)
+    jsonl = write(tmp_path / "long.jsonl", '{"text": "a short review"}\n' + f'{{"text": "{long_text}"}}\n')
     from_tsv = embed_file(encoder, tsv, tmp_path / "tsv.npy", long_text=policy, column=0)
-    assert from_tsv.rows == 2 and (from_tsv.truncated, from_tsv.windowed) == ((1, 0) if policy == "truncate" else (0, 1))
+    assert from_tsv.rows == 2 and (from_tsv.truncated, from_tsv.windowed) == (
+        (1, 0) if policy == "truncate" else (0, 1)
+    )
     if policy == "truncate":  # windowing 70k tokens twice is slow; the readers are what differ, and truncate shows it
         embed_file(encoder, jsonl, tmp_path / "jsonl.npy", long_text=policy, column="text")
         np.testing.assert_allclose(np.load(tmp_path / "tsv.npy"), np.load(tmp_path / "jsonl.npy"), atol=1e-6)

@@ -1,7 +1,5 @@
 """Encoder outputs equal hand computations from plain transformers, for every layer and pooling choice."""
 
-
-
 import numpy as np
 import pytest
 import torch
@@ -65,7 +63,9 @@ def test_pooler_and_combined_pooling_equal_transformers(encoder, references):
     got = encoder.embed(TEXTS, pooling="pooler")
     np.testing.assert_allclose(got, np.concatenate([o.pooler_output.numpy() for o in references]), atol=1e-5, rtol=0)
     both = encoder.embed(TEXTS, pooling="cls+mean")
-    expected = np.stack([torch.cat([o.last_hidden_state[0, 0], o.last_hidden_state[0].mean(0)]).numpy() for o in references])
+    expected = np.stack(
+        [torch.cat([o.last_hidden_state[0, 0], o.last_hidden_state[0].mean(0)]).numpy() for o in references]
+    )
     np.testing.assert_allclose(both, expected, atol=1e-5, rtol=0)
     assert encoder.sentence_dim("last4:concat", "cls+mean") == 384 * 4 * 2
 
@@ -82,7 +82,9 @@ def test_seed_example_forward_shapes(encoder, references):
     assert torch.equal(out.hidden_states[-1], out.last_hidden_state)
     assert not out.last_hidden_state.requires_grad
     alone = references[0]  # "I love Korea" through plain transformers, unpadded
-    np.testing.assert_allclose(out.last_hidden_state[0, :5].numpy(), alone.last_hidden_state[0].numpy(), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(
+        out.last_hidden_state[0, :5].numpy(), alone.last_hidden_state[0].numpy(), atol=1e-5, rtol=0
+    )
     np.testing.assert_allclose(out.pooler_output.numpy(), alone.pooler_output.numpy(), atol=1e-5, rtol=0)
 
 
@@ -95,7 +97,7 @@ def test_padding_never_leaks_into_mean_or_max(encoder, references):
 
 def test_batch_size_and_order_do_not_change_results(encoder):
     rng = np.random.default_rng(0)
-    words = "the movie was a great and terrible thing to watch on a rainy day".split()
+    words = ["the", "movie", "was", "a", "great", "and", "terrible", "thing", "to", "watch", "on", "a", "rainy", "day"]
     texts = [" ".join(rng.choice(words, size=rng.integers(1, 30))) for _ in range(70)]
     one = encoder.embed(texts, layers="last4:concat", pooling="mean", batch_size=1)
     many = encoder.embed(texts, layers="last4:concat", pooling="mean", batch_size=64)
@@ -198,8 +200,9 @@ def test_windows_are_the_fast_tokenizers_overflow_windows(tiny_dirs, name, strid
     windowed: list[int] = []
     encoded = encode(encoder.tokenizer, [text], max_length=max_length, long_text="window")
     windows = split_into_windows(encoded, max_length, stride, windowed)
-    expected = tokenizer(text, truncation=True, max_length=max_length, stride=overlap,
-                         return_overflowing_tokens=True)["input_ids"]
+    expected = tokenizer(text, truncation=True, max_length=max_length, stride=overlap, return_overflowing_tokens=True)[
+        "input_ids"
+    ]
     assert windowed == [0] and [w.ids for w in windows] == expected
 
 

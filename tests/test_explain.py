@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from sklearn.linear_model import LogisticRegression
 import torch
+from sklearn.linear_model import LogisticRegression
 
 from bertkit.errors import InputError
 from bertkit.explain import page, views
@@ -29,18 +29,28 @@ from bertkit.tasks.classify import TextClassifier
 from bertkit.tasks.load import load_run
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 ROOT = Path(__file__).resolve().parents[1]
 KOREA_IDS = [101, 1045, 2293, 4420, 102, 0, 0]
 
 
-# ---- fixtures ---------------------------------------------------------------------------------------------------------
+# ---- fixtures --------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A small feature run: logistic regression (C=1) on bertkit's sample reviews."""
     data = read_labelled(sample_path("reviews.tsv"), "text", "label", header=True)
-    return TextClassifier(classifier=LogisticRegression(C=1.0, max_iter=3000)).fit(data.texts, data.labels).save(tmp_path_factory.mktemp("runs") / "reviews")
+    return (
+        TextClassifier(classifier=LogisticRegression(C=1.0, max_iter=3000))
+        .fit(data.texts, data.labels)
+        .save(tmp_path_factory.mktemp("runs") / "reviews")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +60,28 @@ def probe_dir(tmp_path_factory):
     lines = sample_path("reviews.tsv").read_text(encoding="utf-8").splitlines()
     (root / "train.tsv").write_text("\n".join(lines[:61]) + "\n", encoding="utf-8")
     (root / "dev.tsv").write_text("\n".join([lines[0]] + lines[61:]) + "\n", encoding="utf-8")
-    subprocess.run([sys.executable, "-m", "bertkit.cli", "probe", str(root / "train.tsv"), "--dev", str(root / "dev.tsv"),
-                    "--text-column", "text", "--label-column", "label", "--poolings", "cls,mean", "-o",
-                    str(root / "probe")], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bertkit.cli",
+            "probe",
+            str(root / "train.tsv"),
+            "--dev",
+            str(root / "dev.tsv"),
+            "--text-column",
+            "text",
+            "--label-column",
+            "label",
+            "--poolings",
+            "cls,mean",
+            "-o",
+            str(root / "probe"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return root / "probe"
 
 
@@ -65,8 +94,14 @@ def tagger_dir(tmp_path_factory, tiny_dirs):
 
     root = tmp_path_factory.mktemp("tagger")
     train, dev = conll_file(root / "train.txt", n=60), conll_file(root / "dev.txt", n=16, seed=1)
-    finetune(train, dev, task="token", output_dir=root / "ner", model=str(tiny_dirs["bert_cased"]),
-             args=tiny_args(epochs=3, max_length=16))
+    finetune(
+        train,
+        dev,
+        task="token",
+        output_dir=root / "ner",
+        model=str(tiny_dirs["bert_cased"]),
+        args=tiny_args(epochs=3, max_length=16),
+    )
     return root / "ner"
 
 
@@ -120,7 +155,9 @@ def test_the_explain_file_holds_every_layer_and_head_and_no_path(tmp_path, run_d
     code, _, err = run_cli(monkeypatch, capsys, "explain", "I love Korea", "--run", str(run_dir), "-o", output)
     assert code == 0, err
     html = output.read_text(encoding="utf-8")
-    data = json.loads(re.search(r'<script id="bertkit-data" type="application/json">(.*?)</script>', html, re.DOTALL)[1])
+    data = json.loads(
+        re.search(r'<script id="bertkit-data" type="application/json">(.*?)</script>', html, re.DOTALL)[1]
+    )
     model, heads = data["result"]["model"], data["info"]["heads"]
     assert len(model["vectors"]) == data["info"]["hidden_states"]  # the file switches layers with no server
     assert [len(by_head) for by_head in model["attention"].values()] == [heads] * data["info"]["layers"]
@@ -152,10 +189,18 @@ def test_explain_puts_every_panel_and_keeps_errors_in_their_panel(explainer, run
     record = json.loads((probe_dir / "probe.json").read_text())
     best = max(record["rows"], key=lambda r: r["score"])
     shown = result["probes"]["probe"]
-    assert shown["best"] == {"pooling": best["pooling"], "layers": best["choice"], "score": round(100 * best["score"], 1)}
+    assert shown["best"] == {
+        "pooling": best["pooling"],
+        "layers": best["choice"],
+        "score": round(100 * best["score"], 1),
+    }
     assert len(shown["rows"]) == len(record["rows"]) and {s["pooling"] for s in shown["series"]} == {"cls", "mean"}
-    for bad, words in [({"text": ""}, "empty"), ({"text": "x" * 100_000}, "100,000 characters"),
-                       ({"text": "a", "colour": 1}, "unknown field"), ({}, "give the sentence")]:
+    for bad, words in [
+        ({"text": ""}, "empty"),
+        ({"text": "x" * 100_000}, "100,000 characters"),
+        ({"text": "a", "colour": 1}, "unknown field"),
+        ({}, "give the sentence"),
+    ]:
         with pytest.raises(InputError, match=words):
             Settings.from_json(bad)
 
@@ -179,8 +224,9 @@ def test_tagger_prediction_is_its_predict_and_it_has_no_map(encoder, tagger_dir)
     expected = load_run(tagger_dir).predict([text])[0]
     shown = result["predictions"]["ner"]
     assert shown["kind"] == "tagger" and explainer.info()["runs"] == {"ner": "tagger"}
-    assert [(e["type"], e["start"], e["end"]) for e in shown["entities"]] == [(e.type, e.char_start, e.char_end)
-                                                                             for e in expected]
+    assert [(e["type"], e["start"], e["end"]) for e in shown["entities"]] == [
+        (e.type, e.char_start, e.char_end) for e in expected
+    ]
     assert "no feature-classifier run" in result["map"]["error"]
 
 
@@ -194,8 +240,13 @@ class Served:
             self.port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         command = [sys.executable, "-m", "bertkit.cli", "serve", "--port", str(self.port), *args]
-        self.process = subprocess.Popen(command, env=dict(os.environ, HF_HUB_OFFLINE="1", **(env or {})),
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.process = subprocess.Popen(
+            command,
+            env=dict(os.environ, HF_HUB_OFFLINE="1", **(env or {})),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.process.poll() is not None:
@@ -252,7 +303,9 @@ class Watched:
         action()
         self.page.wait_for_function(
             "n => window.bertkit.seq > n && document.body.dataset.done === String(window.bertkit.seq)",
-            arg=before, timeout=60_000)
+            arg=before,
+            timeout=60_000,
+        )
 
     def cells(self, row: str) -> list[str]:
         return self.page.locator(f"#tokens-table tr.{row} td").all_inner_texts()
@@ -304,8 +357,13 @@ def test_prediction_panel_says_what_bertkit_predict_says(live, run_dir):
     live.update(lambda: live.page.fill("#text", text))
     card = live.page.locator('.prediction[data-run="reviews"]')
     shown = (card.locator(".label").inner_text(), card.locator(".probability").inner_text())
-    cli = subprocess.run([sys.executable, "-m", "bertkit.cli", "predict", str(run_dir), text], capture_output=True,
-                         text=True, timeout=120, check=True)
+    cli = subprocess.run(
+        [sys.executable, "-m", "bertkit.cli", "predict", str(run_dir), text],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     row = next(csv.DictReader(io.StringIO(cli.stdout), delimiter="\t"))
     assert shown == (row["label"], row["probability"])
     assert live.errors == []
@@ -334,9 +392,30 @@ def test_bad_input_shows_a_message_in_every_panel(live):
 @pytest.mark.slow
 def test_explain_file_opens_offline_with_no_network(browser, run_dir, probe_dir, tagger_dir, tmp_path):
     output = tmp_path / "explain.html"
-    subprocess.run([sys.executable, "-m", "bertkit.cli", "explain", "I love Korea", "--run", str(run_dir), "--run",
-                    str(probe_dir), "--run", f"ner={tagger_dir}", "--max-length", "7", "--compare", "I hate Korea", "-o", str(output)],
-                   check=True, timeout=180, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bertkit.cli",
+            "explain",
+            "I love Korea",
+            "--run",
+            str(run_dir),
+            "--run",
+            str(probe_dir),
+            "--run",
+            f"ner={tagger_dir}",
+            "--max-length",
+            "7",
+            "--compare",
+            "I hate Korea",
+            "-o",
+            str(output),
+        ],
+        check=True,
+        timeout=180,
+        capture_output=True,
+    )
     watched = Watched(browser)
     watched.page.goto(output.as_uri())
     watched.page.wait_for_function("document.body.dataset.updated === 'offline'", timeout=60_000)
@@ -350,42 +429,66 @@ def test_explain_file_opens_offline_with_no_network(browser, run_dir, probe_dir,
     assert watched.page.locator('.probe[data-probe="probe"] table tr').count() == len(rows) + 1
     entities = load_run(tagger_dir).predict(["I love Korea"])[0]
     assert watched.page.locator('.prediction[data-run="ner"] mark').count() == len(entities)
-    assert watched.page.locator('.prediction[data-run="ner"] .tagged').inner_text().replace("\n", "").startswith(
-        "I love Korea"[: entities[0].char_start] if entities else "I love Korea")
+    assert (
+        watched.page.locator('.prediction[data-run="ner"] .tagged')
+        .inner_text()
+        .replace("\n", "")
+        .startswith("I love Korea"[: entities[0].char_start] if entities else "I love Korea")
+    )
     assert watched.requests and all(url.split(":", 1)[0] in ("file", "data", "blob") for url in watched.requests)
     assert watched.errors == []
     watched.page.close()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args, words", [(["", ], "text is empty"), (["hi", "--layers", "bogus"], "--layers/--pooling"),
-                                         (["hi", "--max-length", "2"], "--max-length: padding 2")])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (
+            [
+                "",
+            ],
+            "text is empty",
+        ),
+        (["hi", "--layers", "bogus"], "--layers/--pooling"),
+        (["hi", "--max-length", "2"], "--max-length: padding 2"),
+    ],
+)
 def test_explain_command_refuses_bad_options_with_one_line(tmp_path, args, words):
     output = tmp_path / "explain.html"
-    done = subprocess.run([sys.executable, "-m", "bertkit.cli", "explain", *args, "-o", str(output)],
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "bertkit.cli", "explain", *args, "-o", str(output)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr
     assert not output.exists()
 
 
 @pytest.mark.slow
 def test_the_page_of_a_server_with_a_key_asks_for_it_once_and_sends_it(browser, run_dir):
-    served = Served("--run", f"reviews={run_dir}", "--api-key-env", "BERTKIT_PAGE_KEY",
-                    env={"BERTKIT_PAGE_KEY": "page-key-123"})
+    served = Served(
+        "--run", f"reviews={run_dir}", "--api-key-env", "BERTKIT_PAGE_KEY", env={"BERTKIT_PAGE_KEY": "page-key-123"}
+    )
     try:
         watched = Watched(browser)
         watched.page.goto(served.url + "/")
         watched.page.locator("#key-form").wait_for(state="visible", timeout=60_000)
         watched.page.fill("#api-key", "not-the-key")
         watched.page.click("#key-submit")
-        watched.page.wait_for_function("document.getElementById('key-message').textContent.includes('refused')",
-                                       timeout=60_000)
+        watched.page.wait_for_function(
+            "document.getElementById('key-message').textContent.includes('refused')", timeout=60_000
+        )
         watched.update(lambda: (watched.page.fill("#api-key", "page-key-123"), watched.page.click("#key-submit")))
         assert watched.cells("tokens")[0] == "[CLS]" and watched.page.locator("#key-form").is_hidden()
         assert watched.page.evaluate("sessionStorage.getItem('bertkit-api-key')") == "page-key-123"
         watched.page.reload()  # the tab keeps the key: no second prompt
-        watched.page.wait_for_function("window.bertkit && window.bertkit.seq > 0 && "
-                                       "document.body.dataset.done === String(window.bertkit.seq)", timeout=60_000)
+        watched.page.wait_for_function(
+            "window.bertkit && window.bertkit.seq > 0 && document.body.dataset.done === String(window.bertkit.seq)",
+            timeout=60_000,
+        )
         assert watched.page.locator("#key-form").is_hidden()
         assert [e for e in watched.errors if "status of 401" not in e] == []
         watched.page.close()
@@ -394,8 +497,17 @@ def test_the_page_of_a_server_with_a_key_asks_for_it_once_and_sends_it(browser, 
 
 
 # ---- the README's pictures ----------------------------------------------------------------------------------------
-SCREENSHOTS = ["page.png", "tokens.png", "model.png", "sentence.png", "map.png", "prediction.png", "probe.png",
-               "tokens-korean.png", "bad-layer-spec.png"]
+SCREENSHOTS = [
+    "page.png",
+    "tokens.png",
+    "model.png",
+    "sentence.png",
+    "map.png",
+    "prediction.png",
+    "probe.png",
+    "tokens-korean.png",
+    "bad-layer-spec.png",
+]
 
 
 def test_the_readme_pictures_come_from_a_documented_command():
@@ -403,14 +515,23 @@ def test_the_readme_pictures_come_from_a_documented_command():
     assert "python benchmarks/explain_page.py --screenshots docs/explain" in readme
     shown = set(re.findall(r"docs/explain/([\w-]+\.png)", readme))
     assert shown <= set(SCREENSHOTS), shown - set(SCREENSHOTS)
-    usage = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "explain_page.py"), "--help"],
-                           capture_output=True, text=True, timeout=120, check=True).stdout
+    usage = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "explain_page.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     assert "--screenshots DIR" in usage
 
 
 @pytest.mark.slow
 def test_the_screenshot_command_writes_every_picture_into_the_folder_it_is_given(browser, tmp_path):
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "explain_page.py"), "--screenshots", str(tmp_path)],
-                   check=True, capture_output=True, timeout=900)
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "explain_page.py"), "--screenshots", str(tmp_path)],
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(SCREENSHOTS)
     assert all(p.stat().st_size > 1000 for p in tmp_path.iterdir())

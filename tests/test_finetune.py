@@ -59,8 +59,9 @@ def test_text_finetune_learns_and_loads_in_plain_transformers(tiny_dirs, tmp_pat
 
     data = sentiment_file(tmp_path / "train.tsv", n=128)
     dev = sentiment_file(tmp_path / "dev.tsv", n=32, seed=1)
-    model = finetune(data, dev, output_dir=tmp_path / "run", model=str(tiny_dirs["bert_cased"]),
-                     args=tiny_args(epochs=6, patience=6))
+    model = finetune(
+        data, dev, output_dir=tmp_path / "run", model=str(tiny_dirs["bert_cased"]), args=tiny_args(epochs=6, patience=6)
+    )
     record = json.loads((tmp_path / "run" / "bertkit.json").read_text())
     losses = [h["train_loss"] for h in record["training"]["history"]]
     assert losses[-1] < losses[0] * 0.5, losses
@@ -136,8 +137,14 @@ def test_token_finetune_predicts_entities_with_character_spans(tiny_dirs, tmp_pa
     train = conll_file(tmp_path / "train.txt", n=80, long_every=5)
     dev = conll_file(tmp_path / "dev.txt", n=24, seed=1)
     with caplog.at_level(logging.INFO, logger="bertkit"):
-        tagger = finetune(train, dev, task="token", output_dir=tmp_path / "ner", model=str(tiny_dirs["bert_cased"]),
-                          args=tiny_args(epochs=4, max_length=12))
+        tagger = finetune(
+            train,
+            dev,
+            task="token",
+            output_dir=tmp_path / "ner",
+            model=str(tiny_dirs["bert_cased"]),
+            args=tiny_args(epochs=4, max_length=12),
+        )
     assert any("split into pieces at word boundaries" in r.getMessage() for r in caplog.records)
     record = json.loads((tmp_path / "ner" / "bertkit.json").read_text())
     assert record["kind"] == "finetuned-token"
@@ -155,7 +162,7 @@ def test_token_finetune_predicts_entities_with_character_spans(tiny_dirs, tmp_pa
     text = "EU rejects the German movie in New York ."
     [entities] = tagger.predict([text])
     for entity in entities:
-        assert text[entity.char_start:entity.char_end] == entity.text and 0 < entity.score <= 1
+        assert text[entity.char_start : entity.char_end] == entity.text and 0 < entity.score <= 1
     assert ("LOC", "New York") in {(e.type, e.text) for e in entities}
     long_sentence = ["the", "movie"] * 20 + ["Korea"]
     [tags] = tagger.predict_word_tags([long_sentence])
@@ -190,20 +197,23 @@ def test_length_grouped_batches_cover_each_example_once_and_group_lengths():
     batches = length_grouped_batches(lengths, 32, np.random.default_rng(1))
     assert sorted(i for b in batches for i in b) == list(range(1000))
     padding = sum(max(lengths[i] for i in b) * len(b) for b in batches) - sum(lengths)
-    naive = sum(max(lengths[i:i + 32]) * len(lengths[i:i + 32]) for i in range(0, 1000, 32)) - sum(lengths)
+    naive = sum(max(lengths[i : i + 32]) * len(lengths[i : i + 32]) for i in range(0, 1000, 32)) - sum(lengths)
     assert padding < naive / 5
     assert batches != length_grouped_batches(lengths, 32, np.random.default_rng(2))
 
 
-@pytest.mark.parametrize("case, message", [
-    ("one_class", "one class only"),
-    ("empty_dev", "no data rows"),
-    ("tsv_as_token", "looks like sentence/label data"),
-    ("conll_as_text", "word/tag \\(CoNLL\\) file.*use --task token"),
-    ("exists", "already exists; choose another -o directory or pass --overwrite"),
-    ("bad_column_count", "line 3: 2 columns, but the file started with 4"),
-    ("not_iob", "line 2: tag 'PER' is not IOB"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("one_class", "one class only"),
+        ("empty_dev", "no data rows"),
+        ("tsv_as_token", "looks like sentence/label data"),
+        ("conll_as_text", "word/tag \\(CoNLL\\) file.*use --task token"),
+        ("exists", "already exists; choose another -o directory or pass --overwrite"),
+        ("bad_column_count", "line 3: 2 columns, but the file started with 4"),
+        ("not_iob", "line 2: tag 'PER' is not IOB"),
+    ],
+)
 def test_bad_input_is_refused_before_anything_is_written(tiny_dirs, tmp_path, case, message):
     task, train, dev = "text", sentiment_file(tmp_path / "train.tsv", n=16), None
     output = tmp_path / "run"
@@ -242,9 +252,24 @@ def first_lines(source, n, target):
 def test_cli_finetune_evaluate_predict_on_the_default_model(monkeypatch, capsys, tmp_path):
     """A small real run: 400 SST-2 sentences, 4 epochs, must clearly beat the majority baseline on 300 dev rows."""
     train, dev = shared_file("sst2", "train.tsv"), shared_file("sst2", "dev.tsv")
-    small_train, small_dev = first_lines(train, 400, tmp_path / "train.tsv"), first_lines(dev, 300, tmp_path / "dev.tsv")
-    code, out, err = run(monkeypatch, capsys, "finetune", small_train, "--dev", small_dev, "--task", "text",
-                         "--epochs", "4", "-o", tmp_path / "ft")
+    small_train, small_dev = (
+        first_lines(train, 400, tmp_path / "train.tsv"),
+        first_lines(dev, 300, tmp_path / "dev.tsv"),
+    )
+    code, out, err = run(
+        monkeypatch,
+        capsys,
+        "finetune",
+        small_train,
+        "--dev",
+        small_dev,
+        "--task",
+        "text",
+        "--epochs",
+        "4",
+        "-o",
+        tmp_path / "ft",
+    )
     assert code == 0, err
     assert "epoch 4/4" in err and "saved" in err
     record = json.loads((tmp_path / "ft" / "bertkit.json").read_text())
@@ -257,8 +282,14 @@ def test_cli_finetune_evaluate_predict_on_the_default_model(monkeypatch, capsys,
     baseline = float(out.split("majority-class baseline ")[1].split()[0])
     assert accuracy >= baseline + 0.2
 
-    code, out, err = run(monkeypatch, capsys, "predict", tmp_path / "ft", "a visually stunning rumination on love",
-                         "a dull , lifeless mess")
+    code, out, err = run(
+        monkeypatch,
+        capsys,
+        "predict",
+        tmp_path / "ft",
+        "a visually stunning rumination on love",
+        "a dull , lifeless mess",
+    )
     assert code == 0, err
     rows = [line.split("\t") for line in out.splitlines()]
     assert rows[0] == ["label", "probability", "text"] and [r[0] for r in rows[1:]] == ["1", "0"]
@@ -276,8 +307,23 @@ def test_ctrl_c_on_the_command_line_leaves_a_checkpoint_that_resumes_to_the_same
     import time
 
     data = sentiment_file(tmp_path / "train.tsv", n=1200)
-    command = [sys.executable, "-m", "bertkit.cli", "finetune", str(data), "--model", str(tiny_dirs["bert_cased"]),
-               "--epochs", "4", "--batch-size", "8", "--lr", "3e-3", "--threads", "1"]
+    command = [
+        sys.executable,
+        "-m",
+        "bertkit.cli",
+        "finetune",
+        str(data),
+        "--model",
+        str(tiny_dirs["bert_cased"]),
+        "--epochs",
+        "4",
+        "--batch-size",
+        "8",
+        "--lr",
+        "3e-3",
+        "--threads",
+        "1",
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     subprocess.run(command + ["-o", str(tmp_path / "whole")], check=True, env=env, capture_output=True)
 
@@ -311,7 +357,9 @@ def test_other_architectures_fine_tune_and_reload(tiny_dirs, tmp_path, architect
     assert plain.config.id2label == {0: "neg", 1: "pos"}
     texts = ["the movie was great", "I boycott the big film"]
     with torch.no_grad():
-        logits = plain(**AutoTokenizer.from_pretrained(tmp_path / "text")(texts, padding=True, return_tensors="pt")).logits
+        logits = plain(
+            **AutoTokenizer.from_pretrained(tmp_path / "text")(texts, padding=True, return_tensors="pt")
+        ).logits
     np.testing.assert_allclose(classifier.predict_proba(texts), torch.softmax(logits, -1).numpy(), atol=1e-5, rtol=0)
 
     tagger = finetune(conll_file(tmp_path / "train.txt", n=24), task="token", output_dir=tmp_path / "token", **options)

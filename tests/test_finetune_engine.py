@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-import torch
 import tiny_models
+import torch
 from safetensors.torch import load_file
 from test_finetune import conll_file, sentiment_file, tiny_args
 
@@ -43,8 +43,14 @@ def test_gradient_accumulation_gives_the_same_updates(no_dropout, tmp_path, task
     else:  # the loss is over labelled tokens: micro-batches of unequal token counts must still add up to the mean
         train, dev = conll_file(tmp_path / "train.txt", n=40), conll_file(tmp_path / "dev.txt", n=8, seed=1)
     for steps in (1, 3):
-        finetune(train, dev, task=task, output_dir=tmp_path / f"a{steps}", model=no_dropout,
-                 args=tiny_args(epochs=2, batch_size=8, gradient_accumulation_steps=steps))
+        finetune(
+            train,
+            dev,
+            task=task,
+            output_dir=tmp_path / f"a{steps}",
+            model=no_dropout,
+            args=tiny_args(epochs=2, batch_size=8, gradient_accumulation_steps=steps),
+        )
     assert_same_weights(tmp_path / "a1", tmp_path / "a3", atol=2e-5)
     record = json.loads((tmp_path / "a3" / "bertkit.json").read_text())
     assert record["args"]["gradient_accumulation_steps"] == 3 and record["processes"] == 1
@@ -54,14 +60,50 @@ def test_gradient_accumulation_gives_the_same_updates(no_dropout, tmp_path, task
 def test_two_processes_train_as_one_with_the_same_global_batch(no_dropout, tmp_path):
     """`torchrun --nproc_per_node 2` (gloo on CPUs): each step's batch is split between the processes."""
     train, dev = sentiment_file(tmp_path / "train.tsv", n=40), sentiment_file(tmp_path / "dev.tsv", n=8, seed=1)
-    command = ["finetune", str(train), "--dev", str(dev), "--model", no_dropout, "--epochs", "2", "--batch-size", "8",
-               "--lr", "3e-3", "--warmup-ratio", "0", "--threads", "1"]
+    command = [
+        "finetune",
+        str(train),
+        "--dev",
+        str(dev),
+        "--model",
+        no_dropout,
+        "--epochs",
+        "2",
+        "--batch-size",
+        "8",
+        "--lr",
+        "3e-3",
+        "--warmup-ratio",
+        "0",
+        "--threads",
+        "1",
+    ]
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
-    one = subprocess.run([f"{BIN}/bertkit", *command, "-o", str(tmp_path / "one")], capture_output=True, text=True,
-                         env=environment, timeout=300)
+    one = subprocess.run(
+        [f"{BIN}/bertkit", *command, "-o", str(tmp_path / "one")],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
+    )
     assert one.returncode == 0, one.stderr
-    two = subprocess.run([f"{BIN}/torchrun", "--standalone", "--nproc_per_node", "2", "-m", "bertkit", *command,
-                          "-o", str(tmp_path / "two")], capture_output=True, text=True, env=environment, timeout=300)
+    two = subprocess.run(
+        [
+            f"{BIN}/torchrun",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "bertkit",
+            *command,
+            "-o",
+            str(tmp_path / "two"),
+        ],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
+    )
     assert two.returncode == 0, two.stderr[-3000:]
     assert "split over 2 processes" in two.stderr
     assert_same_weights(tmp_path / "one", tmp_path / "two", atol=2e-5)
@@ -74,13 +116,19 @@ def test_metrics_are_logged_for_tensorboard_and_kept_with_the_run(tiny_dirs, tmp
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     train, dev = sentiment_file(tmp_path / "train.tsv", n=32), sentiment_file(tmp_path / "dev.tsv", n=8, seed=1)
-    finetune(train, dev, output_dir=tmp_path / "run", model=str(tiny_dirs["bert_cased"]),
-             args=tiny_args(epochs=2, batch_size=8, report_to=["tensorboard"]))
+    finetune(
+        train,
+        dev,
+        output_dir=tmp_path / "run",
+        model=str(tiny_dirs["bert_cased"]),
+        args=tiny_args(epochs=2, batch_size=8, report_to=["tensorboard"]),
+    )
     lines = [json.loads(line) for line in (tmp_path / "run" / "logs" / "metrics.jsonl").read_text().splitlines()]
     steps = [line for line in lines if "train/loss" in line]
     assert [line["step"] for line in steps] == list(range(1, 9))  # 32 examples / 8 = 4 steps, 2 epochs
     assert [line["epoch/dev_score"] for line in lines if "epoch/dev_score" in line] == [
-        h["dev_score"] for h in json.loads((tmp_path / "run" / "bertkit.json").read_text())["training"]["history"]]
+        h["dev_score"] for h in json.loads((tmp_path / "run" / "bertkit.json").read_text())["training"]["history"]
+    ]
     events = [p for p in (tmp_path / "run" / "logs").rglob("events.out.tfevents.*")]
     assert events, list((tmp_path / "run" / "logs").rglob("*"))
     accumulator = EventAccumulator(str(events[0].parent)).Reload()
@@ -110,7 +158,17 @@ def test_a_device_the_machine_lacks_is_one_line(tiny_dirs, tmp_path, monkeypatch
     train = sentiment_file(tmp_path / "train.tsv", n=16)
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU")
-    code, _, err = run_cli(monkeypatch, capsys, "finetune", train, "-o", tmp_path / "run", "--device", "cuda",
-                           "--model", tiny_dirs["bert_cased"])
+    code, _, err = run_cli(
+        monkeypatch,
+        capsys,
+        "finetune",
+        train,
+        "-o",
+        tmp_path / "run",
+        "--device",
+        "cuda",
+        "--model",
+        tiny_dirs["bert_cased"],
+    )
     assert code == 2 and err.strip().splitlines()[-1].startswith("error: device='cuda': this machine has no CUDA GPU")
     assert not (tmp_path / "run").exists()

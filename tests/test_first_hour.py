@@ -1,6 +1,7 @@
 """The first hour (issue 22): bertkit says what it took, and a table without --column is read as a person would."""
 
 import logging
+
 import numpy as np
 import pytest
 from conftest import run_cli
@@ -159,7 +160,8 @@ def test_serve_and_explain_read_runs_with_the_same_parser():
     from bertkit.explain import explainer
 
     assert "parse_run_specs" in inspect.getsource(serve.serve) and "parse_run_specs" in inspect.getsource(
-        explainer.Explainer.from_paths)
+        explainer.Explainer.from_paths
+    )
 
 
 def test_info_lists_the_probes_on_the_page(encoder):
@@ -188,8 +190,9 @@ def test_bench_on_a_tiny_input_says_it_is_too_small(encoder):
     from bertkit.tasks.bench import run_benchmark
 
     lines: list[str] = []
-    run_benchmark(encoder, ["a fine film", "awful"], repeats=3, include_peers=False, echo=lines.append,
-                  precisions="fp32")
+    run_benchmark(
+        encoder, ["a fine film", "awful"], repeats=3, include_peers=False, echo=lines.append, precisions="fp32"
+    )
     text = "\n".join(lines)
     assert "too short to time reliably" in text and "\r" not in text and "it/s" not in text
     fp32 = next(line for line in lines if line.startswith("bertkit fp32"))

@@ -1,5 +1,5 @@
-"""precision='int8': int8 linear layers (per-token activations, smoothed) that keep the vectors (cosine bounds vs fp32)."""
-
+"""precision='int8': int8 linear layers (per-token activations, smoothed) that keep the vectors (cosine bounds vs
+fp32)."""
 
 import numpy as np
 import pytest
@@ -9,15 +9,31 @@ from test_finetune import sentiment_file, tiny_args
 
 from bertkit import Encoder, InputError
 from bertkit.encoder import precision
-from bertkit.encoder.int8 import (ALPHA_GRID, CACHE_VERSION, CALIBRATION_FILE, Calibration, Int8Linear, _InputQuantizer,
-                                  alpha_errors, calibrate, calibration_inputs, layer_stack, packaged_texts,
-                                  quantize_model)
+from bertkit.encoder.int8 import (
+    ALPHA_GRID,
+    CACHE_VERSION,
+    CALIBRATION_FILE,
+    Calibration,
+    Int8Linear,
+    _InputQuantizer,
+    alpha_errors,
+    calibrate,
+    calibration_inputs,
+    layer_stack,
+    packaged_texts,
+    quantize_model,
+)
 from bertkit.tasks.bench import compare
 from bertkit.tasks.finetune import finetune
 from bertkit.tasks.finetuned import FineTunedClassifier
 
-TEXTS = ["I love Korea", "EU rejects German call to boycott British lamb .", "the movie was great", "",
-         "a much longer sentence with many words so that the padding differs between rows of the batch"]
+TEXTS = [
+    "I love Korea",
+    "EU rejects German call to boycott British lamb .",
+    "the movie was great",
+    "",
+    "a much longer sentence with many words so that the padding differs between rows of the batch",
+]
 
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -58,7 +74,7 @@ def test_int8_matches_fp32_on_every_architecture(tiny_dirs, int8_cache, name):
         a = fp32.embed(TEXTS, layers=layers, pooling=pooling, warn=False)
         b = int8.embed(TEXTS, layers=layers, pooling=pooling, warn=False)
         assert a.shape == b.shape and b.dtype == np.float32
-        assert 0 < np.abs(a - b).max()  # really a different computation, not the fp32 model
+        assert np.abs(a - b).max() > 0  # really a different computation, not the fp32 model
         assert cosines(a, b).min() > 0.99
     if fp32.has_pooler:
         np.testing.assert_allclose(int8.embed(TEXTS, pooling="pooler"), fp32.embed(TEXTS, pooling="pooler"), atol=0.05)
@@ -115,8 +131,9 @@ def test_quantize_writes_a_copy_whose_own_calibration_is_used(tiny_dirs, int8_ca
     texts = tmp_path / "mine.txt"
     texts.write_text("\n".join(f"sentence {i} about Seoul and Busan" for i in range(40)) + "\n", encoding="utf-8")
     out = tmp_path / "quantized"
-    code, stdout, stderr = run_cli(monkeypatch, capsys, "quantize", str(tiny_dirs["bert_cased"]), "-o", str(out),
-                                   "--calibration", str(texts))
+    code, stdout, stderr = run_cli(
+        monkeypatch, capsys, "quantize", str(tiny_dirs["bert_cased"]), "-o", str(out), "--calibration", str(texts)
+    )
     assert code == 0, stderr
     assert "calibrated on 40 texts" in stderr and "cosine to fp32" in stderr and f"--model {out}" in stdout
     assert (out / CALIBRATION_FILE).is_file() and (out / "config.json").is_file()
@@ -124,7 +141,9 @@ def test_quantize_writes_a_copy_whose_own_calibration_is_used(tiny_dirs, int8_ca
     packaged = Encoder.from_pretrained(str(tiny_dirs["bert_cased"]), precision="int8")
     assert own.fingerprint == packaged.fingerprint  # the same weights ...
     assert own.int8_calibration == Calibration.load(out / CALIBRATION_FILE).digest() != packaged.int8_calibration
-    assert own.precision_record() != packaged.precision_record()  # ... so caches and runs tell the two int8 variants apart
+    assert (
+        own.precision_record() != packaged.precision_record()
+    )  # ... so caches and runs tell the two int8 variants apart
     assert not np.array_equal(own.embed(TEXTS, warn=False), packaged.embed(TEXTS, warn=False))
     code, _, stderr = run_cli(monkeypatch, capsys, "quantize", str(tiny_dirs["bert_cased"]), "-o", str(out))
     assert code == 2 and "already exists" in stderr
@@ -143,11 +162,18 @@ def test_a_foreign_calibration_file_is_refused_by_name(tiny_dirs, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_fine_tuned_classifier_runs_int8_and_quantize_calibrates_the_run(tiny_dirs, tmp_path, int8_cache, monkeypatch,
-                                                                            capsys, caplog):
+def test_a_fine_tuned_classifier_runs_int8_and_quantize_calibrates_the_run(
+    tiny_dirs, tmp_path, int8_cache, monkeypatch, capsys, caplog
+):
     data, dev = sentiment_file(tmp_path / "train.tsv", n=96), sentiment_file(tmp_path / "dev.tsv", n=32, seed=1)
-    finetune(data, dev, task="text", output_dir=tmp_path / "run", model=str(tiny_dirs["bert_cased"]),
-             args=tiny_args(epochs=2))
+    finetune(
+        data,
+        dev,
+        task="text",
+        output_dir=tmp_path / "run",
+        model=str(tiny_dirs["bert_cased"]),
+        args=tiny_args(epochs=2),
+    )
     texts = [line.split("\t")[0] for line in dev.read_text().splitlines()]
     fp32 = FineTunedClassifier.load(tmp_path / "run")
     int8 = FineTunedClassifier.load(tmp_path / "run", precision="int8")
@@ -156,12 +182,15 @@ def test_a_fine_tuned_classifier_runs_int8_and_quantize_calibrates_the_run(tiny_
     assert 0 < np.abs(p - q).max() < 0.05 and (p.argmax(1) == q.argmax(1)).mean() >= 0.9
     assert any(isinstance(m, Int8Linear) for m in int8._runner.modules())
     assert isinstance(int8._runner.classifier, torch.nn.Linear)  # the head stays fp32
-    code, _, stderr = run_cli(monkeypatch, capsys, "quantize", str(tmp_path / "run"), "-o", str(tmp_path / "q"),
-                              "--calibration", str(dev))
+    code, _, stderr = run_cli(
+        monkeypatch, capsys, "quantize", str(tmp_path / "run"), "-o", str(tmp_path / "q"), "--calibration", str(dev)
+    )
     assert code == 0, stderr
     assert "same label as fp32 on" in stderr and (tmp_path / "q" / "bertkit.json").is_file()
     assert not (tmp_path / "q" / "checkpoint").exists()
-    code, stdout, stderr = run_cli(monkeypatch, capsys, "predict", str(tmp_path / "q"), "good movie", "--precision", "int8")
+    code, stdout, stderr = run_cli(
+        monkeypatch, capsys, "predict", str(tmp_path / "q"), "good movie", "--precision", "int8"
+    )
     assert code == 0 and ("pos" in stdout or "neg" in stdout)
 
 
@@ -178,8 +207,10 @@ def test_int8_default_model_keeps_the_vectors_on_sst2_and_conll(encoder, int8_ca
     """The issue's fidelity targets on real sentences, in and out of the calibration's domain."""
     sst2 = [line.split("\t")[0] for line in shared_file("sst2", "dev.tsv").read_text().splitlines()[:400]]
     blocks = shared_file("conll2003", "dev.txt").read_text().split("\n\n")
-    conll = [" ".join(line.split()[0] for line in block.splitlines() if line.strip() and "DOCSTART" not in line)
-             for block in blocks[:400]]
+    conll = [
+        " ".join(line.split()[0] for line in block.splitlines() if line.strip() and "DOCSTART" not in line)
+        for block in blocks[:400]
+    ]
     int8 = encoder.with_options(precision="int8")
     for texts in (sst2, [t for t in conll if t]):
         a, b = encoder.embed(texts), int8.embed(texts)

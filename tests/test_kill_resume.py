@@ -26,8 +26,14 @@ FINETUNE_KILLS = 5
 
 def start(args, cwd):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([*BERTKIT, *map(str, args)], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    return subprocess.Popen(
+        [*BERTKIT, *map(str, args)],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
 
 
 def finish(process, timeout=300):
@@ -51,7 +57,22 @@ def kill_after(process, delay, wait_for: Path | None = None, limit=120.0):
 
 def corpus(path, n=960):
     rng = random.Random(7)
-    words = ["the", "film", "was", "a", "long", "slow", "sad", "funny", "good", "bad", "plot", "actor", "scene", "story"]
+    words = [
+        "the",
+        "film",
+        "was",
+        "a",
+        "long",
+        "slow",
+        "sad",
+        "funny",
+        "good",
+        "bad",
+        "plot",
+        "actor",
+        "scene",
+        "story",
+    ]
     path.write_text("".join(" ".join(rng.choices(words, k=rng.randint(3, 30))) + "\n" for _ in range(n)))
     return path
 
@@ -110,8 +131,22 @@ def test_finetune_killed_anywhere_resumes_to_the_same_weights(model_dir, tmp_pat
     from safetensors.numpy import load_file
 
     data = sentiment_file(tmp_path / "train.tsv", n=480)
-    command = ["finetune", data, "--model", model_dir, "--epochs", "8", "--batch-size", "8", "--lr", "3e-3",
-               "--patience", "8", "--warmup-ratio", "0"]
+    command = [
+        "finetune",
+        data,
+        "--model",
+        model_dir,
+        "--epochs",
+        "8",
+        "--batch-size",
+        "8",
+        "--lr",
+        "3e-3",
+        "--patience",
+        "8",
+        "--warmup-ratio",
+        "0",
+    ]
     started_at = time.monotonic()
     finish(start([*command, "-o", tmp_path / "reference"], tmp_path))
     print(f"uninterrupted fine-tuning took {time.monotonic() - started_at:.1f} s")
@@ -121,11 +156,16 @@ def test_finetune_killed_anywhere_resumes_to_the_same_weights(model_dir, tmp_pat
     rng = random.Random(11)
     kills = 0
     for _ in range(FINETUNE_KILLS):
-        started = (run / "checkpoint").exists() or (run / ".checkpoint.old").exists() or run.with_name(".run.old").exists()
+        started = (
+            (run / "checkpoint").exists() or (run / ".checkpoint.old").exists() or run.with_name(".run.old").exists()
+        )
         if (run / "bertkit.json").exists():
             break
-        kills += kill_after(start([*command, "-o", run, *(["--resume"] if started else [])], tmp_path),
-                            rng.uniform(0.0, 1.0), wait_for=run / "checkpoint")
+        kills += kill_after(
+            start([*command, "-o", run, *(["--resume"] if started else [])], tmp_path),
+            rng.uniform(0.0, 1.0),
+            wait_for=run / "checkpoint",
+        )
     assert kills >= 3, f"only {kills} runs were killed while training"
     if not (run / "bertkit.json").exists():
         finish(start([*command, "-o", run, "--resume"], tmp_path))

@@ -60,17 +60,22 @@ def test_mean_and_max_ignore_padding():
         pool_sentences(vectors, mask, ("pooler",), None)
 
 
-@pytest.mark.parametrize("spec, parsed", [("cls+mean", ("cls", "mean")), ("MAX", ("max",)), ("mean + cls", ("mean", "cls")),
-                                          ("none", ("none",))])
+@pytest.mark.parametrize(
+    "spec, parsed",
+    [("cls+mean", ("cls", "mean")), ("MAX", ("max",)), ("mean + cls", ("mean", "cls")), ("none", ("none",))],
+)
 def test_parse_pooling(spec, parsed):
     assert parse_pooling(spec) == parsed
 
 
-@pytest.mark.parametrize("bad, message", [
-    ("avg", r"pooling='avg': unknown pooling 'avg'. Valid: cls, pooler, mean, max, none"),
-    ("none+mean", r"'none' \(token vectors\) cannot be combined"),
-    ("mean+mean", "a pooling is listed twice"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("avg", r"pooling='avg': unknown pooling 'avg'. Valid: cls, pooler, mean, max, none"),
+        ("none+mean", r"'none' \(token vectors\) cannot be combined"),
+        ("mean+mean", "a pooling is listed twice"),
+    ],
+)
 def test_bad_pooling_names_the_problem(bad, message):
     with pytest.raises(InputError, match=message):
         parse_pooling(bad)

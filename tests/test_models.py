@@ -1,8 +1,8 @@
 """Model resolution and loading: default offline, local dirs, hub names, casing, max length, refusals."""
 
+import http.server
 import json
 import shutil
-import http.server
 import threading
 import time
 

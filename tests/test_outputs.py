@@ -47,6 +47,6 @@ def test_token_vectors_npz(tmp_path):
     saved = np.load(tmp_path / "t.npz")
     assert saved["offsets"].tolist() == [0, 2, 6] and saved["ids"].tolist() == ["x", "y"]
     np.testing.assert_array_equal(saved["vectors"], np.concatenate(vectors))
-    second = saved["vectors"][saved["offsets"][1]:saved["offsets"][2]]  # how a reader gets text 1 back
+    second = saved["vectors"][saved["offsets"][1] : saved["offsets"][2]]  # how a reader gets text 1 back
     np.testing.assert_array_equal(second, vectors[1])
     assert saved["tokens"].tolist() == ["a", "b", "c", "d", "e", "f"]

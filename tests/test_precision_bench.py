@@ -78,9 +78,13 @@ def test_parse_precisions_keeps_fp32_as_the_reference():
 def test_run_benchmark_puts_int8_beside_fp32_with_its_fidelity(encoder, monkeypatch, tmp_path):
     monkeypatch.setenv("BERTKIT_CACHE", str(tmp_path))
     lines = []
-    rows = run_benchmark(encoder, TEXTS * 5, repeats=1, batch_size=8, include_peers=False, precisions="int8",
-                         echo=lines.append)
-    assert [r.name.split(" (")[0] for r in rows] == ["bertkit fp32", "bertkit int8 per-token, smoothed"]  # bf16 not asked
+    rows = run_benchmark(
+        encoder, TEXTS * 5, repeats=1, batch_size=8, include_peers=False, precisions="int8", echo=lines.append
+    )
+    assert [r.name.split(" (")[0] for r in rows] == [
+        "bertkit fp32",
+        "bertkit int8 per-token, smoothed",
+    ]  # bf16 not asked
     fp32, int8 = rows
     found = cosines(fp32.vectors, int8.vectors)
     assert 0.99 <= found.min() < 1 - 1e-7  # close to fp32, and really computed another way

@@ -15,13 +15,28 @@ from bertkit.tasks.scalar_mix import ScalarMixClassifier
 
 def test_layer_choices_cover_every_state_and_the_papers_combinations():
     names = [c.name for c in layer_choices(6)]
-    assert names == ["h0 (embeddings)", "h1", "h2", "h3", "h4", "h5 (second-to-last)", "h6 (last)", "sum of last 4",
-                     "concat of last 4", "mean of all 7", "learned mix of all 7"]
+    assert names == [
+        "h0 (embeddings)",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5 (second-to-last)",
+        "h6 (last)",
+        "sum of last 4",
+        "concat of last 4",
+        "mean of all 7",
+        "learned mix of all 7",
+    ]
     blocks = np.arange(2 * 7 * 3, dtype=np.float32).reshape(2, 7, 3)
     choices = {c.name: c for c in layer_choices(6)}
     assert np.array_equal(select(blocks, choices["h0 (embeddings)"]), blocks[:, 0])
-    assert np.array_equal(select(blocks, choices["sum of last 4"]), blocks[:, 3] + blocks[:, 4] + blocks[:, 5] + blocks[:, 6])
-    assert np.array_equal(select(blocks, choices["concat of last 4"]), np.concatenate([blocks[:, i] for i in (3, 4, 5, 6)], 1))
+    assert np.array_equal(
+        select(blocks, choices["sum of last 4"]), blocks[:, 3] + blocks[:, 4] + blocks[:, 5] + blocks[:, 6]
+    )
+    assert np.array_equal(
+        select(blocks, choices["concat of last 4"]), np.concatenate([blocks[:, i] for i in (3, 4, 5, 6)], 1)
+    )
     assert np.allclose(select(blocks, choices["mean of all 7"]), blocks.mean(1))
 
 
@@ -36,12 +51,20 @@ def test_probe_slices_equal_direct_embeddings():
     encoder = vectorizer.encoder_
     choices = {c.name: c for c in layer_choices(encoder.num_layers)}
     for pooling in ("cls", "mean", "max"):
-        assert np.allclose(select(blocks[pooling], choices["h1"]), encoder.embed(texts, layers=1, pooling=pooling), atol=1e-6)
+        assert np.allclose(
+            select(blocks[pooling], choices["h1"]), encoder.embed(texts, layers=1, pooling=pooling), atol=1e-6
+        )
     for pooling in ("cls", "mean"):  # linear poolings commute with combining layers
-        assert np.allclose(select(blocks[pooling], choices["sum of last 4"]),
-                           encoder.embed(texts, layers="last4:sum", pooling=pooling), atol=1e-5)
-        assert np.allclose(select(blocks[pooling], choices["h5 (second-to-last)"]),
-                           encoder.embed(texts, layers="second_to_last", pooling=pooling), atol=1e-6)
+        assert np.allclose(
+            select(blocks[pooling], choices["sum of last 4"]),
+            encoder.embed(texts, layers="last4:sum", pooling=pooling),
+            atol=1e-5,
+        )
+        assert np.allclose(
+            select(blocks[pooling], choices["h5 (second-to-last)"]),
+            encoder.embed(texts, layers="second_to_last", pooling=pooling),
+            atol=1e-6,
+        )
     assert np.allclose(_pooler(encoder, blocks["cls"][:, -1]), encoder.embed(texts, pooling="pooler"), atol=1e-6)
 
 
@@ -106,8 +129,10 @@ def test_learned_mix_finds_the_informative_layer():
     assert mix.layer_weights_.argmax() == 2 and mix.layer_weights_[2] > 0.5
     from sklearn.linear_model import LogisticRegression
 
-    singles = [np.mean(LogisticRegression().fit(blocks[train, k], codes[train]).predict(blocks[test, k]) == codes[test])
-               for k in range(layers)]
+    singles = [
+        np.mean(LogisticRegression().fit(blocks[train, k], codes[train]).predict(blocks[test, k]) == codes[test])
+        for k in range(layers)
+    ]
     assert np.mean(mix.predict(blocks[test]) == codes[test]) >= min(singles)
     assert np.mean(mix.predict(blocks[test]) == codes[test]) >= max(singles) - 0.02
 
@@ -116,8 +141,24 @@ def test_learned_mix_finds_the_informative_layer():
 def test_cli_probe_writes_table_and_files(tiny_dirs, tmp_path, monkeypatch, capsys):
     train = sentiment_file(tmp_path / "train.tsv", n=60)
     dev = sentiment_file(tmp_path / "dev.tsv", n=30, seed=1)
-    code, out, err = run(monkeypatch, capsys, "probe", train, "--dev", dev, "--task", "text", "--poolings", "mean,cls",
-                         "-o", tmp_path / "probe", "--model", tiny_dirs["bert_cased"], "--cache-dir", tmp_path / "cache")
+    code, out, err = run(
+        monkeypatch,
+        capsys,
+        "probe",
+        train,
+        "--dev",
+        dev,
+        "--task",
+        "text",
+        "--poolings",
+        "mean,cls",
+        "-o",
+        tmp_path / "probe",
+        "--model",
+        tiny_dirs["bert_cased"],
+        "--cache-dir",
+        tmp_path / "cache",
+    )
     assert code == 0, err
     assert out.splitlines()[0].split()[:4] == ["pooling", "layers", "dim", "accuracy"]
     files = sorted(p.name for p in (tmp_path / "probe").iterdir())
@@ -127,19 +168,50 @@ def test_cli_probe_writes_table_and_files(tiny_dirs, tmp_path, monkeypatch, caps
     assert (tmp_path / "probe" / "probe.png").read_bytes()[:4] == b"\x89PNG"
     assert "| mean | h0 (embeddings) |" in (tmp_path / "probe" / "probe.md").read_text()
 
-    code, _, err = run(monkeypatch, capsys, "probe", train, "--dev", dev, "--task", "text", "--poolings", "mean",
-                       "-o", tmp_path / "probe2", "--model", tiny_dirs["bert_cased"], "--cache-dir", tmp_path / "cache")
+    code, _, err = run(
+        monkeypatch,
+        capsys,
+        "probe",
+        train,
+        "--dev",
+        dev,
+        "--task",
+        "text",
+        "--poolings",
+        "mean",
+        "-o",
+        tmp_path / "probe2",
+        "--model",
+        tiny_dirs["bert_cased"],
+        "--cache-dir",
+        tmp_path / "cache",
+    )
     assert code == 0 and "0 embedded" in err  # the second probe reuses the cached hidden states
 
 
-@pytest.mark.parametrize("task, make, message", [
-    ("token", lambda p: sentiment_file(p / "x.tsv"), "looks like sentence/label data"),
-    ("text", lambda p: conll_file(p / "x.txt"), "use --task token"),
-])
+@pytest.mark.parametrize(
+    "task, make, message",
+    [
+        ("token", lambda p: sentiment_file(p / "x.tsv"), "looks like sentence/label data"),
+        ("text", lambda p: conll_file(p / "x.txt"), "use --task token"),
+    ],
+)
 def test_task_file_mismatch_is_explained(tiny_dirs, tmp_path, monkeypatch, capsys, task, make, message):
     path = make(tmp_path)
-    code, _, err = run(monkeypatch, capsys, "probe", path, "--dev", path, "--task", task, "-o", tmp_path / "out",
-                       "--model", tiny_dirs["bert_cased"])
+    code, _, err = run(
+        monkeypatch,
+        capsys,
+        "probe",
+        path,
+        "--dev",
+        path,
+        "--task",
+        task,
+        "-o",
+        tmp_path / "out",
+        "--model",
+        tiny_dirs["bert_cased"],
+    )
     assert code == 2 and message in err and not (tmp_path / "out").exists()
 
 

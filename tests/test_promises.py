@@ -8,9 +8,9 @@ import stat
 
 import numpy as np
 import pytest
-from sklearn.linear_model import LogisticRegression
-from safetensors.numpy import save_file
 from conftest import run_cli
+from safetensors.numpy import save_file
+from sklearn.linear_model import LogisticRegression
 from test_finetune import sentiment_file, tiny_args
 
 from bertkit.errors import InputError
@@ -29,9 +29,8 @@ def test_overwrite_refuses_a_folder_bertkit_did_not_write(tmp_path):
     (documents / "thesis.tex").write_text("years of work")
     with pytest.raises(InputError, match="not a folder bertkit wrote.*nothing in it was touched"):
         check_new_directory(documents, overwrite=True)
-    with pytest.raises(InputError, match="not a folder bertkit wrote"):
-        with staged_directory(documents) as staging:
-            (staging / "bertkit.json").write_text("{}")
+    with pytest.raises(InputError, match="not a folder bertkit wrote"), staged_directory(documents) as staging:
+        (staging / "bertkit.json").write_text("{}")
     assert (documents / "thesis.tex").read_text() == "years of work"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["Documents"]  # no staging folder left behind
 
@@ -54,8 +53,9 @@ def test_cli_train_overwrite_keeps_a_users_folder(monkeypatch, capsys, tmp_path)
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep me")
-    code, _, err = run_cli(monkeypatch, capsys, "train", str(data), "-o", str(mine), "--overwrite", "-l", "last",
-                           "--C", "1.0")
+    code, _, err = run_cli(
+        monkeypatch, capsys, "train", str(data), "-o", str(mine), "--overwrite", "-l", "last", "--C", "1.0"
+    )
     assert code == 2 and "not a folder bertkit wrote" in err and str(mine) in err
     assert (mine / "notes.txt").read_text() == "keep me" and len(err.strip().splitlines()) == 1
 
@@ -68,8 +68,14 @@ def test_finetune_overwrite_keeps_a_users_folder(tiny_dirs, tmp_path):
     mine.mkdir()
     (mine / "notes.txt").write_text("keep me")
     with pytest.raises(InputError, match="not a folder bertkit wrote"):
-        finetune(data, output_dir=mine, model=str(tiny_dirs["bert_cased"]), args=tiny_args(epochs=1),
-                 dev_share=0.25, overwrite=True)
+        finetune(
+            data,
+            output_dir=mine,
+            model=str(tiny_dirs["bert_cased"]),
+            args=tiny_args(epochs=1),
+            dev_share=0.25,
+            overwrite=True,
+        )
     assert (mine / "notes.txt").read_text() == "keep me"
 
 
@@ -90,7 +96,13 @@ def test_outputs_follow_the_umask(tmp_path, umask):
     finally:
         os.umask(previous)
     run = tmp_path / "run"
-    for path in [*written, tmp_path / "page.html", run / "bertkit.json", run / "weights.safetensors", run / "part" / "x.txt"]:
+    for path in [
+        *written,
+        tmp_path / "page.html",
+        run / "bertkit.json",
+        run / "weights.safetensors",
+        run / "part" / "x.txt",
+    ]:
         assert mode(path) == 0o666 & ~umask, (path, oct(mode(path)))
     assert mode(run) == mode(run / "part") == 0o777 & ~umask
 
@@ -198,8 +210,10 @@ def test_full_disk_keeps_the_finished_chunks_and_resumes(encoder, tmp_path, monk
         stream.embed_file(encoder, texts, output, chunk_rows=4)
     from bertkit.cli.errors import user_message
 
-    assert user_message(raised.value) == (f"{output}: no space left on the device; free some space or write somewhere "
-                                          "else; rows 1-8 are kept and the same command resumes after them.")
+    assert user_message(raised.value) == (
+        f"{output}: no space left on the device; free some space or write somewhere "
+        "else; rows 1-8 are kept and the same command resumes after them."
+    )
     assert not output.exists()
     assert json.loads(output.with_name("out.npy.progress.json").read_text())["done"] == 8
     monkeypatch.setattr(stream.os, "pwrite", real_pwrite)
@@ -237,7 +251,9 @@ def features_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("run")
     texts = ["good film", "great film", "love it", "bad film", "awful plot", "boring mess"] * 2
     labels = ["pos", "pos", "pos", "neg", "neg", "neg"] * 2
-    TextClassifier(BertVectorizer(layers="last"), LogisticRegression(C=1.0, max_iter=3000)).fit(texts, labels).save(root / "run")
+    TextClassifier(BertVectorizer(layers="last"), LogisticRegression(C=1.0, max_iter=3000)).fit(texts, labels).save(
+        root / "run"
+    )
     return root / "run"
 
 
@@ -256,8 +272,18 @@ def test_predict_refuses_a_missing_file_unless_marked_as_text(features_run, monk
 def test_train_prints_the_fold_count_it_used(monkeypatch, capsys, tmp_path):
     rows = [f"good film number {i}\tpos" for i in range(6)] + [f"bad film number {i}\tneg" for i in range(3)]
     (tmp_path / "few.tsv").write_text("\n".join(rows) + "\n")
-    code, _, err = run_cli(monkeypatch, capsys, "train", str(tmp_path / "few.tsv"), "--dev", str(tmp_path / "few.tsv"),
-                           "-o", str(tmp_path / "run"), "-l", "last")
+    code, _, err = run_cli(
+        monkeypatch,
+        capsys,
+        "train",
+        str(tmp_path / "few.tsv"),
+        "--dev",
+        str(tmp_path / "few.tsv"),
+        "-o",
+        str(tmp_path / "run"),
+        "-l",
+        "last",
+    )
     assert code == 0, err
     assert "C chosen by 3-fold cross-validation" in err  # the rarer class has 3 rows, so 5 folds cannot be used
 
@@ -271,8 +297,14 @@ def test_finetuned_tagger_from_many_threads(tiny_dirs, tmp_path):
     from bertkit.tasks.finetune import finetune
 
     data = conll_file(tmp_path / "train.txt", n=24)
-    tagger = finetune(data, output_dir=tmp_path / "run", task="token", model=str(tiny_dirs["bert_cased"]),
-                      args=tiny_args(epochs=1), dev_share=0.25)
+    tagger = finetune(
+        data,
+        output_dir=tmp_path / "run",
+        task="token",
+        model=str(tiny_dirs["bert_cased"]),
+        args=tiny_args(epochs=1),
+        dev_share=0.25,
+    )
     sentences = [("EU rejects German call to boycott British lamb " * (1 + i % 5)).split() for i in range(200)]
     expected = tagger.predict_word_tags(sentences)
     with ThreadPoolExecutor(4) as pool:  # unlocked, the Rust tokenizer raised "Already borrowed" here

@@ -23,8 +23,12 @@ from bertkit.io.readers import read_labelled, read_texts
 PROFILE = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 # Text as users paste it: any code point but surrogates, weighted towards the hard cases.
-HARD_CHARACTERS = st.sampled_from(list("\x00\x01\t\n\r\x0b\x0c\x1c\x85\u00a0\u200b\u200d\u2028\u2029\ufeff\ufffd"
-                                       "🙂👍🏽👨‍👩‍👧 שלום مرحبا 東京 한국어 e\u0301 ﷽ 𝔘"))
+HARD_CHARACTERS = st.sampled_from(
+    list(
+        "\x00\x01\t\n\r\x0b\x0c\x1c\x85\u00a0\u200b\u200d\u2028\u2029\ufeff\ufffd"
+        "🙂👍🏽👨‍👩‍👧 שלום مرحبا 東京 한국어 e\u0301 ﷽ 𝔘"
+    )
+)
 TEXT = st.text(st.one_of(st.characters(exclude_categories=("Cs",)), HARD_CHARACTERS), max_size=300)
 
 
@@ -56,20 +60,26 @@ def test_a_100k_character_text_embeds_in_windows(tiny):
     assert vectors.shape == (2, tiny.hidden_size) and np.isfinite(vectors).all()
 
 
-WORD = st.text(st.one_of(st.characters(exclude_categories=("Cs", "Zs", "Cc")), HARD_CHARACTERS), min_size=1,
-               max_size=12).filter(lambda w: w.strip())
+WORD = st.text(
+    st.one_of(st.characters(exclude_categories=("Cs", "Zs", "Cc")), HARD_CHARACTERS), min_size=1, max_size=12
+).filter(lambda w: w.strip())
 
 
 @PROFILE
-@given(sentences=st.lists(st.lists(WORD, min_size=1, max_size=12), min_size=1, max_size=4),
-       policy=st.sampled_from(["truncate", "window"]))
+@given(
+    sentences=st.lists(st.lists(WORD, min_size=1, max_size=12), min_size=1, max_size=4),
+    policy=st.sampled_from(["truncate", "window"]),
+)
 def test_one_vector_per_word_and_word_ids_in_order(tiny, sentences, policy):
     vectors = tiny.embed_words(sentences, long_text=policy)
     assert [len(v) for v in vectors] == [len(words) for words in sentences]
     batch = tiny.tokenize(sentences)
     for row, words in enumerate(sentences):
-        ids = [w for w, token in zip(batch.word_ids[row], batch.tokens[row])
-               if token not in (tiny.tokenizer.cls_token, tiny.tokenizer.sep_token, tiny.tokenizer.pad_token)]
+        ids = [
+            w
+            for w, token in zip(batch.word_ids[row], batch.tokens[row])
+            if token not in (tiny.tokenizer.cls_token, tiny.tokenizer.sep_token, tiny.tokenizer.pad_token)
+        ]
         assert None not in ids
         assert ids == sorted(ids) and all(0 <= w < len(words) for w in ids)
 
@@ -84,8 +94,11 @@ def test_vectors_do_not_depend_on_batch_size_or_order(tiny, texts, batch_size, s
 
 
 # ---- files --------------------------------------------------------------------------------------------------------
-FIELD = st.text(st.one_of(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), HARD_CHARACTERS),
-                min_size=1, max_size=40)
+FIELD = st.text(
+    st.one_of(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), HARD_CHARACTERS),
+    min_size=1,
+    max_size=40,
+)
 LABEL = st.sampled_from(["pos", "neg", "neutral", "0", "1"])
 ROWS = st.lists(st.tuples(FIELD, LABEL), min_size=1, max_size=12)
 
@@ -142,8 +155,11 @@ def test_jsonl_reads_back(tmp_path, rows, ascii_only, bom, crlf):
 
 
 @PROFILE
-@given(lines=st.lists(FIELD.filter(lambda f: "\n" not in f and "\r" not in f), min_size=1, max_size=12),
-       bom=st.booleans(), crlf=st.booleans())
+@given(
+    lines=st.lists(FIELD.filter(lambda f: "\n" not in f and "\r" not in f), min_size=1, max_size=12),
+    bom=st.booleans(),
+    crlf=st.booleans(),
+)
 def test_plain_text_reads_one_text_per_line(tmp_path, lines, bom, crlf):
     path = tmp_path / "t.txt"
     path.write_bytes(encode_file("".join(f"{line}\n" for line in lines), bom, crlf))

@@ -20,7 +20,7 @@ ray = pytest.importorskip("ray", reason="the Ray engine needs the extra: pip ins
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from bertkit.errors import InputError
+from bertkit.errors import InputError  # noqa: E402  (after the skip above)
 
 VENV_BIN = Path(sys.executable).parent
 LOAD_LOG = "BERTKIT_TEST_LOAD_LOG"
@@ -55,9 +55,20 @@ def head(tmp_path_factory):
     log.touch()
     head_log, deadline = log.with_name("head.log"), time.monotonic() + 120
     process = subprocess.Popen(
-        [str(VENV_BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
-         "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
-        stdout=head_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            str(VENV_BIN / "ray"),
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        stdout=head_log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         while "Ray runtime started" not in head_log.read_text():  # wait until the head says it runs
@@ -68,10 +79,14 @@ def head(tmp_path_factory):
 
         connect(address)  # sets token mode the way `bertkit embed --address` does; then reconnect with the hook
         ray.shutdown()
-        ray.init(address=address, log_to_driver=False, runtime_env={
-            "worker_process_setup_hook": "test_ray.record_loads",
-            "env_vars": {LOAD_LOG: str(log), "PYTHONPATH": str(Path(__file__).parent)},
-        })
+        ray.init(
+            address=address,
+            log_to_driver=False,
+            runtime_env={
+                "worker_process_setup_hook": "test_ray.record_loads",
+                "env_vars": {LOAD_LOG: str(log), "PYTHONPATH": str(Path(__file__).parent)},
+            },
+        )
         yield {"address": address, "loads": log}
     finally:
         ray.shutdown()
@@ -81,7 +96,7 @@ def head(tmp_path_factory):
 
 def sst2_texts(count: int, skip: int = 0) -> list[str]:
     lines = shared_file("sst2", "dev.tsv").read_text(encoding="utf-8").splitlines()
-    return [line.split("\t")[0] for line in lines[skip:skip + count]]
+    return [line.split("\t")[0] for line in lines[skip : skip + count]]
 
 
 def write_jsonl(path: Path, texts: list[str], prefix: str = "k") -> Path:
@@ -91,7 +106,10 @@ def write_jsonl(path: Path, texts: list[str], prefix: str = "k") -> Path:
 
 def read_output(directory: Path) -> tuple[list, np.ndarray]:
     table = pq.read_table(directory).sort_by("id")
-    assert str(table.schema.field("vector").type) == f"fixed_size_list<element: float>[{table.schema.field('vector').type.list_size}]"
+    assert (
+        str(table.schema.field("vector").type)
+        == f"fixed_size_list<element: float>[{table.schema.field('vector').type.list_size}]"
+    )
     flat = table.column("vector").combine_chunks().flatten().to_numpy()
     return table.column("id").to_pylist(), flat.reshape(table.num_rows, table.schema.field("vector").type.list_size)
 
@@ -146,7 +164,10 @@ def test_embed_dataset_adds_vectors_to_a_users_dataset(head, encoder):
     ds = ray.data.from_items([{"doc": f"d{i:02d}", "body": t} for i, t in enumerate(texts)], override_num_blocks=4)
     out = embed_dataset(ds, column="body", layers="last4:sum", pooling="cls+mean", actors=1, encoder=encoder)
     table = pa.concat_tables(ray.get(out.to_arrow_refs())).sort_by("doc")
-    assert table.column("doc").to_pylist() == [f"d{i:02d}" for i in range(40)] and table.column("body").to_pylist() == texts
+    assert (
+        table.column("doc").to_pylist() == [f"d{i:02d}" for i in range(40)]
+        and table.column("body").to_pylist() == texts
+    )
     assert pa.types.is_fixed_size_list(table.schema.field("vector").type)
     got = np.stack(table.column("vector").to_numpy(zero_copy_only=False))
     np.testing.assert_allclose(got, encoder.embed(texts, layers="last4:sum", pooling="cls+mean"), atol=1e-5, rtol=0)
@@ -156,8 +177,9 @@ def test_embed_dataset_adds_vectors_to_a_users_dataset(head, encoder):
 
 def run_cli(*args: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}  # the CLI finds the head's token itself
-    return subprocess.Popen([str(VENV_BIN / "bertkit"), "embed", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [str(VENV_BIN / "bertkit"), "embed", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
 
 
 @pytest.mark.slow
@@ -168,8 +190,23 @@ def test_cli_killed_midway_resumes_and_skips_finished_files(head, tmp_path, enco
     for name, rows in texts.items():
         write_jsonl(inputs / f"{name}.jsonl", rows, prefix=name)
     out = tmp_path / "out"
-    args = [str(inputs / "*.jsonl"), "--column", "text", "--id-column", "key", "--engine", "ray",
-            "--address", head["address"], "--actors", "1", "--chunk-rows", "64", "-o", str(out)]
+    args = [
+        str(inputs / "*.jsonl"),
+        "--column",
+        "text",
+        "--id-column",
+        "key",
+        "--engine",
+        "ray",
+        "--address",
+        head["address"],
+        "--actors",
+        "1",
+        "--chunk-rows",
+        "64",
+        "-o",
+        str(out),
+    ]
     first = run_cli(*args)
     deadline = time.monotonic() + 120
     while not (out / "p1").is_dir() and first.poll() is None and time.monotonic() < deadline:
@@ -205,8 +242,23 @@ def test_cli_killed_at_seeded_random_points_resumes_to_the_same_vectors(head, tm
     for name, rows in texts.items():
         write_jsonl(inputs / f"{name}.jsonl", rows, prefix=name)
     out = tmp_path / "out"
-    args = [str(inputs / "*.jsonl"), "--column", "text", "--id-column", "key", "--engine", "ray",
-            "--address", head["address"], "--actors", "1", "--chunk-rows", "32", "-o", str(out)]
+    args = [
+        str(inputs / "*.jsonl"),
+        "--column",
+        "text",
+        "--id-column",
+        "key",
+        "--engine",
+        "ray",
+        "--address",
+        head["address"],
+        "--actors",
+        "1",
+        "--chunk-rows",
+        "32",
+        "-o",
+        str(out),
+    ]
     rng = random.Random(3)
     killed = 0
     for _ in range(RAY_KILLS):
@@ -235,8 +287,22 @@ def test_cli_killed_at_seeded_random_points_resumes_to_the_same_vectors(head, tm
 def test_a_bad_column_is_one_clear_error_before_any_work(tmp_path):
     write_jsonl(tmp_path / "a.jsonl", ["one", "two"])
     started = time.monotonic()
-    result = subprocess.run([str(VENV_BIN / "bertkit"), "embed", str(tmp_path / "*.jsonl"), "--column", "body",
-                             "--engine", "ray", "-o", str(tmp_path / "out")], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [
+            str(VENV_BIN / "bertkit"),
+            "embed",
+            str(tmp_path / "*.jsonl"),
+            "--column",
+            "body",
+            "--engine",
+            "ray",
+            "-o",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 2
     assert "error:" in result.stderr and "no field 'body'" in result.stderr and "['key', 'text']" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
@@ -273,7 +339,9 @@ def test_plan_keeps_a_cpu_for_reading_and_writing_and_threads_follow_the_share()
 
 @pytest.mark.slow
 def test_bertkit_imports_without_ray_and_the_ray_module_says_how_to_get_it():
-    code = ("import sys; sys.modules['ray'] = None; import bertkit\n"
-            "try:\n    import bertkit.ray\nexcept bertkit.InputError as e:\n    print(e)")
+    code = (
+        "import sys; sys.modules['ray'] = None; import bertkit\n"
+        "try:\n    import bertkit.ray\nexcept bertkit.InputError as e:\n    print(e)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "pip install 'bertkit[ray]'" in result.stdout

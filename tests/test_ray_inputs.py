@@ -15,12 +15,24 @@ pytest.importorskip("ray", reason="the Ray engine needs the extra: pip install '
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from test_ray import head  # noqa: F401  (the 2-CPU Ray head on 127.0.0.1, one per module)
+from test_ray import head  # noqa: E402, F401  (the 2-CPU Ray head on 127.0.0.1, one per module)
 
-TEXT_FILE = ("first line\x0cwith a form feed\r\n" "second\u2028still the second line\n" "\n" "   \n"
-             "a carriage\rreturn inside\n" "the last line has no newline")
-TEXT_ROWS = ["first line\x0cwith a form feed", "second\u2028still the second line", "", "   ",
-             "a carriage\rreturn inside", "the last line has no newline"]
+TEXT_FILE = (
+    "first line\x0cwith a form feed\r\n"
+    "second\u2028still the second line\n"
+    "\n"
+    "   \n"
+    "a carriage\rreturn inside\n"
+    "the last line has no newline"
+)
+TEXT_ROWS = [
+    "first line\x0cwith a form feed",
+    "second\u2028still the second line",
+    "",
+    "   ",
+    "a carriage\rreturn inside",
+    "the last line has no newline",
+]
 TSV_FILE = "id\ttext\r\nr1\tform\x0cfeed\r\n\r\nr2\tline\u2028separator\r\nr3\t123\n"
 TSV_ROWS = {"r1": "form\x0cfeed", "r2": "line\u2028separator", "r3": "123"}
 CSV_FILE = 'key,text\n1,"quoted, with a comma"\n2,"two\nlines"\n3,NA\n\n4,1.5\r\n'
@@ -37,8 +49,12 @@ def write_inputs(root: Path) -> dict[str, dict[str, str]]:
     records = [json.dumps({"key": int(k), "text": t}, ensure_ascii=False) for k, t in JSONL_ROWS.items()]
     (root / "records.jsonl").write_text(records[0] + "\n\n" + "\n".join(records[1:]) + "\n", encoding="utf-8")
     (root / "shards").mkdir()
-    expected = {"lines": {str(i): t for i, t in enumerate(TEXT_ROWS)}, "table": TSV_ROWS, "sheet": CSV_ROWS,
-                "records": JSONL_ROWS}
+    expected = {
+        "lines": {str(i): t for i, t in enumerate(TEXT_ROWS)},
+        "table": TSV_ROWS,
+        "sheet": CSV_ROWS,
+        "records": JSONL_ROWS,
+    }
     for shard in range(SHARDS):
         texts = [f"shard {shard} row {i}: a short review number {i * 7 % 31}" for i in range(SHARD_ROWS)]
         docs = [shard * 1000 + i for i in range(SHARD_ROWS)]
@@ -75,8 +91,9 @@ def test_ray_reads_every_input_as_the_local_engine_does(case, tmp_path, monkeypa
     given, options, stems = CASES[case]
     monkeypatch.chdir(inputs)
     source = str(inputs) + given if given.startswith("/") else given
-    code, _, err = run_cli(monkeypatch, capsys, "embed", source, *options, "--engine", "ray", "-q",
-                           "-o", tmp_path / "ray")
+    code, _, err = run_cli(
+        monkeypatch, capsys, "embed", source, *options, "--engine", "ray", "-q", "-o", tmp_path / "ray"
+    )
     assert code == 0, err
     for stem in stems:
         if "--id-column" not in options:  # ids are row numbers
@@ -89,13 +106,22 @@ def test_ray_reads_every_input_as_the_local_engine_does(case, tmp_path, monkeypa
         local_input = next(p for p in inputs.rglob(f"{stem}.*"))
         if local_input.suffix == ".parquet":
             continue  # the local engine reads text, TSV, CSV and JSONL
-        code, _, err = run_cli(monkeypatch, capsys, "embed", local_input.relative_to(inputs), *options, "-q",
-                               "-o", tmp_path / f"{stem}.parquet")
+        code, _, err = run_cli(
+            monkeypatch,
+            capsys,
+            "embed",
+            local_input.relative_to(inputs),
+            *options,
+            "-q",
+            "-o",
+            tmp_path / f"{stem}.parquet",
+        )
         assert code == 0, err
         local = read_vectors(tmp_path / f"{stem}.parquet")
         assert list(local) == ids, f"{stem}: the local engine read other rows"
-        np.testing.assert_allclose(np.stack([on_ray[i] for i in ids]), np.stack(list(local.values())), atol=1e-5,
-                                   rtol=0)
+        np.testing.assert_allclose(
+            np.stack([on_ray[i] for i in ids]), np.stack(list(local.values())), atol=1e-5, rtol=0
+        )
 
 
 @pytest.mark.slow
@@ -112,14 +138,16 @@ def test_a_folder_of_every_format_gives_one_output_per_file(tmp_path, encoder):
         texts = list(expected[stem].values())
         got = read_vectors(tmp_path / "out" / stem)
         assert sorted(got, key=int) == [str(i) for i in range(len(texts))]
-        np.testing.assert_allclose(np.stack([got[str(i)] for i in range(len(texts))]), encoder.embed(texts),
-                                   atol=1e-5, rtol=0)
+        np.testing.assert_allclose(
+            np.stack([got[str(i)] for i in range(len(texts))]), encoder.embed(texts), atol=1e-5, rtol=0
+        )
 
 
 def test_a_file_name_for_the_ray_output_is_refused_in_one_line(monkeypatch, capsys, tmp_path):
     (tmp_path / "in.txt").write_text("one\ntwo\n")
     for name in ("out.npy", "out.parquet"):
-        code, _, err = run_cli(monkeypatch, capsys, "embed", tmp_path / "in.txt", "--engine", "ray",
-                               "-o", tmp_path / name)
+        code, _, err = run_cli(
+            monkeypatch, capsys, "embed", tmp_path / "in.txt", "--engine", "ray", "-o", tmp_path / name
+        )
         assert code == 2 and err.count("\n") == 1 and err.startswith("error: ")
         assert "writes a folder" in err and not (tmp_path / name).exists()

@@ -29,8 +29,16 @@ TEXTS = [
     "the movie was great " * 12,
     "Hello",
 ]
-OPTIONS = [("last", "mean"), ("last4:sum", "mean"), ("all:concat", "cls+max"), ("-2", "cls"), ("last", "pooler"),
-           ("0,3", "max"), ("last", "none"), ("last4:mean", "none")]
+OPTIONS = [
+    ("last", "mean"),
+    ("last4:sum", "mean"),
+    ("all:concat", "cls+max"),
+    ("-2", "cls"),
+    ("last", "pooler"),
+    ("0,3", "max"),
+    ("last", "none"),
+    ("last4:mean", "none"),
+]
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +84,9 @@ class Server:
     def post(self, path: str, body, **kwargs) -> httpx.Response:
         content = body if isinstance(body, (bytes, str)) else json.dumps(body)
         headers = {"Content-Type": "application/json", **self.headers, **kwargs.pop("headers", {})}
-        return httpx.post(self.url + path, content=content, headers=headers, timeout=kwargs.pop("timeout", 60), **kwargs)
+        return httpx.post(
+            self.url + path, content=content, headers=headers, timeout=kwargs.pop("timeout", 60), **kwargs
+        )
 
     def metric(self, name: str) -> float:
         text = httpx.get(self.url + "/metrics", headers=self.headers).text
@@ -101,17 +111,34 @@ def run_dirs(tmp_path_factory, tiny_dirs):
 
     root = tmp_path_factory.mktemp("runs")
     rows = [line.split("\t") for line in sample_path("reviews.tsv").read_text(encoding="utf-8").splitlines()[1:]]
-    TextClassifier(classifier=LogisticRegression(C=1.0, max_iter=3000)).fit([r[0] for r in rows], [r[1] for r in rows]).save(root / "sentiment")
+    TextClassifier(classifier=LogisticRegression(C=1.0, max_iter=3000)).fit(
+        [r[0] for r in rows], [r[1] for r in rows]
+    ).save(root / "sentiment")
     train, dev = conll_file(root / "train.txt", n=60), conll_file(root / "dev.txt", n=16, seed=1)
-    finetune(train, dev, task="token", output_dir=root / "ner", model=str(tiny_dirs["bert_cased"]),
-             args=tiny_args(epochs=3, max_length=16))
+    finetune(
+        train,
+        dev,
+        task="token",
+        output_dir=root / "ner",
+        model=str(tiny_dirs["bert_cased"]),
+        args=tiny_args(epochs=3, max_length=16),
+    )
     return {"sentiment": root / "sentiment", "ner": root / "ner"}
 
 
 @pytest.fixture(scope="session")
 def server(run_dirs):
-    server = Server("--run", f"sentiment={run_dirs['sentiment']}", "--run", f"ner={run_dirs['ner']}",
-                    "--max-inputs", "16", "--max-body-bytes", "100000", key=KEY)
+    server = Server(
+        "--run",
+        f"sentiment={run_dirs['sentiment']}",
+        "--run",
+        f"ner={run_dirs['ner']}",
+        "--max-inputs",
+        "16",
+        "--max-body-bytes",
+        "100000",
+        key=KEY,
+    )
     yield server
     assert server.stop() == 0
 
@@ -131,7 +158,7 @@ def expected(encoder, texts, layers, pooling):
 
 
 def test_concurrent_mixed_requests_are_batched_and_equal_the_library(server, encoder):
-    jobs = [(i, TEXTS[i % len(TEXTS):] + TEXTS[: i % 3], *OPTIONS[i % len(OPTIONS)]) for i in range(32)]
+    jobs = [(i, TEXTS[i % len(TEXTS) :] + TEXTS[: i % 3], *OPTIONS[i % len(OPTIONS)]) for i in range(32)]
     batches_before = server.metric("bertkit_batch_size_count")
 
     def send(job):
@@ -167,20 +194,35 @@ def test_openai_client_float_and_base64_give_unit_length_library_vectors(server,
     for encoding in ("float", "base64", None):  # None: the client asks for base64 and decodes it itself
         options = {"encoding_format": encoding} if encoding else {}
         result = client.embeddings.create(model="default", input=texts, **options)
-        got = np.array([np.frombuffer(base64.b64decode(d.embedding), "<f4") if encoding == "base64" else d.embedding
-                        for d in result.data], dtype=np.float32)
+        got = np.array(
+            [
+                np.frombuffer(base64.b64decode(d.embedding), "<f4") if encoding == "base64" else d.embedding
+                for d in result.data
+            ],
+            dtype=np.float32,
+        )
         np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
         np.testing.assert_allclose(got, want, atol=1e-5)
-        assert result.usage.prompt_tokens == result.usage.total_tokens == int(encoder.tokenize(texts).attention_mask.sum())
+        assert (
+            result.usage.prompt_tokens == result.usage.total_tokens == int(encoder.tokenize(texts).attention_mask.sum())
+        )
 
 
-@pytest.mark.parametrize("key, call, error_class, code, words", [
-    (KEY, {"model": "text-embedding-3-small", "input": "x"}, "NotFoundError", "model_not_found", "not served here"),
-    (KEY, {"model": "default", "input": [[1, 2]]}, "UnprocessableEntityError", "invalid_input", "token ids"),
-    (KEY, {"model": "default", "input": "x", "dimensions": 7}, "UnprocessableEntityError", "invalid_input",
-     "dimensions=7"),
-    ("wrong-key", {"model": "default", "input": "x"}, "AuthenticationError", "unauthorized", "wrong API key"),
-])
+@pytest.mark.parametrize(
+    "key, call, error_class, code, words",
+    [
+        (KEY, {"model": "text-embedding-3-small", "input": "x"}, "NotFoundError", "model_not_found", "not served here"),
+        (KEY, {"model": "default", "input": [[1, 2]]}, "UnprocessableEntityError", "invalid_input", "token ids"),
+        (
+            KEY,
+            {"model": "default", "input": "x", "dimensions": 7},
+            "UnprocessableEntityError",
+            "invalid_input",
+            "dimensions=7",
+        ),
+        ("wrong-key", {"model": "default", "input": "x"}, "AuthenticationError", "unauthorized", "wrong API key"),
+    ],
+)
 def test_openai_client_errors_carry_the_message(server, key, call, error_class, code, words):
     import openai
 
@@ -218,8 +260,9 @@ def test_long_input_is_truncated_and_says_so_or_refused_by_index(server, encoder
     long = "the movie was great and " * 200
     response = server.post("/embed", {"inputs": ["short", long]})
     assert response.headers["X-Bertkit-Truncated"] == "1" and response.headers["X-Bertkit-Truncated-Inputs"] == "1"
-    np.testing.assert_allclose(np.asarray(response.json(), dtype=np.float32), encoder.embed(["short", long], warn=False),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(response.json(), dtype=np.float32), encoder.embed(["short", long], warn=False), atol=1e-5
+    )
     refused = server.post("/embed", {"inputs": ["short", long], "truncate": False})
     assert refused.status_code == 413
     length = len(encoder.tokenize(long, truncation=False).tokens[0])
@@ -241,10 +284,11 @@ def test_predict_serves_a_feature_classifier_and_a_tagger_like_their_own_predict
     tagger = load_run(run_dirs["ner"])
     [entities] = tagger.predict([text])
     [served] = server.post("/predict/ner", {"inputs": text}).json()
-    assert [(e["type"], e["text"], e["start"], e["end"]) for e in served["entities"]] == \
-        [(e.type, e.text, e.char_start, e.char_end) for e in entities]
+    assert [(e["type"], e["text"], e["start"], e["end"]) for e in served["entities"]] == [
+        (e.type, e.text, e.char_start, e.char_end) for e in entities
+    ]
     for e in served["entities"]:
-        assert text[e["start"]:e["end"]] == e["text"] and 0 < e["score"] <= 1
+        assert text[e["start"] : e["end"]] == e["text"] and 0 < e["score"] <= 1
     info = httpx.get(server.url + "/info", headers=server.headers).json()
     assert {r["name"]: r["kind"] for r in info["runs"]} == {"sentiment": "features", "ner": "finetuned-token"}
     assert info["hidden_size"] == 384 and info["max_length"] == encoder.max_length and "path" not in info
@@ -252,8 +296,14 @@ def test_predict_serves_a_feature_classifier_and_a_tagger_like_their_own_predict
 
 def test_every_endpoint_but_health_needs_the_key(server):
     assert httpx.get(server.url + "/health").status_code == 200
-    for method, path in [("GET", "/info"), ("GET", "/metrics"), ("POST", "/embed"), ("POST", "/v1/embeddings"),
-                         ("POST", "/tokenize"), ("POST", "/predict/sentiment")]:
+    for method, path in [
+        ("GET", "/info"),
+        ("GET", "/metrics"),
+        ("POST", "/embed"),
+        ("POST", "/v1/embeddings"),
+        ("POST", "/tokenize"),
+        ("POST", "/predict/sentiment"),
+    ]:
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
             response = httpx.request(method, server.url + path, headers=headers, content=b'{"inputs": "x"}')
             assert response.status_code == 401, (path, headers)
@@ -261,23 +311,26 @@ def test_every_endpoint_but_health_needs_the_key(server):
             assert response.headers["WWW-Authenticate"] == "Bearer"
 
 
-@pytest.mark.parametrize("path, body, status, error_type, words", [
-    ("/embed", b'{"inputs": ["a"', 400, "invalid_json", "not valid JSON"),
-    ("/embed", {"inputs": 5}, 422, "validation_error", "inputs: must be a string or a list of strings, not int"),
-    ("/embed", {"inputs": ["a", 3]}, 422, "validation_error", "inputs.1"),
-    ("/embed", {"inputs": ["a"], "truncate": "yes"}, 422, "validation_error", "truncate"),
-    ("/embed", {"input": ["a"]}, 422, "validation_error", "input: unknown field"),
-    ("/embed", {"inputs": []}, 422, "invalid_input", "empty list"),
-    ("/embed", {"inputs": ["a"] * 17}, 413, "too_many_inputs", "at most 16"),
-    ("/embed", {"inputs": ["word " * 30000]}, 413, "payload_too_large", "larger than 100000 bytes"),
-    ("/predict/nope", {"inputs": ["a"]}, 404, "unknown_run", "served runs: ner, sentiment"),
-    ("/embed", {"inputs": ["a"], "layers": "last99:sum"}, 422, "invalid_input", "layer -8 does not exist"),
-    ("/embed", {"inputs": ["a"], "layers": "lastx"}, 422, "invalid_input", "not a valid layer spec"),
-    ("/embed", {"inputs": ["a"], "pooling": "avg"}, 422, "invalid_input", "unknown pooling 'avg'"),
-    ("/embed", {"inputs": ["a"], "layers": "-2", "pooling": "pooler"}, 422, "invalid_input", "pooler"),
-    ("/v1/embeddings", {"input": [[1, 2]], "model": "default"}, 422, "invalid_input", "token ids"),
-    ("/nowhere", {"inputs": ["a"]}, 404, "not_found", "no endpoint /nowhere"),
-])
+@pytest.mark.parametrize(
+    "path, body, status, error_type, words",
+    [
+        ("/embed", b'{"inputs": ["a"', 400, "invalid_json", "not valid JSON"),
+        ("/embed", {"inputs": 5}, 422, "validation_error", "inputs: must be a string or a list of strings, not int"),
+        ("/embed", {"inputs": ["a", 3]}, 422, "validation_error", "inputs.1"),
+        ("/embed", {"inputs": ["a"], "truncate": "yes"}, 422, "validation_error", "truncate"),
+        ("/embed", {"input": ["a"]}, 422, "validation_error", "input: unknown field"),
+        ("/embed", {"inputs": []}, 422, "invalid_input", "empty list"),
+        ("/embed", {"inputs": ["a"] * 17}, 413, "too_many_inputs", "at most 16"),
+        ("/embed", {"inputs": ["word " * 30000]}, 413, "payload_too_large", "larger than 100000 bytes"),
+        ("/predict/nope", {"inputs": ["a"]}, 404, "unknown_run", "served runs: ner, sentiment"),
+        ("/embed", {"inputs": ["a"], "layers": "last99:sum"}, 422, "invalid_input", "layer -8 does not exist"),
+        ("/embed", {"inputs": ["a"], "layers": "lastx"}, 422, "invalid_input", "not a valid layer spec"),
+        ("/embed", {"inputs": ["a"], "pooling": "avg"}, 422, "invalid_input", "unknown pooling 'avg'"),
+        ("/embed", {"inputs": ["a"], "layers": "-2", "pooling": "pooler"}, 422, "invalid_input", "pooler"),
+        ("/v1/embeddings", {"input": [[1, 2]], "model": "default"}, 422, "invalid_input", "token ids"),
+        ("/nowhere", {"inputs": ["a"]}, 404, "not_found", "no endpoint /nowhere"),
+    ],
+)
 def test_bad_requests_get_one_clear_json_error(server, path, body, status, error_type, words):
     response = server.post(path, body)
     assert response.status_code == status, response.text
@@ -325,7 +378,9 @@ def test_sigterm_finishes_requests_in_flight_and_exits_0(encoder):
         server.process.send_signal(signal.SIGTERM)
         responses = [f.result() for f in futures]
     assert [r.status_code for r in responses] == [200] * 8
-    np.testing.assert_allclose(np.asarray(responses[-1].json(), dtype=np.float32)[:1], encoder.embed(texts[:1]), atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(responses[-1].json(), dtype=np.float32)[:1], encoder.embed(texts[:1]), atol=1e-5
+    )
     # an impatient operator repeats the signal while the process tears down: still a clean exit
     deadline = time.time() + 60
     while server.process.poll() is None and time.time() < deadline:

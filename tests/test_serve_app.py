@@ -23,10 +23,15 @@ def test_a_request_larger_than_the_batch_budget_runs_in_several_batches_and_equa
     with TestClient(app) as client:
         response = client.post("/embed", json={"inputs": texts, "layers": "last4:concat", "pooling": "cls+mean"})
         assert response.status_code == 200
-        np.testing.assert_allclose(np.asarray(response.json(), dtype=np.float32),
-                                   encoder.embed(texts, layers="last4:concat", pooling="cls+mean"), atol=1e-5)
+        np.testing.assert_allclose(
+            np.asarray(response.json(), dtype=np.float32),
+            encoder.embed(texts, layers="last4:concat", pooling="cls+mean"),
+            atol=1e-5,
+        )
         metrics = client.get("/metrics").text
-    batches = next(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("bertkit_batch_size_count"))
+    batches = next(
+        float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("bertkit_batch_size_count")
+    )
     assert batches >= 10  # 40 inputs of 5-30 tokens under a 64-token padded budget
 
 
@@ -48,6 +53,8 @@ def test_a_crashed_batch_fails_its_request_with_json_and_the_server_keeps_servin
         assert failed.json()["error_type"] == "internal_error" and "/secret" not in failed.text
         fine = client.post("/embed", json={"inputs": ["I love Korea"]})
         assert fine.status_code == 200
-        np.testing.assert_allclose(np.asarray(fine.json(), dtype=np.float32), encoder.embed(["I love Korea"]), atol=1e-5)
+        np.testing.assert_allclose(
+            np.asarray(fine.json(), dtype=np.float32), encoder.embed(["I love Korea"]), atol=1e-5
+        )
         assert client.get("/health").json() == {"status": "ok"}
         assert "bertkit_failed_batches_total 1.0" in client.get("/metrics").text

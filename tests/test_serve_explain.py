@@ -73,11 +73,14 @@ def test_explain_answers_429_with_retry_after_when_the_queue_is_full(encoder):
         service = app.state.service
         run.gate.clear()
         answers: list[int] = []
-        busy = threading.Thread(target=lambda: answers.append(client.post("/predict/clf", json={"inputs": "x"}).status_code))
+        busy = threading.Thread(
+            target=lambda: answers.append(client.post("/predict/clf", json={"inputs": "x"}).status_code)
+        )
         busy.start()
         assert run.entered.wait(30)  # the model thread is held inside the first predict
-        queued = threading.Thread(target=lambda: answers.append(
-            client.post("/predict/clf", json={"inputs": ["y" * 400]}).status_code))
+        queued = threading.Thread(
+            target=lambda: answers.append(client.post("/predict/clf", json={"inputs": ["y" * 400]}).status_code)
+        )
         queued.start()
         deadline = time.time() + 30
         while service.batcher.queue_depth()[0] < 1 and time.time() < deadline:
@@ -108,8 +111,9 @@ def test_explain_sends_one_layer_and_the_mean_attention_unless_asked_and_caps_wh
             heads = views.attention_weights(encoder, batch)[-1][0]
         assert np.allclose(model["attention"][last]["mean"], heads.mean(dim=0).numpy(), atol=1e-4)
 
-        asked = client.post("/explain", json={"text": "I love Korea", "layer": [0, 2], "attention_layer": "all",
-                                              "head": 3}).json()["model"]
+        asked = client.post(
+            "/explain", json={"text": "I love Korea", "layer": [0, 2], "attention_layer": "all", "head": 3}
+        ).json()["model"]
         assert list(asked["vectors"]) == ["0", "2"]
         assert list(asked["attention"]) == [str(i) for i in range(1, encoder.num_layers + 1)]
         assert all(list(by_head) == ["3"] for by_head in asked["attention"].values())

@@ -29,8 +29,20 @@ def test_the_service_keeps_its_promises_under_misbehaving_clients(tmp_path):
     report_path = tmp_path / "faults.json"
     # RSS climbs in the first ~20 s as pass shapes are first seen (README: Serve over HTTP); the promise is about
     # what comes after
-    command = [sys.executable, str(SCRIPT), "--seconds", "25", "--warmup", "20", "--clients", "64", "--texts", "512",
-               "--json", str(report_path)]
+    command = [
+        sys.executable,
+        str(SCRIPT),
+        "--seconds",
+        "25",
+        "--warmup",
+        "20",
+        "--clients",
+        "64",
+        "--texts",
+        "512",
+        "--json",
+        str(report_path),
+    ]
     result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=400)
     assert report_path.is_file(), result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads(report_path.read_text())
@@ -45,8 +57,9 @@ def test_the_service_keeps_its_promises_under_misbehaving_clients(tmp_path):
 
 
 def test_the_script_documents_itself():
-    usage = subprocess.run([sys.executable, str(SCRIPT), "--help"], check=False, capture_output=True, text=True,
-                           timeout=60)
+    usage = subprocess.run(
+        [sys.executable, str(SCRIPT), "--help"], check=False, capture_output=True, text=True, timeout=60
+    )
     assert usage.returncode == 0 and "--seconds" in usage.stdout and "slowloris" in usage.stdout
 
 
@@ -65,11 +78,19 @@ def test_a_client_that_leaves_mid_body_is_not_a_server_error(encoder):
     async def send(message: dict) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": "/embed", "raw_path": b"/embed", "query_string": b"",
-             "root_path": "", "scheme": "http", "http_version": "1.1", "server": ("127.0.0.1", 8080),
-             "client": ("127.0.0.1", 50000),
-             "headers": [(b"host", b"127.0.0.1:8080"), (b"content-type", b"application/json"),
-                         (b"content-length", b"100")]}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/embed",
+        "raw_path": b"/embed",
+        "query_string": b"",
+        "root_path": "",
+        "scheme": "http",
+        "http_version": "1.1",
+        "server": ("127.0.0.1", 8080),
+        "client": ("127.0.0.1", 50000),
+        "headers": [(b"host", b"127.0.0.1:8080"), (b"content-type", b"application/json"), (b"content-length", b"100")],
+    }
     asyncio.run(app(scope, receive, send))  # before: ClientDisconnect propagated out of the app
     assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 499
     assert json.loads(sent[1]["body"])["error_type"] == "client_closed_request"

@@ -39,7 +39,7 @@ pytestmark = pytest.mark.slow
 
 EXAMPLES = int(os.environ.get("BERTKIT_FUZZ_EXAMPLES", "20"))
 MAX_INPUTS, MAX_BODY = 16, 100_000
-LEAKS = ("Traceback", "site-packages", "/tmp/", "File \"")
+LEAKS = ("Traceback", "site-packages", "/tmp/", 'File "')
 # Schema-valid requests that the service may still refuse: what a JSON schema cannot say. A 422 of this kind
 # names the option at fault; anything else refused (a validation_error, an empty list...) is a schema that
 # promises more than the server takes.
@@ -66,8 +66,9 @@ def api(server):
     schema.config.generation.update(max_examples=EXAMPLES, database="none")
     schema.config.update(request_timeout=120)
     # an oversized list of texts (maxItems) is refused with 413, as --max-inputs says
-    schema.config.checks.negative_data_rejection = CheckConfig(expected_statuses=["400", "404", "405", "413", "415",
-                                                                              "422"])
+    schema.config.checks.negative_data_rejection = CheckConfig(
+        expected_statuses=["400", "404", "405", "413", "415", "422"]
+    )
     return schema
 
 
@@ -104,23 +105,41 @@ def schema_valid_is_served(ctx, response, case) -> None:
     body = json.loads(response.content)
     error = body.get("error")
     kind, message = (error["code"], error["message"]) if isinstance(error, dict) else (body.get("error_type"), error)
-    allowed = ((response.status_code == 413 and kind in ("input_too_long", "payload_too_large"))
-               or (response.status_code == 404 and kind == "unknown_run")
-               or (response.status_code == 422 and kind == "invalid_input" and case.path != "/explain"
-                   and any(word in message for word in SEMANTIC_422_WORDS)))
+    allowed = (
+        (response.status_code == 413 and kind in ("input_too_long", "payload_too_large"))
+        or (response.status_code == 404 and kind == "unknown_run")
+        or (
+            response.status_code == 422
+            and kind == "invalid_input"
+            and case.path != "/explain"
+            and any(word in message for word in SEMANTIC_422_WORDS)
+        )
+    )
     assert allowed, f"schema-valid request refused: {response.status_code} {kind}: {message}"
 
 
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
-          response_schema_conformance, negative_data_rejection, json_error_shape, schema_valid_is_served]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    negative_data_rejection,
+    json_error_shape,
+    schema_valid_is_served,
+]
 
 
 @schema.parametrize()
 def test_every_operation_answers_as_its_schema_says(case):
     response = case.call(timeout=120)
     meta = case.meta
-    TALLY[case.operation.label, meta.phase.name.value if meta else "-", meta.generation.mode.value if meta else "-",
-          response.status_code] += 1
+    TALLY[
+        case.operation.label,
+        meta.phase.name.value if meta else "-",
+        meta.generation.mode.value if meta else "-",
+        response.status_code,
+    ] += 1
     case.validate_response(response, checks=CHECKS)
 
 
@@ -156,13 +175,16 @@ def test_an_empty_list_of_texts_is_refused_by_the_schema_too(server):
     assert server.post("/embed", {"inputs": []}).status_code == 422
 
 
-@pytest.mark.parametrize("path, body, status", [
-    ("/v1/embeddings", {"input": "a", "model": "gpt"}, 404),
-    ("/v1/embeddings", b"{", 400),
-    ("/v1/embeddings", {"input": [[1, 2]], "model": "default"}, 422),
-    ("/predict/nope", {"inputs": "a"}, 404),
-    ("/embed", {"inputs": ["a"] * (MAX_INPUTS + 1)}, 413),
-])
+@pytest.mark.parametrize(
+    "path, body, status",
+    [
+        ("/v1/embeddings", {"input": "a", "model": "gpt"}, 404),
+        ("/v1/embeddings", b"{", 400),
+        ("/v1/embeddings", {"input": [[1, 2]], "model": "default"}, 422),
+        ("/predict/nope", {"inputs": "a"}, 404),
+        ("/embed", {"inputs": ["a"] * (MAX_INPUTS + 1)}, 413),
+    ],
+)
 def test_errors_are_documented_in_their_own_shape(server, path, body, status):
     """Before: 404 was undocumented on /predict/{run} and /v1/embeddings, and /v1 errors (OpenAI's shape)
     were documented as bertkit's {error, error_type}."""
@@ -186,8 +208,9 @@ def test_metrics_are_documented_as_text(server):
     assert "bertkit_queue_requests" in response.text
 
 
-@pytest.mark.parametrize("raw", [b'{"text": "a", "layer": 1e400}', b'{"text": "a", "layer": NaN}',
-                                 b'{"text": "a\\ud800"}'])
+@pytest.mark.parametrize(
+    "raw", [b'{"text": "a", "layer": 1e400}', b'{"text": "a", "layer": NaN}', b'{"text": "a\\ud800"}']
+)
 def test_explain_refuses_what_is_not_json_with_400(server, raw):
     response = server.post("/explain", raw)
     assert response.status_code == 400 and response.json()["error_type"] == "invalid_json", response.text

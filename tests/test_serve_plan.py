@@ -84,13 +84,15 @@ def test_the_batcher_plans_its_passes_without_holding_the_lock_that_submit_needs
         batcher.start()
         ids = encoder.tokenize(["I love Korea", "a visually stunning rumination on love"])
         rows = [[int(i) for i, m in zip(r, mask) if m] for r, mask in zip(ids.input_ids, ids.attention_mask)]
-        job = batcher_module.EmbedJob(rows, [[0] * len(r) for r in rows], parse_layers("last"), ("mean",),
-                                      loop.create_future(), loop)
+        job = batcher_module.EmbedJob(
+            rows, [[0] * len(r) for r in rows], parse_layers("last"), ("mean",), loop.create_future(), loop
+        )
         batcher.submit(job)
         vectors = loop.run_until_complete(asyncio.wait_for(job.future, 60))
     finally:
         batcher.stop(30)
         loop.close()
     assert free_while_planning == [True]
-    np.testing.assert_allclose(np.stack(vectors), encoder.embed(["I love Korea", "a visually stunning rumination on love"]),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        np.stack(vectors), encoder.embed(["I love Korea", "a visually stunning rumination on love"]), atol=1e-5
+    )

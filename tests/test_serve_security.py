@@ -27,8 +27,14 @@ def keyed():
 
 def test_a_host_that_is_not_this_server_is_refused(keyed):
     port = keyed.port
-    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "localhost", "bertkit.test",
-                 f"bertkit.test:{port}"):
+    for host in (
+        f"127.0.0.1:{port}",
+        f"localhost:{port}",
+        f"[::1]:{port}",
+        "localhost",
+        "bertkit.test",
+        f"bertkit.test:{port}",
+    ):
         response = httpx.get(keyed.url + "/info", headers={**keyed.headers, "Host": host})
         assert response.status_code == 200, (host, response.text)
     for host in (f"attacker.example:{port}", "attacker.example", f"localhost:{port + 1}", f"127.0.0.1.nip.io:{port}"):
@@ -40,7 +46,9 @@ def test_a_host_that_is_not_this_server_is_refused(keyed):
 def test_cross_origin_requests_are_refused_unless_admitted_and_then_get_cors(keyed):
     body = json.dumps({"inputs": "I love Korea"})
     json_headers = {**keyed.headers, "Content-Type": "application/json"}
-    refused = httpx.post(keyed.url + "/embed", content=body, headers={**json_headers, "Origin": "http://attacker.example"})
+    refused = httpx.post(
+        keyed.url + "/embed", content=body, headers={**json_headers, "Origin": "http://attacker.example"}
+    )
     assert refused.status_code == 403 and refused.json()["error_type"] == "origin_not_allowed"
     assert "--allow-origin http://attacker.example" in refused.json()["error"]
     assert "access-control-allow-origin" not in refused.headers
@@ -48,18 +56,27 @@ def test_cross_origin_requests_are_refused_unless_admitted_and_then_get_cors(key
     assert own.status_code == 200
     admitted = httpx.post(keyed.url + "/embed", content=body, headers={**json_headers, "Origin": ALLOWED_ORIGIN})
     assert admitted.status_code == 200 and admitted.headers["access-control-allow-origin"] == ALLOWED_ORIGIN
-    preflight = {"Origin": ALLOWED_ORIGIN, "Access-Control-Request-Method": "POST",
-                 "Access-Control-Request-Headers": "authorization, content-type"}
+    preflight = {
+        "Origin": ALLOWED_ORIGIN,
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization, content-type",
+    }
     answer = httpx.options(keyed.url + "/embed", headers=preflight)
     assert answer.status_code == 200, answer.text
     assert answer.headers["access-control-allow-origin"] == ALLOWED_ORIGIN
     allowed = answer.headers["access-control-allow-headers"].lower()
-    assert "authorization" in allowed and "content-type" in allowed and "POST" in answer.headers["access-control-allow-methods"]
+    assert (
+        "authorization" in allowed
+        and "content-type" in allowed
+        and "POST" in answer.headers["access-control-allow-methods"]
+    )
     hostile = httpx.options(keyed.url + "/embed", headers={**preflight, "Origin": "http://attacker.example"})
     assert hostile.status_code == 403 and "access-control-allow-origin" not in hostile.headers
 
 
-@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data", None])
+@pytest.mark.parametrize(
+    "content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data", None]
+)
 def test_a_body_that_is_not_json_is_refused_with_415(keyed, content_type):
     headers = {**keyed.headers, **({"Content-Type": content_type} if content_type else {})}
     for path in ("/embed", "/explain", "/v1/embeddings"):
@@ -67,8 +84,11 @@ def test_a_body_that_is_not_json_is_refused_with_415(keyed, content_type):
         assert response.status_code == 415, (path, content_type, response.text)
         message = response.json()["error"]["message"] if path.startswith("/v1/") else response.json()["error"]
         assert "Content-Type: application/json" in message
-    charset = httpx.post(keyed.url + "/embed", content=b'{"inputs": "x"}',
-                         headers={**keyed.headers, "Content-Type": "application/json; charset=utf-8"})
+    charset = httpx.post(
+        keyed.url + "/embed",
+        content=b'{"inputs": "x"}',
+        headers={**keyed.headers, "Content-Type": "application/json; charset=utf-8"},
+    )
     assert charset.status_code == 200
 
 
@@ -100,15 +120,29 @@ def absolute(tmp_path_factory):
     rows = [(f"{SECRET} number {i}, {'great' if i % 2 else 'awful'}", "pos" if i % 2 else "neg") for i in range(20)]
     train.write_text("text\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows), encoding="utf-8")
     data = {"train": str(train), "text_column": "text", "label_column": "label", "header": True}
-    run = TextClassifier(classifier=LogisticRegression(C=1.0, max_iter=3000)).fit([t for t, _ in rows], [y for _, y in rows]).save(root / "runs" / "secret",
-                                                                                       extra={"data": data})
+    run = (
+        TextClassifier(classifier=LogisticRegression(C=1.0, max_iter=3000))
+        .fit([t for t, _ in rows], [y for _, y in rows])
+        .save(root / "runs" / "secret", extra={"data": data})
+    )
     model = default_model_dir().resolve()
     probe = root / "probe"
     probe.mkdir()
-    facts = {"model": str(model), "train": str(train), "dev": str(root / "data" / "dev.tsv"), "train_rows": 20,
-             "dev_rows": 5, "hidden_size": 384}
-    record = {"task": "text", "metric": "accuracy", "secondary_metric": "macro_f1", "facts": facts,
-              "rows": [{"pooling": "mean", "choice": "last", "dim": 384, "score": 0.8, "secondary": 0.7}]}
+    facts = {
+        "model": str(model),
+        "train": str(train),
+        "dev": str(root / "data" / "dev.tsv"),
+        "train_rows": 20,
+        "dev_rows": 5,
+        "hidden_size": 384,
+    }
+    record = {
+        "task": "text",
+        "metric": "accuracy",
+        "secondary_metric": "macro_f1",
+        "facts": facts,
+        "rows": [{"pooling": "mean", "choice": "last", "dim": 384, "score": 0.8, "secondary": 0.7}],
+    }
     (probe / "probe.json").write_text(json.dumps(record), encoding="utf-8")
     return {"root": root, "model": model, "run": run.resolve(), "train": train, "probe": probe}
 
@@ -122,8 +156,9 @@ def get_answers(server: Server) -> dict[str, str]:
 
 
 def test_no_answer_carries_a_path(absolute):
-    server = Server("--model", str(absolute["model"]), "--run", f"secret={absolute['run']}",
-                    "--run", f"probe={absolute['probe']}")
+    server = Server(
+        "--model", str(absolute["model"]), "--run", f"secret={absolute['run']}", "--run", f"probe={absolute['probe']}"
+    )
     try:
         answers = get_answers(server)
         assert {"/info", "/explain/info", "/health", "/metrics"} <= set(answers)

@@ -5,8 +5,22 @@ import sys
 
 import pytest
 
-HEAVY = ("torch", "transformers", "sklearn", "scipy", "pandas", "matplotlib", "tokenizers", "safetensors", "plotly",
-         "pyarrow", "ray", "fastapi", "uvicorn", "numpy")
+HEAVY = (
+    "torch",
+    "transformers",
+    "sklearn",
+    "scipy",
+    "pandas",
+    "matplotlib",
+    "tokenizers",
+    "safetensors",
+    "plotly",
+    "pyarrow",
+    "ray",
+    "fastapi",
+    "uvicorn",
+    "numpy",
+)
 
 
 def loaded_after(code: str) -> list[str]:
@@ -15,7 +29,9 @@ def loaded_after(code: str) -> list[str]:
     return [name for name in out.split() if name in HEAVY]
 
 
-@pytest.mark.parametrize("code", ["import bertkit", "import bertkit.cli", "from bertkit import InputError, __version__"])
+@pytest.mark.parametrize(
+    "code", ["import bertkit", "import bertkit.cli", "from bertkit import InputError, __version__"]
+)
 def test_importing_bertkit_loads_no_heavy_library(code):
     assert loaded_after(code) == []
 
@@ -33,7 +49,10 @@ def test_a_public_name_loads_its_module_on_first_use():
 
 @pytest.mark.parametrize("args", [["--help"], ["--version"], ["nonsense-command"]])
 def test_help_version_and_typos_load_no_heavy_library(args):
-    code = f"import sys; sys.argv = ['bertkit', *{args!r}]\nfrom bertkit.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass"
+    code = (
+        f"import sys; sys.argv = ['bertkit', *{args!r}]\nfrom bertkit.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass"
+    )
     assert loaded_after(code) == []
 
 
@@ -52,6 +71,8 @@ def test_all_names_every_lazy_export():
 
 
 def test_tokenize_loads_neither_torch_nor_transformers():
-    code = ("import sys; sys.argv = ['bertkit', 'tokenize', 'I love Korea', '--max-length', '7']\n"
-            "from bertkit.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass")
+    code = (
+        "import sys; sys.argv = ['bertkit', 'tokenize', 'I love Korea', '--max-length', '7']\n"
+        "from bertkit.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass"
+    )
     assert "torch" not in loaded_after(code) and "transformers" not in loaded_after(code)

@@ -12,7 +12,23 @@ import pytest
 from bertkit import InputError
 from bertkit.io.stream import embed_file
 
-WORDS = "the movie was a great and terrible thing to watch on rainy day with friends".split()
+WORDS = [
+    "the",
+    "movie",
+    "was",
+    "a",
+    "great",
+    "and",
+    "terrible",
+    "thing",
+    "to",
+    "watch",
+    "on",
+    "rainy",
+    "day",
+    "with",
+    "friends",
+]
 
 
 def make_lines(path, n, seed=0):
@@ -59,8 +75,23 @@ def test_user_error_midway_leaves_nothing(encoder, tmp_path):
 
 
 def cli(model_dir, source, output, *extra):
-    return [sys.executable, "-m", "bertkit.cli", "embed", str(source), "-o", str(output), "--column", "1",
-            "--model", str(model_dir), "--chunk-rows", "500", "--quiet", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "bertkit.cli",
+        "embed",
+        str(source),
+        "-o",
+        str(output),
+        "--column",
+        "1",
+        "--model",
+        str(model_dir),
+        "--chunk-rows",
+        "500",
+        "--quiet",
+        *extra,
+    ]
 
 
 def run_until(command, progress_file, min_done, sig):

@@ -47,15 +47,18 @@ def test_reads_two_column_files_and_converts_iob1(tmp_path):
     assert data.tags == [["B-PER", "I-PER", "O", "B-LOC"]] and data.converted_from_iob1
 
 
-@pytest.mark.parametrize("text, message", [
-    ("EU NNP B-NP B-ORG\nrejects VBZ O\n", "line 2: 3 columns, but the file started with 4"),
-    ("EU B-ORG\nrejects X-ORG\n", "line 2: tag 'X-ORG' is not IOB"),
-    ("EU B-ORG\nrejects S-ORG\n", "line 2: tag 'S-ORG' is not IOB"),
-    ("EU B-\n", "line 1: tag 'B-' is not IOB"),
-    ("a whole sentence\n", "is not IOB"),
-    ("lonely\n", "line 1: one column"),
-    ("-DOCSTART- -X- O\n\n", "no sentences found"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("EU NNP B-NP B-ORG\nrejects VBZ O\n", "line 2: 3 columns, but the file started with 4"),
+        ("EU B-ORG\nrejects X-ORG\n", "line 2: tag 'X-ORG' is not IOB"),
+        ("EU B-ORG\nrejects S-ORG\n", "line 2: tag 'S-ORG' is not IOB"),
+        ("EU B-\n", "line 1: tag 'B-' is not IOB"),
+        ("a whole sentence\n", "is not IOB"),
+        ("lonely\n", "line 1: one column"),
+        ("-DOCSTART- -X- O\n\n", "no sentences found"),
+    ],
+)
 def test_bad_token_files_name_the_line(tmp_path, text, message):
     with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
         read_tagged(write(tmp_path, text))
@@ -64,9 +67,20 @@ def test_bad_token_files_name_the_line(tmp_path, text, message):
 def test_entity_spans_follow_conlleval():
     tags = ["B-PER", "I-PER", "O", "I-LOC", "I-LOC", "B-LOC", "I-ORG", "O", "B-MISC"]
     assert entity_spans(tags) == [
-        Entity("PER", 0, 2), Entity("LOC", 3, 5), Entity("LOC", 5, 6), Entity("ORG", 6, 7), Entity("MISC", 8, 9),
+        Entity("PER", 0, 2),
+        Entity("LOC", 3, 5),
+        Entity("LOC", 5, 6),
+        Entity("ORG", 6, 7),
+        Entity("MISC", 8, 9),
     ]
-    assert to_iob2(["I-PER", "I-PER", "O", "I-LOC", "B-LOC", "I-ORG"]) == ["B-PER", "I-PER", "O", "B-LOC", "B-LOC", "B-ORG"]
+    assert to_iob2(["I-PER", "I-PER", "O", "I-LOC", "B-LOC", "I-ORG"]) == [
+        "B-PER",
+        "I-PER",
+        "O",
+        "B-LOC",
+        "B-LOC",
+        "B-ORG",
+    ]
 
 
 def test_entity_scores_by_hand():
@@ -106,6 +120,23 @@ def test_conll_2003_train_reads_whole():
 def test_split_words_keeps_character_spans():
     text = "EU rejects German call to boycott British lamb. (Peter's U.S. trip, 1996-08-22)"
     words = split_words(text)
-    assert [w for w, _, _ in words] == ["EU", "rejects", "German", "call", "to", "boycott", "British", "lamb", ".",
-                                        "(", "Peter", "'s", "U.S.", "trip", ",", "1996-08-22", ")"]
+    assert [w for w, _, _ in words] == [
+        "EU",
+        "rejects",
+        "German",
+        "call",
+        "to",
+        "boycott",
+        "British",
+        "lamb",
+        ".",
+        "(",
+        "Peter",
+        "'s",
+        "U.S.",
+        "trip",
+        ",",
+        "1996-08-22",
+        ")",
+    ]
     assert all(text[start:end] == word for word, start, end in words)

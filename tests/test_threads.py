@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 
-
 import numpy as np
 import pytest
 import torch
@@ -21,7 +20,7 @@ OPTIONS = [("last", "mean"), ("last4:sum", "cls"), ("-2", "max"), ("all:mean", "
 @pytest.mark.slow
 def test_eight_threads_on_one_encoder_match_serial_calls(encoder):
     texts = read_labelled(sample_path("reviews.tsv"), "text", "label").texts
-    jobs = [(texts[i * 10:(i + 1) * 10] * 4, *OPTIONS[i % len(OPTIONS)]) for i in range(8)]  # 40 texts: 2 batches
+    jobs = [(texts[i * 10 : (i + 1) * 10] * 4, *OPTIONS[i % len(OPTIONS)]) for i in range(8)]  # 40 texts: 2 batches
     pairs = (["how old are you?"] * 3, ["I am six.", "Six.", "I am " + "very " * 600 + "old."])
     threads_before = torch.get_num_threads()
     serial = [encoder.embed(t, layers=layers, pooling=pooling) for t, layers, pooling in jobs]

@@ -28,8 +28,9 @@ def test_the_table_equals_the_encoders(tiny_dirs, name):
         if max_length is not None and max_length > encoder.position_limit:
             continue
         rows, truncated, coverage = light.table(text, pair, max_length)
-        batch = encoder.tokenize([text], [pair] if pair else None, max_length=max_length,
-                                 padding="max_length" if max_length else "longest")
+        batch = encoder.tokenize(
+            [text], [pair] if pair else None, max_length=max_length, padding="max_length" if max_length else "longest"
+        )
         assert rows == batch.table(0), (name, text)
         assert truncated == batch.truncated[0]
         assert coverage == encoder.coverage([text] + ([pair] if pair else [])).message()

@@ -48,8 +48,9 @@ def test_fit_returns_self_and_transform_is_float32(encoder, sample):
     twin = clone(vectorizer)
     assert twin.get_params() == vectorizer.get_params() and not hasattr(twin, "encoder_")
     twin.set_params(layers="last", pooling="cls+mean")
-    np.testing.assert_allclose(twin.fit(texts).transform(texts), encoder.embed(texts, layers="last", pooling="cls+mean"),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        twin.fit(texts).transform(texts), encoder.embed(texts, layers="last", pooling="cls+mean"), atol=1e-6
+    )
 
 
 def test_bad_input(sample):
@@ -157,8 +158,9 @@ def test_disk_cache_keeps_keys_that_end_in_a_zero_byte(tmp_path):
 def test_ragged_entries_round_trip_through_disk(tmp_path):
     clear_memory()
     words = {"a b": np.ones((2, 3), np.float32), "c": np.full((1, 3), 2, np.float32)}
-    EmbeddingCache({"test": "ragged"}, tmp_path).get_or_compute(list(words), lambda keys: [words[k] for k in keys],
-                                                                stack=False)
+    EmbeddingCache({"test": "ragged"}, tmp_path).get_or_compute(
+        list(words), lambda keys: [words[k] for k in keys], stack=False
+    )
     clear_memory()
     got = EmbeddingCache({"test": "ragged"}, tmp_path).get_or_compute(list(words), pytest.fail, stack=False)
     assert all(np.array_equal(g, words[k]) for g, k in zip(got, words))

@@ -8,9 +8,45 @@ from pathlib import Path
 import torch
 
 WORDS = [
-    "I", "love", "Korea", "the", "movie", "was", "great", "EU", "rejects", "German", "call", "to", "boycott",
-    "British", "lamb", ".", ",", "a", "film", "New", "York", "-", "is", "big", "good", "bad",
-    "이", "영화", "재미", "##없", "##네요", "##s", "##ing", "##ed", "k", "##o", "##r", "##e", "##a",
+    "I",
+    "love",
+    "Korea",
+    "the",
+    "movie",
+    "was",
+    "great",
+    "EU",
+    "rejects",
+    "German",
+    "call",
+    "to",
+    "boycott",
+    "British",
+    "lamb",
+    ".",
+    ",",
+    "a",
+    "film",
+    "New",
+    "York",
+    "-",
+    "is",
+    "big",
+    "good",
+    "bad",
+    "이",
+    "영화",
+    "재미",
+    "##없",
+    "##네요",
+    "##s",
+    "##ing",
+    "##ed",
+    "k",
+    "##o",
+    "##r",
+    "##e",
+    "##a",
 ]
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 CORPUS = ["I love Korea and the movie was great", "EU rejects German call to boycott British lamb ."] * 5
@@ -34,8 +70,9 @@ def write_wordpiece(directory: Path, cased: bool, tokenizer_class: str = "BertTo
     (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
 
 
-def tiny_bert(directory: Path, cased: bool = True, max_positions: int = 64, seed: int = 0,
-              dropout: float | None = None) -> Path:
+def tiny_bert(
+    directory: Path, cased: bool = True, max_positions: int = 64, seed: int = 0, dropout: float | None = None
+) -> Path:
     from transformers import AutoTokenizer, BertConfig, BertModel
 
     torch.manual_seed(seed)
@@ -55,7 +92,9 @@ def tiny_distilbert(directory: Path, seed: int = 0) -> Path:
     write_wordpiece(directory, cased=False, tokenizer_class="DistilBertTokenizer")
     (directory / "config.json").write_text(json.dumps({"model_type": "distilbert"}))
     tokenizer = AutoTokenizer.from_pretrained(directory)
-    config = DistilBertConfig(vocab_size=len(tokenizer), dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=64)
+    config = DistilBertConfig(
+        vocab_size=len(tokenizer), dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=64
+    )
     return _save(DistilBertModel(config), tokenizer, directory)
 
 
@@ -77,10 +116,14 @@ def tiny_roberta(directory: Path, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     directory.mkdir(parents=True, exist_ok=True)
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(CORPUS, vocab_size=300, min_frequency=1, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    bpe.train_from_iterator(
+        CORPUS, vocab_size=300, min_frequency=1, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    )
     bpe.save_model(str(directory))
     (directory / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "RobertaTokenizer"}))
     (directory / "config.json").write_text(json.dumps({"model_type": "roberta"}))
     tokenizer = AutoTokenizer.from_pretrained(directory)
-    config = RobertaConfig(vocab_size=len(tokenizer), max_position_embeddings=66, pad_token_id=1, type_vocab_size=1, **_small())
+    config = RobertaConfig(
+        vocab_size=len(tokenizer), max_position_embeddings=66, pad_token_id=1, type_vocab_size=1, **_small()
+    )
     return _save(RobertaModel(config), tokenizer, directory)

@@ -31,15 +31,25 @@ from .common import (
 def train(
     train_file: Path = typer.Argument(..., help="Training data: TSV/CSV (text, label columns) or JSONL."),
     output: Path = typer.Option(..., "--output", "-o", help="Run directory to create (config, classifier, metrics)."),
-    dev: Optional[Path] = typer.Option(None, "--dev", help="Evaluation file; without it a stratified split of the training file."),
+    dev: Optional[Path] = typer.Option(
+        None, "--dev", help="Evaluation file; without it a stratified split of the training file."
+    ),
     test_size: float = typer.Option(0.25, "--test-size", help="Share held out for evaluation when there is no --dev."),
     text_column: Optional[str] = typer.Option(None, "--text-column", help="Index or name (default 0; JSONL 'text')."),
-    label_column: Optional[str] = typer.Option(None, "--label-column", help="Index or name (default 1; JSONL 'label')."),
+    label_column: Optional[str] = typer.Option(
+        None, "--label-column", help="Index or name (default 1; JSONL 'label')."
+    ),
     header: Optional[bool] = HeaderOption,
-    layers: str = typer.Option(DEFAULT_FEATURE_LAYERS, "--layers", "-l", help="Layer spec (default: every layer, concatenated)."),
-    pooling: str = typer.Option(DEFAULT_FEATURE_POOLING, "--pooling", "-p", help="cls, pooler, mean, max or a '+' combination."),
+    layers: str = typer.Option(
+        DEFAULT_FEATURE_LAYERS, "--layers", "-l", help="Layer spec (default: every layer, concatenated)."
+    ),
+    pooling: str = typer.Option(
+        DEFAULT_FEATURE_POOLING, "--pooling", "-p", help="cls, pooler, mean, max or a '+' combination."
+    ),
     classifier: str = typer.Option("logreg", "--classifier", help="logreg | linear-svm | mlp"),
-    c_value: Optional[float] = typer.Option(None, "--C", help="Fix the regularisation C (default: chosen by cross-validation)."),
+    c_value: Optional[float] = typer.Option(
+        None, "--C", help="Fix the regularisation C (default: chosen by cross-validation)."
+    ),
     cv: int = typer.Option(5, "--cv", help="Cross-validation folds for choosing C."),
     scale: bool = typer.Option(True, "--scale/--no-scale", help="Standardise features before the classifier."),
     seed: int = typer.Option(0, "--seed"),
@@ -52,15 +62,17 @@ def train(
     overwrite: bool = OverwriteOption,
     model: Optional[str] = ModelOption,
     threads: Optional[int] = ThreadsOption,
-    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | bf16 | int8; default: the run's own (train: fp32)."),
+    precision: Optional[str] = typer.Option(
+        None, "--precision", help="fp32 | bf16 | int8; default: the run's own (train: fp32)."
+    ),
 ) -> None:
     """Embed texts with the frozen encoder and train a classifier on the vectors (the visual guide's pipeline)."""
     from ..io.readers import read_labelled
     from ..io.writers import check_new_directory
     from ..tasks.classify import TextClassifier, check_training_labels, named_classifier
-    from ..tasks.vectorizer import BertVectorizer
     from ..tasks.labels import check_known_labels, split_holdout
     from ..tasks.report import classification_metrics, format_metrics, write_report
+    from ..tasks.vectorizer import BertVectorizer
 
     check_new_directory(output, overwrite)
     data = read_labelled(train_file, column_spec(text_column), column_spec(label_column), header=header)
@@ -72,18 +84,30 @@ def train(
     else:
         texts, dev_texts, labels, dev_labels = split_holdout(texts, labels, test_size, seed)
         dev_source = f"{test_size:.0%} stratified split of {train_file} (seed {seed})"
-    vectorizer = BertVectorizer(model=model, layers=layers, pooling=pooling, max_length=max_length,
-                                batch_size=batch_size, cache=cache_option(no_cache, cache_dir), threads=threads,
-                                precision=precision or "fp32")
+    vectorizer = BertVectorizer(
+        model=model,
+        layers=layers,
+        pooling=pooling,
+        max_length=max_length,
+        batch_size=batch_size,
+        cache=cache_option(no_cache, cache_dir),
+        threads=threads,
+        precision=precision or "fp32",
+    )
     head = named_classifier(classifier, c_value, cv=cv, n_samples=len(texts), random_state=seed)
     estimator = TextClassifier(vectorizer, head, scale=scale, cv=cv, random_state=seed)
     check_training_labels(labels, head, cv)
-    say(f"training on {len(texts)} texts ({len(set(map(str, labels)))} classes), evaluating on {len(dev_texts)}: {dev_source}")
+    say(
+        f"training on {len(texts)} texts ({len(set(map(str, labels)))} classes), evaluating on {len(dev_texts)}: "
+        f"{dev_source}"
+    )
     estimator.fit(texts, labels)
     stats = estimator.vectorizer_.cache_.stats if estimator.vectorizer_.cache_ is not None else None
-    say(f"features: layers={estimator.vectorizer_.layers} pooling={estimator.vectorizer_.pooling} → "
+    say(
+        f"features: layers={estimator.vectorizer_.layers} pooling={estimator.vectorizer_.pooling} → "
         f"{estimator.vectorizer_.n_features_out_} dims; "
-        f"embedding {estimator.embed_seconds_:.1f}s" + (f" ({stats})" if stats else ""))
+        f"embedding {estimator.embed_seconds_:.1f}s" + (f" ({stats})" if stats else "")
+    )
     if estimator.cv_scores_:
         scores = ", ".join(f"{c:g}: {s:.4f}" for c, s in estimator.cv_scores_.items())
         say(f"C chosen by {estimator.cv_folds_}-fold cross-validation: C={estimator.C_:g}   (CV accuracy {scores})")
@@ -91,8 +115,17 @@ def train(
     predictions = estimator.predict(dev_texts)
     metrics = classification_metrics(dev_labels, predictions, estimator.classes_, estimator.majority_class_)
     typer.echo(format_metrics(metrics))
-    extra = {"data": {"train": str(train_file), "train_rows": len(texts), "dev": dev_source, "dev_rows": len(dev_texts),
-                      "text_column": text_column, "label_column": label_column, "header": header}}
+    extra = {
+        "data": {
+            "train": str(train_file),
+            "train_rows": len(texts),
+            "dev": dev_source,
+            "dev_rows": len(dev_texts),
+            "text_column": text_column,
+            "label_column": label_column,
+            "header": header,
+        }
+    }
     estimator.save(output, metrics=metrics, extra=extra, overwrite=overwrite)
     say(f"saved {output}")
     if report is not None:
@@ -104,14 +137,18 @@ def train(
 @app.command()
 def evaluate(
     run: Path = RunArgument,
-    data_file: Path = typer.Argument(..., help="Labelled file: TSV/CSV/JSONL for text models, CoNLL / word-tag for taggers."),
+    data_file: Path = typer.Argument(
+        ..., help="Labelled file: TSV/CSV/JSONL for text models, CoNLL / word-tag for taggers."
+    ),
     text_column: Optional[str] = typer.Option(None, "--text-column"),
     label_column: Optional[str] = typer.Option(None, "--label-column"),
     header: Optional[bool] = HeaderOption,
     cache_dir: Optional[Path] = CacheDirOption,
     no_cache: bool = NoCacheOption,
     threads: Optional[int] = ThreadsOption,
-    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | bf16 | int8; default: the run's own (train: fp32)."),
+    precision: Optional[str] = typer.Option(
+        None, "--precision", help="fp32 | bf16 | int8; default: the run's own (train: fp32)."
+    ),
 ) -> None:
     """Score a saved model: accuracy, macro-F1, per-class table, confusion matrix; taggers: entity P/R/F1 per type."""
     from ..io.readers import read_labelled
@@ -128,7 +165,9 @@ def evaluate(
         try:
             data = read_tagged(data_file)
         except InputError as exc:
-            raise InputError(f"{run} is a tagger (fine-tuned with --task token) and is scored on a word/tag file. {exc}") from None
+            raise InputError(
+                f"{run} is a tagger (fine-tuned with --task token) and is scored on a word/tag file. {exc}"
+            ) from None
         typer.echo(format_entity_scores(entity_scores(data.tags, estimator.predict_word_tags(data.words))))
         return
     stored = estimator.record_.get("data", {})
@@ -149,13 +188,17 @@ def predict(
     run: Path = RunArgument,
     inputs: list[str] = typer.Argument(..., help="Texts to label, or one file (TSV/CSV/JSONL/text)."),
     as_text: bool = typer.Option(False, "--text", help="Take the inputs as texts, even one that names a file."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write a TSV here (label, probability, text; taggers: one row per entity)."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="Write a TSV here (label, probability, text; taggers: one row per entity)."
+    ),
     column: Optional[str] = typer.Option(None, "--column", "-c", help="Text column of the input file."),
     header: Optional[bool] = HeaderOption,
     cache_dir: Optional[Path] = CacheDirOption,
     no_cache: bool = NoCacheOption,
     threads: Optional[int] = ThreadsOption,
-    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | bf16 | int8; default: the run's own (train: fp32)."),
+    precision: Optional[str] = typer.Option(
+        None, "--precision", help="fp32 | bf16 | int8; default: the run's own (train: fp32)."
+    ),
 ) -> None:
     """Label texts (or every row of a file) with a saved model; taggers print each entity with its character span."""
     import csv
@@ -180,7 +223,9 @@ def predict(
         writer.writerow(["row", "type", "start", "end", "score", "entity"])
         for row, entities in enumerate(estimator.predict(texts)):
             for entity in entities:
-                writer.writerow([row, entity.type, entity.char_start, entity.char_end, f"{entity.score:.4f}", entity.text])
+                writer.writerow(
+                    [row, entity.type, entity.char_start, entity.char_end, f"{entity.score:.4f}", entity.text]
+                )
     else:
         probabilities = estimator.predict_proba(texts)
         writer.writerow(["label", "probability", "text"])

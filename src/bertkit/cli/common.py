@@ -16,9 +16,9 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    help="Use pre-trained BERT-family encoders: inspect tokenization, extract embeddings, train classifiers, probe layers, fine-tune, serve.",
+    help="Use pre-trained BERT-family encoders: inspect tokenization, extract embeddings, train classifiers, probe "
+    "layers, fine-tune, serve.",
 )
-
 
 
 def _print_version(value: bool) -> None:
@@ -31,11 +31,13 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                 help="Print bertkit's version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print bertkit's version and exit."
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Show warnings and errors only."),
-    verbose: bool = typer.Option(False, "--verbose", "-v",
-                                 help="Show debug messages, and what other libraries (Ray, transformers) say."),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Show debug messages, and what other libraries (Ray, transformers) say."
+    ),
 ) -> None:
     """Use pre-trained BERT-family encoders: inspect tokenization, extract embeddings, train classifiers, probe
     layers, fine-tune, serve."""
@@ -101,15 +103,24 @@ def verbosity() -> str:
     return "quiet" if "--quiet" in arguments or "-q" in arguments else _VERBOSITY["level"]
 
 
-ModelOption = typer.Option(None, "--model", "-m", help="Model: a local directory, a hub name, or omit for the packaged default.")
+ModelOption = typer.Option(
+    None, "--model", "-m", help="Model: a local directory, a hub name, or omit for the packaged default."
+)
 ThreadsOption = typer.Option(None, "--threads", help="Torch threads (default: torch's choice).")
-HeaderOption = typer.Option(None, "--header/--no-header", help="First line is a header (default: when columns are names).")
-CacheDirOption = typer.Option(None, "--cache-dir", help="Embedding cache directory (default ~/.cache/bertkit/embeddings).")
+HeaderOption = typer.Option(
+    None, "--header/--no-header", help="First line is a header (default: when columns are names)."
+)
+CacheDirOption = typer.Option(
+    None, "--cache-dir", help="Embedding cache directory (default ~/.cache/bertkit/embeddings)."
+)
 NoCacheOption = typer.Option(False, "--no-cache", help="Do not read or write the embedding cache.")
 OverwriteOption = typer.Option(False, "--overwrite", help="Replace an existing output directory.")
 PrecisionOption = typer.Option(
-    "fp32", "--precision",
-    help="fp32 (default) | bf16 (only on CPUs with native bf16: AMX / AVX512-BF16) | int8 (int8 linear layers, smoothed; see bertkit quantize).")
+    "fp32",
+    "--precision",
+    help="fp32 (default) | bf16 (only on CPUs with native bf16: AMX / AVX512-BF16) | int8 (int8 linear layers, "
+    "smoothed; see bertkit quantize).",
+)
 DeviceOption = typer.Option("auto", "--device", help="auto (a GPU when there is one) | cpu | cuda | cuda:N | mps.")
 RunArgument = typer.Argument(..., help="A run directory written by `bertkit train` or `bertkit finetune`.")
 

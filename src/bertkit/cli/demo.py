@@ -8,8 +8,8 @@ from ..encoder.encode import Encoder
 from ..io.readers import read_labelled, sample_path
 from ..tasks.classify import TextClassifier
 from ..tasks.labels import split_holdout
-from ..tasks.vectorizer import BertVectorizer
 from ..tasks.report import classification_metrics
+from ..tasks.vectorizer import BertVectorizer
 from .format import format_table
 
 
@@ -18,8 +18,11 @@ def run_demo(model: str | None = None) -> None:
     echo = typer.echo
     encoder = Encoder.from_pretrained(model)
     facts = encoder.info()
-    echo(f"model: {facts['model']} ({facts['architecture']}, {facts['layers']} layers, hidden {facts['hidden_size']}, "
-         f"max length {facts['max_length']} from {facts['max_length_source']}, vocab {facts['vocab_size']}, {'cased' if facts['cased'] else 'uncased'})")
+    echo(
+        f"model: {facts['model']} ({facts['architecture']}, {facts['layers']} layers, hidden {facts['hidden_size']}, "
+        f"max length {facts['max_length']} from {facts['max_length_source']}, vocab {facts['vocab_size']}, "
+        f"{'cased' if facts['cased'] else 'uncased'})"
+    )
 
     echo("\n1. Tokenization of 'I love Korea', padded to 7 tokens:")
     batch = encoder.tokenize(["I love Korea"], max_length=7, padding="max_length")
@@ -27,18 +30,30 @@ def run_demo(model: str | None = None) -> None:
 
     echo("\n2. One forward pass:")
     out = encoder.forward(batch)
-    echo(f"   last_hidden_state {tuple(out.last_hidden_state.shape)}   pooler_output "
-         f"{tuple(out.pooler_output.shape) if out.pooler_output is not None else None}   "
-         f"hidden_states: {len(out.hidden_states)} tensors (embeddings + {encoder.num_layers} layers)")
+    echo(
+        f"   last_hidden_state {tuple(out.last_hidden_state.shape)}   pooler_output "
+        f"{tuple(out.pooler_output.shape) if out.pooler_output is not None else None}   "
+        f"hidden_states: {len(out.hidden_states)} tensors (embeddings + {encoder.num_layers} layers)"
+    )
 
-    texts = ["a visually stunning rumination on love", "the plot is a mess and the acting is worse",
-             "an enchanting , funny film", "I love Korea"]
+    texts = [
+        "a visually stunning rumination on love",
+        "the plot is a mess and the acting is worse",
+        "an enchanting , funny film",
+        "I love Korea",
+    ]
     echo("\n3. Sentence vectors for 4 texts:")
-    for layers, pooling in [("last", "cls"), ("last", "pooler"), ("last", "mean"), ("last4:sum", "mean"), ("last4:concat", "mean")]:
+    for layers, pooling in [
+        ("last", "cls"),
+        ("last", "pooler"),
+        ("last", "mean"),
+        ("last4:sum", "mean"),
+        ("last4:concat", "mean"),
+    ]:
         vectors = encoder.embed(texts, layers=layers, pooling=pooling)
         echo(f"   layers={layers:<13} pooling={pooling:<7} → {vectors.shape} {vectors.dtype}")
     vectors = encoder.embed(texts, layers="last4:sum", pooling="mean")
-    unit = vectors / (vectors ** 2).sum(axis=1, keepdims=True) ** 0.5
+    unit = vectors / (vectors**2).sum(axis=1, keepdims=True) ** 0.5
     echo("   cosine similarity (last4:sum, mean):")
     for i, text in enumerate(texts):
         echo(f"     {text[:42]:<42} " + " ".join(f"{unit[i] @ unit[j]:5.2f}" for j in range(len(texts))))
@@ -56,13 +71,19 @@ def run_demo(model: str | None = None) -> None:
     sample = read_labelled(sample_path("reviews.tsv"), "text", "label")
     train_x, test_x, train_y, test_y = split_holdout(sample.texts, sample.labels, 0.25, seed=0)
     classifier = TextClassifier(BertVectorizer(model=model)).fit(train_x, train_y)
-    metrics = classification_metrics(test_y, classifier.predict(test_x), classifier.classes_, classifier.majority_class_)
+    metrics = classification_metrics(
+        test_y, classifier.predict(test_x), classifier.classes_, classifier.majority_class_
+    )
     features = classifier.vectorizer_
-    echo(f"   features: layers={features.layers} pooling={features.pooling} → {features.n_features_out_} dims, "
-         f"{'standardised' if classifier.scale else 'not scaled'}; "
-         f"logistic regression with C={classifier.C_:g} chosen by {classifier.cv_folds_}-fold CV")
-    echo(f"   held-out accuracy {metrics['accuracy']:.3f} on {metrics['n']} reviews "
-         f"(majority baseline {metrics['majority_baseline_accuracy']:.3f})")
+    echo(
+        f"   features: layers={features.layers} pooling={features.pooling} → {features.n_features_out_} dims, "
+        f"{'standardised' if classifier.scale else 'not scaled'}; "
+        f"logistic regression with C={classifier.C_:g} chosen by {classifier.cv_folds_}-fold CV"
+    )
+    echo(
+        f"   held-out accuracy {metrics['accuracy']:.3f} on {metrics['n']} reviews "
+        f"(majority baseline {metrics['majority_baseline_accuracy']:.3f})"
+    )
     for text in ["a visually stunning rumination on love", "an hour and a half of my life i will never get back"]:
         probabilities = classifier.predict_proba([text])[0]
         echo(f"   {text!r} → {classifier.classes_[probabilities.argmax()]} ({probabilities.max():.2f})")

@@ -117,9 +117,26 @@ def embed(
     if engine not in ("local", "ray"):
         raise InputError(f"--engine {engine!r}: choose local or ray.")
     if engine == "ray":
-        _embed_on_ray(str(input), output, column_spec(column), column_spec(id_column), header, layers, pooling,
-                      batch_size, max_length, long_text, stride, model, precision, actors, address, overwrite, quiet,
-                      chunk_rows)
+        _embed_on_ray(
+            str(input),
+            output,
+            column_spec(column),
+            column_spec(id_column),
+            header,
+            layers,
+            pooling,
+            batch_size,
+            max_length,
+            long_text,
+            stride,
+            model,
+            precision,
+            actors,
+            address,
+            overwrite,
+            quiet,
+            chunk_rows,
+        )
         return
     parse_layers(layers)  # option mistakes are reported before the input is read
     tokens_only = parse_pooling(pooling) == ("none",)
@@ -131,8 +148,9 @@ def embed(
     else:
         check_output_path(output)
     encoder = make_encoder(model, threads, precision)
-    options = dict(layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length, long_text=long_text,
-                   stride=stride)
+    options = dict(
+        layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length, long_text=long_text, stride=stride
+    )
     reading = dict(column=column, id_column=column_spec(id_column), header=header, fmt=fmt)
     started = time.perf_counter()
     if tokens_only:
@@ -164,22 +182,31 @@ def _embed_token_vectors(encoder, input: Path, output: Path, reading: dict, opti
 
     texts, ids, lines = read_texts(input, **reading)
     try:
-        result, report = encoder.embed(texts, progress=None if not quiet else False, return_report=True, warn=False,
-                                       **options)
+        result, report = encoder.embed(
+            texts, progress=None if not quiet else False, return_report=True, warn=False, **options
+        )
     except TextTooLong as exc:
-        raise InputError(f"{input}, line {lines[exc.row]}: {exc.tokens} tokens, more than the limit of "
-                         f"{exc.max_length}; pass --long-text truncate or --long-text window.") from None
+        raise InputError(
+            f"{input}, line {lines[exc.row]}: {exc.tokens} tokens, more than the limit of "
+            f"{exc.max_length}; pass --long-text truncate or --long-text window."
+        ) from None
     write_token_vectors(output, [r.tokens for r in result], [r.vectors for r in result], ids)
     poor = report.coverage.poor_rows
     return _Summary(
-        len(texts), f"{sum(len(r.tokens) for r in result)} token vectors", report.n_truncated,
-        len(report.windowed_rows), report.coverage.message(), [lines[row] for row in report.truncated_rows],
-        [lines[row] for row in poor], encoder.coverage([texts[row] for row in poor]).message() if poor else "",
+        len(texts),
+        f"{sum(len(r.tokens) for r in result)} token vectors",
+        report.n_truncated,
+        len(report.windowed_rows),
+        report.coverage.message(),
+        [lines[row] for row in report.truncated_rows],
+        [lines[row] for row in poor],
+        encoder.coverage([texts[row] for row in poor]).message() if poor else "",
     )
 
 
-def _embed_streamed(encoder, input: Path, output: Path, reading: dict, options: dict, quiet: bool,
-                    chunk_rows: int | None) -> _Summary:
+def _embed_streamed(
+    encoder, input: Path, output: Path, reading: dict, options: dict, quiet: bool, chunk_rows: int | None
+) -> _Summary:
     """Sentence vectors, streamed chunk by chunk into the output (resumable)."""
     from tqdm.auto import tqdm
 
@@ -192,37 +219,55 @@ def _embed_streamed(encoder, input: Path, output: Path, reading: dict, options: 
         bar.refresh()
 
     try:
-        result = embed_file(encoder, input, output, **reading, **options, on_chunk=advance,
-                            chunk_rows=4096 if chunk_rows is None else chunk_rows)
+        result = embed_file(
+            encoder,
+            input,
+            output,
+            **reading,
+            **options,
+            on_chunk=advance,
+            chunk_rows=4096 if chunk_rows is None else chunk_rows,
+        )
     except KeyboardInterrupt:
         say("interrupted: finished chunks are kept; run the same command again to continue.")
         raise
     finally:
         bar.close()
     if result.blank_lines and not quiet:
-        say(f"{len(result.blank_lines)} blank texts were embedded as empty texts ({_lines(result.blank_lines)}); "
-            "remove them from the file if they are not rows.")
+        say(
+            f"{len(result.blank_lines)} blank texts were embedded as empty texts ({_lines(result.blank_lines)}); "
+            "remove them from the file if they are not rows."
+        )
     if result.resumed_from and not quiet:
         say(f"resumed after row {result.resumed_from} of {result.rows}")
     share = result.unknown_tokens / result.tokens if result.tokens else 0.0
     return _Summary(
-        result.rows, f"{result.rows} × {result.dim}", result.truncated, result.windowed,
-        f"[UNK] {result.unknown_tokens} of {result.tokens} tokens ({share:.1%})", result.truncated_lines,
-        result.poor_coverage_lines, result.coverage_message,
+        result.rows,
+        f"{result.rows} × {result.dim}",
+        result.truncated,
+        result.windowed,
+        f"[UNK] {result.unknown_tokens} of {result.tokens} tokens ({share:.1%})",
+        result.truncated_lines,
+        result.poor_coverage_lines,
+        result.coverage_message,
     )
 
 
 def _say_summary(summary: _Summary, output: Path, seconds: float, limit: int) -> None:
     say(f"wrote {output}: {summary.shape} ({summary.rows / max(seconds, 1e-9):.0f} texts/s)")
     if summary.truncated:
-        say(f"{summary.truncated} texts were truncated to {limit} tokens ({_lines(summary.truncated_lines)}); "
-            "--long-text window keeps all tokens.")
+        say(
+            f"{summary.truncated} texts were truncated to {limit} tokens ({_lines(summary.truncated_lines)}); "
+            "--long-text window keeps all tokens."
+        )
     if summary.windowed:
         say(f"{summary.windowed} long texts were embedded in overlapping windows.")
     say(f"vocabulary coverage: {summary.coverage}")
     if summary.poor_lines:
-        say(f"{len(summary.poor_lines)} rows are poorly covered by this model's vocabulary "
-            f"({_lines(summary.poor_lines)}): {summary.poor_message}")
+        say(
+            f"{len(summary.poor_lines)} rows are poorly covered by this model's vocabulary "
+            f"({_lines(summary.poor_lines)}): {summary.poor_message}"
+        )
 
 
 def _lines(numbers: list[int], shown: int = 5) -> str:

@@ -41,6 +41,8 @@ def user_message(exc: BaseException) -> str | None:
         return describe_os_error(exc)
     safetensors = sys.modules.get("safetensors")  # not imported here: `bertkit --help` must stay light
     if safetensors is not None and isinstance(exc, safetensors.SafetensorError):
-        return (f"a .safetensors file is damaged or is not safetensors ({exc}); copy or save the model directory "
-                "again (transformers: save_pretrained(DIR, safe_serialization=True)).")
+        return (
+            f"a .safetensors file is damaged or is not safetensors ({exc}); copy or save the model directory "
+            "again (transformers: save_pretrained(DIR, safe_serialization=True))."
+        )
     return None

@@ -16,12 +16,23 @@ def explain(
     text: str = typer.Argument(..., help="The sentence to explain."),
     output: Path = typer.Option(Path("explain.html"), "--output", "-o", help="The HTML file to write."),
     run: list[str] | None = typer.Option(None, "--run", help="A run or probe directory ([NAME=]DIR); repeatable."),
-    layers: str = typer.Option("last", "--layers", "-l", help="Sentence-vector layers: last, -2, last4:sum, all:concat, ..."),
-    pooling: str = typer.Option("mean", "--pooling", "-p", help="Sentence-vector pooling: cls, pooler, mean, max, 'cls+mean'."),
-    max_length: int | None = typer.Option(None, "--max-length", help="Pad (and truncate) the token table to this many tokens."),
-    compare: str | None = typer.Option(None, "--compare", help="A second sentence: the page shows the cosine of the two vectors."),
-    map_texts: bool = typer.Option(False, "--map-texts/--no-map-texts", help="Put the map's training sentences into "
-                                   "the file (hover text); off: points and labels only."),
+    layers: str = typer.Option(
+        "last", "--layers", "-l", help="Sentence-vector layers: last, -2, last4:sum, all:concat, ..."
+    ),
+    pooling: str = typer.Option(
+        "mean", "--pooling", "-p", help="Sentence-vector pooling: cls, pooler, mean, max, 'cls+mean'."
+    ),
+    max_length: int | None = typer.Option(
+        None, "--max-length", help="Pad (and truncate) the token table to this many tokens."
+    ),
+    compare: str | None = typer.Option(
+        None, "--compare", help="A second sentence: the page shows the cosine of the two vectors."
+    ),
+    map_texts: bool = typer.Option(
+        False,
+        "--map-texts/--no-map-texts",
+        help="Put the map's training sentences into the file (hover text); off: points and labels only.",
+    ),
     model: str | None = ModelOption,
 ) -> None:
     """Write the visual guide for TEXT as one HTML file: tokens, layers, attention, vector, map, prediction, probe."""
@@ -33,10 +44,24 @@ def explain(
     explainer = Explainer.from_paths(model, run or [])
     explainer.map_texts = map_texts
     # every layer, attention layer and head: the file switches between them with no server
-    settings = Settings.from_json({"text": text, "pad_to": max_length, "layers": layers, "pooling": pooling,
-                                   "compare": compare, "layer": "all", "attention_layer": "all", "head": "all"})
+    settings = Settings.from_json(
+        {
+            "text": text,
+            "pad_to": max_length,
+            "layers": layers,
+            "pooling": pooling,
+            "compare": compare,
+            "layer": "all",
+            "attention_layer": "all",
+            "head": "all",
+        }
+    )
     result = explainer.explain(settings, bounded=False)
-    for name, option in (("tokenization", "--max-length"), ("model", "--max-length"), ("sentence", "--layers/--pooling")):
+    for name, option in (
+        ("tokenization", "--max-length"),
+        ("model", "--max-length"),
+        ("sentence", "--layers/--pooling"),
+    ):
         if "error" in result[name]:  # an option the user gave is wrong: say so, write nothing
             raise InputError(f"{option}: {result[name]['error']}")
     if explainer.info()["map_runs"] and "error" in result["map"]:

@@ -29,29 +29,47 @@ from .format import format_table
 
 @app.command()
 def finetune(
-    train_file: Path = typer.Argument(..., help="Training data: TSV/CSV/JSONL (text, label) for --task text; CoNLL or word/tag for --task token."),
-    output: Path = typer.Option(..., "--output", "-o", help="Run directory: a transformers model + tokenizer + bertkit.json."),
+    train_file: Path = typer.Argument(
+        ..., help="Training data: TSV/CSV/JSONL (text, label) for --task text; CoNLL or word/tag for --task token."
+    ),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="Run directory: a transformers model + tokenizer + bertkit.json."
+    ),
     task: str = typer.Option("text", "--task", help="text (sentence classification) | token (tagging, e.g. NER)."),
-    dev: Optional[Path] = typer.Option(None, "--dev", help="Dev file scored after every epoch; without it 10% of train is held out."),
+    dev: Optional[Path] = typer.Option(
+        None, "--dev", help="Dev file scored after every epoch; without it 10% of train is held out."
+    ),
     epochs: int = typer.Option(3, "--epochs"),
     learning_rate: float = typer.Option(1e-4, "--lr", help="Peak learning rate (linear warm-up, then linear decay)."),
     batch_size: int = typer.Option(32, "--batch-size", "-b"),
-    max_length: Optional[int] = typer.Option(None, "--max-length", help="Tokens per example (text: 128; token: the model's maximum)."),
+    max_length: Optional[int] = typer.Option(
+        None, "--max-length", help="Tokens per example (text: 128; token: the model's maximum)."
+    ),
     patience: int = typer.Option(2, "--patience", help="Stop after this many epochs without a better dev score."),
     warmup_ratio: float = typer.Option(0.1, "--warmup-ratio"),
     weight_decay: float = typer.Option(0.01, "--weight-decay"),
     seed: int = typer.Option(0, "--seed"),
     limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N training examples."),
-    text_column: Optional[str] = typer.Option(None, "--text-column", help="Text task: index or name (default 0; JSONL 'text')."),
-    label_column: Optional[str] = typer.Option(None, "--label-column", help="Text task: index or name (default 1; JSONL 'label')."),
+    text_column: Optional[str] = typer.Option(
+        None, "--text-column", help="Text task: index or name (default 0; JSONL 'text')."
+    ),
+    label_column: Optional[str] = typer.Option(
+        None, "--label-column", help="Text task: index or name (default 1; JSONL 'label')."
+    ),
     header: Optional[bool] = HeaderOption,
     gradient_accumulation_steps: int = typer.Option(
-        1, "--gradient-accumulation-steps", help="Split each step's batch into this many micro-batches (less memory, "
-        "the same updates)."),
-    mixed_precision: str = typer.Option("no", "--mixed-precision", help="no | fp16 (CUDA) | bf16 (CUDA, or a CPU "
-                                        "with native bf16)."),
-    report_to: Optional[str] = typer.Option(None, "--report-to", help="Experiment trackers, comma-separated: "
-                                            "tensorboard, mlflow, wandb, ... (logs in OUTPUT/logs)."),
+        1,
+        "--gradient-accumulation-steps",
+        help="Split each step's batch into this many micro-batches (less memory, the same updates).",
+    ),
+    mixed_precision: str = typer.Option(
+        "no", "--mixed-precision", help="no | fp16 (CUDA) | bf16 (CUDA, or a CPU with native bf16)."
+    ),
+    report_to: Optional[str] = typer.Option(
+        None,
+        "--report-to",
+        help="Experiment trackers, comma-separated: tensorboard, mlflow, wandb, ... (logs in OUTPUT/logs).",
+    ),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run from its last checkpoint."),
     overwrite: bool = OverwriteOption,
     model: Optional[str] = ModelOption,
@@ -66,16 +84,35 @@ def finetune(
     from ..tasks.finetune import finetune as run_finetune
 
     args = FinetuneArguments(
-        task=task, epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, max_length=max_length,
-        patience=patience, warmup_ratio=warmup_ratio, weight_decay=weight_decay, seed=seed,
-        gradient_accumulation_steps=gradient_accumulation_steps, mixed_precision=mixed_precision,
+        task=task,
+        epochs=epochs,
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        max_length=max_length,
+        patience=patience,
+        warmup_ratio=warmup_ratio,
+        weight_decay=weight_decay,
+        seed=seed,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        mixed_precision=mixed_precision,
         report_to=[name.strip() for name in (report_to or "").split(",") if name.strip()],
     )
     try:
         run_finetune(
-            train_file, dev, output_dir=output, task=task, model=model, args=args, text_column=column_spec(text_column),
-            label_column=column_spec(label_column), header=header, limit=limit, resume=resume, overwrite=overwrite,
-            threads=threads, device=device,
+            train_file,
+            dev,
+            output_dir=output,
+            task=task,
+            model=model,
+            args=args,
+            text_column=column_spec(text_column),
+            label_column=column_spec(label_column),
+            header=header,
+            limit=limit,
+            resume=resume,
+            overwrite=overwrite,
+            threads=threads,
+            device=device,
         )
     except KeyboardInterrupt:
         sys.exit(130)
@@ -83,14 +120,24 @@ def finetune(
 
 @app.command()
 def probe(
-    train_file: Path = typer.Argument(..., help="Training data: TSV/CSV/JSONL (text, label) for --task text; CoNLL or word/tag for --task token."),
+    train_file: Path = typer.Argument(
+        ..., help="Training data: TSV/CSV/JSONL (text, label) for --task text; CoNLL or word/tag for --task token."
+    ),
     dev: Path = typer.Option(..., "--dev", help="Dev file the probes are scored on."),
-    output: Path = typer.Option(..., "--output", "-o", help="Directory for probe.md, probe.csv, probe.json and probe.png."),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="Directory for probe.md, probe.csv, probe.json and probe.png."
+    ),
     task: str = typer.Option("text", "--task", help="text (sentence classification) | token (tagging, e.g. NER)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N training rows / sentences."),
-    poolings: str = typer.Option(",".join(("cls", "mean", "max", "pooler")), "--poolings", help="Text task: poolings to compare."),
-    subtoken_pooling: str = typer.Option("first", "--subtoken-pooling", help="Token task: first | last | mean | first_last."),
-    c_value: float = typer.Option(1.0, "--C", help="Token task: regularisation of the per-word classifier (text: chosen by CV)."),
+    poolings: str = typer.Option(
+        ",".join(("cls", "mean", "max", "pooler")), "--poolings", help="Text task: poolings to compare."
+    ),
+    subtoken_pooling: str = typer.Option(
+        "first", "--subtoken-pooling", help="Token task: first | last | mean | first_last."
+    ),
+    c_value: float = typer.Option(
+        1.0, "--C", help="Token task: regularisation of the per-word classifier (text: chosen by CV)."
+    ),
     seed: int = typer.Option(0, "--seed"),
     text_column: Optional[str] = typer.Option(None, "--text-column"),
     label_column: Optional[str] = typer.Option(None, "--label-column"),
@@ -101,7 +148,8 @@ def probe(
     model: Optional[str] = ModelOption,
     threads: Optional[int] = ThreadsOption,
 ) -> None:
-    """Which layer's vectors? Score every hidden state, the paper's combinations and a learned mix with a linear probe."""
+    """Which layer's vectors? Score every hidden state, the paper's combinations and a learned mix with a linear
+    probe."""
     from ..io.writers import check_new_directory
     from ..tasks.probe import probe_text, probe_token
     from ..tasks.report import probe_files
@@ -110,12 +158,31 @@ def probe(
     check_new_directory(output, overwrite)
     cache = "memory" if no_cache else cache_option(no_cache, cache_dir)
     if task == "text":
-        result = probe_text(train_file, dev, model=model, poolings=poolings.split(","), limit=limit, seed=seed,
-                            cache=cache, threads=threads, text_column=column_spec(text_column),
-                            label_column=column_spec(label_column), header=header)
+        result = probe_text(
+            train_file,
+            dev,
+            model=model,
+            poolings=poolings.split(","),
+            limit=limit,
+            seed=seed,
+            cache=cache,
+            threads=threads,
+            text_column=column_spec(text_column),
+            label_column=column_spec(label_column),
+            header=header,
+        )
     elif task == "token":
-        result = probe_token(train_file, dev, model=model, subtoken_pooling=subtoken_pooling, limit=limit, seed=seed,
-                             C=c_value, cache=cache, threads=threads)
+        result = probe_token(
+            train_file,
+            dev,
+            model=model,
+            subtoken_pooling=subtoken_pooling,
+            limit=limit,
+            seed=seed,
+            C=c_value,
+            cache=cache,
+            threads=threads,
+        )
     else:
         raise InputError(f"--task {task!r}: valid tasks are text and token.")
     typer.echo(format_table(result.table(), list(result.table()[0])))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 import warnings
 
-
 # Each module registers its commands on `app`; this order is the order of `bertkit --help`.
 from . import embed  # noqa: F401  (isort: skip)
 from . import classify  # noqa: F401  (isort: skip)

@@ -15,18 +15,27 @@ from .common import HeaderOption, OverwriteOption, ThreadsOption, app, say
 
 @app.command()
 def quantize(
-    model: Optional[str] = typer.Argument(None, help="A model directory or hub name (omit for the packaged default), "
-                                          "or a `bertkit finetune` run directory."),
-    output: Path = typer.Option(..., "--output", "-o", help="New directory: a copy of MODEL with its int8 calibration."),
-    calibration: Optional[Path] = typer.Option(None, "--calibration", help="Texts to calibrate on (TSV/CSV/JSONL/text), "
-                                               "like the ones you will embed; default: bertkit's packaged sentences."),
+    model: Optional[str] = typer.Argument(
+        None,
+        help="A model directory or hub name (omit for the packaged default), or a `bertkit finetune` run directory.",
+    ),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="New directory: a copy of MODEL with its int8 calibration."
+    ),
+    calibration: Optional[Path] = typer.Option(
+        None,
+        "--calibration",
+        help="Texts to calibrate on (TSV/CSV/JSONL/text), "
+        "like the ones you will embed; default: bertkit's packaged sentences.",
+    ),
     column: Optional[str] = typer.Option(None, "--column", "-c", help="Text column of --calibration."),
     header: Optional[bool] = HeaderOption,
     limit: int = typer.Option(512, "--limit", help="Calibrate on the first N texts (0 = all)."),
     overwrite: bool = OverwriteOption,
     threads: Optional[int] = ThreadsOption,
 ) -> None:
-    """Calibrate precision='int8' on your texts: then `--model DIR --precision int8` (or the run) uses that calibration."""
+    """Calibrate precision='int8' on your texts: then `--model DIR --precision int8` (or the run) uses that
+    calibration."""
     from ..encoder.int8 import packaged_texts
     from ..io.readers import read_texts
     from ..tasks.quantize import quantize as quantize_model
@@ -37,7 +46,9 @@ def quantize(
         texts = read_texts(calibration, column_spec(column), header=header)[0]
     texts = texts[:limit] if limit else texts
     report = quantize_model(model, output, texts, overwrite=overwrite, threads=threads)
-    say(f"calibrated on {report.texts} texts ({report.smoothed} groups of linear layers smoothed, strength "
-        f"{report.alpha:g}); {report.fidelity}")
-    typer.echo(f"wrote {report.output}: use it with --precision int8 "
-               f"({'--model ' + str(report.output) if report.kind == 'encoder' else 'bertkit predict/evaluate ' + str(report.output)}).")
+    say(
+        f"calibrated on {report.texts} texts ({report.smoothed} groups of linear layers smoothed, strength "
+        f"{report.alpha:g}); {report.fidelity}"
+    )
+    how = f"--model {report.output}" if report.kind == "encoder" else f"bertkit predict/evaluate {report.output}"
+    typer.echo(f"wrote {report.output}: use it with --precision int8 ({how}).")

@@ -21,31 +21,58 @@ def _cores() -> int:
 @app.command()
 def serve(
     model: str | None = ModelOption,
-    run: list[str] = typer.Option([], "--run", help="Serve a trained run at /predict/NAME: [NAME=]DIR (NAME: the folder name by default; repeatable); a `bertkit probe` directory shows on the page."),
+    run: list[str] = typer.Option(
+        [],
+        "--run",
+        help="Serve a trained run at /predict/NAME: [NAME=]DIR (NAME: the folder name by default; repeatable); a "
+        "`bertkit probe` directory shows on the page.",
+    ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (default loopback only)."),
     port: int = typer.Option(8080, "--port", "-p"),
     precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 (CPUs with native bf16 only) | int8."),
     threads: int | None = typer.Option(None, "--threads", help="Torch threads (default: one per core)."),
-    concurrent_batches: int | None = typer.Option(None, "--concurrent-batches",
-                                                     help="Forward passes in flight at once, each on its share of the "
-                                                     "threads (default: one per core, at most 2; 1: one pass at a time "
-                                                     "on every thread)."),
-    max_batch_tokens: int = typer.Option(MAX_BATCH_TOKENS, "--max-batch-tokens", help="Padded tokens per forward pass."),
+    concurrent_batches: int | None = typer.Option(
+        None,
+        "--concurrent-batches",
+        help="Forward passes in flight at once, each on its share of the "
+        "threads (default: one per core, at most 2; 1: one pass at a time "
+        "on every thread).",
+    ),
+    max_batch_tokens: int = typer.Option(
+        MAX_BATCH_TOKENS, "--max-batch-tokens", help="Padded tokens per forward pass."
+    ),
     max_queue_tokens: int = typer.Option(65536, "--max-queue-tokens", help="Tokens allowed to wait; beyond it 429."),
     max_inputs: int = typer.Option(128, "--max-inputs", help="Texts per request."),
     max_body_bytes: int = typer.Option(2_000_000, "--max-body-bytes", help="Request body limit in bytes."),
-    api_key_env: str | None = typer.Option(None, "--api-key-env", help="Require this environment variable's value "
-                                              "as 'Authorization: Bearer <key>' (all but /health and the page)."),
+    api_key_env: str | None = typer.Option(
+        None,
+        "--api-key-env",
+        help="Require this environment variable's value "
+        "as 'Authorization: Bearer <key>' (all but /health and the page).",
+    ),
     api_key_file: Path | None = typer.Option(None, "--api-key-file", help="The same, with the key read from a file."),
-    allow_host: list[str] = typer.Option([], "--allow-host", help="Also answer requests whose Host header is NAME "
-                                         "(repeatable; NAME or NAME:PORT; '*' for any, e.g. behind a proxy that "
-                                         "checks it). Always answered: the bound address, 127.0.0.1, localhost, [::1]."),
-    allow_origin: list[str] = typer.Option([], "--allow-origin", help="Admit browser requests from this web origin, "
-                                           "e.g. http://localhost:3000, with CORS answers (repeatable; '*' for any). "
-                                           "Other origins but the server's own get 403."),
-    map_texts: bool = typer.Option(False, "--map-texts/--no-map-texts", help="The page's map shows a run's training "
-                                   "sentences on hover (off: points and labels only)."),
-    graceful_timeout: int = typer.Option(30, "--graceful-timeout", help="Seconds SIGTERM waits for requests in flight."),
+    allow_host: list[str] = typer.Option(
+        [],
+        "--allow-host",
+        help="Also answer requests whose Host header is NAME "
+        "(repeatable; NAME or NAME:PORT; '*' for any, e.g. behind a proxy that "
+        "checks it). Always answered: the bound address, 127.0.0.1, localhost, [::1].",
+    ),
+    allow_origin: list[str] = typer.Option(
+        [],
+        "--allow-origin",
+        help="Admit browser requests from this web origin, "
+        "e.g. http://localhost:3000, with CORS answers (repeatable; '*' for any). "
+        "Other origins but the server's own get 403.",
+    ),
+    map_texts: bool = typer.Option(
+        False,
+        "--map-texts/--no-map-texts",
+        help="The page's map shows a run's training sentences on hover (off: points and labels only).",
+    ),
+    graceful_timeout: int = typer.Option(
+        30, "--graceful-timeout", help="Seconds SIGTERM waits for requests in flight."
+    ),
     access_log: bool = typer.Option(False, "--access-log/--no-access-log", help="Log every request (off: faster)."),
     log_level: str = typer.Option("info", "--log-level"),
 ) -> None:
@@ -56,16 +83,21 @@ def serve(
     from ..explain.explainer import load_probe
     from ..serve.app import create_app
     from ..serve.runs import load_runs
-    from ..tasks.runs import parse_run_specs
     from ..serve.security import check_allow_hosts, check_allow_origins, load_api_key
     from ..serve.settings import ServeSettings
+    from ..tasks.runs import parse_run_specs
 
-    settings = ServeSettings(max_batch_tokens=max_batch_tokens, max_queue_tokens=max_queue_tokens,
-                             max_inputs=max_inputs, max_body_bytes=max_body_bytes,
-                             concurrent_batches=concurrent_batches,
-                             api_key=load_api_key(api_key_env, api_key_file),
-                             allow_hosts=check_allow_hosts(allow_host), allow_origins=check_allow_origins(allow_origin),
-                             map_texts=map_texts).check()
+    settings = ServeSettings(
+        max_batch_tokens=max_batch_tokens,
+        max_queue_tokens=max_queue_tokens,
+        max_inputs=max_inputs,
+        max_body_bytes=max_body_bytes,
+        concurrent_batches=concurrent_batches,
+        api_key=load_api_key(api_key_env, api_key_file),
+        allow_hosts=check_allow_hosts(allow_host),
+        allow_origins=check_allow_origins(allow_origin),
+        map_texts=map_texts,
+    ).check()
     directories = parse_run_specs(run)
     # a `bertkit probe` output (probe.json, no bertkit.json) is shown on the explainer page, not served at /predict
     probes = {name: load_probe(str(d)) for name, d in directories.items() if not (d / "bertkit.json").is_file()}
@@ -75,12 +107,26 @@ def serve(
     application = create_app(encoder, runs, settings)
     application.state.explain_probes = probes
     if host in ("0.0.0.0", "::") and not settings.allow_hosts:
-        say(f"note: bound to {host}: requests are answered when their Host header is the address they reached or a "
-            "localhost name; give --allow-host NAME for each name clients use (or '*' behind a proxy that checks it).")
-    say(f"bertkit serve: {encoder.name} ({encoder.precision}, {threads or _cores()} threads), runs: "
-        f"{', '.join(runs) or 'none'}" + (f"; probes: {', '.join(probes)}" if probes else "") + f"; http://{host}:{port}")
-    config = uvicorn.Config(application, host=host, port=port, workers=1, log_level=log_level, access_log=access_log,
-                            timeout_graceful_shutdown=graceful_timeout, server_header=False)
+        say(
+            f"note: bound to {host}: requests are answered when their Host header is the address they reached or a "
+            "localhost name; give --allow-host NAME for each name clients use (or '*' behind a proxy that checks it)."
+        )
+    say(
+        f"bertkit serve: {encoder.name} ({encoder.precision}, {threads or _cores()} threads), runs: "
+        f"{', '.join(runs) or 'none'}"
+        + (f"; probes: {', '.join(probes)}" if probes else "")
+        + f"; http://{host}:{port}"
+    )
+    config = uvicorn.Config(
+        application,
+        host=host,
+        port=port,
+        workers=1,
+        log_level=log_level,
+        access_log=access_log,
+        timeout_graceful_shutdown=graceful_timeout,
+        server_header=False,
+    )
     # uvicorn drains on SIGTERM, then restores this handler and re-raises the signal. SIG_IGN (not a Python no-op,
     # which interpreter teardown resets to the default) makes that, and any repeat during teardown, exit status 0.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -29,11 +29,17 @@ def bench(
     limit: Optional[int] = typer.Option(2000, "--limit", help="Use the first N texts (0 = all)."),
     repeats: int = typer.Option(3, "--repeats"),
     batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", "-b", help="Texts per forward pass."),
-    peers: bool = typer.Option(True, "--peers/--no-peers", help="Also time the tutorial loop and sentence-transformers."),
+    peers: bool = typer.Option(
+        True, "--peers/--no-peers", help="Also time the tutorial loop and sentence-transformers."
+    ),
     model: Optional[str] = ModelOption,
     threads: Optional[int] = ThreadsOption,
-    precision: str = typer.Option("fp32,bf16", "--precision", help="Precisions to time side by side, comma-separated: "
-                                  "fp32,bf16,int8 (fp32 is always timed: the others' cosine is measured against it)."),
+    precision: str = typer.Option(
+        "fp32,bf16",
+        "--precision",
+        help="Precisions to time side by side, comma-separated: "
+        "fp32,bf16,int8 (fp32 is always timed: the others' cosine is measured against it).",
+    ),
 ) -> None:
     """Measure embedding throughput on your data against the naive loop and sentence-transformers."""
     from ..io.readers import read_texts, sample_path
@@ -48,8 +54,15 @@ def bench(
     texts = texts[:limit] if limit else texts
     if repeats < 1:
         raise InputError("--repeats must be at least 1 (3 or more for a median worth reporting).")
-    run_benchmark(make_encoder(model, threads), texts, repeats=repeats, batch_size=batch_size, include_peers=peers,
-                  echo=typer.echo, precisions=precisions)
+    run_benchmark(
+        make_encoder(model, threads),
+        texts,
+        repeats=repeats,
+        batch_size=batch_size,
+        include_peers=peers,
+        echo=typer.echo,
+        precisions=precisions,
+    )
 
 
 @app.command()

@@ -3,10 +3,10 @@
 import os
 from pathlib import Path
 
-DEFAULT_BATCH_SIZE = 32  # best measured on a 2-core CPU with length-sorted batches (README, performance)
+DEFAULT_BATCH_SIZE = 32  # the best on a 2-core CPU with length-sorted batches (README, performance)
 # Padded tokens per forward pass, at most: rows of long texts go in smaller batches. Past ~2k tokens a batch's
-# activations (tokens × 1536 floats in the default model's feed-forward) outgrow the CPU caches: measured on 2000
-# CoNLL sentences (a tail up to 146 tokens), fp32 ran 222 → 281 sentences/s and int8 325 → 498 with this cap.
+# activations (tokens × 1536 floats in the default model's feed-forward) outgrow the CPU caches (README, performance:
+# the cap's effect on CoNLL sentences).
 MAX_BATCH_TOKENS = 2048
 # The features of `BertVectorizer`, `TextClassifier` and `bertkit train` when none are given: the mean over tokens of
 # every layer, concatenated (the best of the probe's choices for a linear classifier on SST-2, see the README).

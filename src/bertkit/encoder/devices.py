@@ -45,11 +45,15 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
 def _cuda(name: str) -> torch.device:
     if not torch.cuda.is_available():
         build = f"torch {torch.__version__}" + (" (a CPU-only build)" if torch.version.cuda is None else "")
-        raise InputError(f"device={name!r}: this machine has no CUDA GPU that {build} can use; use device='cpu' "
-                         "or 'auto' (which picks a GPU when there is one).")
+        raise InputError(
+            f"device={name!r}: this machine has no CUDA GPU that {build} can use; use device='cpu' "
+            "or 'auto' (which picks a GPU when there is one)."
+        )
     index_text = name.partition(":")[2]
     if index_text and not index_text.isdigit():
-        raise InputError(f"device={name!r}: give cuda or cuda:N with N a GPU number (0 to {torch.cuda.device_count() - 1}).")
+        raise InputError(
+            f"device={name!r}: give cuda or cuda:N with N a GPU number (0 to {torch.cuda.device_count() - 1})."
+        )
     index = int(index_text) if index_text else torch.cuda.current_device()
     if index >= torch.cuda.device_count():
         raise InputError(f"device={name!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s), numbered from 0.")

@@ -7,8 +7,8 @@ import inspect
 import json
 import logging
 import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -17,10 +17,10 @@ from tqdm.auto import tqdm
 from ..errors import InputError
 from . import tokenize as tok
 from .defaults import DEFAULT_BATCH_SIZE, MAX_BATCH_TOKENS
+from .int8 import int8_model_for
 from .layers import LayerSelection, parse_layers
 from .models import LoadedModel, ModelSource, load_model, resolve_model
 from .pooling import parse_pooling, pool_sentences, pool_words
-from .int8 import int8_model_for
 from .precision import autocast, check_precision
 from .threads import forward_in_parallel, set_threads, total_threads
 from .windows import pad_windows, sorted_batches, split_into_windows, stitch
@@ -102,7 +102,7 @@ class Encoder:
         threads: int | None = None,
         precision: str = "fp32",
         concurrent_batches: int | None = None,
-    ) -> "Encoder":
+    ) -> Encoder:
         """Load the packaged default (None), a local directory saved with `save_pretrained`, or a hub name.
 
         precision='bf16' runs the forward under CPU bf16 autocast; refused where the CPU lacks native bf16.
@@ -111,8 +111,12 @@ class Encoder:
         2 or more threads, else 1); 1 gives the classic one-batch-at-a-time loop.
         """
         check_precision(precision)
-        return cls(load_model(resolve_model(model)), threads=threads, precision=precision,
-                   concurrent_batches=concurrent_batches)
+        return cls(
+            load_model(resolve_model(model)),
+            threads=threads,
+            precision=precision,
+            concurrent_batches=concurrent_batches,
+        )
 
     def with_options(self, *, precision: str | None = None, concurrent_batches: int | None = None) -> Encoder:
         """Another `Encoder` over the same loaded weights and tokenizer, at another precision or concurrency.
@@ -129,8 +133,11 @@ class Encoder:
         Encoder
             Shares the model's memory with this one (int8 builds its own int8 copy).
         """
-        return Encoder(self._loaded, precision=precision or self.precision,
-                       concurrent_batches=self.concurrent_batches if concurrent_batches is None else concurrent_batches)
+        return Encoder(
+            self._loaded,
+            precision=precision or self.precision,
+            concurrent_batches=self.concurrent_batches if concurrent_batches is None else concurrent_batches,
+        )
 
     # ---- facts about the model -------------------------------------------------------------------------------
     @property
@@ -228,7 +235,9 @@ class Encoder:
             raise InputError(f"padding={padding!r}: valid values are {', '.join(tok.PADDINGS)}.")
         texts, text_pairs = _as_list(texts), _as_list(text_pairs)
         limit = self._max_length(max_length)
-        encoded = tok.encode(self.tokenizer, texts, text_pairs, max_length=limit, long_text="truncate" if truncation else "keep")
+        encoded = tok.encode(
+            self.tokenizer, texts, text_pairs, max_length=limit, long_text="truncate" if truncation else "keep"
+        )
         return self._pad(encoded, pad_to=limit if padding == "max_length" else None)
 
     def coverage(self, texts: Sequence[tok.Text]) -> tok.Coverage:
@@ -287,7 +296,9 @@ class Encoder:
             result: list | np.ndarray = [None] * len(texts)
         else:
             result = np.zeros((len(texts), self.sentence_dim(selection, methods)), dtype=np.float32)
-        for rows, vectors, masks, poolers in self._token_states(encoded, selection, batch_size, max_length, stride, progress, report):
+        for rows, vectors, masks, poolers in self._token_states(
+            encoded, selection, batch_size, max_length, stride, progress, report
+        ):
             if methods == ("none",):
                 for k, row in enumerate(rows):
                     length = int(masks[k].sum())
@@ -324,7 +335,9 @@ class Encoder:
         selection = parse_layers(layers)
         encoded, report = self._encode(sentences, None, max_length, long_text)
         result: list = [None] * len(sentences)
-        for rows, vectors, masks, _ in self._token_states(encoded, selection, batch_size, max_length, stride, progress, report):
+        for rows, vectors, masks, _ in self._token_states(
+            encoded, selection, batch_size, max_length, stride, progress, report
+        ):
             for k, row in enumerate(rows):
                 item = encoded[row]
                 word_ids = item.word_ids()  # windowed inputs are never truncated, so these cover the whole text
@@ -336,7 +349,9 @@ class Encoder:
         return (result, report) if return_report else result
 
     # ---- internals ----------------------------------------------------------------------------------------------
-    def _encode(self, texts: list, pairs: list | None, max_length: int | None, long_text: str) -> tuple[list, EmbedReport]:
+    def _encode(
+        self, texts: list, pairs: list | None, max_length: int | None, long_text: str
+    ) -> tuple[list, EmbedReport]:
         """Tokenize under the long-text policy and start the call's report (limit, truncated rows, coverage)."""
         report = EmbedReport(n_texts=len(texts), max_length=self._max_length(max_length))
         encoded = tok.encode(self.tokenizer, texts, pairs, max_length=report.max_length, long_text=long_text)
@@ -360,8 +375,13 @@ class Encoder:
 
     def _warn(self, report: EmbedReport) -> None:
         if report.n_truncated:
-            logger.warning("%d of %d texts were longer than %d tokens and were truncated; use long_text='window' to "
-                           "keep all of them.", report.n_truncated, report.n_texts, report.max_length)
+            logger.warning(
+                "%d of %d texts were longer than %d tokens and were truncated; use long_text='window' to "
+                "keep all of them.",
+                report.n_truncated,
+                report.n_texts,
+                report.max_length,
+            )
         if report.coverage is not None and report.coverage.poor:
             logger.warning(report.coverage.message())
 
@@ -400,8 +420,10 @@ class Encoder:
         pending: dict[int, list] = {}
         bar = _progress_bar(len(encoded), progress)
         try:
-            chunks = [[pieces[i] for i in rows]
-                      for rows in sorted_batches([len(p.ids) for p in pieces], batch_size, MAX_BATCH_TOKENS)]
+            chunks = [
+                [pieces[i] for i in rows]
+                for rows in sorted_batches([len(p.ids) for p in pieces], batch_size, MAX_BATCH_TOKENS)
+            ]
             for chunk, batch, out in self._forward_chunks(chunks):
                 vectors = selection.apply(out.hidden_states)
                 whole = [k for k, p in enumerate(chunk) if p.row not in windows_left]
@@ -420,7 +442,12 @@ class Encoder:
                     if windows_left[piece.row] == 0:
                         stitched, pooler0 = stitch(encoded[piece.row], pending.pop(piece.row))
                         mask = torch.ones((1, stitched.shape[0]), dtype=torch.long)
-                        yield [piece.row], stitched.unsqueeze(0), mask, None if pooler0 is None else pooler0.unsqueeze(0)
+                        yield (
+                            [piece.row],
+                            stitched.unsqueeze(0),
+                            mask,
+                            None if pooler0 is None else pooler0.unsqueeze(0),
+                        )
                         bar.update(1)
         finally:
             bar.close()

@@ -26,16 +26,16 @@ import json
 import os
 import tempfile
 import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from .defaults import cache_root
 from ..errors import InputError
+from .defaults import cache_root
 
 SMOOTH_ALPHA = 0.5  # SmoothQuant's default; what calibrations written before the search was added used
 ALPHA_GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
@@ -65,8 +65,12 @@ class Calibration:
 
     def save(self, path: Path) -> None:
         """Atomically write the calibration as safetensors (no pickle)."""
-        meta = {"format": CALIBRATION_FORMAT, "groups": json.dumps(self.groups), "texts": str(self.texts),
-                "alpha": repr(self.alpha)}
+        meta = {
+            "format": CALIBRATION_FORMAT,
+            "groups": json.dumps(self.groups),
+            "texts": str(self.texts),
+            "alpha": repr(self.alpha),
+        }
         handle, scratch = tempfile.mkstemp(dir=path.parent, prefix=".calibration-", suffix=".partial")
         os.close(handle)
         try:
@@ -85,15 +89,18 @@ class Calibration:
         return hasher.hexdigest()[:16]
 
     @classmethod
-    def load(cls, path: Path) -> "Calibration":
+    def load(cls, path: Path) -> Calibration:
         with safe_open(str(path), framework="pt") as handle:
             meta = handle.metadata() or {}
             if meta.get("format") != CALIBRATION_FORMAT:
-                raise InputError(f"{path}: not a bertkit int8 calibration ({meta.get('format')!r}); make one with "
-                                 "`bertkit quantize MODEL --calibration FILE -o DIR`.")
-            absmax = {key: handle.get_tensor(key) for key in handle.keys()}
-        return cls(json.loads(meta["groups"]), absmax, int(meta.get("texts", 0)),
-                   float(meta.get("alpha", SMOOTH_ALPHA)))
+                raise InputError(
+                    f"{path}: not a bertkit int8 calibration ({meta.get('format')!r}); make one with "
+                    "`bertkit quantize MODEL --calibration FILE -o DIR`."
+                )
+            absmax = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+        return cls(
+            json.loads(meta["groups"]), absmax, int(meta.get("texts", 0)), float(meta.get("alpha", SMOOTH_ALPHA))
+        )
 
 
 def layer_stack(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList]:
@@ -125,6 +132,7 @@ def calibrate(model: torch.nn.Module, inputs: Iterable[dict]) -> Calibration:
                 fed_by_norm.add(name)
                 channel_max = x.detach().abs().reshape(-1, x.shape[-1]).amax(0).float()
                 absmax[name] = torch.maximum(absmax[name], channel_max) if name in absmax else channel_max
+
         return hook
 
     norms = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm) or type(m).__name__.endswith("LayerNorm")]
@@ -149,16 +157,20 @@ def calibrate(model: torch.nn.Module, inputs: Iterable[dict]) -> Calibration:
     if not count:
         raise InputError("int8 calibration needs at least one text.")
     leaders = {group[0]: group for group in groups or []}
-    merged = {leader: torch.stack([absmax[n] for n in group]).amax(0)
-              for leader, group in leaders.items() if all(n in fed_by_norm for n in group)}
+    merged = {
+        leader: torch.stack([absmax[n] for n in group]).amax(0)
+        for leader, group in leaders.items()
+        if all(n in fed_by_norm for n in group)
+    }
     calibration = Calibration(groups or [], merged, count)
     errors = alpha_errors(model, calibration, feeds, ALPHA_GRID)
     calibration.alpha = min(errors, key=errors.get)
     return calibration
 
 
-def alpha_errors(model: torch.nn.Module, calibration: Calibration, feeds: Sequence[dict],
-                 alphas: Sequence[float]) -> dict[float, float]:
+def alpha_errors(
+    model: torch.nn.Module, calibration: Calibration, feeds: Sequence[dict], alphas: Sequence[float]
+) -> dict[float, float]:
     """For each smoothing strength, how far its int8 copy moves the texts' vectors: the relative L2 error of each
     layer's mean over tokens, averaged over layers and texts (every layer, since users pick any)."""
     batches = list(_padded_batches(feeds))
@@ -173,9 +185,11 @@ def alpha_errors(model: torch.nn.Module, calibration: Calibration, feeds: Sequen
         result = {}
         for alpha in alphas:
             quantized = quantize_model(model, calibration, alpha).eval()
-            errors = [((g - r).norm(dim=1) / r.norm(dim=1).clamp(min=1e-12)).mean()
-                      for batch, reference in zip(batches, references)
-                      for g, r in zip(layer_means(quantized, batch), reference)]
+            errors = [
+                ((g - r).norm(dim=1) / r.norm(dim=1).clamp(min=1e-12)).mean()
+                for batch, reference in zip(batches, references)
+                for g, r in zip(layer_means(quantized, batch), reference)
+            ]
             result[alpha] = float(torch.stack(errors).mean())
     return result
 
@@ -184,10 +198,12 @@ def _padded_batches(feeds: Sequence[dict], size: int = 32) -> Iterable[dict]:
     """The one-text feeds grouped by length into padded batches (pad positions are masked out)."""
     ordered = sorted(feeds, key=lambda feed: feed["input_ids"].shape[1])
     for start in range(0, len(ordered), size):
-        chunk = ordered[start:start + size]
+        chunk = ordered[start : start + size]
         width = max(feed["input_ids"].shape[1] for feed in chunk)
-        yield {key: torch.cat([torch.nn.functional.pad(feed[key], (0, width - feed[key].shape[1])) for feed in chunk])
-               for key in chunk[0]}
+        yield {
+            key: torch.cat([torch.nn.functional.pad(feed[key], (0, width - feed[key].shape[1])) for feed in chunk])
+            for key in chunk[0]
+        }
 
 
 class _InputQuantizer:
@@ -257,8 +273,10 @@ def quantize_model(model: torch.nn.Module, calibration: Calibration, alpha: floa
     linears = {f"{prefix}.{name}": m for name, m in stack.named_modules() if isinstance(m, torch.nn.Linear)}
     missing = [name for group in calibration.groups for name in group if name not in linears]
     if missing:
-        raise InputError(f"the int8 calibration does not fit this model (no layer {missing[0]}); calibrate it again "
-                         "with `bertkit quantize`.")
+        raise InputError(
+            f"the int8 calibration does not fit this model (no layer {missing[0]}); calibrate it again "
+            "with `bertkit quantize`."
+        )
     replaced = {id(p) for group in calibration.groups for name in group for p in linears[name].parameters()}
     shared = {id(t): t for t in list(model.parameters()) + list(model.buffers()) if id(t) not in replaced}
     quantized = copy.deepcopy(model, memo=dict(shared))
@@ -269,7 +287,9 @@ def quantize_model(model: torch.nn.Module, calibration: Calibration, alpha: floa
         inverse = None
         if group[0] in calibration.absmax:
             weight_max = torch.stack([w.abs().amax(0) for w in weights]).amax(0).clamp(min=1e-5)
-            smooth = (calibration.absmax[group[0]].clamp(min=1e-5) ** alpha / weight_max ** (1 - alpha)).clamp(1e-3, 1e3)
+            smooth = (calibration.absmax[group[0]].clamp(min=1e-5) ** alpha / weight_max ** (1 - alpha)).clamp(
+                1e-3, 1e3
+            )
             weights = [w * smooth[None, :] for w in weights]
             inverse = 1.0 / smooth
         quantizer = _InputQuantizer(inverse)
@@ -302,9 +322,11 @@ def packaged_texts() -> list[str]:
     return texts
 
 
-def calibration_for(model, tokenizer, max_length: int, with_type_ids: bool, directory: str | None,
-                    fingerprint: str | None) -> Calibration:
-    """The directory's own calibration, else the cached one for this fingerprint, else a new one on the packaged texts."""
+def calibration_for(
+    model, tokenizer, max_length: int, with_type_ids: bool, directory: str | None, fingerprint: str | None
+) -> Calibration:
+    """The directory's own calibration, else the cached one for this fingerprint, else a new one on the packaged
+    texts."""
     own = Path(directory) / CALIBRATION_FILE if directory else None
     if own is not None and own.is_file():
         return Calibration.load(own)
@@ -326,6 +348,7 @@ def int8_model_for(encoder) -> tuple[torch.nn.Module, str]:
     and the calibration's digest."""
     source = encoder.source
     directory = source.path if source.kind in ("local", "default") else None
-    calibration = calibration_for(encoder.model, encoder.tokenizer, encoder.max_length, encoder._accepts_type_ids,
-                                  directory, encoder.fingerprint)
+    calibration = calibration_for(
+        encoder.model, encoder.tokenizer, encoder.max_length, encoder._accepts_type_ids, directory, encoder.fingerprint
+    )
     return quantize_model(encoder.model, calibration).eval(), calibration.digest()

@@ -8,6 +8,7 @@ import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from safetensors import SafetensorError
 from tokenizers import normalizers
@@ -58,7 +59,10 @@ def hub_problem(name: str, timeout: float = HUB_TIMEOUT_S) -> str | None:
     if isinstance(try_to_load_from_cache(name, "config.json"), str):
         return None
     if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
-        return "the Hugging Face Hub is not reachable (HF_HUB_OFFLINE=1 turns it off) and the model is not in the local hub cache"
+        return (
+            "the Hugging Face Hub is not reachable (HF_HUB_OFFLINE=1 turns it off) and the model is not in the local "
+            "hub cache"
+        )
     try:
         HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None).model_info(name, timeout=timeout)
     except GatedRepoError:
@@ -95,7 +99,7 @@ def resolve_model(spec: str | os.PathLike | None = None) -> ModelSource:
         return ModelSource(spec_str, spec_str, "hub")
     raise ModelLoadError(
         f"'{spec_str}' is not a local directory, and {problem}. On a machine with network run "
-        f"`python -c \"from transformers import AutoModel, AutoTokenizer; "
+        f'`python -c "from transformers import AutoModel, AutoTokenizer; '
         f"AutoModel.from_pretrained('{spec_str}').save_pretrained('DIR'); "
         f"AutoTokenizer.from_pretrained('{spec_str}').save_pretrained('DIR')\"`, copy DIR here and pass its path; "
         "or omit the model to use the packaged default."
@@ -112,8 +116,8 @@ class LoadedModel:
     """A model and its tokenizer, checked to belong together, with the facts bertkit needs about them."""
 
     source: ModelSource
-    model: object  # transformers PreTrainedModel
-    tokenizer: object  # transformers PreTrainedTokenizerFast
+    model: Any  # transformers PreTrainedModel
+    tokenizer: Any  # transformers PreTrainedTokenizerFast
     max_length: int  # the limit in force by default
     has_pooler: bool
     is_cased: bool
@@ -158,7 +162,9 @@ def max_length_from_config(config, tokenizer) -> int:
     """Usable sequence length: the model's position table (minus RoBERTa's offset), capped by a sane tokenizer limit."""
     positions = getattr(config, "max_position_embeddings", None)
     if positions is None:
-        raise ModelLoadError(f"config of {config.model_type!r} has no max_position_embeddings; cannot pick a max length.")
+        raise ModelLoadError(
+            f"config of {config.model_type!r} has no max_position_embeddings; cannot pick a max length."
+        )
     if config.model_type in _OFFSET_POSITION_TYPES:
         positions -= (config.pad_token_id or 0) + 1
     tokenizer_max = getattr(tokenizer, "model_max_length", None) or _SANE_TOKENIZER_MAX
@@ -196,13 +202,12 @@ def fix_casing(backend, path: str) -> tuple[bool, list[str]]:
     """
     notes: list[str] = []
     declared = _tokenizer_config(path).get("do_lower_case")
-    if _lowercases(backend):
-        if declared is False or (declared is None and _vocab_is_cased(backend)):
-            backend.normalizer = normalizers.BertNormalizer(
-                clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=False
-            )
-            why = "its tokenizer config says do_lower_case=false" if declared is False else "its vocabulary is cased"
-            notes.append(f"the tokenizer lowercased text but {why}: casing is kept.")
+    if _lowercases(backend) and (declared is False or (declared is None and _vocab_is_cased(backend))):
+        backend.normalizer = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=False
+        )
+        why = "its tokenizer config says do_lower_case=false" if declared is False else "its vocabulary is cased"
+        notes.append(f"the tokenizer lowercased text but {why}: casing is kept.")
     return not _lowercases(backend), notes
 
 
@@ -272,7 +277,8 @@ def load_model(source: ModelSource):
     rows = model.get_input_embeddings().num_embeddings
     if len(tokenizer) > rows:
         raise ModelLoadError(
-            f"{source.path}: the tokenizer has {len(tokenizer)} tokens but the model's embedding table has {rows} rows. "
+            f"{source.path}: the tokenizer has {len(tokenizer)} tokens but the model's embedding table has {rows} "
+            "rows. "
             "The tokenizer must be the one the model was trained with; use the tokenizer files saved with the model."
         )
     is_cased, notes = fix_casing(tokenizer.backend_tokenizer, source.path)

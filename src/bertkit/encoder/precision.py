@@ -37,19 +37,22 @@ def fast_bf16_cpu() -> bool:
 def check_precision(precision: str, supported: tuple[str, ...] = PRECISIONS, what: str = "") -> str:
     """Validate `precision`; refuse bf16 on a CPU that would emulate it, int8 on a torch without int8 products."""
     if precision in PRECISIONS and precision not in supported:
-        raise InputError(f"precision={precision!r} is not available for {what or 'this'}: use one of "
-                         f"{', '.join(supported)}.")
+        raise InputError(
+            f"precision={precision!r} is not available for {what or 'this'}: use one of {', '.join(supported)}."
+        )
     if precision not in PRECISIONS:
         raise InputError(f"precision={precision!r}: valid values are {', '.join(supported)}.")
     if precision == "int8" and not hasattr(torch, "_int_mm"):
-        raise InputError(f"precision='int8' needs torch's int8 matrix product (torch >= 2.2; this is {torch.__version__}): "
-                         "pip install torch==2.13.0, or use precision='fp32'.")
+        raise InputError(
+            f"precision='int8' needs torch's int8 matrix product (torch >= 2.2; this is {torch.__version__}): "
+            "pip install torch==2.13.0, or use precision='fp32'."
+        )
     if precision == "bf16" and not fast_bf16_cpu():
         raise InputError(
             f"precision='bf16': this CPU ({torch.backends.cpu.get_cpu_capability()}) has no native bf16 "
             "(no AMX or AVX512-BF16), so bf16 matrix products are emulated and far slower than fp32 "
-            "(measured on such a CPU: 0.3 vs 130 GFLOP/s). Use precision='fp32' here; bf16 pays off on CPUs with "
-            "AMX (Intel Sapphire Rapids and later) or AVX512-BF16."
+            "(`bertkit bench --precision fp32,bf16` shows by how much). Use precision='fp32' here; bf16 pays off on "
+            "CPUs with AMX (Intel Sapphire Rapids and later) or AVX512-BF16."
         )
     return precision
 

@@ -6,10 +6,10 @@ import ctypes
 import os
 import threading
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import torch
 
@@ -34,7 +34,8 @@ def set_threads(threads: int | None) -> None:
 
 @contextmanager
 def threads_per_batch(workers: int) -> Iterator[int]:
-    """Give each of `workers` concurrent forward passes its share of torch's threads, for as long as any caller needs it.
+    """Give each of `workers` concurrent forward passes its share of torch's threads, for as long as any caller
+    needs it.
 
     The thread count is process-wide, so concurrent callers share one layout: the first sets it, the last restores
     what it found. Without the count, parallel embed calls from several threads would race on it.
@@ -61,8 +62,8 @@ def release_openmp_threads() -> bool:
 
     Each thread that runs parallel torch ops owns a team of OpenMP threads. Once libgomp manages more threads than
     there are cores it stops spin-waiting, and every parallel region pays a futex wake-up: on 2 cores, with the
-    main thread's team left over from loading, a model running on a second thread ran its small ops 5x slower
-    (int8 embed of one sentence: 24 ms against 8.4 ms). A server calls this on its main thread once loading is done.
+    main thread's team left over from loading, a model running on a second thread runs its small ops several times
+    slower. A server calls this on its main thread once loading is done.
     """
     released = False
     for path in _loaded_openmp_libraries():  # torch's, and others' (scikit-learn bundles its own libgomp)
@@ -94,8 +95,8 @@ def total_threads() -> int:
 def forward_in_parallel(forward: Callable, chunks: Sequence, pad: Callable, workers: int) -> Iterator[tuple]:
     """(chunk, batch, forward(batch)) for each chunk in order, `workers` forwards at once on shares of the threads.
 
-    On small CPUs one batch per core beats one batch split across cores (measured on 2 cores: +17%), since
-    the per-batch matrices are too small to keep two threads busy. At most `workers` + 1 outputs are held.
+    On small CPUs one batch per core beats one batch split across cores (benchmarks/throughput.py), since the
+    per-batch matrices are too small to keep two threads busy. At most `workers` + 1 outputs are held.
     """
     with threads_per_batch(workers), ThreadPoolExecutor(workers) as pool:
         pending: deque = deque()

@@ -7,8 +7,9 @@ import math
 import re
 import threading
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -177,8 +178,9 @@ def encode(
     if too_long and long_text == "truncate":  # the tokenizer's own truncation (longest first for pairs)
         second = [pair_joined[i][0] for i in too_long] if pair_joined else None
         with TOKENIZER_LOCK:
-            cut = tokenizer([strings[i] for i in too_long], second, truncation=True, max_length=max_length,
-                            **_CALL).encodings
+            cut = tokenizer(
+                [strings[i] for i in too_long], second, truncation=True, max_length=max_length, **_CALL
+            ).encodings
         for row, encoding in zip(too_long, cut):
             encoded[row].encoding = encoding
     return encoded
@@ -271,8 +273,10 @@ class Coverage:
         return self.unknown_share >= 0.05 or self.tokens_per_word >= 3.0 or self.decomposed
 
     def message(self) -> str:
-        head = (f"[UNK] {self.n_unknown} of {self.n_tokens} tokens ({self.unknown_share:.1%}); "
-                f"{self.tokens_per_word:.2f} tokens per word")
+        head = (
+            f"[UNK] {self.n_unknown} of {self.n_tokens} tokens ({self.unknown_share:.1%}); "
+            f"{self.tokens_per_word:.2f} tokens per word"
+        )
         if not self.poor:
             return head
         why = []
@@ -283,8 +287,10 @@ class Coverage:
         if self.tokens_per_word >= 3.0:
             why.append("words are split into many sub-tokens")
         hint = _MODEL_HINTS.get(self.scripts[0] if self.scripts else "", _MODEL_HINTS[""])
-        return (f"{head}. WARNING: this model's vocabulary covers the text poorly: {'; '.join(why)}. "
-                f"Use a model made for that language, {hint}.")
+        return (
+            f"{head}. WARNING: this model's vocabulary covers the text poorly: {'; '.join(why)}. "
+            f"Use a model made for that language, {hint}."
+        )
 
 
 class TextTooLong(InputError):

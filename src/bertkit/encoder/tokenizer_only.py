@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import InputError
 from . import tokenize as tok
@@ -23,8 +24,15 @@ class _BackendCall:
         self.backend = backend
         self._lock = threading.Lock()
 
-    def __call__(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, truncation: bool = False,
-                 max_length: int | None = None, **_options) -> SimpleNamespace:
+    def __call__(
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[str] | None = None,
+        *,
+        truncation: bool = False,
+        max_length: int | None = None,
+        **_options,
+    ) -> SimpleNamespace:
         with self._lock:  # truncation is the backend's state
             if truncation:
                 self.backend.enable_truncation(max_length, strategy="longest_first")
@@ -66,16 +74,26 @@ class TokenizerOnly:
         _follow_config(backend, settings)
         fix_casing(backend, str(folder))
         pad_token = _token_text(settings.get("pad_token")) or _token_text(
-            _json(folder / "special_tokens_map.json").get("pad_token"))
+            _json(folder / "special_tokens_map.json").get("pad_token")
+        )
         unk_token = _token_text(settings.get("unk_token"))
         if pad_token is None or backend.token_to_id(pad_token) is None or "max_position_embeddings" not in config:
             return None
-        positions = max_length_from_config(SimpleNamespace(**{"pad_token_id": None, **config}),
-                                           SimpleNamespace(model_max_length=settings.get("model_max_length")))
+        positions = max_length_from_config(
+            SimpleNamespace(**{"pad_token_id": None, **config}),
+            SimpleNamespace(model_max_length=settings.get("model_max_length")),
+        )
         declared = declared_max_length(source)
         max_length = declared if declared is not None and declared < positions else positions
-        return cls(source, _BackendCall(backend), max_length, positions, pad_token, backend.token_to_id(pad_token),
-                   backend.token_to_id(unk_token) if unk_token else None)
+        return cls(
+            source,
+            _BackendCall(backend),
+            max_length,
+            positions,
+            pad_token,
+            backend.token_to_id(pad_token),
+            backend.token_to_id(unk_token) if unk_token else None,
+        )
 
     def table(self, text: str, pair: str | None = None, max_length: int | None = None) -> tuple[list[dict], bool, str]:
         """The tutorial's table of one text (or pair), whether it was truncated, and the coverage line.
@@ -102,11 +120,22 @@ class TokenizerOnly:
         width = max(len(item.ids), max_length or 0)
         padding = width - len(item.ids)
         rows = [
-            {"position": position, "token": token, "id": token_id, "mask": 1 if position < len(item.ids) else 0,
-             "type_id": type_id, "word": word}
-            for position, (token, token_id, type_id, word) in enumerate(zip(
-                item.tokens + [self.pad_token] * padding, item.ids + [self.pad_id] * padding,
-                item.type_ids + [0] * padding, item.word_ids() + [None] * padding))
+            {
+                "position": position,
+                "token": token,
+                "id": token_id,
+                "mask": 1 if position < len(item.ids) else 0,
+                "type_id": type_id,
+                "word": word,
+            }
+            for position, (token, token_id, type_id, word) in enumerate(
+                zip(
+                    item.tokens + [self.pad_token] * padding,
+                    item.ids + [self.pad_id] * padding,
+                    item.type_ids + [0] * padding,
+                    item.word_ids() + [None] * padding,
+                )
+            )
         ]
         texts = [text] + ([pair] if pair else [])
         everything = tok.encode(self.call, texts, max_length=self.max_length, long_text="keep")
@@ -124,9 +153,11 @@ def _follow_config(backend, settings: dict) -> None:
         return
     if state.get("type") != "BertNormalizer":
         return
-    wanted = {"lowercase": settings.get("do_lower_case", state.get("lowercase")),
-              "strip_accents": settings.get("strip_accents", state.get("strip_accents")),
-              "handle_chinese_chars": settings.get("tokenize_chinese_chars", state.get("handle_chinese_chars"))}
+    wanted = {
+        "lowercase": settings.get("do_lower_case", state.get("lowercase")),
+        "strip_accents": settings.get("strip_accents", state.get("strip_accents")),
+        "handle_chinese_chars": settings.get("tokenize_chinese_chars", state.get("handle_chinese_chars")),
+    }
     if any(state.get(key) != value for key, value in wanted.items()):
         backend.normalizer = normalizers.BertNormalizer(clean_text=state.get("clean_text", True), **wanted)
 

@@ -3,8 +3,8 @@ stitch token vectors back."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -46,8 +46,9 @@ def window_spans(n_content: int, budget: int, overlap: int) -> list[tuple[int, i
         start += budget - overlap
 
 
-def split_into_windows(encoded: Sequence[tok.Encoded], max_length: int, stride: int | None,
-                      windowed_rows: list[int]) -> list[InputWindow]:
+def split_into_windows(
+    encoded: Sequence[tok.Encoded], max_length: int, stride: int | None, windowed_rows: list[int]
+) -> list[InputWindow]:
     """One piece per input that fits; overlapping windows (rows appended to `windowed_rows`) for longer ones."""
     pieces = []
     for row, item in enumerate(encoded):
@@ -63,8 +64,9 @@ def split_into_windows(encoded: Sequence[tok.Encoded], max_length: int, stride: 
         overlap = default_overlap(budget) if stride is None else stride
         for window, (a, b) in enumerate(window_spans(end - start, budget, overlap)):
             keep = list(range(start)) + list(range(start + a, start + b)) + list(range(end, len(ids)))
-            pieces.append(InputWindow(row, [ids[p] for p in keep], [type_ids[p] for p in keep], window,
-                                (start + a, start + b)))
+            pieces.append(
+                InputWindow(row, [ids[p] for p in keep], [type_ids[p] for p in keep], window, (start + a, start + b))
+            )
     return pieces
 
 
@@ -100,8 +102,11 @@ def sorted_batches(lengths: Sequence[int], batch_size: int, max_tokens: int | No
     padded tokens, a row longer than that alone; callers put results back in input order."""
     chunks: list[list[int]] = []
     for index in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        if chunks and len(chunks[-1]) < batch_size and (
-                max_tokens is None or (len(chunks[-1]) + 1) * lengths[chunks[-1][0]] <= max_tokens):
+        if (
+            chunks
+            and len(chunks[-1]) < batch_size
+            and (max_tokens is None or (len(chunks[-1]) + 1) * lengths[chunks[-1][0]] <= max_tokens)
+        ):
             chunks[-1].append(index)
         else:
             chunks.append([index])

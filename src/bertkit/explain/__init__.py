@@ -1,1 +1,2 @@
-"""The explainer page: JSON views of one sentence, the static page, its routes and the offline HTML; may import encoder, io, tasks."""
+"""The explainer page: JSON views of one sentence, the static page, its routes and the offline HTML; may import
+encoder, io, tasks."""

@@ -48,9 +48,9 @@ class Settings:
     def from_json(cls, payload: dict) -> Settings:
         """Settings from a request body; unknown keys and wrong types get a message naming them."""
         if not isinstance(payload, dict):
-            raise InputError("the request body must be a JSON object such as {\"text\": \"I love Korea\"}.")
+            raise InputError('the request body must be a JSON object such as {"text": "I love Korea"}.')
         if "text" not in payload:
-            raise InputError("give the sentence to explain: {\"text\": \"I love Korea\"}.")
+            raise InputError('give the sentence to explain: {"text": "I love Korea"}.')
         known = set(cls.__dataclass_fields__)
         unknown = sorted(set(payload) - known)
         if unknown:
@@ -98,8 +98,9 @@ class Explainer:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def from_paths(cls, model: str | None = None, run_dirs: list[str] | None = None, encoder: Encoder | None = None,
-                   **options) -> Explainer:
+    def from_paths(
+        cls, model: str | None = None, run_dirs: list[str] | None = None, encoder: Encoder | None = None, **options
+    ) -> Explainer:
         """Load the encoder and each `[name=]DIR`: a run (`bertkit train` / `finetune`) or a `bertkit probe` output."""
         explainer = cls(encoder or Encoder.from_pretrained(model))
         for name, directory in parse_run_specs(list(run_dirs or [])).items():
@@ -114,9 +115,14 @@ class Explainer:
         """What the page needs before the first sentence: model facts, runs by kind, probe names."""
         facts = self.encoder.info()
         return {
-            "model": model_name(self.encoder), "architecture": facts["architecture"], "layers": facts["layers"],
-            "hidden_states": facts["hidden_states"], "hidden_size": facts["hidden_size"],
-            "heads": facts["attention_heads"], "max_length": facts["max_length"], "pooler": facts["pooler"],
+            "model": model_name(self.encoder),
+            "architecture": facts["architecture"],
+            "layers": facts["layers"],
+            "hidden_states": facts["hidden_states"],
+            "hidden_size": facts["hidden_size"],
+            "heads": facts["attention_heads"],
+            "max_length": facts["max_length"],
+            "pooler": facts["pooler"],
             "limits": {"chars": views.MAX_CHARS, "tokens": min(views.MAX_TOKENS, self.encoder.max_length)},
             "runs": {name: run_kind(run) for name, run in self.runs.items()},
             "map_runs": [name for name, run in self.runs.items() if isinstance(run, TextClassifier)],
@@ -145,14 +151,22 @@ class Explainer:
         return {
             "settings": {**settings.__dict__, "map_run": map_run},
             "tokenization": _panel(lambda: views.tokenization(encoder, text, settings.pad_to)),
-            "model": _panel(lambda: views.through_model(encoder, text, settings.pad_to, settings.layer,
-                                                        settings.attention_layer, settings.head, *limits)),
-            "sentence": _panel(lambda: views.sentence_vector(encoder, text, settings.layers, settings.pooling,
-                                                             settings.compare)),
+            "model": _panel(
+                lambda: views.through_model(
+                    encoder, text, settings.pad_to, settings.layer, settings.attention_layer, settings.head, *limits
+                )
+            ),
+            "sentence": _panel(
+                lambda: views.sentence_vector(encoder, text, settings.layers, settings.pooling, settings.compare)
+            ),
             "map": _panel(lambda: self.map_view(map_run, text)),
-            "predictions": {name: _panel(lambda name=name, run=run: views.prediction(run, text, self._features(name, text)))
-                            for name, run in self.runs.items()},
-            "probes": {name: _panel(lambda record=record: views.probe_table(record)) for name, record in self.probes.items()},
+            "predictions": {
+                name: _panel(lambda name=name, run=run: views.prediction(run, text, self._features(name, text)))
+                for name, run in self.runs.items()
+            },
+            "probes": {
+                name: _panel(lambda record=record: views.probe_table(record)) for name, record in self.probes.items()
+            },
         }
 
     def work_tokens(self, settings: Settings) -> int:
@@ -173,13 +187,17 @@ class Explainer:
     def map_view(self, name: str | None, text: str) -> dict:
         """The run's training sentences on a PCA map coloured by label, with `text` placed by the same projection."""
         if name is None:
-            raise InputError("no feature-classifier run is loaded; give one trained with `bertkit train` (--run DIR) "
-                             "to see where the sentence sits among its training sentences.")
+            raise InputError(
+                "no feature-classifier run is loaded; give one trained with `bertkit train` (--run DIR) "
+                "to see where the sentence sits among its training sentences."
+            )
         run = self.runs.get(name)
         if not isinstance(run, TextClassifier):
             known = ", ".join(self.info()["map_runs"]) or "none"
-            raise InputError(f"run {name!r} is not a feature classifier, so it has no sentence vectors to map "
-                             f"(feature runs: {known}).")
+            raise InputError(
+                f"run {name!r} is not a feature classifier, so it has no sentence vectors to map "
+                f"(feature runs: {known})."
+            )
         with self._lock:
             if name not in self._maps:
                 self._maps[name] = _fit_map(run, name, self.map_texts)
@@ -189,19 +207,26 @@ class Explainer:
         predicted = run.classes_[int(run.head_.predict_proba(features).argmax(axis=1)[0])]
         groups: dict[str, dict] = {}
         for (x, y), label, sentence in zip(data.points, data.labels, data.texts):
-            group = groups.setdefault(label, {"label": label, "x": [], "y": [], **({"text": []} if data.public else {})})
+            group = groups.setdefault(
+                label, {"label": label, "x": [], "y": [], **({"text": []} if data.public else {})}
+            )
             group["x"].append(round(float(x), 3))
             group["y"].append(round(float(y), 3))
             if data.public:
                 group["text"].append(sentence[:80])
         return {
-            "run": name, "source": data.source, "n": len(data.texts),
+            "run": name,
+            "source": data.source,
+            "n": len(data.texts),
             "explained_variance": [round(float(v), 4) for v in data.pca.explained_variance_ratio_],
             "groups": list(groups.values()),
-            "sentence": {"x": round(float(point[0]), 3), "y": round(float(point[1]), 3), "text": text[:80],
-                         "predicted": str(predicted)},
+            "sentence": {
+                "x": round(float(point[0]), 3),
+                "y": round(float(point[1]), 3),
+                "text": text[:80],
+                "predicted": str(predicted),
+            },
         }
-
 
     def _features(self, name: str, text: str) -> np.ndarray | None:
         """A feature run's vectors of [text], computed once per sentence for the map and the prediction."""

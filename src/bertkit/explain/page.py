@@ -43,7 +43,9 @@ def offline_page(info: dict, result: dict) -> str:
     page = _fill(
         style=f"<style>\n{static_text('page.css')}\n</style>",
         data=f'<script id="bertkit-data" type="application/json">{_script_safe(data)}</script>',
-        scripts="\n".join(f"<script>\n{_script_safe(static_text(name))}\n</script>" for name in ("plotly.min.js", "page.js")),
+        scripts="\n".join(
+            f"<script>\n{_script_safe(static_text(name))}\n</script>" for name in ("plotly.min.js", "page.js")
+        ),
     )
     return page.replace(LIVE_TITLE, SAVED_TITLE)  # a saved file is one sentence's answer, not a live page
 

@@ -8,9 +8,9 @@ the service's one JSON error shape. A probe record can be added with `add_routes
 
 from __future__ import annotations
 
-import orjson
 import threading
 
+import orjson
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
@@ -35,8 +35,12 @@ def explainer_of(app) -> Explainer:
         if getattr(app.state, "explainer", None) is None:
             service = app.state.service
             runs = {name: getattr(run, "model", run) for name, run in service.runs.items()}
-            app.state.explainer = Explainer(service.encoder, runs, dict(getattr(app.state, "explain_probes", {})),
-                                            map_texts=service.settings.map_texts)
+            app.state.explainer = Explainer(
+                service.encoder,
+                runs,
+                dict(getattr(app.state, "explain_probes", {})),
+                map_texts=service.settings.map_texts,
+            )
         return app.state.explainer
 
 
@@ -52,20 +56,24 @@ def router() -> APIRouter:
     def explainer_static(name: str):
         if name not in page.STATIC_FILES:
             raise HTTPException(404, f"no static file {name!r}; the page uses {', '.join(page.STATIC_FILES)}.")
-        return FileResponse(page.static_path(name), media_type=page.STATIC_FILES[name],
-                            headers={"Cache-Control": "max-age=3600"})
+        return FileResponse(
+            page.static_path(name), media_type=page.STATIC_FILES[name], headers={"Cache-Control": "max-age=3600"}
+        )
 
     @routes.get("/explain/info", summary="Explainer: model facts, served runs and probes (the page's menus)")
     def explainer_info(request: Request) -> dict:
         return explainer_of(request.app).info()
 
-    @routes.post("/explain", summary="Explainer: every panel for one sentence (tokens, layers, attention, vector, map, "
-                 "predictions, probes)")
+    @routes.post(
+        "/explain",
+        summary="Explainer: every panel for one sentence (tokens, layers, attention, vector, map, predictions, probes)",
+    )
     async def explain(request: Request):
         settings = Settings.from_json(_json(await request.body()))
         explainer = explainer_of(request.app)
-        result = await request.app.state.service.call(lambda: explainer.explain(settings),
-                                                      explainer.work_tokens(settings))
+        result = await request.app.state.service.call(
+            lambda: explainer.explain(settings), explainer.work_tokens(settings)
+        )
         # a plain JSONResponse: FastAPI's jsonable_encoder would walk every float of the heatmaps (~12 ms)
         return JSONResponse(result)
 
@@ -77,5 +85,6 @@ def _json(body: bytes):
     try:
         return orjson.loads(body or b"null")  # strict: no NaN, 1e400 or lone surrogates (json.loads takes them)
     except orjson.JSONDecodeError as exc:
-        raise RequestValidationError([{"type": "json_invalid", "loc": ("body",), "msg": "JSON decode error",
-                                       "ctx": {"error": str(exc)}}]) from None
+        raise RequestValidationError(
+            [{"type": "json_invalid", "loc": ("body",), "msg": "JSON decode error", "ctx": {"error": str(exc)}}]
+        ) from None

@@ -68,8 +68,12 @@ def tokenization(encoder: Encoder, text: str, pad_to: int | None = None) -> dict
         "length": int(batch.attention_mask[0].sum()),
         "width": int(batch.input_ids.shape[1]),
         "truncated": bool(batch.truncated[0]),
-        "coverage": {"message": coverage.message(), "poor": bool(coverage.poor), "unknown": coverage.n_unknown,
-                     "tokens_per_word": round(coverage.tokens_per_word, 2)},
+        "coverage": {
+            "message": coverage.message(),
+            "poor": bool(coverage.poor),
+            "unknown": coverage.n_unknown,
+            "tokens_per_word": round(coverage.tokens_per_word, 2),
+        },
     }
 
 
@@ -123,11 +127,15 @@ def through_model(
     n, hidden = int(batch.input_ids.shape[1]), encoder.hidden_size
     pooler = out.pooler_output
     shapes = [{"name": "input_ids", "shape": [1, n]}, {"name": "attention_mask", "shape": [1, n]}]
-    shapes += [{"name": f"hidden_states[{i}]" + (" (embeddings)" if i == 0 else ""), "shape": [1, n, hidden]}
-               for i in range(n_states)]
-    shapes += [{"name": "attentions[i] (each layer)", "shape": [1, n_heads, n, n]},
-               {"name": "last_hidden_state", "shape": [1, n, hidden]},
-               {"name": "pooler_output", "shape": [1, hidden] if pooler is not None else None}]
+    shapes += [
+        {"name": f"hidden_states[{i}]" + (" (embeddings)" if i == 0 else ""), "shape": [1, n, hidden]}
+        for i in range(n_states)
+    ]
+    shapes += [
+        {"name": "attentions[i] (each layer)", "shape": [1, n_heads, n, n]},
+        {"name": "last_hidden_state", "shape": [1, n, hidden]},
+        {"name": "pooler_output", "shape": [1, hidden] if pooler is not None else None},
+    ]
     return {
         "tokens": batch.tokens[0],
         "mask": batch.attention_mask[0].tolist(),
@@ -138,7 +146,9 @@ def through_model(
         "norms": _round(norms),
         "cosine_to_previous": _round(cosines),
         "vectors": {str(i): _round(stacked[i]) for i in layers},
-        "attention": {str(i): {str(h): _round(_head(attentions[i - 1][0], h)) for h in heads} for i in attention_layers},
+        "attention": {
+            str(i): {str(h): _round(_head(attentions[i - 1][0], h)) for h in heads} for i in attention_layers
+        },
     }
 
 
@@ -154,8 +164,10 @@ def _head(attention: torch.Tensor, head: int | str) -> torch.Tensor:
 
 def _cap(count: int, cap: int | None, name: str, what: str) -> None:
     if cap is not None and count > cap:
-        raise InputError(f"{name}: that asks for {count} {what}; one answer carries at most {cap}. Ask for fewer "
-                         "(a number or a short list such as [0, 6]).")
+        raise InputError(
+            f"{name}: that asks for {count} {what}; one answer carries at most {cap}. Ask for fewer "
+            "(a number or a short list such as [0, 6])."
+        )
 
 
 def attention_weights(encoder: Encoder, batch) -> tuple[torch.Tensor, ...]:
@@ -178,13 +190,16 @@ def attention_weights(encoder: Encoder, batch) -> tuple[torch.Tensor, ...]:
     return tuple(a.float() for a in out.attentions)
 
 
-def sentence_vector(encoder: Encoder, text: str, layers: str = "last", pooling: str = "mean",
-                    compare: str | None = None) -> dict:
+def sentence_vector(
+    encoder: Encoder, text: str, layers: str = "last", pooling: str = "mean", compare: str | None = None
+) -> dict:
     """`Encoder.embed(text, layers, pooling)`: the vector, its dimension, and its cosine to a second sentence."""
     selection = parse_layers(layers)
     methods = parse_pooling(pooling)
     if methods == ("none",):
-        raise InputError("pooling='none' gives token vectors, not one sentence vector; choose cls, mean, max or pooler.")
+        raise InputError(
+            "pooling='none' gives token vectors, not one sentence vector; choose cls, mean, max or pooler."
+        )
     texts = [text] if not compare else [text, compare]
     vectors = encoder.embed(texts, layers=layers, pooling=pooling, warn=False)
     result = {
@@ -218,14 +233,18 @@ def prediction(run, text: str, features: np.ndarray | None = None) -> dict:
             "kind": "classifier",
             "label": str(run.classes_[best]),
             "probability": f"{probabilities[best]:.4f}",
-            "classes": [{"label": str(c), "probability": round(float(p), DIGITS)} for c, p in zip(run.classes_, probabilities)],
+            "classes": [
+                {"label": str(c), "probability": round(float(p), DIGITS)} for c, p in zip(run.classes_, probabilities)
+            ],
         }
     entities = run.predict([text])[0]
     return {
         "kind": "tagger",
         "text": text,
-        "entities": [{"type": e.type, "text": e.text, "start": e.char_start, "end": e.char_end, "score": e.score}
-                     for e in entities],
+        "entities": [
+            {"type": e.type, "text": e.text, "start": e.char_start, "end": e.char_end, "score": e.score}
+            for e in entities
+        ],
     }
 
 
@@ -247,8 +266,16 @@ def probe_table(record: dict) -> dict:
         "metric": metric,
         "secondary_metric": record.get("secondary_metric"),
         "facts": _named(record.get("facts", {})),
-        "rows": [{"pooling": r["pooling"], "layers": r["choice"], "dim": r["dim"], metric: round(100 * r["score"], 1),
-                  record.get("secondary_metric", "secondary"): round(100 * r["secondary"], 1)} for r in rows],
+        "rows": [
+            {
+                "pooling": r["pooling"],
+                "layers": r["choice"],
+                "dim": r["dim"],
+                metric: round(100 * r["score"], 1),
+                record.get("secondary_metric", "secondary"): round(100 * r["secondary"], 1),
+            }
+            for r in rows
+        ],
         "series": series,
         "best": {"pooling": best["pooling"], "layers": best["choice"], "score": round(100 * best["score"], 1)},
     }
@@ -274,8 +301,9 @@ def _batch(encoder: Encoder, text: str, pad_to: int | None):
     return encoder.tokenize([text], max_length=limit, padding="max_length" if pad_to else "longest")
 
 
-def _pick(choice, count: int, name: str, what: str, default: int | str, first: int = 0,
-          extra: Sequence[str] = ()) -> list:
+def _pick(
+    choice, count: int, name: str, what: str, default: int | str, first: int = 0, extra: Sequence[str] = ()
+) -> list:
     """The chosen indices: None → [default], 'all' → every one, a number or a list of numbers (or an `extra` word)."""
     if choice is None:
         return [default]
@@ -287,8 +315,10 @@ def _pick(choice, count: int, name: str, what: str, default: int | str, first: i
     words = "".join(f", '{word}'" for word in (ALL, *extra))
     for value in values or [None]:
         if isinstance(value, bool) or not isinstance(value, int) or not first <= value < count:
-            raise InputError(f"{name} {value!r}: this model has {what} {first} to {count - 1}; give one, a list of "
-                             f"them{words} or null.")
+            raise InputError(
+                f"{name} {value!r}: this model has {what} {first} to {count - 1}; give one, a list of "
+                f"them{words} or null."
+            )
     return list(dict.fromkeys(values))
 
 

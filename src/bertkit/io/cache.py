@@ -50,7 +50,7 @@ DATABASE = "embeddings.sqlite3"
 ENTRY_OVERHEAD = 512  # bytes an in-memory entry costs besides its vector (array object, key, LRU bookkeeping)
 ROW_OVERHEAD = 160  # bytes a database row costs besides its vector (key and configuration, twice with the index)
 EVICT_TO = 0.9  # eviction goes down to this share of the disk limit, so it runs once per tenth, not per chunk
-PAGE_SIZE = 65536  # SQLite's largest page: least space lost around vectors of a few KB (measured 1.05-1.5x)
+PAGE_SIZE = 65536  # SQLite's largest page: least space lost around vectors of a few KB
 SQL_BATCH = 500  # keys per `IN (...)` query (SQLite's variable limit is 999 in old builds)
 
 
@@ -157,8 +157,9 @@ class DiskStore:
         with self._connect() as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version not in (0, DISK_FORMAT):
-                raise InputError(f"{self.path}: an embedding cache of another bertkit version; choose another "
-                                 "cache directory.")
+                raise InputError(
+                    f"{self.path}: an embedding cache of another bertkit version; choose another cache directory."
+                )
             if version == 0:  # a new database (the script is idempotent, should two processes both create it)
                 db.executescript(_SCHEMA)
         for folder in sorted({shard.parent for shard in self.directory.glob("*/shard-*.npz")}):
@@ -185,8 +186,13 @@ class DiskStore:
         options.unlink(missing_ok=True)
         if not any(folder.iterdir()):
             folder.rmdir()
-        logger.info("embedding cache %s: moved %d shards of configuration %s into %s.", self.directory, len(shards),
-                    folder.name, DATABASE)
+        logger.info(
+            "embedding cache %s: moved %d shards of configuration %s into %s.",
+            self.directory,
+            len(shards),
+            folder.name,
+            DATABASE,
+        )
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -199,8 +205,10 @@ class DiskStore:
         except sqlite3.OperationalError as exc:
             raise _os_error(exc, self.path) from None
         except sqlite3.DatabaseError as exc:  # not a database, or a damaged one
-            raise InputError(f"{self.path}: the embedding cache is damaged ({exc}); delete the file (it is only a "
-                             "cache) or choose another cache directory.") from None
+            raise InputError(
+                f"{self.path}: the embedding cache is damaged ({exc}); delete the file (it is only a "
+                "cache) or choose another cache directory."
+            ) from None
         finally:
             db.close()
 
@@ -257,16 +265,22 @@ class DiskStore:
                 break
             victims = min(count, max(1, -(-(used - max(target, 0)) * count // used)))  # at the average row cost
             last = db.execute("SELECT id FROM vectors ORDER BY id LIMIT 1 OFFSET ?", (victims - 1,)).fetchone()[0]
-            for config, number in db.execute("SELECT config, COUNT(*) FROM vectors WHERE id <= ? GROUP BY config",
-                                             (last,)):
+            for config, number in db.execute(
+                "SELECT config, COUNT(*) FROM vectors WHERE id <= ? GROUP BY config", (last,)
+            ):
                 per_config[config] += number
             db.execute("DELETE FROM vectors WHERE id <= ?", (last,))
             used = _used_bytes(db)
         if per_config:
-            logger.info("embedding cache %s (limit %s): evicted the %d least recently used vectors, %s (%s); they "
-                        "are embedded again when next asked for.", self.path, _size(self.max_bytes),
-                        sum(per_config.values()), _size(before - used),
-                        ", ".join(f"{count} of configuration {config}" for config, count in per_config.most_common()))
+            logger.info(
+                "embedding cache %s (limit %s): evicted the %d least recently used vectors, %s (%s); they "
+                "are embedded again when next asked for.",
+                self.path,
+                _size(self.max_bytes),
+                sum(per_config.values()),
+                _size(before - used),
+                ", ".join(f"{count} of configuration {config}" for config, count in per_config.most_common()),
+            )
 
 
 def _used_bytes(db: sqlite3.Connection) -> int:
@@ -293,8 +307,10 @@ def _move_to_end(db: sqlite3.Connection, config: str, keys: list[bytes]) -> None
         db.execute("BEGIN IMMEDIATE")
         old = _old_rows(db, config, keys)  # again, inside the transaction: another process may have moved them
         high = db.execute("SELECT MAX(id) FROM vectors").fetchone()[0]
-        db.executemany("UPDATE vectors SET id = ? WHERE id = ?",
-                       [(high + offset, row_id) for offset, row_id in enumerate(old, start=1)])
+        db.executemany(
+            "UPDATE vectors SET id = ? WHERE id = ?",
+            [(high + offset, row_id) for offset, row_id in enumerate(old, start=1)],
+        )
         db.execute("COMMIT")
 
 
@@ -320,7 +336,7 @@ def _marks(batch: list) -> str:
 
 def _batches(keys: list[bytes]) -> Iterator[list[bytes]]:
     for start in range(0, len(keys), SQL_BATCH):
-        yield keys[start:start + SQL_BATCH]
+        yield keys[start : start + SQL_BATCH]
 
 
 def _size(count: int) -> str:
@@ -360,8 +376,13 @@ class EmbeddingCache:
         Size limit of the directory's database; default $BERTKIT_DISK_CACHE_MB, else 10 GiB.
     """
 
-    def __init__(self, options: dict, directory: str | Path | None = None, chunk_size: int = DEFAULT_CHUNK,
-                 max_disk_bytes: int | None = None):
+    def __init__(
+        self,
+        options: dict,
+        directory: str | Path | None = None,
+        chunk_size: int = DEFAULT_CHUNK,
+        max_disk_bytes: int | None = None,
+    ):
         self.key = config_key(options)
         self.options = options
         self.chunk_size = chunk_size

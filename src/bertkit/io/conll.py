@@ -1,10 +1,11 @@
-"""CoNLL-style word/tag files: the reader, IOB checks and IOB1→IOB2, and the sniffing that tells token data from sentence data."""
+"""CoNLL-style word/tag files: the reader, IOB checks and IOB1→IOB2, and the sniffing that tells token data from
+sentence data."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from ..errors import InputError
 from .readers import LabelledData, decoded_lines, read_labelled
@@ -144,7 +145,9 @@ def to_iob2(tags: Sequence[str]) -> list[str]:
     return fixed
 
 
-def read_labelled_text(path: str | Path, text_column=None, label_column=None, header: bool | None = None) -> LabelledData:
+def read_labelled_text(
+    path: str | Path, text_column=None, label_column=None, header: bool | None = None
+) -> LabelledData:
     """`read_labelled`, but a CoNLL-style word/tag file is refused with the advice to use the token task."""
     if looks_like_token_file(path):
         raise InputError(f"{path}: this is a word/tag (CoNLL) file, not sentence/label data; use --task token for it.")

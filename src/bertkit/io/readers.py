@@ -58,14 +58,13 @@ def decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
             except UnicodeDecodeError as exc:
                 raise InputError(
                     f"{path}, line {number}: bytes that are not UTF-8 at column {exc.start + 1} "
-                    f"({raw[max(0, exc.start - 10):exc.start + 10]!r}). Re-save the file as UTF-8 "
+                    f"({raw[max(0, exc.start - 10) : exc.start + 10]!r}). Re-save the file as UTF-8 "
                     "(e.g. `iconv -f latin1 -t utf-8`)."
                 ) from None
             yield number, text
 
 
-def _resolve_columns(path: Path, header: list[str] | None, wanted: list[str | int], width: int,
-                     line: int) -> list[int]:
+def _resolve_columns(path: Path, header: list[str] | None, wanted: list[str | int], width: int, line: int) -> list[int]:
     where = f"{path}, line {line}"
     indices = []
     for column in wanted:
@@ -121,8 +120,9 @@ def iter_rows(
         raise InputError(f"{path}: the file has no data rows.")
 
 
-def _delimited_rows(path: Path, kind: str, columns: list[str | int], header: bool | None,
-                    ragged: bool = False) -> Iterator[Row]:
+def _delimited_rows(
+    path: Path, kind: str, columns: list[str | int], header: bool | None, ragged: bool = False
+) -> Iterator[Row]:
     if header is None:
         header = any(isinstance(c, str) and not c.lstrip("-").isdigit() for c in columns)
     lines = decoded_lines(path)
@@ -149,8 +149,9 @@ def _delimited_rows(path: Path, kind: str, columns: list[str | int], header: boo
                 names, header_line = [_restore_bare_cr(name).strip() for name in record], line
                 continue
             if indices is None:
-                indices = _resolve_columns(path, names, columns, len(names) if names else len(record),
-                                           header_line or line)
+                indices = _resolve_columns(
+                    path, names, columns, len(names) if names else len(record), header_line or line
+                )
             if ragged:
                 yield Row(line, tuple(_restore_bare_cr(record[i]) if i < len(record) else "" for i in indices))
                 continue
@@ -164,8 +165,10 @@ def _delimited_rows(path: Path, kind: str, columns: list[str | int], header: boo
     except csv.Error as exc:
         line = numbers[-1] if numbers else 1
         if "field larger than field limit" in str(exc):
-            raise InputError(f"{path}, line {line}: a field is longer than bertkit's cap of {MAX_FIELD_CHARS:,} "
-                             "characters; split that text into smaller rows.") from None
+            raise InputError(
+                f"{path}, line {line}: a field is longer than bertkit's cap of {MAX_FIELD_CHARS:,} "
+                "characters; split that text into smaller rows."
+            ) from None
         raise InputError(f"{path}, line {line}: cannot parse it as {kind.upper()} ({exc}).") from None
 
 
@@ -206,8 +209,21 @@ def _jsonl_rows(path: Path, fields: list[str | int]) -> Iterator[Row]:
         yield Row(number, tuple(values))
 
 
-TEXT_COLUMN_NAMES = ("text", "sentence", "sentences", "review", "document", "content", "body", "question", "query",
-                     "passage", "comment", "tweet", "title")
+TEXT_COLUMN_NAMES = (
+    "text",
+    "sentence",
+    "sentences",
+    "review",
+    "document",
+    "content",
+    "body",
+    "question",
+    "query",
+    "passage",
+    "comment",
+    "tweet",
+    "title",
+)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_ .-]{0,63}")
 SNIFF_ROWS = 50
 
@@ -226,7 +242,8 @@ def choose_text_column(path: str | Path, fmt: str | None = None) -> ColumnChoice
 
     Line 1 is a header when its fields are all names and a field is a usual text-column name, or some column below
     it holds numbers, or sentences under a one-word name. The texts are the column with a usual name, else the one
-    of the longest values, which must hold letters and clearly outgrow the others. Anything less clear is refused with the columns listed.
+    of the longest values, which must hold letters and clearly outgrow the others. Anything less clear is refused
+    with the columns listed.
     """
     path = Path(path)
     kind = detect_format(path, fmt)
@@ -238,8 +255,9 @@ def choose_text_column(path: str | Path, fmt: str | None = None) -> ColumnChoice
     if width == 1:
         return ColumnChoice(0, False, "one column")
     named = all(_NAME.fullmatch(field) for field in first)
-    numeric_below = any(_is_number(row[i]) and not _is_number(first[i])
-                        for row in body for i in range(min(width, len(row))))
+    numeric_below = any(
+        _is_number(row[i]) and not _is_number(first[i]) for row in body for i in range(min(width, len(row)))
+    )
     usual = [i for i, field in enumerate(first) if field.lower() in TEXT_COLUMN_NAMES]
     header = named and (bool(usual) or numeric_below or _names_above_sentences(first, body))
     data = body if header else rows
@@ -251,11 +269,14 @@ def choose_text_column(path: str | Path, fmt: str | None = None) -> ColumnChoice
     wordy = all(any(c.isalpha() for c in row[best]) for row in data if best < len(row) and row[best].strip())
     if wordy and lengths[best] >= 2 * others:
         name = first[best] if header else best
-        return ColumnChoice(name, header, f"column {name!r}, the one of the longest texts"
-                            + (" (line 1 is a header)" if header else ""))
+        return ColumnChoice(
+            name, header, f"column {name!r}, the one of the longest texts" + (" (line 1 is a header)" if header else "")
+        )
     described = f"the header has {first}" if header else f"line 1 has {width} fields: {first}"
-    raise InputError(f"{path}: which column holds the texts? {described}; pass --column NAME or --column INDEX "
-                     "(and --header or --no-header).")
+    raise InputError(
+        f"{path}: which column holds the texts? {described}; pass --column NAME or --column INDEX "
+        "(and --header or --no-header)."
+    )
 
 
 def _names_above_sentences(first: list[str], body: list[tuple]) -> bool:
@@ -367,7 +388,10 @@ def read_labelled(
         if isinstance(label, str):
             label = label.strip()
         if label == "" or isinstance(label, (dict, list)):
-            raise InputError(f"{path}, line {row.line}: the label is {'empty' if label == '' else 'not a scalar'}; every example needs a label.")
+            raise InputError(
+                f"{path}, line {row.line}: the label is {'empty' if label == '' else 'not a scalar'}; every "
+                "example needs a label."
+            )
         if isinstance(label, float) and label.is_integer():
             label = int(label)
         texts.append(text)

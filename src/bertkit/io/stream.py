@@ -13,10 +13,10 @@ import json
 import os
 import shutil
 import zipfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 
@@ -102,12 +102,14 @@ def embed_file(
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(output.name + ".partial.npy")
     progress = output.with_name(output.name + ".progress.json")
-    total, done, offset = _open_partial(partial, progress, key, dim, output,
-                                        lambda: sum(1 for _ in _rows(input_path, column, id_column, header, fmt)))
+    total, done, offset = _open_partial(
+        partial, progress, key, dim, output, lambda: sum(1 for _ in _rows(input_path, column, id_column, header, fmt))
+    )
     result = StreamResult(total, dim, done, 0, 0, 0, 0)
     rows = islice(_rows(input_path, column, id_column, header, fmt), done, None)
-    embed_options = dict(layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length,
-                         long_text=long_text, stride=stride)
+    embed_options = dict(
+        layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length, long_text=long_text, stride=stride
+    )
     handle = os.open(partial, os.O_WRONLY)
     try:
         while done < total:
@@ -141,8 +143,9 @@ def embed_file(
     return result
 
 
-def _open_partial(partial: Path, progress: Path, key: str, dim: int, output: Path,
-                  count_rows: Callable[[], int]) -> tuple[int, int, int]:
+def _open_partial(
+    partial: Path, progress: Path, key: str, dim: int, output: Path, count_rows: Callable[[], int]
+) -> tuple[int, int, int]:
     """(rows, rows done, data offset) of the partial .npy: the one a run of this job left, or a new sparse one."""
     state = _read_progress(progress)
     if state is not None and state.get("key") == key and partial.exists():
@@ -158,16 +161,19 @@ def _open_partial(partial: Path, progress: Path, key: str, dim: int, output: Pat
     return total, 0, offset
 
 
-def _embed_chunk(encoder: Encoder, read: list[tuple[str, object, int]], input_path: Path, options: dict,
-                 result: StreamResult) -> np.ndarray:
+def _embed_chunk(
+    encoder: Encoder, read: list[tuple[str, object, int]], input_path: Path, options: dict, result: StreamResult
+) -> np.ndarray:
     """Embed one chunk of (text, id, line) rows and add what happened to `result`, by file line."""
     texts, lines = [text for text, _, _ in read], [line for _, _, line in read]
     try:
         chunk, report = encoder.embed(texts, progress=False, return_report=True, warn=False, **options)
     except TextTooLong as exc:
-        raise InputError(f"{input_path}, line {lines[exc.row]}: {exc.tokens} tokens, more than the limit of "
-                         f"{exc.max_length}; pass --long-text truncate (cut it) or --long-text window (embed it in "
-                         "overlapping windows), or long_text= in Python.") from None
+        raise InputError(
+            f"{input_path}, line {lines[exc.row]}: {exc.tokens} tokens, more than the limit of "
+            f"{exc.max_length}; pass --long-text truncate (cut it) or --long-text window (embed it in "
+            "overlapping windows), or long_text= in Python."
+        ) from None
     result.blank_lines += [line for text, line in zip(texts, lines) if not text.strip()]
     result.truncated += report.n_truncated
     result.truncated_lines += [lines[row] for row in report.truncated_rows]
@@ -194,26 +200,31 @@ def _finish(
     del header
     if suffix == ".npz":
         id_array = np.asarray(list(ids()))
-        with atomic_path(output) as temporary:
-            with zipfile.ZipFile(temporary, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
-                with partial.open("rb") as source, archive.open("vectors.npy", "w", force_zip64=True) as target:
-                    shutil.copyfileobj(source, target, 16 << 20)  # the partial file is already a valid .npy
-                with archive.open("ids.npy", "w", force_zip64=True) as target:
-                    np.lib.format.write_array(target, id_array, allow_pickle=False)
+        with (
+            atomic_path(output) as temporary,
+            zipfile.ZipFile(temporary, "w", zipfile.ZIP_STORED, allowZip64=True) as archive,
+        ):
+            with partial.open("rb") as source, archive.open("vectors.npy", "w", force_zip64=True) as target:
+                shutil.copyfileobj(source, target, 16 << 20)  # the partial file is already a valid .npy
+            with archive.open("ids.npy", "w", force_zip64=True) as target:
+                np.lib.format.write_array(target, id_array, allow_pickle=False)
     else:
         pa, pq = require_pyarrow()
         schema = pa.schema([("id", getattr(pa, id_type)()), ("vector", pa.list_(pa.float32(), dim))])
         id_iter = ids()
         convert = int if id_type == "int64" else str
-        with atomic_path(output) as temporary, partial.open("rb") as source:
-            with pq.ParquetWriter(temporary, schema) as writer:
-                for start in range(0, total, slice_rows):
-                    count = min(slice_rows, total - start)
-                    source.seek(offset + start * dim * 4)
-                    block = np.fromfile(source, dtype=np.float32, count=count * dim)
-                    column = pa.FixedSizeListArray.from_arrays(pa.array(block, type=pa.float32()), dim)
-                    names = pa.array([convert(i) for i in islice(id_iter, count)], type=getattr(pa, id_type)())
-                    writer.write_table(pa.Table.from_arrays([names, column], schema=schema))
+        with (
+            atomic_path(output) as temporary,
+            partial.open("rb") as source,
+            pq.ParquetWriter(temporary, schema) as writer,
+        ):
+            for start in range(0, total, slice_rows):
+                count = min(slice_rows, total - start)
+                source.seek(offset + start * dim * 4)
+                block = np.fromfile(source, dtype=np.float32, count=count * dim)
+                column = pa.FixedSizeListArray.from_arrays(pa.array(block, type=pa.float32()), dim)
+                names = pa.array([convert(i) for i in islice(id_iter, count)], type=getattr(pa, id_type)())
+                writer.write_table(pa.Table.from_arrays([names, column], schema=schema))
     partial.unlink()
 
 

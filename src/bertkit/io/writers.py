@@ -22,8 +22,13 @@ VECTOR_FORMATS = (".npy", ".npz", ".parquet")
 # What a folder written by bertkit holds: a run record, a fine-tuning checkpoint (a run folder holds one while it
 # trains; a crash between a checkpoint's two renames leaves `.checkpoint.old`), or a `bertkit quantize` calibration.
 # Only such a folder, or an empty one, may be replaced.
-BERTKIT_MARKERS = ("bertkit.json", "optimizer.safetensors", "checkpoint/optimizer.safetensors",
-                   ".checkpoint.old/optimizer.safetensors", "int8_calibration.safetensors")
+BERTKIT_MARKERS = (
+    "bertkit.json",
+    "optimizer.safetensors",
+    "checkpoint/optimizer.safetensors",
+    ".checkpoint.old/optimizer.safetensors",
+    "int8_calibration.safetensors",
+)
 
 
 def caller_umask() -> int:
@@ -154,11 +159,14 @@ def written_by_bertkit(path: str | Path) -> bool:
 
 def _check_replaceable(path: Path) -> None:
     if not path.is_dir():
-        raise InputError(f"{path} is a file, not a folder bertkit wrote; choose another -o directory "
-                         "(nothing was touched).")
+        raise InputError(
+            f"{path} is a file, not a folder bertkit wrote; choose another -o directory (nothing was touched)."
+        )
     if any(not _is_bertkit_temporary(entry) for entry in path.iterdir()) and not written_by_bertkit(path):
-        raise InputError(f"{path} is not a folder bertkit wrote (no bertkit.json or checkpoint in it), so --overwrite "
-                         "will not replace it and nothing in it was touched; choose another -o directory.")
+        raise InputError(
+            f"{path} is not a folder bertkit wrote (no bertkit.json or checkpoint in it), so --overwrite "
+            "will not replace it and nothing in it was touched; choose another -o directory."
+        )
 
 
 def recover_interrupted_replace(path: str | Path) -> None:
@@ -202,17 +210,24 @@ def check_writable_location(path: str | Path) -> Path:
     """Refuse an output path that is a directory, or whose folder is a file or cannot be written, before any work."""
     path = Path(path)
     if path.is_dir():
-        raise InputError(f"output {path} is a directory; give a file name inside it, e.g. {path / ('vectors' + (path.suffix or '.npy'))}.")
+        raise InputError(
+            f"output {path} is a directory; give a file name inside it, e.g. "
+            f"{path / ('vectors' + (path.suffix or '.npy'))}."
+        )
     folder = path.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     if not folder.is_dir():
         raise InputError(f"output {path}: {folder} is a file, not a directory; choose another output path.")
     if _read_only(folder):
-        raise InputError(f"output {path}: {folder} is on a read-only file system; choose a folder you can write to "
-                         "(anything already written there is kept).")
+        raise InputError(
+            f"output {path}: {folder} is on a read-only file system; choose a folder you can write to "
+            "(anything already written there is kept)."
+        )
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise InputError(f"output {path}: cannot write in {folder} (permission denied); choose a folder you can write to.")
+        raise InputError(
+            f"output {path}: cannot write in {folder} (permission denied); choose a folder you can write to."
+        )
     return path
 
 
@@ -228,7 +243,9 @@ def require_pyarrow():
         import pyarrow
         import pyarrow.parquet
     except ImportError:
-        raise InputError("writing .parquet needs pyarrow: `pip install 'bertkit[parquet]'`, or write .npy/.npz.") from None
+        raise InputError(
+            "writing .parquet needs pyarrow: `pip install 'bertkit[parquet]'`, or write .npy/.npz."
+        ) from None
     return pyarrow, pyarrow.parquet
 
 
@@ -250,7 +267,8 @@ def write_vectors(path: str | Path, vectors: np.ndarray, ids: Sequence | None = 
 
 
 def write_token_vectors(path: str | Path, tokens: list[list[str]], vectors: list[np.ndarray], ids: Sequence) -> Path:
-    """Token vectors of many texts in one .npz: `vectors` stacked, `offsets` (n + 1) where each text starts, `tokens`."""
+    """Token vectors of many texts in one .npz: `vectors` stacked, `offsets` (n + 1) where each text starts,
+    `tokens`."""
     path = Path(path)
     if path.suffix.lower() != ".npz":
         raise InputError(f"output {path}: token vectors (pooling='none') are written as .npz.")

@@ -28,8 +28,13 @@ class Resources:
     io_cpus: float  # logical CPUs each read / write task asks for
 
 
-def plan_resources(cluster_cpus: float, node_cpus: float, nodes: int = 1, actors: int | None = None,
-                   cpus_per_actor: float | None = None) -> Resources:
+def plan_resources(
+    cluster_cpus: float,
+    node_cpus: float,
+    nodes: int = 1,
+    actors: int | None = None,
+    cpus_per_actor: float | None = None,
+) -> Resources:
     """Plan actors so that actors × CPUs per actor leaves at least one whole CPU for Ray Data's own tasks.
 
     Read, write and Ray Data's internal steps (column projection, re-blocking) are tasks that ask for CPUs too;
@@ -52,8 +57,9 @@ def plan_resources(cluster_cpus: float, node_cpus: float, nodes: int = 1, actors
             "hangs). Use fewer --actors or add nodes."
         )
     if cpus_per_actor > node_cpus:
-        raise InputError(f"{cpus_per_actor:g} CPUs per actor: no node has more than {node_cpus:g}; "
-                         "use more, smaller actors.")
+        raise InputError(
+            f"{cpus_per_actor:g} CPUs per actor: no node has more than {node_cpus:g}; use more, smaller actors."
+        )
     per_node = -(-actors // max(1, nodes))  # actors that share one node's cores
     threads = max(1, int(node_cpus // per_node))
     return Resources(actors, round(cpus_per_actor, 4), threads, round(reserve / 2, 4))
@@ -75,10 +81,12 @@ class _Embedder:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         texts = batch.column(self.column).to_pylist()
-        for row, text in enumerate(texts):
+        for text in texts:
             if not isinstance(text, str):
-                raise InputError(f"column {self.column!r} holds a {type(text).__name__} ({text!r}), not a string; "
-                                 "every text must be a string.")
+                raise InputError(
+                    f"column {self.column!r} holds a {type(text).__name__} ({text!r}), not a string; "
+                    "every text must be a string."
+                )
         vectors = self.encoder.embed(texts, progress=False, warn=False, **self.options)
         return batch.append_column(self.vector_column, vector_array(vectors))
 
@@ -118,9 +126,15 @@ def embed_dataset(
         raise InputError(f"no column named {column!r}; the dataset has columns {names}.")
     if vector_column in names:
         raise InputError(f"the dataset already has a column {vector_column!r}; choose another vector_column.")
-    options = check_options(encoder or Encoder.from_pretrained(model, precision=precision), layers=layers,
-                             pooling=pooling, batch_size=batch_size, max_length=max_length, long_text=long_text,
-                             stride=stride)
+    options = check_options(
+        encoder or Encoder.from_pretrained(model, precision=precision),
+        layers=layers,
+        pooling=pooling,
+        batch_size=batch_size,
+        max_length=max_length,
+        long_text=long_text,
+        stride=stride,
+    )
     if rows_per_call < 1:
         raise InputError(f"rows_per_call={rows_per_call}: give a positive number of rows.")
     if not ray.is_initialized():
@@ -129,17 +143,26 @@ def embed_dataset(
     spec = model if model is None or not Path(model).exists() else str(Path(model).resolve())
     return ds.map_batches(
         _Embedder,
-        fn_constructor_kwargs={"model": spec, "precision": precision, "threads": plan.threads, "column": column,
-                                   "vector_column": vector_column, "options": options},
-        batch_size=rows_per_call, batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=plan.actors),
+        fn_constructor_kwargs={
+            "model": spec,
+            "precision": precision,
+            "threads": plan.threads,
+            "column": column,
+            "vector_column": vector_column,
+            "options": options,
+        },
+        batch_size=rows_per_call,
+        batch_format="pyarrow",
+        compute=ray.data.ActorPoolStrategy(size=plan.actors),
         num_cpus=plan.cpus_per_actor,
     )
 
 
 def check_options(encoder: Encoder, **options) -> dict:
     if options["pooling"].strip() == "none":
-        raise InputError("pooling='none' (token vectors) is not supported on Ray; "
-                         "choose cls, mean, max or a combination.")
+        raise InputError(
+            "pooling='none' (token vectors) is not supported on Ray; choose cls, mean, max or a combination."
+        )
     if options["long_text"] not in LONG_TEXT:
         raise InputError(f"long_text={options['long_text']!r}: valid values are {', '.join(LONG_TEXT)}.")
     encoder.embed(["check the options"], progress=False, warn=False, **options)  # raises InputError on a bad option

@@ -91,8 +91,11 @@ def expand_inputs(patterns: str | Path | Sequence[str | Path]) -> list[Path]:
 
 def _expand_one(pattern: str) -> list[Path]:
     if Path(pattern).is_dir():
-        inside = sorted(p for p in Path(pattern).iterdir()
-                        if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in RAY_FORMATS)
+        inside = sorted(
+            p
+            for p in Path(pattern).iterdir()
+            if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in RAY_FORMATS
+        )
         if not inside:
             raise InputError(f"{pattern}: the folder has no {', '.join(RAY_FORMATS)} files.")
         return inside
@@ -108,13 +111,16 @@ def check_output(output: Path) -> None:
     if output.exists() and not output.is_dir():
         raise InputError(f"-o {output} is a file; the Ray engine writes a directory (one folder per input file).")
     if output.suffix.lower() in FILE_OUTPUTS and not output.is_dir():
-        raise InputError(f"-o {output}: the Ray engine writes a folder (one Parquet folder per input file), not a "
-                         f"{output.suffix} file; give a folder name such as {output.with_suffix('')}/, or use "
-                         "--engine local for one file.")
+        raise InputError(
+            f"-o {output}: the Ray engine writes a folder (one Parquet folder per input file), not a "
+            f"{output.suffix} file; give a folder name such as {output.with_suffix('')}/, or use "
+            "--engine local for one file."
+        )
 
 
-def check_columns(path: Path, column: str | int | None, id_column: str | int | None,
-                  header: bool | None = None) -> bool:
+def check_columns(
+    path: Path, column: str | int | None, id_column: str | int | None, header: bool | None = None
+) -> bool:
     """Refuse a missing text or id column, naming the file and its columns; True when the file has no rows."""
     return not has_rows(path, column, id_column, header)
 
@@ -133,26 +139,36 @@ def _write_parts(batch: pa.Table, staging: dict) -> pa.Table:
     return pa.table({"path": pa.array(paths, pa.string()), "rows": pa.array(counts, pa.int64())})
 
 
-def _result_options(encoder: Encoder, column: str | int | None, id_column: str | int | None, header: bool | None,
-                    options: dict) -> dict:
+def _result_options(
+    encoder: Encoder, column: str | int | None, id_column: str | int | None, header: bool | None, options: dict
+) -> dict:
     kept = {k: options[k] for k in ("layers", "pooling", "max_length", "long_text", "stride")}
-    return {"model": encoder.fingerprint, **encoder.precision_record(), "column": column, "id_column": id_column,
-            "header": header, **kept}
+    return {
+        "model": encoder.fingerprint,
+        **encoder.precision_record(),
+        "column": column,
+        "id_column": id_column,
+        "header": header,
+        **kept,
+    }
 
 
 def _load_manifest(output: Path, options: dict, overwrite: bool) -> dict:
     path = output / MANIFEST
     if not path.exists():
         if output.exists() and any(output.iterdir()) and not overwrite:
-            raise InputError(f"{output} is not empty and has no {MANIFEST}; choose an empty -o directory or pass "
-                             "--overwrite.")
+            raise InputError(
+                f"{output} is not empty and has no {MANIFEST}; choose an empty -o directory or pass --overwrite."
+            )
         return {"version": 1, "options": options, "files": {}}
     manifest = json.loads(path.read_text())
     changed = [k for k in options if manifest.get("options", {}).get(k) != options[k]]
     if changed and not overwrite:
         said = "; ".join(f"{k} was {manifest['options'].get(k)!r}, now {options[k]!r}" for k in changed)
-        raise InputError(f"{output} was written with other options ({said}). Use the same options, another -o "
-                         "directory, or --overwrite to start over.")
+        raise InputError(
+            f"{output} was written with other options ({said}). Use the same options, another -o "
+            "directory, or --overwrite to start over."
+        )
     if overwrite:  # start over: the outputs this manifest lists go, then the manifest
         for entry in manifest.get("files", {}).values():
             shutil.rmtree(output / entry["output"], ignore_errors=True)
@@ -236,13 +252,21 @@ def embed_files(
     output = Path(output_dir)
     check_output(output)
     if id_column is not None and id_column == column:
-        raise InputError(f"--id-column {id_column!r} is the text column; name another column, or leave it out for "
-                         "row numbers.")
+        raise InputError(
+            f"--id-column {id_column!r} is the text column; name another column, or leave it out for row numbers."
+        )
     for path in paths:  # every file's columns, before any work
         check_columns(path, column, id_column, header)
     encoder = Encoder.from_pretrained(model, precision=precision)
-    options = check_options(encoder, layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length,
-                             long_text=long_text, stride=stride)
+    options = check_options(
+        encoder,
+        layers=layers,
+        pooling=pooling,
+        batch_size=batch_size,
+        max_length=max_length,
+        long_text=long_text,
+        stride=stride,
+    )
     recorded = _result_options(encoder, column, id_column, header, options)
     job = _Job(output, _load_manifest(output, recorded, overwrite), RunSummary(output))
     for path in paths:
@@ -268,8 +292,10 @@ def _plan_file(job: _Job, path: Path, count) -> None:
     """Skip a file the manifest records as complete and unchanged; otherwise queue it with its row count."""
     entry, digest = job.manifest["files"].get(path.stem), file_sha256(path)
     if entry is not None and entry["sha256"] != digest:
-        raise InputError(f"{path} changed since {job.output / path.stem} was written from it (its SHA-256 differs); "
-                         "pass --overwrite to start over.")
+        raise InputError(
+            f"{path} changed since {job.output / path.stem} was written from it (its SHA-256 differs); "
+            "pass --overwrite to start over."
+        )
     if entry is not None and _is_complete(job.output, entry):
         job.summary.skipped.append(path.stem)
     else:
@@ -304,9 +330,11 @@ def connect(address: str | None = None) -> bool:
     try:
         ray.init(address=address, include_dashboard=False, configure_logging=False)
     except ConnectionError as exc:
-        raise InputError(f"cannot join the Ray cluster at {address} ({exc}). Check the address (`ray status` on the "
-                         "head); a cluster with token auth needs RAY_AUTH_MODE=token and its token "
-                         "(RAY_AUTH_TOKEN or ~/.ray/auth_token).") from None
+        raise InputError(
+            f"cannot join the Ray cluster at {address} ({exc}). Check the address (`ray status` on the "
+            "head); a cluster with token auth needs RAY_AUTH_MODE=token and its token "
+            "(RAY_AUTH_TOKEN or ~/.ray/auth_token)."
+        ) from None
     return True
 
 
@@ -322,17 +350,28 @@ def _use_local_token() -> None:
         maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
-def _stream_files(job: _Job, work: dict[str, Path], reader: dict, encoder: Encoder, options: dict,
-                  model: str | None, precision: str) -> None:
+def _stream_files(
+    job: _Job, work: dict[str, Path], reader: dict, encoder: Encoder, options: dict, model: str | None, precision: str
+) -> None:
     """read → embed (actor pool) → write parts; the driver closes each file as soon as its rows are all written."""
     plan = job.summary.resources
     counts = {name: job.pending[path]["rows"] for name, path in work.items()}
     ds = read_inputs(counts, io_cpus=plan.io_cpus, **reader)
-    ds = embed_dataset(ds, "text", model=model, precision=precision, encoder=encoder, actors=plan.actors,
-                       cpus_per_actor=plan.cpus_per_actor, rows_per_call=reader["rows_per_block"], **options)
+    ds = embed_dataset(
+        ds,
+        "text",
+        model=model,
+        precision=precision,
+        encoder=encoder,
+        actors=plan.actors,
+        cpus_per_actor=plan.cpus_per_actor,
+        rows_per_call=reader["rows_per_block"],
+        **options,
+    )
     staging = {name: str(job.staging(path)) for name, path in work.items()}
-    ds = ds.map_batches(_write_parts, fn_kwargs={"staging": staging}, batch_format="pyarrow", batch_size=None,
-                        num_cpus=plan.io_cpus)
+    ds = ds.map_batches(
+        _write_parts, fn_kwargs={"staging": staging}, batch_format="pyarrow", batch_size=None, num_cpus=plan.io_cpus
+    )
     done = dict.fromkeys(work, 0)
     try:
         for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):

@@ -27,8 +27,15 @@ from ..errors import InputError
 from ..io.readers import iter_texts
 
 # extension → reader format (`bertkit.io.readers` names; "parquet" is read here)
-RAY_FORMATS = {".parquet": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv",
-               ".tsv": "tsv", ".txt": "text"}
+RAY_FORMATS = {
+    ".parquet": "parquet",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".txt": "text",
+}
 NO_ROWS = "the file has no data rows."  # the local reader's words for an empty file, which Ray writes as empty
 
 
@@ -36,8 +43,9 @@ def input_format(path: Path) -> str:
     return RAY_FORMATS[path.suffix.lower()]
 
 
-def file_rows(path: Path, column: str | int | None = None, id_column: str | int | None = None,
-              header: bool | None = None) -> Iterator[tuple[str, object]]:
+def file_rows(
+    path: Path, column: str | int | None = None, id_column: str | int | None = None, header: bool | None = None
+) -> Iterator[tuple[str, object]]:
     """(text, id) of every row of one input, as `bertkit embed` reads it; the id is the row number or its value.
 
     A file without rows yields nothing. Every problem is an InputError naming the file and line (or row).
@@ -54,8 +62,9 @@ def file_rows(path: Path, column: str | int | None = None, id_column: str | int 
             raise
 
 
-def _parquet_rows(path: Path, column: str | int | None, id_column: str | int | None,
-                  batch_rows: int = 4096) -> Iterator[tuple[str, object]]:
+def _parquet_rows(
+    path: Path, column: str | int | None, id_column: str | int | None, batch_rows: int = 4096
+) -> Iterator[tuple[str, object]]:
     try:
         source = pq.ParquetFile(path)
     except (OSError, pa.ArrowInvalid) as exc:
@@ -112,8 +121,14 @@ class FileRowsDatasource(Datasource):
     Rows are numbered as they are read, so no later step has to keep Ray's block order.
     """
 
-    def __init__(self, files: dict[str, int], column: str | int | None, id_column: str | int | None,
-                 header: bool | None, rows_per_block: int):
+    def __init__(
+        self,
+        files: dict[str, int],
+        column: str | int | None,
+        id_column: str | int | None,
+        header: bool | None,
+        rows_per_block: int,
+    ):
         super().__init__()
         self.files = files  # absolute path → its row count (from the driver)
         self.options = {"column": column, "id_column": id_column, "header": header, "rows_per_block": rows_per_block}
@@ -122,12 +137,15 @@ class FileRowsDatasource(Datasource):
         return sum(os.path.getsize(name) for name in self.files)
 
     def get_read_tasks(self, parallelism: int, *args, **kwargs) -> list[ReadTask]:
-        return [ReadTask(functools.partial(read_blocks, name, **self.options), _metadata(name, rows))
-                for name, rows in self.files.items()]
+        return [
+            ReadTask(functools.partial(read_blocks, name, **self.options), _metadata(name, rows))
+            for name, rows in self.files.items()
+        ]
 
 
-def read_blocks(name: str, column: str | int | None, id_column: str | int | None, header: bool | None,
-                rows_per_block: int) -> Iterator[pa.Table]:
+def read_blocks(
+    name: str, column: str | int | None, id_column: str | int | None, header: bool | None, rows_per_block: int
+) -> Iterator[pa.Table]:
     """One input's rows as Arrow tables of at most `rows_per_block` rows (runs in a Ray read task)."""
     texts: list[str] = []
     ids: list = []
@@ -143,12 +161,14 @@ def read_blocks(name: str, column: str | int | None, id_column: str | int | None
 
 
 def _block(name: str, start: int, texts: list[str], ids: list, id_column: str | int | None) -> pa.Table:
-    return pa.table({
-        "path": pa.array([name] * len(texts), pa.string()),
-        "row": pa.array(range(start, start + len(texts)), pa.int64()),
-        "id": pa.array(ids, pa.int64() if id_column is None else pa.string()),
-        "text": pa.array(texts, pa.string()),
-    })
+    return pa.table(
+        {
+            "path": pa.array([name] * len(texts), pa.string()),
+            "row": pa.array(range(start, start + len(texts)), pa.int64()),
+            "id": pa.array(ids, pa.int64() if id_column is None else pa.string()),
+            "text": pa.array(texts, pa.string()),
+        }
+    )
 
 
 def _metadata(name: str, rows: int) -> BlockMetadata:
@@ -159,8 +179,14 @@ def _metadata(name: str, rows: int) -> BlockMetadata:
     return BlockMetadata(**{k: v for k, v in values.items() if k in fields})
 
 
-def read_inputs(files: dict[str, int], column: str | int | None, id_column: str | int | None, header: bool | None,
-                rows_per_block: int, io_cpus: float) -> ray.data.Dataset:
+def read_inputs(
+    files: dict[str, int],
+    column: str | int | None,
+    id_column: str | int | None,
+    header: bool | None,
+    rows_per_block: int,
+    io_cpus: float,
+) -> ray.data.Dataset:
     """The rows of `files` (absolute path → row count) as a Ray Dataset, read by `file_rows` in Ray tasks."""
     source = FileRowsDatasource(files, column, id_column, header, rows_per_block)
     return ray.data.read_datasource(source, num_cpus=io_cpus)

@@ -10,7 +10,7 @@ import asyncio
 import base64
 import gc
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import asynccontextmanager
 from http import HTTPStatus
 
@@ -72,7 +72,7 @@ def _array_fallback(value):
 
 
 class VectorJSONResponse(JSONResponse):
-    """JSON written by orjson, float32 arrays straight from memory: ~25x faster than json on a 384-float vector."""
+    """JSON written by orjson, float32 arrays straight from memory (far faster than the json module on vectors)."""
 
     def render(self, content) -> bytes:
         return orjson.dumps(content, default=_array_fallback, option=orjson.OPT_SERIALIZE_NUMPY)
@@ -87,7 +87,7 @@ ERROR_CODES = {
     413: "body over --max-body-bytes, more texts than --max-inputs, or an input too long with truncate=false",
     415: "the body is not sent as Content-Type: application/json",
     422: "a field has the wrong type or value (validation_error), or the model cannot do what was asked "
-         "(invalid_input); the message names the field",
+    "(invalid_input); the message names the field",
     429: "the queue is full (overloaded); retry after Retry-After seconds",
     500: "the server failed on this request (internal_error); it keeps serving others",
     503: "the server is shutting down and takes no new requests",
@@ -97,10 +97,15 @@ POST_ERRORS = (400, 403, 413, 415, 422, 429, 500, 503)
 GET_ERRORS = (403, 500)
 RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "integer"}}}
 TRUNCATED = {
-    "X-Bertkit-Truncated": {"description": "how many inputs were cut to the model's max length", "required": True,
-                            "schema": {"type": "integer"}},
-    "X-Bertkit-Truncated-Inputs": {"description": "their indices, comma-separated (only when some were cut)",
-                                   "schema": {"type": "string"}},
+    "X-Bertkit-Truncated": {
+        "description": "how many inputs were cut to the model's max length",
+        "required": True,
+        "schema": {"type": "integer"},
+    },
+    "X-Bertkit-Truncated-Inputs": {
+        "description": "their indices, comma-separated (only when some were cut)",
+        "schema": {"type": "string"},
+    },
 }
 
 
@@ -125,20 +130,25 @@ def _ok(model, headers: dict | None = None) -> dict[int | str, dict]:
     return {200: {"model": model, "description": "Successful Response", **({"headers": headers} if headers else {})}}
 
 
-def create_app(encoder: Encoder | None = None, runs: dict[str, ServedRun] | None = None,
-               settings: ServeSettings | None = None, *, routers: Sequence[APIRouter] = ()) -> FastAPI:
+def create_app(
+    encoder: Encoder | None = None,
+    runs: dict[str, ServedRun] | None = None,
+    settings: ServeSettings | None = None,
+    *,
+    routers: Sequence[APIRouter] = (),
+) -> FastAPI:
     """The service app for `encoder` (default: the packaged model) and `runs`; call it once per process."""
     service = Service(encoder or Encoder.from_pretrained(), runs, settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        # The model and the web stack are half a million long-lived objects: a full collection of them took 255 ms,
-        # a stall that lands in some request's latency. Frozen, they are never scanned again.
+        # The model and the web stack are half a million long-lived objects: a full collection of them is a stall of
+        # a few hundred milliseconds in some request's latency. Frozen, they are never scanned again.
         gc.collect()
         gc.freeze()
         # The model runs on the batcher's threads. The main thread's OpenMP team, left from loading, makes libgomp
         # stop spin-waiting (more threads than cores), so each parallel op pays a wake-up: int8, with its many small
-        # ops, served one sentence in 21.6 ms p50 instead of 12.3. fp32 measured 2-3 ms faster with the team kept.
+        # ops, pays it most (README, serving). fp32 was faster with the team kept.
         if service.encoder.precision == "int8":
             release_openmp_threads()
         service.batcher.start()
@@ -147,8 +157,12 @@ def create_app(encoder: Encoder | None = None, runs: dict[str, ServedRun] | None
         finally:  # uvicorn has finished the requests in flight; the batcher drains what is still queued
             await asyncio.to_thread(service.batcher.stop)
 
-    app = FastAPI(title="bertkit serve", version="0.1.0", lifespan=lifespan, description="Embeddings from any layer "
-                  "with any pooling, tokenization and predictions of trained runs.")
+    app = FastAPI(
+        title="bertkit serve",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="Embeddings from any layer with any pooling, tokenization and predictions of trained runs.",
+    )
     app.state.service = service
     _add_error_handlers(app)
     app.include_router(_routes(service))
@@ -169,11 +183,17 @@ def _add_middleware(app: FastAPI, settings: ServeSettings, metrics) -> None:
         app.add_middleware(ApiKeyMiddleware, key=settings.api_key)
     origins = check_allow_origins(settings.allow_origins)
     if origins:
-        app.add_middleware(CORSMiddleware, allow_origins=list(origins), allow_methods=["GET", "POST"],
-                           allow_headers=["Authorization", "Content-Type"], max_age=600,
-                           expose_headers=["Retry-After", "X-Bertkit-Truncated", "X-Bertkit-Truncated-Inputs"])
-    app.add_middleware(LocalAccessMiddleware, allow_hosts=check_allow_hosts(settings.allow_hosts),
-                       allow_origins=origins)
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+            max_age=600,
+            expose_headers=["Retry-After", "X-Bertkit-Truncated", "X-Bertkit-Truncated-Inputs"],
+        )
+    app.add_middleware(
+        LocalAccessMiddleware, allow_hosts=check_allow_hosts(settings.allow_hosts), allow_origins=origins
+    )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
 
 
@@ -183,9 +203,11 @@ def _service(request: Request) -> Service:
 
 def _disconnected(request: Request):
     """A coroutine factory that returns once the client has closed the connection (the body is read by then)."""
+
     async def wait() -> None:
         while (await request.receive())["type"] != "http.disconnect":
             pass
+
     return wait
 
 
@@ -197,8 +219,10 @@ def _truncation_headers(result: EmbedResult) -> dict[str, str]:
 
 
 def _token_vectors(result: EmbedResult, normalize: bool = False) -> list[dict]:
-    return [{"tokens": e.tokens, "word_ids": e.word_ids(), "vectors": _normalized(v, normalize)}
-            for e, v in zip(result.encoded, result.vectors)]
+    return [
+        {"tokens": e.tokens, "word_ids": e.word_ids(), "vectors": _normalized(v, normalize)}
+        for e, v in zip(result.encoded, result.vectors)
+    ]
 
 
 def _normalized(vectors: np.ndarray, normalize: bool) -> np.ndarray:
@@ -243,16 +267,25 @@ def _add_openapi(app: FastAPI, settings: ServeSettings) -> None:
             document = build()  # cached by FastAPI as app.openapi_schema
             for model in (ErrorResponse, OpenAIErrorResponse):
                 _component(document, model)
-            explainer = {("/explain", "post"): (ExplainResponse, POST_ERRORS, ExplainRequest),
-                         ("/explain/info", "get"): (ExplainInfo, GET_ERRORS, None)}
+            explainer = {
+                ("/explain", "post"): (ExplainResponse, POST_ERRORS, ExplainRequest),
+                ("/explain/info", "get"): (ExplainInfo, GET_ERRORS, None),
+            }
             for (path, method), (answer, codes, request) in explainer.items():
                 operation = document.get("paths", {}).get(path, {}).get(method)
                 if operation is None:
                     continue
-                ok = {"description": "Successful Response",
-                      "content": {"application/json": {"schema": _component(document, answer)}}}
-                operation["responses"] = {"200": ok, **{str(code): response for code, response in
-                                                        _errors(codes, path, settings.api_key is not None).items()}}
+                ok = {
+                    "description": "Successful Response",
+                    "content": {"application/json": {"schema": _component(document, answer)}},
+                }
+                operation["responses"] = {
+                    "200": ok,
+                    **{
+                        str(code): response
+                        for code, response in _errors(codes, path, settings.api_key is not None).items()
+                    },
+                }
                 if request is not None:
                     operation.update(_body(_component(document, request)))
         return app.openapi_schema
@@ -266,82 +299,139 @@ def _routes(service: Service) -> APIRouter:
     key = settings.api_key is not None
 
     def body(model: type[BaseModel]) -> dict:
-        return _body(request_schema(model, settings.max_inputs, service.model_names if model is
-                                    OpenAIEmbeddingRequest else ()))
+        return _body(
+            request_schema(model, settings.max_inputs, service.model_names if model is OpenAIEmbeddingRequest else ())
+        )
 
     def answers(path: str, model, codes: Sequence[int] = POST_ERRORS, headers: dict | None = None) -> dict:
         return {**_ok(model, headers), **_errors(codes, path, key)}
 
-    @router.get("/health", summary="Liveness: 200 while the model thread runs (no key needed)",
-                responses={**_ok(Health), 503: {"model": Health, "description": "the model thread has stopped"},
-                           **_errors((403, 500), "/health", key=False)})
+    _status_routes(router, answers, key)
+    _embedding_routes(router, body, answers)
+    _prediction_routes(router, body, key)
+    return router
+
+
+def _status_routes(router: APIRouter, answers: Callable, key: bool) -> None:
+    """/health, /info, /metrics."""
+
+    @router.get(
+        "/health",
+        summary="Liveness: 200 while the model thread runs (no key needed)",
+        responses={
+            **_ok(Health),
+            503: {"model": Health, "description": "the model thread has stopped"},
+            **_errors((403, 500), "/health", key=False),
+        },
+    )
     async def health(request: Request):
         alive = _service(request).batcher.running
         return JSONResponse({"status": "ok" if alive else "model thread stopped"}, status_code=200 if alive else 503)
 
-    @router.get("/info", summary="Model, layers, hidden size, max length, served runs, limits",
-                responses=answers("/info", ServiceInfo, GET_ERRORS))
+    @router.get(
+        "/info",
+        summary="Model, layers, hidden size, max length, served runs, limits",
+        responses=answers("/info", ServiceInfo, GET_ERRORS),
+    )
     async def info(request: Request):
         return {**_service(request).info(), "probes": sorted(getattr(request.app.state, "explain_probes", None) or {})}
 
-    @router.get("/metrics", summary="Prometheus metrics", response_class=PlainTextResponse,
-                responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
-                                 "description": "Prometheus text format"}, **_errors(GET_ERRORS, "/metrics", key)})
+    @router.get(
+        "/metrics",
+        summary="Prometheus metrics",
+        response_class=PlainTextResponse,
+        responses={
+            200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"},
+            **_errors(GET_ERRORS, "/metrics", key),
+        },
+    )
     async def metrics(request: Request):
         service = _service(request)
         return Response(service.metrics.exposition(), media_type=service.metrics.content_type)
 
-    @router.post("/embed", openapi_extra=body(EmbedRequest),
-                 responses=answers("/embed", list[list[float]] | list[TokenVectors], headers=TRUNCATED),
-                 summary="Sentence vectors (TEI's /embed), or token vectors with pooling='none'")
+
+def _embedding_routes(router: APIRouter, body: Callable, answers: Callable) -> None:
+    """/embed (and TEI's POST /), /embed_all, /v1/embeddings, /tokenize."""
+
+    @router.post(
+        "/embed",
+        openapi_extra=body(EmbedRequest),
+        responses=answers("/embed", list[list[float]] | list[TokenVectors], headers=TRUNCATED),
+        summary="Sentence vectors (TEI's /embed), or token vectors with pooling='none'",
+    )
     @router.post("/", include_in_schema=False)  # TEI answers POST / too; huggingface_hub's InferenceClient posts there
     async def embed(request: Request):
         body = await _parse(request, EmbedRequest)
         service = _service(request)
-        result = await service.embed(service.texts(body.inputs), body.layers, body.pooling, body.truncate,
-                                     _disconnected(request))
+        result = await service.embed(
+            service.texts(body.inputs), body.layers, body.pooling, body.truncate, _disconnected(request)
+        )
         if body.pooling.strip().lower() == "none":
             content = _token_vectors(result, body.normalize)
         else:
             content = _normalized(np.stack(result.vectors), body.normalize)
         return VectorJSONResponse(content, headers=_truncation_headers(result))
 
-    @router.post("/embed_all", openapi_extra=body(EmbedRequest),
-                 responses=answers("/embed_all", list[list[list[float]]], headers=TRUNCATED),
-                 summary="TEI's /embed_all: every token's vector of the chosen layers")
+    @router.post(
+        "/embed_all",
+        openapi_extra=body(EmbedRequest),
+        responses=answers("/embed_all", list[list[list[float]]], headers=TRUNCATED),
+        summary="TEI's /embed_all: every token's vector of the chosen layers",
+    )
     async def embed_all(request: Request):
         body = await _parse(request, EmbedRequest)
         service = _service(request)
         if body.pooling not in ("mean", "none"):
-            raise ServeError(422, "invalid_input", "/embed_all returns token vectors; leave out pooling, or use /embed.")
-        result = await service.embed(service.texts(body.inputs), body.layers, "none", body.truncate,
-                                     _disconnected(request))
+            raise ServeError(
+                422, "invalid_input", "/embed_all returns token vectors; leave out pooling, or use /embed."
+            )
+        result = await service.embed(
+            service.texts(body.inputs), body.layers, "none", body.truncate, _disconnected(request)
+        )
         content = [_normalized(v, body.normalize) for v in result.vectors]
         return VectorJSONResponse(content, headers=_truncation_headers(result))
 
-    @router.post("/v1/embeddings", openapi_extra=body(OpenAIEmbeddingRequest),
-                 responses=answers("/v1/embeddings", OpenAIEmbeddingResponse, (*POST_ERRORS, 404), TRUNCATED),
-                 summary="OpenAI's embeddings API")
+    @router.post(
+        "/v1/embeddings",
+        openapi_extra=body(OpenAIEmbeddingRequest),
+        responses=answers("/v1/embeddings", OpenAIEmbeddingResponse, (*POST_ERRORS, 404), TRUNCATED),
+        summary="OpenAI's embeddings API",
+    )
     async def openai_embeddings(request: Request):
         body = await _parse(request, OpenAIEmbeddingRequest)
         service = _service(request)
         names = service.model_names
         if body.model not in names:
-            raise ServeError(404, "model_not_found", f"model {body.model!r} is not served here; use one of: "
-                             f"{', '.join(sorted(names))}.", param="model")
+            raise ServeError(
+                404,
+                "model_not_found",
+                f"model {body.model!r} is not served here; use one of: {', '.join(sorted(names))}.",
+                param="model",
+            )
         inputs = body.input
         if not isinstance(inputs, str) and inputs and not all(isinstance(x, str) for x in inputs):
-            raise ServeError(422, "invalid_input", "input: token ids are not accepted; send a string or a list of "
-                             "strings.", param="input")
+            raise ServeError(
+                422,
+                "invalid_input",
+                "input: token ids are not accepted; send a string or a list of strings.",
+                param="input",
+            )
         if body.pooling.strip().lower() == "none":
-            raise ServeError(422, "invalid_input", "pooling='none' gives token vectors; use /embed for those.",
-                             param="pooling")
+            raise ServeError(
+                422, "invalid_input", "pooling='none' gives token vectors; use /embed for those.", param="pooling"
+            )
         dim = service.encoder.sentence_dim(body.layers, body.pooling)
         if body.dimensions is not None and body.dimensions != dim:
-            raise ServeError(422, "invalid_input", f"dimensions={body.dimensions}: this model gives {dim}-dimensional "
-                             "vectors for these layers and pooling; leave dimensions out.", param="dimensions")
-        result = await service.embed(service.texts(inputs, "input"), body.layers, body.pooling, True,
-                                     _disconnected(request))
+            raise ServeError(
+                422,
+                "invalid_input",
+                f"dimensions={body.dimensions}: this model gives {dim}-dimensional "
+                "vectors for these layers and pooling; leave dimensions out.",
+                param="dimensions",
+            )
+        result = await service.embed(
+            service.texts(inputs, "input"), body.layers, body.pooling, True, _disconnected(request)
+        )
         data = []
         for index, vector in enumerate(_normalized(np.stack(result.vectors), True)):  # unit length, as OpenAI's
             if body.encoding_format == "base64":
@@ -350,12 +440,16 @@ def _routes(service: Service) -> APIRouter:
                 value = vector
             data.append({"object": "embedding", "index": index, "embedding": value})
         usage = {"prompt_tokens": result.tokens, "total_tokens": result.tokens}
-        return VectorJSONResponse({"object": "list", "data": data, "model": body.model, "usage": usage},
-                            headers=_truncation_headers(result))
+        return VectorJSONResponse(
+            {"object": "list", "data": data, "model": body.model, "usage": usage}, headers=_truncation_headers(result)
+        )
 
-    @router.post("/tokenize", openapi_extra=body(TokenizeRequest),
-                 responses=answers("/tokenize", list[TokenView], headers=TRUNCATED),
-                 summary="Tokens, ids, mask, word ids, character offsets")
+    @router.post(
+        "/tokenize",
+        openapi_extra=body(TokenizeRequest),
+        responses=answers("/tokenize", list[TokenView], headers=TRUNCATED),
+        summary="Tokens, ids, mask, word ids, character offsets",
+    )
     async def tokenize(request: Request):
         body = await _parse(request, TokenizeRequest)
         service = _service(request)
@@ -363,23 +457,37 @@ def _routes(service: Service) -> APIRouter:
         views = []
         for item in encoded:
             offsets = item.encoding.offsets
-            views.append({"tokens": item.tokens, "ids": item.ids, "attention_mask": [1] * len(item.ids),
-                          "type_ids": item.type_ids, "word_ids": item.word_ids(),
-                          "offsets": [list(o) for o in offsets], "truncated": item.truncated,
-                          "full_length": item.full_length})
+            views.append(
+                {
+                    "tokens": item.tokens,
+                    "ids": item.ids,
+                    "attention_mask": [1] * len(item.ids),
+                    "type_ids": item.type_ids,
+                    "word_ids": item.word_ids(),
+                    "offsets": [list(o) for o in offsets],
+                    "truncated": item.truncated,
+                    "full_length": item.full_length,
+                }
+            )
         headers = {"X-Bertkit-Truncated": str(len(truncated))}
         return VectorJSONResponse(views, headers=headers)
 
-    @router.post("/predict/{run}", response_model=list[ClassPrediction] | list[TagPrediction],
-                 openapi_extra=body(PredictRequest), responses=_errors((*POST_ERRORS, 404), "/predict", key),
-                 summary="A served run's labels with probabilities, or entities with character offsets")
+
+def _prediction_routes(router: APIRouter, body: Callable, key: bool) -> None:
+    """/predict/{run}."""
+
+    @router.post(
+        "/predict/{run}",
+        response_model=list[ClassPrediction] | list[TagPrediction],
+        openapi_extra=body(PredictRequest),
+        responses=_errors((*POST_ERRORS, 404), "/predict", key),
+        summary="A served run's labels with probabilities, or entities with character offsets",
+    )
     async def predict(run: str, request: Request):
         service = _service(request)
         service.run(run)
         body = await _parse(request, PredictRequest)
         return await service.predict(run, service.texts(body.inputs), _disconnected(request))
-
-    return router
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[int, str, str]:
@@ -423,8 +531,14 @@ def _http_message(request: Request, exc: StarletteHTTPException) -> str:
 
 
 def _add_error_handlers(app: FastAPI) -> None:
-    def answer(request: Request, status: int, error_type: str, message: str, headers: dict[str, str] | None = None,
-               param: str | None = None) -> JSONResponse:
+    def answer(
+        request: Request,
+        status: int,
+        error_type: str,
+        message: str,
+        headers: dict[str, str] | None = None,
+        param: str | None = None,
+    ) -> JSONResponse:
         return error_response(status, error_type, message, request.url.path, headers, param)
 
     @app.exception_handler(ServeError)
@@ -442,8 +556,9 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
         kinds = {404: "not_found", 405: "method_not_allowed"}
-        return answer(request, exc.status_code, kinds.get(exc.status_code, "http_error"), _http_message(request, exc),
-                      exc.headers)
+        return answer(
+            request, exc.status_code, kinds.get(exc.status_code, "http_error"), _http_message(request, exc), exc.headers
+        )
 
     @app.exception_handler(Overloaded)
     async def overloaded(request: Request, exc: Overloaded):
@@ -460,11 +575,16 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ClientGone)
     @app.exception_handler(ClientDisconnect)  # the client left while its body was being read (not a server error)
     async def client_gone(request: Request, exc: ClientGone | ClientDisconnect):
-        return answer(request, 499, "client_closed_request",
-                      "the client closed the connection; the request was dropped.")
+        return answer(
+            request, 499, "client_closed_request", "the client closed the connection; the request was dropped."
+        )
 
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception):
         log.error("request %s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
-        return answer(request, 500, "internal_error", "the server failed on this request (it keeps serving others); "
-                      "the server log has the details.")
+        return answer(
+            request,
+            500,
+            "internal_error",
+            "the server failed on this request (it keeps serving others); the server log has the details.",
+        )

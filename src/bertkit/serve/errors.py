@@ -49,8 +49,14 @@ def error_body(status: int, error_type: str, message: str, path: str = "", param
     return {"error": message, "error_type": error_type}
 
 
-def error_response(status: int, error_type: str, message: str, path: str = "",
-                   headers: dict[str, str] | None = None, param: str | None = None) -> JSONResponse:
+def error_response(
+    status: int,
+    error_type: str,
+    message: str,
+    path: str = "",
+    headers: dict[str, str] | None = None,
+    param: str | None = None,
+) -> JSONResponse:
     """The error as a response; also an ASGI app, so middleware answers with `await response(scope, receive, send)`.
 
     Parameters

@@ -19,24 +19,42 @@ class Metrics:
 
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
-        self.requests = Counter("bertkit_requests", "HTTP requests by endpoint and status", ["endpoint", "status"], registry=r)
-        self.latency = Histogram("bertkit_request_seconds", "Request latency (receipt to response start)", ["endpoint"],
-                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.requests = Counter(
+            "bertkit_requests", "HTTP requests by endpoint and status", ["endpoint", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "bertkit_request_seconds",
+            "Request latency (receipt to response start)",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.batch_size = Histogram("bertkit_batch_size", "Inputs per forward pass", buckets=SIZE_BUCKETS, registry=r)
-        self.batch_tokens = Histogram("bertkit_batch_tokens", "Padded tokens per forward pass", buckets=TOKEN_BUCKETS, registry=r)
-        self.forward_seconds = Histogram("bertkit_forward_seconds", "Time of one forward pass with pooling",
-                                         buckets=LATENCY_BUCKETS, registry=r)
+        self.batch_tokens = Histogram(
+            "bertkit_batch_tokens", "Padded tokens per forward pass", buckets=TOKEN_BUCKETS, registry=r
+        )
+        self.forward_seconds = Histogram(
+            "bertkit_forward_seconds", "Time of one forward pass with pooling", buckets=LATENCY_BUCKETS, registry=r
+        )
         self.tokens = Counter("bertkit_tokens", "Real (unpadded) tokens through the model", registry=r)
-        self.tokens_per_second = Gauge("bertkit_tokens_per_second", "Tokens per second of the latest forward pass", registry=r)
+        self.tokens_per_second = Gauge(
+            "bertkit_tokens_per_second", "Tokens per second of the latest forward pass", registry=r
+        )
         self.queue_requests = Gauge("bertkit_queue_requests", "Requests waiting for the model", registry=r)
         self.queue_tokens = Gauge("bertkit_queue_tokens", "Tokens waiting for the model", registry=r)
         self.rejected = Counter("bertkit_rejected", "Requests refused with 429 because the queue was full", registry=r)
-        self.dropped = Counter("bertkit_dropped", "Requests dropped before the forward pass: the client had gone", registry=r)
-        self.failed_batches = Counter("bertkit_failed_batches", "Forward passes that raised (their requests got 500)", registry=r)
+        self.dropped = Counter(
+            "bertkit_dropped", "Requests dropped before the forward pass: the client had gone", registry=r
+        )
+        self.failed_batches = Counter(
+            "bertkit_failed_batches", "Forward passes that raised (their requests got 500)", registry=r
+        )
         self.started = Gauge("bertkit_start_time_seconds", "When this server started (Unix time)", registry=r)
         self.started.set(time.time())
 
-    def observe_batch(self, rows: int, padded_tokens: int, real_tokens: int, seconds: float, tokens_per_second: float) -> None:
+    def observe_batch(
+        self, rows: int, padded_tokens: int, real_tokens: int, seconds: float, tokens_per_second: float
+    ) -> None:
         self.batch_size.observe(rows)
         self.batch_tokens.observe(padded_tokens)
         self.forward_seconds.observe(seconds)

@@ -21,7 +21,9 @@ class BodyTooLarge(Exception):
     """The request body passed `--max-body-bytes`."""
 
     def __init__(self, limit: int):
-        super().__init__(f"the request body is larger than {limit} bytes (--max-body-bytes); send fewer or shorter texts.")
+        super().__init__(
+            f"the request body is larger than {limit} bytes (--max-body-bytes); send fewer or shorter texts."
+        )
 
 
 class LocalAccessMiddleware:
@@ -39,13 +41,17 @@ class LocalAccessMiddleware:
         host = _header(scope, b"host")
         if not host_allowed(host, scope.get("server"), self.allow_hosts):
             name = (host or "").strip() or "(none)"
-            message = (f"Host {name!r} is not a name of this server; if clients reach it by that name, start it with "
-                       f"--allow-host {name.rsplit(':', 1)[0] if name != '(none)' else 'NAME'}.")
+            message = (
+                f"Host {name!r} is not a name of this server; if clients reach it by that name, start it with "
+                f"--allow-host {name.rsplit(':', 1)[0] if name != '(none)' else 'NAME'}."
+            )
             return await error_response(403, "host_not_allowed", message, scope["path"])(scope, receive, send)
         origin = _header(scope, b"origin")
         if origin is not None and not same_origin(origin, host) and not origin_allowed(origin, self.allow_origins):
-            message = (f"requests from web pages of origin {origin!r} are refused; if that page is yours, start the "
-                       f"server with --allow-origin {origin}.")
+            message = (
+                f"requests from web pages of origin {origin!r} are refused; if that page is yours, start the "
+                f"server with --allow-origin {origin}."
+            )
             return await error_response(403, "origin_not_allowed", message, scope["path"])(scope, receive, send)
         return await self.app(scope, receive, send)
 
@@ -63,8 +69,13 @@ class ApiKeyMiddleware:
         header = dict(scope["headers"]).get(b"authorization")
         if not authorized(header, self.key):
             message = "missing API key" if header is None else "wrong API key"
-            response = error_response(401, "unauthorized", f"{message}: send the header 'Authorization: Bearer <key>'.",
-                                      scope["path"], {"WWW-Authenticate": "Bearer"})
+            response = error_response(
+                401,
+                "unauthorized",
+                f"{message}: send the header 'Authorization: Bearer <key>'.",
+                scope["path"],
+                {"WWW-Authenticate": "Bearer"},
+            )
             return await response(scope, receive, send)
         return await self.app(scope, receive, send)
 
@@ -82,8 +93,10 @@ class JsonBodyMiddleware:
         content_type = _header(scope, b"content-type")
         if not is_json(content_type):
             got = content_type.split(";", 1)[0].strip() if content_type else "none"
-            message = (f"the request body must be JSON sent as 'Content-Type: application/json' (got {got}); "
-                       "with curl use --json '{...}' or -H 'Content-Type: application/json'.")
+            message = (
+                f"the request body must be JSON sent as 'Content-Type: application/json' (got {got}); "
+                "with curl use --json '{...}' or -H 'Content-Type: application/json'."
+            )
             return await error_response(415, "unsupported_media_type", message, scope["path"])(scope, receive, send)
         return await self.app(scope, receive, send)
 

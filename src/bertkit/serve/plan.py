@@ -1,20 +1,19 @@
 """Cut the rows a batcher has taken into forward passes: sorted by length, grouped to waste little padding.
 
-A forward pass costs about a fixed overhead plus its padded tokens (rows × longest row); measured on the default
-model with one thread, the overhead is worth about 32 tokens (9 ms against 0.28 ms a token). One long row padded
-into a batch of short ones costs more than a second pass, so `plan_batches` picks the grouping of the sorted rows
-that minimises overhead + padded tokens, each pass within the token budget.
+A forward pass costs about a fixed overhead plus its padded tokens (rows × longest row); the overhead is worth a few
+dozen tokens (the README's serving section has the measurement). One long row padded into a batch of short ones
+costs more than a second pass, so `plan_batches` picks the grouping of the sorted rows that minimises overhead +
+padded tokens, each pass within the token budget.
 
 Widths are rounded up to a multiple of `PAD_MULTIPLE`: a server sees every (rows, width) shape sooner or later,
-and with free widths the allocator's heap kept growing under load (+92 MB in a 2-minute soak at 64 clients,
-against +19 MB with widths in steps of 8).
+and with free widths the allocator's heap keeps growing under load (benchmarks/serve.py --soak measures it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-PASS_OVERHEAD_TOKENS = 32  # a forward pass's fixed cost, in tokens' worth of compute (measured, see above)
+PASS_OVERHEAD_TOKENS = 32  # a forward pass's fixed cost, in tokens' worth of compute (see above)
 PAD_MULTIPLE = 8  # padded widths are multiples of this
 
 
@@ -24,8 +23,9 @@ def padded_width(longest: int, limit: int | None = None, multiple: int = PAD_MUL
     return max(longest, min(width, limit)) if limit else width
 
 
-def plan_batches(lengths: Sequence[int], max_batch_tokens: int, overhead_tokens: int = PASS_OVERHEAD_TOKENS
-                 ) -> list[list[int]]:
+def plan_batches(
+    lengths: Sequence[int], max_batch_tokens: int, overhead_tokens: int = PASS_OVERHEAD_TOKENS
+) -> list[list[int]]:
     """Indices into `lengths`, grouped into passes: each group is contiguous in length order and has at most
     `max_batch_tokens` padded tokens (a single row longer than that is a pass of its own); longest groups first."""
     order = sorted(range(len(lengths)), key=lengths.__getitem__)

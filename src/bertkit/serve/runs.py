@@ -12,7 +12,6 @@ from ..tasks.load import load_run
 from ..tasks.runs import KIND_FEATURES, KIND_TOKEN, read_run_config
 
 
-
 @dataclass
 class ServedRun:
     """A loaded run under its URL name: `predict(texts)` gives JSON-ready labels or entities."""
@@ -34,19 +33,27 @@ class ServedRun:
     def predict(self, texts: list[str]) -> list[dict]:
         """Labels with probabilities (classifiers) or entities with type, text, character span and score (taggers)."""
         if self.kind == KIND_TOKEN:
-            return [{"entities": [{"type": e.type, "text": e.text, "start": e.char_start, "end": e.char_end,
-                                   "score": e.score} for e in entities]}
-                    for entities in self.model.predict(texts)]
+            return [
+                {
+                    "entities": [
+                        {"type": e.type, "text": e.text, "start": e.char_start, "end": e.char_end, "score": e.score}
+                        for e in entities
+                    ]
+                }
+                for entities in self.model.predict(texts)
+            ]
         probabilities = np.asarray(self.model.predict_proba(texts), dtype=np.float64)
         classes = [str(c) for c in self.model.classes_]
         results = []
         for row in probabilities:
             order = np.argsort(-row)
-            results.append({
-                "label": classes[int(order[0])],
-                "score": round(float(row[order[0]]), 6),
-                "probabilities": [{"label": classes[int(k)], "score": round(float(row[k]), 6)} for k in order],
-            })
+            results.append(
+                {
+                    "label": classes[int(order[0])],
+                    "score": round(float(row[order[0]]), 6),
+                    "probabilities": [{"label": classes[int(k)], "score": round(float(row[k]), 6)} for k in order],
+                }
+            )
         return results
 
 

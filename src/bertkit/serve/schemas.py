@@ -73,9 +73,10 @@ class OpenAIEmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # token ids are parsed so that the answer can say they are not accepted (422 invalid_input, param "input")
-    input: Annotated[StrictStr | list[StrictStr] | list[StrictInt] | list[list[StrictInt]],
-                     WithJsonSchema({**TEXTS_SCHEMA, "description": "One text or a list of texts; token ids are "
-                                     "refused (422)."})]
+    input: Annotated[
+        StrictStr | list[StrictStr] | list[StrictInt] | list[list[StrictInt]],
+        WithJsonSchema({**TEXTS_SCHEMA, "description": "One text or a list of texts; token ids are refused (422)."}),
+    ]
     model: StrictStr = Field(description="'default', 'bertkit' or the model's name (see /info); others are a 404.")
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: StrictInt | None = Field(None, description="Leave out, or give the vectors' own dimension (else 422).")
@@ -94,14 +95,17 @@ class ExplainRequest(_Request):
     text: str = Field(min_length=1, max_length=2000, pattern=r"\S", description="The sentence (not blank).")
     # any JSON is taken for these four: a value the model cannot show is reported in its panel, not refused
     pad_to: Any = Field(None, description="Pad the tokens to this length (3 to 128), or null.")
-    layer: Any = Field(None, description="Hidden states whose token vectors to send: an index, a list of them, "
-                       "'all' or null (the last).")
+    layer: Any = Field(
+        None,
+        description="Hidden states whose token vectors to send: an index, a list of them, 'all' or null (the last).",
+    )
     attention_layer: Any = Field(None, description="Layers whose attention to send: an index, a list, 'all' or null.")
     head: Any = Field(None, description="Heads of those layers: an index, a list, 'all', 'mean' or null (their mean).")
     layers: str = Field("last", description=LAYERS_DESCRIPTION)
     pooling: str = Field("mean", description=POOLING_DESCRIPTION)
-    compare: str | None = Field(None, max_length=2000, pattern=r"^$|\S",
-                                description="A second sentence to compare with (cosine), or null.")
+    compare: str | None = Field(
+        None, max_length=2000, pattern=r"^$|\S", description="A second sentence to compare with (cosine), or null."
+    )
     map_run: str | None = Field(None, description="The feature run whose training sentences the map shows.")
 
 

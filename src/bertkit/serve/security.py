@@ -34,7 +34,9 @@ def load_api_key(env_name: str | None = None, key_file: str | Path | None = None
     if env_name:
         key = os.environ.get(env_name, "").strip()
         if not key:
-            raise InputError(f"--api-key-env {env_name}: that environment variable is unset or empty; export the key first.")
+            raise InputError(
+                f"--api-key-env {env_name}: that environment variable is unset or empty; export the key first."
+            )
         return key
     if key_file:
         key = Path(key_file).read_text(encoding="utf-8").strip()
@@ -80,8 +82,10 @@ def check_allow_hosts(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     for name in names:
         value = name.strip().lower()
         if not value or "/" in value or " " in value:
-            raise InputError(f"--allow-host {name!r}: give a host name as clients send it (e.g. bertkit.example.org "
-                             "or 10.0.0.5:8080), or '*' for any.")
+            raise InputError(
+                f"--allow-host {name!r}: give a host name as clients send it (e.g. bertkit.example.org "
+                "or 10.0.0.5:8080), or '*' for any."
+            )
         checked.append(value)
     return tuple(checked)
 
@@ -93,8 +97,10 @@ def check_allow_origins(origins: list[str] | tuple[str, ...]) -> tuple[str, ...]
         value = origin.strip().rstrip("/").lower()
         parts = urlsplit(value)
         if value not in ("*", "null") and (parts.scheme not in ("http", "https") or not parts.netloc or parts.path):
-            raise InputError(f"--allow-origin {origin!r}: give an origin as a browser sends it, e.g. "
-                             "http://localhost:3000 (scheme, host and port; no path), or '*' for any.")
+            raise InputError(
+                f"--allow-origin {origin!r}: give an origin as a browser sends it, e.g. "
+                "http://localhost:3000 (scheme, host and port; no path), or '*' for any."
+            )
         checked.append(value)
     return tuple(checked)
 

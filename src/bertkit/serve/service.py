@@ -29,8 +29,14 @@ Disconnected = Callable[[], Awaitable[None]]  # returns when the client has gone
 class ServeError(Exception):
     """An error with its HTTP status and machine-readable type; the message says what to change."""
 
-    def __init__(self, status: int, error_type: str, message: str, headers: dict[str, str] | None = None,
-                 param: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        error_type: str,
+        message: str,
+        headers: dict[str, str] | None = None,
+        param: str | None = None,
+    ):
         super().__init__(message)
         self.status, self.error_type, self.headers, self.param = status, error_type, headers or {}, param
 
@@ -55,14 +61,21 @@ class EmbedResult:
 class Service:
     """One encoder, its served runs, one batcher: the shared state behind every route."""
 
-    def __init__(self, encoder: Encoder, runs: dict[str, ServedRun] | None = None, settings: ServeSettings | None = None):
+    def __init__(
+        self, encoder: Encoder, runs: dict[str, ServedRun] | None = None, settings: ServeSettings | None = None
+    ):
         self.encoder = encoder
         self.runs = runs or {}
         self.settings = (settings or ServeSettings()).check()
         self.metrics = Metrics()
         self.concurrent_batches = self.settings.concurrent_batches or encoder.concurrent_batches
-        self.batcher = Batcher(encoder, self.metrics, self.settings.max_batch_tokens, self.settings.max_queue_tokens,
-                               self.concurrent_batches)
+        self.batcher = Batcher(
+            encoder,
+            self.metrics,
+            self.settings.max_batch_tokens,
+            self.settings.max_queue_tokens,
+            self.concurrent_batches,
+        )
 
     # ---- checks -----------------------------------------------------------------------------------------------
     def texts(self, inputs: str | Sequence[str], name: str = "inputs") -> list[str]:
@@ -71,8 +84,12 @@ class Service:
         if not texts:
             raise ServeError(422, "invalid_input", f"{name} is an empty list; give at least one text.")
         if len(texts) > self.settings.max_inputs:
-            raise ServeError(413, "too_many_inputs", f"{name} has {len(texts)} texts; this server takes at most "
-                             f"{self.settings.max_inputs} per request (--max-inputs). Split them over several requests.")
+            raise ServeError(
+                413,
+                "too_many_inputs",
+                f"{name} has {len(texts)} texts; this server takes at most "
+                f"{self.settings.max_inputs} per request (--max-inputs). Split them over several requests.",
+            )
         return texts
 
     def options(self, layers: str, pooling: str) -> tuple[LayerSelection, tuple[str, ...]]:
@@ -89,21 +106,31 @@ class Service:
         too_long = [i for i, e in enumerate(encoded) if len(e.ids) > limit]
         if too_long:
             first = too_long[0]
-            raise ServeError(413, "input_too_long",
-                             f"inputs[{first}] has {encoded[first].full_length} tokens, more than this model's "
-                             f"{limit}; {len(too_long)} input(s) are too long. Send truncate=true to cut them, or "
-                             "shorten them.")
+            raise ServeError(
+                413,
+                "input_too_long",
+                f"inputs[{first}] has {encoded[first].full_length} tokens, more than this model's "
+                f"{limit}; {len(too_long)} input(s) are too long. Send truncate=true to cut them, or "
+                "shorten them.",
+            )
         return encoded, [i for i, e in enumerate(encoded) if e.truncated]
 
     # ---- work ---------------------------------------------------------------------------------------------------
-    async def embed(self, texts: list[str], layers: str = "last", pooling: str = "mean", truncate: bool = True,
-                    disconnected: Disconnected | None = None) -> EmbedResult:
+    async def embed(
+        self,
+        texts: list[str],
+        layers: str = "last",
+        pooling: str = "mean",
+        truncate: bool = True,
+        disconnected: Disconnected | None = None,
+    ) -> EmbedResult:
         """Vectors for `texts` exactly as `Encoder.embed(texts, layers=..., pooling=...)` gives them."""
         selection, methods = self.options(layers, pooling)
         encoded, truncated = self.encode(texts, truncate)
         loop = asyncio.get_running_loop()
-        job = EmbedJob([e.ids for e in encoded], [e.type_ids for e in encoded], selection, methods,
-                       loop.create_future(), loop)
+        job = EmbedJob(
+            [e.ids for e in encoded], [e.type_ids for e in encoded], selection, methods, loop.create_future(), loop
+        )
         vectors = await self._wait(job, disconnected)
         return EmbedResult(vectors, encoded, truncated)
 
@@ -170,9 +197,12 @@ class Service:
         return {
             **facts,
             "runs": [run.describe() for run in self.runs.values()],
-            "limits": {"max_inputs": self.settings.max_inputs, "max_body_bytes": self.settings.max_body_bytes,
-                       "max_batch_tokens": self.settings.max_batch_tokens,
-                       "max_queue_tokens": self.settings.max_queue_tokens},
+            "limits": {
+                "max_inputs": self.settings.max_inputs,
+                "max_body_bytes": self.settings.max_body_bytes,
+                "max_batch_tokens": self.settings.max_batch_tokens,
+                "max_queue_tokens": self.settings.max_queue_tokens,
+            },
             "concurrent_batches": self.concurrent_batches,
             "auth": self.settings.api_key is not None,
         }

@@ -17,7 +17,9 @@ class ServeSettings:
     max_queue_tokens: int = 65536  # tokens waiting for the model; more → 429 at once
     max_inputs: int = 128  # texts per request
     max_body_bytes: int = 2_000_000  # request body limit
-    concurrent_batches: int | None = None  # passes in flight at once, each on its share of the threads (None: the encoder's)
+    concurrent_batches: int | None = (
+        None  # passes in flight at once, each on its share of the threads (None: the encoder's)
+    )
     api_key: str | None = None  # when set, every endpoint but /health and the page needs `Authorization: Bearer <key>`
     allow_hosts: tuple[str, ...] = ()  # Host names answered besides this server's address and localhost ('*': any)
     allow_origins: tuple[str, ...] = ()  # web origins admitted cross-origin, with CORS answers ('*': any)

@@ -7,10 +7,11 @@ bertkit's fp32 vectors (max abs difference, min cosine). `benchmarks/throughput.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -39,11 +40,11 @@ def matmul_peak_gflops(sizes: Sequence[int] = (512, 1024, 2048), repeats: int = 
     for n in sizes:
         if precision == "int8":
             a, b = (torch.randint(-128, 127, (n, n), dtype=torch.int8) for _ in range(2))
-            product = lambda: torch._int_mm(a, b)  # noqa: E731  (what the int8 path runs)
+            product = functools.partial(torch._int_mm, a, b)  # what the int8 path runs
         else:
             dtype = torch.bfloat16 if precision == "bf16" else torch.float32
             a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-            product = lambda: a @ b  # noqa: E731
+            product = functools.partial(torch.matmul, a, b)
         started = time.perf_counter()
         product()  # warm-up, and how long one product takes: each timed repeat lasts about PEAK_REPEAT_S
         single = time.perf_counter() - started
@@ -71,7 +72,9 @@ def forward_flops(encoder: Encoder, token_counts: Sequence[int]) -> float:
 def naive_loop(encoder: Encoder, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
     """The tutorial's way: pad everything to the longest text, batches in dataset order, mean of last layer."""
     tokenizer, model = encoder.tokenizer, encoder.model
-    padded = tokenizer(list(texts), padding="longest", truncation=True, max_length=encoder.max_length, return_tensors="pt")
+    padded = tokenizer(
+        list(texts), padding="longest", truncation=True, max_length=encoder.max_length, return_tensors="pt"
+    )
     out = []
     with torch.no_grad():
         for start in range(0, len(texts), batch_size):
@@ -133,6 +136,7 @@ def where_time_goes(encoder: Encoder, texts: Sequence[str], batch_size: int) -> 
                 return original(*args, **kwargs)
             finally:
                 spent[name] += time.perf_counter() - begun
+
         return wrapper
 
     encoder.embed(texts[:batch_size], batch_size=batch_size, progress=False, warn=False)  # warm-up
@@ -173,9 +177,16 @@ def _precision_row(encoder: Encoder, texts: list[str], precision: str, repeats: 
     return row
 
 
-def run_benchmark(encoder: Encoder, texts: Sequence[str], *, repeats: int = 3, batch_size: int = DEFAULT_BATCH_SIZE,
-                  include_peers: bool = True, echo: Callable[[str], None] = print,
-                  precisions: str | Sequence[str] = ("fp32", "bf16")) -> list[Row]:
+def run_benchmark(
+    encoder: Encoder,
+    texts: Sequence[str],
+    *,
+    repeats: int = 3,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    include_peers: bool = True,
+    echo: Callable[[str], None] = print,
+    precisions: str | Sequence[str] = ("fp32", "bf16"),
+) -> list[Row]:
     """Time the tutorial loop, sentence-transformers and bertkit at each precision; print speed and fidelity."""
     precisions = parse_precisions(precisions)
     texts = list(texts)
@@ -184,10 +195,14 @@ def run_benchmark(encoder: Encoder, texts: Sequence[str], *, repeats: int = 3, b
     flops = forward_flops(encoder, counts)
     peaks = {p: matmul_peak_gflops(precision=p) for p in precisions if p == "fp32" or _runs_here(p)}
     bounds = {p: len(texts) / (flops / (value * 1e9)) for p, value in peaks.items()}
-    echo(f"{len(texts)} texts, {sum(counts)} tokens (with specials); model {encoder.name} "
-         f"({encoder.num_layers} layers, hidden {encoder.hidden_size}); torch threads {torch.get_num_threads()}")
-    echo(f"{flops / len(texts) / 1e9:.3f} GFLOP per sentence; matmul peak " + ", ".join(
-        f"{p} {value:.0f} GFLOP/s → bound {bounds[p]:.0f} sentences/s" for p, value in peaks.items()))
+    echo(
+        f"{len(texts)} texts, {sum(counts)} tokens (with specials); model {encoder.name} "
+        f"({encoder.num_layers} layers, hidden {encoder.hidden_size}); torch threads {torch.get_num_threads()}"
+    )
+    echo(
+        f"{flops / len(texts) / 1e9:.3f} GFLOP per sentence; matmul peak "
+        + ", ".join(f"{p} {value:.0f} GFLOP/s → bound {bounds[p]:.0f} sentences/s" for p, value in peaks.items())
+    )
 
     rows: list[Row] = []
     if include_peers:
@@ -211,8 +226,14 @@ def run_benchmark(encoder: Encoder, texts: Sequence[str], *, repeats: int = 3, b
 
     _print_table(rows, len(texts), bounds, fp32.vectors, echo)
     split = where_time_goes(encoder.with_options(concurrent_batches=1), texts, batch_size)
-    echo("\nwhere bertkit fp32's time goes (one batch at a time): " + ", ".join(
-        f"{name} {seconds:.2f}s ({seconds / split['total']:.0%})" for name, seconds in split.items() if name != "total"))
+    echo(
+        "\nwhere bertkit fp32's time goes (one batch at a time): "
+        + ", ".join(
+            f"{name} {seconds:.2f}s ({seconds / split['total']:.0%})"
+            for name, seconds in split.items()
+            if name != "total"
+        )
+    )
     return rows
 
 
@@ -228,8 +249,10 @@ TOO_SHORT_S = 0.2  # a timed run shorter than this is mostly noise and start-up
 def _print_table(rows: list[Row], n: int, bounds: dict[str, float], reference: np.ndarray, echo) -> None:
     st = next((r for r in rows if r.name.startswith("sentence-transformers") and r.seconds), None)
     naive = next((r for r in rows if r.name.startswith("tutorial") and r.seconds), None)
-    echo(f"\n{'way':<58} {'sent/s':>7} {'range':>13} {'×ST':>5} {'×naive':>6} {'bound':>6} {'max|Δ|':>8} {'min cos':>8} "
-         f"{'cos_p1':>8} {'cos_med':>8}")
+    echo(
+        f"\n{'way':<58} {'sent/s':>7} {'range':>13} {'×ST':>5} {'×naive':>6} {'bound':>6} {'max|Δ|':>8} {'min cos':>8} "
+        f"{'cos_p1':>8} {'cos_med':>8}"
+    )
     above_peak = False
     for row in rows:
         if not row.seconds:
@@ -237,22 +260,31 @@ def _print_table(rows: list[Row], n: int, bounds: dict[str, float], reference: n
             continue
         speeds = [n / s for s in row.seconds]
         median = statistics.median(speeds)
-        ratio = lambda peer: f"{median / statistics.median([n / s for s in peer.seconds]):.2f}" if peer else "-"  # noqa: E731
+        ratio = functools.partial(_ratio, median, n)
         diff, cosine = compare(reference, row.vectors)
         found = cosines(reference, row.vectors)
         bound = bounds.get(_row_precision(row.name), bounds["fp32"])
         share = f"{median / bound:6.0%}" if median <= bound else "  >pk*"
         above_peak = above_peak or median > bound
-        echo(f"{row.name:<58} {median:7.0f} {min(speeds):6.0f}–{max(speeds):<6.0f} {ratio(st):>5} {ratio(naive):>6} "
-             f"{share} {diff:8.1e} {cosine:8.5f} {np.percentile(found, 1):8.5f} {np.median(found):8.5f}")
+        echo(
+            f"{row.name:<58} {median:7.0f} {min(speeds):6.0f}–{max(speeds):<6.0f} {ratio(st):>5} {ratio(naive):>6} "
+            f"{share} {diff:8.1e} {cosine:8.5f} {np.percentile(found, 1):8.5f} {np.median(found):8.5f}"
+        )
     shortest = min((min(r.seconds) for r in rows if r.seconds), default=1.0)
     if above_peak:
         echo("* faster than the measured matmul peak of its precision: the peak measurement is off on this machine.")
     if shortest < TOO_SHORT_S:
-        echo(f"note: the fastest run took {shortest * 1000:.0f} ms: too short to time reliably; give more texts "
-             "(e.g. --limit 2000 on a larger file).")
+        echo(
+            f"note: the fastest run took {shortest * 1000:.0f} ms: too short to time reliably; give more texts "
+            "(e.g. --limit 2000 on a larger file)."
+        )
     echo("bound: the share of the matmul peak of the row's own precision (fp32 for the peers).")
 
 
 def _row_precision(name: str) -> str:
     return next((p for p in ("bf16", "int8") if f" {p} " in f" {name} "), "fp32")
+
+
+def _ratio(median: float, n: int, peer) -> str:
+    """How many times faster than `peer` (its median over the same `n` texts), or '-' without a peer."""
+    return f"{median / statistics.median([n / s for s in peer.seconds]):.2f}" if peer else "-"

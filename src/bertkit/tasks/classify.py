@@ -7,8 +7,9 @@ import io
 import json
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import skops.io as skops
@@ -62,7 +63,9 @@ def default_classifier(n_folds: int = 5, random_state: int | None = 0) -> Logist
         Unfitted.
     """
     folds = StratifiedKFold(n_folds, shuffle=True, random_state=random_state)
-    model = LogisticRegressionCV(Cs=list(C_GRID), cv=folds, scoring="accuracy", max_iter=3000, random_state=random_state)
+    model = LogisticRegressionCV(
+        Cs=list(C_GRID), cv=folds, scoring="accuracy", max_iter=3000, random_state=random_state
+    )
     if "use_legacy_attributes" in model.get_params():  # scikit-learn 1.8 to 1.11: the simpler fitted attributes
         model.set_params(use_legacy_attributes=False, l1_ratios=(0.0,))
     return model
@@ -71,8 +74,9 @@ def default_classifier(n_folds: int = 5, random_state: int | None = 0) -> Logist
 CLASSIFIER_NAMES = ("logreg", "linear-svm", "mlp")
 
 
-def named_classifier(name: str, C: float | None = None, *, cv: int = 5, n_samples: int = 0,
-                     random_state: int | None = 0) -> Any:
+def named_classifier(
+    name: str, C: float | None = None, *, cv: int = 5, n_samples: int = 0, random_state: int | None = 0
+) -> Any:
     """The command line's `--classifier NAME [--C C]` as a scikit-learn classifier.
 
     Parameters
@@ -106,12 +110,18 @@ def named_classifier(name: str, C: float | None = None, *, cv: int = 5, n_sample
     if name == "linear-svm":
         svm = LinearSVC(C=C or 1.0, max_iter=5000, random_state=random_state)
         return svm if C is not None else GridSearchCV(svm, {"C": list(C_GRID)}, cv=folds, scoring="accuracy")
-    return MLPClassifier(hidden_layer_sizes=(256,), alpha=1e-2 / (C or 1.0), early_stopping=n_samples >= 1000,
-                         random_state=random_state, max_iter=200)
+    return MLPClassifier(
+        hidden_layer_sizes=(256,),
+        alpha=1e-2 / (C or 1.0),
+        early_stopping=n_samples >= 1000,
+        random_state=random_state,
+        max_iter=200,
+    )
 
 
-def feature_head(classifier: Any = None, *, scale: bool = True, n_folds: int = 5,
-                 random_state: int | None = 0) -> Pipeline:
+def feature_head(
+    classifier: Any = None, *, scale: bool = True, n_folds: int = 5, random_state: int | None = 0
+) -> Pipeline:
     """What follows the vectorizer: `StandardScaler` (or passthrough) → the classifier, with probabilities.
 
     Parameters
@@ -221,8 +231,15 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
     [1]
     """
 
-    def __init__(self, vectorizer: BertVectorizer | None = None, classifier: Any = None, *, scale: bool = True,
-                 cv: int = 5, random_state: int | None = 0):
+    def __init__(
+        self,
+        vectorizer: BertVectorizer | None = None,
+        classifier: Any = None,
+        *,
+        scale: bool = True,
+        cv: int = 5,
+        random_state: int | None = 0,
+    ):
         self.vectorizer = vectorizer
         self.classifier = classifier
         self.scale = scale
@@ -261,8 +278,9 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
     def _fit_head(self, features: np.ndarray, labels: np.ndarray) -> Pipeline:
         started = time.perf_counter()
         rarest = int(np.unique(labels, return_counts=True)[1].min())
-        head = feature_head(self.classifier, scale=self.scale, n_folds=max(2, min(self.cv, rarest)),
-                            random_state=self.random_state)
+        head = feature_head(
+            self.classifier, scale=self.scale, n_folds=max(2, min(self.cv, rarest)), random_state=self.random_state
+        )
         with threadpool_limits(1):  # one BLAS thread: faster on these small problems (README, performance)
             head.fit(features, labels)
         self.fit_seconds_ = time.perf_counter() - started
@@ -326,8 +344,9 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         return tags
 
     # ---- persistence --------------------------------------------------------------------------------------------
-    def save(self, directory: str | Path, *, metrics: dict | None = None, extra: dict | None = None,
-             overwrite: bool = False) -> Path:
+    def save(
+        self, directory: str | Path, *, metrics: dict | None = None, extra: dict | None = None, overwrite: bool = False
+    ) -> Path:
         """Write `bertkit.json` and `head.skops` into a new `directory`, all at once (never half-written).
 
         Parameters
@@ -362,8 +381,12 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             },
             "features": self.vectorizer_.feature_options(),
             "vectorizer": {k: self.vectorizer_.get_params()[k] for k in SAVED_VECTORIZER_PARAMS},
-            "params": {"scale": self.scale, "cv": self.cv, "random_state": self.random_state,
-                       "classifier": None if self.classifier is None else repr(self.classifier)},
+            "params": {
+                "scale": self.scale,
+                "cv": self.cv,
+                "random_state": self.random_state,
+                "classifier": None if self.classifier is None else repr(self.classifier),
+            },
             "classes": self.classes_.tolist(),
             "majority_class": getattr(self.majority_class_, "item", lambda: self.majority_class_)(),
             "C": self.C_,
@@ -377,8 +400,15 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         return write_run_directory(directory, files, overwrite)
 
     @classmethod
-    def load(cls, directory: str | Path, *, cache: str | Path | None = "memory", threads: int | None = None,
-             precision: str | None = None, trusted: Sequence[str] = ()) -> TextClassifier:
+    def load(
+        cls,
+        directory: str | Path,
+        *,
+        cache: str | Path | None = "memory",
+        threads: int | None = None,
+        precision: str | None = None,
+        trusted: Sequence[str] = (),
+    ) -> TextClassifier:
         """Rebuild a saved classifier; refuses when the encoder's weights changed since it was trained.
 
         Parameters
@@ -409,9 +439,13 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         else:
             head = head_from_safetensors(directory, record)
         params = record["params"]
-        estimator = cls(vectorizer, None if params.get("classifier") is None else clone(head[-1]),
-                        scale=params.get("scale", True), cv=params.get("cv", 5),
-                        random_state=params.get("random_state", params.get("seed", 0)))
+        estimator = cls(
+            vectorizer,
+            None if params.get("classifier") is None else clone(head[-1]),
+            scale=params.get("scale", True),
+            cv=params.get("cv", 5),
+            random_state=params.get("random_state", params.get("seed", 0)),
+        )
         estimator.pipeline_ = Pipeline([("vectorizer", vectorizer), *head.steps])
         estimator.classes_ = np.array(record["classes"])
         estimator.C_, estimator.cv_scores_ = record.get("C"), record.get("cv_scores", {})
@@ -428,11 +462,17 @@ def _saved_vectorizer(directory, record: dict, cache, threads, precision) -> Ber
     trained_precision = record.get("features", {}).get("precision", "fp32")
     precision = precision or trained_precision
     if precision != trained_precision:
-        logger.warning("%s was trained on %s vectors and is now used at %s: its predictions may differ slightly "
-                       "from the evaluated ones.", directory, trained_precision, precision)
+        logger.warning(
+            "%s was trained on %s vectors and is now used at %s: its predictions may differ slightly "
+            "from the evaluated ones.",
+            directory,
+            trained_precision,
+            precision,
+        )
     model = record["encoder"]["model"]
-    vectorizer = BertVectorizer(**{**options, "model": None if model == "default" else model}, cache=cache,
-                                threads=threads, precision=precision).fit([])
+    vectorizer = BertVectorizer(
+        **{**options, "model": None if model == "default" else model}, cache=cache, threads=threads, precision=precision
+    ).fit([])
     found = vectorizer.encoder_.fingerprint
     if found != record["encoder"]["fingerprint"]:
         raise ModelLoadError(
@@ -443,9 +483,14 @@ def _saved_vectorizer(directory, record: dict, cache, threads, precision) -> Ber
     trained_calibration = record.get("features", {}).get("int8_calibration")
     calibration = vectorizer.encoder_.int8_calibration
     if precision == trained_precision == "int8" and trained_calibration not in (None, calibration):
-        logger.warning("%s was trained on int8 vectors of calibration %s and now runs with calibration %s: its "
-                       "predictions may differ slightly; use the model directory it was trained with (`bertkit "
-                       "quantize` writes the calibration into it).", directory, trained_calibration, calibration)
+        logger.warning(
+            "%s was trained on int8 vectors of calibration %s and now runs with calibration %s: its "
+            "predictions may differ slightly; use the model directory it was trained with (`bertkit "
+            "quantize` writes the calibration into it).",
+            directory,
+            trained_calibration,
+            calibration,
+        )
     return vectorizer
 
 
@@ -456,7 +501,9 @@ def _load_head(path: Path, trusted: Sequence[str]) -> Pipeline:
     try:
         found = skops.get_untrusted_types(file=path)
     except Exception as exc:  # skops raises zipfile/JSON errors of its own for a damaged file
-        raise ModelLoadError(f"{path}: not a readable skops file ({exc}); the run is damaged, train it again.") from None
+        raise ModelLoadError(
+            f"{path}: not a readable skops file ({exc}); the run is damaged, train it again."
+        ) from None
     unknown = sorted(set(found) - set(TRUSTED_TYPES) - set(trusted))
     if unknown:
         raise ModelLoadError(

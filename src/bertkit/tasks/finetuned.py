@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -15,8 +15,8 @@ from transformers import AutoTokenizer
 from ..encoder.int8 import calibration_for, quantize_model
 from ..encoder.models import quiet_transformers
 from ..encoder.precision import autocast, check_precision
-from ..encoder.tokenize import LONG_TEXT_POLICIES, TOKENIZER_LOCK, check_texts
 from ..encoder.threads import set_threads
+from ..encoder.tokenize import LONG_TEXT_POLICIES, TOKENIZER_LOCK, check_texts
 from ..encoder.windows import default_overlap, sorted_batches
 from ..errors import InputError, ModelLoadError
 from .finetune.examples import (
@@ -36,10 +36,20 @@ EVAL_BATCH_SIZE = 64
 
 
 class _FineTuned:
-    """A transformers `...ForXClassification` model and its tokenizer, run without gradients in length-sorted batches."""
+    """A transformers `...ForXClassification` model and its tokenizer, run without gradients in length-sorted
+    batches."""
 
-    def __init__(self, model, tokenizer, max_length: int, record: dict | None = None, threads: int | None = None,
-                 precision: str | None = None, long_text: str = "truncate", directory: str | Path | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        max_length: int,
+        record: dict | None = None,
+        threads: int | None = None,
+        precision: str | None = None,
+        long_text: str = "truncate",
+        directory: str | Path | None = None,
+    ):
         set_threads(threads)
         if long_text not in LONG_TEXT_POLICIES:
             raise InputError(f"long_text={long_text!r}: valid values are {', '.join(LONG_TEXT_POLICIES)}.")
@@ -47,8 +57,12 @@ class _FineTuned:
         trained = (record or {}).get("precision", "fp32")
         self.precision = check_precision(precision or trained, what="fine-tuned models")
         if self.precision != trained:
-            logger.warning("this model was fine-tuned and evaluated at %s and is now used at %s: its predictions may "
-                           "differ slightly from the evaluated ones.", trained, self.precision)
+            logger.warning(
+                "this model was fine-tuned and evaluated at %s and is now used at %s: its predictions may "
+                "differ slightly from the evaluated ones.",
+                trained,
+                self.precision,
+            )
         self.model = model
         self.tokenizer = tokenizer
         self.max_length = max_length
@@ -56,14 +70,23 @@ class _FineTuned:
         self.classes_ = np.array([model.config.id2label[i] for i in range(model.config.num_labels)])
         self.with_type_ids = "token_type_ids" in inspect.signature(model.forward).parameters
         self._runner = model
-        if self.precision == "int8":  # the encoder layers in int8, calibrated on this fine-tuned model; the head in fp32
-            calibration = calibration_for(model, tokenizer, max_length, self.with_type_ids,
-                                          str(directory) if directory else None, None)
+        if (
+            self.precision == "int8"
+        ):  # the encoder layers in int8, calibrated on this fine-tuned model; the head in fp32
+            calibration = calibration_for(
+                model, tokenizer, max_length, self.with_type_ids, str(directory) if directory else None, None
+            )
             self._runner = quantize_model(model.eval(), calibration).eval()
 
     @classmethod
-    def load(cls, directory: str | Path, *, threads: int | None = None, precision: str | None = None,
-             long_text: str = "truncate"):
+    def load(
+        cls,
+        directory: str | Path,
+        *,
+        threads: int | None = None,
+        precision: str | None = None,
+        long_text: str = "truncate",
+    ):
         """Load with plain transformers from safetensors (what `bertkit finetune` saved), remote code off.
 
         precision: None runs at the precision the model was trained with ('int8' quantises the encoder layers, with the
@@ -74,9 +97,12 @@ class _FineTuned:
         auto = getattr(transformers, cls.AUTO_CLASS)
         try:
             with quiet_transformers():
-                model = auto.from_pretrained(str(directory), use_safetensors=True, trust_remote_code=False,
-                                             local_files_only=True)
-                tokenizer = AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False, local_files_only=True)
+                model = auto.from_pretrained(
+                    str(directory), use_safetensors=True, trust_remote_code=False, local_files_only=True
+                )
+                tokenizer = AutoTokenizer.from_pretrained(
+                    str(directory), trust_remote_code=False, local_files_only=True
+                )
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"{directory}: cannot load the fine-tuned model ({exc}).") from exc
         model.eval()
@@ -128,17 +154,29 @@ class FineTunedClassifier(_FineTuned):
         too_long = [row for row, n in enumerate(lengths) if n > self.max_length]
         if too_long and self.long_text == "error":
             row = too_long[0]
-            raise InputError(f"texts[{row}] has {lengths[row]} tokens, more than this model's maximum of "
-                             f"{self.max_length}; use long_text='truncate' or 'window'.")
+            raise InputError(
+                f"texts[{row}] has {lengths[row]} tokens, more than this model's maximum of "
+                f"{self.max_length}; use long_text='truncate' or 'window'."
+            )
         if too_long and self.long_text == "truncate":
-            logger.warning("%d of %d texts were longer than %d tokens and were truncated; use long_text='window' to "
-                           "read all of them.", len(too_long), len(texts), self.max_length)
+            logger.warning(
+                "%d of %d texts were longer than %d tokens and were truncated; use long_text='window' to "
+                "read all of them.",
+                len(too_long),
+                len(texts),
+                self.max_length,
+            )
         if self.long_text != "window" or not too_long:
             return text_examples(self.tokenizer, texts, None, self.max_length)[0], list(range(len(texts)))
         budget = self.max_length - self.tokenizer.num_special_tokens_to_add(pair=False)
         with TOKENIZER_LOCK:  # the fast tokenizer's own windows: the rule encoder/windows.window_spans follows
-            windows = self.tokenizer(texts, truncation=True, max_length=self.max_length, stride=default_overlap(budget),
-                                     return_overflowing_tokens=True)
+            windows = self.tokenizer(
+                texts,
+                truncation=True,
+                max_length=self.max_length,
+                stride=default_overlap(budget),
+                return_overflowing_tokens=True,
+            )
         type_rows = windows.get("token_type_ids") or [[0] * len(ids) for ids in windows["input_ids"]]
         examples = [Example(ids, types, -1) for ids, types in zip(windows["input_ids"], type_rows)]
         return examples, list(windows["overflow_to_sample_mapping"])
@@ -154,8 +192,9 @@ class FineTunedTagger(_FineTuned):
     KIND = KIND_TOKEN
     AUTO_CLASS = "AutoModelForTokenClassification"
 
-    def predict_word_tags(self, sentences: Sequence[Sequence[str]], batch_size: int = EVAL_BATCH_SIZE,
-                          return_scores: bool = False):
+    def predict_word_tags(
+        self, sentences: Sequence[Sequence[str]], batch_size: int = EVAL_BATCH_SIZE, return_scores: bool = False
+    ):
         """One tag per word, read at each word's first sub-token; long sentences run in pieces and are joined."""
         sentences = [list(s) for s in sentences]
         tags = [["O"] * len(s) for s in sentences]
@@ -184,7 +223,7 @@ class FineTunedTagger(_FineTuned):
             entities = []
             for span in entity_spans(sentence_tags):
                 start, end = words[span.start][1], words[span.end - 1][2]
-                score = float(np.mean(sentence_scores[span.start:span.end]))
+                score = float(np.mean(sentence_scores[span.start : span.end]))
                 entities.append(Entity(span.type, span.start, span.end, text[start:end], start, end, round(score, 4)))
             results.append(entities)
         return results

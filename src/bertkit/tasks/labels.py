@@ -1,11 +1,12 @@
-"""Label checks shared by every trainer: present labels, enough classes, dev labels known to train, the held-out split."""
+"""Label checks shared by every trainer: present labels, enough classes, dev labels known to train, the held-out
+split."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from sklearn.model_selection import train_test_split
@@ -17,7 +18,11 @@ def check_labels(y: Sequence, where: str = "labels", lines: Sequence[int] | None
     """Labels must be present: None, NaN or an empty string is an error naming the row (or file line)."""
     labels = list(y)
     for row, label in enumerate(labels):
-        missing = label is None or (isinstance(label, float) and math.isnan(label)) or (isinstance(label, str) and not label.strip())
+        missing = (
+            label is None
+            or (isinstance(label, float) and math.isnan(label))
+            or (isinstance(label, str) and not label.strip())
+        )
         if missing:
             place = f"line {lines[row]}" if lines is not None else f"row {row}"
             raise InputError(f"{where}, {place}: the label is empty; every example needs a label.")
@@ -30,7 +35,8 @@ def check_class_counts(classes: np.ndarray, codes: np.ndarray, folds: int) -> No
     if len(classes) < 2:
         raise InputError(
             f"the training data has one class only ({classes[0]!r} × {len(codes)}); a classifier needs at least two."
-            if len(classes) else "the training data is empty."
+            if len(classes)
+            else "the training data is empty."
         )
     counts = np.bincount(codes)
     if folds and counts.min() < 2:
@@ -41,7 +47,9 @@ def check_class_counts(classes: np.ndarray, codes: np.ndarray, folds: int) -> No
         )
 
 
-def check_known_labels(where: str | Path, labels: Sequence, known: Sequence, train: str | Path = "the training data") -> None:
+def check_known_labels(
+    where: str | Path, labels: Sequence, known: Sequence, train: str | Path = "the training data"
+) -> None:
     """Every evaluation label (or tag) must occur in training, or the model could never predict it."""
     unseen = sorted({str(label) for label in labels} - {str(label) for label in known})
     if unseen:
@@ -51,7 +59,9 @@ def check_known_labels(where: str | Path, labels: Sequence, known: Sequence, tra
         )
 
 
-def split_holdout(items: Sequence, labels: Sequence, share: float, seed: int, stratify: bool = True) -> tuple[list, list, list, list]:
+def split_holdout(
+    items: Sequence, labels: Sequence, share: float, seed: int, stratify: bool = True
+) -> tuple[list, list, list, list]:
     """Hold out a seeded `share` for evaluation: (train items, dev items, train labels, dev labels).
 
     stratify=True keeps each class's share (every class needs two examples); tag sequences pass stratify=False.
@@ -62,13 +72,19 @@ def split_holdout(items: Sequence, labels: Sequence, share: float, seed: int, st
     if stratify:
         counts = Counter(str(label) for label in labels)
         if len(counts) < 2:
-            raise InputError(f"the training data has one class only ({next(iter(counts))!r}); a classifier needs at least two.")
+            raise InputError(
+                f"the training data has one class only ({next(iter(counts))!r}); a classifier needs at least two."
+            )
         rare = sorted(k for k, v in counts.items() if v < 2)
         if rare:
-            raise InputError(f"class {rare} has a single example; a stratified split needs at least 2 per class (or give a dev file).")
+            raise InputError(
+                f"class {rare} has a single example; a stratified split needs at least 2 per class (or give a dev "
+                "file)."
+            )
         strata = [str(label) for label in labels]
     if len(items) < 4:
         raise InputError(f"only {len(items)} training examples: too few to hold out a dev set; give a dev file.")
     train_items, dev_items, train_labels, dev_labels = train_test_split(
-        list(items), list(labels), test_size=share, random_state=seed, stratify=strata)
+        list(items), list(labels), test_size=share, random_state=seed, stratify=strata
+    )
     return train_items, dev_items, train_labels, dev_labels

@@ -19,7 +19,9 @@ def load_run(directory: str | Path, **options):
     """
     kind = read_run_config(directory).get("kind")
     if kind not in LOADERS:
-        raise ModelLoadError(f"{directory}: unknown run kind {kind!r} (known: {', '.join(LOADERS)}); was it written by a newer bertkit?")
+        raise ModelLoadError(
+            f"{directory}: unknown run kind {kind!r} (known: {', '.join(LOADERS)}); was it written by a newer bertkit?"
+        )
     if kind != KIND_FEATURES:
         options.pop("cache", None)
     return LOADERS[kind].load(directory, **options)

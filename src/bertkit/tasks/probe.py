@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -96,8 +96,15 @@ class ProbeResult:
 
     def table(self) -> list[dict]:
         return [
-            {"pooling": r.pooling, "layers": r.choice, "dim": r.dim, self.metric: f"{100 * r.score:.1f}",
-             self.secondary_metric: f"{100 * r.secondary:.1f}", "C": f"{r.C:g}", "fit s": f"{r.fit_seconds:.1f}"}
+            {
+                "pooling": r.pooling,
+                "layers": r.choice,
+                "dim": r.dim,
+                self.metric: f"{100 * r.score:.1f}",
+                self.secondary_metric: f"{100 * r.secondary:.1f}",
+                "C": f"{r.C:g}",
+                "fit s": f"{r.fit_seconds:.1f}",
+            }
             for r in self.rows
         ]
 
@@ -127,8 +134,9 @@ def probe_text(
     check_known_labels(dev, dev_labels, labels, train)
     # Always the same three poolings (the pooler is computed from the last [CLS]): one cache entry serves every probe.
     token_poolings = ["cls", "mean", "max"]
-    vectorizer = BertVectorizer(model=model, layers="all:concat", pooling="+".join(token_poolings), cache=cache,
-                                threads=threads, progress=False).fit([])
+    vectorizer = BertVectorizer(
+        model=model, layers="all:concat", pooling="+".join(token_poolings), cache=cache, threads=threads, progress=False
+    ).fit([])
     encoder = vectorizer.encoder_
     if "pooler" in poolings and not encoder.has_pooler:
         logger.info(f"{type(encoder.model).__name__} has no pooler: the pooler rows are left out.")
@@ -138,30 +146,58 @@ def probe_text(
     dev_blocks = _text_blocks(vectorizer, dev_data.texts, token_poolings, encoder)
     embed_seconds = time.perf_counter() - started
     stats = vectorizer.cache_.stats if vectorizer.cache_ is not None else None
-    logger.info(f"embedded {len(texts)} + {len(dev_data.texts)} texts once (all {encoder.num_layers + 1} hidden states, "
-        f"poolings {'+'.join(token_poolings)}) in {embed_seconds:.1f}s" + (f" ({stats})" if stats else ""))
+    logger.info(
+        f"embedded {len(texts)} + {len(dev_data.texts)} texts once (all {encoder.num_layers + 1} hidden states, "
+        f"poolings {'+'.join(token_poolings)}) in {embed_seconds:.1f}s" + (f" ({stats})" if stats else "")
+    )
     rows = []
     for pooling in poolings:
         if pooling == "pooler":
             pooled = _pooler(encoder, train_blocks["cls"][:, -1]), _pooler(encoder, dev_blocks["cls"][:, -1])
-            rows.append(_fit_text(pooling, f"pooler(h{encoder.num_layers} [CLS])", pooled[0], pooled[1], labels,
-                                  dev_labels, seed, cv))
+            rows.append(
+                _fit_text(
+                    pooling, f"pooler(h{encoder.num_layers} [CLS])", pooled[0], pooled[1], labels, dev_labels, seed, cv
+                )
+            )
             logger.info(_row_line(rows[-1], "accuracy"))
             continue
         mean_all_C = 1.0
         for choice in layer_choices(encoder.num_layers):
             if choice.how == "mix":
-                rows.append(_fit_text_mix(pooling, choice, train_blocks[pooling], dev_blocks[pooling], labels,
-                                          dev_labels, mean_all_C, seed))
+                rows.append(
+                    _fit_text_mix(
+                        pooling,
+                        choice,
+                        train_blocks[pooling],
+                        dev_blocks[pooling],
+                        labels,
+                        dev_labels,
+                        mean_all_C,
+                        seed,
+                    )
+                )
             else:
-                rows.append(_fit_text(pooling, choice.name, select(train_blocks[pooling], choice),
-                                      select(dev_blocks[pooling], choice), labels, dev_labels, seed, cv))
+                rows.append(
+                    _fit_text(
+                        pooling,
+                        choice.name,
+                        select(train_blocks[pooling], choice),
+                        select(dev_blocks[pooling], choice),
+                        labels,
+                        dev_labels,
+                        seed,
+                        cv,
+                    )
+                )
                 if choice.how == "mean":
                     mean_all_C = rows[-1].C
             logger.info(_row_line(rows[-1], "accuracy"))
     facts = _facts(encoder, train, dev, len(texts), len(dev_labels), limit, seed, embed_seconds)
-    facts.update(cv_folds=cv, poolings=list(poolings),
-                 note="max pooling: layers are combined after pooling each layer (sum/mean/concat of per-layer maxima)")
+    facts.update(
+        cv_folds=cv,
+        poolings=list(poolings),
+        note="max pooling: layers are combined after pooling each layer (sum/mean/concat of per-layer maxima)",
+    )
     return ProbeResult("text", "accuracy", "macro_f1", rows, facts)
 
 
@@ -176,7 +212,6 @@ def _text_blocks(vectorizer, texts, token_poolings, encoder) -> dict[str, np.nda
 def _pooler(encoder, cls_last: np.ndarray) -> np.ndarray:
     """The model's pooler (dense + tanh over the last layer's [CLS]) applied to cached vectors: no second pass."""
 
-
     with torch.no_grad():
         return encoder.model.pooler(torch.from_numpy(np.ascontiguousarray(cls_last))[:, None, :]).numpy()
 
@@ -188,21 +223,34 @@ def _fit_text(pooling, name, features, dev_features, labels, dev_labels, seed, c
         head = feature_head(n_folds=max(2, min(cv, rarest)), random_state=seed).fit(features, labels)
         seconds = time.perf_counter() - started
         predicted = head.predict(dev_features)
-    return ProbeRow(pooling, name, features.shape[1], float(np.mean(predicted == np.array(dev_labels))),
-                    float(f1_score(dev_labels, predicted, average="macro")), seconds, chosen_C(head)[0])
+    return ProbeRow(
+        pooling,
+        name,
+        features.shape[1],
+        float(np.mean(predicted == np.array(dev_labels))),
+        float(f1_score(dev_labels, predicted, average="macro")),
+        seconds,
+        chosen_C(head)[0],
+    )
 
 
 def _fit_text_mix(pooling, choice, blocks, dev_blocks, labels, dev_labels, C, seed) -> ProbeRow:
-
 
     classes, codes = np.unique(np.array(labels), return_inverse=True)
     started = time.perf_counter()
     scaled, dev_scaled = _scale_layers(blocks, dev_blocks)
     mix = ScalarMixClassifier(C=C, random_state=seed).fit(scaled, codes)
     predicted = classes[mix.predict(dev_scaled)]
-    return ProbeRow(pooling, choice.name, blocks.shape[2], float(np.mean(predicted == np.array(dev_labels))),
-                    float(f1_score(dev_labels, predicted, average="macro")), time.perf_counter() - started, C,
-                    [round(float(w), 4) for w in mix.layer_weights_])
+    return ProbeRow(
+        pooling,
+        choice.name,
+        blocks.shape[2],
+        float(np.mean(predicted == np.array(dev_labels))),
+        float(f1_score(dev_labels, predicted, average="macro")),
+        time.perf_counter() - started,
+        C,
+        [round(float(w), 4) for w in mix.layer_weights_],
+    )
 
 
 def _scale_layers(blocks: np.ndarray, dev_blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -232,14 +280,28 @@ def probe_token(
     names = sorted({t for s in tags for t in s})
     check_known_labels(dev, [t for s in dev_data.tags for t in s], names, "the training sentences used")
     encoder = shared_encoder(model, threads)
-    options = {"model": encoder.fingerprint, "words": True, "layers": "all:concat", "subtoken_pooling": subtoken_pooling,
-               "long_text": "window", "max_length": encoder.max_length, "precision": encoder.precision}
-    store = EmbeddingCache(options, directory=None if cache in (None, "memory") else cache) if cache is not None else None
+    options = {
+        "model": encoder.fingerprint,
+        "words": True,
+        "layers": "all:concat",
+        "subtoken_pooling": subtoken_pooling,
+        "long_text": "window",
+        "max_length": encoder.max_length,
+        "precision": encoder.precision,
+    }
+    store = (
+        EmbeddingCache(options, directory=None if cache in (None, "memory") else cache) if cache is not None else None
+    )
     started = time.perf_counter()
-    train_blocks, dev_blocks = (_word_blocks(encoder, sentences, subtoken_pooling, store) for sentences in (words, dev_data.words))
+    train_blocks, dev_blocks = (
+        _word_blocks(encoder, sentences, subtoken_pooling, store) for sentences in (words, dev_data.words)
+    )
     embed_seconds = time.perf_counter() - started
-    logger.info(f"embedded {len(words)} + {len(dev_data.words)} sentences once (all {encoder.num_layers + 1} hidden states, "
-        f"{len(train_blocks)} + {len(dev_blocks)} words) in {embed_seconds:.1f}s" + (f" ({store.stats})" if store else ""))
+    logger.info(
+        f"embedded {len(words)} + {len(dev_data.words)} sentences once (all {encoder.num_layers + 1} hidden states, "
+        f"{len(train_blocks)} + {len(dev_blocks)} words) in {embed_seconds:.1f}s"
+        + (f" ({store.stats})" if store else "")
+    )
     index = {name: i for i, name in enumerate(names)}
     codes = np.array([index[t] for s in tags for t in s])
     rows = []
@@ -248,7 +310,11 @@ def probe_token(
         if choice.how == "mix":
             scaled, dev_scaled = _scale_layers(train_blocks, dev_blocks)
             mix = ScalarMixClassifier(C=C, random_state=seed).fit(scaled, codes)
-            predicted, weights, dim = mix.predict(dev_scaled), [round(float(w), 4) for w in mix.layer_weights_], train_blocks.shape[2]
+            predicted, weights, dim = (
+                mix.predict(dev_scaled),
+                [round(float(w), 4) for w in mix.layer_weights_],
+                train_blocks.shape[2],
+            )
         else:
             features, dev_features = select(train_blocks, choice), select(dev_blocks, choice)
             with threadpool_limits(1):
@@ -257,20 +323,41 @@ def probe_token(
                 predicted = classifier.predict(scaler.transform(dev_features))
             weights, dim = None, features.shape[1]
         scores = _entity_scores(dev_data.tags, [names[i] for i in predicted])
-        rows.append(ProbeRow("word:" + subtoken_pooling, choice.name, dim, scores["f1"], scores["token_accuracy"],
-                             time.perf_counter() - started, C, weights))
+        rows.append(
+            ProbeRow(
+                "word:" + subtoken_pooling,
+                choice.name,
+                dim,
+                scores["f1"],
+                scores["token_accuracy"],
+                time.perf_counter() - started,
+                C,
+                weights,
+            )
+        )
         logger.info(_row_line(rows[-1], "entity F1"))
     facts = _facts(encoder, train, dev, len(words), len(dev_data.words), limit, seed, embed_seconds)
-    facts.update(train_words=int(len(train_blocks)), dev_words=int(len(dev_blocks)), labels=names,
-                 subtoken_pooling=subtoken_pooling, C=C)
+    facts.update(
+        train_words=int(len(train_blocks)),
+        dev_words=int(len(dev_blocks)),
+        labels=names,
+        subtoken_pooling=subtoken_pooling,
+        C=C,
+    )
     return ProbeResult("token", "entity_f1", "token_accuracy", rows, facts)
 
 
 def _word_blocks(encoder, sentences, subtoken_pooling, store) -> np.ndarray:
     """(total words, layers, hidden): every word's vector in every hidden state, from one pass (cached per sentence)."""
+
     def compute(keys: list[str]) -> list[np.ndarray]:
-        return encoder.embed_words([key.split("\x1f") for key in keys], layers="all:concat",
-                                   subtoken_pooling=subtoken_pooling, long_text="window", progress=False)
+        return encoder.embed_words(
+            [key.split("\x1f") for key in keys],
+            layers="all:concat",
+            subtoken_pooling=subtoken_pooling,
+            long_text="window",
+            progress=False,
+        )
 
     keys = ["\x1f".join(s) for s in sentences]
     vectors = store.get_or_compute(keys, compute, stack=False) if store is not None else compute(keys)
@@ -281,7 +368,7 @@ def _word_blocks(encoder, sentences, subtoken_pooling, store) -> np.ndarray:
 def _entity_scores(gold: list[list[str]], flat_predictions: list[str]) -> dict:
     predicted, start = [], 0
     for sentence in gold:
-        predicted.append(flat_predictions[start:start + len(sentence)])
+        predicted.append(flat_predictions[start : start + len(sentence)])
         start += len(sentence)
     return entity_scores(gold, predicted)
 
@@ -296,12 +383,23 @@ def _check_poolings(poolings: Sequence[str]) -> tuple[str, ...]:
 
 
 def _facts(encoder, train, dev, n_train, n_dev, limit, seed, embed_seconds) -> dict:
-    return {"model": encoder.name, "fingerprint": encoder.fingerprint, "architecture": type(encoder.model).__name__,
-            "hidden_states": encoder.num_layers + 1, "hidden_size": encoder.hidden_size, "train": str(train),
-            "dev": str(dev), "train_rows": n_train, "dev_rows": n_dev, "limit": limit, "seed": seed,
-            "embed_seconds": round(embed_seconds, 1)}
+    return {
+        "model": encoder.name,
+        "fingerprint": encoder.fingerprint,
+        "architecture": type(encoder.model).__name__,
+        "hidden_states": encoder.num_layers + 1,
+        "hidden_size": encoder.hidden_size,
+        "train": str(train),
+        "dev": str(dev),
+        "train_rows": n_train,
+        "dev_rows": n_dev,
+        "limit": limit,
+        "seed": seed,
+        "embed_seconds": round(embed_seconds, 1),
+    }
 
 
 def _row_line(row: ProbeRow, metric: str) -> str:
     mix = f"  weights {row.layer_weights}" if row.layer_weights else ""
-    return f"{row.pooling:>8}  {row.choice:<26} dim {row.dim:>5}  {metric} {100 * row.score:5.1f}  ({row.fit_seconds:.1f}s){mix}"
+    score = f"{metric} {100 * row.score:5.1f}"
+    return f"{row.pooling:>8}  {row.choice:<26} dim {row.dim:>5}  {score}  ({row.fit_seconds:.1f}s){mix}"

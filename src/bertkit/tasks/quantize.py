@@ -8,9 +8,9 @@ The report measures what the user gets: the copy loaded at int8 against the orig
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -37,8 +37,9 @@ class QuantizeReport:
     fidelity: str
 
 
-def quantize(model: str | None, output: str | Path, texts: Sequence[str], *, overwrite: bool = False,
-             threads: int | None = None) -> QuantizeReport:
+def quantize(
+    model: str | None, output: str | Path, texts: Sequence[str], *, overwrite: bool = False, threads: int | None = None
+) -> QuantizeReport:
     """Calibrate `model` (a model, or a `bertkit finetune` run directory) on `texts`; write the copy to `output`."""
     output = check_new_directory(output, overwrite)
     texts = [t for t in texts if t.strip()]
@@ -46,12 +47,16 @@ def quantize(model: str | None, output: str | Path, texts: Sequence[str], *, ove
         raise InputError("no calibration texts: give a file with a few hundred sentences like the ones you will embed.")
     kind = _run_kind(model)
     if kind == KIND_FEATURES:
-        raise InputError(f"{model} is a feature-classifier run: it embeds with its encoder, so quantize that model "
-                         "(bertkit quantize MODEL --calibration FILE -o DIR) and use the run with --precision int8.")
+        raise InputError(
+            f"{model} is a feature-classifier run: it embeds with its encoder, so quantize that model "
+            "(bertkit quantize MODEL --calibration FILE -o DIR) and use the run with --precision int8."
+        )
     if kind in (KIND_TEXT, KIND_TOKEN):
         loader = FineTunedClassifier if kind == KIND_TEXT else FineTunedTagger
         fp32 = loader.load(model, threads=threads, precision="fp32")
-        calibration = calibrate(fp32.model, calibration_inputs(fp32.tokenizer, texts, fp32.max_length, fp32.with_type_ids))
+        calibration = calibrate(
+            fp32.model, calibration_inputs(fp32.tokenizer, texts, fp32.max_length, fp32.with_type_ids)
+        )
         with staged_directory(output) as stage:
             _copy_files(Path(model), stage)
             calibration.save(stage / CALIBRATION_FILE)
@@ -59,8 +64,9 @@ def quantize(model: str | None, output: str | Path, texts: Sequence[str], *, ove
         fidelity = _prediction_fidelity(fp32, int8, texts[:FIDELITY_TEXTS], kind)
     else:
         encoder = Encoder.from_pretrained(model, threads=threads)
-        calibration = calibrate(encoder.model, calibration_inputs(encoder.tokenizer, texts, encoder.max_length,
-                                                                  encoder._accepts_type_ids))
+        calibration = calibrate(
+            encoder.model, calibration_inputs(encoder.tokenizer, texts, encoder.max_length, encoder._accepts_type_ids)
+        )
         with staged_directory(output) as stage:
             source = encoder.source
             if source.kind in ("local", "default"):
@@ -73,8 +79,10 @@ def quantize(model: str | None, output: str | Path, texts: Sequence[str], *, ove
         sample = texts[:FIDELITY_TEXTS]
         a, b = encoder.embed(sample, warn=False), int8.embed(sample, warn=False)
         cosine = cosines(a, b)
-        fidelity = (f"cosine to fp32 (mean of the last layer, {len(sample)} of these texts): min {cosine.min():.5f}, "
-                    f"median {np.median(cosine):.5f}")
+        fidelity = (
+            f"cosine to fp32 (mean of the last layer, {len(sample)} of these texts): min {cosine.min():.5f}, "
+            f"median {np.median(cosine):.5f}"
+        )
         kind = "encoder"
     return QuantizeReport(output, kind, calibration.texts, len(calibration.absmax), calibration.alpha, fidelity)
 
@@ -96,8 +104,10 @@ def _prediction_fidelity(fp32, int8, texts: list[str], kind: str) -> str:
     if kind == KIND_TEXT:
         p, q = fp32.predict_proba(texts), int8.predict_proba(texts)
         agree = float(np.mean(p.argmax(1) == q.argmax(1)))
-        return (f"same label as fp32 on {agree:.1%} of {len(texts)} of these texts; largest probability change "
-                f"{np.abs(p - q).max():.4f}")
+        return (
+            f"same label as fp32 on {agree:.1%} of {len(texts)} of these texts; largest probability change "
+            f"{np.abs(p - q).max():.4f}"
+        )
     words = [text.split() for text in texts]
     a, b = fp32.predict_word_tags(words), int8.predict_word_tags(words)
     pairs = [(x, y) for sa, sb in zip(a, b) for x, y in zip(sa, sb)]

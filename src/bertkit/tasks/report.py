@@ -5,9 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -54,7 +54,9 @@ def format_metrics(metrics: dict) -> str:
     width = max([len("class")] + [len(n) for n in metrics["labels"]])
     lines.append(f"{'class'.ljust(width)}  precision  recall  f1      support")
     for name, row in metrics["per_class"].items():
-        lines.append(f"{name.ljust(width)}  {row['precision']:.4f}     {row['recall']:.4f}  {row['f1']:.4f}  {row['support']}")
+        lines.append(
+            f"{name.ljust(width)}  {row['precision']:.4f}     {row['recall']:.4f}  {row['f1']:.4f}  {row['support']}"
+        )
     lines += ["", "confusion matrix (rows: true, columns: predicted)"]
     cells = [[str(v) for v in row] for row in metrics["confusion_matrix"]]
     column = max([len(n) for n in metrics["labels"]] + [len(c) for row in cells for c in row])
@@ -64,8 +66,13 @@ def format_metrics(metrics: dict) -> str:
     return "\n".join(lines)
 
 
-def write_report(directory: str | Path, metrics: dict, vectors: np.ndarray | None = None, labels: Sequence | None = None,
-                 title: str = "") -> list[Path]:
+def write_report(
+    directory: str | Path,
+    metrics: dict,
+    vectors: np.ndarray | None = None,
+    labels: Sequence | None = None,
+    title: str = "",
+) -> list[Path]:
     """metrics.json, confusion.png and (given vectors) pca.png: the guide's 2-D map of sentence vectors by label."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -121,8 +128,14 @@ def probe_files(result, title: str = "") -> dict[str, str | bytes]:
     """probe.md, probe.csv, probe.json and probe.png (score by layer choice, one line per pooling) as file contents."""
     table = result.table()
     columns = list(table[0])
-    markdown = [f"# Layer probe: {title}".rstrip(": "), "", _facts_line(result.facts), "",
-                "| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    markdown = [
+        f"# Layer probe: {title}".rstrip(": "),
+        "",
+        _facts_line(result.facts),
+        "",
+        "| " + " | ".join(columns) + " |",
+        "|" + "|".join("---" for _ in columns) + "|",
+    ]
     markdown += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in table]
     mixes = [r for r in result.rows if r.layer_weights]
     if mixes:
@@ -131,12 +144,25 @@ def probe_files(result, title: str = "") -> dict[str, str | bytes]:
     if result.facts.get("note"):
         markdown += ["", f"Note: {result.facts['note']}."]
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=["pooling", "choice", "dim", "score", "secondary", "fit_seconds", "C"],
-                            extrasaction="ignore", lineterminator="\n")
+    writer = csv.DictWriter(
+        buffer,
+        fieldnames=["pooling", "choice", "dim", "score", "secondary", "fit_seconds", "C"],
+        extrasaction="ignore",
+        lineterminator="\n",
+    )
     writer.writeheader()
     for row in result.rows:
-        writer.writerow({"pooling": row.pooling, "choice": row.choice, "dim": row.dim, "score": f"{row.score:.4f}",
-                         "secondary": f"{row.secondary:.4f}", "fit_seconds": f"{row.fit_seconds:.2f}", "C": row.C})
+        writer.writerow(
+            {
+                "pooling": row.pooling,
+                "choice": row.choice,
+                "dim": row.dim,
+                "score": f"{row.score:.4f}",
+                "secondary": f"{row.secondary:.4f}",
+                "fit_seconds": f"{row.fit_seconds:.2f}",
+                "C": row.C,
+            }
+        )
 
     figure, axes = _figure(10, 5)
     poolings = list(dict.fromkeys(r.pooling for r in result.rows))
@@ -160,18 +186,30 @@ def probe_files(result, title: str = "") -> dict[str, str | bytes]:
     figure.tight_layout()
     image = io.BytesIO()
     figure.savefig(image, dpi=110, format="png")
-    return {"probe.md": "\n".join(markdown) + "\n", "probe.csv": buffer.getvalue(),
-            "probe.json": json.dumps(result_record(result), indent=2), "probe.png": image.getvalue()}
+    return {
+        "probe.md": "\n".join(markdown) + "\n",
+        "probe.csv": buffer.getvalue(),
+        "probe.json": json.dumps(result_record(result), indent=2),
+        "probe.png": image.getvalue(),
+    }
 
 
 def _facts_line(facts: dict) -> str:
-    parts = [f"model {facts.get('model')} ({facts.get('architecture')}, {facts.get('hidden_states')} hidden states)",
-             f"train {facts.get('train')} ({facts.get('train_rows')} rows)", f"dev {facts.get('dev')} ({facts.get('dev_rows')} rows)",
-             f"seed {facts.get('seed')}"]
+    parts = [
+        f"model {facts.get('model')} ({facts.get('architecture')}, {facts.get('hidden_states')} hidden states)",
+        f"train {facts.get('train')} ({facts.get('train_rows')} rows)",
+        f"dev {facts.get('dev')} ({facts.get('dev_rows')} rows)",
+        f"seed {facts.get('seed')}",
+    ]
     return "; ".join(parts)
 
 
 def result_record(result) -> dict:
     """A probe result as plain JSON: task, metrics, facts and every row."""
-    return {"task": result.task, "metric": result.metric, "secondary_metric": result.secondary_metric,
-            "facts": result.facts, "rows": [asdict(r) for r in result.rows]}
+    return {
+        "task": result.task,
+        "metric": result.metric,
+        "secondary_metric": result.secondary_metric,
+        "facts": result.facts,
+        "rows": [asdict(r) for r in result.rows],
+    }

@@ -39,7 +39,10 @@ def read_run_config(directory: str | Path, expected_kind: str | None = None) -> 
     """The run's `bertkit.json`; a missing or broken file, or another kind than expected, is a clear error."""
     path = Path(directory) / CONFIG_FILE
     if not path.is_file():
-        raise ModelLoadError(f"{directory} is not a bertkit run directory (no {CONFIG_FILE}); give the -o directory of `bertkit train` or `bertkit finetune`.")
+        raise ModelLoadError(
+            f"{directory} is not a bertkit run directory (no {CONFIG_FILE}); give the -o directory of `bertkit "
+            "train` or `bertkit finetune`."
+        )
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:
@@ -80,8 +83,10 @@ def parse_run_specs(specs: list[str]) -> dict[str, Path]:
         if not name or not directory:
             raise InputError(f"--run {spec!r}: give DIR or NAME=DIR, e.g. --run runs/sst2 or --run sst2=runs/sst2.")
         if not RUN_NAME.fullmatch(name):
-            raise InputError(f"--run {spec!r}: the name {name!r} may hold letters, digits, '_', '.', '-' only; "
-                             "give one with NAME=DIR.")
+            raise InputError(
+                f"--run {spec!r}: the name {name!r} may hold letters, digits, '_', '.', '-' only; "
+                "give one with NAME=DIR."
+            )
         if name in runs:
             raise InputError(f"--run {spec!r}: the name {name!r} is given twice; name them: --run a=DIR --run b=DIR.")
         runs[name] = Path(directory)

@@ -18,7 +18,7 @@ class ScalarMixClassifier(BaseEstimator):
         self.max_iter = max_iter
         self.random_state = random_state
 
-    def fit(self, layers: np.ndarray, codes: np.ndarray) -> "ScalarMixClassifier":
+    def fit(self, layers: np.ndarray, codes: np.ndarray) -> ScalarMixClassifier:
         """layers: (n, n_layers, dim) float32, codes: (n,) class ids 0..k-1."""
         generator = torch.Generator().manual_seed(self.random_state)
         x = torch.from_numpy(np.ascontiguousarray(layers, dtype=np.float32))
@@ -29,8 +29,13 @@ class ScalarMixClassifier(BaseEstimator):
         self.weight_ = (0.01 * torch.randn(dim, classes, generator=generator)).requires_grad_()
         self.bias_ = torch.zeros(classes, requires_grad=True)
         penalty = 1.0 / (2.0 * self.C * n)
-        optimizer = torch.optim.LBFGS([self.mix_logits_, self.weight_, self.bias_], max_iter=self.max_iter,
-                                      line_search_fn="strong_wolfe", tolerance_grad=1e-6, tolerance_change=1e-9)
+        optimizer = torch.optim.LBFGS(
+            [self.mix_logits_, self.weight_, self.bias_],
+            max_iter=self.max_iter,
+            line_search_fn="strong_wolfe",
+            tolerance_grad=1e-6,
+            tolerance_change=1e-9,
+        )
 
         def closure():
             optimizer.zero_grad()

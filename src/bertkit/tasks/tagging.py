@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from ..errors import InputError
 
@@ -88,10 +88,21 @@ def format_entity_scores(scores: dict) -> str:
     ]
     width = max([len("type"), len("overall")] + [len(k) for k in scores["per_type"]])
     lines.append(f"{'type'.ljust(width)}  precision  recall  f1      support  predicted")
-    rows = list(scores["per_type"].items()) + [("overall", {
-        "precision": scores["precision"], "recall": scores["recall"], "f1": scores["f1"],
-        "support": scores["n_gold_entities"], "predicted": scores["n_predicted_entities"]})]
+    rows = list(scores["per_type"].items()) + [
+        (
+            "overall",
+            {
+                "precision": scores["precision"],
+                "recall": scores["recall"],
+                "f1": scores["f1"],
+                "support": scores["n_gold_entities"],
+                "predicted": scores["n_predicted_entities"],
+            },
+        )
+    ]
     for kind, row in rows:
-        lines.append(f"{kind.ljust(width)}  {row['precision']:.4f}     {row['recall']:.4f}  {row['f1']:.4f}  "
-                     f"{str(row['support']).ljust(7)}  {row['predicted']}")
+        lines.append(
+            f"{kind.ljust(width)}  {row['precision']:.4f}     {row['recall']:.4f}  {row['f1']:.4f}  "
+            f"{str(row['support']).ljust(7)}  {row['predicted']}"
+        )
     return "\n".join(lines)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
@@ -71,11 +71,13 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         self.threads = threads
         self.precision = precision
 
-    def fit(self, X: Sequence[str], y=None) -> "BertVectorizer":
+    def fit(self, X: Sequence[str], y=None) -> BertVectorizer:
         """Load the encoder and check the options; nothing is learned from X."""
         parse_layers(self.layers)
         if parse_pooling(self.pooling) == ("none",):
-            raise InputError("BertVectorizer makes one vector per text; pooling='none' gives token vectors, use Encoder.embed.")
+            raise InputError(
+                "BertVectorizer makes one vector per text; pooling='none' gives token vectors, use Encoder.embed."
+            )
         self.encoder_ = shared_encoder(self.model, self.threads, self.precision)
         self.n_features_out_ = self.encoder_.sentence_dim(self.layers, self.pooling)
         self.cache_ = self._make_cache()

@@ -42,10 +42,14 @@ class FinetuneArguments:
         if self.max_length is not None and self.max_length < 8:
             raise InputError(f"max_length={self.max_length}: give at least 8 tokens (special tokens included).")
         if self.gradient_accumulation_steps < 1 or self.gradient_accumulation_steps > self.batch_size:
-            raise InputError(f"gradient_accumulation_steps={self.gradient_accumulation_steps}: give 1 to batch_size "
-                             f"({self.batch_size}); each step's batch is split into that many micro-batches.")
+            raise InputError(
+                f"gradient_accumulation_steps={self.gradient_accumulation_steps}: give 1 to batch_size "
+                f"({self.batch_size}); each step's batch is split into that many micro-batches."
+            )
         if self.mixed_precision not in MIXED_PRECISIONS:
-            raise InputError(f"mixed_precision={self.mixed_precision!r}: valid values are {', '.join(MIXED_PRECISIONS)}.")
+            raise InputError(
+                f"mixed_precision={self.mixed_precision!r}: valid values are {', '.join(MIXED_PRECISIONS)}."
+            )
         if not 0 <= self.warmup_ratio < 1:
             raise InputError(f"warmup_ratio={self.warmup_ratio}: give a share between 0 and 1.")
 
@@ -63,5 +67,3 @@ class TrainingState:
     history: list[dict] = field(default_factory=list)
     train_seconds: float = 0.0
     finished: bool = False
-
-

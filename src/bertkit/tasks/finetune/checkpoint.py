@@ -1,9 +1,10 @@
-"""Checkpoints and the finished run: safetensors + JSON (no pickle), swapped into place so a crash never leaves half of one."""
+"""Checkpoints and the finished run: safetensors + JSON (no pickle), swapped into place so a crash never leaves
+half of one."""
 
 from __future__ import annotations
 
-import logging
 import json
+import logging
 import shutil
 import time
 from dataclasses import asdict
@@ -29,11 +30,16 @@ def check_output(output: Path, resume: bool, overwrite: bool) -> None:
     if resume:
         if (output / CONFIG_FILE).is_file():
             raise InputError(f"{output}: this run already finished; nothing to resume (--overwrite trains it again).")
-        if not (output / CHECKPOINT / "state.json").is_file() and not (previous_version(output / CHECKPOINT) / "state.json").is_file():
+        if (
+            not (output / CHECKPOINT / "state.json").is_file()
+            and not (previous_version(output / CHECKPOINT) / "state.json").is_file()
+        ):
             raise InputError(f"{output}: no checkpoint to resume from; start the run without --resume.")
         return
     if output.exists() and not overwrite and (output / CHECKPOINT).exists() and not (output / CONFIG_FILE).exists():
-        raise InputError(f"{output} holds an unfinished run; pass --resume to continue it or --overwrite to start over.")
+        raise InputError(
+            f"{output} holds an unfinished run; pass --resume to continue it or --overwrite to start over."
+        )
     check_new_directory(output, overwrite)
 
 
@@ -58,8 +64,16 @@ def _diff(saved, now) -> str:
     return f"{saved!r} then, {now!r} now"
 
 
-def save_checkpoint(directory: Path, accelerator, network, optimizer, scheduler, state: TrainingState,
-                    run_record: dict, best_metrics: dict | None = None) -> None:
+def save_checkpoint(
+    directory: Path,
+    accelerator,
+    network,
+    optimizer,
+    scheduler,
+    state: TrainingState,
+    run_record: dict,
+    best_metrics: dict | None = None,
+) -> None:
     """Write weights, optimizer moments, every process's RNG state and progress to a fresh directory, then swap it
     in (the main process writes; the others hand it their RNG state and wait)."""
     from accelerate.utils import gather_object
@@ -67,8 +81,18 @@ def save_checkpoint(directory: Path, accelerator, network, optimizer, scheduler,
     rng_states = gather_object([_rng_state(accelerator.device)])
     if accelerator.is_main_process:
         with staged_directory(directory) as staging:
-            _write_checkpoint(staging, directory, accelerator, network, optimizer, scheduler, state, run_record,
-                              best_metrics, rng_states)
+            _write_checkpoint(
+                staging,
+                directory,
+                accelerator,
+                network,
+                optimizer,
+                scheduler,
+                state,
+                run_record,
+                best_metrics,
+                rng_states,
+            )
     accelerator.wait_for_everyone()
 
 
@@ -79,8 +103,18 @@ def _rng_state(device: torch.device) -> dict[str, torch.Tensor]:
     return state
 
 
-def _write_checkpoint(staging: Path, directory: Path, accelerator, network, optimizer, scheduler,
-                      state: TrainingState, run_record: dict, best_metrics: dict | None, rng_states: list) -> None:
+def _write_checkpoint(
+    staging: Path,
+    directory: Path,
+    accelerator,
+    network,
+    optimizer,
+    scheduler,
+    state: TrainingState,
+    run_record: dict,
+    best_metrics: dict | None,
+    rng_states: list,
+) -> None:
     model = accelerator.unwrap_model(network)
     weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     save_file(weights, str(staging / "model.safetensors"))
@@ -99,8 +133,14 @@ def _write_checkpoint(staging: Path, directory: Path, accelerator, network, opti
             tensors[f"optimizer.{index}.{name}"] = value
     save_file(tensors, str(staging / "optimizer.safetensors"))
     scaler = accelerator.scaler.state_dict() if accelerator.scaler is not None else None
-    record = {"state": asdict(state), "run": run_record, "param_groups": optimizer_state["param_groups"],
-              "scheduler": scheduler.state_dict(), "grad_scaler": scaler, "processes": len(rng_states)}
+    record = {
+        "state": asdict(state),
+        "run": run_record,
+        "param_groups": optimizer_state["param_groups"],
+        "scheduler": scheduler.state_dict(),
+        "grad_scaler": scaler,
+        "processes": len(rng_states),
+    }
     (staging / "state.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
 
 
@@ -120,8 +160,12 @@ def load_checkpoint(directory: Path, accelerator, network, optimizer, scheduler)
         accelerator.scaler.load_state_dict(record["grad_scaler"])
     rank = accelerator.process_index
     if record.get("processes", 1) != accelerator.num_processes:
-        logger.warning("this run was checkpointed with %s processes and resumes with %d: dropout draws differ from an "
-                       "uninterrupted run.", record.get("processes", 1), accelerator.num_processes)
+        logger.warning(
+            "this run was checkpointed with %s processes and resumes with %d: dropout draws differ from an "
+            "uninterrupted run.",
+            record.get("processes", 1),
+            accelerator.num_processes,
+        )
     torch.set_rng_state(tensors.get(f"rng.{rank}.torch", tensors.get("rng.0.torch", tensors.get("rng.torch"))))
     if accelerator.device.type == "cuda" and f"rng.{rank}.cuda" in tensors:
         torch.cuda.set_rng_state(tensors[f"rng.{rank}.cuda"], accelerator.device)
@@ -133,14 +177,17 @@ def learned_anything(baseline: dict | None, best: float | None, metric_name: str
         return None
     learned = best is not None and best > baseline["score"] + 1e-9
     if not learned:
-        logger.warning(f"the best dev {metric_name} ({best or 0:.4f}) is no better than {baseline['what']} "
+        logger.warning(
+            f"the best dev {metric_name} ({best or 0:.4f}) is no better than {baseline['what']} "
             f"({baseline['score']:.4f}): the model learned nothing useful. Try more epochs (--epochs), a higher "
-            "learning rate (--lr), or more training data.")
+            "learning rate (--lr), or more training data."
+        )
     return {**baseline, "learned": learned}
 
 
 def write_final(output: Path, network, tokenizer, metric_name: str, state: TrainingState, run_record: dict):
-    """Replace `output` by the best epoch's weights as a transformers model + tokenizer + bertkit.json (checkpoint gone)."""
+    """Replace `output` by the best epoch's weights as a transformers model + tokenizer + bertkit.json (checkpoint
+    gone)."""
     checkpoint = output / CHECKPOINT
     network.load_state_dict(load_file(str(checkpoint / "best.safetensors")))
     metrics = json.loads((checkpoint / "best_metrics.json").read_text(encoding="utf-8"))
@@ -153,8 +200,11 @@ def write_final(output: Path, network, tokenizer, metric_name: str, state: Train
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
         **run_record,
         "training": {
-            "epochs_run": state.epoch, "best_epoch": state.best_epoch, "stopped_early": state.finished,
-            "history": history, "train_seconds": round(state.train_seconds, 1),
+            "epochs_run": state.epoch,
+            "best_epoch": state.best_epoch,
+            "stopped_early": state.finished,
+            "history": history,
+            "train_seconds": round(state.train_seconds, 1),
             "examples_per_second": round(seen / max(sum(h["seconds"] for h in history), 1e-9), 1),
         },
         "metrics": metrics,

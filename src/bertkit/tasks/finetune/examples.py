@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -35,13 +35,15 @@ class WordPiece:
     word_starts: list[int | None]  # per token: index of the word (within the piece) it starts, else None
 
 
-def text_examples(tokenizer, texts: Sequence[str], labels: Sequence | None, max_length: int,
-                  pairs: Sequence[str] | None = None) -> tuple[list[Example], int]:
+def text_examples(
+    tokenizer, texts: Sequence[str], labels: Sequence | None, max_length: int, pairs: Sequence[str] | None = None
+) -> tuple[list[Example], int]:
     """Tokenize texts (or text pairs) for classification with the tokenizer's own truncation to `max_length`
     (pairs: longest first); returns the examples and how many were cut."""
     with TOKENIZER_LOCK:
-        encoded = tokenizer(list(texts), list(pairs) if pairs is not None else None, truncation=True,
-                            max_length=max_length)
+        encoded = tokenizer(
+            list(texts), list(pairs) if pairs is not None else None, truncation=True, max_length=max_length
+        )
     examples = []
     for row, ids in enumerate(encoded["input_ids"]):
         type_ids = encoded["token_type_ids"][row] if "token_type_ids" in encoded else [0] * len(ids)
@@ -71,8 +73,12 @@ def word_pieces(tokenizer, sentences: Sequence[Sequence[str]], max_length: int) 
         spans.append((index, start, len(sentence)))
         split_sentences += len(spans) - pieces_before > 1
     with TOKENIZER_LOCK:
-        encoded = tokenizer([list(sentences[i][a:b]) for i, a, b in spans], is_split_into_words=True, truncation=True,
-                            max_length=max_length)
+        encoded = tokenizer(
+            [list(sentences[i][a:b]) for i, a, b in spans],
+            is_split_into_words=True,
+            truncation=True,
+            max_length=max_length,
+        )
     pieces = []
     for row, (index, start, end) in enumerate(spans):
         word_ids = encoded.word_ids(row)
@@ -101,7 +107,11 @@ def collate(examples: Sequence[Example], pad_token_id: int, with_type_ids: bool)
     ids, mask, type_ids = pad_ids([e.input_ids for e in examples], [e.token_type_ids for e in examples], pad_token_id)
     width = ids.shape[1]
     token_labels = isinstance(examples[0].labels, list)
-    labels = np.full((len(examples), width), IGNORE_INDEX, dtype=np.int64) if token_labels else np.zeros(len(examples), dtype=np.int64)
+    labels = (
+        np.full((len(examples), width), IGNORE_INDEX, dtype=np.int64)
+        if token_labels
+        else np.zeros(len(examples), dtype=np.int64)
+    )
     for row, example in enumerate(examples):
         if token_labels:
             labels[row, : len(example.labels)] = example.labels
@@ -113,14 +123,17 @@ def collate(examples: Sequence[Example], pad_token_id: int, with_type_ids: bool)
     return batch
 
 
-def length_grouped_batches(lengths: Sequence[int], batch_size: int, rng: np.random.Generator, group: int = 50) -> list[list[int]]:
-    """Shuffle, sort within groups of `group` batches by length, then shuffle the batches: little padding, random order."""
+def length_grouped_batches(
+    lengths: Sequence[int], batch_size: int, rng: np.random.Generator, group: int = 50
+) -> list[list[int]]:
+    """Shuffle, sort within groups of `group` batches by length, then shuffle the batches: little padding, random
+    order."""
     order = rng.permutation(len(lengths))
     batches = []
     span = batch_size * group
     for start in range(0, len(order), span):
-        members = sorted(order[start:start + span].tolist(), key=lambda i: -lengths[i])
-        batches += [members[i:i + batch_size] for i in range(0, len(members), batch_size)]
+        members = sorted(order[start : start + span].tolist(), key=lambda i: -lengths[i])
+        batches += [members[i : i + batch_size] for i in range(0, len(members), batch_size)]
     return [batches[i] for i in rng.permutation(len(batches))]
 
 

@@ -27,13 +27,19 @@ class Prepared:
     notes: list[str]
 
 
-def prepare(task, tokenizer, train, dev, max_length, seed, dev_share, limit, text_column, label_column, header) -> Prepared:
+def prepare(
+    task, tokenizer, train, dev, max_length, seed, dev_share, limit, text_column, label_column, header
+) -> Prepared:
     if task == "text":
-        return _prepare_text(tokenizer, train, dev, max_length, seed, dev_share, limit, text_column, label_column, header)
+        return _prepare_text(
+            tokenizer, train, dev, max_length, seed, dev_share, limit, text_column, label_column, header
+        )
     return _prepare_token(tokenizer, train, dev, max_length, seed, dev_share, limit)
 
 
-def _prepare_text(tokenizer, train, dev, max_length, seed, dev_share, limit, text_column, label_column, header) -> Prepared:
+def _prepare_text(
+    tokenizer, train, dev, max_length, seed, dev_share, limit, text_column, label_column, header
+) -> Prepared:
     data = read_labelled_text(train, text_column, label_column, header)
     texts, labels = data.texts[:limit], [str(v) for v in check_labels(data.labels[:limit], str(train), data.lines)]
     classes, codes = np.unique(np.asarray(labels, dtype=object), return_inverse=True)
@@ -48,8 +54,11 @@ def _prepare_text(tokenizer, train, dev, max_length, seed, dev_share, limit, tex
     index = {name: i for i, name in enumerate(names)}
     train_examples, cut = text_examples(tokenizer, texts, [index[v] for v in labels], max_length)
     _, dev_cut = text_examples(tokenizer, dev_texts, None, max_length)
-    notes = [f"{n} {where} texts were longer than {max_length} tokens and were truncated (--max-length)."
-             for n, where in ((cut, "training"), (dev_cut, "dev")) if n]
+    notes = [
+        f"{n} {where} texts were longer than {max_length} tokens and were truncated (--max-length)."
+        for n, where in ((cut, "training"), (dev_cut, "dev"))
+        if n
+    ]
     record = _data_record(train, dev, len(texts), len(dev_texts), dev_share, seed, limit)
     record.update(text_column=text_column, label_column=label_column, header=header)
     return Prepared(names, train_examples, dev_texts, dev_labels, record, notes)
@@ -71,8 +80,12 @@ def _prepare_token(tokenizer, train, dev, max_length, seed, dev_share, limit) ->
     pieces, split_count = word_pieces(tokenizer, words, max_length)
     train_examples = token_examples(pieces, [[index[t] for t in s] for s in tags])
     _, dev_split = word_pieces(tokenizer, dev_words, max_length)
-    notes = [f"{n} {where} sentences were longer than {max_length} tokens and were split into pieces at word "
-             "boundaries (every word keeps its label)." for n, where in ((split_count, "training"), (dev_split, "dev")) if n]
+    notes = [
+        f"{n} {where} sentences were longer than {max_length} tokens and were split into pieces at word "
+        "boundaries (every word keeps its label)."
+        for n, where in ((split_count, "training"), (dev_split, "dev"))
+        if n
+    ]
     if data.converted_from_iob1:
         notes.append(f"{train}: IOB1 tags (entities starting with I-) were converted to IOB2.")
     record = _data_record(train, dev, len(words), len(dev_words), dev_share, seed, limit)
@@ -93,8 +106,13 @@ def word_tokenizer(encoder):
 def _data_record(train, dev, train_rows, dev_rows, dev_share, seed, limit) -> dict:
     if dev_rows == 0:
         raise InputError(f"the dev set{f' {dev}' if dev else ''} is empty; give a dev file with examples.")
-    record = {"train": str(train), "train_sha256": file_sha256(train), "train_rows": train_rows, "limit": limit,
-              "dev_rows": dev_rows}
+    record = {
+        "train": str(train),
+        "train_sha256": file_sha256(train),
+        "train_rows": train_rows,
+        "limit": limit,
+        "dev_rows": dev_rows,
+    }
     if dev is not None:
         record.update(dev=str(dev), dev_sha256=file_sha256(dev))
     else:

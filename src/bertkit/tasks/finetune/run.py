@@ -6,15 +6,15 @@ plus `bertkit.json` with the arguments, data fingerprints, per-epoch history and
 
 from __future__ import annotations
 
-import logging
-import os
 import collections
 import copy
-from contextlib import contextmanager
 import dataclasses
+import logging
+import os
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Sequence
 
 import torch
 from transformers import get_linear_schedule_with_warmup
@@ -102,8 +102,9 @@ def finetune(
     encoder = Encoder.from_pretrained(model)
     max_length = min(args.max_length or (TEXT_MAX_LENGTH if task == "text" else encoder.max_length), encoder.max_length)
     tokenizer = encoder.tokenizer if task == "text" else word_tokenizer(encoder)
-    prepared = prepare(task, tokenizer, train, dev, max_length, args.seed, dev_share, limit,
-                       text_column, label_column, header)
+    prepared = prepare(
+        task, tokenizer, train, dev, max_length, args.seed, dev_share, limit, text_column, label_column, header
+    )
     run_record = {
         "task": task,
         "base_model": {"spec": encoder.name, "path": str(encoder.source.path), "fingerprint": encoder.fingerprint},
@@ -135,22 +136,41 @@ def finetune(
     torch.manual_seed(args.seed + accelerator.process_index)  # dropout: each process its own draws, seeded
     if resume:
         load_checkpoint(checkpoint, accelerator, network, optimizer, scheduler)
-        logger.info(f"resuming {output} after epoch {state.epoch}" + (f", step {state.step_in_epoch}" if state.step_in_epoch else ""))
-    logger.info(f"fine-tuning {task} model on {len(prepared.train)} examples ({len(prepared.labels)} labels), "
-                f"dev {len(prepared.dev_inputs)}; {args.epochs} epochs × {batches_per_epoch} steps of {args.batch_size}"
-                f"{_parts(args, accelerator)}, lr {args.learning_rate:g}, on {describe(accelerator.device)}"
-                f"{'' if accelerator.device.type != 'cpu' else f' ({torch.get_num_threads()} threads)'}"
-                f"{'' if args.mixed_precision == 'no' else f', {args.mixed_precision} mixed precision'}")
+        logger.info(
+            f"resuming {output} after epoch {state.epoch}"
+            + (f", step {state.step_in_epoch}" if state.step_in_epoch else "")
+        )
+    logger.info(
+        f"fine-tuning {task} model on {len(prepared.train)} examples ({len(prepared.labels)} labels), "
+        f"dev {len(prepared.dev_inputs)}; {args.epochs} epochs × {batches_per_epoch} steps of {args.batch_size}"
+        f"{_parts(args, accelerator)}, lr {args.learning_rate:g}, on {describe(accelerator.device)}"
+        f"{'' if accelerator.device.type != 'cpu' else f' ({torch.get_num_threads()} threads)'}"
+        f"{'' if args.mixed_precision == 'no' else f', {args.mixed_precision} mixed precision'}"
+    )
     if args.report_to:
         accelerator.init_trackers("bertkit-finetune", config=_tracker_config(args, run_record))
     try:
-        Trainer(accelerator, network, optimizer, scheduler, prepared, evaluator, args, state, checkpoint, run_record,
-                progress, callbacks, output / LOGS).train()
+        Trainer(
+            accelerator,
+            network,
+            optimizer,
+            scheduler,
+            prepared,
+            evaluator,
+            args,
+            state,
+            checkpoint,
+            run_record,
+            progress,
+            callbacks,
+            output / LOGS,
+        ).train()
         run_record.update(baseline=baseline, device=describe(accelerator.device), processes=accelerator.num_processes)
         result = None
         if accelerator.is_main_process:
-            result = write_final(output, evaluator.runner.model, evaluator.tokenizer, evaluator.metric_name, state,
-                                 run_record)
+            result = write_final(
+                output, evaluator.runner.model, evaluator.tokenizer, evaluator.metric_name, state, run_record
+            )
         accelerator.wait_for_everyone()
     finally:
         accelerator.end_training()  # closes the trackers (and, launched distributed, the process group)
@@ -165,8 +185,9 @@ def make_accelerator(args: FinetuneArguments, device: str | None, output: Path):
 
     wanted = resolve_device(device)
     if args.mixed_precision == "fp16" and wanted.type != "cuda":
-        raise InputError("mixed_precision='fp16' needs a CUDA GPU; on a CPU use 'bf16' (where the CPU has native bf16) "
-                         "or 'no'.")
+        raise InputError(
+            "mixed_precision='fp16' needs a CUDA GPU; on a CPU use 'bf16' (where the CPU has native bf16) or 'no'."
+        )
     if args.mixed_precision == "bf16" and wanted.type == "cpu":
         check_precision("bf16")
     if args.mixed_precision == "bf16" and wanted.type == "cuda" and not torch.cuda.is_bf16_supported():
@@ -179,8 +200,12 @@ def make_accelerator(args: FinetuneArguments, device: str | None, output: Path):
         # fine-tunes twice); a single process may start afresh. `_reset_state` is what accelerate's own tests use.
         AcceleratorState._reset_state(reset_partial_state=True)
     with quiet_accelerate():
-        return Accelerator(cpu=wanted.type == "cpu", mixed_precision=args.mixed_precision,
-                           log_with=list(args.report_to) or None, project_config=project)
+        return Accelerator(
+            cpu=wanted.type == "cpu",
+            mixed_precision=args.mixed_precision,
+            log_with=list(args.report_to) or None,
+            project_config=project,
+        )
 
 
 @contextmanager
@@ -218,8 +243,10 @@ def _with_keywords(args: FinetuneArguments, training: dict) -> FinetuneArguments
     for key, value in training.items():
         name = KEYWORD_ALIASES.get(key, key)
         if name not in fields:
-            raise InputError(f"finetune() got an unknown setting {key!r}; the settings are {', '.join(sorted(fields))} "
-                             "(and lr for learning_rate).")
+            raise InputError(
+                f"finetune() got an unknown setting {key!r}; the settings are {', '.join(sorted(fields))} "
+                "(and lr for learning_rate)."
+            )
         setattr(args, name, value)
     return args
 

@@ -19,10 +19,11 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -129,8 +130,12 @@ class Trainer:
                 seen, loss_sum, seconds = self._epoch(interrupted)
                 self._end_epoch(seen, loss_sum, seconds)
                 if interrupted:
-                    logger.warning("interrupted after epoch %d: checkpoint saved in %s; run the same command with "
-                                   "--resume to continue.", self.state.epoch, self.checkpoint)
+                    logger.warning(
+                        "interrupted after epoch %d: checkpoint saved in %s; run the same command with "
+                        "--resume to continue.",
+                        self.state.epoch,
+                        self.checkpoint,
+                    )
                     raise KeyboardInterrupt
 
     def _epoch(self, interrupted: list) -> tuple[int, float, float]:
@@ -138,8 +143,9 @@ class Trainer:
         state, args, prepared = self.state, self.args, self.prepared
         lengths = [len(e.input_ids) for e in prepared.train]
         batches = length_grouped_batches(lengths, args.batch_size, np.random.default_rng([args.seed, state.epoch]))
-        bar = _bar(len(prepared.train), state.epoch, args.epochs,
-                   self.progress if self.accelerator.is_main_process else False)
+        bar = _bar(
+            len(prepared.train), state.epoch, args.epochs, self.progress if self.accelerator.is_main_process else False
+        )
         bar.update(sum(len(b) for b in batches[: state.step_in_epoch]))
         started, seen, loss_sum = time.perf_counter(), 0, 0.0
         at_step_boundary = True
@@ -163,14 +169,23 @@ class Trainer:
         except KeyboardInterrupt:
             bar.close()
             if not at_step_boundary:  # a second Ctrl-C inside a step: the weights may hold half an update
-                logger.warning("stopped inside step %d of epoch %d: nothing saved since the last checkpoint in %s; "
-                               "--resume continues from there.", state.step_in_epoch + 1, state.epoch + 1,
-                               self.checkpoint)
+                logger.warning(
+                    "stopped inside step %d of epoch %d: nothing saved since the last checkpoint in %s; "
+                    "--resume continues from there.",
+                    state.step_in_epoch + 1,
+                    state.epoch + 1,
+                    self.checkpoint,
+                )
                 raise
             state.train_seconds += time.perf_counter() - started
             self._save()
-            logger.warning("interrupted in epoch %d after step %d: checkpoint saved in %s; run the same command with "
-                           "--resume to continue.", state.epoch + 1, state.step_in_epoch, self.checkpoint)
+            logger.warning(
+                "interrupted in epoch %d after step %d: checkpoint saved in %s; run the same command with "
+                "--resume to continue.",
+                state.epoch + 1,
+                state.step_in_epoch,
+                self.checkpoint,
+            )
             raise
         bar.close()
         seconds = time.perf_counter() - started
@@ -185,7 +200,9 @@ class Trainer:
         accelerator, args = self.accelerator, self.args
         units = sum(loss_units(e) for e in examples)
         rank, world = accelerator.process_index, accelerator.num_processes
-        micro_batches = [m for m in np.array_split(np.arange(len(examples)), args.gradient_accumulation_steps) if len(m)]
+        micro_batches = [
+            m for m in np.array_split(np.arange(len(examples)), args.gradient_accumulation_steps) if len(m)
+        ]
         total = torch.zeros((), device=accelerator.device)
         for k, micro in enumerate(micro_batches):
             mine = [examples[i] for i in micro[rank::world]]
@@ -218,19 +235,31 @@ class Trainer:
         """Score dev (on the main process; the others hear the result), keep the best epoch, stop early, save."""
         state, args = self.state, self.args
         score, metrics = self._evaluate()
-        entry = {"epoch": state.epoch + 1, "train_loss": loss_sum / max(seen, 1), "dev_score": score,
-                 "seconds": round(seconds, 1), "examples_per_second": round(seen / max(seconds, 1e-9), 1)}
+        entry = {
+            "epoch": state.epoch + 1,
+            "train_loss": loss_sum / max(seen, 1),
+            "dev_score": score,
+            "seconds": round(seconds, 1),
+            "examples_per_second": round(seen / max(seconds, 1e-9), 1),
+        }
         state.history.append(entry)
         improved = state.best_score is None or score > state.best_score
         if improved:
             state.best_score, state.best_epoch, state.epochs_without_improvement = score, state.epoch + 1, 0
         else:
             state.epochs_without_improvement += 1
-        logger.info(f"epoch {state.epoch + 1}/{args.epochs}: train loss {entry['train_loss']:.4f}, dev "
-                    f"{self.evaluator.metric_name} {score:.4f}{' (best)' if improved else ''}, {seconds:.0f}s, "
-                    f"{entry['examples_per_second']:.1f} examples/s")
-        self._log({"epoch/train_loss": entry["train_loss"], "epoch/dev_score": score,
-                   "epoch/examples_per_second": entry["examples_per_second"]})
+        logger.info(
+            f"epoch {state.epoch + 1}/{args.epochs}: train loss {entry['train_loss']:.4f}, dev "
+            f"{self.evaluator.metric_name} {score:.4f}{' (best)' if improved else ''}, {seconds:.0f}s, "
+            f"{entry['examples_per_second']:.1f} examples/s"
+        )
+        self._log(
+            {
+                "epoch/train_loss": entry["train_loss"],
+                "epoch/dev_score": score,
+                "epoch/examples_per_second": entry["examples_per_second"],
+            }
+        )
         state.epoch, state.step_in_epoch = state.epoch + 1, 0
         if state.epochs_without_improvement >= args.patience and state.epoch < args.epochs:
             logger.info("early stop: no better dev score for %d epochs.", args.patience)
@@ -261,8 +290,16 @@ class Trainer:
                 handle.write(json.dumps({"step": step, "epoch": self.state.epoch, **values}) + "\n")
 
     def _save(self, best_metrics: dict | None = None) -> None:
-        save_checkpoint(self.checkpoint, self.accelerator, self.network, self.optimizer, self.scheduler, self.state,
-                        self.run_record, best_metrics)
+        save_checkpoint(
+            self.checkpoint,
+            self.accelerator,
+            self.network,
+            self.optimizer,
+            self.scheduler,
+            self.state,
+            self.run_record,
+            best_metrics,
+        )
 
 
 @contextmanager
@@ -278,8 +315,9 @@ def _deferred_interrupt():
         if interrupted:
             raise KeyboardInterrupt
         interrupted.append(True)
-        logger.warning("interrupt: finishing the current step, then saving a checkpoint (Ctrl-C again to stop at "
-                       "once) ...")
+        logger.warning(
+            "interrupt: finishing the current step, then saving a checkpoint (Ctrl-C again to stop at once) ..."
+        )
 
     previous = signal.signal(signal.SIGINT, hold)
     try:
