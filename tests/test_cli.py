@@ -129,3 +129,21 @@ def test_demo_runs(monkeypatch, capsys):
     code, out, _ = run(monkeypatch, capsys, "demo")
     assert code == 0
     assert "[CLS]  101" in out and "(1, 7, 384)" in out and "(4, 1536)" in out and "Korean" in out
+
+
+def test_env_prints_the_machine_as_bertkit_sees_it(monkeypatch, capsys):
+    import platform
+
+    import torch
+
+    code, out, _ = run(monkeypatch, capsys, "env")
+    facts = dict(line.split("  ", 1) for line in out.splitlines())
+    facts = {k.strip(): v.strip() for k, v in facts.items()}
+    assert code == 0 and facts["torch"].startswith(torch.__version__)
+    assert facts["torch threads"] == str(torch.get_num_threads())
+    if platform.system() == "Linux":
+        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split(":")[1].split()
+        assert ("avx512_bf16" in flags or "amx_bf16" in flags) == facts["bf16 on the cpu"].startswith("native")
+        assert all(
+            flag in flags for flag in facts["cpu features"].split() if not facts["cpu features"].startswith("none")
+        )

@@ -220,6 +220,8 @@ def test_cli_killed_midway_resumes_and_skips_finished_files(head, tmp_path, enco
     _, stderr = second.communicate(timeout=240)
     assert second.returncode == 0, stderr[-2000:]
     assert "skipped 1 complete files (p1)" in stderr or f"skipped {len(done)} complete files" in stderr
+    # Ray's own noise stays off the terminal without --verbose: no core-worker lines, no INFO logs or progress
+    assert not any(mark in stderr for mark in ("core_worker", "INFO", "WARNING", "Token authentication")), stderr
     for name, rows in texts.items():
         ids, vectors = read_output(out / name)
         assert ids == sorted(f"{name}{i}" for i in range(len(rows)))  # every row once: none lost, none duplicated

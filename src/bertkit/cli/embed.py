@@ -19,6 +19,7 @@ from .common import (
     app,
     make_encoder,
     say,
+    verbosity,
 )
 from .format import format_table
 
@@ -330,6 +331,7 @@ def _embed_on_ray(
         model=model,
         actors=actors,
         address=address,
+        ray_logs=verbosity() == "verbose",
         overwrite=overwrite,
         rows_per_call=DEFAULT_ROWS_PER_CALL if chunk_rows is None else chunk_rows,
     )

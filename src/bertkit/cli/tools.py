@@ -71,3 +71,14 @@ def demo(model: Optional[str] = ModelOption) -> None:
     from .demo import run_demo
 
     run_demo(model)
+
+
+@app.command()
+def env() -> None:
+    """The machine as bertkit sees it: CPU features (bf16, int8), threads, GPUs, versions (for bug reports)."""
+    from ..encoder.devices import machine_facts
+
+    facts = machine_facts()
+    width = max(len(k) for k in facts)
+    for key, value in facts.items():
+        typer.echo(f"{key.ljust(width)}  {value}")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import torch
 
 from ..errors import InputError
@@ -70,3 +73,63 @@ def describe(device: torch.device) -> str:
     if device.type == "cuda":
         return f"{device} ({torch.cuda.get_device_name(device)})"
     return str(device)
+
+
+CPU_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "avx_vnni")
+
+
+def machine_facts() -> dict[str, str]:
+    """What decides bertkit's speed here, as `bertkit env` prints it: CPU and its vector features, native bf16 and
+    int8 support, threads, GPUs, and the versions of torch and transformers.
+
+    Returns
+    -------
+    dict
+        Name → one line of text.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .precision import cpu_bf16_flags
+
+    def package(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    model, flags = _cpu()
+    bf16 = sorted(cpu_bf16_flags())
+    int8 = [flag for flag in ("amx_int8", "avx512_vnni", "avx_vnni") if flag in flags]
+    gpus = [f"cuda:{i} {torch.cuda.get_device_name(i)}" for i in range(torch.cuda.device_count())]
+    build = "CUDA " + torch.version.cuda if torch.version.cuda else "CPU-only build"
+    return {
+        "bertkit": package("bertkit"),
+        "torch": f"{torch.__version__} ({build})",
+        "transformers": package("transformers"),
+        "cpu": f"{model}, {os.cpu_count()} logical cores",
+        "cpu features": " ".join(f for f in CPU_FEATURES if f in flags) or "none of " + ", ".join(CPU_FEATURES),
+        "bf16 on the cpu": f"native ({', '.join(bf16)}): precision='bf16' is fast"
+        if bf16
+        else "emulated (no AMX or AVX512-BF16): precision='bf16' is refused",
+        "int8 on the cpu": f"VNNI ({', '.join(int8)})" if int8 else "no VNNI: int8 products run on AVX2 (slow)",
+        "torch threads": str(torch.get_num_threads()),
+        "gpus": "; ".join(gpus) if gpus else "none that torch can use",
+    }
+
+
+def _cpu() -> tuple[str, set[str]]:
+    """The CPU's model name and feature flags, from /proc/cpuinfo (elsewhere: platform's name, no flags)."""
+    import platform
+
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine(), set()
+    model, flags = platform.machine(), set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and model == platform.machine():
+            model = value.strip()
+        elif key.strip() == "flags" and not flags:
+            flags = set(value.split())
+    return model, flags

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,21 +142,27 @@ def embed_dataset(
         ray.init()  # what Ray Data would do on first use; the CPU plan needs the cluster now
     plan = plan_resources(*cluster_resources(), actors, cpus_per_actor)
     spec = model if model is None or not Path(model).exists() else str(Path(model).resolve())
-    return ds.map_batches(
-        _Embedder,
-        fn_constructor_kwargs={
-            "model": spec,
-            "precision": precision,
-            "threads": plan.threads,
-            "column": column,
-            "vector_column": vector_column,
-            "options": options,
-        },
-        batch_size=rows_per_call,
-        batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=plan.actors),
-        num_cpus=plan.cpus_per_actor,
-    )
+    with warnings.catch_warnings():  # Ray 2.5x deprecates passing actor options as keywords, with no other way yet
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return ds.map_batches(
+            _Embedder,
+            fn_constructor_kwargs={
+                "model": spec,
+                "precision": precision,
+                "threads": plan.threads,
+                "column": column,
+                "vector_column": vector_column,
+                "options": options,
+            },
+            batch_size=rows_per_call,
+            batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=plan.actors),
+            num_cpus=plan.cpus_per_actor,
+            # A lost actor fails the run, which resumes from its manifest, rather than being restarted by Ray: a
+            # restartable actor whose constructor arguments are in the object store is an error line from Ray's core
+            # worker on every run (ray-project/ray#53727).
+            max_restarts=0,
+        )
 
 
 def check_options(encoder: Encoder, **options) -> dict:

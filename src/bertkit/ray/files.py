@@ -236,6 +236,7 @@ def embed_files(
     cpus_per_actor: float | None = None,
     rows_per_call: int = DEFAULT_ROWS_PER_CALL,
     address: str | None = None,
+    ray_logs: bool = True,
     overwrite: bool = False,
 ) -> RunSummary:
     """Embed every row of every input into `<output_dir>/<file stem>/part-*.parquet` (id, vector), resumably.
@@ -275,7 +276,7 @@ def embed_files(
     _save_manifest(output, job.manifest)
     _write_empty(job, encoder.sentence_dim(layers, pooling), id_column)
     work = {str(path.resolve()): path for path, entry in job.pending.items() if entry["rows"]}
-    started_ray = bool(work) and connect(address)
+    started_ray = bool(work) and connect(address, ray_logs)
     try:
         if work:
             job.summary.resources = plan_resources(*cluster_resources(), actors, cpus_per_actor)
@@ -315,8 +316,12 @@ def _write_empty(job: _Job, dim: int, id_column: str | int | None) -> None:
             job.finish(path)
 
 
-def connect(address: str | None = None) -> bool:
+def connect(address: str | None = None, ray_logs: bool = True) -> bool:
     """Join the Ray cluster at `address` (default: RAY_ADDRESS, else a new local Ray); True when this call started it.
+
+    ray_logs=False keeps Ray's own messages (its INFO and WARNING lines, Ray Data's progress log, the workers'
+    output) off the terminal; they stay in Ray's session logs (/tmp/ray/session_latest/logs). The command line
+    passes it unless --verbose.
 
     Ray (2.5x+) sends its token (~/.ray/auth_token) only in token mode, and never switches that on by itself for
     an explicit address. A head on this machine gets this machine's token; any other needs RAY_AUTH_MODE=token.
@@ -324,11 +329,13 @@ def connect(address: str | None = None) -> bool:
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or "local"  # never a stale `ray start` address by surprise
+    if not ray_logs:
+        quiet_ray()
     host = address.split("://")[-1].rsplit(":", 1)[0]
     if host in ("127.0.0.1", "localhost", socket.gethostname()) or host in _own_addresses():
         _use_local_token()
     try:
-        ray.init(address=address, include_dashboard=False, configure_logging=False)
+        ray.init(address=address, include_dashboard=False, configure_logging=False, log_to_driver=ray_logs)
     except ConnectionError as exc:
         raise InputError(
             f"cannot join the Ray cluster at {address} ({exc}). Check the address (`ray status` on the "
@@ -399,3 +406,15 @@ def _bertkit_cause(exc: BaseException) -> BertkitError | None:
             return exc
         exc = getattr(exc, "cause", None) or exc.__cause__ or exc.__context__
     return None
+
+
+def quiet_ray() -> None:
+    """Ray's Python loggers to errors only, Ray Data's console to warnings (its log file keeps everything)."""
+    import logging
+
+    import ray.data  # noqa: F401  (sets up Ray Data's logging, which is then adjusted)
+
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    for handler in logging.getLogger("ray.data").handlers:
+        if not isinstance(handler, logging.FileHandler) and "File" not in type(handler).__name__:
+            handler.setLevel(logging.WARNING)
