@@ -388,3 +388,16 @@ def test_sigterm_finishes_requests_in_flight_and_exits_0(encoder):
         time.sleep(0.005)
     assert server.stop() == 0
     assert "Application shutdown complete" in server.output()
+
+
+def test_an_idle_keep_alive_connection_outlives_the_clients(server):
+    """httpx drops an idle connection after 5 s; the server keeps it longer, so it never closes one under a request."""
+    import socket
+
+    request = (f"GET /info HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nAuthorization: Bearer {KEY}\r\n\r\n").encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as connection:
+        connection.sendall(request)
+        assert connection.recv(65536).startswith(b"HTTP/1.1 200")
+        time.sleep(6)  # past uvicorn's default keep-alive of 5 s
+        connection.sendall(request)
+        assert connection.recv(65536).startswith(b"HTTP/1.1 200")

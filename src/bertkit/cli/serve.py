@@ -18,6 +18,9 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+KEEP_ALIVE_S = 75  # seconds an idle keep-alive connection stays open (nginx's default)
+
+
 @app.command()
 def serve(
     model: str | None = ModelOption,
@@ -125,6 +128,9 @@ def serve(
         log_level=log_level,
         access_log=access_log,
         timeout_graceful_shutdown=graceful_timeout,
+        # longer than clients keep idle connections (httpx 5 s, aiohttp 15 s): the client closes first, so a request
+        # never meets a connection the server is closing at that moment (a reset that POST clients do not retry)
+        timeout_keep_alive=KEEP_ALIVE_S,
         server_header=False,
     )
     # uvicorn drains on SIGTERM, then restores this handler and re-raises the signal. SIG_IGN (not a Python no-op,
