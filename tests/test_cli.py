@@ -1,5 +1,7 @@
 """The command line: outputs equal the library's, and user mistakes are one 'error:' line with exit status 2."""
 
+from pathlib import Path
+
 import numpy as np
 import pyarrow.parquet as pq  # a test dependency (.[test]): missing means failing, not skipping
 import pytest
@@ -142,7 +144,8 @@ def test_env_prints_the_machine_as_bertkit_sees_it(monkeypatch, capsys):
     assert code == 0 and facts["torch"].startswith(torch.__version__)
     assert facts["torch threads"] == str(torch.get_num_threads())
     if platform.system() == "Linux":
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split(":")[1].split()
+        cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+        flags = next(line for line in cpuinfo if line.startswith("flags")).split(":")[1].split()
         assert ("avx512_bf16" in flags or "amx_bf16" in flags) == facts["bf16 on the cpu"].startswith("native")
         assert all(
             flag in flags for flag in facts["cpu features"].split() if not facts["cpu features"].startswith("none")
