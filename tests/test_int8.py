@@ -198,7 +198,9 @@ def test_int8_needs_torch_int8_products(monkeypatch):
     monkeypatch.delattr(torch, "_int_mm")
     with pytest.raises(InputError, match=r"needs torch's int8 matrix product \(torch >= 2.2"):
         precision.check_precision("int8")
-    with pytest.raises(InputError, match="valid values are fp32, bf16, int8"):
+    with pytest.raises(InputError, match="valid values are fp32, bf16, fp16, int8"):
+        precision.check_precision("fp8")
+    with pytest.raises(InputError, match="'fp16' runs on a GPU"):
         precision.check_precision("fp16")
 
 

@@ -89,7 +89,7 @@ def test_embedding_cache_stays_correct_when_its_memory_is_too_small(monkeypatch)
 def test_shared_encoders_are_bounded(monkeypatch):
     loaded: list[tuple] = []
 
-    def fake_load(model, threads=None, precision="fp32"):
+    def fake_load(model, threads=None, precision="fp32", device="cpu"):
         loaded.append((model, threads, precision))
         return object()
 

@@ -1,4 +1,4 @@
-"""Commands for feature classifiers and saved runs: train, evaluate, predict."""
+"""The feature-classifier command: train (frozen-encoder vectors → a scikit-learn classifier)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Optional
 import typer
 
 from ..encoder.defaults import DEFAULT_BATCH_SIZE, DEFAULT_FEATURE_LAYERS, DEFAULT_FEATURE_POOLING
-from ..errors import InputError
 from ..io.readers import column_spec
 from .common import (
     CacheDirOption,
@@ -16,12 +15,10 @@ from .common import (
     ModelOption,
     NoCacheOption,
     OverwriteOption,
-    RunArgument,
     ThreadsOption,
     app,
     cache_option,
     say,
-    texts_or_file,
 )
 
 # Library imports sit inside the commands: `bertkit --help` and each command load only what they use (start-up speed).
@@ -132,108 +129,3 @@ def train(
         vectors = estimator.vectorizer_.transform(dev_texts)
         for path in write_report(report, metrics, vectors, dev_labels, title=f"{layers} / {pooling} / {classifier}"):
             say(f"wrote {path}")
-
-
-@app.command()
-def evaluate(
-    run: Path = RunArgument,
-    data_file: Path = typer.Argument(
-        ..., help="Labelled file: TSV/CSV/JSONL for text models, CoNLL / word-tag for taggers."
-    ),
-    text_column: Optional[str] = typer.Option(None, "--text-column"),
-    label_column: Optional[str] = typer.Option(None, "--label-column"),
-    header: Optional[bool] = HeaderOption,
-    cache_dir: Optional[Path] = CacheDirOption,
-    no_cache: bool = NoCacheOption,
-    threads: Optional[int] = ThreadsOption,
-    precision: Optional[str] = typer.Option(
-        None, "--precision", help="fp32 | bf16 | int8; default: the run's own (train: fp32)."
-    ),
-) -> None:
-    """Score a saved model: accuracy, macro-F1, per-class table, confusion matrix; taggers: entity P/R/F1 per type."""
-    from ..io.readers import read_labelled
-    from ..tasks.finetuned import FineTunedTagger
-    from ..tasks.labels import check_known_labels
-    from ..tasks.load import load_run
-    from ..tasks.report import classification_metrics, format_metrics
-
-    estimator = load_run(run, cache=cache_option(no_cache, cache_dir), threads=threads, precision=precision)
-    if isinstance(estimator, FineTunedTagger):
-        from ..io.conll import read_tagged
-        from ..tasks.tagging import entity_scores, format_entity_scores
-
-        try:
-            data = read_tagged(data_file)
-        except InputError as exc:
-            raise InputError(
-                f"{run} is a tagger (fine-tuned with --task token) and is scored on a word/tag file. {exc}"
-            ) from None
-        typer.echo(format_entity_scores(entity_scores(data.tags, estimator.predict_word_tags(data.words))))
-        return
-    stored = estimator.record_.get("data", {})
-    data = read_labelled(
-        data_file,
-        column_spec(text_column if text_column is not None else stored.get("text_column")),
-        column_spec(label_column if label_column is not None else stored.get("label_column")),
-        header=header if header is not None else stored.get("header"),
-    )
-    check_known_labels(data_file, data.labels, estimator.classes_, run)
-    predictions = estimator.predict(data.texts)
-    majority = getattr(estimator, "majority_class_", None)
-    typer.echo(format_metrics(classification_metrics(data.labels, predictions, estimator.classes_, majority)))
-
-
-@app.command()
-def predict(
-    run: Path = RunArgument,
-    inputs: list[str] = typer.Argument(..., help="Texts to label, or one file (TSV/CSV/JSONL/text)."),
-    as_text: bool = typer.Option(False, "--text", help="Take the inputs as texts, even one that names a file."),
-    output: Optional[Path] = typer.Option(
-        None, "--output", "-o", help="Write a TSV here (label, probability, text; taggers: one row per entity)."
-    ),
-    column: Optional[str] = typer.Option(None, "--column", "-c", help="Text column of the input file."),
-    header: Optional[bool] = HeaderOption,
-    cache_dir: Optional[Path] = CacheDirOption,
-    no_cache: bool = NoCacheOption,
-    threads: Optional[int] = ThreadsOption,
-    precision: Optional[str] = typer.Option(
-        None, "--precision", help="fp32 | bf16 | int8; default: the run's own (train: fp32)."
-    ),
-) -> None:
-    """Label texts (or every row of a file) with a saved model; taggers print each entity with its character span."""
-    import csv
-    import io
-
-    from ..io.readers import read_texts
-    from ..io.writers import atomic_path
-    from ..tasks.finetuned import FineTunedTagger
-    from ..tasks.load import load_run
-
-    estimator = load_run(run, cache=cache_option(no_cache, cache_dir), threads=threads, precision=precision)
-    source = texts_or_file(inputs, as_text)
-    if source is not None:
-        texts = read_texts(source, column_spec(column), header=header)[0]
-        say(f"labelling {len(texts)} rows of {source}" + (f" (column {column})" if column is not None else ""))
-    else:
-        texts = inputs
-        say(f"labelling {len(texts)} text{'s' if len(texts) != 1 else ''} given on the command line")
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, delimiter="\t", lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
-    if isinstance(estimator, FineTunedTagger):
-        writer.writerow(["row", "type", "start", "end", "score", "entity"])
-        for row, entities in enumerate(estimator.predict(texts)):
-            for entity in entities:
-                writer.writerow(
-                    [row, entity.type, entity.char_start, entity.char_end, f"{entity.score:.4f}", entity.text]
-                )
-    else:
-        probabilities = estimator.predict_proba(texts)
-        writer.writerow(["label", "probability", "text"])
-        for text, index, row in zip(texts, probabilities.argmax(axis=1), probabilities):
-            writer.writerow([estimator.classes_[index], f"{row[index]:.4f}", text])
-    if output is None:
-        typer.echo(buffer.getvalue(), nl=False)
-    else:
-        with atomic_path(output) as temporary:
-            temporary.write_text(buffer.getvalue(), encoding="utf-8")
-        say(f"wrote predictions for {len(texts)} texts to {output}")

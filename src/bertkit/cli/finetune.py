@@ -30,12 +30,27 @@ from .format import format_table
 @app.command()
 def finetune(
     train_file: Path = typer.Argument(
-        ..., help="Training data: TSV/CSV/JSONL (text, label) for --task text; CoNLL or word/tag for --task token."
+        ...,
+        help="Training data: TSV/CSV/JSONL (text, label) for --task text, (text, pair, label) for --task pair; "
+        "CoNLL or word/tag for --task token.",
     ),
     output: Path = typer.Option(
         ..., "--output", "-o", help="Run directory: a transformers model + tokenizer + bertkit.json."
     ),
-    task: str = typer.Option("text", "--task", help="text (sentence classification) | token (tagging, e.g. NER)."),
+    task: str = typer.Option(
+        "text",
+        "--task",
+        help="text (sentences) | pair (sentence pairs: NLI, paraphrase, STS, relevance) | token (tagging, e.g. NER).",
+    ),
+    regression: bool = typer.Option(
+        False,
+        "--regression",
+        help="Text/pair: learn a score (one output, mean squared error); labels with decimals imply it.",
+    ),
+    multi_label: bool = typer.Option(
+        False, "--multi-label", help="Text/pair: several labels a row (separated by --label-separator; JSONL: a list)."
+    ),
+    label_separator: str = typer.Option(",", "--label-separator", help="Multi-label: what separates a row's labels."),
     dev: Optional[Path] = typer.Option(
         None, "--dev", help="Dev file scored after every epoch; without it 10% of train is held out."
     ),
@@ -43,7 +58,7 @@ def finetune(
     learning_rate: float = typer.Option(1e-4, "--lr", help="Peak learning rate (linear warm-up, then linear decay)."),
     batch_size: int = typer.Option(32, "--batch-size", "-b"),
     max_length: Optional[int] = typer.Option(
-        None, "--max-length", help="Tokens per example (text: 128; token: the model's maximum)."
+        None, "--max-length", help="Tokens per example (text: 128; pair: 256; token: the model's maximum)."
     ),
     patience: int = typer.Option(2, "--patience", help="Stop after this many epochs without a better dev score."),
     warmup_ratio: float = typer.Option(0.1, "--warmup-ratio"),
@@ -51,10 +66,13 @@ def finetune(
     seed: int = typer.Option(0, "--seed"),
     limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N training examples."),
     text_column: Optional[str] = typer.Option(
-        None, "--text-column", help="Text task: index or name (default 0; JSONL 'text')."
+        None, "--text-column", "--column", help="Text/pair: index or name (default 0; JSONL 'text')."
+    ),
+    pair_column: Optional[str] = typer.Option(
+        None, "--pair-column", help="Pair: the second text's column (default 1; JSONL 'text_pair')."
     ),
     label_column: Optional[str] = typer.Option(
-        None, "--label-column", help="Text task: index or name (default 1; JSONL 'label')."
+        None, "--label-column", help="Text/pair: index or name (default: the next column; JSONL 'label')."
     ),
     header: Optional[bool] = HeaderOption,
     gradient_accumulation_steps: int = typer.Option(
@@ -93,6 +111,8 @@ def finetune(
         warmup_ratio=warmup_ratio,
         weight_decay=weight_decay,
         seed=seed,
+        regression=regression,
+        multi_label=multi_label,
         gradient_accumulation_steps=gradient_accumulation_steps,
         mixed_precision=mixed_precision,
         report_to=[name.strip() for name in (report_to or "").split(",") if name.strip()],
@@ -106,8 +126,10 @@ def finetune(
             model=model,
             args=args,
             text_column=column_spec(text_column),
+            pair_column=column_spec(pair_column),
             label_column=column_spec(label_column),
             header=header,
+            label_separator=label_separator,
             limit=limit,
             resume=resume,
             overwrite=overwrite,

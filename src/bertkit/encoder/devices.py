@@ -45,6 +45,42 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     raise InputError(f"device={spec!r}: give one of {DEVICE_CHOICES}.")
 
 
+GPU_MEMORY_SHARE = 0.5  # of the free GPU memory, the most one batch's activations may take
+
+
+def token_budget(model, device: torch.device, position_limit: int) -> int:
+    """Padded tokens one forward pass may hold: `MAX_BATCH_TOKENS` on a CPU (cache-sized); on a GPU, a share of its
+    free memory over what a token costs there (every layer's output is kept, plus the widest intermediate and a row
+    of attention scores per head), at least one full-length row.
+
+    Parameters
+    ----------
+    model : transformers model
+        Its config gives layers, hidden size, heads and the feed-forward width.
+    device : torch.device
+        Where it runs.
+    position_limit : int
+        The longest row the model takes.
+
+    Returns
+    -------
+    int
+        Padded tokens a batch may hold.
+    """
+    from .defaults import MAX_BATCH_TOKENS
+
+    if device.type != "cuda":
+        return MAX_BATCH_TOKENS
+    config = model.config
+    hidden = int(getattr(config, "hidden_size", getattr(config, "dim", 768)))
+    layers = int(getattr(config, "num_hidden_layers", getattr(config, "n_layers", 12)))
+    heads = int(getattr(config, "num_attention_heads", getattr(config, "n_heads", 12)))
+    width = int(getattr(config, "intermediate_size", getattr(config, "hidden_dim", 4 * hidden)))
+    per_token = 4 * ((layers + 1) * hidden + width + heads * position_limit)
+    free, _ = torch.cuda.mem_get_info(device)
+    return max(position_limit, int(GPU_MEMORY_SHARE * free / per_token))
+
+
 def _cuda(name: str) -> torch.device:
     if not torch.cuda.is_available():
         build = f"torch {torch.__version__}" + (" (a CPU-only build)" if torch.version.cuda is None else "")

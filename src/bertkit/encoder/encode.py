@@ -16,7 +16,8 @@ from tqdm.auto import tqdm
 
 from ..errors import InputError
 from . import tokenize as tok
-from .defaults import DEFAULT_BATCH_SIZE, MAX_BATCH_TOKENS
+from .defaults import DEFAULT_BATCH_SIZE
+from .devices import describe, resolve_device, token_budget
 from .int8 import int8_model_for
 from .layers import LayerSelection, parse_layers
 from .models import LoadedModel, ModelSource, load_model, resolve_model
@@ -74,17 +75,19 @@ class Encoder:
         threads: int | None = None,
         precision: str = "fp32",
         concurrent_batches: int | None = None,
+        device: str | torch.device | None = "auto",
     ):
         self._loaded = loaded
-        self.precision = check_precision(precision)
-        self.model = loaded.model
+        self.device = resolve_device(device)
+        self.precision = check_precision(precision, device=self.device)
+        self.model = loaded.model.to(self.device)
         self.tokenizer = loaded.tokenizer
         self.max_length = loaded.max_length
         self.position_limit = loaded.position_limit or loaded.max_length
         set_threads(threads)
         self._fingerprint: str | None = None
-        if concurrent_batches is None:
-            concurrent_batches = min(total_threads(), 2)
+        if concurrent_batches is None:  # a GPU takes one batch at a time; CPU cores each take their own
+            concurrent_batches = 1 if self.device.type != "cpu" else min(total_threads(), 2)
         if concurrent_batches < 1:
             raise InputError(f"concurrent_batches={concurrent_batches}: give 1 or more.")
         self.concurrent_batches = int(concurrent_batches)
@@ -93,6 +96,7 @@ class Encoder:
             logger.warning("%s: %s", loaded.source.spec, note)
         # int8: a copy of the model with int8 linear layers (int8.py), and the digest of the calibration it uses
         self._int8, self.int8_calibration = int8_model_for(self) if self.precision == "int8" else (None, None)
+        self.max_batch_tokens = token_budget(self.model, self.device, self.position_limit)
 
     @classmethod
     def from_pretrained(
@@ -102,20 +106,36 @@ class Encoder:
         threads: int | None = None,
         precision: str = "fp32",
         concurrent_batches: int | None = None,
+        device: str | torch.device | None = "auto",
     ) -> Encoder:
         """Load the packaged default (None), a local directory saved with `save_pretrained`, or a hub name.
 
-        precision='bf16' runs the forward under CPU bf16 autocast; refused where the CPU lacks native bf16.
-        precision='int8' runs a copy of the model with int8 linear layers, calibrated once and cached (encoder/int8.py).
-        concurrent_batches: batches in flight at once, sharing the torch threads (default: 2 when there are
-        2 or more threads, else 1); 1 gives the classic one-batch-at-a-time loop.
+        Parameters
+        ----------
+        model : str, optional
+            None (or 'default') is the packaged all-MiniLM-L6-v2; else a model directory or a hub name.
+        threads : int, optional
+            torch's CPU threads (default: torch's choice).
+        precision : str
+            'fp32'; 'bf16' (autocast: on GPUs that have it, and CPUs with native bf16); 'fp16' (autocast, GPUs);
+            'int8' (a CPU copy of the model with int8 linear layers, calibrated once and cached).
+        concurrent_batches : int, optional
+            Batches in flight at once, sharing the CPU threads (default: 2 with 2 or more threads, 1 on a GPU).
+        device : str
+            'auto' (CUDA, then MPS, then the CPU), 'cpu', 'cuda', 'cuda:N' or 'mps'.
+
+        Returns
+        -------
+        Encoder
         """
-        check_precision(precision)
+        wanted = resolve_device(device)
+        check_precision(precision, device=wanted)
         return cls(
             load_model(resolve_model(model)),
             threads=threads,
             precision=precision,
             concurrent_batches=concurrent_batches,
+            device=wanted,
         )
 
     def with_options(self, *, precision: str | None = None, concurrent_batches: int | None = None) -> Encoder:
@@ -137,6 +157,7 @@ class Encoder:
             self._loaded,
             precision=precision or self.precision,
             concurrent_batches=self.concurrent_batches if concurrent_batches is None else concurrent_batches,
+            device=self.device,
         )
 
     # ---- facts about the model -------------------------------------------------------------------------------
@@ -216,6 +237,7 @@ class Encoder:
             "token_type_ids": self._accepts_type_ids,
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "precision": self.precision,
+            "device": describe(self.device),
             "threads": total_threads(),
             "concurrent_batches": self.concurrent_batches,
         }
@@ -262,7 +284,8 @@ class Encoder:
         inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
         if self._accepts_type_ids:
             inputs["token_type_ids"] = batch.token_type_ids
-        with torch.inference_mode(), autocast(self.precision):
+        inputs = {name: tensor.to(self.device, non_blocking=True) for name, tensor in inputs.items()}
+        with torch.inference_mode(), autocast(self.precision, self.device):
             out = (self._int8 or self.model)(**inputs, output_hidden_states=True, return_dict=True)
         return ForwardOutput(
             last_hidden_state=out.last_hidden_state,
@@ -305,11 +328,11 @@ class Encoder:
                     item = encoded[row]
                     result[row] = TokenEmbedding(
                         tokens=item.tokens,
-                        vectors=vectors[k, :length].float().numpy(),
+                        vectors=vectors[k, :length].float().cpu().numpy(),
                         word_ids=item.word_ids(),
                     )
             else:
-                result[rows] = pool_sentences(vectors, masks, methods, poolers).float().numpy()
+                result[rows] = pool_sentences(vectors, masks, methods, poolers).float().cpu().numpy()
         if warn:
             self._warn(report)
         return (result, report) if return_report else result
@@ -344,7 +367,7 @@ class Encoder:
                 length = int(masks[k].sum())
                 words = pool_words(vectors[k, :length], word_ids[:length], item.num_words, subtoken_pooling)
                 report.words_without_tokens += item.num_words - len({w for w in word_ids if w is not None})
-                result[row] = words.float().numpy()
+                result[row] = words.float().cpu().numpy()
         self._warn(report)
         return (result, report) if return_report else result
 
@@ -389,12 +412,35 @@ class Encoder:
         """(chunk, batch, ForwardOutput) for each chunk of pieces, in order."""
         pad = lambda chunk: pad_windows(chunk, self.tokenizer.pad_token_id)  # noqa: E731
         workers = min(self.concurrent_batches, total_threads())
-        if workers > 1 and len(chunks) > 1:
+        if workers > 1 and len(chunks) > 1 and self.device.type == "cpu":
             yield from forward_in_parallel(self.forward, chunks, pad, workers)
             return
         for chunk in chunks:
-            batch = pad(chunk)
-            yield chunk, batch, self.forward(batch)
+            yield from self._forward_fitting(chunk, pad)
+
+    def _forward_fitting(self, chunk: list, pad) -> Iterator[tuple]:
+        """One chunk's pass; on a GPU out of memory, the chunk is split in two and each half tried again."""
+        batch = pad(chunk)
+        try:
+            out = self.forward(batch)
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            if len(chunk) == 1:
+                raise InputError(
+                    f"text {chunk[0].row}: {len(chunk[0].ids)} tokens do not fit in the memory of {self.device} even "
+                    "alone; give a smaller max_length, free the GPU, or use device='cpu'."
+                ) from None
+            logger.info(
+                "%s ran out of memory on %d rows × %d tokens: trying halves",
+                self.device,
+                len(chunk),
+                batch.input_ids.shape[1],
+            )
+            half = len(chunk) // 2
+            yield from self._forward_fitting(chunk[:half], pad)
+            yield from self._forward_fitting(chunk[half:], pad)
+            return
+        yield chunk, batch, out
 
     def _token_states(
         self,
@@ -422,22 +468,24 @@ class Encoder:
         try:
             chunks = [
                 [pieces[i] for i in rows]
-                for rows in sorted_batches([len(p.ids) for p in pieces], batch_size, MAX_BATCH_TOKENS)
+                for rows in sorted_batches([len(p.ids) for p in pieces], batch_size, self.max_batch_tokens)
             ]
             for chunk, batch, out in self._forward_chunks(chunks):
                 vectors = selection.apply(out.hidden_states)
                 whole = [k for k, p in enumerate(chunk) if p.row not in windows_left]
                 if whole:
-                    index = torch.tensor(whole)
+                    index = torch.tensor(whole, device=out.last_hidden_state.device)
                     pooler = out.pooler_output[index] if out.pooler_output is not None else None
-                    yield [chunk[k].row for k in whole], vectors[index], batch.attention_mask[index], pooler
+                    mask = batch.attention_mask.to(index.device)[index]
+                    yield [chunk[k].row for k in whole], vectors[index], mask, pooler
                     bar.update(len(whole))
                 for k, piece in enumerate(chunk):
                     if piece.row not in windows_left:
                         continue
                     length = len(piece.ids)
                     pooler = out.pooler_output[k] if out.pooler_output is not None else None
-                    pending.setdefault(piece.row, []).append((piece, vectors[k, :length].clone(), pooler))
+                    kept = vectors[k, :length].float().cpu().clone(), None if pooler is None else pooler.float().cpu()
+                    pending.setdefault(piece.row, []).append((piece, *kept))
                     windows_left[piece.row] -= 1
                     if windows_left[piece.row] == 0:
                         stitched, pooler0 = stitch(encoded[piece.row], pending.pop(piece.row))

@@ -1,5 +1,6 @@
-"""Numeric precision of the forward pass: fp32 everywhere, bf16 autocast only where the CPU does bf16 natively,
-int8 (per-token activations, smoothed, encoder/int8.py) where torch has its int8 matrix product."""
+"""Numeric precision of the forward pass: fp32 everywhere; bf16 autocast on GPUs that have it and on CPUs that do bf16
+natively; fp16 autocast on GPUs; int8 (per-token activations, smoothed, encoder/int8.py) on CPUs, where torch has its
+int8 matrix product."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 
 from ..errors import InputError
 
-PRECISIONS = ("fp32", "bf16", "int8")
+PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 
 
 def cpu_bf16_flags() -> set[str]:
@@ -34,20 +35,36 @@ def fast_bf16_cpu() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-def check_precision(precision: str, supported: tuple[str, ...] = PRECISIONS, what: str = "") -> str:
-    """Validate `precision`; refuse bf16 on a CPU that would emulate it, int8 on a torch without int8 products."""
+def check_precision(
+    precision: str, supported: tuple[str, ...] = PRECISIONS, what: str = "", device: torch.device | None = None
+) -> str:
+    """Validate `precision` for `device` (default the CPU): bf16 only where it is native, fp16 only on a GPU, int8
+    only on a CPU with torch's int8 matrix product."""
+    device = device or torch.device("cpu")
     if precision in PRECISIONS and precision not in supported:
         raise InputError(
             f"precision={precision!r} is not available for {what or 'this'}: use one of {', '.join(supported)}."
         )
     if precision not in PRECISIONS:
         raise InputError(f"precision={precision!r}: valid values are {', '.join(supported)}.")
+    if precision == "int8" and device.type != "cpu":
+        raise InputError(
+            f"precision='int8' is a CPU option (int8 matrix products through oneDNN's VNNI/AMX kernels); on "
+            f"{device} use precision='fp16' or 'bf16', which GPUs run natively."
+        )
+    if precision == "fp16" and device.type == "cpu":
+        raise InputError(
+            "precision='fp16' runs on a GPU (CUDA or MPS); on a CPU use 'bf16' where the CPU has native bf16, or "
+            "'fp32'."
+        )
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise InputError(f"precision='bf16': {torch.cuda.get_device_name(device)} has no bf16; use precision='fp16'.")
     if precision == "int8" and not hasattr(torch, "_int_mm"):
         raise InputError(
             f"precision='int8' needs torch's int8 matrix product (torch >= 2.2; this is {torch.__version__}): "
             "pip install torch==2.13.0, or use precision='fp32'."
         )
-    if precision == "bf16" and not fast_bf16_cpu():
+    if precision == "bf16" and device.type == "cpu" and not fast_bf16_cpu():
         raise InputError(
             f"precision='bf16': this CPU ({torch.backends.cpu.get_cpu_capability()}) has no native bf16 "
             "(no AMX or AVX512-BF16), so bf16 matrix products are emulated and far slower than fp32 "
@@ -57,8 +74,10 @@ def check_precision(precision: str, supported: tuple[str, ...] = PRECISIONS, wha
     return precision
 
 
-def autocast(precision: str):
-    """Context for one forward pass: bf16 autocast on CPU, or nothing for fp32 and int8 (its own int8 layers)."""
-    if precision == "bf16":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
+def autocast(precision: str, device: torch.device | None = None):
+    """Context for one forward pass: bf16/fp16 autocast on `device`'s type, nothing for fp32 and int8 (its own
+    int8 layers)."""
+    if precision in ("bf16", "fp16"):
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+        return torch.autocast((device or torch.device("cpu")).type, dtype=dtype)
     return contextlib.nullcontext()

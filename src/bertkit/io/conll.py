@@ -146,9 +146,10 @@ def to_iob2(tags: Sequence[str]) -> list[str]:
 
 
 def read_labelled_text(
-    path: str | Path, text_column=None, label_column=None, header: bool | None = None
+    path: str | Path, text_column=None, label_column=None, header: bool | None = None, **options
 ) -> LabelledData:
-    """`read_labelled`, but a CoNLL-style word/tag file is refused with the advice to use the token task."""
+    """`read_labelled` (its `options`: pair_column, label_kind, label_separator), but a CoNLL-style word/tag file is
+    refused with the advice to use the token task."""
     if looks_like_token_file(path):
         raise InputError(f"{path}: this is a word/tag (CoNLL) file, not sentence/label data; use --task token for it.")
-    return read_labelled(path, text_column, label_column, header=header)
+    return read_labelled(path, text_column, label_column, header=header, **options)

@@ -351,14 +351,48 @@ def read_texts(
     return [text for _, text, _ in rows], [i for _, _, i in rows], [line for line, _, _ in rows]
 
 
+def read_text_pairs(
+    path: str | Path,
+    text_column: str | int | None = None,
+    pair_column: str | int | None = None,
+    *,
+    header: bool | None = None,
+    fmt: str | None = None,
+) -> tuple[list[str], list[str], list[int]]:
+    """Two text columns of every row (defaults: 0 and 1; JSONL 'text' and 'text_pair') with their line numbers."""
+    path = Path(path)
+    kind = detect_format(path, fmt)
+    if kind == "text":
+        raise InputError(f"{path}: text pairs come from TSV, CSV or JSONL (two text columns), not plain text.")
+    columns = [
+        ("text" if kind == "jsonl" else 0) if text_column is None else text_column,
+        ("text_pair" if kind == "jsonl" else 1) if pair_column is None else pair_column,
+    ]
+    texts, pairs, lines = [], [], []
+    for row in iter_rows(path, columns, header=header, fmt=kind):
+        for value, what in zip(row.values, ("text", "pair text")):
+            if not isinstance(value, str):
+                raise InputError(
+                    f"{path}, line {row.line}: the {what} is a {type(value).__name__} ({value!r}), not a string."
+                )
+        texts.append(row.values[0])
+        pairs.append(row.values[1])
+        lines.append(row.line)
+    return texts, pairs, lines
+
+
 @dataclass
 class LabelledData:
-    """Texts with labels, and the file line each came from (for messages)."""
+    """Texts (and their pairs) with labels, and the file line each came from (for messages)."""
 
     path: Path
     texts: list[str]
     labels: list
     lines: list[int]
+    pairs: list[str] | None = None
+
+
+LABEL_KINDS = ("categorical", "numeric", "multi")
 
 
 def read_labelled(
@@ -368,41 +402,91 @@ def read_labelled(
     *,
     header: bool | None = None,
     fmt: str | None = None,
+    paired: bool = False,
+    pair_column: str | int | None = None,
+    label_kind: str = "categorical",
+    label_separator: str = ",",
 ) -> LabelledData:
-    """Read (text, label) rows; defaults are SST-2's layout (columns 0 and 1) or JSONL fields 'text' and 'label'.
+    """Read (text, label) rows, or (text, pair, label) when `paired`; defaults are SST-2's layout (columns 0 and 1;
+    with pairs the pair in 1 and the label in 2) or JSONL fields 'text', 'text_pair' and 'label'.
 
-    Labels stay as written (strings from TSV/CSV; JSON numbers stay numbers). A first line whose label appears
-    nowhere else is taken for an unannounced header and refused, unless `header=False` says it is data.
+    `label_kind` says what a label is: 'categorical' (kept as written: strings from TSV/CSV, JSON numbers stay
+    numbers), 'numeric' (a float; a regression target) or 'multi' (several labels, split at `label_separator`, or
+    a JSON list; an empty field is no label). A first line whose label appears nowhere else (numeric: is no number)
+    is taken for an unannounced header and refused, unless `header=False` says it is data.
     """
     path = Path(path)
     kind = detect_format(path, fmt)
     if kind == "text":
         raise InputError(f"{path}: a labelled file must be TSV, CSV or JSONL (text and label columns), not plain text.")
+    if label_kind not in LABEL_KINDS:
+        raise InputError(f"label_kind={label_kind!r}: valid values are {', '.join(LABEL_KINDS)}.")
+    paired = paired or pair_column is not None
     text_column = ("text" if kind == "jsonl" else 0) if text_column is None else text_column
-    label_column = ("label" if kind == "jsonl" else 1) if label_column is None else label_column
-    texts, labels, lines = [], [], []
-    for row in iter_rows(path, [text_column, label_column], header=header, fmt=kind):
-        text, label = row.values
-        if not isinstance(text, str):
-            raise InputError(f"{path}, line {row.line}: the text is a {type(text).__name__} ({text!r}), not a string.")
-        if isinstance(label, str):
-            label = label.strip()
-        if label == "" or isinstance(label, (dict, list)):
-            raise InputError(
-                f"{path}, line {row.line}: the label is {'empty' if label == '' else 'not a scalar'}; every "
-                "example needs a label."
-            )
-        if isinstance(label, float) and label.is_integer():
-            label = int(label)
+    if paired and pair_column is None:
+        pair_column = "text_pair" if kind == "jsonl" else 1
+    label_column = ("label" if kind == "jsonl" else 2 if paired else 1) if label_column is None else label_column
+    columns = [text_column, label_column] + ([pair_column] if paired else [])
+    texts, labels, lines, pairs = [], [], [], []
+    for row in iter_rows(path, columns, header=header, fmt=kind):
+        text, label = row.values[0], row.values[1]
+        for value, what in [(text, "text")] + ([(row.values[2], "pair text")] if paired else []):
+            if not isinstance(value, str):
+                raise InputError(
+                    f"{path}, line {row.line}: the {what} is a {type(value).__name__} ({value!r}), not a string."
+                )
         texts.append(text)
-        labels.append(label)
+        labels.append(_label(label, label_kind, label_separator, path, row.line))
         lines.append(row.line)
-    if header is None and kind != "jsonl" and len(labels) >= 10 and lines[0] == 1 and labels.count(labels[0]) == 1:
+        if paired:
+            pairs.append(row.values[2])
+    if header is None and kind != "jsonl" and len(labels) >= 10 and lines[0] == 1 and _header_like(labels, label_kind):
         raise InputError(
             f"{path}, line 1: its label {labels[0]!r} appears nowhere else, so line 1 looks like a header. "
             "Pass --header (or name the columns), or --no-header if it really is data."
         )
-    return LabelledData(path, texts, labels, lines)
+    return LabelledData(path, texts, labels, lines, pairs if paired else None)
+
+
+def _label(label, kind: str, separator: str, path: Path, line: int):
+    """One label as `kind` wants it; a missing or unreadable one is an error naming the line."""
+    if isinstance(label, str):
+        label = label.strip()
+    if kind == "multi":
+        if isinstance(label, list) and all(isinstance(v, (str, int)) for v in label):
+            return tuple(sorted({str(v) for v in label}))
+        if isinstance(label, (str, int)):
+            return tuple(sorted({part.strip() for part in str(label).split(separator) if part.strip()}))
+        raise InputError(
+            f"{path}, line {line}: the labels are a {type(label).__name__}; give them as text separated "
+            f"by {separator!r} or as a JSON list."
+        )
+    if label == "" or label is None or isinstance(label, (dict, list)):
+        raise InputError(
+            f"{path}, line {line}: the label is {'empty' if label in ('', None) else 'not a scalar'}; every "
+            "example needs a label."
+        )
+    if kind == "numeric":
+        try:
+            value = float(label)
+        except (TypeError, ValueError):
+            hint = " If line 1 is a header, pass --header (or name the columns)." if line == 1 else ""
+            raise InputError(
+                f"{path}, line {line}: the label {label!r} is not a number; a regression needs a number "
+                f"on every row.{hint}"
+            ) from None
+        if not math.isfinite(value):
+            raise InputError(f"{path}, line {line}: the label {label!r} is not a finite number.")
+        return value
+    if isinstance(label, float) and label.is_integer():
+        label = int(label)
+    return label
+
+
+def _header_like(labels: list, kind: str) -> bool:
+    if kind == "numeric":
+        return False  # a header's label is no number, which `_label` has refused already
+    return labels.count(labels[0]) == 1
 
 
 def file_sha256(path: str | Path) -> str:

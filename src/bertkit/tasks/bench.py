@@ -160,13 +160,17 @@ def parse_precisions(spec: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(["fp32", *names]))
 
 
-_PRECISION_ROWS = {"bf16": "bertkit bf16 autocast (batch {})", "int8": "bertkit int8 per-token, smoothed (batch {})"}
+_PRECISION_ROWS = {
+    "bf16": "bertkit bf16 autocast (batch {})",
+    "fp16": "bertkit fp16 autocast (batch {})",
+    "int8": "bertkit int8 per-token, smoothed (batch {})",
+}
 
 
 def _precision_row(encoder: Encoder, texts: list[str], precision: str, repeats: int, batch_size: int) -> Row:
     """Time one non-fp32 precision on the same texts, or say why it cannot run here."""
     name = _PRECISION_ROWS[precision].format(batch_size)
-    if precision == "bf16" and not fast_bf16_cpu():
+    if precision == "bf16" and encoder.device.type == "cpu" and not fast_bf16_cpu():
         return Row(f"bertkit {precision}", note="refused: this CPU has no native bf16 (AMX / AVX512-BF16)")
     try:
         variant = encoder.with_options(precision=precision, concurrent_batches=encoder.concurrent_batches)

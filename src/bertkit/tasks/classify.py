@@ -408,6 +408,7 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         threads: int | None = None,
         precision: str | None = None,
         trusted: Sequence[str] = (),
+        device: str | None = "auto",
     ) -> TextClassifier:
         """Rebuild a saved classifier; refuses when the encoder's weights changed since it was trained.
 
@@ -424,6 +425,8 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             differ slightly from those the classifier learned on.
         trusted : list of str
             Types in `head.skops` to load beyond scikit-learn's own (skops' fully qualified names).
+        device : str
+            Where the encoder runs: 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'.
 
         Returns
         -------
@@ -433,7 +436,7 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         from .legacy_runs import head_from_safetensors
 
         record = read_run_config(directory, expected_kind=KIND_FEATURES)
-        vectorizer = _saved_vectorizer(directory, record, cache, threads, precision)
+        vectorizer = _saved_vectorizer(directory, record, cache, threads, precision, device)
         if record.get("format", 1) >= 2:
             head = _load_head(Path(directory) / HEAD_FILE, trusted)
         else:
@@ -454,7 +457,7 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         return estimator
 
 
-def _saved_vectorizer(directory, record: dict, cache, threads, precision) -> BertVectorizer:
+def _saved_vectorizer(directory, record: dict, cache, threads, precision, device) -> BertVectorizer:
     """The run's vectorizer, fitted, after checking that the encoder still has the weights it was trained on."""
     params = dict(record["params"])
     # runs saved before bertkit 0.2 kept the vectorizer's options among the classifier's own parameters
@@ -471,7 +474,11 @@ def _saved_vectorizer(directory, record: dict, cache, threads, precision) -> Ber
         )
     model = record["encoder"]["model"]
     vectorizer = BertVectorizer(
-        **{**options, "model": None if model == "default" else model}, cache=cache, threads=threads, precision=precision
+        **{**options, "model": None if model == "default" else model},
+        cache=cache,
+        threads=threads,
+        precision=precision,
+        device=device,
     ).fit([])
     found = vectorizer.encoder_.fingerprint
     if found != record["encoder"]["fingerprint"]:

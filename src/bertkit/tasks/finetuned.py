@@ -12,6 +12,7 @@ import torch
 import transformers
 from transformers import AutoTokenizer
 
+from ..encoder.devices import resolve_device
 from ..encoder.int8 import calibration_for, quantize_model
 from ..encoder.models import quiet_transformers
 from ..encoder.precision import autocast, check_precision
@@ -33,6 +34,7 @@ from .tagging import Entity, entity_spans
 logger = logging.getLogger(__name__)
 
 EVAL_BATCH_SIZE = 64
+AGGREGATIONS = ("none", "simple", "first", "average", "max")  # transformers' token-classification pipeline
 
 
 class _FineTuned:
@@ -86,6 +88,7 @@ class _FineTuned:
         threads: int | None = None,
         precision: str | None = None,
         long_text: str = "truncate",
+        device: str | None = "auto",
     ):
         """Load with plain transformers from safetensors (what `bertkit finetune` saved), remote code off.
 
@@ -105,7 +108,7 @@ class _FineTuned:
                 )
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"{directory}: cannot load the fine-tuned model ({exc}).") from exc
-        model.eval()
+        model.eval().to(resolve_device(device))
         return cls(model, tokenizer, int(record["max_length"]), record, threads, precision, long_text, directory)
 
     @property
@@ -130,44 +133,201 @@ class _FineTuned:
         return results
 
 
+Pair = tuple[str, str]
+
+
 class FineTunedClassifier(_FineTuned):
-    """Sentence classification (`AutoModelForSequenceClassification`): predict and predict_proba like scikit-learn."""
+    """A fine-tuned sequence model (`AutoModelForSequenceClassification`) of texts or text pairs: a classifier
+    (`predict`, `predict_proba`), a multi-label classifier (labels over a threshold chosen on dev) or a regressor
+    (a score per input); pair models also `rank` documents for a query, as sentence-transformers' CrossEncoder does.
+    """
 
     KIND = KIND_TEXT
     AUTO_CLASS = "AutoModelForSequenceClassification"
 
-    def predict_proba(self, texts: str | Sequence[str], batch_size: int = EVAL_BATCH_SIZE) -> np.ndarray:
-        """(n_texts, n_classes) probabilities; one string is one text. Long texts follow `long_text`."""
-        texts = check_texts(texts)
+    @property
+    def problem(self) -> str:
+        """'single_label_classification', 'multi_label_classification' or 'regression'."""
+        return getattr(self.model.config, "problem_type", None) or "single_label_classification"
+
+    @property
+    def takes_pairs(self) -> bool | None:
+        """True for a model fine-tuned on text pairs, False on single texts, None when not known (no run record)."""
+        task = self.record_.get("task")
+        return None if task is None else task == "pair"
+
+    def logits(self, inputs, batch_size: int = EVAL_BATCH_SIZE) -> np.ndarray:
+        """The model's raw outputs, (n, outputs): texts, or (text, pair) tuples for a pair model.
+
+        Parameters
+        ----------
+        inputs : str, (str, str) or list of them
+            One input is a list of one.
+        batch_size : int
+            Inputs per forward pass (length-sorted).
+
+        Returns
+        -------
+        numpy.ndarray
+            float32; windows of a long text (long_text='window') averaged.
+        """
+        texts, pairs = self._inputs(inputs)
+        if not texts:
+            return np.zeros((0, self.model.config.num_labels), dtype=np.float32)
+        examples, owners = self._examples(texts, pairs)
+        logits = torch.stack(self._logits(examples, batch_size))
+        result = torch.zeros((len(texts), logits.shape[1]))
+        result.index_add_(0, torch.tensor(owners), logits)
+        return (result / torch.bincount(torch.tensor(owners), minlength=len(texts)).unsqueeze(1)).numpy()
+
+    def predict_proba(self, inputs, batch_size: int = EVAL_BATCH_SIZE) -> np.ndarray:
+        """(n, classes) probabilities: softmax over the classes, or each label's sigmoid (multi-label).
+
+        Parameters
+        ----------
+        inputs : str, (str, str) or list of them
+            Texts, or (text, pair) tuples for a pair model; one input is a list of one.
+        batch_size : int
+            Inputs per forward pass.
+
+        Returns
+        -------
+        numpy.ndarray
+            In `classes_` order; windows of a long text average their probabilities.
+        """
+        if self.problem == "regression":
+            raise InputError("this model is a regressor: it gives a score (predict), not class probabilities.")
+        texts, pairs = self._inputs(inputs)
         if not texts:
             return np.zeros((0, len(self.classes_)), dtype=np.float32)
-        examples, owners = self._examples(texts)
-        probabilities = torch.softmax(torch.stack(self._logits(examples, batch_size)), dim=-1)
+        examples, owners = self._examples(texts, pairs)
+        logits = torch.stack(self._logits(examples, batch_size))
+        probabilities = torch.sigmoid(logits) if self.problem == "multi_label_classification" else logits.softmax(-1)
         result = torch.zeros((len(texts), len(self.classes_)))
         result.index_add_(0, torch.tensor(owners), probabilities)  # windows of one text: their mean probability
         return (result / torch.bincount(torch.tensor(owners), minlength=len(texts)).unsqueeze(1)).numpy()
 
-    def _examples(self, texts: list[str]) -> tuple[list[Example], list[int]]:
+    def predict(self, inputs, batch_size: int = EVAL_BATCH_SIZE):
+        """The most probable label of each input; a regressor's score; a multi-label model's labels (a list each).
+
+        Parameters
+        ----------
+        inputs : str, (str, str) or list of them
+            Texts, or (text, pair) tuples for a pair model; one input is a list of one.
+        batch_size : int
+            Inputs per forward pass.
+
+        Returns
+        -------
+        numpy.ndarray or list of lists
+            Labels (classifier), float32 scores (regressor), or each input's labels (multi-label).
+        """
+        if self.problem == "regression":
+            return self.logits(inputs, batch_size)[:, 0]
+        probabilities = self.predict_proba(inputs, batch_size)
+        if self.problem == "multi_label_classification":
+            return [[str(c) for c, on in zip(self.classes_, row >= self.threshold) if on] for row in probabilities]
+        return self.classes_[probabilities.argmax(axis=1)]
+
+    @property
+    def threshold(self) -> float:
+        """The probability at which a multi-label model predicts a label (chosen on dev while fine-tuning)."""
+        return getattr(self, "_threshold", None) or float(self.record_.get("metrics", {}).get("threshold", 0.5))
+
+    @threshold.setter
+    def threshold(self, value: float) -> None:
+        self._threshold = float(value)
+
+    def scores(self, pairs, batch_size: int = EVAL_BATCH_SIZE, raw: bool = False) -> np.ndarray:
+        """One relevance score per (query, document) pair: a regressor's output, or a binary classifier's
+        probability of its positive (last) class; `raw=True` gives that class's logit margin instead."""
+        if self.problem == "regression":
+            return self.logits(pairs, batch_size)[:, 0]
+        if self.problem != "single_label_classification" or len(self.classes_) != 2:
+            raise InputError(
+                f"ranking needs a regressor or a two-class classifier; this model has "
+                f"{len(self.classes_)} classes ({self.problem})."
+            )
+        logits = self.logits(pairs, batch_size)
+        margin = logits[:, 1] - logits[:, 0]
+        return margin if raw else 1.0 / (1.0 + np.exp(-margin))  # = softmax probability of the last class
+
+    def rank(
+        self, query: str, documents: Sequence[str], top_k: int | None = None, batch_size: int = EVAL_BATCH_SIZE
+    ) -> list[tuple[int, float]]:
+        """The documents' (index, score) for `query`, best first, as sentence-transformers' `CrossEncoder.rank`.
+
+        Parameters
+        ----------
+        query : str
+            The query, the first text of every pair.
+        documents : list of str
+            The candidates.
+        top_k : int, optional
+            Keep the best `top_k` only.
+        batch_size : int
+            Pairs per forward pass.
+
+        Returns
+        -------
+        list of (int, float)
+            Sorted by score, highest first (ties: the earlier document first).
+        """
+        if self.takes_pairs is False:
+            raise InputError("this model was fine-tuned on single texts; ranking needs a pair model (--task pair).")
+        documents = check_texts(documents, "documents")
+        scores = self.scores([(query, document) for document in documents], batch_size)
+        order = sorted(range(len(documents)), key=lambda i: -float(scores[i]))
+        return [(i, float(scores[i])) for i in order[: top_k if top_k is not None else None]]
+
+    def _inputs(self, inputs) -> tuple[list[str], list[str] | None]:
+        """Texts and pairs from what the caller gave, checked against what the model was fine-tuned on."""
+        if isinstance(inputs, str) or (
+            isinstance(inputs, tuple) and len(inputs) == 2 and all(isinstance(x, str) for x in inputs)
+        ):
+            inputs = [inputs]
+        inputs = list(inputs)
+        pairs_given = [isinstance(x, (tuple, list)) for x in inputs]
+        if any(pairs_given) and not all(pairs_given):
+            raise InputError("give all inputs as texts or all as (text, pair) pairs, not a mix.")
+        paired = bool(inputs) and all(pairs_given)
+        if self.takes_pairs is True and inputs and not paired:
+            raise InputError(
+                "this model was fine-tuned on text pairs: give (text, pair) tuples, e.g. "
+                "predict([('how old are you?', 'I am six.')])."
+            )
+        if self.takes_pairs is False and paired:
+            raise InputError("this model was fine-tuned on single texts: give texts, not pairs.")
+        if not paired:
+            return check_texts(inputs), None
+        for row, item in enumerate(inputs):
+            if len(item) != 2:
+                raise InputError(f"inputs[{row}] has {len(item)} parts; a pair is (text, pair).")
+        return check_texts([a for a, _ in inputs]), check_texts([b for _, b in inputs], "pairs")
+
+    def _examples(self, texts: list[str], pairs: list[str] | None = None) -> tuple[list[Example], list[int]]:
         """Model inputs and the text each came from: one per text, or one per window with long_text='window'."""
         with TOKENIZER_LOCK:
-            lengths = [len(ids) for ids in self.tokenizer(texts, truncation=False)["input_ids"]]
+            lengths = [len(ids) for ids in self.tokenizer(texts, pairs, truncation=False)["input_ids"]]
         too_long = [row for row, n in enumerate(lengths) if n > self.max_length]
+        what = "pairs" if pairs is not None else "texts"
         if too_long and self.long_text == "error":
             row = too_long[0]
             raise InputError(
-                f"texts[{row}] has {lengths[row]} tokens, more than this model's maximum of "
-                f"{self.max_length}; use long_text='truncate' or 'window'."
+                f"{what}[{row}] has {lengths[row]} tokens, more than this model's maximum of "
+                f"{self.max_length}; use long_text='truncate'" + (" or 'window'." if pairs is None else ".")
             )
-        if too_long and self.long_text == "truncate":
+        if too_long and (self.long_text == "truncate" or pairs is not None):
             logger.warning(
-                "%d of %d texts were longer than %d tokens and were truncated; use long_text='window' to "
-                "read all of them.",
+                "%d of %d %s were longer than %d tokens and were truncated%s.",
                 len(too_long),
                 len(texts),
+                what,
                 self.max_length,
+                " (longest first)" if pairs is not None else "; use long_text='window' to read all of them",
             )
-        if self.long_text != "window" or not too_long:
-            return text_examples(self.tokenizer, texts, None, self.max_length)[0], list(range(len(texts)))
+        if self.long_text != "window" or not too_long or pairs is not None:
+            return text_examples(self.tokenizer, texts, None, self.max_length, pairs)[0], list(range(len(texts)))
         budget = self.max_length - self.tokenizer.num_special_tokens_to_add(pair=False)
         with TOKENIZER_LOCK:  # the fast tokenizer's own windows: the rule encoder/windows.window_spans follows
             windows = self.tokenizer(
@@ -180,10 +340,6 @@ class FineTunedClassifier(_FineTuned):
         type_rows = windows.get("token_type_ids") or [[0] * len(ids) for ids in windows["input_ids"]]
         examples = [Example(ids, types, -1) for ids, types in zip(windows["input_ids"], type_rows)]
         return examples, list(windows["overflow_to_sample_mapping"])
-
-    def predict(self, texts: str | Sequence[str], batch_size: int = EVAL_BATCH_SIZE) -> np.ndarray:
-        """The most probable label of each text; one string is one text."""
-        return self.classes_[self.predict_proba(texts, batch_size).argmax(axis=1)]
 
 
 class FineTunedTagger(_FineTuned):
@@ -213,9 +369,31 @@ class FineTunedTagger(_FineTuned):
                         scores[sentence][piece.first_word + word] = float(best.values[position])
         return (tags, scores) if return_scores else tags
 
-    def predict(self, texts: Sequence[str], batch_size: int = EVAL_BATCH_SIZE) -> list[list[Entity]]:
-        """Entities in raw texts: type, text, character start/end, and the mean tag probability as score."""
+    def predict(
+        self, texts: Sequence[str], batch_size: int = EVAL_BATCH_SIZE, aggregation: str | None = None
+    ) -> list[list[Entity]]:
+        """Entities in raw texts: type, text, character start/end and a score.
+
+        Parameters
+        ----------
+        texts : str or list of str
+            One string is one text.
+        batch_size : int
+            Texts per forward pass.
+        aggregation : str, optional
+            None: bertkit's words (CoNLL-style: whitespace, then punctuation peeled off), each tagged at its first
+            sub-token as in training and `bertkit evaluate`, an entity's score the mean of its words'.
+            'none', 'simple', 'first', 'average' or 'max': transformers' token-classification pipeline with that
+            `aggregation_strategy` on the same model ('none': one entry per token, typed by its tag).
+
+        Returns
+        -------
+        list of lists of Entity
+            One list per text.
+        """
         texts = check_texts(texts)
+        if aggregation is not None:
+            return self._pipeline_entities(texts, aggregation, batch_size)
         split = [split_words(text) for text in texts]
         tags, scores = self.predict_word_tags([[w for w, _, _ in words] for words in split], batch_size, True)
         results = []
@@ -226,4 +404,41 @@ class FineTunedTagger(_FineTuned):
                 score = float(np.mean(sentence_scores[span.start : span.end]))
                 entities.append(Entity(span.type, span.start, span.end, text[start:end], start, end, round(score, 4)))
             results.append(entities)
+        return results
+
+    def _pipeline_entities(self, texts: list[str], aggregation: str, batch_size: int) -> list[list[Entity]]:
+        """transformers' token-classification pipeline, its entities in bertkit's shape (the text is the input's)."""
+        if aggregation not in AGGREGATIONS:
+            raise InputError(
+                f"aggregation={aggregation!r}: valid values are {', '.join(AGGREGATIONS)} (or None for "
+                "bertkit's word-level tags)."
+            )
+        from transformers import pipeline
+
+        with quiet_transformers():
+            tagger = pipeline(
+                "token-classification",
+                model=self._runner,
+                tokenizer=self.tokenizer,
+                aggregation_strategy=aggregation,
+                device=self.device,
+            )
+        with TOKENIZER_LOCK, torch.inference_mode(), autocast(self.precision):
+            found = tagger(texts, batch_size=batch_size) if texts else []
+        results = []
+        for text, entities in zip(texts, found):
+            results.append(
+                [
+                    Entity(
+                        str(e.get("entity_group", e.get("entity"))),
+                        e.get("index"),
+                        None,
+                        text[e["start"] : e["end"]],
+                        int(e["start"]),
+                        int(e["end"]),
+                        round(float(e["score"]), 4),
+                    )
+                    for e in entities
+                ]
+            )
         return results

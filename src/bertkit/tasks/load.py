@@ -15,7 +15,7 @@ LOADERS = {KIND_FEATURES: TextClassifier, KIND_TEXT: FineTunedClassifier, KIND_T
 def load_run(directory: str | Path, **options):
     """A `TextClassifier`, `FineTunedClassifier` or `FineTunedTagger`, as the run directory says.
 
-    `options` go to the loader (`threads`, `precision`; `cache` only to feature classifiers).
+    `options` go to the loader (`threads`, `precision`, `device`; `cache` only to feature classifiers).
     """
     kind = read_run_config(directory).get("kind")
     if kind not in LOADERS:

@@ -44,6 +44,104 @@ def classification_metrics(y_true: Sequence, y_pred: Sequence, classes: Sequence
     }
 
 
+def regression_metrics(y_true: Sequence[float], y_pred: Sequence[float]) -> dict:
+    """Pearson and Spearman correlation, mean squared and absolute error (STS-style scoring).
+
+    Parameters
+    ----------
+    y_true, y_pred : list of float
+        Gold and predicted scores.
+
+    Returns
+    -------
+    dict
+        n, pearson, spearman, mse, mae (a correlation is 0 where either side is constant).
+    """
+    from scipy.stats import pearsonr, spearmanr
+
+    true, pred = np.asarray(y_true, dtype=np.float64), np.asarray(y_pred, dtype=np.float64)
+    varied = len(true) > 1 and np.ptp(true) > 0 and np.ptp(pred) > 0
+    return {
+        "n": len(true),
+        "pearson": float(pearsonr(true, pred)[0]) if varied else 0.0,
+        "spearman": float(spearmanr(true, pred)[0]) if varied else 0.0,
+        "mse": float(np.mean((true - pred) ** 2)) if len(true) else 0.0,
+        "mae": float(np.mean(np.abs(true - pred))) if len(true) else 0.0,
+    }
+
+
+THRESHOLDS = tuple(np.round(np.arange(0.05, 0.96, 0.05), 2))
+
+
+def multi_label_metrics(
+    y_true: Sequence[Sequence[str]], probabilities: np.ndarray, labels: Sequence[str], threshold: float | None = None
+) -> dict:
+    """Micro- and macro-F1 and per-label P/R/F1 of a multi-label classifier, at `threshold`, or at the threshold
+    (0.05 to 0.95) that gives the best micro-F1 when none is given.
+
+    Parameters
+    ----------
+    y_true : list of label lists
+        Each text's gold labels.
+    probabilities : numpy.ndarray
+        (n, labels) sigmoid probabilities.
+    labels : list of str
+        The label of each column.
+    threshold : float, optional
+        A label is predicted when its probability reaches it.
+
+    Returns
+    -------
+    dict
+        threshold, micro_f1, macro_f1, samples (exact-match) accuracy, per_label {precision, recall, f1, support}.
+    """
+    from sklearn.metrics import accuracy_score, f1_score, precision_recall_fscore_support
+    from sklearn.preprocessing import MultiLabelBinarizer
+
+    gold = MultiLabelBinarizer(classes=list(labels)).fit_transform(y_true)
+    probabilities = np.asarray(probabilities)
+    candidates = [threshold] if threshold is not None else THRESHOLDS
+    scores = [f1_score(gold, probabilities >= t, average="micro", zero_division=0) for t in candidates]
+    best = float(candidates[int(np.argmax(scores))])
+    predicted = probabilities >= best
+    precision, recall, f1, support = precision_recall_fscore_support(gold, predicted, zero_division=0)
+    return {
+        "n": len(gold),
+        "threshold": best,
+        "micro_f1": float(max(scores)),
+        "macro_f1": float(f1_score(gold, predicted, average="macro", zero_division=0)),
+        "exact_match": float(accuracy_score(gold, predicted)),
+        "per_label": {
+            name: {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
+            for name, p, r, f, s in zip(labels, precision, recall, f1, support)
+        },
+    }
+
+
+def format_regression_metrics(metrics: dict) -> str:
+    """One line: Spearman and Pearson correlation, mean squared and absolute error, and n."""
+    return (
+        f"spearman {metrics['spearman']:.4f}   pearson {metrics['pearson']:.4f}   mse {metrics['mse']:.4f}   "
+        f"mae {metrics['mae']:.4f}   n={metrics['n']}"
+    )
+
+
+def format_multi_label_metrics(metrics: dict) -> str:
+    """Micro/macro-F1 at the threshold, exact matches, and a per-label P/R/F1 table."""
+    lines = [
+        f"micro-F1 {metrics['micro_f1']:.4f}   macro-F1 {metrics['macro_f1']:.4f}   exact match "
+        f"{metrics['exact_match']:.4f}   threshold {metrics['threshold']:g}   n={metrics['n']}",
+        "",
+    ]
+    width = max([len("label")] + [len(n) for n in metrics["per_label"]])
+    lines.append(f"{'label'.ljust(width)}  precision  recall  f1      support")
+    for name, row in metrics["per_label"].items():
+        lines.append(
+            f"{name.ljust(width)}  {row['precision']:.4f}     {row['recall']:.4f}  {row['f1']:.4f}  {row['support']}"
+        )
+    return "\n".join(lines)
+
+
 def format_metrics(metrics: dict) -> str:
     """Plain-text summary: headline numbers, per-class table, confusion matrix (rows = true, columns = predicted)."""
     lines = [

@@ -11,11 +11,15 @@ from ..errors import InputError
 
 @dataclass(frozen=True)
 class Entity:
-    """One entity: its type and the half-open word range [start, end), plus text and characters when known."""
+    """One entity: its type and the half-open word range [start, end), plus text and characters when known.
+
+    Entities from transformers' pipeline (`predict(aggregation=...)`) have no word range: `start` is the token index
+    of an `aggregation='none'` entry and None otherwise, `end` is None.
+    """
 
     type: str
-    start: int
-    end: int
+    start: int | None
+    end: int | None
     text: str = ""
     char_start: int | None = None
     char_end: int | None = None

@@ -11,6 +11,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ..encoder.defaults import DEFAULT_BATCH_SIZE, DEFAULT_FEATURE_LAYERS, DEFAULT_FEATURE_POOLING
+from ..encoder.devices import resolve_device
 from ..encoder.encode import Encoder
 from ..encoder.layers import parse_layers
 from ..encoder.pooling import parse_pooling
@@ -21,18 +22,21 @@ from ..io.cache import EmbeddingCache
 MAX_SHARED_ENCODERS = 4  # loaded models kept for reuse by vectorizer clones (grid searches); least recent goes
 
 
-def shared_encoder(model: str | None, threads: int | None = None, precision: str = "fp32") -> Encoder:
-    """One loaded Encoder per (model, threads, precision) in this process, so clones in a grid search reuse it.
+def shared_encoder(
+    model: str | None, threads: int | None = None, precision: str = "fp32", device: str | None = "auto"
+) -> Encoder:
+    """One loaded Encoder per (model, threads, precision, device) in this process, so clones in a grid search reuse it.
 
     At most MAX_SHARED_ENCODERS stay loaded (least recently used first out). A local directory is keyed on its
     files' sizes and times too: a model replaced on disk is loaded afresh.
     """
-    return _load_shared(str(model) if model is not None else None, threads, precision, _files_signature(model))
+    name = str(model) if model is not None else None
+    return _load_shared(name, threads, precision, str(resolve_device(device)), _files_signature(model))
 
 
 @functools.lru_cache(maxsize=MAX_SHARED_ENCODERS)
-def _load_shared(model: str | None, threads: int | None, precision: str, files_signature: tuple) -> Encoder:
-    return Encoder.from_pretrained(model, threads=threads, precision=precision)
+def _load_shared(model: str | None, threads: int | None, precision: str, device: str, files_signature: tuple):
+    return Encoder.from_pretrained(model, threads=threads, precision=precision, device=device)
 
 
 def _files_signature(model: str | None) -> tuple:
@@ -59,6 +63,7 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         progress: bool | None = None,
         threads: int | None = None,
         precision: str = "fp32",
+        device: str | None = "auto",
     ):
         self.model = model
         self.layers = layers
@@ -70,6 +75,7 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         self.progress = progress
         self.threads = threads
         self.precision = precision
+        self.device = device
 
     def fit(self, X: Sequence[str], y=None) -> BertVectorizer:
         """Load the encoder and check the options; nothing is learned from X."""
@@ -78,7 +84,7 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
             raise InputError(
                 "BertVectorizer makes one vector per text; pooling='none' gives token vectors, use Encoder.embed."
             )
-        self.encoder_ = shared_encoder(self.model, self.threads, self.precision)
+        self.encoder_ = shared_encoder(self.model, self.threads, self.precision, self.device)
         self.n_features_out_ = self.encoder_.sentence_dim(self.layers, self.pooling)
         self.cache_ = self._make_cache()
         return self

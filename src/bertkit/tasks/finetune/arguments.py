@@ -9,7 +9,8 @@ from ...errors import InputError
 CHECKPOINT = "checkpoint"
 LOGS = "logs"  # metrics.jsonl and the trackers' files (TensorBoard, ...), kept in the finished run
 TEXT_MAX_LENGTH = 128
-TASKS = ("text", "token")
+PAIR_MAX_LENGTH = 256  # a query and a passage
+TASKS = ("text", "pair", "token")
 MIXED_PRECISIONS = ("no", "fp16", "bf16")
 
 
@@ -17,7 +18,7 @@ MIXED_PRECISIONS = ("no", "fp16", "bf16")
 class FinetuneArguments:
     """Training settings; the defaults are the ones measured in benchmarks/finetune.py."""
 
-    task: str | None = None  # "text" or "token"; None: the `task` given to finetune(), else "text"
+    task: str | None = None  # "text", "pair" or "token"; None: the `task` given to finetune(), else "text"
     epochs: int = 3
     learning_rate: float = 1e-4
     batch_size: int = 32
@@ -26,7 +27,9 @@ class FinetuneArguments:
     max_grad_norm: float = 1.0
     patience: int = 2  # stop after this many epochs without a better dev score
     seed: int = 0
-    max_length: int | None = None  # text: 128; token: the model's maximum
+    max_length: int | None = None  # text: 128; pair: 256; token: the model's maximum
+    regression: bool = False  # text and pair tasks: one output, mean squared error (numbers with decimals imply it)
+    multi_label: bool = False  # text and pair tasks: several labels per row, a sigmoid each, a threshold from dev
     gradient_accumulation_steps: int = 1  # micro-batches per step: the same updates in less memory
     mixed_precision: str = "no"  # "no" | "fp16" (CUDA, with a gradient scaler) | "bf16" (autocast)
     report_to: list[str] = field(default_factory=list)  # accelerate trackers: "tensorboard", "mlflow", "wandb", ...
@@ -41,6 +44,10 @@ class FinetuneArguments:
             raise InputError(f"learning_rate={self.learning_rate}: give a positive number such as 5e-5.")
         if self.max_length is not None and self.max_length < 8:
             raise InputError(f"max_length={self.max_length}: give at least 8 tokens (special tokens included).")
+        if self.regression and self.multi_label:
+            raise InputError("regression and multi_label exclude each other: a score, or several labels.")
+        if self.task == "token" and (self.regression or self.multi_label):
+            raise InputError("regression and multi_label are for the text and pair tasks; a tagger has one tag a word.")
         if self.gradient_accumulation_steps < 1 or self.gradient_accumulation_steps > self.batch_size:
             raise InputError(
                 f"gradient_accumulation_steps={self.gradient_accumulation_steps}: give 1 to batch_size "

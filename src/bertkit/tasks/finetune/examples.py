@@ -20,7 +20,7 @@ class Example:
 
     input_ids: list[int]
     token_type_ids: list[int]
-    labels: int | list[int]
+    labels: int | float | list[int] | list[float]  # class, score, tag per token, or multi-hot
 
 
 @dataclass
@@ -103,21 +103,22 @@ def token_examples(pieces: Sequence[WordPiece], tag_ids: Sequence[Sequence[int]]
 
 
 def collate(examples: Sequence[Example], pad_token_id: int, with_type_ids: bool) -> dict[str, torch.Tensor]:
-    """Pad a batch to its own longest example (per-batch padding)."""
+    """Pad a batch to its own longest example (per-batch padding); labels as the loss wants them: class indices
+    (int64), scores (float32), multi-hot rows (float32, one per example) or tag ids per token (int64, -100 ignored)."""
     ids, mask, type_ids = pad_ids([e.input_ids for e in examples], [e.token_type_ids for e in examples], pad_token_id)
-    width = ids.shape[1]
-    token_labels = isinstance(examples[0].labels, list)
-    labels = (
-        np.full((len(examples), width), IGNORE_INDEX, dtype=np.int64)
-        if token_labels
-        else np.zeros(len(examples), dtype=np.int64)
-    )
-    for row, example in enumerate(examples):
-        if token_labels:
-            labels[row, : len(example.labels)] = example.labels
-        else:
-            labels[row] = example.labels
-    batch = {"input_ids": ids, "attention_mask": mask, "labels": torch.from_numpy(labels)}
+    first = examples[0].labels
+    if isinstance(first, list) and (not first or isinstance(first[0], float)):  # multi-hot rows
+        labels = torch.tensor([e.labels for e in examples], dtype=torch.float32)
+    elif isinstance(first, list):  # one tag id per token
+        rows = np.full((len(examples), ids.shape[1]), IGNORE_INDEX, dtype=np.int64)
+        for row, example in enumerate(examples):
+            rows[row, : len(example.labels)] = example.labels
+        labels = torch.from_numpy(rows)
+    elif isinstance(first, float):
+        labels = torch.tensor([e.labels for e in examples], dtype=torch.float32)
+    else:
+        labels = torch.tensor([e.labels for e in examples], dtype=torch.int64)
+    batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
     if with_type_ids:
         batch["token_type_ids"] = type_ids
     return batch

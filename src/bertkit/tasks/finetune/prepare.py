@@ -14,54 +14,143 @@ from ...io.readers import file_sha256
 from ..labels import check_class_counts, check_known_labels, check_labels, split_holdout
 from .examples import Example, text_examples, token_examples, word_pieces
 
+SINGLE_LABEL = "single_label_classification"
+MULTI_LABEL = "multi_label_classification"
+REGRESSION = "regression"
+TOKENS = "token_classification"
+
+
+@dataclass
+class Columns:
+    """Where a text task's data is: the text (and pair) column, the label column, a header, the label separator."""
+
+    text: str | int | None = None
+    label: str | int | None = None
+    pair: str | int | None = None
+    header: bool | None = None
+    label_separator: str = ","
+
 
 @dataclass
 class Prepared:
     """The training and dev data turned into model inputs, with what the run directory must record about them."""
 
-    labels: list[str]
+    problem: str  # SINGLE_LABEL | MULTI_LABEL | REGRESSION | TOKENS (transformers' problem_type, tokens aside)
+    labels: list[str]  # class names (regression: ["score"])
     train: list[Example]
-    dev_inputs: list  # text: strings; token: word lists
-    dev_gold: list  # text: labels; token: tag sequences
+    dev_inputs: list  # text: strings; pair: (text, pair) tuples; token: word lists
+    dev_gold: list  # class labels, label tuples (multi-label), floats (regression), tag sequences (token)
     data_record: dict
     notes: list[str]
 
 
-def prepare(
-    task, tokenizer, train, dev, max_length, seed, dev_share, limit, text_column, label_column, header
-) -> Prepared:
-    if task == "text":
-        return _prepare_text(
-            tokenizer, train, dev, max_length, seed, dev_share, limit, text_column, label_column, header
+def prepare(task, problem, tokenizer, train, dev, max_length, seed, dev_share, limit, columns: Columns) -> Prepared:
+    if task == "token":
+        return _prepare_token(tokenizer, train, dev, max_length, seed, dev_share, limit)
+    return _prepare_sequences(task, problem, tokenizer, train, dev, max_length, seed, dev_share, limit, columns)
+
+
+def _read(path, task: str, problem: str | None, columns: Columns):
+    kind = {REGRESSION: "numeric", MULTI_LABEL: "multi"}.get(problem or "", "categorical")
+    return read_labelled_text(
+        path,
+        columns.text,
+        columns.label,
+        columns.header,
+        paired=task == "pair",
+        pair_column=columns.pair,
+        label_kind=kind,
+        label_separator=columns.label_separator,
+    )
+
+
+def _numbers_with_decimals(labels: list) -> bool:
+    """Labels that read as numbers, some of them not whole: scores to regress on, not classes."""
+    try:
+        values = [float(label) for label in labels]
+    except (TypeError, ValueError):
+        return False
+    return any(not value.is_integer() for value in values)
+
+
+def _prepare_sequences(task, problem, tokenizer, train, dev, max_length, seed, dev_share, limit, columns) -> Prepared:
+    """Sentences or sentence pairs with a class, several classes, or a score."""
+    data = _read(train, task, problem, columns)
+    notes = []
+    if problem == SINGLE_LABEL and _numbers_with_decimals(data.labels):
+        problem = REGRESSION
+        notes.append(
+            f"{train}: the labels are numbers with decimals, so a one-output regressor is trained (mean "
+            "squared error; scored by Spearman correlation on dev)."
         )
-    return _prepare_token(tokenizer, train, dev, max_length, seed, dev_share, limit)
-
-
-def _prepare_text(
-    tokenizer, train, dev, max_length, seed, dev_share, limit, text_column, label_column, header
-) -> Prepared:
-    data = read_labelled_text(train, text_column, label_column, header)
-    texts, labels = data.texts[:limit], [str(v) for v in check_labels(data.labels[:limit], str(train), data.lines)]
-    classes, codes = np.unique(np.asarray(labels, dtype=object), return_inverse=True)
-    check_class_counts(np.array(classes.tolist()), codes, 0)
+        data = _read(train, task, problem, columns)
+    inputs = list(zip(data.texts, data.pairs)) if data.pairs is not None else list(data.texts)
+    inputs, labels = inputs[:limit], data.labels[:limit]
+    if problem == SINGLE_LABEL:
+        labels = [str(v) for v in check_labels(labels, str(train), data.lines)]
+        classes, codes = np.unique(np.asarray(labels, dtype=object), return_inverse=True)
+        check_class_counts(np.array(classes.tolist()), codes, 0)
     if dev is not None:
-        dev_data = read_labelled_text(dev, text_column, label_column, header)
-        dev_texts, dev_labels = dev_data.texts, [str(v) for v in dev_data.labels]
-        check_known_labels(dev, dev_labels, labels, train)
+        dev_data = _read(dev, task, problem, columns)
+        dev_inputs = list(zip(dev_data.texts, dev_data.pairs)) if dev_data.pairs is not None else list(dev_data.texts)
+        dev_labels = [str(v) for v in dev_data.labels] if problem == SINGLE_LABEL else dev_data.labels
     else:
-        texts, dev_texts, labels, dev_labels = split_holdout(texts, labels, dev_share, seed)
-    names = sorted(set(labels))
+        inputs, dev_inputs, labels, dev_labels = split_holdout(
+            inputs, labels, dev_share, seed, stratify=problem == SINGLE_LABEL
+        )
+    names = _label_names(problem, labels, dev_labels, dev, train)
     index = {name: i for i, name in enumerate(names)}
-    train_examples, cut = text_examples(tokenizer, texts, [index[v] for v in labels], max_length)
-    _, dev_cut = text_examples(tokenizer, dev_texts, None, max_length)
-    notes = [
-        f"{n} {where} texts were longer than {max_length} tokens and were truncated (--max-length)."
+    targets = [_target(problem, label, index) for label in labels]
+    texts, pairs = _split_inputs(inputs)
+    train_examples, cut = text_examples(tokenizer, texts, targets, max_length, pairs)
+    dev_texts, dev_pairs = _split_inputs(dev_inputs)
+    _, dev_cut = text_examples(tokenizer, dev_texts, None, max_length, dev_pairs)
+    what = "pairs" if task == "pair" else "texts"
+    how = " (longest first)" if task == "pair" else ""
+    notes += [
+        f"{n} {where} {what} were longer than {max_length} tokens and were truncated{how} (--max-length)."
         for n, where in ((cut, "training"), (dev_cut, "dev"))
         if n
     ]
-    record = _data_record(train, dev, len(texts), len(dev_texts), dev_share, seed, limit)
-    record.update(text_column=text_column, label_column=label_column, header=header)
-    return Prepared(names, train_examples, dev_texts, dev_labels, record, notes)
+    record = _data_record(train, dev, len(inputs), len(dev_inputs), dev_share, seed, limit)
+    record.update(text_column=columns.text, label_column=columns.label, header=columns.header)
+    if task == "pair":
+        record["pair_column"] = columns.pair
+    if problem == MULTI_LABEL:
+        record["label_separator"] = columns.label_separator
+    return Prepared(problem, names, train_examples, dev_inputs, dev_labels, record, notes)
+
+
+def _label_names(problem: str, labels: list, dev_labels: list, dev, train) -> list[str]:
+    if problem == REGRESSION:
+        return ["score"]
+    if problem == MULTI_LABEL:
+        names = sorted({name for row in labels for name in row})
+        if not names:
+            raise InputError(f"{train}: no row has a label; a multi-label classifier needs labels to learn.")
+        check_known_labels(dev or f"the held-out part of {train}", [n for row in dev_labels for n in row], names, train)
+        return names
+    names = sorted(set(labels))
+    check_known_labels(dev or f"the held-out part of {train}", dev_labels, names, train)
+    return names
+
+
+def _target(problem: str, label, index: dict[str, int]):
+    """What the loss compares with: a class index, a float, or a multi-hot list."""
+    if problem == REGRESSION:
+        return float(label)
+    if problem == MULTI_LABEL:
+        hot = [0.0] * len(index)
+        for name in label:
+            hot[index[name]] = 1.0
+        return hot
+    return index[label]
+
+
+def _split_inputs(inputs: list) -> tuple[list[str], list[str] | None]:
+    if inputs and isinstance(inputs[0], tuple):
+        return [a for a, _ in inputs], [b for _, b in inputs]
+    return list(inputs), None
 
 
 def _prepare_token(tokenizer, train, dev, max_length, seed, dev_share, limit) -> Prepared:
@@ -90,7 +179,7 @@ def _prepare_token(tokenizer, train, dev, max_length, seed, dev_share, limit) ->
         notes.append(f"{train}: IOB1 tags (entities starting with I-) were converted to IOB2.")
     record = _data_record(train, dev, len(words), len(dev_words), dev_share, seed, limit)
     record["columns"] = data.columns
-    return Prepared(names, train_examples, dev_words, dev_tags, record, notes)
+    return Prepared(TOKENS, names, train_examples, dev_words, dev_tags, record, notes)
 
 
 def word_tokenizer(encoder):

@@ -25,9 +25,9 @@ from ...encoder.precision import check_precision
 from ...encoder.threads import set_threads
 from ...errors import InputError
 from ...io.writers import remove_bertkit_directory
-from .arguments import CHECKPOINT, LOGS, TEXT_MAX_LENGTH, FinetuneArguments, TrainingState
+from .arguments import CHECKPOINT, LOGS, PAIR_MAX_LENGTH, TEXT_MAX_LENGTH, FinetuneArguments, TrainingState
 from .checkpoint import check_output, check_resumable, load_checkpoint, write_final
-from .prepare import prepare, word_tokenizer
+from .prepare import MULTI_LABEL, REGRESSION, SINGLE_LABEL, TOKENS, Columns, prepare, word_tokenizer
 from .trainer import Evaluator, Trainer, build_model, make_optimizer
 
 logger = logging.getLogger(__name__)
@@ -43,7 +43,9 @@ def finetune(
     args: FinetuneArguments | None = None,
     text_column: str | int | None = None,
     label_column: str | int | None = None,
+    pair_column: str | int | None = None,
     header: bool | None = None,
+    label_separator: str = ",",
     dev_share: float = 0.1,
     limit: int | None = None,
     resume: bool = False,
@@ -59,12 +61,19 @@ def finetune(
     Parameters
     ----------
     train, dev : str or Path
-        Text tasks: TSV/CSV/JSONL with text and label columns; token task: CoNLL (word ... tag) or two columns.
-        Without `dev`, a seeded `dev_share` of the training data is held out.
+        Text tasks: TSV/CSV/JSONL with text and label columns (pair: text, pair and label; JSONL fields text,
+        text_pair, label); token task: CoNLL (word ... tag) or two columns. Without `dev`, a seeded `dev_share` of
+        the training data is held out.
     output_dir : str or Path
         The run directory: a plain transformers model, its tokenizer, `bertkit.json` and `logs/`.
     task : str
-        'text' (the default) or 'token', here or in `args.task` (a contradiction is an error).
+        'text' (the default), 'pair' (sentence pairs: NLI, paraphrase, similarity, relevance) or 'token' (tagging),
+        here or in `args.task` (a contradiction is an error). Text and pair runs classify, or with
+        `regression=True` (implied by labels with decimals) score, or with `multi_label=True` give several labels.
+    text_column, pair_column, label_column : str or int, optional
+        Column names or indices (JSONL: field names).
+    label_separator : str
+        Multi-label: what separates a row's labels in a TSV/CSV field.
     model : str, optional
         The encoder to start from (None: the packaged default).
     args : FinetuneArguments, optional
@@ -100,13 +109,23 @@ def finetune(
         check_output(output, resume, overwrite)
 
     encoder = Encoder.from_pretrained(model)
-    max_length = min(args.max_length or (TEXT_MAX_LENGTH if task == "text" else encoder.max_length), encoder.max_length)
-    tokenizer = encoder.tokenizer if task == "text" else word_tokenizer(encoder)
-    prepared = prepare(
-        task, tokenizer, train, dev, max_length, args.seed, dev_share, limit, text_column, label_column, header
+    default_length = {"text": TEXT_MAX_LENGTH, "pair": PAIR_MAX_LENGTH}.get(task, encoder.max_length)
+    max_length = min(args.max_length or default_length, encoder.max_length)
+    tokenizer = word_tokenizer(encoder) if task == "token" else encoder.tokenizer
+    problem = (
+        TOKENS
+        if task == "token"
+        else REGRESSION
+        if args.regression
+        else MULTI_LABEL
+        if args.multi_label
+        else SINGLE_LABEL
     )
+    columns = Columns(text_column, label_column, pair_column, header, label_separator)
+    prepared = prepare(task, problem, tokenizer, train, dev, max_length, args.seed, dev_share, limit, columns)
     run_record = {
         "task": task,
+        "problem": prepared.problem,
         "base_model": {"spec": encoder.name, "path": str(encoder.source.path), "fingerprint": encoder.fingerprint},
         "args": asdict(args),
         "labels": prepared.labels,
@@ -125,7 +144,7 @@ def finetune(
         logger.warning(note)
 
     torch.manual_seed(args.seed)
-    network = build_model(encoder, task, prepared.labels)
+    network = build_model(encoder, task, prepared.labels, prepared.problem)
     del encoder
     optimizer = make_optimizer(network, args)
     batches_per_epoch = -(-len(prepared.train) // args.batch_size)
@@ -252,8 +271,13 @@ def _with_keywords(args: FinetuneArguments, training: dict) -> FinetuneArguments
 
 
 def majority_baseline(task: str, prepared) -> dict:
-    """What predicting the most frequent training label scores on dev (tagging: all 'O', entity F1 0)."""
-    if task != "text":
+    """What a model that learned nothing scores on dev: the most frequent training label; for a score, the training
+    mean (no correlation: 0); for several labels, none at all (micro-F1 0); for tags, 'O' everywhere (entity F1 0)."""
+    if prepared.problem == REGRESSION:
+        return {"what": "predicting the training mean (no correlation)", "score": 0.0}
+    if prepared.problem == MULTI_LABEL:
+        return {"what": "predicting no label", "score": 0.0}
+    if prepared.problem == TOKENS:
         return {"what": "tagging every word 'O'", "score": 0.0}
     counts = collections.Counter(example.labels for example in prepared.train)
     majority = prepared.labels[counts.most_common(1)[0][0]]

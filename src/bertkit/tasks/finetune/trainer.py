@@ -33,23 +33,34 @@ from transformers import AutoModelForSequenceClassification, AutoModelForTokenCl
 from ...encoder.models import quiet_transformers
 from ...errors import ModelLoadError
 from ..finetuned import FineTunedClassifier, FineTunedTagger
-from ..report import classification_metrics
+from ..report import classification_metrics, multi_label_metrics, regression_metrics
 from ..tagging import entity_scores
 from .arguments import FinetuneArguments, TrainingState
 from .checkpoint import save_checkpoint
 from .examples import IGNORE_INDEX, Example, collate, length_grouped_batches
-from .prepare import Prepared
+from .prepare import MULTI_LABEL, REGRESSION, SINGLE_LABEL, TOKENS, Prepared
 
 logger = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"  # one JSON line per logged step and per epoch, in the run's logs/ folder
 
 
-def build_model(encoder, task: str, labels: list[str]):
-    """A `...ForSequence/TokenClassification` model whose encoder weights are the loaded encoder's (head random)."""
+def build_model(encoder, task: str, labels: list[str], problem: str = SINGLE_LABEL):
+    """A `...ForSequence/TokenClassification` model whose encoder weights are the loaded encoder's (head random).
+
+    Its config says what it does (`problem_type`; a regressor has one output), and how sentence-transformers'
+    `CrossEncoder` should score with it: a regressor's output as it is, a classifier's logits (softmax for
+    probabilities), a multi-label classifier's through a sigmoid.
+    """
     config = copy.deepcopy(encoder.model.config)
     config.num_labels = len(labels)
     config.id2label = dict(enumerate(labels))
     config.label2id = {label: i for i, label in enumerate(labels)}
+    if task != "token":
+        config.problem_type = problem
+        activation = (
+            "torch.nn.modules.activation.Sigmoid" if problem == MULTI_LABEL else "torch.nn.modules.linear.Identity"
+        )
+        config.sentence_transformers = {"activation_fn": activation}
     auto = AutoModelForTokenClassification if task == "token" else AutoModelForSequenceClassification
     with quiet_transformers():
         network = auto.from_config(config)
@@ -72,17 +83,29 @@ def make_optimizer(network, args: FinetuneArguments) -> torch.optim.AdamW:
 
 
 def loss_units(example: Example) -> int:
-    """What one example adds to the loss's denominator: one, or its labelled tokens (token tasks)."""
+    """What one example adds to the loss's denominator, as transformers' own losses average: one example, its
+    labelled tokens (token tasks), or its labels (multi-label: binary cross-entropy over every label)."""
     if isinstance(example.labels, list):
+        if example.labels and isinstance(example.labels[0], float):
+            return len(example.labels)
         return sum(1 for label in example.labels if label != IGNORE_INDEX)
     return 1
 
 
 def summed_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """The loss summed over its units (cross-entropy over examples or labelled tokens), to be divided by the step's."""
+    """The loss summed over its units, to be divided by the step's: cross-entropy (classes, tags), mean squared error
+    (a score), binary cross-entropy (several labels)."""
+    logits = logits.float()
     if logits.dim() == 3:  # token classification: (batch, tokens, classes)
         logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
-    return torch.nn.functional.cross_entropy(logits.float(), labels, reduction="sum", ignore_index=IGNORE_INDEX)
+    if labels.is_floating_point() and labels.dim() == 2:  # multi-hot rows
+        return torch.nn.functional.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
+    if labels.is_floating_point():  # one score per example
+        return torch.nn.functional.mse_loss(logits.squeeze(-1), labels, reduction="sum")
+    return torch.nn.functional.cross_entropy(logits, labels, reduction="sum", ignore_index=IGNORE_INDEX)
+
+
+METRIC_NAMES = {SINGLE_LABEL: "accuracy", MULTI_LABEL: "micro-F1", REGRESSION: "Spearman", TOKENS: "entity F1"}
 
 
 class Evaluator:
@@ -92,17 +115,25 @@ class Evaluator:
         self.task = task
         self.prepared = prepared
         self.tokenizer = tokenizer
-        self.metric_name = "entity F1" if task == "token" else "accuracy"
+        self.metric_name = METRIC_NAMES[prepared.problem]
         runner_class = FineTunedTagger if task == "token" else FineTunedClassifier
         self.runner = runner_class(network, tokenizer, max_length)
 
     def evaluate(self) -> tuple[float, dict]:
-        if self.task == "token":
-            predicted_tags = self.runner.predict_word_tags(self.prepared.dev_inputs)
-            metrics = entity_scores(self.prepared.dev_gold, predicted_tags)
+        """(the score that picks the best epoch, every metric)."""
+        gold, problem = self.prepared.dev_gold, self.prepared.problem
+        if problem == TOKENS:
+            metrics = entity_scores(gold, self.runner.predict_word_tags(self.prepared.dev_inputs))
             return metrics["f1"], metrics
-        predicted = self.runner.predict(self.prepared.dev_inputs)
-        metrics = classification_metrics(self.prepared.dev_gold, predicted, self.prepared.labels)
+        if problem == REGRESSION:
+            metrics = regression_metrics(gold, self.runner.predict(self.prepared.dev_inputs))
+            return metrics["spearman"], metrics
+        if problem == MULTI_LABEL:
+            probabilities = self.runner.predict_proba(self.prepared.dev_inputs)
+            metrics = multi_label_metrics(gold, probabilities, self.prepared.labels)
+            self.runner.threshold = metrics["threshold"]  # the one chosen on dev, saved with the best epoch
+            return metrics["micro_f1"], metrics
+        metrics = classification_metrics(gold, self.runner.predict(self.prepared.dev_inputs), self.prepared.labels)
         return metrics["accuracy"], metrics
 
 

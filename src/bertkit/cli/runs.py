@@ -1,0 +1,251 @@
+"""Commands on saved runs: evaluate (score on labelled data), predict (label texts or pairs), rerank (documents for
+a query, with a pair model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import InputError
+from ..io.readers import column_spec
+from .common import (
+    CacheDirOption,
+    DeviceOption,
+    HeaderOption,
+    NoCacheOption,
+    RunArgument,
+    ThreadsOption,
+    app,
+    cache_option,
+    say,
+    texts_or_file,
+)
+
+# Library imports sit inside the commands: `bertkit --help` and each command load only what they use (start-up speed).
+RunPrecisionOption = typer.Option(None, "--precision", help="fp32 | bf16 | int8; default: the run's own.")
+
+
+def _load(run: Path, no_cache: bool, cache_dir: Optional[Path], threads, precision, device):
+    from ..tasks.load import load_run
+
+    return load_run(run, cache=cache_option(no_cache, cache_dir), threads=threads, precision=precision, device=device)
+
+
+@app.command()
+def evaluate(
+    run: Path = RunArgument,
+    data_file: Path = typer.Argument(
+        ..., help="Labelled file: TSV/CSV/JSONL for text and pair models, CoNLL / word-tag for taggers."
+    ),
+    text_column: Optional[str] = typer.Option(None, "--text-column"),
+    pair_column: Optional[str] = typer.Option(None, "--pair-column"),
+    label_column: Optional[str] = typer.Option(None, "--label-column"),
+    header: Optional[bool] = HeaderOption,
+    cache_dir: Optional[Path] = CacheDirOption,
+    no_cache: bool = NoCacheOption,
+    threads: Optional[int] = ThreadsOption,
+    precision: Optional[str] = RunPrecisionOption,
+    device: str = DeviceOption,
+) -> None:
+    """Score a saved model: accuracy, macro-F1, per-class table, confusion matrix; a regressor's correlations; a
+    multi-label model's F1 per label; a tagger's entity P/R/F1 per type."""
+    from ..tasks.finetuned import FineTunedTagger
+
+    estimator = _load(run, no_cache, cache_dir, threads, precision, device)
+    if isinstance(estimator, FineTunedTagger):
+        from ..io.conll import read_tagged
+        from ..tasks.tagging import entity_scores, format_entity_scores
+
+        try:
+            data = read_tagged(data_file)
+        except InputError as exc:
+            raise InputError(
+                f"{run} is a tagger (fine-tuned with --task token) and is scored on a word/tag file. {exc}"
+            ) from None
+        typer.echo(format_entity_scores(entity_scores(data.tags, estimator.predict_word_tags(data.words))))
+        return
+    typer.echo(_score(estimator, run, data_file, text_column, pair_column, label_column, header))
+
+
+def _score(estimator, run, data_file, text_column, pair_column, label_column, header) -> str:
+    """The evaluation table of a text or pair model on a labelled file (columns as the run recorded them)."""
+    from ..io.readers import read_labelled
+    from ..tasks.labels import check_known_labels
+    from ..tasks.report import (
+        classification_metrics,
+        format_metrics,
+        format_multi_label_metrics,
+        format_regression_metrics,
+        multi_label_metrics,
+        regression_metrics,
+    )
+
+    stored = estimator.record_.get("data", {})
+    problem = getattr(estimator, "problem", "single_label_classification")
+    paired = getattr(estimator, "takes_pairs", False) is True
+    data = read_labelled(
+        data_file,
+        column_spec(text_column if text_column is not None else stored.get("text_column")),
+        column_spec(label_column if label_column is not None else stored.get("label_column")),
+        header=header if header is not None else stored.get("header"),
+        paired=paired,
+        pair_column=column_spec(pair_column if pair_column is not None else stored.get("pair_column")),
+        label_kind={"regression": "numeric", "multi_label_classification": "multi"}.get(problem, "categorical"),
+        label_separator=stored.get("label_separator", ","),
+    )
+    inputs = list(zip(data.texts, data.pairs)) if paired else data.texts
+    if problem == "regression":
+        return format_regression_metrics(regression_metrics(data.labels, estimator.predict(inputs)))
+    if problem == "multi_label_classification":
+        check_known_labels(data_file, [n for row in data.labels for n in row], estimator.classes_, run)
+        probabilities = estimator.predict_proba(inputs)
+        return format_multi_label_metrics(
+            multi_label_metrics(data.labels, probabilities, estimator.classes_, estimator.threshold)
+        )
+    check_known_labels(data_file, data.labels, estimator.classes_, run)
+    predictions = estimator.predict(inputs)
+    majority = getattr(estimator, "majority_class_", None)
+    return format_metrics(classification_metrics(data.labels, predictions, estimator.classes_, majority))
+
+
+@app.command()
+def predict(
+    run: Path = RunArgument,
+    inputs: list[str] = typer.Argument(..., help="Texts to label, or one file (TSV/CSV/JSONL/text)."),
+    pair: Optional[str] = typer.Option(None, "--pair", help="Pair models: the second text of the one text given."),
+    as_text: bool = typer.Option(False, "--text", help="Take the inputs as texts, even one that names a file."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="Write a TSV here (label, probability, text; taggers: one row per entity)."
+    ),
+    column: Optional[str] = typer.Option(None, "--column", "-c", help="Text column of the input file."),
+    pair_column: Optional[str] = typer.Option(None, "--pair-column", help="Pair models: the file's second text."),
+    aggregation: Optional[str] = typer.Option(
+        None,
+        "--aggregation",
+        help="Taggers: none | simple | first | average | max, as transformers' token-classification pipeline "
+        "defines them (default: bertkit's words, tagged at their first sub-token as in training).",
+    ),
+    header: Optional[bool] = HeaderOption,
+    cache_dir: Optional[Path] = CacheDirOption,
+    no_cache: bool = NoCacheOption,
+    threads: Optional[int] = ThreadsOption,
+    precision: Optional[str] = RunPrecisionOption,
+    device: str = DeviceOption,
+) -> None:
+    """Label texts, text pairs or every row of a file with a saved model; taggers print each entity with its
+    character span; regressors their score."""
+    from ..tasks.finetuned import FineTunedTagger
+
+    estimator = _load(run, no_cache, cache_dir, threads, precision, device)
+    paired = getattr(estimator, "takes_pairs", False) is True
+    texts, pairs = _inputs(inputs, pair, as_text, column, pair_column, header, paired)
+    if isinstance(estimator, FineTunedTagger):
+        rows = [["row", "type", "start", "end", "score", "entity"]]
+        for row, entities in enumerate(estimator.predict(texts, aggregation=aggregation)):
+            rows += [[row, e.type, e.char_start, e.char_end, f"{e.score:.4f}", e.text] for e in entities]
+    else:
+        if aggregation is not None:
+            raise InputError("--aggregation is for taggers (fine-tuned with --task token).")
+        rows = _prediction_rows(estimator, texts, pairs)
+    _write_rows(rows, output, f"wrote predictions for {len(texts)} inputs to {output}")
+
+
+def _inputs(inputs, pair, as_text, column, pair_column, header, paired) -> tuple[list[str], list[str] | None]:
+    """(texts, pairs or None) from the command line: texts with --pair, or a file's columns."""
+    from ..io.readers import read_text_pairs, read_texts
+
+    source = texts_or_file(inputs, as_text)
+    if source is None:
+        if paired and (pair is None or len(inputs) != 1):
+            raise InputError(
+                "this run scores text pairs: give one text and its pair with --pair, or a file with "
+                "--column and --pair-column."
+            )
+        if not paired and pair is not None:
+            raise InputError("--pair is for pair models (fine-tuned with --task pair); this one takes single texts.")
+        say(f"labelling {len(inputs)} input{'s' if len(inputs) != 1 else ''} given on the command line")
+        return list(inputs), [pair] if pair is not None else None
+    if not paired:
+        texts = read_texts(source, column_spec(column), header=header)[0]
+        say(f"labelling {len(texts)} rows of {source}" + (f" (column {column})" if column is not None else ""))
+        return texts, None
+    texts, pairs, _ = read_text_pairs(source, column_spec(column), column_spec(pair_column), header=header)
+    say(f"labelling {len(texts)} pairs of {source}")
+    return texts, pairs
+
+
+def _prediction_rows(estimator, texts: list[str], pairs: list[str] | None) -> list[list]:
+    inputs = list(zip(texts, pairs)) if pairs is not None else texts
+    tail = ["text", "pair"] if pairs is not None else ["text"]
+    problem = getattr(estimator, "problem", "single_label_classification")
+    if problem == "regression":
+        scores = estimator.predict(inputs)
+        return [["score", *tail]] + [[f"{s:.4f}", *_row(i, texts, pairs)] for i, s in enumerate(scores)]
+    probabilities = estimator.predict_proba(inputs)
+    if problem == "multi_label_classification":
+        labels = estimator.predict(inputs)
+        return [["labels", *tail]] + [[",".join(found), *_row(i, texts, pairs)] for i, found in enumerate(labels)]
+    rows = [["label", "probability", *tail]]
+    for i, (index, row) in enumerate(zip(probabilities.argmax(axis=1), probabilities)):
+        rows.append([estimator.classes_[index], f"{row[index]:.4f}", *_row(i, texts, pairs)])
+    return rows
+
+
+def _row(i: int, texts: list[str], pairs: list[str] | None) -> list[str]:
+    return [texts[i], pairs[i]] if pairs is not None else [texts[i]]
+
+
+def _write_rows(rows: list[list], output: Optional[Path], done: str) -> None:
+    """The rows as TSV: on stdout, or written atomically to `output`."""
+    import csv
+    import io
+
+    from ..io.writers import atomic_path
+
+    buffer = io.StringIO()
+    csv.writer(buffer, delimiter="\t", lineterminator="\n", quoting=csv.QUOTE_MINIMAL).writerows(rows)
+    if output is None:
+        typer.echo(buffer.getvalue(), nl=False)
+        return
+    with atomic_path(output) as temporary:
+        temporary.write_text(buffer.getvalue(), encoding="utf-8")
+    say(done)
+
+
+@app.command()
+def rerank(
+    run: Path = RunArgument,
+    documents: list[str] = typer.Argument(..., help="Documents to rank, or one file (text lines, or a column)."),
+    query: str = typer.Option(..., "--query", "-q", help="The query every document is scored against."),
+    top_k: Optional[int] = typer.Option(None, "--top-k", "-k", help="Show the best K only."),
+    as_text: bool = typer.Option(False, "--text", help="Take the inputs as texts, even one that names a file."),
+    column: Optional[str] = typer.Option(None, "--column", "-c", help="Text column of the documents file."),
+    header: Optional[bool] = HeaderOption,
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the ranked TSV here."),
+    threads: Optional[int] = ThreadsOption,
+    precision: Optional[str] = RunPrecisionOption,
+    device: str = DeviceOption,
+) -> None:
+    """Rank documents for a query with a pair model (a cross-encoder: --task pair), best first: rank, the document's
+    index (0-based; its file line for a file), score, document."""
+    from ..io.readers import read_texts
+
+    estimator = _load(run, True, None, threads, precision, device)
+    if not hasattr(estimator, "rank"):
+        raise InputError(f"{run} is not a text-pair model; rerank needs a run fine-tuned with --task pair.")
+    if top_k is not None and top_k < 1:
+        raise InputError(f"--top-k {top_k}: give 1 or more.")
+    source = texts_or_file(documents, as_text)
+    lines = None
+    if source is not None:
+        documents, _, lines = read_texts(source, column_spec(column), header=header)
+    ranked = estimator.rank(query, documents, top_k=top_k)
+    say(f"ranked {len(documents)} documents for {query!r}" + (f" (top {top_k})" if top_k else ""))
+    header_row = ["rank", "line" if lines is not None else "index", "score", "document"]
+    rows = [header_row] + [
+        [rank, lines[i] if lines is not None else i, f"{score:.4f}", documents[i]]
+        for rank, (i, score) in enumerate(ranked, start=1)
+    ]
+    _write_rows(rows, output, f"wrote the ranking to {output}")
