@@ -71,12 +71,17 @@ def write_wordpiece(directory: Path, cased: bool, tokenizer_class: str = "BertTo
 
 
 def tiny_bert(
-    directory: Path, cased: bool = True, max_positions: int = 64, seed: int = 0, dropout: float | None = None
+    directory: Path,
+    cased: bool = True,
+    max_positions: int = 64,
+    seed: int = 0,
+    dropout: float | None = None,
+    extra_words: tuple[str, ...] = (),
 ) -> Path:
     from transformers import AutoTokenizer, BertConfig, BertModel
 
     torch.manual_seed(seed)
-    write_wordpiece(directory, cased)
+    write_wordpiece(directory, cased, extra=extra_words)
     (directory / "config.json").write_text(json.dumps({"model_type": "bert"}))
     tokenizer = AutoTokenizer.from_pretrained(directory)
     config = BertConfig(vocab_size=len(tokenizer), max_position_embeddings=max_positions, **_small())

@@ -484,9 +484,17 @@ def _label(label, kind: str, separator: str, path: Path, line: int):
 
 
 def _header_like(labels: list, kind: str) -> bool:
-    if kind == "numeric":
-        return False  # a header's label is no number, which `_label` has refused already
+    if kind == "numeric" or _number(labels[0]):
+        return False  # a header's label is no number (a numeric kind has refused one already)
     return labels.count(labels[0]) == 1
+
+
+def _number(value) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def file_sha256(path: str | Path) -> str:
