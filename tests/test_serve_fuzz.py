@@ -43,15 +43,32 @@ LEAKS = ("Traceback", "site-packages", "/tmp/", 'File "')
 # Schema-valid requests that the service may still refuse: what a JSON schema cannot say. A 422 of this kind
 # names the option at fault; anything else refused (a validation_error, an empty list...) is a schema that
 # promises more than the server takes.
-SEMANTIC_422_WORDS = ("layers", "pooling", "dimensions")
+SEMANTIC_422_WORDS = ("layers", "pooling", "dimensions", "pairs")
 
 
 TALLY: Counter = Counter()  # (operation, phase, positive/negative, status) -> answers
 
 
 @pytest.fixture(scope="module")
-def server():
-    server = Server("--max-inputs", str(MAX_INPUTS), "--max-body-bytes", str(MAX_BODY))
+def server(tmp_path_factory):
+    """The service with a served reranker (a tiny pair regressor), so that /rerank and /v1/rerank really rank."""
+    import tiny_models
+    from test_finetune import tiny_args
+    from test_pairs import COLOURS, pair_file
+
+    from bertkit.tasks.finetune import finetune
+
+    root = tmp_path_factory.mktemp("fuzz-runs")
+    model = str(tiny_models.tiny_bert(root / "bert", extra_words=tuple(COLOURS)))
+    finetune(
+        pair_file(root / "train.tsv", n=32, scores=True),
+        output_dir=root / "rr",
+        task="pair",
+        model=model,
+        args=tiny_args(epochs=1, max_length=24),
+        dev_share=0.25,
+    )
+    server = Server("--max-inputs", str(MAX_INPUTS), "--max-body-bytes", str(MAX_BODY), "--run", f"rr={root / 'rr'}")
     yield server
     assert server.stop() == 0, server.output()[-3000:]
     if TALLY:
@@ -107,7 +124,8 @@ def schema_valid_is_served(ctx, response, case) -> None:
     kind, message = (error["code"], error["message"]) if isinstance(error, dict) else (body.get("error_type"), error)
     allowed = (
         (response.status_code == 413 and kind in ("input_too_long", "payload_too_large"))
-        or (response.status_code == 404 and kind == "unknown_run")
+        or (response.status_code == 404 and kind in ("unknown_run", "no_reranker"))
+        or (response.status_code == 422 and kind in ("not_a_reranker", "model_required"))
         or (
             response.status_code == 422
             and kind == "invalid_input"

@@ -10,6 +10,7 @@ import asyncio
 import base64
 import gc
 import logging
+import uuid
 from collections.abc import Callable, Sequence
 from contextlib import asynccontextmanager
 from http import HTTPStatus
@@ -41,16 +42,22 @@ from .middleware import (
 from .runs import ServedRun
 from .schemas import (
     ClassPrediction,
+    CohereRerankRequest,
+    CohereRerankResponse,
     EmbedRequest,
     ErrorResponse,
     ExplainInfo,
     ExplainRequest,
     ExplainResponse,
     Health,
+    LabelSetPrediction,
     OpenAIEmbeddingRequest,
     OpenAIEmbeddingResponse,
     OpenAIErrorResponse,
     PredictRequest,
+    RerankItem,
+    RerankRequest,
+    ScorePrediction,
     ServiceInfo,
     TagPrediction,
     TokenizeRequest,
@@ -299,9 +306,12 @@ def _routes(service: Service) -> APIRouter:
     key = settings.api_key is not None
 
     def body(model: type[BaseModel]) -> dict:
-        return _body(
-            request_schema(model, settings.max_inputs, service.model_names if model is OpenAIEmbeddingRequest else ())
-        )
+        names: Sequence[str] = ()
+        if model is OpenAIEmbeddingRequest:
+            names = sorted(service.model_names)
+        elif model is CohereRerankRequest:  # its `model` is a served reranker's name
+            names = sorted(name for name, run in service.runs.items() if run.ranks) or ["(no reranker served)"]
+        return _body(request_schema(model, settings.max_inputs, names))
 
     def answers(path: str, model, codes: Sequence[int] = POST_ERRORS, headers: dict | None = None) -> dict:
         return {**_ok(model, headers), **_errors(codes, path, key)}
@@ -309,6 +319,7 @@ def _routes(service: Service) -> APIRouter:
     _status_routes(router, answers, key)
     _embedding_routes(router, body, answers)
     _prediction_routes(router, body, key)
+    _rerank_routes(router, body, answers)
     return router
 
 
@@ -478,7 +489,7 @@ def _prediction_routes(router: APIRouter, body: Callable, key: bool) -> None:
 
     @router.post(
         "/predict/{run}",
-        response_model=list[ClassPrediction] | list[TagPrediction],
+        response_model=list[ClassPrediction] | list[ScorePrediction] | list[LabelSetPrediction] | list[TagPrediction],
         openapi_extra=body(PredictRequest),
         responses=_errors((*POST_ERRORS, 404), "/predict", key),
         summary="A served run's labels with probabilities, or entities with character offsets",
@@ -488,6 +499,69 @@ def _prediction_routes(router: APIRouter, body: Callable, key: bool) -> None:
         service.run(run)
         body = await _parse(request, PredictRequest)
         return await service.predict(run, service.texts(body.inputs), _disconnected(request))
+
+
+def _rerank_routes(router: APIRouter, body: Callable, answers: Callable) -> None:
+    """/rerank (TEI), /v1/rerank (Cohere v1, Jina) and /v2/rerank (Cohere v2): a served pair run, best first."""
+
+    @router.post(
+        "/rerank",
+        openapi_extra=body(RerankRequest),
+        responses=answers("/rerank", list[RerankItem], (*POST_ERRORS, 404)),
+        summary="TEI's /rerank: the texts scored against the query by a served pair run, best first",
+    )
+    async def rerank(request: Request):
+        body = await _parse(request, RerankRequest)
+        service = _service(request)
+        run = service.reranker(body.model)
+        ranked, _ = await service.rerank(
+            run, body.query, body.texts, body.raw_scores, body.truncate, _disconnected(request)
+        )
+        items = [
+            {"index": i, "score": score, **({"text": body.texts[i]} if body.return_text else {})} for i, score in ranked
+        ]
+        return VectorJSONResponse(items)
+
+    @router.post(
+        "/v1/rerank",
+        openapi_extra=body(CohereRerankRequest),
+        responses=answers("/v1/rerank", CohereRerankResponse, (*POST_ERRORS, 404)),
+        summary="Cohere's and Jina's /v1/rerank: documents ranked by a served pair run (model: its name)",
+    )
+    @router.post("/v2/rerank", include_in_schema=False)  # Cohere's v2 client; the same body and answer
+    async def cohere_rerank(request: Request):
+        body = await _parse(request, CohereRerankRequest)
+        service = _service(request)
+        documents = []
+        for row, document in enumerate(body.documents):
+            if isinstance(document, dict) and set(document) != {"text"}:
+                raise ServeError(
+                    422,
+                    "invalid_input",
+                    f"documents[{row}]: an object document has one field, 'text'.",
+                    param="documents",
+                )
+            documents.append(document["text"] if isinstance(document, dict) else document)
+        run = service.reranker(body.model)
+        ranked, tokens = await service.rerank(run, body.query, documents, disconnected=_disconnected(request))
+        results = [
+            {
+                "index": i,
+                "relevance_score": score,
+                **({"document": {"text": documents[i]}} if body.return_documents else {}),
+            }
+            for i, score in ranked[: body.top_n]
+        ]
+        meta = {"api_version": {"version": "1"}, "billed_units": {"search_units": 1}}
+        return VectorJSONResponse(
+            {
+                "id": str(uuid.uuid4()),
+                "model": body.model,
+                "results": results,
+                "meta": meta,
+                "usage": {"total_tokens": tokens},
+            }
+        )
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[int, str, str]:

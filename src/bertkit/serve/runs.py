@@ -14,7 +14,8 @@ from ..tasks.runs import KIND_FEATURES, KIND_TOKEN, read_run_config
 
 @dataclass
 class ServedRun:
-    """A loaded run under its URL name: `predict(texts)` gives JSON-ready labels or entities."""
+    """A loaded run under its URL name: `predict(inputs)` gives JSON-ready labels, scores, label sets or entities;
+    a pair run (a cross-encoder) also reranks."""
 
     name: str
     kind: str
@@ -27,11 +28,34 @@ class ServedRun:
             return sorted({c[2:] for c in classes if c[:2] in ("B-", "I-")})
         return classes
 
-    def describe(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "labels": self.labels}
+    @property
+    def problem(self) -> str:
+        if self.kind == KIND_TOKEN:
+            return "token_classification"
+        return getattr(self.model, "problem", "single_label_classification")
 
-    def predict(self, texts: list[str]) -> list[dict]:
-        """Labels with probabilities (classifiers) or entities with type, text, character span and score (taggers)."""
+    @property
+    def takes_pairs(self) -> bool:
+        return getattr(self.model, "takes_pairs", False) is True
+
+    @property
+    def ranks(self) -> bool:
+        """A pair model that gives one score per pair: a regressor or a two-class classifier."""
+        return self.takes_pairs and (self.problem == "regression" or len(self.labels) == 2)
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "labels": self.labels,
+            "problem": self.problem,
+            "pairs": self.takes_pairs,
+            "reranks": self.ranks,
+        }
+
+    def predict(self, inputs: list) -> list[dict]:
+        """Labels with probabilities (classifiers), a score (regressors), labels over the threshold (multi-label),
+        or entities with type, text, character span and score (taggers)."""
         if self.kind == KIND_TOKEN:
             return [
                 {
@@ -40,10 +64,21 @@ class ServedRun:
                         for e in entities
                     ]
                 }
-                for entities in self.model.predict(texts)
+                for entities in self.model.predict(inputs)
             ]
-        probabilities = np.asarray(self.model.predict_proba(texts), dtype=np.float64)
+        if self.problem == "regression":
+            return [{"score": round(float(score), 6)} for score in self.model.predict(inputs)]
+        probabilities = np.asarray(self.model.predict_proba(inputs), dtype=np.float64)
         classes = [str(c) for c in self.model.classes_]
+        if self.problem == "multi_label_classification":
+            threshold = self.model.threshold
+            return [
+                {
+                    "labels": [c for c, p in zip(classes, row) if p >= threshold],
+                    "probabilities": [{"label": c, "score": round(float(p), 6)} for c, p in zip(classes, row)],
+                }
+                for row in probabilities
+            ]
         results = []
         for row in probabilities:
             order = np.argsort(-row)
@@ -55,6 +90,12 @@ class ServedRun:
                 }
             )
         return results
+
+    def rerank(self, query: str, documents: list[str], raw: bool = False) -> list[tuple[int, float]]:
+        """(index, score) of every document for `query`, best first: the run's `rank` (raw: the logit margin)."""
+        scores = self.model.scores([(query, document) for document in documents], raw=raw)
+        order = sorted(range(len(documents)), key=lambda i: -float(scores[i]))
+        return [(i, float(scores[i])) for i in order]
 
 
 def load_runs(directories: dict[str, Path]) -> dict[str, ServedRun]:

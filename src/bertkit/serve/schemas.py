@@ -15,7 +15,8 @@ import copy
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, WithJsonSchema
+from annotated_types import Ge
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr, WithJsonSchema
 
 TEXTS_SCHEMA: dict[str, Any] = {
     "anyOf": [
@@ -34,6 +35,41 @@ POOLING_DESCRIPTION = (
 )
 
 Inputs = Annotated[StrictStr | list[StrictStr], WithJsonSchema(TEXTS_SCHEMA)]
+
+
+def _whole(value: Any) -> Any:
+    """JSON Schema's integer: 3 and 3.0 alike (no strings, no fractions, no booleans)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+PositiveWhole = Annotated[StrictInt, Ge(1), BeforeValidator(_whole)]
+PAIR_SCHEMA: dict[str, Any] = {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2}
+PREDICT_SCHEMA: dict[str, Any] = {
+    "anyOf": [*TEXTS_SCHEMA["anyOf"], {"type": "array", "items": PAIR_SCHEMA, "minItems": 1}],
+    "description": "One text, a list of texts, or (for a pair run) a list of [text, pair] pairs, as TEI's /predict.",
+}
+PredictInputs = Annotated[
+    StrictStr | list[StrictStr] | list[Annotated[list[StrictStr], Field(min_length=2, max_length=2)]],
+    WithJsonSchema(PREDICT_SCHEMA),
+]
+DOCUMENTS_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "minItems": 1,
+    "items": {
+        "anyOf": [
+            {"type": "string"},
+            {
+                "type": "object",
+                "properties": {"text": {"type": "string"}},
+                "required": ["text"],
+                "additionalProperties": False,
+            },
+        ]
+    },
+    "description": "The documents: strings, or objects with a 'text' (Cohere's structured form).",
+}
 Layers = Annotated[StrictStr, Field(description=LAYERS_DESCRIPTION, examples=["last", "last4:sum", "-2"])]
 Pooling = Annotated[StrictStr, Field(description=POOLING_DESCRIPTION, examples=["mean", "cls", "cls+max"])]
 
@@ -62,9 +98,32 @@ class TokenizeRequest(_Request):
 
 
 class PredictRequest(_Request):
-    """Texts for a served run."""
+    """Texts (or text pairs, for a pair run) for a served run."""
 
-    inputs: Inputs
+    inputs: PredictInputs
+
+
+class RerankRequest(_Request):
+    """TEI's `/rerank` body, plus bertkit's `model`: which served pair run, when there are several."""
+
+    query: StrictStr
+    texts: Annotated[list[StrictStr], Field(min_length=1)]
+    raw_scores: StrictBool = Field(False, description="the model's logit (margin) instead of its score")
+    return_text: StrictBool = False
+    truncate: StrictBool = Field(False, description="false: a pair longer than the run's max length is a 413")
+    truncation_direction: Literal["right", "Right"] = "right"
+    model: StrictStr | None = Field(None, description="the served pair run to use (see /info); needed with several")
+
+
+class CohereRerankRequest(_Request):
+    """Cohere's and Jina's `/v1/rerank` body (Cohere's v2 at `/v2/rerank`); `model` names a served pair run."""
+
+    model: StrictStr = Field(description="a served pair run's name (see /info)")
+    query: StrictStr
+    documents: Annotated[list[StrictStr | dict[str, StrictStr]], WithJsonSchema(DOCUMENTS_SCHEMA)]
+    top_n: PositiveWhole | None = None
+    return_documents: StrictBool = False
+    rank_fields: list[Literal["text"]] | None = Field(None, description="only 'text' is ranked")
 
 
 class OpenAIEmbeddingRequest(BaseModel):
@@ -128,9 +187,9 @@ def request_schema(model: type[BaseModel], max_inputs: int | None = None, model_
     """
     schema = copy.deepcopy(model.model_json_schema())
     properties = schema.get("properties", {})
-    for name in ("inputs", "input"):
+    for name in ("inputs", "input", "texts", "documents"):
         if name in properties and max_inputs is not None:
-            for option in properties[name].get("anyOf", ()):
+            for option in [properties[name], *properties[name].get("anyOf", ())]:
                 if option.get("type") == "array":
                     option["maxItems"] = max_inputs
     names = sorted(set(model_names))
@@ -190,6 +249,47 @@ class ClassPrediction(BaseModel):
     probabilities: list[LabelScore]
 
 
+class ScorePrediction(BaseModel):
+    score: float = Field(description="a regressor's output")
+
+
+class LabelSetPrediction(BaseModel):
+    labels: list[str] = Field(description="every label whose probability reaches the run's threshold")
+    probabilities: list[LabelScore]
+
+
+class RerankItem(BaseModel):
+    """TEI's `/rerank` answer item (sorted by score, best first)."""
+
+    index: int
+    score: float
+    text: str | None = Field(None, description="with return_text")
+
+
+class CohereDocument(BaseModel):
+    text: str
+
+
+class CohereRerankResult(BaseModel):
+    index: int
+    relevance_score: float
+    document: CohereDocument | None = Field(None, description="with return_documents")
+
+
+class RerankUsage(BaseModel):
+    total_tokens: int
+
+
+class CohereRerankResponse(BaseModel):
+    """Cohere's `/v1/rerank` answer (id, results, meta), with Jina's `model` and `usage` too."""
+
+    id: str
+    model: str
+    results: list[CohereRerankResult]
+    meta: dict[str, Any]
+    usage: RerankUsage
+
+
 class EntityOut(BaseModel):
     type: str
     text: str
@@ -210,8 +310,13 @@ class Health(BaseModel):
 
 class RunInfo(BaseModel):
     name: str
-    kind: str = Field(description="features, finetuned-sequence or finetuned-token")
+    kind: str = Field(description="features, finetuned-text or finetuned-token")
     labels: list[str]
+    problem: str = Field(
+        description="single_label_classification, multi_label_classification, regression or token_classification"
+    )
+    pairs: bool = Field(description="the run takes text pairs (a cross-encoder)")
+    reranks: bool = Field(description="the run serves /rerank and /v1/rerank")
 
 
 class Limits(BaseModel):

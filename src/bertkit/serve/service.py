@@ -134,11 +134,76 @@ class Service:
         vectors = await self._wait(job, disconnected)
         return EmbedResult(vectors, encoded, truncated)
 
-    async def predict(self, name: str, texts: list[str], disconnected: Disconnected | None = None) -> list[dict]:
-        """A served run's own predictions, computed on the model thread."""
+    async def predict(self, name: str, inputs: list, disconnected: Disconnected | None = None) -> list[dict]:
+        """A served run's own predictions (of texts, or of [text, pair] pairs for a pair run), on the model thread."""
         run = self.run(name)
-        estimate = sum(len(t) // 4 + 2 for t in texts)  # token estimate for the queue budget
-        return await self.call(lambda: run.predict(texts), estimate, disconnected)
+        pairs = bool(inputs) and all(isinstance(x, list) for x in inputs)
+        if pairs != run.takes_pairs:
+            wanted = "[text, pair] pairs: send a list of two-text lists" if run.takes_pairs else "texts, not pairs"
+            raise ServeError(422, "invalid_input", f"run {name!r} takes {wanted}.", param="inputs")
+        items = [tuple(x) for x in inputs] if pairs else inputs
+        estimate = sum(len(" ".join(x) if pairs else x) // 4 + 2 for x in inputs)  # tokens, for the queue budget
+        return await self.call(lambda: run.predict(items), estimate, disconnected)
+
+    def reranker(self, name: str | None) -> ServedRun:
+        """The served pair run `name`, or the only one when no name is given."""
+        if name is not None:
+            run = self.run(name)
+            if not run.ranks:
+                what = "text pairs" if run.takes_pairs else "single texts"
+                raise ServeError(
+                    422,
+                    "not_a_reranker",
+                    f"run {name!r} does not rerank: it is a {run.problem} model of {what}. Reranking takes a pair run "
+                    "(bertkit finetune --task pair) that gives one score: a regressor or a two-class classifier.",
+                    param="model",
+                )
+            return run
+        rankers = sorted(name for name, run in self.runs.items() if run.ranks)
+        if not rankers:
+            raise ServeError(
+                404,
+                "no_reranker",
+                "this server serves no reranker; start it with --run NAME=DIR of a run fine-tuned with --task pair.",
+            )
+        if len(rankers) > 1:
+            raise ServeError(
+                422,
+                "model_required",
+                f"several rerankers are served ({', '.join(rankers)}); name one with the model field.",
+                param="model",
+            )
+        return self.runs[rankers[0]]
+
+    async def rerank(
+        self,
+        run: ServedRun,
+        query: str,
+        documents: list[str],
+        raw: bool = False,
+        truncate: bool = True,
+        disconnected: Disconnected | None = None,
+    ) -> tuple[list, int]:
+        """(index, score) of every document for `query`, best first, and the tokens the pairs took."""
+        from ..encoder.tokenize import TOKENIZER_LOCK
+
+        documents = self.texts(documents, "documents")
+        model = run.model
+        with TOKENIZER_LOCK:
+            lengths = [len(ids) for ids in model.tokenizer([query] * len(documents), documents)["input_ids"]]
+        too_long = [i for i, n in enumerate(lengths) if n > model.max_length]
+        if too_long and not truncate:
+            first = too_long[0]
+            raise ServeError(
+                413,
+                "input_too_long",
+                f"the query with texts[{first}] has {lengths[first]} tokens, more "
+                f"than this run's {model.max_length}; {len(too_long)} pair(s) are too long. Send "
+                "truncate=true to cut them (longest first), or shorten them.",
+            )
+        tokens = sum(min(n, model.max_length) for n in lengths)
+        ranked = await self.call(lambda: run.rerank(query, documents, raw), tokens, disconnected)
+        return ranked, tokens
 
     async def call(self, work: Callable[[], Any], tokens: int, disconnected: Disconnected | None = None) -> Any:
         """Run `work` on the model thread, alone (no pass in flight), under the queue's admission control.
