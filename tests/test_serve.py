@@ -392,12 +392,17 @@ def test_sigterm_finishes_requests_in_flight_and_exits_0(encoder):
 
 def test_an_idle_keep_alive_connection_outlives_the_clients(server):
     """httpx drops an idle connection after 5 s; the server keeps it longer, so it never closes one under a request."""
-    import socket
+    import http.client
 
-    request = (f"GET /info HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nAuthorization: Bearer {KEY}\r\n\r\n").encode()
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as connection:
-        connection.sendall(request)
-        assert connection.recv(65536).startswith(b"HTTP/1.1 200")
-        time.sleep(6)  # past uvicorn's default keep-alive of 5 s
-        connection.sendall(request)
-        assert connection.recv(65536).startswith(b"HTTP/1.1 200")
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        connection.request("GET", "/info", headers=server.headers)
+        first = connection.getresponse()
+        assert first.status == 200 and first.read()
+        socket_before = connection.sock
+        time.sleep(6)  # past uvicorn's default keep-alive of 5 s: a server that closed it makes the next request fail
+        connection.request("GET", "/info", headers=server.headers)
+        second = connection.getresponse()
+        assert second.status == 200 and second.read() and connection.sock is socket_before
+    finally:
+        connection.close()
