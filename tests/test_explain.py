@@ -535,3 +535,75 @@ def test_the_screenshot_command_writes_every_picture_into_the_folder_it_is_given
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(SCREENSHOTS)
     assert all(p.stat().st_size > 1000 for p in tmp_path.iterdir())
+
+
+# ---- pairs ---------------------------------------------------------------------------------------------------------
+def test_a_pair_is_one_input_with_its_segments_and_separator(encoder):
+    view = views.tokenization(encoder, "how old are you?", pair="I am six.")
+    batch = encoder.tokenize(["how old are you?"], ["I am six."])
+    assert view["rows"] == batch.table(0)
+    assert [r["token"] for r in view["rows"]][:7] == ["[CLS]", "how", "old", "are", "you", "?", "[SEP]"]
+    assert view["separators"] == [6, 11] and view["pair_words"] == ["I", "am", "six."]
+    assert view["segments"] == [{"type_id": 0, "first": 0, "last": 6}, {"type_id": 1, "first": 7, "last": 11}]
+    single = views.tokenization(encoder, "how old are you?")
+    assert single["segments"] == [{"type_id": 0, "first": 0, "last": 6}] and single["pair"] is None
+
+
+@pytest.fixture(scope="module")
+def pair_dir(tmp_path_factory):
+    """A tiny pair regressor (the colour pairs of test_pairs)."""
+    import tiny_models
+    from test_finetune import tiny_args
+    from test_pairs import COLOURS, pair_file
+
+    from bertkit.tasks.finetune import finetune
+
+    root = tmp_path_factory.mktemp("pair-run")
+    model = str(tiny_models.tiny_bert(root / "bert", extra_words=tuple(COLOURS)))
+    finetune(
+        pair_file(root / "train.tsv", scores=True),
+        pair_file(root / "dev.tsv", n=32, seed=1, scores=True),
+        task="pair",
+        output_dir=root / "rr",
+        model=model,
+        args=tiny_args(epochs=4, max_length=24),
+    )
+    return root / "rr"
+
+
+def test_a_pair_run_is_scored_on_the_pair_and_asks_for_one(encoder, pair_dir):
+    explainer = Explainer.from_paths(encoder=encoder, run_dirs=[f"rr={pair_dir}"])
+    assert explainer.info()["runs"] == {"rr": "pair regressor"}
+    without = explainer.explain(Settings("my red film"))
+    assert "type a second text under" in without["predictions"]["rr"]["error"]
+    answer = explainer.explain(Settings("my red film", pair="a red red film"))
+    expected = load_run(pair_dir).predict([("my red film", "a red red film")])[0]
+    assert answer["predictions"]["rr"] == {
+        "kind": "score",
+        "pair": "a red red film",
+        "score": round(float(expected), 4),
+    }
+    assert answer["tokenization"]["separators"] and answer["model"]["tokens"][-1] == "[SEP]"
+
+
+@pytest.mark.slow
+def test_the_page_shows_a_pair_and_a_served_pair_runs_score(browser, pair_dir, tmp_path):
+    served = Served("--run", f"rr={pair_dir}")
+    watched = Watched(browser)
+    try:
+        watched.update(lambda: watched.page.goto(served.url + "/"))
+        watched.update(
+            lambda: (watched.page.fill("#text", "my red film"), watched.page.fill("#pair", "a red red film"))
+        )
+        assert watched.cells("type-ids") == ["0"] * 5 + ["1"] * 5  # [CLS] my red film [SEP] | a red red film [SEP]
+        assert watched.cells("tokens")[4] == "[SEP]" and watched.cells("tokens")[-1] == "[SEP]"
+        assert watched.page.locator("#tokens-table td.segment-b").count() == 5 * 6  # six rows of the table
+        assert "[SEP] at 4 and 9" in watched.page.locator("#segments").inner_text()
+        score = watched.page.locator('.prediction[data-run="rr"] .score').inner_text()
+        expected = load_run(pair_dir).predict([("my red film", "a red red film")])[0]
+        assert float(score) == pytest.approx(float(expected), abs=1e-4)
+        watched.page.screenshot(path=str(tmp_path / "pair.png"), full_page=False)
+        assert watched.errors == []
+    finally:
+        watched.page.close()
+        served.stop()

@@ -43,6 +43,7 @@ class Settings:
     pooling: str = "mean"
     compare: str | None = None
     map_run: str | None = None
+    pair: str | None = None
 
     @classmethod
     def from_json(cls, payload: dict) -> Settings:
@@ -58,13 +59,15 @@ class Settings:
         for name in ("layers", "pooling"):
             if name in payload and not isinstance(payload[name], str):
                 raise InputError(f"{name} must be a string such as 'last4:sum' or 'mean'.")
-        for name in ("compare", "map_run"):
+        for name in ("compare", "map_run", "pair"):
             if payload.get(name) is not None and not isinstance(payload[name], str):
                 raise InputError(f"{name} must be a string or null.")
         settings = cls(**payload)
         views.check_text(settings.text)
         if settings.compare:
             views.check_text(settings.compare, "compare")
+        if settings.pair:
+            views.check_text(settings.pair, "pair")
         return settings
 
 
@@ -150,10 +153,17 @@ class Explainer:
         limits = (views.MAX_VECTOR_LAYERS, views.MAX_ATTENTION_MAPS) if bounded else (None, None)
         return {
             "settings": {**settings.__dict__, "map_run": map_run},
-            "tokenization": _panel(lambda: views.tokenization(encoder, text, settings.pad_to)),
+            "tokenization": _panel(lambda: views.tokenization(encoder, text, settings.pad_to, settings.pair)),
             "model": _panel(
                 lambda: views.through_model(
-                    encoder, text, settings.pad_to, settings.layer, settings.attention_layer, settings.head, *limits
+                    encoder,
+                    text,
+                    settings.pad_to,
+                    settings.pair,
+                    settings.layer,
+                    settings.attention_layer,
+                    settings.head,
+                    *limits,
                 )
             ),
             "sentence": _panel(
@@ -161,7 +171,9 @@ class Explainer:
             ),
             "map": _panel(lambda: self.map_view(map_run, text)),
             "predictions": {
-                name: _panel(lambda name=name, run=run: views.prediction(run, text, self._features(name, text)))
+                name: _panel(
+                    lambda name=name, run=run: views.prediction(run, text, self._features(name, text), settings.pair)
+                )
                 for name, run in self.runs.items()
             },
             "probes": {
@@ -177,6 +189,9 @@ class Explainer:
         """
         sentence = min(len(settings.text) // 4 + 2, self.encoder.max_length)
         compare = min(len(settings.compare) // 4 + 2, self.encoder.max_length) if settings.compare else 0
+        compare += (
+            min(len(settings.pair) // 4 + 2, self.encoder.max_length) * (3 + len(self.runs)) if settings.pair else 0
+        )
         map_run = self._map_run(settings)
         first_map = MAP_ROWS * 16 if map_run in self.runs and map_run not in self._maps else 0
         return sentence * (3 + len(self.runs)) + compare + first_map
@@ -289,10 +304,15 @@ def load_probe(directory: str) -> dict | None:
 
 
 def run_kind(run) -> str:
-    """'feature classifier', 'fine-tuned classifier' or 'tagger'."""
+    """'feature classifier', 'fine-tuned classifier', 'pair classifier', 'regressor', 'pair regressor' or 'tagger'."""
     if isinstance(run, TextClassifier):
         return "feature classifier"
-    return "fine-tuned classifier" if hasattr(run, "predict_proba") else "tagger"
+    if not hasattr(run, "predict_proba"):
+        return "tagger"
+    pairs = "pair " if getattr(run, "takes_pairs", False) is True else ""
+    if getattr(run, "problem", None) == "regression":
+        return f"{pairs}regressor"
+    return f"{pairs}classifier" if pairs else "fine-tuned classifier"
 
 
 def _panel(compute: Callable[[], dict]) -> dict:

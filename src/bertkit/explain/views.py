@@ -56,13 +56,19 @@ def check_padding(encoder: Encoder, pad_to: int | None) -> int | None:
     return pad_to
 
 
-def tokenization(encoder: Encoder, text: str, pad_to: int | None = None) -> dict:
-    """The guide's table (tokens, ids, mask, type ids, word ids) padded to `pad_to`, with the CLI's coverage line."""
-    batch = _batch(encoder, text, pad_to)
-    coverage = encoder.coverage([text])
+def tokenization(encoder: Encoder, text: str, pad_to: int | None = None, pair: str | None = None) -> dict:
+    """The guide's table (tokens, ids, mask, type ids, word ids) padded to `pad_to`, with the CLI's coverage line;
+    with a `pair`, the tutorial's `[CLS] a [SEP] b [SEP]`: where each segment runs and where `[SEP]` divides them."""
+    batch = _batch(encoder, text, pad_to, pair)
+    coverage = encoder.coverage([text] + ([pair] if pair else []))
     rows = batch.table(0)
+    separators = [r["position"] for r in rows if r["mask"] and r["token"] == encoder.tokenizer.sep_token]
     return {
         "words": text.split(),
+        "pair": pair,
+        "pair_words": pair.split() if pair else [],
+        "separators": separators,
+        "segments": _segments(rows),
         "rows": rows,
         "unknown_positions": [r["position"] for r in rows if r["id"] == encoder.tokenizer.unk_token_id],
         "length": int(batch.attention_mask[0].sum()),
@@ -81,6 +87,7 @@ def through_model(
     encoder: Encoder,
     text: str,
     pad_to: int | None = None,
+    pair: str | None = None,
     layer: int | list[int] | str | None = None,
     attention_layer: int | list[int] | str | None = None,
     head: int | list[int] | str | None = None,
@@ -97,6 +104,8 @@ def through_model(
         The sentence.
     pad_to : int, optional
         Pad the tokens to this length.
+    pair : str, optional
+        A second text, read as the pair `[CLS] text [SEP] pair [SEP]`.
     layer : int, list of int, 'all' or None
         The hidden states whose token vectors to send (None: the last).
     attention_layer : int, list of int, 'all' or None
@@ -117,7 +126,7 @@ def through_model(
     heads = _pick(MEAN if head is None else head, n_heads, "head", "attention heads", MEAN, extra=(MEAN,))
     _cap(len(layers), max_layers, "layer", "layers of token vectors")
     _cap(len(attention_layers) * len(heads), max_maps, "attention_layer x head", "attention maps")
-    batch = _batch(encoder, text, pad_to)
+    batch = _batch(encoder, text, pad_to, pair)
     out = encoder.forward(batch)
     states = out.hidden_states  # layers + 1 tensors of (1, n, hidden)
     attentions = attention_weights(encoder, batch)  # layers tensors of (1, heads, n, n)
@@ -217,17 +226,28 @@ def sentence_vector(
     return result
 
 
-def prediction(run, text: str, features: np.ndarray | None = None) -> dict:
-    """A classifier's label and probabilities (`predict_proba`), or a tagger's entities (`predict`), as the CLI prints.
+def prediction(run, text: str, features: np.ndarray | None = None, pair: str | None = None) -> dict:
+    """A classifier's label and probabilities (`predict_proba`), a regressor's score, or a tagger's entities
+    (`predict`), as the CLI prints them; a pair run reads (text, pair).
 
     `features`: the feature run's vectors of [text] when already computed (`predict_proba` is exactly
     `head_.predict_proba(vectorizer_.transform(X))`), so the map and the prediction share one forward pass.
     """
+    takes_pairs = getattr(run, "takes_pairs", False) is True
+    if takes_pairs and not pair:
+        raise InputError("this run scores text pairs: type a second text under “Pair” to see its score.")
+    item = (text, pair) if takes_pairs else text
+    if getattr(run, "problem", None) == "regression":
+        return {
+            "kind": "score",
+            "pair": pair if takes_pairs else None,
+            "score": round(float(run.predict([item])[0]), DIGITS),
+        }
     if hasattr(run, "predict_proba"):
         if features is not None:
             probabilities = run.head_.predict_proba(features)[0]
         else:
-            probabilities = run.predict_proba([text])[0]
+            probabilities = run.predict_proba([item])[0]
         best = int(np.argmax(probabilities))
         return {
             "kind": "classifier",
@@ -294,11 +314,26 @@ def _named(facts: dict) -> dict:
     return named
 
 
-def _batch(encoder: Encoder, text: str, pad_to: int | None):
-    """What `bertkit tokenize --max-length` builds: padded to `pad_to`, or to its own length (at most MAX_TOKENS)."""
+def _batch(encoder: Encoder, text: str, pad_to: int | None, pair: str | None = None):
+    """What `bertkit tokenize --max-length [--pair]` builds: padded to `pad_to`, or to its own length (at most
+    MAX_TOKENS; a pair cut longest first)."""
     pad_to = check_padding(encoder, pad_to)
     limit = pad_to or min(MAX_TOKENS, encoder.max_length)
-    return encoder.tokenize([text], max_length=limit, padding="max_length" if pad_to else "longest")
+    pairs = [pair] if pair else None
+    return encoder.tokenize([text], pairs, max_length=limit, padding="max_length" if pad_to else "longest")
+
+
+def _segments(rows: list[dict]) -> list[dict]:
+    """Each segment's real tokens: [{type_id, first, last}] in order (one for a single text, two for a pair)."""
+    segments: list[dict] = []
+    for row in rows:
+        if not row["mask"]:
+            continue
+        if segments and segments[-1]["type_id"] == row["type_id"]:
+            segments[-1]["last"] = row["position"]
+        else:
+            segments.append({"type_id": row["type_id"], "first": row["position"], "last": row["position"]})
+    return segments
 
 
 def _pick(

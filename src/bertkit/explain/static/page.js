@@ -112,6 +112,7 @@
       pooling: $("pooling").value,
       compare: $("compare").value.trim() === "" ? null : $("compare").value,
       map_run: $("map-run").value || null,
+      pair: $("pair").value.trim() === "" ? null : $("pair").value,
     };
   }
 
@@ -119,6 +120,7 @@
     $("text").value = s.text;
     $("pad").value = s.pad_to == null ? "" : String(s.pad_to);
     $("compare").value = s.compare || "";
+    $("pair").value = s.pair || "";
     $("layers").value = s.layers;
     $("pooling").value = s.pooling;
     if (s.map_run) $("map-run").value = s.map_run;
@@ -126,7 +128,10 @@
 
   // ---- panels -----------------------------------------------------------------------------------------------------
   function drawTokens(d) {
-    $("words").textContent = "Words: " + (d.words.length ? d.words.join("  ·  ") : "(none)");
+    $("words").textContent = "Words: " + (d.words.length ? d.words.join("  ·  ") : "(none)") +
+      (d.pair ? "   |   pair: " + (d.pair_words.length ? d.pair_words.join("  ·  ") : "(none)") : "");
+    $("segments").textContent = d.pair ? d.segments.map((s) => `type id ${s.type_id} (text ${s.type_id ? "b" : "a"}): ` +
+      `positions ${s.first}–${s.last}`).join(";  ") + `;  [SEP] at ${d.separators.join(" and ")}` : "";
     const table = clear($("tokens-table"));
     const unknown = new Set(d.unknown_positions);
     const rows = [["positions", "position", (r) => r.position], ["tokens", "token", (r) => r.token],
@@ -140,7 +145,8 @@
         else if (r.mask === 0) kind = "pad";
         else if (/^\[.+\]$|^<.+>$/.test(r.token)) kind = "special";
         else if (r.token.startsWith("##")) kind = "piece";
-        tr.appendChild(el("td", { class: kind, text: String(get(r)) }));
+        if (r.type_id === 1 && r.mask === 1) kind += " segment-b";
+        tr.appendChild(el("td", { class: kind.trim(), text: String(get(r)) }));
       });
       table.appendChild(tr);
     });
@@ -220,7 +226,10 @@
       const p = predictions[name], card = el("div", { class: "prediction", "data-run": name });
       card.appendChild(el("h3", { text: name + (p.kind ? ` (${p.kind})` : "") }));
       if (p.error) card.appendChild(el("div", { class: "error", text: p.error }));
-      else if (p.kind === "classifier") {
+      else if (p.kind === "score") {
+        card.appendChild(el("p", {}, [(p.pair ? "score of the pair " : "score "), el("span", { class: "label score",
+          text: p.score.toFixed(4) })]));
+      } else if (p.kind === "classifier") {
         card.appendChild(el("p", {}, ["label ", el("span", { class: "label", text: p.label }), "  probability ",
           el("span", { class: "probability", text: p.probability })]));
         p.classes.forEach((c) => card.appendChild(el("div", { class: "bar" }, [el("span", { class: "name", text: c.label }),
@@ -324,7 +333,7 @@
     if (OFFLINE) {
       fillControls(OFFLINE.info);
       applySettings(OFFLINE.result.settings);
-      ["text", "pad", "compare", "layers", "pooling", "map-run"].forEach((id) => { $(id).disabled = true; });
+      ["text", "pad", "pair", "compare", "layers", "pooling", "map-run"].forEach((id) => { $(id).disabled = true; });
       const note = $("static-note");
       note.textContent = "Saved by `bertkit explain`: the sentence and its settings are fixed; the heatmap layer, " +
         "attention layer and head switch here. Run `bertkit serve` to explain any sentence.";
@@ -343,7 +352,7 @@
       showEverywhere("Could not read the model facts from the server (" + err.message + ").");
       return;
     }
-    ["text", "pad", "compare", "layers", "pooling"].forEach((id) => $(id).addEventListener("input", later));
+    ["text", "pad", "pair", "compare", "layers", "pooling"].forEach((id) => $(id).addEventListener("input", later));
     ["layer", "att-layer", "head", "map-run"].forEach((id) => $(id).addEventListener("change", update));
     await update();
   }
