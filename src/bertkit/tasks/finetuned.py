@@ -12,11 +12,12 @@ import torch
 import transformers
 from transformers import AutoTokenizer
 
+from ..encoder.defaults import MAX_BATCH_TOKENS
 from ..encoder.devices import resolve_device
 from ..encoder.int8 import calibration_for, quantize_model
 from ..encoder.models import quiet_transformers
 from ..encoder.precision import autocast, check_precision
-from ..encoder.threads import set_threads
+from ..encoder.threads import forward_in_parallel, set_threads, total_threads
 from ..encoder.tokenize import LONG_TEXT_POLICIES, TOKENIZER_LOCK, check_texts
 from ..encoder.windows import default_overlap, sorted_batches
 from ..errors import InputError, ModelLoadError
@@ -117,18 +118,31 @@ class _FineTuned:
         return next(self.model.parameters()).device
 
     def _logits(self, examples: Sequence[Example], batch_size: int = EVAL_BATCH_SIZE) -> list[torch.Tensor]:
-        """Logits per example in input order (each [classes] or [tokens, classes])."""
+        """Logits per example in input order (each [classes] or [tokens, classes]): length-sorted batches within a
+        token budget; on a CPU, two batches at once on shares of the threads (as `Encoder.embed` runs them)."""
         was_training = self.model.training
         self.model.eval()
         results: list[torch.Tensor | None] = [None] * len(examples)
-        with torch.inference_mode(), autocast(self.precision):
-            for rows in sorted_batches([len(e.input_ids) for e in examples], batch_size):
-                batch = collate([examples[i] for i in rows], self.tokenizer.pad_token_id, self.with_type_ids)
-                batch.pop("labels")
-                batch = {name: tensor.to(self.device) for name, tensor in batch.items()}
-                logits = self._runner(**batch).logits.float().cpu()
-                for k, row in enumerate(rows):
-                    results[row] = logits[k, : len(examples[row].input_ids)] if logits.dim() == 3 else logits[k]
+        chunks = sorted_batches([len(e.input_ids) for e in examples], batch_size, MAX_BATCH_TOKENS)
+
+        def pad(rows: list[int]) -> dict:
+            batch = collate([examples[i] for i in rows], self.tokenizer.pad_token_id, self.with_type_ids)
+            batch.pop("labels")
+            return {name: tensor.to(self.device) for name, tensor in batch.items()}
+
+        def forward(batch: dict) -> torch.Tensor:
+            with torch.inference_mode(), autocast(self.precision, self.device):
+                return self._runner(**batch).logits.float().cpu()
+
+        workers = min(2, total_threads()) if self.device.type == "cpu" and len(chunks) > 1 else 1
+        passes = (
+            forward_in_parallel(forward, chunks, pad, workers)
+            if workers > 1
+            else ((rows, batch, forward(batch)) for rows, batch in ((rows, pad(rows)) for rows in chunks))
+        )
+        for rows, _, logits in passes:
+            for k, row in enumerate(rows):
+                results[row] = logits[k, : len(examples[row].input_ids)] if logits.dim() == 3 else logits[k]
         self.model.train(was_training)
         return results
 
@@ -307,9 +321,18 @@ class FineTunedClassifier(_FineTuned):
 
     def _examples(self, texts: list[str], pairs: list[str] | None = None) -> tuple[list[Example], list[int]]:
         """Model inputs and the text each came from: one per text, or one per window with long_text='window'."""
-        with TOKENIZER_LOCK:
-            lengths = [len(ids) for ids in self.tokenizer(texts, pairs, truncation=False)["input_ids"]]
-        too_long = [row for row, n in enumerate(lengths) if n > self.max_length]
+        examples, _ = text_examples(self.tokenizer, texts, None, self.max_length, pairs)
+        with TOKENIZER_LOCK:  # the inputs the tokenizer cut: tokenized once more, whole, to say how long they are
+            too_long = [row for row, e in enumerate(examples) if len(e.input_ids) == self.max_length]
+            full = (
+                self.tokenizer(
+                    [texts[r] for r in too_long], [pairs[r] for r in too_long] if pairs else None, truncation=False
+                )["input_ids"]
+                if too_long
+                else []
+            )
+        lengths = {row: len(ids) for row, ids in zip(too_long, full) if len(ids) > self.max_length}
+        too_long = sorted(lengths)
         what = "pairs" if pairs is not None else "texts"
         if too_long and self.long_text == "error":
             row = too_long[0]
@@ -327,7 +350,7 @@ class FineTunedClassifier(_FineTuned):
                 " (longest first)" if pairs is not None else "; use long_text='window' to read all of them",
             )
         if self.long_text != "window" or not too_long or pairs is not None:
-            return text_examples(self.tokenizer, texts, None, self.max_length, pairs)[0], list(range(len(texts)))
+            return examples, list(range(len(texts)))
         budget = self.max_length - self.tokenizer.num_special_tokens_to_add(pair=False)
         with TOKENIZER_LOCK:  # the fast tokenizer's own windows: the rule encoder/windows.window_spans follows
             windows = self.tokenizer(
