@@ -215,10 +215,10 @@ def test_openai_client_float_and_base64_give_unit_length_library_vectors(server,
         (KEY, {"model": "default", "input": [[1, 2]]}, "UnprocessableEntityError", "invalid_input", "token ids"),
         (
             KEY,
-            {"model": "default", "input": "x", "dimensions": 7},
+            {"model": "default", "input": "x", "dimensions": 7000},
             "UnprocessableEntityError",
             "invalid_input",
-            "dimensions=7",
+            "dimensions=7000",
         ),
         ("wrong-key", {"model": "default", "input": "x"}, "AuthenticationError", "unauthorized", "wrong API key"),
     ],
@@ -406,3 +406,37 @@ def test_an_idle_keep_alive_connection_outlives_the_clients(server):
         assert second.status == 200 and second.read() and connection.sock is socket_before
     finally:
         connection.close()
+
+
+def test_openai_dimensions_and_the_embed_options_match_the_library(server, encoder):
+    """OpenAI's `dimensions` (text-embedding-3 style) is honoured: the first N numbers, then unit length."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=server.url + "/v1", api_key=KEY)
+    texts = ["I love Korea", "the movie was great"]
+    result = client.embeddings.create(model="default", input=texts, dimensions=128)
+    got = np.array([d.embedding for d in result.data], dtype=np.float32)
+    np.testing.assert_allclose(got, encoder.embed(texts, dimensions=128, normalize=True), atol=1e-5)
+    extra = {"prompt": "query: ", "output_type": "int8", "truncation_direction": "left"}
+    int8 = client.embeddings.create(model="default", input=texts, encoding_format="float", extra_body=extra)
+    expected = encoder.embed(texts, normalize=True, prompt="query: ", output="int8", truncation_direction="left")
+    assert [d.embedding for d in int8.data] == expected.tolist()
+    answer = server.post("/embed", {"inputs": texts, "dimensions": 64, "normalize": True, "output_type": "binary"})
+    assert (
+        answer.status_code == 200
+        and answer.json() == encoder.embed(texts, dimensions=64, normalize=True, output="binary").tolist()
+    )
+    too_wide = server.post("/embed", {"inputs": texts, "dimensions": 999})
+    assert too_wide.status_code == 422 and "dimensions=999" in too_wide.json()["error"]
+    unknown = server.post("/embed", {"inputs": texts, "prompt_name": "query"})
+    assert unknown.status_code == 422 and "prompt_name='query'" in unknown.json()["error"]
+
+
+def test_tei_similarity_is_the_cosine_of_the_vectors(server, encoder):
+    sentences = ["I love Korea", "the movie was great", "EU rejects German call"]
+    answer = server.post("/similarity", {"inputs": {"source_sentence": "Korea is great", "sentences": sentences}})
+    assert answer.status_code == 200, answer.text
+    vectors = encoder.embed(["Korea is great", *sentences], normalize=True)
+    np.testing.assert_allclose(answer.json(), vectors[1:] @ vectors[0], atol=1e-5)
+    bad = server.post("/similarity", {"inputs": {"source_sentence": "x", "sentences": []}})
+    assert bad.status_code == 422

@@ -43,7 +43,7 @@ LEAKS = ("Traceback", "site-packages", "/tmp/", 'File "')
 # Schema-valid requests that the service may still refuse: what a JSON schema cannot say. A 422 of this kind
 # names the option at fault; anything else refused (a validation_error, an empty list...) is a schema that
 # promises more than the server takes.
-SEMANTIC_422_WORDS = ("layers", "pooling", "dimensions", "pairs")
+SEMANTIC_422_WORDS = ("layers", "pooling", "dimensions", "pairs", "output=")
 
 
 TALLY: Counter = Counter()  # (operation, phase, positive/negative, status) -> answers

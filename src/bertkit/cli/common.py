@@ -125,10 +125,10 @@ DeviceOption = typer.Option("auto", "--device", help="auto (a GPU when there is 
 RunArgument = typer.Argument(..., help="A run directory written by `bertkit train` or `bertkit finetune`.")
 
 
-def make_encoder(model: Optional[str], threads: Optional[int] = None, precision: str = "fp32"):
+def make_encoder(model: Optional[str], threads: Optional[int] = None, precision: str = "fp32", device: str = "auto"):
     from ..encoder.encode import Encoder
 
-    return Encoder.from_pretrained(model, threads=threads, precision=precision)
+    return Encoder.from_pretrained(model, threads=threads, precision=precision, device=device)
 
 
 def say(message: str) -> None:

@@ -13,6 +13,7 @@ import typer
 from ..encoder.defaults import DEFAULT_BATCH_SIZE
 from ..io.readers import column_spec
 from .common import (
+    DeviceOption,
     ModelOption,
     PrecisionOption,
     ThreadsOption,
@@ -108,8 +109,29 @@ def embed(
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Ray: start the output directory over instead of resuming it."
     ),
+    prompt: Optional[str] = typer.Option(None, "--prompt", help="Text put before every input, e.g. 'passage: '."),
+    prompt_name: Optional[str] = typer.Option(
+        None, "--prompt-name", help="One of the model's named prompts (bertkit info lists them)."
+    ),
+    dimensions: Optional[int] = typer.Option(
+        None, "--dimensions", help="Keep the first N numbers of each vector (Matryoshka models)."
+    ),
+    normalize: bool = typer.Option(False, "--normalize", help="Unit-length vectors (after --dimensions)."),
+    output_type: str = typer.Option(
+        "float32", "--output-type", help="float32 | float16 | int8 | uint8 | binary | ubinary (compact vectors)."
+    ),
+    calibration: Optional[Path] = typer.Option(
+        None, "--calibration", help="int8/uint8: texts whose vectors set each dimension's range (default: bertkit's)."
+    ),
+    truncation_direction: str = typer.Option(
+        "right", "--truncation-direction", help="right (keep a long text's beginning) | left (keep its end)."
+    ),
+    device: str = DeviceOption,
 ) -> None:
-    """Embed every text of a file and write the vectors (streamed in chunks; an interrupted run resumes)."""
+    """Embed every text of a file and write the vectors (streamed in chunks; an interrupted run resumes).
+
+    .npz and .parquet outputs keep the row ids and every option (model, layers, pooling, prompt, int8 ranges, ...),
+    so that `bertkit search` embeds a query the same way."""
     from ..encoder.layers import parse_layers
     from ..encoder.pooling import parse_pooling
     from ..errors import InputError
@@ -148,10 +170,22 @@ def embed(
         check_writable_location(output)
     else:
         check_output_path(output)
-    encoder = make_encoder(model, threads, precision)
+    encoder = make_encoder(model, threads, precision, device)
     options = dict(
         layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length, long_text=long_text, stride=stride
     )
+    vector_options = dict(prompt=prompt, prompt_name=prompt_name, truncation_direction=truncation_direction)
+    if not tokens_only:
+        ranges = None
+        if calibration is not None:
+            ranges = _calibration_ranges(encoder, calibration, options, vector_options, dimensions, normalize)
+        vector_options.update(dimensions=dimensions, normalize=normalize, output=output_type, ranges=ranges)
+    elif dimensions is not None or normalize or output_type != "float32":
+        raise InputError(
+            "--dimensions, --normalize and --output-type apply to sentence vectors; pooling 'none' "
+            "writes token vectors."
+        )
+    options.update(vector_options)
     reading = dict(column=column, id_column=column_spec(id_column), header=header, fmt=fmt)
     started = time.perf_counter()
     if tokens_only:
@@ -160,6 +194,18 @@ def embed(
         summary = _embed_streamed(encoder, input, output, reading, options, quiet, chunk_rows)
     if not quiet:
         _say_summary(summary, output, time.perf_counter() - started, max_length or encoder.max_length)
+
+
+def _calibration_ranges(encoder, path: Path, options: dict, vector_options: dict, dimensions, normalize):
+    """int8/uint8 ranges from the vectors of a file of texts, embedded with this command's options."""
+    from ..encoder.compact import int8_ranges
+    from ..io.readers import read_texts
+
+    texts = read_texts(path)[0]
+    vectors = encoder.embed(
+        texts, progress=False, warn=False, dimensions=dimensions, normalize=normalize, **options, **vector_options
+    )
+    return int8_ranges(vectors)
 
 
 @dataclass

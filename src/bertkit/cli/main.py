@@ -7,6 +7,7 @@ import warnings
 
 # Each module registers its commands on `app`; this order is the order of `bertkit --help`.
 from . import embed  # noqa: F401  (isort: skip)
+from . import search  # noqa: F401  (isort: skip)
 from . import classify  # noqa: F401  (isort: skip)
 from . import runs  # noqa: F401  (isort: skip)
 from . import finetune  # noqa: F401  (isort: skip)

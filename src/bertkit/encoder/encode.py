@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 
 from ..errors import InputError
 from . import tokenize as tok
+from .compact import RANGED, check_output_type, compact, int8_ranges
 from .defaults import DEFAULT_BATCH_SIZE
 from .devices import describe, resolve_device, token_budget
 from .int8 import int8_model_for
@@ -60,6 +61,7 @@ class EmbedReport:
     windowed_rows: list[int] = field(default_factory=list)
     words_without_tokens: int = 0
     coverage: tok.Coverage | None = None
+    prompt: str = ""  # the prompt put before every text ('' for none)
 
     @property
     def n_truncated(self) -> int:
@@ -97,6 +99,7 @@ class Encoder:
         # int8: a copy of the model with int8 linear layers (int8.py), and the digest of the calibration it uses
         self._int8, self.int8_calibration = int8_model_for(self) if self.precision == "int8" else (None, None)
         self.max_batch_tokens = token_budget(self.model, self.device, self.position_limit)
+        self._ranges: dict[str, np.ndarray] = {}  # int8/uint8 ranges of the calibration sentences, by options
 
     @classmethod
     def from_pretrained(
@@ -238,6 +241,8 @@ class Encoder:
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "precision": self.precision,
             "device": describe(self.device),
+            "prompts": dict(self._loaded.prompts),
+            "default_prompt_name": self._loaded.default_prompt_name,
             "threads": total_threads(),
             "concurrent_batches": self.concurrent_batches,
         }
@@ -305,16 +310,72 @@ class Encoder:
         max_length: int | None = None,
         long_text: str = "truncate",
         stride: int | None = None,
+        truncation_direction: str = "right",
+        prompt: str | None = None,
+        prompt_name: str | None = None,
+        include_prompt: bool | None = None,
+        dimensions: int | None = None,
+        normalize: bool = False,
+        output: str = "float32",
+        ranges: np.ndarray | None = None,
         progress: bool | None = None,
         return_report: bool = False,
         warn: bool = True,
     ):
-        """Sentence vectors (n, dim) float32 — or, with pooling='none', a list of `TokenEmbedding` — in input order."""
+        """Sentence vectors in input order (or, with pooling='none', each text's token vectors).
+
+        Parameters
+        ----------
+        texts : str or list
+            Texts (one string is one text), or lists of the user's words.
+        layers : str, int or list of int
+            Which hidden states: 'last', '-2', 'last4:sum', 'all:concat', ... (see `parse_layers`).
+        pooling : str
+            'cls', 'pooler', 'mean', 'max', several joined by '+', or 'none' for token vectors.
+        text_pairs : list of str, optional
+            A second text for each (`[CLS] text [SEP] pair [SEP]`).
+        batch_size : int
+            Texts per forward pass (length-sorted; the output keeps the input order).
+        max_length : int, optional
+            The token limit (default: the model's, see `info()`).
+        long_text : str
+            'truncate' (reported), 'error', or 'window' (overlapping windows of `stride` shared tokens).
+        truncation_direction : str
+            'right' keeps a long text's beginning, 'left' its end (TEI's option).
+        prompt, prompt_name : str, optional
+            A text put before every input ('query: '), or the name of one of the model's prompts
+            (config_sentence_transformers.json; its default prompt applies when neither is given). `prompt` wins.
+        include_prompt : bool, optional
+            False keeps the prompt's tokens out of mean and max pooling (default: the model's Pooling config).
+        dimensions : int, optional
+            Keep the first `dimensions` numbers of each vector (Matryoshka truncation), before `normalize`.
+        normalize : bool
+            Scale each vector to unit length.
+        output : str
+            'float32', 'float16', 'int8', 'uint8', 'binary' or 'ubinary' (see `compact`).
+        ranges : numpy.ndarray, optional
+            int8/uint8: each dimension's (2, dim) range; default: from bertkit's calibration sentences embedded
+            with the same options, so separate calls share one mapping.
+        progress : bool, optional
+            Show a progress bar (default: for large inputs on a terminal).
+        return_report : bool
+            Also return the `EmbedReport` (truncated rows, windows, coverage, the prompt used).
+        warn : bool
+            Log truncation and poor vocabulary coverage.
+
+        Returns
+        -------
+        numpy.ndarray or list of TokenEmbedding
+            (n, dim) in the `output` type; `(result, report)` with `return_report`.
+        """
         methods = parse_pooling(pooling)
         selection = parse_layers(layers)
         self._check_pooling(methods, selection)
-        texts = _as_list(texts)
-        encoded, report = self._encode(texts, _as_list(text_pairs), max_length, long_text)
+        check_vector_options(methods, dimensions, output, self.sentence_dim(selection, methods))
+        prompt_text, prompt_length = self.prompt_setup(prompt, prompt_name, include_prompt)
+        texts = _with_prompt(_as_list(texts), prompt_text)
+        encoded, report = self._encode(texts, _as_list(text_pairs), max_length, long_text, truncation_direction)
+        report.prompt = prompt_text
         if methods == ("none",):
             result: list | np.ndarray = [None] * len(texts)
         else:
@@ -332,10 +393,110 @@ class Encoder:
                         word_ids=item.word_ids(),
                     )
             else:
+                if prompt_length:  # sentence-transformers' include_prompt=False: the prompt stays out of the pooling
+                    masks = masks.clone()
+                    masks[:, :prompt_length] = 0
                 result[rows] = pool_sentences(vectors, masks, methods, poolers).float().cpu().numpy()
+        if methods != ("none",):
+            options = dict(
+                layers=layers,
+                pooling=pooling,
+                max_length=max_length,
+                long_text=long_text,
+                stride=stride,
+                truncation_direction=truncation_direction,
+                prompt=prompt_text,
+                include_prompt=include_prompt,
+                dimensions=dimensions,
+                normalize=normalize,
+            )
+            result = self.finish_vectors(result, dimensions, normalize, output, ranges, options)
         if warn:
             self._warn(report)
         return (result, report) if return_report else result
+
+    def resolve_prompt(self, prompt: str | None = None, prompt_name: str | None = None) -> str:
+        """The text put before every input: `prompt`, else the model's prompt `prompt_name`, else its default one.
+
+        Parameters
+        ----------
+        prompt : str, optional
+            A prompt of the caller's ('query: '); wins over `prompt_name` (as in sentence-transformers).
+        prompt_name : str, optional
+            One of the model's named prompts (config_sentence_transformers.json; `info()['prompts']`).
+
+        Returns
+        -------
+        str
+            '' for none.
+        """
+        loaded = self._loaded
+        if prompt is not None and prompt_name is not None:
+            logger.warning(
+                "both prompt and prompt_name were given: prompt=%r is used (as sentence-transformers does).", prompt
+            )
+        if prompt is None and prompt_name is not None and prompt_name not in loaded.prompts:
+            known = ", ".join(sorted(loaded.prompts)) or "none (config_sentence_transformers.json names none)"
+            raise InputError(f"prompt_name={prompt_name!r}: this model's prompts are {known}; or give prompt='...'.")
+        if prompt is None:
+            prompt = loaded.prompts.get(prompt_name or loaded.default_prompt_name or "", "")
+        return prompt
+
+    def prompt_setup(self, prompt: str | None, prompt_name: str | None, include_prompt: bool | None) -> tuple[str, int]:
+        """(the prompt text, how many leading tokens to keep out of mean/max pooling: 0 keeps them all).
+
+        As sentence-transformers counts them: the prompt's tokens with the leading special one, not the closing one.
+        """
+        loaded = self._loaded
+        prompt = self.resolve_prompt(prompt, prompt_name)
+        include = loaded.include_prompt if include_prompt is None else include_prompt
+        if not prompt or include:
+            return prompt, 0
+        with tok.TOKENIZER_LOCK:
+            ids = self.tokenizer(prompt)["input_ids"]
+        special = set(self.tokenizer.all_special_ids)
+        return prompt, len(ids) - (1 if ids and ids[-1] in special else 0)
+
+    def finish_vectors(
+        self,
+        vectors: np.ndarray,
+        dimensions: int | None,
+        normalize: bool,
+        output: str,
+        ranges: np.ndarray | None,
+        options: dict,
+    ) -> np.ndarray:
+        """Matryoshka truncation, unit length, then the compact type (int8/uint8 with `ranges`, else the
+        calibration sentences' for `options`)."""
+        if dimensions is not None:
+            vectors = np.ascontiguousarray(vectors[:, :dimensions])
+        if normalize:
+            vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        if output in RANGED and ranges is None:
+            ranges = self.calibration_ranges(**options)
+        return compact(vectors, output, ranges)
+
+    def calibration_ranges(self, **options) -> np.ndarray:
+        """int8/uint8 ranges of bertkit's calibration sentences embedded with `options` (computed once per options).
+
+        Parameters
+        ----------
+        **options
+            `embed`'s vector options (layers, pooling, prompt, dimensions, normalize, ...).
+
+        Returns
+        -------
+        numpy.ndarray
+            (2, dim) minima and maxima.
+        """
+        key = json.dumps(options, sort_keys=True, default=str)
+        if key not in self._ranges:
+            from .int8 import packaged_texts
+
+            include = options.pop("include_prompt", None)
+            vectors = self.embed(packaged_texts(), include_prompt=include, progress=False, warn=False, **options)
+            self._ranges[key] = int8_ranges(vectors)
+        return self._ranges[key]
 
     def embed_words(
         self,
@@ -373,11 +534,13 @@ class Encoder:
 
     # ---- internals ----------------------------------------------------------------------------------------------
     def _encode(
-        self, texts: list, pairs: list | None, max_length: int | None, long_text: str
+        self, texts: list, pairs: list | None, max_length: int | None, long_text: str, direction: str = "right"
     ) -> tuple[list, EmbedReport]:
         """Tokenize under the long-text policy and start the call's report (limit, truncated rows, coverage)."""
         report = EmbedReport(n_texts=len(texts), max_length=self._max_length(max_length))
-        encoded = tok.encode(self.tokenizer, texts, pairs, max_length=report.max_length, long_text=long_text)
+        encoded = tok.encode(
+            self.tokenizer, texts, pairs, max_length=report.max_length, long_text=long_text, direction=direction
+        )
         report.truncated_rows = [i for i, e in enumerate(encoded) if e.truncated]
         report.coverage = tok.coverage(encoded, texts, self.tokenizer.unk_token_id)
         return encoded, report
@@ -510,3 +673,27 @@ def _as_list(texts):
 def _progress_bar(total: int, progress: bool | None):
     show = progress if progress is not None else (total >= PROGRESS_MIN_ROWS and sys.stderr.isatty())
     return tqdm(total=total, disable=not show, unit="text", desc="embedding", leave=False)
+
+
+def _with_prompt(texts: list, prompt: str) -> list:
+    if not prompt:
+        return texts
+    if any(not isinstance(text, str) for text in texts):
+        raise InputError(
+            "a prompt goes before texts, not before lists of words; join the words, or leave the prompt out."
+        )
+    return [prompt + text for text in texts]
+
+
+def check_vector_options(methods: tuple[str, ...], dimensions: int | None, output: str, dim: int) -> None:
+    """dimensions, output: refused with one line where they cannot apply."""
+    check_output_type(output)
+    if methods == ("none",) and (dimensions is not None or output != "float32"):
+        raise InputError(
+            f"{'dimensions' if dimensions is not None else f'output={output!r}'} applies to sentence vectors; "
+            "pooling='none' gives token vectors. Choose a pooling, or leave it out."
+        )
+    if dimensions is not None and (
+        isinstance(dimensions, bool) or not isinstance(dimensions, int) or not 1 <= dimensions <= dim
+    ):
+        raise InputError(f"dimensions={dimensions!r}: these vectors have {dim} numbers; give 1 to {dim}.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import contextlib
 import math
 import re
 import threading
@@ -19,6 +20,7 @@ if TYPE_CHECKING:  # torch is imported where tensors are made: `bertkit tokenize
     import torch
 
 LONG_TEXT_POLICIES = ("truncate", "error", "window")
+DIRECTIONS = ("right", "left")  # which side of a long text truncation cuts
 PADDINGS = ("longest", "max_length")
 _WORD = re.compile(r"\S+")
 
@@ -147,10 +149,15 @@ def encode(
     *,
     max_length: int,
     long_text: str = "truncate",
+    direction: str = "right",
 ) -> list[Encoded]:
-    """Tokenize without padding and apply the long-text policy ('window' keeps everything; the encoder splits)."""
+    """Tokenize without padding and apply the long-text policy ('window' keeps everything; the encoder splits);
+    truncation keeps a text's beginning (`direction='right'`) or its end ('left')."""
     if long_text not in LONG_TEXT_POLICIES + ("keep",):
         raise InputError(f"long_text={long_text!r}: valid values are {', '.join(LONG_TEXT_POLICIES)}.")
+    direction = str(direction).lower()
+    if direction not in DIRECTIONS:
+        raise InputError(f"truncation_direction={direction!r}: valid values are {', '.join(DIRECTIONS)}.")
     texts = check_texts(texts)
     joined = [word_spans_of(text) for text in texts]
     strings = [s for s, _ in joined]
@@ -177,13 +184,27 @@ def encode(
         raise TextTooLong(row, encoded[row].full_length, max_length, len(too_long))
     if too_long and long_text == "truncate":  # the tokenizer's own truncation (longest first for pairs)
         second = [pair_joined[i][0] for i in too_long] if pair_joined else None
-        with TOKENIZER_LOCK:
+        with TOKENIZER_LOCK, _truncation_side(tokenizer, direction):
             cut = tokenizer(
                 [strings[i] for i in too_long], second, truncation=True, max_length=max_length, **_CALL
             ).encodings
         for row, encoding in zip(too_long, cut):
             encoded[row].encoding = encoding
     return encoded
+
+
+@contextlib.contextmanager
+def _truncation_side(tokenizer, side: str):
+    """The tokenizer cutting from `side` for one call (transformers keeps the side on the tokenizer, not the call)."""
+    previous = getattr(tokenizer, "truncation_side", "right")
+    if side == previous:
+        yield
+        return
+    tokenizer.truncation_side = side
+    try:
+        yield
+    finally:
+        tokenizer.truncation_side = previous
 
 
 # A transformers tokenizer call sets the Rust tokenizer's truncation and padding state before encoding, so two

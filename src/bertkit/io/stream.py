@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..encoder.compact import RANGED, check_output_type, compact
 from ..encoder.defaults import DEFAULT_BATCH_SIZE
 from ..encoder.encode import Encoder
 from ..encoder.tokenize import TextTooLong
@@ -79,12 +80,33 @@ def embed_file(
     stride: int | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     on_chunk: Callable[[int, int], None] | None = None,
+    **vector_options,
 ) -> StreamResult:
-    """Embed every text of `input_path` into `output_path` (.npy/.npz/.parquet), resuming an interrupted run."""
+    """Embed every text of `input_path` into `output_path` (.npy/.npz/.parquet), resuming an interrupted run.
+
+    `vector_options` are `Encoder.embed`'s prompt, prompt_name, include_prompt, dimensions, normalize,
+    truncation_direction, output and ranges; .npz and .parquet outputs record every option (`read_vectors`).
+    """
     input_path, output = Path(input_path), check_output_path(output_path)
     if chunk_rows < 1:
         raise InputError(f"chunk_rows={chunk_rows}: give a positive number of rows per chunk.")
-    dim = encoder.sentence_dim(layers, pooling)
+    output_type = check_output_type(vector_options.pop("output", "float32"))
+    ranges = vector_options.pop("ranges", None)
+    if output_type in RANGED and output.suffix.lower() == ".npy":
+        raise InputError(
+            f"output {output}: {output_type} vectors need their ranges kept beside them; write .npz or "
+            ".parquet, which keep them."
+        )
+    encoder.embed(
+        ["a check of the options"],
+        layers=layers,
+        pooling=pooling,
+        warn=False,
+        output=output_type,
+        ranges=ranges,
+        **vector_options,
+    )  # refuses bad options before any work
+    dim = vector_options.get("dimensions") or encoder.sentence_dim(layers, pooling)
     options = {
         "fingerprint": encoder.fingerprint,
         "layers": layers,
@@ -97,6 +119,7 @@ def embed_file(
         "header": header,
         "chunk_rows": chunk_rows,
         **encoder.precision_record(),
+        **{k: v for k, v in vector_options.items() if v not in (None, False, "right")},
     }
     key = _job_key(input_path, options)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -108,8 +131,17 @@ def embed_file(
     result = StreamResult(total, dim, done, 0, 0, 0, 0)
     rows = islice(_rows(input_path, column, id_column, header, fmt), done, None)
     embed_options = dict(
-        layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length, long_text=long_text, stride=stride
+        layers=layers,
+        pooling=pooling,
+        batch_size=batch_size,
+        max_length=max_length,
+        long_text=long_text,
+        stride=stride,
+        **vector_options,
     )
+    if output_type in RANGED and ranges is None:
+        options_for_ranges = {k: v for k, v in embed_options.items() if k != "batch_size"}
+        ranges = encoder.calibration_ranges(**options_for_ranges)
     handle = os.open(partial, os.O_WRONLY)
     try:
         while done < total:
@@ -138,7 +170,8 @@ def embed_file(
     finally:
         os.close(handle)
     ids = lambda: (i for _, i, _ in _rows(input_path, column, id_column, header, fmt))  # noqa: E731
-    _finish(partial, output, ids, total, id_type="int64" if id_column is None else "string")
+    meta = vector_metadata(encoder, options, output_type, ranges, dim)
+    _finish(partial, output, ids, total, "int64" if id_column is None else "string", output_type, ranges, meta)
     progress.unlink(missing_ok=True)
     return result
 
@@ -187,16 +220,89 @@ def _embed_chunk(
     return chunk
 
 
+def vector_metadata(encoder: Encoder, options: dict, output_type: str, ranges, dim: int) -> dict:
+    """What a vectors file records about how its vectors were made: enough to embed a query the same way."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        bertkit_version = version("bertkit")
+    except PackageNotFoundError:  # pragma: no cover - a source tree
+        bertkit_version = "unknown"
+    model = encoder.source.path if encoder.source.kind == "local" else encoder.name
+    reading = ("column", "id_column", "header", "chunk_rows")
+    return {
+        "bertkit": bertkit_version,
+        "model": model,
+        **{k: v for k, v in options.items() if k not in reading},
+        "dim": dim,
+        "output": output_type,
+        "ranges": None if ranges is None else np.asarray(ranges, dtype=np.float32).tolist(),
+    }
+
+
+def read_vectors(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(vectors, ids, how they were made) of a .npz or .parquet file written by `bertkit embed`.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file.
+
+    Returns
+    -------
+    tuple
+        The vectors (in their stored type), the row ids, and the metadata (`{}` for files of bertkit 0.1).
+    """
+    path = Path(path)
+    if path.suffix.lower() == ".npz":
+        with np.load(path, allow_pickle=False) as archive:
+            meta = json.loads(str(archive["meta"])) if "meta" in archive.files else {}
+            return archive["vectors"], archive["ids"], meta
+    if path.suffix.lower() == ".parquet":
+        _, pq = require_pyarrow()
+        table = pq.read_table(path)
+        raw = (table.schema.metadata or {}).get(b"bertkit")
+        meta = json.loads(raw) if raw else {}
+        dtype = {"float16": np.float16, "int8": np.int8, "uint8": np.uint8, "binary": np.int8, "ubinary": np.uint8}.get(
+            meta.get("output", "float32"), np.float32
+        )
+        column = table.column("vector").combine_chunks()
+        vectors = np.asarray(column.flatten(), dtype=dtype).reshape(len(table), -1)
+        return vectors, np.asarray(table.column("id").to_pylist()), meta
+    raise InputError(f"{path}: vectors with their options are read from .npz or .parquet files (bertkit embed -o).")
+
+
+_ARROW_TYPES = {
+    "float32": "float32",
+    "float16": "float16",
+    "int8": "int8",
+    "uint8": "uint8",
+    "binary": "int8",
+    "ubinary": "uint8",
+}
+
+
 def _finish(
-    partial: Path, output: Path, ids: Callable[[], Iterator], total: int, id_type: str, slice_rows: int = 65536
+    partial: Path,
+    output: Path,
+    ids: Callable[[], Iterator],
+    total: int,
+    id_type: str,
+    output_type: str = "float32",
+    ranges=None,
+    meta: dict | None = None,
+    slice_rows: int = 65536,
 ) -> None:
-    """Turn the finished partial .npy into the requested output, reading it in slices (no memory map)."""
+    """Turn the finished partial .npy into the requested output, in slices (no memory map): compacted to
+    `output_type`, with `meta` recorded (.npz: meta.npy; .parquet: the schema's metadata)."""
+    if output_type != "float32":
+        partial = _compacted(partial, output_type, ranges, slice_rows)
     suffix = output.suffix.lower()
     if suffix == ".npy":
         os.replace(partial, output)
         return
     header = np.load(partial, mmap_mode="r")
-    offset, dim = header.offset, header.shape[1]
+    offset, width, dtype = header.offset, header.shape[1], header.dtype
     del header
     if suffix == ".npz":
         id_array = np.asarray(list(ids()))
@@ -208,9 +314,15 @@ def _finish(
                 shutil.copyfileobj(source, target, 16 << 20)  # the partial file is already a valid .npy
             with archive.open("ids.npy", "w", force_zip64=True) as target:
                 np.lib.format.write_array(target, id_array, allow_pickle=False)
+            with archive.open("meta.npy", "w") as target:
+                np.lib.format.write_array(target, np.array(json.dumps(meta or {})), allow_pickle=False)
     else:
         pa, pq = require_pyarrow()
-        schema = pa.schema([("id", getattr(pa, id_type)()), ("vector", pa.list_(pa.float32(), dim))])
+        element = getattr(pa, _ARROW_TYPES[output_type])()
+        schema = pa.schema(
+            [("id", getattr(pa, id_type)()), ("vector", pa.list_(element, width))],
+            metadata={"bertkit": json.dumps(meta or {})},
+        )
         id_iter = ids()
         convert = int if id_type == "int64" else str
         with (
@@ -220,12 +332,29 @@ def _finish(
         ):
             for start in range(0, total, slice_rows):
                 count = min(slice_rows, total - start)
-                source.seek(offset + start * dim * 4)
-                block = np.fromfile(source, dtype=np.float32, count=count * dim)
-                column = pa.FixedSizeListArray.from_arrays(pa.array(block, type=pa.float32()), dim)
+                source.seek(offset + start * width * dtype.itemsize)
+                block = np.fromfile(source, dtype=dtype, count=count * width)
+                column = pa.FixedSizeListArray.from_arrays(pa.array(block, type=element), width)
                 names = pa.array([convert(i) for i in islice(id_iter, count)], type=getattr(pa, id_type)())
                 writer.write_table(pa.Table.from_arrays([names, column], schema=schema))
     partial.unlink()
+
+
+def _compacted(partial: Path, output_type: str, ranges, slice_rows: int) -> Path:
+    """The float32 partial file turned into a `output_type` .npy beside it, slice by slice; the float one goes."""
+    source = np.load(partial, mmap_mode="r")
+    rows = source.shape[0]
+    first = compact(np.asarray(source[:1] if rows else np.zeros((1, source.shape[1]), np.float32)), output_type, ranges)
+    target_path = partial.with_name(partial.name.replace(".partial.npy", f".{output_type}.npy"))
+    target = np.lib.format.open_memmap(target_path, mode="w+", dtype=first.dtype, shape=(rows, first.shape[1]))
+    for start in range(0, rows, slice_rows):
+        target[start : start + slice_rows] = compact(
+            np.asarray(source[start : start + slice_rows]), output_type, ranges
+        )
+    target.flush()
+    del target, source
+    partial.unlink()
+    return target_path
 
 
 def _discard(partial: Path, progress: Path) -> None:

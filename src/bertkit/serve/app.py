@@ -59,6 +59,7 @@ from .schemas import (
     RerankRequest,
     ScorePrediction,
     ServiceInfo,
+    SimilarityRequest,
     TagPrediction,
     TokenizeRequest,
     TokenVectors,
@@ -66,7 +67,7 @@ from .schemas import (
     request_schema,
 )
 from .security import check_allow_hosts, check_allow_origins
-from .service import ClientGone, EmbedResult, ServeError, Service
+from .service import ClientGone, EmbedResult, ServeError, Service, VectorOptions
 from .settings import ServeSettings
 
 log = logging.getLogger("bertkit.serve")
@@ -311,7 +312,7 @@ def _routes(service: Service) -> APIRouter:
             names = sorted(service.model_names)
         elif model is CohereRerankRequest:  # its `model` is a served reranker's name
             names = sorted(name for name, run in service.runs.items() if run.ranks) or ["(no reranker served)"]
-        return _body(request_schema(model, settings.max_inputs, names))
+        return _body(request_schema(model, settings.max_inputs, names, service.encoder.info()["prompts"]))
 
     def answers(path: str, model, codes: Sequence[int] = POST_ERRORS, headers: dict | None = None) -> dict:
         return {**_ok(model, headers), **_errors(codes, path, key)}
@@ -320,6 +321,7 @@ def _routes(service: Service) -> APIRouter:
     _embedding_routes(router, body, answers)
     _prediction_routes(router, body, key)
     _rerank_routes(router, body, answers)
+    _similarity_routes(router, body, answers)
     return router
 
 
@@ -374,13 +376,15 @@ def _embedding_routes(router: APIRouter, body: Callable, answers: Callable) -> N
     async def embed(request: Request):
         body = await _parse(request, EmbedRequest)
         service = _service(request)
+        tokens_only = body.pooling.strip().lower() == "none"
+        options = _vector_options(body, normalize=body.normalize and not tokens_only)
         result = await service.embed(
-            service.texts(body.inputs), body.layers, body.pooling, body.truncate, _disconnected(request)
+            service.texts(body.inputs), body.layers, body.pooling, body.truncate, _disconnected(request), options
         )
-        if body.pooling.strip().lower() == "none":
+        if tokens_only:
             content = _token_vectors(result, body.normalize)
         else:
-            content = _normalized(np.stack(result.vectors), body.normalize)
+            content = np.stack(result.vectors)
         return VectorJSONResponse(content, headers=_truncation_headers(result))
 
     @router.post(
@@ -397,7 +401,12 @@ def _embedding_routes(router: APIRouter, body: Callable, answers: Callable) -> N
                 422, "invalid_input", "/embed_all returns token vectors; leave out pooling, or use /embed."
             )
         result = await service.embed(
-            service.texts(body.inputs), body.layers, "none", body.truncate, _disconnected(request)
+            service.texts(body.inputs),
+            body.layers,
+            "none",
+            body.truncate,
+            _disconnected(request),
+            _vector_options(body, normalize=False),  # a prompt applies to token vectors too; dimensions do not
         )
         content = [_normalized(v, body.normalize) for v in result.vectors]
         return VectorJSONResponse(content, headers=_truncation_headers(result))
@@ -431,22 +440,18 @@ def _embedding_routes(router: APIRouter, body: Callable, answers: Callable) -> N
             raise ServeError(
                 422, "invalid_input", "pooling='none' gives token vectors; use /embed for those.", param="pooling"
             )
-        dim = service.encoder.sentence_dim(body.layers, body.pooling)
-        if body.dimensions is not None and body.dimensions != dim:
-            raise ServeError(
-                422,
-                "invalid_input",
-                f"dimensions={body.dimensions}: this model gives {dim}-dimensional "
-                "vectors for these layers and pooling; leave dimensions out.",
-                param="dimensions",
-            )
-        result = await service.embed(
-            service.texts(inputs, "input"), body.layers, body.pooling, True, _disconnected(request)
+        result = await service.embed(  # unit length, as OpenAI's (after `dimensions`: Matryoshka truncation)
+            service.texts(inputs, "input"),
+            body.layers,
+            body.pooling,
+            True,
+            _disconnected(request),
+            _vector_options(body, normalize=True),
         )
         data = []
-        for index, vector in enumerate(_normalized(np.stack(result.vectors), True)):  # unit length, as OpenAI's
+        for index, vector in enumerate(result.vectors):
             if body.encoding_format == "base64":
-                value = base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+                value = base64.b64encode(vector.astype(vector.dtype.newbyteorder("<")).tobytes()).decode("ascii")
             else:
                 value = vector
             data.append({"object": "embedding", "index": index, "embedding": value})
@@ -482,6 +487,52 @@ def _embedding_routes(router: APIRouter, body: Callable, answers: Callable) -> N
             )
         headers = {"X-Bertkit-Truncated": str(len(truncated))}
         return VectorJSONResponse(views, headers=headers)
+
+
+def _vector_options(body, normalize: bool) -> VectorOptions:
+    """What an /embed or /v1/embeddings body asks of its vectors (errors name the field, in the route's shape)."""
+    return VectorOptions(
+        prompt=body.prompt,
+        prompt_name=body.prompt_name,
+        dimensions=body.dimensions,
+        normalize=normalize,
+        output=body.output_type,
+        truncation_direction=body.truncation_direction.lower(),
+    )
+
+
+def _similarity_routes(router: APIRouter, body: Callable, answers: Callable) -> None:
+    """/similarity (TEI): the cosine of a source sentence with each of the others."""
+
+    @router.post(
+        "/similarity",
+        openapi_extra=body(SimilarityRequest),
+        responses=answers("/similarity", list[float]),
+        summary="TEI's /similarity: cosine of the source sentence's vector with each sentence's",
+    )
+    async def similarity(request: Request):
+        body = await _parse(request, SimilarityRequest)
+        service = _service(request)
+        source, sentences = body.inputs.get("source_sentence"), body.inputs.get("sentences")
+        if (
+            set(body.inputs) != {"source_sentence", "sentences"}
+            or not isinstance(source, str)
+            or not (isinstance(sentences, list) and sentences)
+        ):
+            raise ServeError(
+                422,
+                "invalid_input",
+                "inputs: give source_sentence (a text) and sentences (a list of "
+                "at least one text), as TEI's /similarity takes them.",
+                param="inputs",
+            )
+        texts = [source, *service.texts(sentences, "sentences")]
+        options = VectorOptions(
+            prompt_name=body.prompt_name, normalize=True, truncation_direction=body.truncation_direction.lower()
+        )
+        result = await service.embed(texts, "last", "mean", body.truncate, _disconnected(request), options)
+        vectors = np.stack(result.vectors)
+        return VectorJSONResponse((vectors[1:] @ vectors[0]).tolist(), headers=_truncation_headers(result))
 
 
 def _prediction_routes(router: APIRouter, body: Callable, key: bool) -> None:

@@ -58,6 +58,7 @@ class EmbedJob:
     methods: tuple[str, ...]
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
+    exclude: int = 0  # leading tokens kept out of the pooling (a prompt, with include_prompt off)
     cancelled: bool = False  # the client went away: rows not yet taken are dropped
     failed: bool = False
     next_row: int = 0
@@ -333,13 +334,18 @@ class Batcher:
         for job, where in positions.items():
             if job.selection not in selected:
                 selected[job.selection] = job.selection.apply(out.hidden_states)
-            index = torch.tensor(where)
-            vectors, masks = selected[job.selection][index], mask[index]
+            index = torch.tensor(where, device=out.last_hidden_state.device)
+            vectors, masks = selected[job.selection][index], mask.to(index.device)[index]
             if job.methods == ("none",):
-                rows: list[np.ndarray] = [vectors[k, : int(masks[k].sum())].float().numpy() for k in range(len(where))]
+                rows: list[np.ndarray] = [
+                    vectors[k, : int(masks[k].sum())].float().cpu().numpy() for k in range(len(where))
+                ]
             else:
+                if job.exclude:
+                    masks = masks.clone()
+                    masks[:, : job.exclude] = 0
                 pooler = out.pooler_output[index] if out.pooler_output is not None else None
-                rows = list(pool_sentences(vectors, masks, job.methods, pooler).float().numpy())
+                rows = list(pool_sentences(vectors, masks, job.methods, pooler).float().cpu().numpy())
             for position, row_vectors in zip(where, rows):
                 job.results[taken[position][1]] = row_vectors
             with self._job_lock:

@@ -78,15 +78,58 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+Direction = Annotated[
+    Literal["right", "Right", "left", "Left"],
+    Field(description="which end of a long text truncation keeps: right keeps the beginning, left the end"),
+]
+OutputType = Annotated[
+    Literal["float32", "float16", "int8", "uint8", "binary", "ubinary"],
+    Field(
+        description="compact vectors, as sentence-transformers' quantize_embeddings (int8 ranges: bertkit's "
+        "calibration sentences); binary types are packed 8 dimensions to a byte"
+    ),
+]
+PromptName = Annotated[StrictStr | None, Field(description="one of the model's named prompts (see /info)")]
+Prompt = Annotated[StrictStr | None, Field(description="a text put before every input, e.g. 'query: '")]
+Dimensions = Annotated[
+    PositiveWhole | None, Field(description="keep the first N numbers of each vector (at most the vector's size)")
+]
+
+
 class EmbedRequest(_Request):
-    """TEI's `/embed` body plus bertkit's `layers` and `pooling` (same strings as `Encoder.embed`)."""
+    """TEI's `/embed` body plus bertkit's `layers`, `pooling`, `prompt` and `output_type` (as `Encoder.embed`)."""
 
     inputs: Inputs
     truncate: StrictBool = True
     normalize: StrictBool = False
-    truncation_direction: Literal["right", "Right"] = "right"
+    truncation_direction: Direction = "right"
+    prompt_name: PromptName = None
+    prompt: Prompt = None
+    dimensions: Dimensions = None
+    output_type: OutputType = "float32"
     layers: Layers = "last"
     pooling: Pooling = "mean"
+
+
+SIMILARITY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "source_sentence": {"type": "string"},
+        "sentences": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+    },
+    "required": ["source_sentence", "sentences"],
+    "additionalProperties": False,
+    "description": "the sentence every other one is compared with, and those others",
+}
+
+
+class SimilarityRequest(_Request):
+    """TEI's `/similarity` body: the cosine of a source sentence's vector with each of the others'."""
+
+    inputs: Annotated[dict[str, StrictStr | list[StrictStr]], WithJsonSchema(SIMILARITY_SCHEMA)]
+    truncate: StrictBool = True
+    truncation_direction: Direction = "right"
+    prompt_name: PromptName = None
 
 
 class TokenizeRequest(_Request):
@@ -137,11 +180,17 @@ class OpenAIEmbeddingRequest(BaseModel):
         WithJsonSchema({**TEXTS_SCHEMA, "description": "One text or a list of texts; token ids are refused (422)."}),
     ]
     model: StrictStr = Field(description="'default', 'bertkit' or the model's name (see /info); others are a 404.")
-    encoding_format: Literal["float", "base64"] = "float"
-    dimensions: StrictInt | None = Field(None, description="Leave out, or give the vectors' own dimension (else 422).")
+    encoding_format: Literal["float", "base64"] = Field(
+        "float", description="base64: the vector's bytes, little-endian, in its output_type (float32 by default)"
+    )
+    dimensions: Dimensions = None
     user: StrictStr | None = None
     layers: Layers = "last"
     pooling: Pooling = "mean"
+    prompt_name: PromptName = None
+    prompt: Prompt = None
+    output_type: OutputType = "float32"
+    truncation_direction: Direction = "right"
 
 
 class ExplainRequest(_Request):
@@ -168,7 +217,12 @@ class ExplainRequest(_Request):
     map_run: str | None = Field(None, description="The feature run whose training sentences the map shows.")
 
 
-def request_schema(model: type[BaseModel], max_inputs: int | None = None, model_names: Iterable[str] = ()) -> dict:
+def request_schema(
+    model: type[BaseModel],
+    max_inputs: int | None = None,
+    model_names: Iterable[str] = (),
+    prompt_names: Iterable[str] = (),
+) -> dict:
     """The JSON schema of a request body as one server takes it: its `--max-inputs` and the model names it serves.
 
     Parameters
@@ -179,6 +233,8 @@ def request_schema(model: type[BaseModel], max_inputs: int | None = None, model_
         The most texts one request may carry (`maxItems` of the list form of `inputs`/`input`).
     model_names : iterable of str
         The names `/v1/embeddings` accepts as `model` (an `enum`); empty leaves `model` a plain string.
+    prompt_names : iterable of str
+        The model's named prompts: what `prompt_name` may be (besides null).
 
     Returns
     -------
@@ -195,6 +251,15 @@ def request_schema(model: type[BaseModel], max_inputs: int | None = None, model_
     names = sorted(set(model_names))
     if names and "model" in properties:
         properties["model"]["enum"] = names
+    if "prompt_name" in properties:
+        prompts = sorted(set(prompt_names))
+        choices = [{"type": "string", "enum": prompts}] if prompts else []
+        description = properties["prompt_name"].get("description", "")
+        properties["prompt_name"] = {
+            "anyOf": [*choices, {"type": "null"}],
+            "default": None,
+            "description": description + ("" if prompts else " (this model names none)"),
+        }
     return schema
 
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..encoder.encode import Encoder
+from ..encoder.compact import RANGED
+from ..encoder.encode import Encoder, check_vector_options
 from ..encoder.layers import LayerSelection, parse_layers
 from ..encoder.pooling import parse_pooling
 from ..encoder.tokenize import Encoded, encode
@@ -43,6 +44,18 @@ class ServeError(Exception):
 
 class ClientGone(Exception):
     """The client disconnected before its answer was ready; its work was dropped."""
+
+
+@dataclass
+class VectorOptions:
+    """What a request may ask of its sentence vectors beyond layers and pooling (as `Encoder.embed` takes them)."""
+
+    prompt: str | None = None
+    prompt_name: str | None = None
+    dimensions: int | None = None
+    normalize: bool = False
+    output: str = "float32"
+    truncation_direction: str = "right"
 
 
 @dataclass
@@ -99,10 +112,11 @@ class Service:
         self.encoder._check_pooling(methods, selection)  # the library's own pooler rules, one place
         return selection, methods
 
-    def encode(self, texts: list[str], truncate: bool) -> tuple[list[Encoded], list[int]]:
+    def encode(self, texts: list[str], truncate: bool, direction: str = "right") -> tuple[list[Encoded], list[int]]:
         """Tokenize with the library; too long with truncate=false is a 413 naming the input and its length."""
         limit = self.encoder.max_length
-        encoded = encode(self.encoder.tokenizer, texts, max_length=limit, long_text="truncate" if truncate else "keep")
+        policy = "truncate" if truncate else "keep"
+        encoded = encode(self.encoder.tokenizer, texts, max_length=limit, long_text=policy, direction=direction)
         too_long = [i for i, e in enumerate(encoded) if len(e.ids) > limit]
         if too_long:
             first = too_long[0]
@@ -123,16 +137,44 @@ class Service:
         pooling: str = "mean",
         truncate: bool = True,
         disconnected: Disconnected | None = None,
+        vectors: VectorOptions | None = None,
     ) -> EmbedResult:
-        """Vectors for `texts` exactly as `Encoder.embed(texts, layers=..., pooling=...)` gives them."""
+        """Vectors for `texts` exactly as `Encoder.embed(texts, layers=..., pooling=..., **vectors)` gives them."""
         selection, methods = self.options(layers, pooling)
-        encoded, truncated = self.encode(texts, truncate)
+        vectors = vectors or VectorOptions()
+        encoder = self.encoder
+        dim = encoder.sentence_dim(selection, methods)
+        check_vector_options(methods, vectors.dimensions, vectors.output, dim)
+        prompt, exclude = encoder.prompt_setup(vectors.prompt, vectors.prompt_name, None)
+        encoded, truncated = self.encode([prompt + t for t in texts], truncate, vectors.truncation_direction)
         loop = asyncio.get_running_loop()
         job = EmbedJob(
-            [e.ids for e in encoded], [e.type_ids for e in encoded], selection, methods, loop.create_future(), loop
+            [e.ids for e in encoded],
+            [e.type_ids for e in encoded],
+            selection,
+            methods,
+            loop.create_future(),
+            loop,
+            exclude=exclude,
         )
-        vectors = await self._wait(job, disconnected)
-        return EmbedResult(vectors, encoded, truncated)
+        found = await self._wait(job, disconnected)
+        if methods != ("none",) and (vectors.dimensions or vectors.normalize or vectors.output != "float32"):
+            options = dict(
+                layers=layers,
+                pooling=pooling,
+                prompt=prompt,
+                dimensions=vectors.dimensions,
+                normalize=vectors.normalize,
+                truncation_direction=vectors.truncation_direction,
+            )
+            ranges = None
+            if vectors.output in RANGED:  # the calibration sentences go through the model thread, once per options
+                ranges = await self.call(lambda: encoder.calibration_ranges(**options), 4096, disconnected)
+            finished = encoder.finish_vectors(
+                np.stack(found), vectors.dimensions, vectors.normalize, vectors.output, ranges, options
+            )
+            found = list(finished)
+        return EmbedResult(found, encoded, truncated)
 
     async def predict(self, name: str, inputs: list, disconnected: Disconnected | None = None) -> list[dict]:
         """A served run's own predictions (of texts, or of [text, pair] pairs for a pair run), on the model thread."""

@@ -46,9 +46,44 @@ def _files_signature(model: str | None) -> tuple:
 
 
 class BertVectorizer(TransformerMixin, BaseEstimator):
-    """Texts → float32 sentence vectors from a frozen encoder (any layers, any pooling).
+    """Texts → float32 sentence vectors from a frozen encoder (any layers, any pooling): a scikit-learn transformer.
 
-    cache: "memory" (default; process-wide), a directory (memory + disk, survives restarts), or None (off).
+    Parameters
+    ----------
+    model : str, optional
+        The packaged default (None), a model directory or a hub name.
+    layers, pooling : str
+        As `Encoder.embed` (default: every layer's mean, concatenated).
+    max_length : int, optional
+        The token limit (default: the model's).
+    long_text : str
+        'truncate', 'error' or 'window'.
+    batch_size : int
+        Texts per forward pass.
+    cache : str, Path or None
+        "memory" (default; process-wide), a directory (memory + disk, survives restarts), or None (off).
+    progress : bool, optional
+        Show a progress bar.
+    threads : int, optional
+        torch's CPU threads.
+    precision : str
+        'fp32', 'bf16', 'fp16' (GPUs) or 'int8' (CPUs).
+    device : str
+        'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'.
+    prompt, prompt_name : str, optional
+        A prompt before every text, or one of the model's named prompts (as `Encoder.embed`).
+    dimensions : int, optional
+        Keep the first `dimensions` numbers of each vector.
+    normalize : bool
+        Unit-length vectors.
+    truncation_direction : str
+        'right' (keep the beginning of a long text) or 'left' (its end).
+
+    Examples
+    --------
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.linear_model import LogisticRegression
+    >>> pipe = make_pipeline(BertVectorizer(layers="last4:sum"), LogisticRegression())
     """
 
     def __init__(
@@ -64,6 +99,11 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         threads: int | None = None,
         precision: str = "fp32",
         device: str | None = "auto",
+        prompt: str | None = None,
+        prompt_name: str | None = None,
+        dimensions: int | None = None,
+        normalize: bool = False,
+        truncation_direction: str = "right",
     ):
         self.model = model
         self.layers = layers
@@ -76,6 +116,11 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         self.threads = threads
         self.precision = precision
         self.device = device
+        self.prompt = prompt
+        self.prompt_name = prompt_name
+        self.dimensions = dimensions
+        self.normalize = normalize
+        self.truncation_direction = truncation_direction
 
     def fit(self, X: Sequence[str], y=None) -> BertVectorizer:
         """Load the encoder and check the options; nothing is learned from X."""
@@ -85,7 +130,8 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
                 "BertVectorizer makes one vector per text; pooling='none' gives token vectors, use Encoder.embed."
             )
         self.encoder_ = shared_encoder(self.model, self.threads, self.precision, self.device)
-        self.n_features_out_ = self.encoder_.sentence_dim(self.layers, self.pooling)
+        self.n_features_out_ = self.dimensions or self.encoder_.sentence_dim(self.layers, self.pooling)
+        self.encoder_.embed(["a check of the options"], warn=False, **self._options())  # refuses bad ones now
         self.cache_ = self._make_cache()
         return self
 
@@ -105,7 +151,7 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
     def feature_options(self) -> dict:
         """Everything that determines a vector besides the text: the cache key and the saved-model record."""
         encoder = self.encoder_
-        return {
+        options = {
             "fingerprint": encoder.fingerprint,
             "layers": parse_layers(self.layers).spec,
             "pooling": "+".join(parse_pooling(self.pooling)),
@@ -113,6 +159,15 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
             "long_text": self.long_text,
             **encoder.precision_record(),
         }
+        prompt = encoder.resolve_prompt(self.prompt, self.prompt_name)
+        extra = {
+            "prompt": prompt,
+            "dimensions": self.dimensions,
+            "normalize": self.normalize,
+            "truncation_direction": self.truncation_direction,
+        }
+        # only what differs from the defaults: caches written before these options existed stay valid
+        return {**options, **{k: v for k, v in extra.items() if v not in (None, False, "", "right")}}
 
     def _make_cache(self) -> EmbeddingCache | None:
         if self.cache is None or self.cache is False:
@@ -120,16 +175,21 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         directory = None if self.cache == "memory" else Path(self.cache)
         return EmbeddingCache(self.feature_options(), directory)
 
-    def _embed(self, texts: list[str]) -> np.ndarray:
-        return self.encoder_.embed(
-            texts,
+    def _options(self) -> dict:
+        return dict(
             layers=self.layers,
             pooling=self.pooling,
-            batch_size=self.batch_size,
             max_length=self.max_length,
             long_text=self.long_text,
-            progress=self.progress,
+            prompt=self.prompt,
+            prompt_name=self.prompt_name,
+            dimensions=self.dimensions,
+            normalize=self.normalize,
+            truncation_direction=self.truncation_direction,
         )
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        return self.encoder_.embed(texts, batch_size=self.batch_size, progress=self.progress, **self._options())
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -1,0 +1,222 @@
+"""Retrieval-style embeddings: prompts, dimensions, compact output types, similarity and search, truncation direction,
+each equal to sentence-transformers on the same model and vectors, and on the command line."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from conftest import run_cli
+
+from bertkit import Encoder, InputError
+from bertkit.encoder.compact import compact, int8_ranges, unpack_binary
+from bertkit.encoder.models import default_model_dir
+from bertkit.tasks.search import semantic_search, similarity
+
+TEXTS = [
+    "how old are you?",
+    "I am six years old.",
+    "EU rejects German call to boycott British lamb .",
+    "a visually stunning rumination on love",
+    "the movie was a dull, lifeless mess",
+    "Korea is a country in East Asia",
+]
+
+
+@pytest.fixture(scope="module")
+def prompted(tmp_path_factory):
+    """The packaged model with named prompts, as E5/BGE-style models declare them."""
+    folder = shutil.copytree(default_model_dir(), tmp_path_factory.mktemp("prompted") / "model")
+    config = json.loads((folder / "config_sentence_transformers.json").read_text())
+    config.update(prompts={"query": "query: ", "passage": "passage: "}, default_prompt_name=None)
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def st_model(prompted):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(prompted), device="cpu")
+
+
+@pytest.mark.parametrize("include_prompt", [True, False])
+def test_prompts_equal_sentence_transformers(prompted, st_model, include_prompt, tmp_path):
+    folder = prompted
+    if not include_prompt:  # the Pooling module's own setting, as a model can ship it
+        folder = shutil.copytree(prompted, tmp_path / "no-prompt-pooling")
+        pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
+        (folder / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, "include_prompt": False}))
+        from sentence_transformers import SentenceTransformer
+
+        reference = SentenceTransformer(str(folder), device="cpu")
+    else:
+        reference = st_model
+    encoder = Encoder.from_pretrained(str(folder))
+    assert encoder.info()["prompts"] == {"query": "query: ", "passage": "passage: "}
+    for kwargs in ({"prompt_name": "query"}, {"prompt": "passage: "}):
+        ours = encoder.embed(TEXTS, normalize=True, **kwargs)
+        theirs = reference.encode(TEXTS, **kwargs)
+        np.testing.assert_allclose(ours, theirs, atol=2e-5)
+    assert not np.allclose(encoder.embed(TEXTS[:1], prompt_name="query"), encoder.embed(TEXTS[:1]), atol=1e-3)
+    with pytest.raises(InputError, match="prompt_name='document'.*passage, query"):
+        encoder.embed(TEXTS, prompt_name="document")
+
+
+def test_a_default_prompt_applies_when_none_is_named(prompted, tmp_path):
+    folder = shutil.copytree(prompted, tmp_path / "default")
+    config = json.loads((folder / "config_sentence_transformers.json").read_text())
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({**config, "default_prompt_name": "query"}))
+    encoder = Encoder.from_pretrained(str(folder))
+    np.testing.assert_allclose(encoder.embed(TEXTS), encoder.embed(TEXTS, prompt="query: "), atol=1e-6)
+    _, report = encoder.embed(TEXTS[:1], return_report=True)
+    assert report.prompt == "query: "
+
+
+def test_dimensions_are_matryoshka_truncation_then_normalization(encoder, st_model):
+    ours = encoder.embed(TEXTS, dimensions=128, normalize=True)
+    theirs = st_model.encode(TEXTS, truncate_dim=128)  # the packaged model normalizes; truncation comes after it
+    full = encoder.embed(TEXTS)[:, :128]
+    np.testing.assert_allclose(ours, full / np.linalg.norm(full, axis=1, keepdims=True), atol=1e-6)
+    np.testing.assert_allclose(ours, theirs / np.linalg.norm(theirs, axis=1, keepdims=True), atol=2e-5)
+    assert encoder.embed(TEXTS, dimensions=64).shape == (len(TEXTS), 64)
+    with pytest.raises(InputError, match="dimensions=500: these vectors have 384 numbers"):
+        encoder.embed(TEXTS, dimensions=500)
+    with pytest.raises(InputError, match="dimensions applies to sentence vectors"):
+        encoder.embed(TEXTS, dimensions=16, pooling="none")
+
+
+@pytest.mark.parametrize("output", ["int8", "uint8", "binary", "ubinary"])
+def test_compact_types_equal_sentence_transformers_quantization(output):
+    from sentence_transformers.util import quantize_embeddings
+
+    rng = np.random.default_rng(0)
+    vectors, calibration = rng.normal(size=(20, 64)).astype(np.float32), rng.normal(size=(200, 64)).astype(np.float32)
+    theirs = quantize_embeddings(vectors, precision=output, calibration_embeddings=calibration)
+    ours = compact(vectors, output, int8_ranges(calibration) if output in ("int8", "uint8") else None)
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+    np.testing.assert_array_equal(ours, theirs)
+    if output.endswith("binary"):
+        assert ours.shape == (20, 8) and np.array_equal(unpack_binary(ours, 64) > 0, vectors > 0)
+
+
+def test_compact_vectors_from_embed_share_the_calibrations_mapping(encoder):
+    int8 = encoder.embed(TEXTS, output="int8")
+    assert int8.dtype == np.int8 and int8.shape == (len(TEXTS), 384)
+    again = encoder.embed(TEXTS[:1], output="int8")  # another call, the same buckets
+    np.testing.assert_array_equal(again, int8[:1])
+    assert encoder.embed(TEXTS, output="float16").dtype == np.float16
+    assert encoder.embed(TEXTS, output="binary").shape == (len(TEXTS), 48)
+    own = int8_ranges(encoder.embed(TEXTS))
+    np.testing.assert_array_equal(
+        encoder.embed(TEXTS, output="uint8", ranges=own), compact(encoder.embed(TEXTS), "uint8", own)
+    )
+    with pytest.raises(InputError, match="output='bits'"):
+        encoder.embed(TEXTS, output="bits")
+
+
+@pytest.mark.parametrize(
+    "metric, name",
+    [("cosine", "cos_sim"), ("dot", "dot_score"), ("euclidean", "euclidean_sim"), ("manhattan", "manhattan_sim")],
+)
+def test_similarity_equals_sentence_transformers(metric, name):
+    from sentence_transformers import util
+
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=(5, 16)).astype(np.float32), rng.normal(size=(7, 16)).astype(np.float32)
+    np.testing.assert_allclose(similarity(a, b, metric), getattr(util, name)(a, b).numpy(), atol=1e-4)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "dot"])
+def test_semantic_search_equals_sentence_transformers_in_small_chunks(metric):
+    from sentence_transformers import util
+
+    rng = np.random.default_rng(2)
+    queries, corpus = rng.normal(size=(23, 32)).astype(np.float32), rng.normal(size=(1003, 32)).astype(np.float32)
+    function = util.cos_sim if metric == "cosine" else util.dot_score
+    theirs = util.semantic_search(torch.from_numpy(queries), torch.from_numpy(corpus), top_k=7, score_function=function)
+    ours = semantic_search(queries, corpus, top_k=7, metric=metric, query_chunk_size=5, corpus_chunk_size=100)
+    assert [[h["corpus_id"] for h in q] for q in ours] == [[h["corpus_id"] for h in q] for q in theirs]
+    for mine, other in zip(ours, theirs):
+        np.testing.assert_allclose([h["score"] for h in mine], [h["score"] for h in other], atol=1e-4)
+
+
+def test_binary_search_finds_what_float_search_finds(encoder):
+    from bertkit.io.readers import read_labelled, sample_path
+
+    corpus = read_labelled(sample_path("reviews.tsv"), "text", "label").texts
+    vectors = encoder.embed(corpus, normalize=True)
+    queries = vectors[:10] + 0.01 * np.random.default_rng(3).normal(size=(10, 384)).astype(np.float32)
+    exact = [[h["corpus_id"] for h in q] for q in semantic_search(queries, vectors, top_k=5)]
+    binary = semantic_search(queries, compact(vectors, "binary"), top_k=5, rescore_multiplier=4)
+    recall = np.mean([len(set(e) & {h["corpus_id"] for h in b}) / 5 for e, b in zip(exact, binary)])
+    assert recall >= 0.8, recall
+    assert [q[0]["corpus_id"] for q in binary] == list(range(10))  # each query's own review comes first
+
+
+def test_truncation_direction_left_keeps_the_end(encoder):
+    from transformers import AutoModel, AutoTokenizer
+
+    long_text = "the beginning is here " + "and then more words " * 40 + "the very end"
+    tokenizer = AutoTokenizer.from_pretrained(default_model_dir(), truncation_side="left")
+    model = AutoModel.from_pretrained(default_model_dir()).eval()
+    with torch.no_grad():
+        expected = model(**tokenizer(long_text, truncation=True, max_length=32, return_tensors="pt"))
+    found = encoder.embed([long_text], max_length=32, truncation_direction="left", pooling="cls")
+    np.testing.assert_allclose(found[0], expected.last_hidden_state[0, 0].numpy(), atol=1e-5)
+    tokens = encoder.embed([long_text], max_length=32, truncation_direction="left", pooling="none")[0].tokens
+    assert tokens[-4:] == ["the", "very", "end", "[SEP]"] and tokens[0] == "[CLS]"
+    with pytest.raises(InputError, match="truncation_direction='middle'"):
+        encoder.embed([long_text], truncation_direction="middle")
+
+
+def test_the_vectorizer_takes_prompts_and_dimensions_and_keys_its_cache_on_them(prompted):
+    from bertkit import BertVectorizer
+
+    plain = BertVectorizer(model=str(prompted), layers="last").fit([])
+    queried = BertVectorizer(model=str(prompted), layers="last", prompt_name="query", dimensions=96).fit([])
+    assert queried.n_features_out_ == 96 and queried.transform(TEXTS).shape == (len(TEXTS), 96)
+    assert queried.feature_options()["prompt"] == "query: " and "prompt" not in plain.feature_options()
+    direct = queried.encoder_.embed(TEXTS, layers="last", prompt_name="query", dimensions=96)
+    np.testing.assert_allclose(queried.transform(TEXTS), direct, atol=1e-6)
+
+
+def test_embed_writes_compact_vectors_with_their_options_and_search_reads_them(monkeypatch, capsys, tmp_path):
+    from bertkit.io.stream import read_vectors
+
+    source = tmp_path / "corpus.txt"
+    source.write_text("\n".join(TEXTS) + "\n")
+    for output_type in ("float32", "int8", "binary"):
+        target = tmp_path / f"{output_type}.npz"
+        code, _, err = run_cli(
+            monkeypatch,
+            capsys,
+            "embed",
+            source,
+            "-o",
+            target,
+            "--output-type",
+            output_type,
+            "--normalize",
+            "--dimensions",
+            "256",
+        )
+        assert code == 0, err
+        vectors, ids, meta = read_vectors(target)
+        assert meta["output"] == output_type and meta["dimensions"] == 256 and meta["normalize"] is True
+        assert vectors.dtype == {"float32": np.float32, "int8": np.int8, "binary": np.int8}[output_type]
+        assert ids.tolist() == list(range(len(TEXTS)))
+        assert (meta["ranges"] is not None) == (output_type == "int8")
+        code, out, err = run_cli(monkeypatch, capsys, "search", target, "how old is he?", "--top-k", "2")
+        assert code == 0, err
+        rows = [line.split("\t") for line in out.splitlines()[1:]]
+        assert rows[0][:3] == ["how old is he?", "1", "0"], rows
+    parquet = tmp_path / "v.parquet"
+    assert run_cli(monkeypatch, capsys, "embed", source, "-o", parquet, "--output-type", "uint8")[0] == 0
+    vectors, _, meta = read_vectors(parquet)
+    assert vectors.dtype == np.uint8 and len(meta["ranges"]) == 2
+    code, _, err = run_cli(monkeypatch, capsys, "embed", source, "-o", tmp_path / "v.npy", "--output-type", "int8")
+    assert code == 2 and "write .npz or .parquet" in err
+    code, _, err = run_cli(monkeypatch, capsys, "embed", source, "-o", tmp_path / "p.npz", "--prompt-name", "query")
+    assert code == 2 and "prompt_name='query'" in err
