@@ -18,7 +18,23 @@ try:  # generated-input tests: a quick profile for every run, a long one on dema
 except ImportError:  # pragma: no cover - hypothesis is in the test extra
     pass
 
+# BERTKIT_LONG_TESTS=1: the fault tests at full strength (more kills, a longer soak); CI runs the short form
+LONG_TESTS = os.environ.get("BERTKIT_LONG_TESTS", "") == "1"
+
 SHARED_DATA = Path(os.environ.get("BERTKIT_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` skip, with the reason, where torch sees no CUDA GPU (CI never has one)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+    skip = pytest.mark.skip(reason=f"needs a CUDA GPU; torch {torch.__version__} ({build}) sees none here")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
 
 
 def shared_file(*parts: str) -> Path:
@@ -72,3 +88,67 @@ def run_cli(monkeypatch, capsys, *args):
         cli.main()
     captured = capsys.readouterr()
     return exit_info.value.code or 0, captured.out, captured.err
+
+
+LOAD_LOG = "BERTKIT_TEST_LOAD_LOG"  # where test_ray.record_loads logs each model load in a Ray worker
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory):
+    """A Ray head on 127.0.0.1 with 2 CPUs (`ray start --head --block`, stopped by its pid), and this test
+    process connected to it with a worker hook that logs every model load."""
+    import signal
+    import socket
+    import subprocess
+    import time
+
+    ray = pytest.importorskip("ray", reason="the Ray engine needs the extra: pip install 'bertkit[ray]'")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = f"127.0.0.1:{port}"
+    log = tmp_path_factory.mktemp("loads") / "loads.txt"
+    log.touch()
+    head_log, deadline = log.with_name("head.log"), time.monotonic() + 120
+    process = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "ray"),
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        stdout=head_log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        while "Ray runtime started" not in head_log.read_text():  # wait until the head says it runs
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"`ray start --head` did not start: {head_log.read_text()[-2000:]}")
+            time.sleep(0.2)
+        from bertkit.ray.files import connect
+
+        connect(address)  # sets token mode the way `bertkit embed --address` does; then reconnect with the hook
+        ray.shutdown()
+        ray.init(
+            address=address,
+            log_to_driver=False,
+            runtime_env={
+                "worker_process_setup_hook": "test_ray.record_loads",
+                "env_vars": {LOAD_LOG: str(log), "PYTHONPATH": str(Path(__file__).parent)},
+            },
+        )
+        yield {"address": address, "loads": log}
+    finally:
+        ray.shutdown()
+        os.killpg(process.pid, signal.SIGTERM)  # --block: the head's processes stop with it
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # a graceful stop takes Ray ~30 s; nothing of it is kept
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)

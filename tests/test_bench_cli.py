@@ -41,7 +41,9 @@ def test_bench_prints_the_table_with_sane_numbers(monkeypatch, capsys, tmp_path,
     assert f"({LAYERS} layers, hidden {HIDDEN})" in lines[0]
     per_token = 2 * (4 * HIDDEN * HIDDEN + 2 * HIDDEN * INNER)
     flops = LAYERS * (per_token * sum(counts) + 4 * HIDDEN * sum(c * c for c in counts))
-    facts = re.match(r"([\d.]+) GFLOP per sentence; matmul peak fp32 (\d+) GFLOP/s → bound (\d+) sentences/s", lines[1])
+    facts = re.match(
+        r"([\d.]+) GFLOP per sentence on cpu; matmul peak fp32 (\d+) GFLOP/s → bound (\d+) sentences/s", lines[1]
+    )
     assert facts, lines[1]
     gflop, peak, bound = float(facts[1]), float(facts[2]), float(facts[3])
     assert gflop == pytest.approx(flops / len(TEXTS) / 1e9, abs=5e-4)

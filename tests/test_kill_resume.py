@@ -16,11 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import LONG_TESTS
 from test_finetune import sentiment_file
 
 pytestmark = pytest.mark.slow
 BERTKIT = [sys.executable, "-m", "bertkit.cli"]
-EMBED_KILLS = 20
+EMBED_KILLS = 20 if LONG_TESTS else 8
+TRAIN_KILLS = 5 if LONG_TESTS else 3
 FINETUNE_KILLS = 5
 
 
@@ -132,7 +134,7 @@ def test_train_killed_anywhere_leaves_a_whole_run_or_none(model_dir, tmp_path):
     finish(start([*command, "-o", tmp_path / "reference"], tmp_path))
     expected = head_arrays(tmp_path / "reference")
     rng = random.Random(5)
-    for _ in range(5):
+    for _ in range(TRAIN_KILLS):
         kill_after(start([*command, "-o", tmp_path / "run"], tmp_path), rng.uniform(2.0, 8.0))
         run = tmp_path / "run"
         if run.exists():  # a whole run: its record, and a classifier equal to the uninterrupted one's, array by array

@@ -87,7 +87,8 @@ def test_text_probe_runs_one_forward_per_batch_and_is_reproducible(tiny_dirs, tm
     calls = count_forwards(monkeypatch)
     options = dict(model=str(tiny_dirs["bert_cased"]), cache=None, cv=3)
     result = probe_text(train, dev, **options)
-    assert sum(calls) == 120 and len(calls) == 3 + 2  # 80 + 40 texts in batches of 32: each text passes once
+    assert calls[0] == 1  # the vectorizer's check of its options at fit: one short text
+    assert sum(calls[1:]) == 120 and len(calls[1:]) == 3 + 2  # 80 + 40 texts in batches of 32: each passes once
     rows = {(r.pooling, r.choice): r for r in result.rows}
     assert len(result.rows) == 3 * 7 + 1  # cls / mean / max × 7 layer choices (2-layer model), plus the pooler
     assert rows[("mean", "concat of last 3")].dim == 3 * 32 and rows[("pooler", "pooler(h2 [CLS])")].dim == 32

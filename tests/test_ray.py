@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import shared_file
+from conftest import LOAD_LOG, LONG_TESTS, shared_file
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs the extra: pip install 'bertkit[ray]'")
 pa = pytest.importorskip("pyarrow")
@@ -23,7 +21,6 @@ pq = pytest.importorskip("pyarrow.parquet")
 from bertkit.errors import InputError  # noqa: E402  (after the skip above)
 
 VENV_BIN = Path(sys.executable).parent
-LOAD_LOG = "BERTKIT_TEST_LOAD_LOG"
 
 
 def record_loads() -> None:
@@ -41,57 +38,6 @@ def record_loads() -> None:
         return encoder
 
     Encoder.from_pretrained = classmethod(counted)
-
-
-@pytest.fixture(scope="module")
-def head(tmp_path_factory):
-    """A Ray head on 127.0.0.1 with 2 CPUs (`ray start --head --block`, stopped by its pid), and this test
-    process connected to it with a worker hook that logs every model load."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    address = f"127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("loads") / "loads.txt"
-    log.touch()
-    head_log, deadline = log.with_name("head.log"), time.monotonic() + 120
-    process = subprocess.Popen(
-        [
-            str(VENV_BIN / "ray"),
-            "start",
-            "--head",
-            "--block",
-            "--node-ip-address=127.0.0.1",
-            f"--port={port}",
-            "--num-cpus=2",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-        ],
-        stdout=head_log.open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        while "Ray runtime started" not in head_log.read_text():  # wait until the head says it runs
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"`ray start --head` did not start: {head_log.read_text()[-2000:]}")
-            time.sleep(0.2)
-        from bertkit.ray.files import connect
-
-        connect(address)  # sets token mode the way `bertkit embed --address` does; then reconnect with the hook
-        ray.shutdown()
-        ray.init(
-            address=address,
-            log_to_driver=False,
-            runtime_env={
-                "worker_process_setup_hook": "test_ray.record_loads",
-                "env_vars": {LOAD_LOG: str(log), "PYTHONPATH": str(Path(__file__).parent)},
-            },
-        )
-        yield {"address": address, "loads": log}
-    finally:
-        ray.shutdown()
-        os.killpg(process.pid, signal.SIGTERM)  # --block: the head's processes stop with it
-        process.wait(timeout=60)
 
 
 def sst2_texts(count: int, skip: int = 0) -> list[str]:
@@ -162,7 +108,8 @@ def test_embed_dataset_adds_vectors_to_a_users_dataset(head, encoder):
 
     texts = sst2_texts(40, skip=300)
     ds = ray.data.from_items([{"doc": f"d{i:02d}", "body": t} for i, t in enumerate(texts)], override_num_blocks=4)
-    out = embed_dataset(ds, column="body", layers="last4:sum", pooling="cls+mean", actors=1, encoder=encoder)
+    options = dict(layers="last4:sum", pooling="cls+mean", prompt="query: ", dimensions=500, normalize=True)
+    out = embed_dataset(ds, column="body", actors=1, encoder=encoder, **options)
     table = pa.concat_tables(ray.get(out.to_arrow_refs())).sort_by("doc")
     assert (
         table.column("doc").to_pylist() == [f"d{i:02d}" for i in range(40)]
@@ -170,7 +117,8 @@ def test_embed_dataset_adds_vectors_to_a_users_dataset(head, encoder):
     )
     assert pa.types.is_fixed_size_list(table.schema.field("vector").type)
     got = np.stack(table.column("vector").to_numpy(zero_copy_only=False))
-    np.testing.assert_allclose(got, encoder.embed(texts, layers="last4:sum", pooling="cls+mean"), atol=1e-5, rtol=0)
+    assert got.shape == (40, 500)
+    np.testing.assert_allclose(got, encoder.embed(texts, **options), atol=1e-5, rtol=0)
     with pytest.raises(InputError, match="no column named 'text'"):
         embed_dataset(ds.materialize(), column="text", encoder=encoder)
 
@@ -230,7 +178,7 @@ def test_cli_killed_midway_resumes_and_skips_finished_files(head, tmp_path, enco
     assert not list(out.glob(".*.tmp")), "staging folders of the killed run are cleared"
 
 
-RAY_KILLS = 6
+RAY_KILLS = 6 if LONG_TESTS else 3
 
 
 @pytest.mark.slow

@@ -15,7 +15,6 @@ pytest.importorskip("ray", reason="the Ray engine needs the extra: pip install '
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from test_ray import head  # noqa: E402, F401  (the 2-CPU Ray head on 127.0.0.1, one per module)
 
 TEXT_FILE = (
     "first line\x0cwith a form feed\r\n"

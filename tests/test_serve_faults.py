@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import LONG_TESTS
 
 from bertkit.serve import create_app
 
@@ -33,9 +34,9 @@ def test_the_service_keeps_its_promises_under_misbehaving_clients(tmp_path):
         sys.executable,
         str(SCRIPT),
         "--seconds",
-        "25",
+        "25" if LONG_TESTS else "12",
         "--warmup",
-        "20",
+        "20" if LONG_TESTS else "15",
         "--clients",
         "64",
         "--texts",

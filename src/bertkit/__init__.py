@@ -37,6 +37,8 @@ _LAZY = {
     "probe_text": "tasks.probe",
     "probe_token": "tasks.probe",
     "read_tagged": "io.conll",
+    "semantic_search": "tasks.search",
+    "similarity": "tasks.search",
 }
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come from __getattr__
@@ -49,6 +51,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come fro
     from .tasks.finetuned import FineTunedClassifier, FineTunedTagger
     from .tasks.load import load_run
     from .tasks.probe import probe_text, probe_token
+    from .tasks.search import semantic_search, similarity
     from .tasks.tagging import Entity, entity_scores
     from .tasks.vectorizer import BertVectorizer
 
@@ -88,4 +91,6 @@ __all__ = [
     "probe_text",
     "probe_token",
     "read_tagged",
+    "semantic_search",
+    "similarity",
 ]

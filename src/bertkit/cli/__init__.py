@@ -6,4 +6,13 @@ May import every other wing; nothing imports it.
 from .common import app
 from .main import main
 
-__all__ = ["app", "main"]
+__all__ = ["app", "click_command", "main"]
+
+
+def __getattr__(name: str):
+    """`click_command`: the click command behind `app`, built on first use (the docs' CLI reference reads it)."""
+    if name == "click_command":
+        import typer.main
+
+        return typer.main.get_command(app)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,10 +7,12 @@ from typing import Optional
 
 import typer
 
-from ..encoder.defaults import DEFAULT_BATCH_SIZE, DEFAULT_FEATURE_LAYERS, DEFAULT_FEATURE_POOLING
+from ..encoder.defaults import DEFAULT_FEATURE_LAYERS, DEFAULT_FEATURE_POOLING
 from ..io.readers import column_spec
 from .common import (
+    BatchSizeOption,
     CacheDirOption,
+    DeviceOption,
     HeaderOption,
     ModelOption,
     NoCacheOption,
@@ -18,6 +20,7 @@ from .common import (
     ThreadsOption,
     app,
     cache_option,
+    running_on,
     say,
 )
 
@@ -54,14 +57,15 @@ def train(
     report: Optional[Path] = typer.Option(None, "--report", help="Write metrics.json, confusion.png and pca.png here."),
     cache_dir: Optional[Path] = CacheDirOption,
     no_cache: bool = NoCacheOption,
-    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", "-b", help="Texts per forward pass."),
+    batch_size: Optional[int] = BatchSizeOption,
     max_length: Optional[int] = typer.Option(None, "--max-length"),
     overwrite: bool = OverwriteOption,
     model: Optional[str] = ModelOption,
     threads: Optional[int] = ThreadsOption,
     precision: Optional[str] = typer.Option(
-        None, "--precision", help="fp32 | bf16 | int8; default: the run's own (train: fp32)."
+        None, "--precision", help="fp32 | bf16 | fp16 (GPUs) | int8 (CPUs); default fp32."
     ),
+    device: str = DeviceOption,
 ) -> None:
     """Embed texts with the frozen encoder and train a classifier on the vectors (the visual guide's pipeline)."""
     from ..io.readers import read_labelled
@@ -90,6 +94,7 @@ def train(
         cache=cache_option(no_cache, cache_dir),
         threads=threads,
         precision=precision or "fp32",
+        device=device,
     )
     head = named_classifier(classifier, c_value, cv=cv, n_samples=len(texts), random_state=seed)
     estimator = TextClassifier(vectorizer, head, scale=scale, cv=cv, random_state=seed)
@@ -103,7 +108,8 @@ def train(
     say(
         f"features: layers={estimator.vectorizer_.layers} pooling={estimator.vectorizer_.pooling} → "
         f"{estimator.vectorizer_.n_features_out_} dims; "
-        f"embedding {estimator.embed_seconds_:.1f}s" + (f" ({stats})" if stats else "")
+        f"embedding {estimator.embed_seconds_:.1f}s on {running_on(estimator.vectorizer_.encoder_)}"
+        + (f" ({stats})" if stats else "")
     )
     if estimator.cv_scores_:
         scores = ", ".join(f"{c:g}: {s:.4f}" for c, s in estimator.cv_scores_.items())

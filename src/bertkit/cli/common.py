@@ -121,6 +121,9 @@ PrecisionOption = typer.Option(
     help="fp32 (default) | bf16 (only on CPUs with native bf16: AMX / AVX512-BF16) | int8 (int8 linear layers, "
     "smoothed; see bertkit quantize).",
 )
+BatchSizeOption = typer.Option(
+    None, "--batch-size", "-b", help="Texts per forward pass (default: 32 on a CPU; on a GPU, as many as fit)."
+)
 DeviceOption = typer.Option("auto", "--device", help="auto (a GPU when there is one) | cpu | cuda | cuda:N | mps.")
 RunArgument = typer.Argument(..., help="A run directory written by `bertkit train` or `bertkit finetune`.")
 
@@ -129,6 +132,13 @@ def make_encoder(model: Optional[str], threads: Optional[int] = None, precision:
     from ..encoder.encode import Encoder
 
     return Encoder.from_pretrained(model, threads=threads, precision=precision, device=device)
+
+
+def running_on(encoder) -> str:
+    """'cpu, fp32' or 'cuda:0 (NVIDIA H100 80GB HBM3), fp16': what a run summary says about where it ran."""
+    from ..encoder.devices import describe
+
+    return f"{describe(encoder.device)}, {encoder.precision}"
 
 
 def say(message: str) -> None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import typer
 
+from ..display import text_table as format_table
 from ..encoder.encode import Encoder
 from ..io.readers import read_labelled, sample_path
 from ..tasks.classify import TextClassifier
 from ..tasks.labels import split_holdout
 from ..tasks.report import classification_metrics
 from ..tasks.vectorizer import BertVectorizer
-from .format import format_table
 
 
 def run_demo(model: str | None = None) -> None:

@@ -10,19 +10,20 @@ from typing import Optional
 
 import typer
 
-from ..encoder.defaults import DEFAULT_BATCH_SIZE
+from ..display import text_table as format_table
 from ..io.readers import column_spec
 from .common import (
+    BatchSizeOption,
     DeviceOption,
     ModelOption,
     PrecisionOption,
     ThreadsOption,
     app,
     make_encoder,
+    running_on,
     say,
     verbosity,
 )
-from .format import format_table
 
 # Library imports sit inside the commands: `bertkit --help` and each command load only what they use (start-up speed).
 
@@ -80,7 +81,7 @@ def embed(
     pooling: str = typer.Option(
         "mean", "--pooling", "-p", help="cls, pooler, mean, max, 'cls+mean', or none (token vectors, .npz)."
     ),
-    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", "-b", help="Texts per forward pass."),
+    batch_size: Optional[int] = BatchSizeOption,
     max_length: Optional[int] = typer.Option(None, "--max-length"),
     long_text: str = typer.Option("truncate", "--long-text", help="truncate | error | window"),
     stride: Optional[int] = typer.Option(None, "--stride", help="Overlap of windows in tokens (long-text window)."),
@@ -108,6 +109,9 @@ def embed(
     ),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Ray: start the output directory over instead of resuming it."
+    ),
+    gpus_per_actor: Optional[float] = typer.Option(
+        None, "--gpus-per-actor", help="Ray: GPUs each actor holds (e.g. 1, or 0.5 to share one); default: CPU actors."
     ),
     prompt: Optional[str] = typer.Option(None, "--prompt", help="Text put before every input, e.g. 'passage: '."),
     prompt_name: Optional[str] = typer.Option(
@@ -140,27 +144,45 @@ def embed(
     if engine not in ("local", "ray"):
         raise InputError(f"--engine {engine!r}: choose local or ray.")
     if engine == "ray":
+        if output_type != "float32" or calibration is not None:
+            raise InputError(
+                "--output-type and --calibration apply to --engine local; the Ray engine writes float32 vectors."
+            )
+        if device != "auto":
+            raise InputError(
+                "--device applies to --engine local; Ray actors run on the CPU, or on GPUs with --gpus-per-actor."
+            )
         _embed_on_ray(
             str(input),
             output,
-            column_spec(column),
-            column_spec(id_column),
-            header,
-            layers,
-            pooling,
-            batch_size,
-            max_length,
-            long_text,
-            stride,
-            model,
-            precision,
-            actors,
-            address,
-            overwrite,
+            dict(
+                column=column_spec(column),
+                id_column=column_spec(id_column),
+                header=header,
+                layers=layers,
+                pooling=pooling,
+                batch_size=batch_size,
+                max_length=max_length,
+                long_text=long_text,
+                stride=stride,
+                model=model,
+                precision=precision,
+                actors=actors,
+                gpus_per_actor=gpus_per_actor,
+                address=address,
+                overwrite=overwrite,
+                prompt=prompt,
+                prompt_name=prompt_name,
+                dimensions=dimensions,
+                normalize=normalize,
+                truncation_direction=truncation_direction,
+            ),
             quiet,
             chunk_rows,
         )
         return
+    if gpus_per_actor is not None:
+        raise InputError("--gpus-per-actor applies to --engine ray; with --engine local give --device cuda.")
     parse_layers(layers)  # option mistakes are reported before the input is read
     tokens_only = parse_pooling(pooling) == ("none",)
     with open(input, "rb"):  # a missing or unreadable input is reported (by the CLI boundary) before the model loads
@@ -193,7 +215,7 @@ def embed(
     else:
         summary = _embed_streamed(encoder, input, output, reading, options, quiet, chunk_rows)
     if not quiet:
-        _say_summary(summary, output, time.perf_counter() - started, max_length or encoder.max_length)
+        _say_summary(summary, output, time.perf_counter() - started, max_length or encoder.max_length, encoder)
 
 
 def _calibration_ranges(encoder, path: Path, options: dict, vector_options: dict, dimensions, normalize):
@@ -300,8 +322,8 @@ def _embed_streamed(
     )
 
 
-def _say_summary(summary: _Summary, output: Path, seconds: float, limit: int) -> None:
-    say(f"wrote {output}: {summary.shape} ({summary.rows / max(seconds, 1e-9):.0f} texts/s)")
+def _say_summary(summary: _Summary, output: Path, seconds: float, limit: int, encoder) -> None:
+    say(f"wrote {output}: {summary.shape} ({summary.rows / max(seconds, 1e-9):.0f} texts/s on {running_on(encoder)})")
     if summary.truncated:
         say(
             f"{summary.truncated} texts were truncated to {limit} tokens ({_lines(summary.truncated_lines)}); "
@@ -337,26 +359,7 @@ def _text_column(input: Path, column, header, fmt, quiet: bool):
     return choice.column, choice.header
 
 
-def _embed_on_ray(
-    pattern,
-    output,
-    column,
-    id_column,
-    header,
-    layers,
-    pooling,
-    batch_size,
-    max_length,
-    long_text,
-    stride,
-    model,
-    precision,
-    actors,
-    address,
-    overwrite,
-    quiet,
-    chunk_rows,
-) -> None:
+def _embed_on_ray(pattern: str, output: Path, options: dict, quiet: bool, chunk_rows: Optional[int]) -> None:
     """`--engine ray`: Ray Data over every file the pattern names, one Parquet folder per file in `output`."""
     from ..ray import embed_files
     from ..ray.dataset import DEFAULT_ROWS_PER_CALL
@@ -364,26 +367,17 @@ def _embed_on_ray(
     summary = embed_files(
         pattern,
         output,
-        column=column,
-        id_column=id_column,
-        header=header,
-        layers=layers,
-        pooling=pooling,
-        batch_size=batch_size,
-        max_length=max_length,
-        long_text=long_text,
-        stride=stride,
-        precision=precision,
-        model=model,
-        actors=actors,
-        address=address,
         ray_logs=verbosity() == "verbose",
-        overwrite=overwrite,
         rows_per_call=DEFAULT_ROWS_PER_CALL if chunk_rows is None else chunk_rows,
+        **options,
     )
     if not quiet:
         plan = summary.resources
-        layout = f" on {plan.actors} actor(s) × {plan.threads} thread(s)" if plan else ""
+        layout = ""
+        if plan:
+            layout = f" on {plan.actors} actor(s) × " + (
+                f"{plan.gpus_per_actor:g} GPU" if plan.gpus_per_actor else f"{plan.threads} thread(s)"
+            )
         say(
             f"wrote {output}: {summary.rows} rows from {len(summary.files)} files in {summary.seconds:.1f} s "
             f"({summary.rows_per_second:.0f} rows/s{layout}); skipped {len(summary.skipped)} complete files"

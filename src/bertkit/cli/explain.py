@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .common import ModelOption, app, say
+from .common import DeviceOption, ModelOption, app, say
 
 # Library imports sit inside the command: `bertkit --help` loads only what it uses (start-up speed).
 
@@ -34,6 +34,7 @@ def explain(
         help="Put the map's training sentences into the file (hover text); off: points and labels only.",
     ),
     model: str | None = ModelOption,
+    device: str = DeviceOption,
 ) -> None:
     """Write the visual guide for TEXT as one HTML file: tokens, layers, attention, vector, map, prediction, probe."""
     from ..errors import InputError
@@ -41,7 +42,7 @@ def explain(
     from ..explain.page import offline_page
     from ..io.writers import atomic_path
 
-    explainer = Explainer.from_paths(model, run or [])
+    explainer = Explainer.from_paths(model, run or [], device=device)
     explainer.map_texts = map_texts
     # every layer, attention layer and head: the file switches between them with no server
     settings = Settings.from_json(

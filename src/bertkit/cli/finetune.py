@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from ..display import text_table as format_table
 from ..errors import InputError
 from ..io.readers import column_spec
 from .common import (
@@ -22,7 +23,6 @@ from .common import (
     cache_option,
     say,
 )
-from .format import format_table
 
 # Library imports sit inside the commands: `bertkit --help` and each command load only what they use (start-up speed).
 
@@ -169,6 +169,7 @@ def probe(
     overwrite: bool = OverwriteOption,
     model: Optional[str] = ModelOption,
     threads: Optional[int] = ThreadsOption,
+    device: str = DeviceOption,
 ) -> None:
     """Which layer's vectors? Score every hidden state, the paper's combinations and a learned mix with a linear
     probe."""
@@ -189,6 +190,7 @@ def probe(
             seed=seed,
             cache=cache,
             threads=threads,
+            device=device,
             text_column=column_spec(text_column),
             label_column=column_spec(label_column),
             header=header,
@@ -204,6 +206,7 @@ def probe(
             C=c_value,
             cache=cache,
             threads=threads,
+            device=device,
         )
     else:
         raise InputError(f"--task {task!r}: valid tasks are text and token.")

@@ -33,12 +33,23 @@ def quantize(
     limit: int = typer.Option(512, "--limit", help="Calibrate on the first N texts (0 = all)."),
     overwrite: bool = OverwriteOption,
     threads: Optional[int] = ThreadsOption,
+    device: Optional[str] = typer.Option(
+        None, "--device", help="Refused unless cpu: int8 is a CPU precision, calibrated and run on the CPU."
+    ),
 ) -> None:
     """Calibrate precision='int8' on your texts: then `--model DIR --precision int8` (or the run) uses that
     calibration."""
     from ..encoder.int8 import packaged_texts
+    from ..errors import InputError
     from ..io.readers import read_texts
     from ..tasks.quantize import quantize as quantize_model
+
+    if device not in (None, "cpu"):
+        raise InputError(
+            f"--device {device}: quantize calibrates precision='int8', which runs on the CPU only (oneDNN's VNNI/AMX "
+            "int8 kernels; torch has no int8 path for these layers on GPUs). Leave --device out; on a GPU use "
+            "--precision fp16 or bf16 instead."
+        )
 
     if calibration is None:
         texts = packaged_texts()

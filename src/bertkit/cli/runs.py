@@ -51,12 +51,12 @@ def evaluate(
 ) -> None:
     """Score a saved model: accuracy, macro-F1, per-class table, confusion matrix; a regressor's correlations; a
     multi-label model's F1 per label; a tagger's entity P/R/F1 per type."""
+    from ..tasks.evaluate import evaluate as evaluate_run
     from ..tasks.finetuned import FineTunedTagger
 
     estimator = _load(run, no_cache, cache_dir, threads, precision, device)
     if isinstance(estimator, FineTunedTagger):
         from ..io.conll import read_tagged
-        from ..tasks.tagging import entity_scores, format_entity_scores
 
         try:
             data = read_tagged(data_file)
@@ -64,7 +64,7 @@ def evaluate(
             raise InputError(
                 f"{run} is a tagger (fine-tuned with --task token) and is scored on a word/tag file. {exc}"
             ) from None
-        typer.echo(format_entity_scores(entity_scores(data.tags, estimator.predict_word_tags(data.words))))
+        typer.echo(evaluate_run(estimator, data.words, data.tags).text())
         return
     typer.echo(_score(estimator, run, data_file, text_column, pair_column, label_column, header))
 
@@ -72,15 +72,7 @@ def evaluate(
 def _score(estimator, run, data_file, text_column, pair_column, label_column, header) -> str:
     """The evaluation table of a text or pair model on a labelled file (columns as the run recorded them)."""
     from ..io.readers import read_labelled
-    from ..tasks.labels import check_known_labels
-    from ..tasks.report import (
-        classification_metrics,
-        format_metrics,
-        format_multi_label_metrics,
-        format_regression_metrics,
-        multi_label_metrics,
-        regression_metrics,
-    )
+    from ..tasks.evaluate import evaluate as evaluate_run
 
     stored = estimator.record_.get("data", {})
     problem = getattr(estimator, "problem", "single_label_classification")
@@ -96,18 +88,7 @@ def _score(estimator, run, data_file, text_column, pair_column, label_column, he
         label_separator=stored.get("label_separator", ","),
     )
     inputs = list(zip(data.texts, data.pairs)) if paired else data.texts
-    if problem == "regression":
-        return format_regression_metrics(regression_metrics(data.labels, estimator.predict(inputs)))
-    if problem == "multi_label_classification":
-        check_known_labels(data_file, [n for row in data.labels for n in row], estimator.classes_, run)
-        probabilities = estimator.predict_proba(inputs)
-        return format_multi_label_metrics(
-            multi_label_metrics(data.labels, probabilities, estimator.classes_, estimator.threshold)
-        )
-    check_known_labels(data_file, data.labels, estimator.classes_, run)
-    predictions = estimator.predict(inputs)
-    majority = getattr(estimator, "majority_class_", None)
-    return format_metrics(classification_metrics(data.labels, predictions, estimator.classes_, majority))
+    return evaluate_run(estimator, inputs, data.labels, str(data_file), str(run)).text()
 
 
 @app.command()

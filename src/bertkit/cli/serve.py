@@ -8,8 +8,8 @@ from pathlib import Path
 
 import typer
 
-from ..encoder.defaults import MAX_BATCH_TOKENS
-from .common import ModelOption, app, say
+from ..encoder.defaults import GPU_BATCH_TOKENS, MAX_BATCH_TOKENS
+from .common import DeviceOption, ModelOption, app, running_on, say
 
 # Library imports sit inside the command: `bertkit --help` loads neither torch nor the web stack (start-up speed).
 
@@ -32,7 +32,10 @@ def serve(
     ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (default loopback only)."),
     port: int = typer.Option(8080, "--port", "-p"),
-    precision: str = typer.Option("fp32", "--precision", help="fp32 | bf16 (CPUs with native bf16 only) | int8."),
+    precision: str = typer.Option(
+        "fp32", "--precision", help="fp32 | bf16 (GPUs, CPUs with native bf16) | fp16 (GPUs) | int8 (CPUs)."
+    ),
+    device: str = DeviceOption,
     threads: int | None = typer.Option(None, "--threads", help="Torch threads (default: one per core)."),
     concurrent_batches: int | None = typer.Option(
         None,
@@ -41,8 +44,11 @@ def serve(
         "threads (default: one per core, at most 2; 1: one pass at a time "
         "on every thread).",
     ),
-    max_batch_tokens: int = typer.Option(
-        MAX_BATCH_TOKENS, "--max-batch-tokens", help="Padded tokens per forward pass."
+    max_batch_tokens: int | None = typer.Option(
+        None,
+        "--max-batch-tokens",
+        help=f"Padded tokens per forward pass (default: {MAX_BATCH_TOKENS} on a CPU; on a GPU {GPU_BATCH_TOKENS}, or "
+        "less when free memory is short).",
     ),
     max_queue_tokens: int = typer.Option(65536, "--max-queue-tokens", help="Tokens allowed to wait; beyond it 429."),
     max_inputs: int = typer.Option(128, "--max-inputs", help="Texts per request."),
@@ -105,7 +111,7 @@ def serve(
     # a `bertkit probe` output (probe.json, no bertkit.json) is shown on the explainer page, not served at /predict
     probes = {name: load_probe(str(d)) for name, d in directories.items() if not (d / "bertkit.json").is_file()}
     probes = {name: record for name, record in probes.items() if record is not None}
-    encoder = Encoder.from_pretrained(model, threads=threads or _cores(), precision=precision)
+    encoder = Encoder.from_pretrained(model, threads=threads or _cores(), precision=precision, device=device)
     runs = load_runs({name: d for name, d in directories.items() if name not in probes})
     application = create_app(encoder, runs, settings)
     application.state.explain_probes = probes
@@ -115,7 +121,7 @@ def serve(
             "localhost name; give --allow-host NAME for each name clients use (or '*' behind a proxy that checks it)."
         )
     say(
-        f"bertkit serve: {encoder.name} ({encoder.precision}, {threads or _cores()} threads), runs: "
+        f"bertkit serve: {encoder.name} on {running_on(encoder)} ({threads or _cores()} threads), runs: "
         f"{', '.join(runs) or 'none'}"
         + (f"; probes: {', '.join(probes)}" if probes else "")
         + f"; http://{host}:{port}"

@@ -7,10 +7,11 @@ from typing import Optional
 
 import typer
 
-from ..encoder.defaults import DEFAULT_BATCH_SIZE
 from ..errors import InputError
 from ..io.readers import column_spec
 from .common import (
+    BatchSizeOption,
+    DeviceOption,
     HeaderOption,
     ModelOption,
     ThreadsOption,
@@ -28,12 +29,13 @@ def bench(
     header: Optional[bool] = HeaderOption,
     limit: Optional[int] = typer.Option(2000, "--limit", help="Use the first N texts (0 = all)."),
     repeats: int = typer.Option(3, "--repeats"),
-    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", "-b", help="Texts per forward pass."),
+    batch_size: Optional[int] = BatchSizeOption,
     peers: bool = typer.Option(
         True, "--peers/--no-peers", help="Also time the tutorial loop and sentence-transformers."
     ),
     model: Optional[str] = ModelOption,
     threads: Optional[int] = ThreadsOption,
+    device: str = DeviceOption,
     precision: str = typer.Option(
         "fp32,bf16",
         "--precision",
@@ -55,7 +57,7 @@ def bench(
     if repeats < 1:
         raise InputError("--repeats must be at least 1 (3 or more for a median worth reporting).")
     run_benchmark(
-        make_encoder(model, threads),
+        make_encoder(model, threads, device=device),
         texts,
         repeats=repeats,
         batch_size=batch_size,

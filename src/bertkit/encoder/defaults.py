@@ -8,6 +8,9 @@ DEFAULT_BATCH_SIZE = 32  # the best on a 2-core CPU with length-sorted batches (
 # activations (tokens × 1536 floats in the default model's feed-forward) outgrow the CPU caches (README, performance:
 # the cap's effect on CoNLL sentences).
 MAX_BATCH_TOKENS = 2048
+# On a GPU: padded tokens per pass, at most (text-embeddings-inference's default --max-batch-tokens), within the share
+# of free memory devices.token_budget allows; rows per pass are then as many as fit (batch_size=None).
+GPU_BATCH_TOKENS = 16384
 # The features of `BertVectorizer`, `TextClassifier` and `bertkit train` when none are given: the mean over tokens of
 # every layer, concatenated (the best of the probe's choices for a linear classifier on SST-2, see the README).
 DEFAULT_FEATURE_LAYERS = "all:concat"

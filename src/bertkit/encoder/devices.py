@@ -45,13 +45,25 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     raise InputError(f"device={spec!r}: give one of {DEVICE_CHOICES}.")
 
 
+class OutOfDeviceMemory(InputError):
+    """One input alone does not fit in the device's memory (after its batch was split down to that one row); `row`
+    is its index in the call's texts."""
+
+    def __init__(self, row: int, tokens: int, device: torch.device):
+        self.row, self.tokens, self.device = row, tokens, device
+        super().__init__(
+            f"text {row}: {tokens} tokens do not fit in the memory of {device} even alone; give a smaller "
+            "max_length, free the GPU, or use device='cpu'."
+        )
+
+
 GPU_MEMORY_SHARE = 0.5  # of the free GPU memory, the most one batch's activations may take
 
 
 def token_budget(model, device: torch.device, position_limit: int) -> int:
-    """Padded tokens one forward pass may hold: `MAX_BATCH_TOKENS` on a CPU (cache-sized); on a GPU, a share of its
-    free memory over what a token costs there (every layer's output is kept, plus the widest intermediate and a row
-    of attention scores per head), at least one full-length row.
+    """Padded tokens one forward pass may hold: `MAX_BATCH_TOKENS` on a CPU (cache-sized); on a GPU,
+    `GPU_BATCH_TOKENS` or, when less, a share of its free memory over what a token costs there (every layer's output
+    is kept, plus the widest intermediate and a row of attention scores per head); at least one full-length row.
 
     Parameters
     ----------
@@ -67,7 +79,7 @@ def token_budget(model, device: torch.device, position_limit: int) -> int:
     int
         Padded tokens a batch may hold.
     """
-    from .defaults import MAX_BATCH_TOKENS
+    from .defaults import GPU_BATCH_TOKENS, MAX_BATCH_TOKENS
 
     if device.type != "cuda":
         return MAX_BATCH_TOKENS
@@ -78,7 +90,7 @@ def token_budget(model, device: torch.device, position_limit: int) -> int:
     width = int(getattr(config, "intermediate_size", getattr(config, "hidden_dim", 4 * hidden)))
     per_token = 4 * ((layers + 1) * hidden + width + heads * position_limit)
     free, _ = torch.cuda.mem_get_info(device)
-    return max(position_limit, int(GPU_MEMORY_SHARE * free / per_token))
+    return max(position_limit, min(GPU_BATCH_TOKENS, int(GPU_MEMORY_SHARE * free / per_token)))
 
 
 def _cuda(name: str) -> torch.device:

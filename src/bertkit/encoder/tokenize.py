@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import html
 import math
 import re
 import threading
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..display import MAX_ROWS, html_table
 from ..errors import InputError
 
 if TYPE_CHECKING:  # torch is imported where tensors are made: `bertkit tokenize` runs without it
@@ -84,9 +86,12 @@ class Encoded:
         return start, end
 
 
-@dataclass
+@dataclass(repr=False)
 class Batch:
-    """Padded model inputs with the human view of them: tokens, word ids, which rows were truncated."""
+    """Padded model inputs with the human view of them: tokens, word ids, which rows were truncated.
+
+    Printed, it shows its shape and each row's tokens; in Jupyter, the tutorial's token / id / mask table per row.
+    """
 
     input_ids: torch.Tensor  # (batch, seq) int64
     attention_mask: torch.Tensor  # (batch, seq) int64, 1 = real token
@@ -111,6 +116,24 @@ class Batch:
             }
             for position, (token, word) in enumerate(zip(self.tokens[row], self.word_ids[row]))
         ]
+
+    def _summary(self) -> str:
+        rows, length = self.input_ids.shape
+        cut = [row for row, flag in enumerate(self.truncated) if flag]
+        return f"Batch({rows} row{'s' if rows != 1 else ''} × {length} tokens" + (
+            f"; truncated: rows {', '.join(map(str, cut))})" if cut else ")"
+        )
+
+    def __repr__(self) -> str:
+        shown = [f"  {row}: {' '.join(tokens)}" for row, tokens in enumerate(self.tokens[:MAX_ROWS])]
+        more = [f"  … {len(self) - MAX_ROWS} more rows"] if len(self) > MAX_ROWS else []
+        return "\n".join([self._summary(), *shown, *more])
+
+    def _repr_html_(self) -> str:
+        columns = ["position", "token", "id", "mask", "type_id", "word"]
+        tables = [html_table(self.table(row), columns, f"row {row}") for row in range(min(len(self), 8))]
+        more = f"<p>… {len(self) - 8} more rows</p>" if len(self) > 8 else ""
+        return f"<div><strong>{html.escape(self._summary())}</strong>{''.join(tables)}{more}</div>"
 
 
 def word_spans_of(text: Text) -> tuple[str, list[tuple[int, int]]]:

@@ -102,10 +102,17 @@ class Explainer:
 
     @classmethod
     def from_paths(
-        cls, model: str | None = None, run_dirs: list[str] | None = None, encoder: Encoder | None = None, **options
+        cls,
+        model: str | None = None,
+        run_dirs: list[str] | None = None,
+        encoder: Encoder | None = None,
+        device: str | None = "auto",
+        **options,
     ) -> Explainer:
-        """Load the encoder and each `[name=]DIR`: a run (`bertkit train` / `finetune`) or a `bertkit probe` output."""
-        explainer = cls(encoder or Encoder.from_pretrained(model))
+        """Load the encoder and each `[name=]DIR`: a run (`bertkit train` / `finetune`) or a `bertkit probe` output,
+        all on `device`."""
+        explainer = cls(encoder or Encoder.from_pretrained(model, device=device))
+        options = {"device": device, **options}
         for name, directory in parse_run_specs(list(run_dirs or [])).items():
             probe = load_probe(directory)
             if probe is not None:

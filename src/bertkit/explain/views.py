@@ -194,6 +194,7 @@ def attention_weights(encoder: Encoder, batch) -> tuple[torch.Tensor, ...]:
     inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
     if "token_type_ids" in inspect.signature(twin.forward).parameters:
         inputs["token_type_ids"] = batch.token_type_ids
+    inputs = {name: tensor.to(encoder.device) for name, tensor in inputs.items()}
     with torch.inference_mode():
         out = twin(**inputs, output_attentions=True, return_dict=True)
     return tuple(a.float() for a in out.attentions)
@@ -358,5 +359,5 @@ def _pick(
 
 
 def _round(values) -> list:
-    array = values.float().numpy() if isinstance(values, torch.Tensor) else np.asarray(values, dtype=np.float32)
+    array = values.float().cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values, dtype=np.float32)
     return np.round(array.astype(np.float64), DIGITS).tolist()

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..encoder.compact import RANGED, check_output_type, compact
-from ..encoder.defaults import DEFAULT_BATCH_SIZE
+from ..encoder.devices import OutOfDeviceMemory
 from ..encoder.encode import Encoder
 from ..encoder.tokenize import TextTooLong
 from ..errors import BertkitError, InputError, add_note
@@ -74,7 +74,7 @@ def embed_file(
     fmt: str | None = None,
     layers: str = "last",
     pooling: str = "mean",
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_size: int | None = None,
     max_length: int | None = None,
     long_text: str = "truncate",
     stride: int | None = None,
@@ -206,6 +206,12 @@ def _embed_chunk(
             f"{input_path}, line {lines[exc.row]}: {exc.tokens} tokens, more than the limit of "
             f"{exc.max_length}; pass --long-text truncate (cut it) or --long-text window (embed it in "
             "overlapping windows), or long_text= in Python."
+        ) from None
+    except OutOfDeviceMemory as exc:
+        raise InputError(
+            f"{input_path}, line {lines[exc.row]}: {exc.tokens} tokens do not fit in the memory of {exc.device} even "
+            "alone. The rows before it are kept: run the same command again with --device cpu, or when the GPU has "
+            "more free memory, and it resumes there (a smaller --max-length needs a new output)."
         ) from None
     result.blank_lines += [line for text, line in zip(texts, lines) if not text.strip()]
     result.truncated += report.n_truncated

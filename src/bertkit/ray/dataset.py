@@ -11,7 +11,6 @@ import pyarrow as pa
 import ray
 import ray.data
 
-from ..encoder.defaults import DEFAULT_BATCH_SIZE
 from ..encoder.encode import Encoder
 from ..errors import InputError
 
@@ -21,12 +20,19 @@ LONG_TEXT = ("truncate", "error", "window")
 
 @dataclass(frozen=True)
 class Resources:
-    """How the actors share the cluster's CPUs, keeping a reserve so read and write tasks are never starved."""
+    """How the actors share the cluster's CPUs (and GPUs), keeping a reserve so read and write tasks are never
+    starved."""
 
     actors: int
     cpus_per_actor: float  # logical CPUs each actor claims from Ray's scheduler
     threads: int  # torch threads inside each actor: its share of a node's cores (Ray sets OMP_NUM_THREADS=1)
     io_cpus: float  # logical CPUs each read / write task asks for
+    gpus_per_actor: float = 0.0  # GPUs each actor claims (Ray's num_gpus); 0: the actors run on the CPU
+
+    @property
+    def device(self) -> str:
+        """Where each actor's encoder runs: Ray gives a GPU actor its GPUs as cuda:0.. (CUDA_VISIBLE_DEVICES)."""
+        return "cuda" if self.gpus_per_actor else "cpu"
 
 
 def plan_resources(
@@ -35,11 +41,15 @@ def plan_resources(
     nodes: int = 1,
     actors: int | None = None,
     cpus_per_actor: float | None = None,
+    *,
+    cluster_gpus: float = 0.0,
+    gpus_per_actor: float | None = None,
 ) -> Resources:
     """Plan actors so that actors × CPUs per actor leaves at least one whole CPU for Ray Data's own tasks.
 
     Read, write and Ray Data's internal steps (column projection, re-blocking) are tasks that ask for CPUs too;
     actors holding every CPU leave them unscheduled and the pipeline hangs (seen on 2 cores with 0.5 kept back).
+    With `gpus_per_actor`, actors are as many as the GPUs allow, each with one CPU for its host work (tokenizing).
     """
     reserve = 1.0 if cluster_cpus <= 16 else 2.0
     usable = cluster_cpus - reserve
@@ -47,6 +57,9 @@ def plan_resources(
         raise InputError(f"--actors {actors}: give 1 or more actors.")
     if cpus_per_actor is not None and cpus_per_actor <= 0:
         raise InputError(f"cpus_per_actor={cpus_per_actor}: give a positive number of CPUs.")
+    if gpus_per_actor:
+        actors = _gpu_actors(cluster_gpus, gpus_per_actor, actors)
+        cpus_per_actor = cpus_per_actor or min(1.0, usable / actors)
     if actors is None:
         actors = max(1, int(usable // (cpus_per_actor or 1.0)))
     if cpus_per_actor is None:
@@ -63,21 +76,75 @@ def plan_resources(
         )
     per_node = -(-actors // max(1, nodes))  # actors that share one node's cores
     threads = max(1, int(node_cpus // per_node))
-    return Resources(actors, round(cpus_per_actor, 4), threads, round(reserve / 2, 4))
+    return Resources(actors, round(cpus_per_actor, 4), threads, round(reserve / 2, 4), float(gpus_per_actor or 0.0))
 
 
-def cluster_resources() -> tuple[float, float, int]:
-    """(CPUs in the cluster, CPUs of its largest node, nodes with CPUs) of the cluster this process is connected to."""
-    cpus = [n.get("Resources", {}).get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")]
-    cpus = [c for c in cpus if c > 0]
-    return float(sum(cpus)), float(max(cpus, default=0.0)), len(cpus)
+def _gpu_actors(cluster_gpus: float, gpus_per_actor: float, actors: int | None) -> int:
+    """Actors that `gpus_per_actor` GPUs each allow (all the GPUs by default), or a refusal that says what is there."""
+    if gpus_per_actor < 0:
+        raise InputError(f"--gpus-per-actor {gpus_per_actor:g}: give a positive number of GPUs (e.g. 1 or 0.5).")
+    if cluster_gpus <= 0:
+        raise InputError(
+            f"--gpus-per-actor {gpus_per_actor:g}: the Ray cluster has no GPUs; leave it out for CPU actors, or join "
+            "a cluster whose nodes have GPUs (--address)."
+        )
+    fits = int(cluster_gpus // gpus_per_actor + 1e-9)
+    if fits < 1 or (actors is not None and actors > fits):
+        raise InputError(
+            f"{actors or 1} actor(s) × {gpus_per_actor:g} GPUs need more than the cluster's {cluster_gpus:g} GPUs; "
+            "use fewer --actors or a smaller --gpus-per-actor."
+        )
+    return actors or fits
+
+
+@dataclass(frozen=True)
+class ClusterResources:
+    """What the connected Ray cluster has: CPUs in all, CPUs of its largest node, nodes with CPUs, GPUs in all."""
+
+    cpus: float
+    node_cpus: float
+    nodes: int
+    gpus: float
+
+
+def cluster_resources() -> ClusterResources:
+    """The CPUs and GPUs of the cluster this process is connected to."""
+    alive = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    cpus = [r.get("CPU", 0.0) for r in alive if r.get("CPU", 0.0) > 0]
+    gpus = sum(r.get("GPU", 0.0) for r in alive)
+    return ClusterResources(float(sum(cpus)), float(max(cpus, default=0.0)), len(cpus), float(gpus))
+
+
+def planned_resources(
+    actors: int | None, cpus_per_actor: float | None, gpus_per_actor: float | None = None
+) -> Resources:
+    """`plan_resources` for the cluster this process is connected to."""
+    found = cluster_resources()
+    return plan_resources(
+        found.cpus,
+        found.node_cpus,
+        found.nodes,
+        actors,
+        cpus_per_actor,
+        cluster_gpus=found.gpus,
+        gpus_per_actor=gpus_per_actor,
+    )
 
 
 class _Embedder:
     """Ray Data actor: loads one Encoder when it starts (never per batch) and adds a vector column to each batch."""
 
-    def __init__(self, model: str | None, precision: str, threads: int, column: str, vector_column: str, options: dict):
-        self.encoder = Encoder.from_pretrained(model, threads=threads, precision=precision)
+    def __init__(
+        self,
+        model: str | None,
+        precision: str,
+        threads: int,
+        column: str,
+        vector_column: str,
+        options: dict,
+        device: str = "cpu",
+    ):
+        self.encoder = Encoder.from_pretrained(model, threads=threads, precision=precision, device=device)
         self.column, self.vector_column, self.options = column, vector_column, options
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -104,7 +171,7 @@ def embed_dataset(
     *,
     layers: str = "last",
     pooling: str = "mean",
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_size: int | None = None,
     max_length: int | None = None,
     long_text: str = "truncate",
     stride: int | None = None,
@@ -112,14 +179,19 @@ def embed_dataset(
     model: str | None = None,
     actors: int | None = None,
     cpus_per_actor: float | None = None,
+    gpus_per_actor: float | None = None,
     rows_per_call: int = DEFAULT_ROWS_PER_CALL,
     vector_column: str = "vector",
     encoder: Encoder | None = None,
+    **vector_options,
 ) -> ray.data.Dataset:
     """The dataset with a `vector` column (FixedSizeList<float32>) added: the same numbers as `Encoder.embed`.
 
     Options are checked here, on the driver, with one short text, so a bad layer, pooling or column fails before
     any actor starts. Every node must reach `model` at the same path (the packaged default always does).
+    `gpus_per_actor` puts each actor on that many GPUs (Ray's `num_gpus`; 0.5 lets two share one); without it the
+    actors run on CPUs. `vector_options` are `Encoder.embed`'s prompt, prompt_name, dimensions, normalize and
+    truncation_direction.
     """
     schema = ds.schema(fetch_if_missing=False)  # known without running anything, or not checked here
     names = schema.names if schema is not None else [column]
@@ -128,7 +200,8 @@ def embed_dataset(
     if vector_column in names:
         raise InputError(f"the dataset already has a column {vector_column!r}; choose another vector_column.")
     options = check_options(
-        encoder or Encoder.from_pretrained(model, precision=precision),
+        encoder or Encoder.from_pretrained(model, precision=driver_precision(precision, gpus_per_actor), device="cpu"),
+        **vector_options,
         layers=layers,
         pooling=pooling,
         batch_size=batch_size,
@@ -140,7 +213,7 @@ def embed_dataset(
         raise InputError(f"rows_per_call={rows_per_call}: give a positive number of rows.")
     if not ray.is_initialized():
         ray.init()  # what Ray Data would do on first use; the CPU plan needs the cluster now
-    plan = plan_resources(*cluster_resources(), actors, cpus_per_actor)
+    plan = planned_resources(actors, cpus_per_actor, gpus_per_actor)
     spec = model if model is None or not Path(model).exists() else str(Path(model).resolve())
     with warnings.catch_warnings():  # Ray 2.5x deprecates passing actor options as keywords, with no other way yet
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -153,16 +226,35 @@ def embed_dataset(
                 "column": column,
                 "vector_column": vector_column,
                 "options": options,
+                "device": plan.device,
             },
             batch_size=rows_per_call,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=plan.actors),
             num_cpus=plan.cpus_per_actor,
+            num_gpus=plan.gpus_per_actor,
             # A lost actor fails the run, which resumes from its manifest, rather than being restarted by Ray: a
             # restartable actor whose constructor arguments are in the object store is an error line from Ray's core
             # worker on every run (ray-project/ray#53727).
             max_restarts=0,
         )
+
+
+VECTOR_OPTIONS = ("prompt", "prompt_name", "dimensions", "normalize", "truncation_direction")
+
+
+def driver_precision(precision: str, gpus_per_actor: float | None) -> str:
+    """The precision the driver checks options with: GPU actors' fp16/bf16 would be refused on the driver's CPU,
+    and the options they check do not depend on it."""
+    import torch
+
+    from ..encoder.precision import check_precision
+
+    if not gpus_per_actor:
+        return precision
+    if precision == "int8":
+        check_precision(precision, device=torch.device("cuda"))  # int8 on a GPU: its one-line refusal
+    return "fp32"
 
 
 def check_options(encoder: Encoder, **options) -> dict:

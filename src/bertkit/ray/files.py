@@ -25,18 +25,18 @@ import pyarrow.parquet as pq
 import ray
 import ray.data
 
-from ..encoder.defaults import DEFAULT_BATCH_SIZE
 from ..encoder.encode import Encoder
 from ..errors import BertkitError, InputError
 from ..io.readers import file_sha256
 from ..io.writers import atomic_path
 from .dataset import (
     DEFAULT_ROWS_PER_CALL,
+    VECTOR_OPTIONS,
     Resources,
     check_options,
-    cluster_resources,
+    driver_precision,
     embed_dataset,
-    plan_resources,
+    planned_resources,
 )
 from .rows import RAY_FORMATS, count_rows, has_rows, read_inputs
 
@@ -143,6 +143,8 @@ def _result_options(
     encoder: Encoder, column: str | int | None, id_column: str | int | None, header: bool | None, options: dict
 ) -> dict:
     kept = {k: options[k] for k in ("layers", "pooling", "max_length", "long_text", "stride")}
+    # the retrieval options only when set: manifests written before they existed still resume
+    kept.update({k: options[k] for k in VECTOR_OPTIONS if options.get(k) not in (None, False, "right")})
     return {
         "model": encoder.fingerprint,
         **encoder.precision_record(),
@@ -226,7 +228,7 @@ def embed_files(
     header: bool | None = None,
     layers: str = "last",
     pooling: str = "mean",
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_size: int | None = None,
     max_length: int | None = None,
     long_text: str = "truncate",
     stride: int | None = None,
@@ -234,10 +236,16 @@ def embed_files(
     model: str | None = None,
     actors: int | None = None,
     cpus_per_actor: float | None = None,
+    gpus_per_actor: float | None = None,
     rows_per_call: int = DEFAULT_ROWS_PER_CALL,
     address: str | None = None,
     ray_logs: bool = True,
     overwrite: bool = False,
+    prompt: str | None = None,
+    prompt_name: str | None = None,
+    dimensions: int | None = None,
+    normalize: bool = False,
+    truncation_direction: str = "right",
 ) -> RunSummary:
     """Embed every row of every input into `<output_dir>/<file stem>/part-*.parquet` (id, vector), resumably.
 
@@ -246,7 +254,8 @@ def embed_files(
     first column of TSV/CSV, the line of a text file), `header` and `id_column` mean what they mean there, and
     ids of an id column are written as strings. One Ray Data pipeline (one actor pool) covers all pending files;
     each file's folder is moved into place and recorded in the manifest as soon as all its rows are written, so
-    a killed run loses only unfinished files.
+    a killed run loses only unfinished files. `gpus_per_actor` runs the actors on GPUs (see `embed_dataset`);
+    prompt, prompt_name, dimensions, normalize and truncation_direction mean what they mean in `Encoder.embed`.
     """
     started = time.perf_counter()
     paths = expand_inputs(inputs)
@@ -258,7 +267,14 @@ def embed_files(
         )
     for path in paths:  # every file's columns, before any work
         check_columns(path, column, id_column, header)
-    encoder = Encoder.from_pretrained(model, precision=precision)
+    encoder = Encoder.from_pretrained(model, precision=driver_precision(precision, gpus_per_actor), device="cpu")
+    vector_options = dict(
+        prompt=prompt,
+        prompt_name=prompt_name,
+        dimensions=dimensions,
+        normalize=normalize,
+        truncation_direction=truncation_direction,
+    )
     options = check_options(
         encoder,
         layers=layers,
@@ -267,19 +283,20 @@ def embed_files(
         max_length=max_length,
         long_text=long_text,
         stride=stride,
+        **vector_options,
     )
-    recorded = _result_options(encoder, column, id_column, header, options)
+    recorded = {**_result_options(encoder, column, id_column, header, options), "precision": precision}
     job = _Job(output, _load_manifest(output, recorded, overwrite), RunSummary(output))
     for path in paths:
         _plan_file(job, path, lambda p: count_rows(p, column, id_column, header))
     output.mkdir(parents=True, exist_ok=True)
     _save_manifest(output, job.manifest)
-    _write_empty(job, encoder.sentence_dim(layers, pooling), id_column)
+    _write_empty(job, dimensions or encoder.sentence_dim(layers, pooling), id_column)
     work = {str(path.resolve()): path for path, entry in job.pending.items() if entry["rows"]}
     started_ray = bool(work) and connect(address, ray_logs)
     try:
         if work:
-            job.summary.resources = plan_resources(*cluster_resources(), actors, cpus_per_actor)
+            job.summary.resources = planned_resources(actors, cpus_per_actor, gpus_per_actor)
             reader = {"column": column, "id_column": id_column, "header": header, "rows_per_block": rows_per_call}
             _stream_files(job, work, reader, encoder, options, model, precision)
     finally:
@@ -362,6 +379,8 @@ def _stream_files(
 ) -> None:
     """read → embed (actor pool) → write parts; the driver closes each file as soon as its rows are all written."""
     plan = job.summary.resources
+    for path in work.values():
+        job.pending[path]["device"] = plan.device
     counts = {name: job.pending[path]["rows"] for name, path in work.items()}
     ds = read_inputs(counts, io_cpus=plan.io_cpus, **reader)
     ds = embed_dataset(
@@ -372,6 +391,7 @@ def _stream_files(
         encoder=encoder,
         actors=plan.actors,
         cpus_per_actor=plan.cpus_per_actor,
+        gpus_per_actor=plan.gpus_per_actor,
         rows_per_call=reader["rows_per_block"],
         **options,
     )

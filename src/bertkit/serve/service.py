@@ -7,6 +7,7 @@ returns comes from the same tokenizer, forward pass, layer selection and pooling
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,8 @@ from .batcher import Batcher, CallJob, EmbedJob
 from .metrics import Metrics
 from .runs import ServedRun
 from .settings import ServeSettings
+
+logger = logging.getLogger(__name__)
 
 Disconnected = Callable[[], Awaitable[None]]  # returns when the client has gone away
 
@@ -82,10 +85,20 @@ class Service:
         self.settings = (settings or ServeSettings()).check()
         self.metrics = Metrics()
         self.concurrent_batches = self.settings.concurrent_batches or encoder.concurrent_batches
+        self.max_batch_tokens = self.settings.max_batch_tokens or encoder.max_batch_tokens
+        if encoder.device.type != "cpu" and self.concurrent_batches > 1:
+            # passes in flight at once share a CPU's threads; a GPU runs one pass at a time, and the host work
+            # (tokenizing, answering) already overlaps it on the request threads
+            logger.warning(
+                "--concurrent-batches %d: on %s one pass runs at a time; using 1.",
+                self.concurrent_batches,
+                encoder.device,
+            )
+            self.concurrent_batches = 1
         self.batcher = Batcher(
             encoder,
             self.metrics,
-            self.settings.max_batch_tokens,
+            self.max_batch_tokens,
             self.settings.max_queue_tokens,
             self.concurrent_batches,
         )
@@ -307,7 +320,7 @@ class Service:
             "limits": {
                 "max_inputs": self.settings.max_inputs,
                 "max_body_bytes": self.settings.max_body_bytes,
-                "max_batch_tokens": self.settings.max_batch_tokens,
+                "max_batch_tokens": self.max_batch_tokens,
                 "max_queue_tokens": self.settings.max_queue_tokens,
             },
             "concurrent_batches": self.concurrent_batches,

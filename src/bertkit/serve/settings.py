@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..encoder.defaults import MAX_BATCH_TOKENS
 from ..errors import InputError
 from .security import check_allow_hosts, check_allow_origins
 
@@ -13,7 +12,8 @@ from .security import check_allow_hosts, check_allow_origins
 class ServeSettings:
     """Limits and batching options of one server process (the CLI flags of `bertkit serve`)."""
 
-    max_batch_tokens: int = MAX_BATCH_TOKENS  # padded tokens (rows × longest row) per pass, like TEI's flag
+    # padded tokens (rows × longest row) per pass, like TEI's flag (None: the encoder's budget, 2048 on a CPU)
+    max_batch_tokens: int | None = None
     max_queue_tokens: int = 65536  # tokens waiting for the model; more → 429 at once
     max_inputs: int = 128  # texts per request
     max_body_bytes: int = 2_000_000  # request body limit
@@ -29,7 +29,7 @@ class ServeSettings:
         """Refuse non-positive limits with the flag's name, and malformed `--allow-host` / `--allow-origin` values."""
         for name in ("max_batch_tokens", "max_queue_tokens", "max_inputs", "max_body_bytes", "concurrent_batches"):
             value = getattr(self, name)
-            if value is None and name == "concurrent_batches":
+            if value is None and name in ("concurrent_batches", "max_batch_tokens"):
                 continue
             if not isinstance(value, int) or value < 1:
                 raise InputError(f"--{name.replace('_', '-')}={value!r}: give a positive whole number.")

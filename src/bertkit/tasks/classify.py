@@ -22,6 +22,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import threadpool_limits
 
+from ..encoder.devices import describe
 from ..errors import InputError, ModelLoadError
 from .labels import check_class_counts, check_labels
 from .runs import CONFIG_FILE, KIND_FEATURES, package_version, read_run_config, to_json_value, write_run_directory
@@ -226,9 +227,14 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
     Examples
     --------
     >>> from bertkit import TextClassifier
-    >>> clf = TextClassifier().fit(["good", "great", "fine", "bad", "awful", "poor"], [1, 1, 1, 0, 0, 0])
-    >>> clf.predict("a lovely film").tolist()
-    [1]
+    >>> from bertkit.io.readers import read_labelled, sample_path
+    >>> reviews = read_labelled(sample_path("reviews.tsv"), "text", "label")  # 80 labelled film reviews
+    >>> clf = TextClassifier().fit(reviews.texts[:60], reviews.labels[:60])
+    >>> clf.predict(["a visually stunning rumination on love", "a dull, lifeless mess"]).tolist()
+    ['positive', 'negative']
+    >>> report = clf.evaluate(reviews.texts[60:], reviews.labels[60:])  # the other 20: accuracy, F1, confusion
+    >>> report["n"], report["accuracy"] > report["majority_baseline_accuracy"]
+    (20, True)
     """
 
     def __init__(
@@ -337,6 +343,27 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         """
         return self.classes_[self.predict_proba(X).argmax(axis=1)]
 
+    def evaluate(self, X: Sequence[str], y: Sequence):
+        """Accuracy, macro-F1, per-class scores, the confusion matrix and the majority-class baseline on (X, y):
+        what `bertkit evaluate` prints, drawn as a table and a picture in Jupyter.
+
+        Parameters
+        ----------
+        X : list of str
+            Texts.
+        y : list
+            Their true labels (each one a class seen in training).
+
+        Returns
+        -------
+        EvaluationReport
+            A dict of the metrics.
+        """
+        from .evaluate import evaluate
+
+        check_is_fitted(self, "pipeline_")
+        return evaluate(self, X, y)
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.two_d_array = False
@@ -380,6 +407,7 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
                 "architecture": type(encoder.model).__name__,
             },
             "features": self.vectorizer_.feature_options(),
+            "device": describe(encoder.device),
             "vectorizer": {k: self.vectorizer_.get_params()[k] for k in SAVED_VECTORIZER_PARAMS},
             "params": {
                 "scale": self.scale,

@@ -12,8 +12,9 @@ import torch
 import transformers
 from transformers import AutoTokenizer
 
+from ..display import facts_table
 from ..encoder.defaults import MAX_BATCH_TOKENS
-from ..encoder.devices import resolve_device
+from ..encoder.devices import describe, resolve_device
 from ..encoder.int8 import calibration_for, quantize_model
 from ..encoder.models import quiet_transformers
 from ..encoder.precision import autocast, check_precision
@@ -116,6 +117,54 @@ class _FineTuned:
     def device(self) -> torch.device:
         """Where the model's weights are (inputs go there)."""
         return next(self.model.parameters()).device
+
+    def facts(self) -> dict[str, str]:
+        """What this run is, in a few lines: what `repr` and Jupyter show."""
+        record = self.record_
+        metrics = {
+            k: v for k, v in record.get("metrics", {}).items() if isinstance(v, float) and "baseline" not in k
+        }
+        facts = {
+            "task": str(record.get("task", "text")),
+            "base model": str(record.get("base_model", {}).get("spec", "?")),
+            "labels": ", ".join(map(str, self.classes_[:12])) + (" …" if len(self.classes_) > 12 else ""),
+            "dev": ", ".join(f"{k} {v:.4f}" for k, v in list(metrics.items())[:4]) or "not evaluated",
+            "max_length": str(self.max_length),
+            "runs": f"{self.precision} on {describe(self.device)}",
+        }
+        if record.get("training"):
+            training = record["training"]
+            facts["trained"] = f"{training.get('epochs_run')} epochs (best {training.get('best_epoch')})"
+        return facts
+
+    def evaluate(self, inputs: Sequence, labels: Sequence):
+        """Score this run on labelled data the way its problem is scored: what `bertkit evaluate` prints.
+
+        Parameters
+        ----------
+        inputs : list
+            Texts, (text, pair) tuples for a pair model, or word lists for a tagger.
+        labels : list
+            A label per text (a score for a regressor, a list of labels for a multi-label model), or a tag list per
+            sentence.
+
+        Returns
+        -------
+        EvaluationReport
+            A dict of the metrics; a table (and the confusion matrix drawn) in Jupyter.
+        """
+        from .evaluate import evaluate
+
+        return evaluate(self, inputs, labels)
+
+    def __repr__(self) -> str:
+        facts = self.facts()
+        return (
+            f"{type(self).__name__}({facts['task']} on {facts['base model']}; labels {facts['labels']}; dev {facts['dev']})"
+        )
+
+    def _repr_html_(self) -> str:
+        return facts_table(self.facts(), type(self).__name__)
 
     def _logits(self, examples: Sequence[Example], batch_size: int = EVAL_BATCH_SIZE) -> list[torch.Tensor]:
         """Logits per example in input order (each [classes] or [tokens, classes]): length-sorted batches within a

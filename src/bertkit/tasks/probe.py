@@ -86,13 +86,32 @@ class ProbeRow:
     layer_weights: list[float] | None = None
 
 
-@dataclass
+@dataclass(repr=False)
 class ProbeResult:
+    """Every layer choice × pooling scored by a linear probe on dev: `rows`, `table()` for printing, the chart of
+    scores by layer choice in Jupyter."""
+
     task: str
     metric: str
     secondary_metric: str
     rows: list[ProbeRow]
     facts: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        best = max(self.rows, key=lambda row: row.score, default=None)
+        head = f"ProbeResult({self.task}: {len(self.rows)} choices scored by {self.metric}"
+        return head + (f"; best {best.pooling} / {best.choice} {100 * best.score:.1f})" if best else ")")
+
+    def _repr_html_(self) -> str:
+        import base64
+
+        from ..display import html_table
+        from .report import probe_files
+
+        picture = probe_files(self).get("probe.png")
+        image = f"<img src='data:image/png;base64,{base64.b64encode(picture).decode()}'/>" if picture else ""
+        rows = self.table()
+        return f"<div>{html_table(rows, list(rows[0]) if rows else [], repr(self))}{image}</div>"
 
     def table(self) -> list[dict]:
         return [
@@ -121,6 +140,7 @@ def probe_text(
     cv: int = 5,
     cache: str | Path | None = "memory",
     threads: int | None = None,
+    device: str | None = "auto",
     text_column=None,
     label_column=None,
     header: bool | None = None,
@@ -135,7 +155,13 @@ def probe_text(
     # Always the same three poolings (the pooler is computed from the last [CLS]): one cache entry serves every probe.
     token_poolings = ["cls", "mean", "max"]
     vectorizer = BertVectorizer(
-        model=model, layers="all:concat", pooling="+".join(token_poolings), cache=cache, threads=threads, progress=False
+        model=model,
+        layers="all:concat",
+        pooling="+".join(token_poolings),
+        cache=cache,
+        threads=threads,
+        progress=False,
+        device=device,
     ).fit([])
     encoder = vectorizer.encoder_
     if "pooler" in poolings and not encoder.has_pooler:
@@ -213,7 +239,8 @@ def _pooler(encoder, cls_last: np.ndarray) -> np.ndarray:
     """The model's pooler (dense + tanh over the last layer's [CLS]) applied to cached vectors: no second pass."""
 
     with torch.no_grad():
-        return encoder.model.pooler(torch.from_numpy(np.ascontiguousarray(cls_last))[:, None, :]).numpy()
+        states = torch.from_numpy(np.ascontiguousarray(cls_last))[:, None, :].to(encoder.device)
+        return encoder.model.pooler(states).float().cpu().numpy()
 
 
 def _fit_text(pooling, name, features, dev_features, labels, dev_labels, seed, cv) -> ProbeRow:
@@ -273,13 +300,14 @@ def probe_token(
     C: float = TOKEN_C,
     cache: str | Path | None = "memory",
     threads: int | None = None,
+    device: str | None = "auto",
 ) -> ProbeResult:
     """Tagging probe: a per-word LogisticRegression on word vectors per layer choice; entity F1 and token accuracy."""
     data, dev_data = read_tagged(train), read_tagged(dev)
     words, tags = data.words[:limit], data.tags[:limit]
     names = sorted({t for s in tags for t in s})
     check_known_labels(dev, [t for s in dev_data.tags for t in s], names, "the training sentences used")
-    encoder = shared_encoder(model, threads)
+    encoder = shared_encoder(model, threads, device=device)
     options = {
         "model": encoder.fingerprint,
         "words": True,

@@ -179,6 +179,27 @@ def write_report(
         temporary.write_text(json.dumps(metrics, indent=2))
     written.append(directory / "metrics.json")
 
+    written.append(_save_figure(confusion_figure(metrics, title), directory / "confusion.png"))
+
+    if vectors is not None and labels is not None and len(vectors) >= 2:
+        points = PCA(n_components=2, random_state=0).fit_transform(vectors)
+        figure, axes = _figure(6.5, 5.5)
+        labels = [str(v) for v in labels]
+        for name in metrics["labels"]:
+            mask = np.array([v == name for v in labels])
+            if mask.any():
+                axes.scatter(points[mask, 0], points[mask, 1], s=8, alpha=0.6, label=name)
+        axes.legend(title="label", markerscale=2)
+        axes.set_title(f"{title}\nPCA of sentence vectors, coloured by true label".strip())
+        axes.set_xlabel("PC 1")
+        axes.set_ylabel("PC 2")
+        figure.tight_layout()
+        written.append(_save_figure(figure, directory / "pca.png"))
+    return written
+
+
+def confusion_figure(metrics: dict, title: str = "") -> Figure:
+    """The confusion matrix of `classification_metrics` as a picture: counts in cells, rows true, columns predicted."""
     names = metrics["labels"]
     matrix = np.array(metrics["confusion_matrix"])
     figure, axes = _figure(1.2 * len(names) + 3, 1.2 * len(names) + 2.5)
@@ -191,23 +212,46 @@ def write_report(
     axes.set_ylabel("true")
     axes.set_title(f"{title}\naccuracy {metrics['accuracy']:.3f}, macro-F1 {metrics['macro_f1']:.3f}".strip())
     figure.tight_layout()
-    written.append(_save_figure(figure, directory / "confusion.png"))
+    return figure
 
-    if vectors is not None and labels is not None and len(vectors) >= 2:
-        points = PCA(n_components=2, random_state=0).fit_transform(vectors)
-        figure, axes = _figure(6.5, 5.5)
-        labels = [str(v) for v in labels]
-        for name in names:
-            mask = np.array([v == name for v in labels])
-            if mask.any():
-                axes.scatter(points[mask, 0], points[mask, 1], s=8, alpha=0.6, label=name)
-        axes.legend(title="label", markerscale=2)
-        axes.set_title(f"{title}\nPCA of sentence vectors, coloured by true label".strip())
-        axes.set_xlabel("PC 1")
-        axes.set_ylabel("PC 2")
-        figure.tight_layout()
-        written.append(_save_figure(figure, directory / "pca.png"))
-    return written
+
+class EvaluationReport(dict):
+    """Evaluation metrics: a plain dict (JSON-ready), printed as `bertkit evaluate` prints them, and in Jupyter a
+    table with the confusion matrix drawn.
+
+    `kind` is 'classification', 'regression', 'multi_label' or 'entities' (a tagger's entity scores).
+    """
+
+    def __init__(self, metrics: dict, kind: str = "classification"):
+        super().__init__(metrics)
+        self.kind = kind
+
+    def text(self) -> str:
+        """The plain-text table `bertkit evaluate` prints."""
+        if self.kind == "entities":
+            from .tagging import format_entity_scores
+
+            return format_entity_scores(self)
+        formatter = {"regression": format_regression_metrics, "multi_label": format_multi_label_metrics}
+        return formatter.get(self.kind, format_metrics)(self)
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        import base64
+        import html
+
+        picture = self._repr_png_()
+        image = f"<img src='data:image/png;base64,{base64.b64encode(picture).decode()}'/>" if picture else ""
+        return f"<div><pre>{html.escape(self.text())}</pre>{image}</div>"
+
+    def _repr_png_(self) -> bytes | None:
+        if "confusion_matrix" not in self:
+            return None
+        buffer = io.BytesIO()
+        confusion_figure(self).savefig(buffer, dpi=80, format="png")
+        return buffer.getvalue()
 
 
 def _figure(width: float, height: float):

@@ -10,7 +10,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ..encoder.defaults import DEFAULT_BATCH_SIZE, DEFAULT_FEATURE_LAYERS, DEFAULT_FEATURE_POOLING
+from ..encoder.defaults import DEFAULT_FEATURE_LAYERS, DEFAULT_FEATURE_POOLING
 from ..encoder.devices import resolve_device
 from ..encoder.encode import Encoder
 from ..encoder.layers import parse_layers
@@ -58,8 +58,8 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         The token limit (default: the model's).
     long_text : str
         'truncate', 'error' or 'window'.
-    batch_size : int
-        Texts per forward pass.
+    batch_size : int, optional
+        Texts per forward pass (default: 32 on a CPU; on a GPU, as many as fit in the encoder's token budget).
     cache : str, Path or None
         "memory" (default; process-wide), a directory (memory + disk, survives restarts), or None (off).
     progress : bool, optional
@@ -93,7 +93,7 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         pooling: str = DEFAULT_FEATURE_POOLING,
         max_length: int | None = None,
         long_text: str = "truncate",
-        batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_size: int | None = None,
         cache: str | Path | None = "memory",
         progress: bool | None = None,
         threads: int | None = None,

@@ -1,0 +1,53 @@
+"""Scoring a trained model on labelled data: one function behind `bertkit evaluate` and every run's `evaluate`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .labels import check_known_labels
+from .report import (
+    EvaluationReport,
+    classification_metrics,
+    multi_label_metrics,
+    regression_metrics,
+)
+
+
+def evaluate(
+    estimator, inputs: Sequence, labels: Sequence, source: str = "the labels", model: str = "this model's training"
+) -> EvaluationReport:
+    """Score `estimator` on `inputs` against `labels` the way its problem is scored.
+
+    Parameters
+    ----------
+    estimator : TextClassifier, FineTunedClassifier or FineTunedTagger
+        A fitted or loaded run.
+    inputs : list
+        Texts, (text, pair) tuples for a pair model, or word lists for a tagger.
+    labels : list
+        A label per text; a score per text (regressor); a list of labels per text (multi-label); a tag list per
+        sentence (tagger).
+    source, model : str
+        What the labels and the model are called in an error (a file name, a run directory).
+
+    Returns
+    -------
+    EvaluationReport
+        Accuracy, macro-F1, per-class scores, the confusion matrix and the majority baseline; a regressor's
+        correlations and errors; a multi-label model's F1 at its threshold; a tagger's entity P/R/F1 per type.
+    """
+    if hasattr(estimator, "predict_word_tags"):
+        from .tagging import entity_scores
+
+        return EvaluationReport(entity_scores(list(labels), estimator.predict_word_tags(list(inputs))), "entities")
+    problem = getattr(estimator, "problem", "single_label_classification")
+    if problem == "regression":
+        return EvaluationReport(regression_metrics(labels, estimator.predict(inputs)), "regression")
+    if problem == "multi_label_classification":
+        check_known_labels(source, [name for row in labels for name in row], estimator.classes_, model)
+        metrics = multi_label_metrics(labels, estimator.predict_proba(inputs), estimator.classes_, estimator.threshold)
+        return EvaluationReport(metrics, "multi_label")
+    check_known_labels(source, list(labels), estimator.classes_, model)
+    majority = getattr(estimator, "majority_class_", None)
+    metrics = classification_metrics(labels, estimator.predict(inputs), estimator.classes_, majority)
+    return EvaluationReport(metrics, "classification")
