@@ -9,6 +9,7 @@ import logging
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -87,6 +88,7 @@ class EmbedReport:
 
     @property
     def n_truncated(self) -> int:
+        """How many texts were cut at the token limit."""
         return len(self.truncated_rows)
 
     def facts(self) -> dict[str, str]:
@@ -144,7 +146,10 @@ class Encoder:
         for note in loaded.warnings:
             logger.warning("%s: %s", loaded.source.spec, note)
         # int8: a copy of the model with int8 linear layers (int8.py), and the digest of the calibration it uses
-        self._int8, self.int8_calibration = int8_model_for(self) if self.precision == "int8" else (None, None)
+        self._int8: torch.nn.Module | None = None
+        self.int8_calibration: str | None = None  # the digest of the calibration texts int8 was calibrated on
+        if self.precision == "int8":
+            self._int8, self.int8_calibration = int8_model_for(self)
         self.max_batch_tokens = token_budget(self.model, self.device, self.position_limit)
         self._ranges: dict[str, np.ndarray] = {}  # int8/uint8 ranges of the calibration sentences, by options
 
@@ -230,14 +235,17 @@ class Encoder:
 
     @property
     def name(self) -> str:
+        """The model as it was asked for: 'default', a folder or a hub name."""
         return self._loaded.source.spec
 
     @property
     def num_layers(self) -> int:
+        """Transformer layers; `embed` sees one more hidden state (the embeddings' output, layer 0)."""
         return int(self.model.config.num_hidden_layers)
 
     @property
     def hidden_size(self) -> int:
+        """Width of every hidden state (384 for the packaged model)."""
         return int(self.model.config.hidden_size)
 
     @property
@@ -275,10 +283,24 @@ class Encoder:
 
     @property
     def has_pooler(self) -> bool:
+        """Whether the model has BERT's pooler (a dense layer with tanh on `[CLS]`), which `pooling='pooler'` needs."""
         return self._loaded.has_pooler
 
     def sentence_dim(self, layers: str | LayerSelection = "last", pooling: str | tuple[str, ...] = "mean") -> int:
-        """Width of the sentence vectors `embed` returns for these options."""
+        """Width of the sentence vectors `embed` returns for these options.
+
+        Parameters
+        ----------
+        layers : str or LayerSelection
+            As `embed` takes it ('last', 'last4:concat', 'all:concat', ...).
+        pooling : str or tuple of str
+            As `embed` takes it; several poolings ('cls+mean') are concatenated.
+
+        Returns
+        -------
+        int
+            The number of columns, e.g. 384 for 'last' and 1536 for 'last4:concat' on the packaged model.
+        """
         selection = parse_layers(layers)
         methods = parse_pooling(pooling) if isinstance(pooling, str) else pooling
         per_layer = selection.output_dim(self.hidden_size, self.num_layers + 1)
@@ -322,7 +344,33 @@ class Encoder:
         padding: str = "longest",
         truncation: bool = True,
     ) -> tok.Batch:
-        """Tokenize texts (or pairs, or lists of words) into a padded `Batch` with tokens and word ids."""
+        """Tokenize texts (or pairs, or lists of words) into a padded `Batch` with tokens and word ids.
+
+        Parameters
+        ----------
+        texts : str or sequence of str or sequence of list of str
+            One text, several, or pre-split words (lists of strings: word ids then refer to them).
+        text_pairs : str or sequence of str, optional
+            Second segments: each row becomes `[CLS] text [SEP] pair [SEP]` with token type ids 0 then 1.
+        max_length : int, optional
+            Token limit, special tokens included (default: the encoder's `max_length`).
+        padding : {'longest', 'max_length'}
+            Pad to the longest row (the tutorial's way) or to `max_length`.
+        truncation : bool
+            Cut rows at the limit (and say so in `Batch.truncated`); False keeps them whole.
+
+        Returns
+        -------
+        Batch
+            `input_ids`, `attention_mask`, `token_type_ids` as tensors, plus `tokens` and `word_ids` per row.
+
+        Examples
+        --------
+        >>> from bertkit import Encoder
+        >>> enc = Encoder.from_pretrained()
+        >>> enc.tokenize(["I love Korea", "a visually stunning rumination on love"]).tokens[1]
+        ['[CLS]', 'a', 'visually', 'stunning', 'rum', '##ination', 'on', 'love', '[SEP]']
+        """
         if padding not in tok.PADDINGS:
             raise InputError(f"padding={padding!r}: valid values are {', '.join(tok.PADDINGS)}.")
         texts, text_pairs = _as_list(texts), _as_list(text_pairs)
@@ -433,6 +481,15 @@ class Encoder:
         -------
         numpy.ndarray or list of TokenEmbedding
             (n, dim) in the `output` type; `(result, report)` with `return_report`.
+
+        Examples
+        --------
+        >>> from bertkit import Encoder
+        >>> enc = Encoder.from_pretrained()
+        >>> enc.embed(["I love Korea", "the movie was great"], layers="last4:concat", pooling="cls").shape
+        (2, 1536)
+        >>> enc.embed(["I love Korea"], pooling="none")[0].tokens
+        ['[CLS]', 'i', 'love', 'korea', '[SEP]']
         """
         methods = parse_pooling(pooling)
         selection = parse_layers(layers)
@@ -443,7 +500,7 @@ class Encoder:
         encoded, report = self._encode(texts, _as_list(text_pairs), max_length, long_text, truncation_direction)
         report.prompt = prompt_text
         if methods == ("none",):
-            result: list | np.ndarray = [None] * len(texts)
+            result: Any = [None] * len(texts)
         else:
             result = np.zeros((len(texts), self.sentence_dim(selection, methods)), dtype=np.float32)
         for rows, vectors, masks, poolers in self._token_states(
@@ -509,9 +566,23 @@ class Encoder:
         return prompt
 
     def prompt_setup(self, prompt: str | None, prompt_name: str | None, include_prompt: bool | None) -> tuple[str, int]:
-        """(the prompt text, how many leading tokens to keep out of mean/max pooling: 0 keeps them all).
+        """The prompt to put before each text, and how many leading tokens to keep out of mean/max pooling.
 
         As sentence-transformers counts them: the prompt's tokens with the leading special one, not the closing one.
+
+        Parameters
+        ----------
+        prompt : str, optional
+            A prompt text; wins over `prompt_name`.
+        prompt_name : str, optional
+            A prompt of the model's sentence-transformers config ('query', 'document', ...).
+        include_prompt : bool, optional
+            Pool the prompt's tokens too (default: the model's config says, else True).
+
+        Returns
+        -------
+        tuple of (str, int)
+            The prompt text ('' for none) and the number of leading tokens left out of pooling (0 keeps them all).
         """
         loaded = self._loaded
         prompt = self.resolve_prompt(prompt, prompt_name)
@@ -532,8 +603,29 @@ class Encoder:
         ranges: np.ndarray | None,
         options: dict,
     ) -> np.ndarray:
-        """Matryoshka truncation, unit length, then the compact type (int8/uint8 with `ranges`, else the
-        calibration sentences' for `options`)."""
+        """Matryoshka truncation, unit length, then the compact type: what `embed` does to its float vectors last.
+
+        Parameters
+        ----------
+        vectors : numpy.ndarray
+            (n, dim) float32 sentence vectors.
+        dimensions : int, optional
+            Keep the first `dimensions` columns (Matryoshka models).
+        normalize : bool
+            Divide each row by its norm.
+        output : {'float32', 'int8', 'uint8', 'binary', 'ubinary'}
+            The type to return (sentence-transformers' `quantize_embeddings` scheme).
+        ranges : numpy.ndarray, optional
+            (2, dim) per-column minimum and maximum for int8/uint8; default: those of the packaged calibration
+            sentences embedded with `options`.
+        options : dict
+            The `embed` options the calibration sentences are embedded with.
+
+        Returns
+        -------
+        numpy.ndarray
+            (n, dimensions or dim) in `output`'s type; binary types pack 8 columns per byte.
+        """
         if dimensions is not None:
             vectors = np.ascontiguousarray(vectors[:, :dimensions])
         if normalize:
@@ -577,13 +669,38 @@ class Encoder:
         progress: bool | None = None,
         return_report: bool = False,
     ):
-        """One vector per word the user gave (sub-tokens pooled back onto words): a list of (n_words, dim) arrays."""
+        """One vector per word the user gave (sub-tokens pooled back onto words): a list of (n_words, dim) arrays.
+
+        Parameters
+        ----------
+        sentences : sequence of list of str
+            Pre-split words, e.g. CoNLL's; a plain string is refused (split it first).
+        layers : str or int or sequence of int
+            As `embed` takes it.
+        subtoken_pooling : {'first', 'mean', 'max', 'last'}
+            How a word's sub-tokens become its vector ('first': the usual NER choice).
+        batch_size, max_length, long_text, stride, progress
+            As `embed` takes them; `long_text='window'` keeps every word of a long sentence.
+        return_report : bool
+            Also return the `EmbedReport` (its `words_without_tokens` counts words the tokenizer dropped).
+
+        Returns
+        -------
+        list of numpy.ndarray
+            One (n_words, dim) float32 array per sentence; `(vectors, report)` with `return_report`.
+
+        Examples
+        --------
+        >>> from bertkit import Encoder
+        >>> [v.shape for v in Encoder.from_pretrained().embed_words([["EU", "rejects", "German", "lamb"]])]
+        [(4, 384)]
+        """
         sentences = _as_list(sentences)
         for row, words in enumerate(sentences):
             if isinstance(words, str):
                 raise InputError(f"sentences[{row}] is a string; embed_words takes lists of words (e.g. text.split()).")
         selection = parse_layers(layers)
-        encoded, report = self._encode(sentences, None, max_length, long_text)
+        encoded, report = self._encode(list(sentences), None, max_length, long_text)
         result: list = [None] * len(sentences)
         for rows, vectors, masks, _ in self._token_states(
             encoded, selection, batch_size, max_length, stride, progress, report
@@ -592,9 +709,9 @@ class Encoder:
                 item = encoded[row]
                 word_ids = item.word_ids()  # windowed inputs are never truncated, so these cover the whole text
                 length = int(masks[k].sum())
-                words = pool_words(vectors[k, :length], word_ids[:length], item.num_words, subtoken_pooling)
+                pooled = pool_words(vectors[k, :length], word_ids[:length], item.num_words, subtoken_pooling)
                 report.words_without_tokens += item.num_words - len({w for w in word_ids if w is not None})
-                result[row] = words.float().cpu().numpy()
+                result[row] = pooled.float().cpu().numpy()
         self._warn(report)
         return (result, report) if return_report else result
 

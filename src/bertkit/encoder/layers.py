@@ -45,9 +45,11 @@ class LayerSelection:
         return tuple(resolved)
 
     def output_dim(self, hidden_size: int, num_states: int) -> int:
+        """Width of the combined state: `hidden_size`, times the layers chosen when they are concatenated."""
         return hidden_size * len(self.resolve(num_states)) if self.combine == "concat" else hidden_size
 
     def is_last_only(self, num_states: int) -> bool:
+        """Whether only the last hidden state is chosen (the model's plain `last_hidden_state`)."""
         return self.resolve(num_states) == (num_states - 1,)
 
     def apply(self, hidden_states: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from .. import __version__
 from ..encoder.encode import Encoder
 from ..encoder.threads import release_openmp_threads
 from ..errors import BertkitError
@@ -167,7 +168,7 @@ def create_app(
 
     app = FastAPI(
         title="bertkit serve",
-        version="0.1.0",
+        version=__version__,
         lifespan=lifespan,
         description="Embeddings from any layer with any pooling, tokenization and predictions of trained runs.",
     )

@@ -424,7 +424,10 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             "versions": {name: package_version(name) for name in ("torch", "transformers", "scikit-learn", "skops")},
             **(extra or {}),
         }
-        files = {CONFIG_FILE: json.dumps(record, indent=2, default=to_json_value), HEAD_FILE: buffer.getvalue()}
+        files: dict[str, str | bytes] = {
+            CONFIG_FILE: json.dumps(record, indent=2, default=to_json_value),
+            HEAD_FILE: buffer.getvalue(),
+        }
         return write_run_directory(directory, files, overwrite)
 
     @classmethod

@@ -43,6 +43,9 @@ class _FineTuned:
     """A transformers `...ForXClassification` model and its tokenizer, run without gradients in length-sorted
     batches."""
 
+    KIND: str  # the run kind written in the run's config
+    AUTO_CLASS: str  # the transformers auto class that loads the model
+
     def __init__(
         self,
         model,
@@ -121,9 +124,7 @@ class _FineTuned:
     def facts(self) -> dict[str, str]:
         """What this run is, in a few lines: what `repr` and Jupyter show."""
         record = self.record_
-        metrics = {
-            k: v for k, v in record.get("metrics", {}).items() if isinstance(v, float) and "baseline" not in k
-        }
+        metrics = {k: v for k, v in record.get("metrics", {}).items() if isinstance(v, float) and "baseline" not in k}
         facts = {
             "task": str(record.get("task", "text")),
             "base model": str(record.get("base_model", {}).get("spec", "?")),
@@ -159,9 +160,8 @@ class _FineTuned:
 
     def __repr__(self) -> str:
         facts = self.facts()
-        return (
-            f"{type(self).__name__}({facts['task']} on {facts['base model']}; labels {facts['labels']}; dev {facts['dev']})"
-        )
+        described = f"{facts['task']} on {facts['base model']}; labels {facts['labels']}; dev {facts['dev']}"
+        return f"{type(self).__name__}({described})"
 
     def _repr_html_(self) -> str:
         return facts_table(self.facts(), type(self).__name__)
@@ -193,7 +193,7 @@ class _FineTuned:
             for k, row in enumerate(rows):
                 results[row] = logits[k, : len(examples[row].input_ids)] if logits.dim() == 3 else logits[k]
         self.model.train(was_training)
-        return results
+        return [logits for logits in results if logits is not None]
 
 
 Pair = tuple[str, str]
@@ -303,7 +303,22 @@ class FineTunedClassifier(_FineTuned):
 
     def scores(self, pairs, batch_size: int = EVAL_BATCH_SIZE, raw: bool = False) -> np.ndarray:
         """One relevance score per (query, document) pair: a regressor's output, or a binary classifier's
-        probability of its positive (last) class; `raw=True` gives that class's logit margin instead."""
+        probability of its positive (last) class; `raw=True` gives that class's logit margin instead.
+
+        Parameters
+        ----------
+        pairs : sequence of (str, str)
+            (query, document) pairs, in the order the run was trained on (text, pair).
+        batch_size : int
+            Rows per forward pass (within the token budget).
+        raw : bool
+            The positive class's logit minus the other's, not its probability (TEI's `raw_scores`).
+
+        Returns
+        -------
+        numpy.ndarray
+            (n,) float scores, higher is more relevant.
+        """
         if self.problem == "regression":
             return self.logits(pairs, batch_size)[:, 0]
         if self.problem != "single_label_classification" or len(self.classes_) != 2:
@@ -423,7 +438,22 @@ class FineTunedTagger(_FineTuned):
     def predict_word_tags(
         self, sentences: Sequence[Sequence[str]], batch_size: int = EVAL_BATCH_SIZE, return_scores: bool = False
     ):
-        """One tag per word, read at each word's first sub-token; long sentences run in pieces and are joined."""
+        """One tag per word, read at each word's first sub-token; long sentences run in pieces and are joined.
+
+        Parameters
+        ----------
+        sentences : sequence of list of str
+            Pre-split words (CoNLL's); `predict` takes plain texts.
+        batch_size : int
+            Rows per forward pass (within the token budget).
+        return_scores : bool
+            Also return each word's tag probability.
+
+        Returns
+        -------
+        list of list of str
+            One tag per word; `(tags, scores)` with `return_scores`.
+        """
         sentences = [list(s) for s in sentences]
         tags = [["O"] * len(s) for s in sentences]
         scores = [[0.0] * len(s) for s in sentences]
@@ -472,6 +502,7 @@ class FineTunedTagger(_FineTuned):
         for text, words, sentence_tags, sentence_scores in zip(texts, split, tags, scores):
             entities = []
             for span in entity_spans(sentence_tags):
+                assert span.start is not None and span.end is not None  # spans from tags always have a word range
                 start, end = words[span.start][1], words[span.end - 1][2]
                 score = float(np.mean(sentence_scores[span.start : span.end]))
                 entities.append(Entity(span.type, span.start, span.end, text[start:end], start, end, round(score, 4)))
@@ -503,9 +534,9 @@ class FineTunedTagger(_FineTuned):
                 [
                     Entity(
                         str(e.get("entity_group", e.get("entity"))),
-                        e.get("index"),
+                        e.get("index"),  # type: ignore[arg-type]  # the pipeline's int token index, or None
                         None,
-                        text[e["start"] : e["end"]],
+                        text[int(e["start"]) : int(e["end"])],
                         int(e["start"]),
                         int(e["end"]),
                         round(float(e["score"]), 4),

@@ -3,19 +3,31 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ..errors import ModelLoadError
 from .classify import TextClassifier
 from .finetuned import FineTunedClassifier, FineTunedTagger
 from .runs import KIND_FEATURES, KIND_TEXT, KIND_TOKEN, read_run_config
 
-LOADERS = {KIND_FEATURES: TextClassifier, KIND_TEXT: FineTunedClassifier, KIND_TOKEN: FineTunedTagger}
+LOADERS: dict[str, Any] = {KIND_FEATURES: TextClassifier, KIND_TEXT: FineTunedClassifier, KIND_TOKEN: FineTunedTagger}
 
 
 def load_run(directory: str | Path, **options):
     """A `TextClassifier`, `FineTunedClassifier` or `FineTunedTagger`, as the run directory says.
 
-    `options` go to the loader (`threads`, `precision`, `device`; `cache` only to feature classifiers).
+    Parameters
+    ----------
+    directory : str or Path
+        A run written by `bertkit train`, `bertkit finetune`, `TextClassifier.save` or `finetune` (bertkit 0.1's
+        runs included); its `bertkit.json` names the kind.
+    **options
+        Passed to the loader: `threads`, `precision`, `device`; `cache` only to feature classifiers.
+
+    Returns
+    -------
+    TextClassifier or FineTunedClassifier or FineTunedTagger
+        Ready to `predict`.
     """
     kind = read_run_config(directory).get("kind")
     if kind not in LOADERS:

@@ -37,11 +37,10 @@ TOKEN_C = 1.0
 
 @dataclass(frozen=True)
 class LayerChoice:
-    """A way to turn the stack of hidden states into one vector: how ('single', 'sum', 'concat', 'mean', 'mix')
-    and which layers."""
+    """A way to turn the stack of hidden states into one vector: which layers, and how to combine them."""
 
     name: str
-    how: str
+    combine: str  # "single" (one layer), "sum", "concat", "mean" (as LayerSelection.combine), or "mix" (learned)
     layers: tuple[int, ...]
 
 
@@ -63,13 +62,13 @@ def layer_choices(num_layers: int) -> list[LayerChoice]:
 def select(blocks: np.ndarray, choice: LayerChoice) -> np.ndarray:
     """blocks: (n, layers, dim) → (n, dim) or (n, 4·dim) for the concat; the mix is fitted, not selected."""
     chosen = blocks[:, list(choice.layers)]
-    if choice.how == "single":
+    if choice.combine == "single":
         return chosen[:, 0]
-    if choice.how == "sum":
+    if choice.combine == "sum":
         return chosen.sum(axis=1)
-    if choice.how == "mean":
+    if choice.combine == "mean":
         return chosen.mean(axis=1)
-    if choice.how == "concat":
+    if choice.combine == "concat":
         return chosen.reshape(len(blocks), -1)
     raise InputError(f"layer choice {choice.name!r} is fitted, not selected")
 
@@ -82,7 +81,7 @@ class ProbeRow:
     score: float  # text: dev accuracy; token: dev entity F1
     secondary: float  # text: dev macro-F1; token: dev token accuracy
     fit_seconds: float
-    C: float
+    C: float | None  # None where the head did not choose C by cross-validation
     layer_weights: list[float] | None = None
 
 
@@ -109,7 +108,11 @@ class ProbeResult:
         from .report import probe_files
 
         picture = probe_files(self).get("probe.png")
-        image = f"<img src='data:image/png;base64,{base64.b64encode(picture).decode()}'/>" if picture else ""
+        image = (
+            f"<img src='data:image/png;base64,{base64.b64encode(picture).decode()}'/>"
+            if isinstance(picture, bytes)
+            else ""
+        )
         rows = self.table()
         return f"<div>{html_table(rows, list(rows[0]) if rows else [], repr(self))}{image}</div>"
 
@@ -145,7 +148,40 @@ def probe_text(
     label_column=None,
     header: bool | None = None,
 ) -> ProbeResult:
-    """Sentence classification probe: LogisticRegression (C by CV) per pooling × layer choice; accuracy, macro-F1."""
+    """Sentence classification probe: LogisticRegression (C by CV) per pooling × layer choice; accuracy, macro-F1.
+
+    Every text passes through the model once; each hidden state and the usual combinations (last, second-to-last,
+    sum and concatenation of the last four, mean of all, a learned scalar mix) are pooled each way and scored on dev.
+
+    Parameters
+    ----------
+    train, dev : str or Path
+        Labelled files (TSV/CSV/JSONL/Parquet; text and label columns as `bertkit train` reads them).
+    model : str, optional
+        The encoder (default: the packaged model).
+    poolings : sequence of str
+        Among 'cls', 'mean', 'max', 'pooler'.
+    limit : int, optional
+        Use the first `limit` training rows.
+    seed : int
+        The classifier's random state.
+    cv : int
+        Folds for choosing C.
+    cache : str or Path or None
+        Where token vectors are cached ('memory', a folder, or None).
+    threads : int, optional
+        Torch threads (default: the cores).
+    device : str, optional
+        'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'.
+    text_column, label_column, header
+        As `bertkit train` takes them.
+
+    Returns
+    -------
+    ProbeResult
+        `rows` (pooling, layer choice, width, dev accuracy, macro-F1, fit seconds, C), `table()`, a chart in
+        Jupyter.
+    """
     poolings = _check_poolings(poolings)
     data = read_labelled_text(train, text_column, label_column, header)
     dev_data = read_labelled_text(dev, text_column, label_column, header)
@@ -189,7 +225,7 @@ def probe_text(
             continue
         mean_all_C = 1.0
         for choice in layer_choices(encoder.num_layers):
-            if choice.how == "mix":
+            if choice.combine == "mix":
                 rows.append(
                     _fit_text_mix(
                         pooling,
@@ -215,8 +251,8 @@ def probe_text(
                         cv,
                     )
                 )
-                if choice.how == "mean":
-                    mean_all_C = rows[-1].C
+                if choice.combine == "mean":
+                    mean_all_C = rows[-1].C or mean_all_C
             logger.info(_row_line(rows[-1], "accuracy"))
     facts = _facts(encoder, train, dev, len(texts), len(dev_labels), limit, seed, embed_seconds)
     facts.update(
@@ -302,7 +338,30 @@ def probe_token(
     threads: int | None = None,
     device: str | None = "auto",
 ) -> ProbeResult:
-    """Tagging probe: a per-word LogisticRegression on word vectors per layer choice; entity F1 and token accuracy."""
+    """Tagging probe: a per-word LogisticRegression on word vectors per layer choice; entity F1 and token accuracy.
+
+    Parameters
+    ----------
+    train, dev : str or Path
+        CoNLL files (a word and its tag per line, sentences apart by blank lines).
+    model : str, optional
+        The encoder (default: the packaged model).
+    subtoken_pooling : {'first', 'mean', 'max', 'last'}
+        How a word's sub-tokens become its vector.
+    limit : int, optional
+        Use the first `limit` training sentences.
+    seed : int
+        The classifier's random state.
+    C : float
+        The logistic regression's inverse regularisation (fixed: a search per layer costs too much here).
+    cache, threads, device
+        As `probe_text` takes them.
+
+    Returns
+    -------
+    ProbeResult
+        One row per layer choice: entity F1 and token accuracy on dev.
+    """
     data, dev_data = read_tagged(train), read_tagged(dev)
     words, tags = data.words[:limit], data.tags[:limit]
     names = sorted({t for s in tags for t in s})
@@ -335,7 +394,7 @@ def probe_token(
     rows = []
     for choice in layer_choices(encoder.num_layers):
         started = time.perf_counter()
-        if choice.how == "mix":
+        if choice.combine == "mix":
             scaled, dev_scaled = _scale_layers(train_blocks, dev_blocks)
             mix = ScalarMixClassifier(C=C, random_state=seed).fit(scaled, codes)
             predicted, weights, dim = (

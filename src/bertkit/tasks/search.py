@@ -39,6 +39,7 @@ def similarity(a, b, metric: str = "cosine") -> np.ndarray:
 
     Examples
     --------
+    >>> from bertkit import similarity
     >>> similarity([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]]).round(3).tolist()
     [[1.0, 0.0]]
     """

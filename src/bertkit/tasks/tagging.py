@@ -42,7 +42,27 @@ def entity_spans(tags: Sequence[str]) -> list[Entity]:
 
 
 def entity_scores(true_tags: Sequence[Sequence[str]], predicted_tags: Sequence[Sequence[str]]) -> dict:
-    """Entity-level precision / recall / F1 (exact type and span match), per type and micro-averaged; token accuracy."""
+    """Entity-level precision / recall / F1 (exact type and span match), per type and micro-averaged; token accuracy.
+
+    The numbers seqeval's default (CoNLL) mode gives, without its dependency.
+
+    Parameters
+    ----------
+    true_tags, predicted_tags : sequence of list of str
+        IOB2 tags, one list per sentence, the same lengths (a stray I-X starts an entity, as conlleval reads it).
+
+    Returns
+    -------
+    dict
+        `precision`, `recall`, `f1` (micro), `token_accuracy`, the counts, and `per_type` ({type: {precision,
+        recall, f1, support, predicted}}).
+
+    Examples
+    --------
+    >>> from bertkit import entity_scores
+    >>> round(entity_scores([["B-PER", "I-PER", "O", "B-LOC"]], [["B-PER", "I-PER", "O", "O"]])["f1"], 4)
+    0.6667
+    """
     if len(true_tags) != len(predicted_tags):
         raise InputError(f"{len(true_tags)} gold sentences but {len(predicted_tags)} predicted ones.")
     gold_counts: Counter = Counter()

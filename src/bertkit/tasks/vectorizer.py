@@ -81,9 +81,14 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
 
     Examples
     --------
+    >>> from bertkit import BertVectorizer
     >>> from sklearn.pipeline import make_pipeline
     >>> from sklearn.linear_model import LogisticRegression
     >>> pipe = make_pipeline(BertVectorizer(layers="last4:sum"), LogisticRegression())
+    >>> pipe.fit(["a gripping film", "a dull mess", "a joy", "a bore"], ["pos", "neg", "pos", "neg"]).predict(["a joy"])
+    array(['pos'], dtype='<U3')
+    >>> BertVectorizer(layers="last4:concat").fit_transform(["I love Korea"]).shape
+    (1, 1536)
     """
 
     def __init__(
@@ -123,7 +128,19 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         self.truncation_direction = truncation_direction
 
     def fit(self, X: Sequence[str], y=None) -> BertVectorizer:
-        """Load the encoder and check the options; nothing is learned from X."""
+        """Load the encoder and check the options; nothing is learned from X.
+
+        Parameters
+        ----------
+        X : sequence of str
+            Texts (unused: the encoder is pre-trained; scikit-learn's signature).
+        y : ignored
+
+        Returns
+        -------
+        BertVectorizer
+            self, fitted: `encoder_` and `n_features_out_` are set.
+        """
         parse_layers(self.layers)
         if parse_pooling(self.pooling) == ("none",):
             raise InputError(
@@ -145,6 +162,7 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         return vectors.reshape(len(texts), self.n_features_out_)
 
     def get_feature_names_out(self, input_features=None) -> np.ndarray:
+        """Column names `bert0` … `bertN-1`, as scikit-learn's `set_output` and pipelines ask for them."""
         check_is_fitted(self, "n_features_out_")
         return np.array([f"bert{i}" for i in range(self.n_features_out_)], dtype=object)
 

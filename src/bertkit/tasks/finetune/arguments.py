@@ -35,6 +35,7 @@ class FinetuneArguments:
     report_to: list[str] = field(default_factory=list)  # accelerate trackers: "tensorboard", "mlflow", "wandb", ...
 
     def check(self) -> None:
+        """Refuse impossible settings (an unknown task, epochs below 1, ...) with one `InputError` line each."""
         if self.task not in TASKS:
             raise InputError(f"task {self.task!r}: valid tasks are {', '.join(TASKS)}.")
         for name in ("epochs", "batch_size", "patience"):
