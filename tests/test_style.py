@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TREES = ["src", "tests", "benchmarks", "fuzz"]
+TREES = ["src", "tests", "benchmarks", "fuzz", "docs/hooks", "docs/notebooks"]
 RUFF = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
 
 
