@@ -21,8 +21,8 @@ from test_finetune import sentiment_file
 
 pytestmark = pytest.mark.slow
 BERTKIT = [sys.executable, "-m", "bertkit.cli"]
-EMBED_KILLS = 20 if LONG_TESTS else 8
-TRAIN_KILLS = 5 if LONG_TESTS else 3
+EMBED_KILLS = 20 if LONG_TESTS else 5
+TRAIN_KILLS = 5 if LONG_TESTS else 2
 FINETUNE_KILLS = 5
 
 

@@ -178,7 +178,7 @@ def test_cli_killed_midway_resumes_and_skips_finished_files(head, tmp_path, enco
     assert not list(out.glob(".*.tmp")), "staging folders of the killed run are cleared"
 
 
-RAY_KILLS = 6 if LONG_TESTS else 3
+RAY_KILLS = 6 if LONG_TESTS else 2
 
 
 @pytest.mark.slow
