@@ -45,10 +45,6 @@ CACHE_VERSION = 2  # cached calibrations of an older version are made again (2: 
 PACKAGED_TEXTS = ("calibration.txt", "reviews.tsv")  # bertkit/samples: 118 general sentences and 80 short reviews
 
 
-def int8_supported() -> bool:
-    return hasattr(torch, "_int_mm")
-
-
 def cache_dir() -> Path:
     """Where calibrations of models without their own are kept: `int8/` under `cache_root()`."""
     return cache_root() / "int8"
