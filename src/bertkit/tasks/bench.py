@@ -19,6 +19,7 @@ import torch
 from ..encoder import tokenize as tok
 from ..encoder.devices import describe
 from ..encoder.encode import Encoder
+from ..encoder.models import quiet_transformers
 from ..encoder.precision import PRECISIONS, fast_bf16_cpu
 from ..errors import InputError
 
@@ -97,10 +98,11 @@ def sentence_transformers_encoder(encoder: Encoder):
     except ImportError:  # sentence-transformers < 6
         from sentence_transformers.models import Pooling, Transformer
 
-    transformer = Transformer(encoder.source.path, max_seq_length=encoder.max_length)
-    dimension = getattr(transformer, "get_embedding_dimension", None) or transformer.get_word_embedding_dimension
-    pooling = Pooling(dimension(), pooling_mode="mean")
-    return SentenceTransformer(modules=[transformer, pooling], device=str(encoder.device))
+    with quiet_transformers():  # the peer's weights load without transformers' progress bar in the table
+        transformer = Transformer(encoder.source.path, max_seq_length=encoder.max_length)
+        dimension = getattr(transformer, "get_embedding_dimension", None) or transformer.get_word_embedding_dimension
+        pooling = Pooling(dimension(), pooling_mode="mean")
+        return SentenceTransformer(modules=[transformer, pooling], device=str(encoder.device))
 
 
 def _time(function: Callable[[], np.ndarray], repeats: int, row: Row) -> None:
