@@ -32,7 +32,7 @@ TESTS = public_docstring_tests()
 
 def test_the_public_api_has_examples():
     names = {t.name for t in TESTS}
-    assert {"TextClassifier", "Encoder.embed", "Encoder.tokenize", "similarity", "entity_scores"} <= names
+    assert {"Encoder", "TextClassifier", "Encoder.embed", "Encoder.tokenize", "similarity", "entity_scores"} <= names
 
 
 @pytest.mark.parametrize("test", TESTS, ids=lambda t: t.name)

@@ -118,7 +118,17 @@ class EmbedReport:
 
 
 class Encoder:
-    """A pre-trained encoder and its tokenizer: tokenize, forward, and embeddings from any layer with any pooling."""
+    """A pre-trained encoder and its tokenizer: tokenize, forward, and embeddings from any layer with any pooling.
+
+    Make one with `Encoder.from_pretrained` (the packaged model, a folder or a hub name); the constructor takes a model
+    that is already loaded.
+
+    Examples
+    --------
+    >>> from bertkit import Encoder
+    >>> Encoder.from_pretrained(device="cpu")
+    Encoder('default': BertModel, 6 layers, hidden 384, max_length 256, fp32 on cpu)
+    """
 
     def __init__(
         self,
