@@ -7,6 +7,24 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).parent))
 
+if sys.version_info < (3, 11, 8):
+    # CPython before 3.11.8 keeps ast.parse's recursion count in one per-interpreter global (gh-106905): when a
+    # garbage collection in the middle of a parse runs Python code and another thread parses meanwhile, the first
+    # ends in "SystemError: AST constructor recursion depth mismatch" (seen once in CI, in the schemathesis test,
+    # where hypothesis parses sources to describe lambdas while other threads of this process run). One at a time.
+    import ast
+    import functools
+    import threading
+
+    _parse, _parse_lock = ast.parse, threading.Lock()
+
+    @functools.wraps(_parse)
+    def _parse_one_at_a_time(*args, **kwargs):
+        with _parse_lock:
+            return _parse(*args, **kwargs)
+
+    ast.parse = _parse_one_at_a_time
+
 import tiny_models  # noqa: E402
 
 try:  # generated-input tests: a quick profile for every run, a long one on demand (--hypothesis-profile=long)
