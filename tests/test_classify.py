@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tiny_models
-from conftest import shared_file
+from conftest import fixture_texts, shared_file
 from sklearn.base import clone
 from sklearn.calibration import CalibratedClassifierCV
 from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
@@ -65,9 +65,10 @@ def test_save_load_predicts_identically(sample, tmp_path, kind):
 def test_runs_saved_by_bertkit_0_1_load_and_predict_the_same(name):
     """Fixtures written by bertkit 0.1's code (tests/fixtures/runs-0.1/make_fixtures.py), with its predictions."""
     expected = json.loads((FIXTURES / name / "expected.json").read_text())
+    texts = fixture_texts(expected)
     loaded = TextClassifier.load(FIXTURES / name, cache=None)
-    np.testing.assert_allclose(loaded.predict_proba(expected["texts"]), expected["predict_proba"], atol=1e-6)
-    assert loaded.predict(expected["texts"]).tolist() == expected["predict"]
+    np.testing.assert_allclose(loaded.predict_proba(texts), expected["predict_proba"], atol=1e-6)
+    assert loaded.predict(texts).tolist() == expected["predict"]
     assert loaded.classes_.tolist() == expected["classes"]
 
 
@@ -76,7 +77,7 @@ def test_a_0_1_run_saved_again_uses_todays_format(tmp_path):
     expected = json.loads((FIXTURES / "linear-svm-last-mean" / "expected.json").read_text())
     again = TextClassifier.load(loaded.save(tmp_path / "again"), cache=None)
     assert (tmp_path / "again" / "head.skops").is_file()
-    np.testing.assert_allclose(again.predict_proba(expected["texts"]), expected["predict_proba"], atol=1e-6)
+    np.testing.assert_allclose(again.predict_proba(fixture_texts(expected)), expected["predict_proba"], atol=1e-6)
 
 
 def test_the_default_is_logistic_regression_with_C_by_cross_validation(sample):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tiny_models
 import torch
+from conftest import fixture_texts
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 from transformers import AutoModelForSequenceClassification
@@ -95,7 +96,7 @@ def test_runs_saved_before_the_layout_change_still_load(tmp_path):
     (old / "classifier.safetensors").write_bytes((fixture / "classifier.safetensors").read_bytes())
     loaded = load_run(old)
     expected = json.loads((fixture / "expected.json").read_text())
-    np.testing.assert_allclose(loaded.predict_proba(expected["texts"]), expected["predict_proba"], atol=1e-6)
+    np.testing.assert_allclose(loaded.predict_proba(fixture_texts(expected)), expected["predict_proba"], atol=1e-6)
     assert loaded.vectorizer_.layers == "last" and loaded.vectorizer_.encoder_.precision == "fp32"
 
 
