@@ -34,7 +34,7 @@ import numpy as np
 from playwright.sync_api import sync_playwright
 from sklearn.linear_model import LogisticRegression
 
-from bertkit import Encoder
+from bertkit import Encoder, set_threads
 from bertkit.io.readers import read_labelled, sample_path
 from bertkit.tasks.classify import TextClassifier
 
@@ -72,7 +72,7 @@ def feature_run(folder: Path) -> Path:
     return (
         TextClassifier(classifier=LogisticRegression(C=1.0, max_iter=3000))
         .fit(data.texts, data.labels)
-        .save(folder / "reviews")
+        .save_pretrained(folder / "reviews")
     )
 
 
@@ -145,7 +145,8 @@ def main() -> None:
     if args.screenshots:
         screenshots(args.screenshots)
         return
-    encoder = Encoder.from_pretrained(threads=2)
+    set_threads(2)
+    encoder = Encoder.from_pretrained()
     texts = sentences(encoder, args.sentences)
     with tempfile.TemporaryDirectory() as tmp, served("--run", f"reviews={feature_run(Path(tmp))}") as url:
         browser_ms, server_ms, embed_ms = measure(url, texts, encoder, args.repeats)

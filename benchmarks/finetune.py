@@ -41,7 +41,7 @@ def main() -> None:
     output = options.output or Path(tempfile.mkdtemp()) / "run"
     args = FinetuneArguments(
         task=options.task,
-        epochs=options.epochs,
+        num_train_epochs=options.epochs,
         learning_rate=options.lr,
         batch_size=options.batch_size,
         seed=options.seed,

@@ -127,7 +127,7 @@ def bertkit_finetune(texts, labels, accumulation: int = 1) -> float:
             dev,
             output_dir=Path(folder) / "run",
             progress=False,
-            args=FinetuneArguments(epochs=1, learning_rate=LR, gradient_accumulation_steps=accumulation),
+            args=FinetuneArguments(num_train_epochs=1, learning_rate=LR, gradient_accumulation_steps=accumulation),
         )
         history = json.loads((Path(folder) / "run" / "bertkit.json").read_text())["training"]["history"]
     return history[0]["examples_per_second"]

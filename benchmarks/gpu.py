@@ -262,7 +262,7 @@ def bertkit_epoch(train, dev, device: torch.device, folder: Path) -> dict:
         device=str(device),
         progress=False,
         args=FinetuneArguments(
-            epochs=1,
+            num_train_epochs=1,
             learning_rate=LR,
             batch_size=TRAIN_BATCH,
             mixed_precision="fp16" if device.type == "cuda" else "no",

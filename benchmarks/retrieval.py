@@ -51,11 +51,11 @@ def main() -> None:
     corpus_texts = read_labelled(options.data / "train.tsv").texts
     query_texts = read_labelled(options.data / "dev.tsv").texts
     encoder = Encoder.from_pretrained()
-    corpus = encoder.embed(corpus_texts, normalize=True, batch_size=64, progress=False, warn=False)
-    queries = encoder.embed(query_texts, normalize=True, batch_size=64, progress=False, warn=False)
+    corpus = encoder.embed(corpus_texts, normalize_embeddings=True, batch_size=64, progress=False, warn=False)
+    queries = encoder.embed(query_texts, normalize_embeddings=True, batch_size=64, progress=False, warn=False)
     reference, reference_seconds = timed(lambda: semantic_search(queries, corpus, top_k=10))
     truth = [{h["corpus_id"] for h in hits} for hits in reference]
-    ranges = encoder.calibration_ranges(layers="last", pooling="mean", normalize=True)
+    ranges = encoder.calibration_ranges(layers="last", pooling="mean", normalize_embeddings=True)
     rows = [{"type": "float32", "bytes": corpus[0].nbytes, "recall@10": 1.0, "seconds": reference_seconds}]
     for output, multiplier in (("float16", 1), ("int8", 1), ("uint8", 1), ("binary", 4), ("binary", 1)):
         stored = compact(corpus, output, ranges if output in ("int8", "uint8") else None)

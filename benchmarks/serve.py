@@ -44,10 +44,11 @@ def naive_app(threads: int, precision: str):
     """The way most tutorials serve a model: one forward pass per request in FastAPI's thread pool."""
     from fastapi import FastAPI
 
-    from bertkit import Encoder
+    from bertkit import Encoder, set_threads
     from bertkit.encoder.threads import release_openmp_threads
 
-    encoder = Encoder.from_pretrained(threads=threads, precision=precision, concurrent_batches=1)
+    set_threads(threads)
+    encoder = Encoder.from_pretrained(precision=precision, concurrent_batches=1)
     if precision == "int8":
         release_openmp_threads()  # as bertkit serve does (see serve/app.py): the comparison is of batching alone
     app = FastAPI()
@@ -142,9 +143,10 @@ def median_row(runs: list[dict]) -> dict:
 
 
 def bare_embed_ms(sentences: list[str], threads: int, precision: str) -> float:
-    from bertkit import Encoder
+    from bertkit import Encoder, set_threads
 
-    encoder = Encoder.from_pretrained(threads=threads, precision=precision, concurrent_batches=1)
+    set_threads(threads)
+    encoder = Encoder.from_pretrained(precision=precision, concurrent_batches=1)
     for s in sentences[:20]:
         encoder.embed([s], warn=False)
     times = []

@@ -158,10 +158,11 @@ class TextPool:
 
     def embed(self, threads: int) -> float:
         """The reference vectors: `Encoder.embed` of each text (the packaged model), once; returns seconds."""
-        from bertkit import Encoder
+        from bertkit import Encoder, set_threads
 
         started = time.perf_counter()
-        encoder = Encoder.from_pretrained(threads=threads)
+        set_threads(threads)
+        encoder = Encoder.from_pretrained()
         self.vectors = np.asarray(encoder.embed(self.texts, warn=False), dtype=np.float32)
         self.unit = self.vectors / np.linalg.norm(self.vectors, axis=1, keepdims=True)
         return time.perf_counter() - started

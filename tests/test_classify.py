@@ -45,7 +45,7 @@ def test_save_load_predicts_identically(sample, tmp_path, kind):
     assert classifier.score(texts, labels) > 0.9
     saved = classifier.save(tmp_path / "run", metrics={"note": "x"})
     assert sorted(p.name for p in saved.iterdir()) == ["bertkit.json", "head.skops"]
-    loaded = TextClassifier.load(saved)
+    loaded = TextClassifier.from_pretrained(saved)
     probe = texts[:10] + ["an unseen sentence about a film"]
     np.testing.assert_array_equal(loaded.predict_proba(probe), classifier.predict_proba(probe))
     assert loaded.predict(probe).tolist() == classifier.predict(probe).tolist()
@@ -66,16 +66,16 @@ def test_runs_saved_by_bertkit_0_1_load_and_predict_the_same(name):
     """Fixtures written by bertkit 0.1's code (tests/fixtures/runs-0.1/make_fixtures.py), with its predictions."""
     expected = json.loads((FIXTURES / name / "expected.json").read_text())
     texts = fixture_texts(expected)
-    loaded = TextClassifier.load(FIXTURES / name, cache=None)
+    loaded = TextClassifier.from_pretrained(FIXTURES / name, cache=None)
     np.testing.assert_allclose(loaded.predict_proba(texts), expected["predict_proba"], atol=1e-6)
     assert loaded.predict(texts).tolist() == expected["predict"]
     assert loaded.classes_.tolist() == expected["classes"]
 
 
 def test_a_0_1_run_saved_again_uses_todays_format(tmp_path):
-    loaded = TextClassifier.load(FIXTURES / "linear-svm-last-mean", cache=None)
+    loaded = TextClassifier.from_pretrained(FIXTURES / "linear-svm-last-mean", cache=None)
     expected = json.loads((FIXTURES / "linear-svm-last-mean" / "expected.json").read_text())
-    again = TextClassifier.load(loaded.save(tmp_path / "again"), cache=None)
+    again = TextClassifier.from_pretrained(loaded.save(tmp_path / "again"), cache=None)
     assert (tmp_path / "again" / "head.skops").is_file()
     np.testing.assert_allclose(again.predict_proba(fixture_texts(expected)), expected["predict_proba"], atol=1e-6)
 
@@ -177,15 +177,15 @@ def test_untrusted_types_in_a_saved_head_are_refused(sample, tmp_path):
     model = TextClassifier(BertVectorizer(layers="last"), HistGradientBoostingClassifier(max_iter=3))
     model.fit(texts, labels).save(tmp_path / "run")
     with pytest.raises(ModelLoadError, match="types bertkit does not load unless you trust them.*trusted="):
-        TextClassifier.load(tmp_path / "run")
+        TextClassifier.from_pretrained(tmp_path / "run")
     import skops.io
 
     names = skops.io.get_untrusted_types(file=tmp_path / "run" / "head.skops")
-    loaded = TextClassifier.load(tmp_path / "run", trusted=names)
+    loaded = TextClassifier.from_pretrained(tmp_path / "run", trusted=names)
     np.testing.assert_array_equal(loaded.predict_proba(texts[:3]), model.predict_proba(texts[:3]))
     (tmp_path / "run" / "head.skops").write_bytes(b"not a zip")
     with pytest.raises(ModelLoadError, match="not a readable skops file"):
-        TextClassifier.load(tmp_path / "run")
+        TextClassifier.from_pretrained(tmp_path / "run")
 
 
 def test_model_from_a_different_encoder_is_refused(sample, tmp_path):
@@ -197,7 +197,7 @@ def test_model_from_a_different_encoder_is_refused(sample, tmp_path):
     shutil.rmtree(model_dir)
     tiny_models.tiny_bert(tmp_path / "enc", seed=1)  # same place, other weights
     with pytest.raises(ModelLoadError, match="fingerprint.*Retrain"):
-        TextClassifier.load(tmp_path / "run")
+        TextClassifier.from_pretrained(tmp_path / "run")
 
 
 def test_existing_run_directory_is_kept(sample, tmp_path):

@@ -68,7 +68,7 @@ def test_embed_token_vectors_and_parquet(monkeypatch, capsys, tmp_path, encoder)
     )
     assert code == 0, err
     saved = np.load(tmp_path / "t.npz")
-    expected = encoder.embed(["I love Korea", "the plot is a mess"], layers="last", pooling="none")
+    expected = encoder.embed_tokens(["I love Korea", "the plot is a mess"], layers="last")
     assert saved["tokens"].tolist() == expected[0].tokens + expected[1].tokens
     assert saved["tokens"].tolist()[:5] == ["[CLS]", "i", "love", "korea", "[SEP]"] and saved["ids"].tolist() == [
         "k",

@@ -49,7 +49,7 @@ def finetuned_run(tmp_path_factory):
         root / "train.tsv",
         output_dir=root / "run",
         model=str(model_dir),
-        args=FinetuneArguments(epochs=1, batch_size=8, max_length=16),
+        args=FinetuneArguments(num_train_epochs=1, batch_size=8, max_length=16),
     )
     return model, root / "run"
 
@@ -124,10 +124,10 @@ def test_finetuned_classifier_follows_long_text(finetuned_run, caplog):
     _, run = finetuned_run
     long_text = "a good film " * 40  # 120 words, far over max_length=16
     with pytest.raises(InputError, match=r"texts\[1\] has \d+ tokens, more than this model's maximum of 16"):
-        FineTunedClassifier.load(run, long_text="error").predict_proba(["short", long_text])
-    truncated = FineTunedClassifier.load(run).predict_proba(["short", long_text])
+        FineTunedClassifier.from_pretrained(run, long_text="error").predict_proba(["short", long_text])
+    truncated = FineTunedClassifier.from_pretrained(run).predict_proba(["short", long_text])
     assert "1 of 2 texts were longer than 16 tokens and were truncated" in caplog.text
-    windowed_model = FineTunedClassifier.load(run, long_text="window")
+    windowed_model = FineTunedClassifier.from_pretrained(run, long_text="window")
     windowed = windowed_model.predict_proba(["short", long_text])
     np.testing.assert_allclose(windowed[0], truncated[0], atol=1e-6)  # short texts are untouched
     # the windowed probability is the mean over windows, each scored as its own text

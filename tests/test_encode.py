@@ -50,7 +50,7 @@ def references(hf_default):
 @pytest.mark.parametrize("layers", LAYER_CASES)
 @pytest.mark.parametrize("pooling", POOL_CASES)
 def test_sentence_vectors_equal_transformers(encoder, references, layers, pooling):
-    got = encoder.embed(TEXTS, layers=layers, pooling=pooling, batch_size=2)
+    got = encoder.embed(TEXTS, layers=layers, pooling=pooling, batch_size=2, normalize_embeddings=False)
     expected = np.stack(
         [POOL_CASES[pooling](LAYER_CASES[layers](out.hidden_states)[0], out).numpy() for out in references]
     )
@@ -108,7 +108,7 @@ def test_batch_size_and_order_do_not_change_results(encoder):
 
 
 def test_token_vectors_with_tokens(encoder, references, hf_default):
-    result = encoder.embed(TEXTS, pooling="none", layers="last")
+    result = encoder.embed_tokens(TEXTS, layers="last")
     for item, out, text in zip(result, references, TEXTS):
         assert item.tokens == hf_default[1](text).tokens()
         np.testing.assert_allclose(item.vectors, out.last_hidden_state[0].numpy(), atol=1e-5, rtol=0)
@@ -142,7 +142,7 @@ def test_word_vectors_pool_subtokens_onto_user_words(encoder, hf_default, method
 
 def test_sentence_pairs_use_type_ids(encoder, hf_default):
     model, tokenizer = hf_default
-    got = encoder.embed(["how old are you?"], text_pairs=["I am six."], pooling="cls")
+    got = encoder.embed(["how old are you?"], text_pair=["I am six."], pooling="cls")
     inputs = tokenizer("how old are you?", "I am six.", return_tensors="pt")
     assert inputs["token_type_ids"].max() == 1
     with torch.no_grad():
@@ -154,7 +154,7 @@ def test_long_text_policies(encoder, hf_default, caplog):
     model, tokenizer = hf_default
     long_text = " ".join(f"word{i % 50}" for i in range(120))  # ~ 2 tokens a word
     texts = ["short one", long_text]
-    vectors, report = encoder.embed(texts, max_length=32, return_report=True)
+    vectors, report = encoder.embed_with_report(texts, max_length=32, normalize_embeddings=False)
     assert "1 of 2 texts were longer than" in caplog.text
     assert report.truncated_rows == [1] and report.n_truncated == 1
     cut = tokenizer(long_text, truncation=True, max_length=32, return_tensors="pt")
@@ -165,7 +165,7 @@ def test_long_text_policies(encoder, hf_default, caplog):
     with pytest.raises(InputError, match=r"text 1 has \d+ tokens, more than max_length=32"):
         encoder.embed(texts, max_length=32, long_text="error")
 
-    result = encoder.embed(texts, max_length=32, long_text="window", stride=8, pooling="none")
+    result = encoder.embed_tokens(texts, max_length=32, long_text="window", stride=8)
     full = tokenizer(long_text)
     assert result[1].tokens == full.tokens()  # every token exactly once
     assert result[1].vectors.shape == (len(full["input_ids"]), 384)
@@ -177,33 +177,38 @@ def test_long_text_policies(encoder, hf_default, caplog):
     with torch.no_grad():  # the text's last token and [SEP] are only in the tokenizer's last overflow window
         last = model(input_ids=torch.tensor([windows["input_ids"][-1]])).last_hidden_state[0]
     np.testing.assert_allclose(result[1].vectors[-2:], last[-2:].numpy(), atol=1e-5, rtol=0)
-    pooled = encoder.embed(texts, max_length=32, long_text="window", stride=8, pooling="mean")
+    pooled = encoder.embed(texts, max_length=32, long_text="window", stride=8, normalize_embeddings=False)
     np.testing.assert_allclose(pooled[1], result[1].vectors.mean(0), atol=1e-5, rtol=0)
     np.testing.assert_allclose(pooled[0], result[0].vectors.mean(0), atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("name", ["bert_cased", "roberta", "distilbert"])
 @pytest.mark.parametrize("stride", [None, 0, 5])
-def test_windows_are_the_fast_tokenizers_overflow_windows(tiny_dirs, name, stride):
-    """One rule for long inputs: bertkit's windows are those of `return_overflowing_tokens=True, stride=...`."""
+def test_windows_are_the_fast_tokenizers_overflow_windows_and_tile_the_text(tiny_dirs, name, stride):
+    """One rule for long inputs: the windows are `return_overflowing_tokens=True, stride=...`'s, and window k's
+    content is the whole text's content from the position the stitching puts it at (each step: window length less
+    the stride), for BERT, RoBERTa and DistilBERT alike."""
     from transformers import AutoTokenizer
 
     from bertkit.encoder.tokenize import encode
-    from bertkit.encoder.windows import default_overlap, split_into_windows
+    from bertkit.encoder.vectors import content_bounds
 
     encoder = Encoder.from_pretrained(str(tiny_dirs[name]))
     tokenizer = AutoTokenizer.from_pretrained(tiny_dirs[name])
     text = " ".join(f"word{i} and more, é{i}" for i in range(37))
     max_length = 24
     budget = max_length - tokenizer.num_special_tokens_to_add()
-    overlap = default_overlap(budget) if stride is None else stride
-    windowed: list[int] = []
-    encoded = encode(encoder.tokenizer, [text], max_length=max_length, long_text="window")
-    windows = split_into_windows(encoded, max_length, stride, windowed)
-    expected = tokenizer(text, truncation=True, max_length=max_length, stride=overlap, return_overflowing_tokens=True)[
-        "input_ids"
-    ]
-    assert windowed == [0] and [w.ids for w in windows] == expected
+    overlap = budget // 4 if stride is None else stride
+    [item] = encode(encoder.tokenizer, [text], max_length=max_length, long_text="window", stride=stride)
+    expected = tokenizer(text, truncation=True, max_length=max_length, stride=overlap, return_overflowing_tokens=True)
+    assert [w.ids for w in item.windows] == expected["input_ids"] and item.stride == overlap
+    start, end = content_bounds(item.encoding.special_tokens_mask)
+    content, position = item.encoding.ids[start:end], 0
+    for window in item.windows:
+        a, b = content_bounds(window.special_tokens_mask)
+        assert window.ids[a:b] == content[position : position + b - a]
+        position += b - a - overlap
+    assert position + overlap == len(content)  # the last window ends at the text's end
 
 
 def test_window_equals_plain_for_short_texts(encoder):
@@ -214,7 +219,8 @@ def test_window_equals_plain_for_short_texts(encoder):
 def test_empty_inputs(encoder, references):
     assert encoder.embed([], layers="last4:concat").shape == (0, 1536)
     empty = references[TEXTS.index("")].last_hidden_state[0]  # "" is [CLS] [SEP] for plain transformers too
-    np.testing.assert_allclose(encoder.embed([""]), empty.mean(0, keepdim=True).numpy(), atol=1e-5, rtol=0)
+    got = encoder.embed([""], normalize_embeddings=False)
+    np.testing.assert_allclose(got, empty.mean(0, keepdim=True).numpy(), atol=1e-5, rtol=0)
     assert encoder.embed_words([[]])[0].shape == (0, 384)
 
 
@@ -246,15 +252,23 @@ def test_progress_bar_shows_only_when_asked(encoder, capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_threads_option_sets_torch_threads():
+def test_threads_are_set_by_one_explicit_call_and_constructors_only_warn():
+    import bertkit
+
     before = torch.get_num_threads()
     try:
-        Encoder.from_pretrained(threads=1)
+        bertkit.set_threads(1)
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(before)
+        Encoder.from_pretrained()  # loading a model leaves the process's threads alone
+        assert torch.get_num_threads() == before
+        with pytest.warns(DeprecationWarning, match="set_threads"):
+            Encoder.from_pretrained(threads=1)
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
     with pytest.raises(InputError, match="threads"):
-        Encoder.from_pretrained(threads=0)
+        bertkit.set_threads(0)
 
 
 def test_coverage_warning_for_korean_on_uncased_english_vocab(encoder, caplog):
@@ -276,11 +290,11 @@ def test_concurrent_batches_give_the_same_vectors_and_restore_threads(encoder):
         encoder.with_options(concurrent_batches=0)
 
 
-def test_batches_are_cut_by_rows_and_by_padded_tokens():
-    from bertkit.encoder.windows import sorted_batches
+def test_passes_are_cut_by_rows_and_by_padded_tokens():
+    from bertkit.encoder.runner import plan_batches
 
-    lengths = [100, 60, 50, 10, 10, 10]  # longest first, as embed sorts them
+    lengths = [100, 60, 50, 10, 10, 10]
     # 100 alone (two rows would pad to 200 > 128); 60 + 50 pad to 120; three 10s pad to 30
-    assert sorted_batches(lengths, batch_size=4, max_tokens=128) == [[0], [1, 2], [3, 4, 5]]
-    assert sorted_batches(lengths, batch_size=2, max_tokens=128) == [[0], [1, 2], [3, 4], [5]]
-    assert sorted_batches([300], batch_size=4, max_tokens=128) == [[0]]  # too long even alone: its own batch
+    assert plan_batches(lengths, 128, max_rows=4) == [[0], [2, 1], [3, 4, 5]]
+    assert plan_batches(lengths, 128, max_rows=2) == [[0], [2, 1], [5], [3, 4]]
+    assert plan_batches([300], 128, max_rows=4) == [[0]]  # too long even alone: its own pass

@@ -100,7 +100,7 @@ def tagger_dir(tmp_path_factory, tiny_dirs):
         task="token",
         output_dir=root / "ner",
         model=str(tiny_dirs["bert_cased"]),
-        args=tiny_args(epochs=3, max_length=16),
+        args=tiny_args(num_train_epochs=3, max_length=16),
     )
     return root / "ner"
 
@@ -179,7 +179,7 @@ def test_explain_puts_every_panel_and_keeps_errors_in_their_panel(explainer, run
     result = explainer.explain(Settings.from_json({"text": "I love Korea", "layers": "bogus", "layer": 2}))
     assert "not a valid layer spec" in result["sentence"]["error"]
     assert [r["id"] for r in result["tokenization"]["rows"]] == KOREA_IDS[:5]
-    run = TextClassifier.load(run_dir)
+    run = TextClassifier.from_pretrained(run_dir)
     probabilities = run.predict_proba(["I love Korea"])[0]
     assert result["predictions"]["reviews"]["label"] == run.classes_[probabilities.argmax()]
     assert result["predictions"]["reviews"]["probability"] == f"{probabilities.max():.4f}"
@@ -566,7 +566,7 @@ def pair_dir(tmp_path_factory):
         task="pair",
         output_dir=root / "rr",
         model=model,
-        args=tiny_args(epochs=4, max_length=24),
+        args=tiny_args(num_train_epochs=4, max_length=24),
     )
     return root / "rr"
 

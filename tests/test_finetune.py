@@ -14,8 +14,9 @@ from test_cli import run
 from bertkit.errors import InputError
 from bertkit.tasks.finetune import FinetuneArguments, finetune
 from bertkit.tasks.finetune.examples import length_grouped_batches, word_pieces
-from bertkit.tasks.finetuned import FineTunedClassifier, FineTunedTagger
+from bertkit.tasks.finetuned import FineTunedClassifier
 from bertkit.tasks.load import load_run
+from bertkit.tasks.tagger import FineTunedTagger
 
 POSITIVE, NEGATIVE = ["good", "great", "love"], ["bad", "rejects", "boycott"]
 FILLER = ["the", "movie", "was", "a", "film", "is", "big", "I", "to"]
@@ -51,7 +52,9 @@ def conll_file(path, n=48, seed=0, long_every=0):
 
 
 def tiny_args(**extra):
-    return FinetuneArguments(**{"epochs": 3, "learning_rate": 3e-3, "batch_size": 8, "warmup_ratio": 0.0, **extra})
+    return FinetuneArguments(
+        **{"num_train_epochs": 3, "learning_rate": 3e-3, "batch_size": 8, "warmup_ratio": 0.0, **extra}
+    )
 
 
 def test_text_finetune_learns_and_loads_in_plain_transformers(tiny_dirs, tmp_path):
@@ -60,7 +63,11 @@ def test_text_finetune_learns_and_loads_in_plain_transformers(tiny_dirs, tmp_pat
     data = sentiment_file(tmp_path / "train.tsv", n=128)
     dev = sentiment_file(tmp_path / "dev.tsv", n=32, seed=1)
     model = finetune(
-        data, dev, output_dir=tmp_path / "run", model=str(tiny_dirs["bert_cased"]), args=tiny_args(epochs=6, patience=6)
+        data,
+        dev,
+        output_dir=tmp_path / "run",
+        model=str(tiny_dirs["bert_cased"]),
+        args=tiny_args(num_train_epochs=6, early_stopping_patience=6),
     )
     record = json.loads((tmp_path / "run" / "bertkit.json").read_text())
     losses = [h["train_loss"] for h in record["training"]["history"]]
@@ -68,7 +75,7 @@ def test_text_finetune_learns_and_loads_in_plain_transformers(tiny_dirs, tmp_pat
     assert record["kind"] == "finetuned-text" and record["labels"] == ["neg", "pos"]
     assert record["metrics"]["accuracy"] >= 0.9
     assert record["data"]["train_sha256"] and record["data"]["train_rows"] == 128 and record["data"]["dev_rows"] == 32
-    assert record["args"]["learning_rate"] == 3e-3 and not (tmp_path / "run" / "checkpoint").exists()
+    assert record["args"]["learning_rate"] == 3e-3 and not list((tmp_path / "run").glob("checkpoint-*"))
 
     plain = AutoModelForSequenceClassification.from_pretrained(tmp_path / "run").eval()
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "run")
@@ -89,7 +96,7 @@ def final_weights(directory):
 def test_same_seed_same_weights_and_resume_matches_an_uninterrupted_run(tiny_dirs, tmp_path):
     data = sentiment_file(tmp_path / "train.tsv")
     model = str(tiny_dirs["bert_cased"])
-    options = dict(model=model, args=tiny_args(epochs=2), dev_share=0.25)
+    options = dict(model=model, args=tiny_args(num_train_epochs=2), dev_share=0.25)
     finetune(data, output_dir=tmp_path / "a", **options)
     finetune(data, output_dir=tmp_path / "b", **options)
 
@@ -99,8 +106,8 @@ def test_same_seed_same_weights_and_resume_matches_an_uninterrupted_run(tiny_dir
 
     with pytest.raises(KeyboardInterrupt):
         finetune(data, output_dir=tmp_path / "c", callbacks=[interrupt], **options)
-    saved = json.loads((tmp_path / "c" / "checkpoint" / "state.json").read_text())
-    assert saved["state"]["epoch"] == 1 and saved["state"]["step_in_epoch"] == 3
+    saved = json.loads((tmp_path / "c" / "checkpoint-9" / "trainer_state.json").read_text())
+    assert saved["global_step"] == 9 and saved["epoch"] == 1.5  # the step it was interrupted after, mid-epoch 2
     assert not (tmp_path / "c" / "bertkit.json").exists()
     with pytest.raises(InputError, match="unfinished run; pass --resume"):
         finetune(data, output_dir=tmp_path / "c", **options)
@@ -143,7 +150,7 @@ def test_token_finetune_predicts_entities_with_character_spans(tiny_dirs, tmp_pa
             task="token",
             output_dir=tmp_path / "ner",
             model=str(tiny_dirs["bert_cased"]),
-            args=tiny_args(epochs=4, max_length=12),
+            args=tiny_args(num_train_epochs=4, max_length=12),
         )
     assert any("split into pieces at word boundaries" in r.getMessage() for r in caplog.records)
     record = json.loads((tmp_path / "ner" / "bertkit.json").read_text())
@@ -328,14 +335,20 @@ def test_ctrl_c_on_the_command_line_leaves_a_checkpoint_that_resumes_to_the_same
     subprocess.run(command + ["-o", str(tmp_path / "whole")], check=True, env=env, capture_output=True)
 
     process = subprocess.Popen(command + ["-o", str(tmp_path / "cut")], env=env, stderr=subprocess.PIPE, text=True)
-    state = tmp_path / "cut" / "checkpoint" / "state.json"
     deadline = time.time() + 120
-    while not state.exists() and process.poll() is None and time.time() < deadline:
+    while not list((tmp_path / "cut").glob("checkpoint-*/trainer_state.json")) and time.time() < deadline:
+        if process.poll() is not None:
+            break
         time.sleep(0.05)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130, err
-    assert "--resume" in err and json.loads(state.read_text())["state"]["epoch"] >= 1
+    steps = [
+        json.loads(p.read_text())["global_step"] for p in (tmp_path / "cut").glob("checkpoint-*/trainer_state.json")
+    ]
+    assert (
+        "--resume" in err and "interrupted in epoch" in err and max(steps) > 135
+    )  # after epoch 1 (135 steps), mid-epoch 2
     assert not (tmp_path / "cut" / "bertkit.json").exists()
     subprocess.run(command + ["-o", str(tmp_path / "cut"), "--resume"], check=True, env=env, capture_output=True)
     whole, cut = final_weights(tmp_path / "whole"), final_weights(tmp_path / "cut")
@@ -351,7 +364,7 @@ def test_other_architectures_fine_tune_and_reload(tiny_dirs, tmp_path, architect
     )
 
     model = str(tiny_dirs[architecture])
-    options = dict(model=model, args=tiny_args(epochs=1), dev_share=0.25)
+    options = dict(model=model, args=tiny_args(num_train_epochs=1), dev_share=0.25)
     classifier = finetune(sentiment_file(tmp_path / "train.tsv", n=32), output_dir=tmp_path / "text", **options)
     plain = AutoModelForSequenceClassification.from_pretrained(tmp_path / "text").eval()
     assert plain.config.id2label == {0: "neg", 1: "pos"}

@@ -49,7 +49,7 @@ def test_gradient_accumulation_gives_the_same_updates(no_dropout, tmp_path, task
             task=task,
             output_dir=tmp_path / f"a{steps}",
             model=no_dropout,
-            args=tiny_args(epochs=2, batch_size=8, gradient_accumulation_steps=steps),
+            args=tiny_args(num_train_epochs=2, batch_size=8, gradient_accumulation_steps=steps),
         )
     assert_same_weights(tmp_path / "a1", tmp_path / "a3", atol=2e-5)
     record = json.loads((tmp_path / "a3" / "bertkit.json").read_text())
@@ -121,7 +121,7 @@ def test_metrics_are_logged_for_tensorboard_and_kept_with_the_run(tiny_dirs, tmp
         dev,
         output_dir=tmp_path / "run",
         model=str(tiny_dirs["bert_cased"]),
-        args=tiny_args(epochs=2, batch_size=8, report_to=["tensorboard"]),
+        args=tiny_args(num_train_epochs=2, batch_size=8, report_to=["tensorboard"]),
     )
     lines = [json.loads(line) for line in (tmp_path / "run" / "logs" / "metrics.jsonl").read_text().splitlines()]
     steps = [line for line in lines if "train/loss" in line]
@@ -146,7 +146,7 @@ def test_bf16_mixed_precision_trains_where_the_cpu_has_bf16(tiny_dirs, tmp_path)
         with pytest.raises(InputError, match="no native bf16"):
             finetune(train, dev, args=tiny_args(mixed_precision="bf16"), **options)
         return
-    tuned = finetune(train, dev, args=tiny_args(epochs=2, mixed_precision="bf16"), **options)
+    tuned = finetune(train, dev, args=tiny_args(num_train_epochs=2, mixed_precision="bf16"), **options)
     record = json.loads((tmp_path / "run" / "bertkit.json").read_text())
     assert record["args"]["mixed_precision"] == "bf16" and record["device"] == "cpu"
     assert all(p.dtype == torch.float32 for p in tuned.model.parameters())  # master weights stay fp32

@@ -70,13 +70,13 @@ def test_finetune_takes_the_command_line_settings_as_keywords(tiny_dirs, tmp_pat
         data,
         output_dir=tmp_path / "run",
         model=str(tiny_dirs["bert_cased"]),
-        epochs=1,
+        num_train_epochs=1,
         lr=5e-5,
         batch_size=4,
         dev_share=0.25,
     )
     saved = json.loads((tmp_path / "run" / "bertkit.json").read_text())["args"]
-    assert (saved["epochs"], saved["learning_rate"], saved["batch_size"]) == (1, 5e-5, 4)
+    assert (saved["num_train_epochs"], saved["learning_rate"], saved["batch_size"]) == (1, 5e-5, 4)
     with pytest.raises(InputError, match="unknown setting 'epoch'"):
         finetune(data, output_dir=tmp_path / "other", epoch=1)
 
@@ -93,7 +93,7 @@ def test_a_run_that_learned_nothing_says_so(tiny_dirs, tmp_path, caplog):
         data,
         output_dir=tmp_path / "flat",
         model=str(tiny_dirs["bert_cased"]),
-        epochs=1,
+        num_train_epochs=1,
         lr=1e-12,
         dev_share=0.25,
     )
@@ -108,8 +108,8 @@ def test_a_run_that_learned_nothing_says_so(tiny_dirs, tmp_path, caplog):
         sentiment_file(tmp_path / "more.tsv", n=128),
         output_dir=tmp_path / "learned",
         model=str(tiny_dirs["bert_cased"]),
-        epochs=6,
-        patience=6,
+        num_train_epochs=6,
+        early_stopping_patience=6,
         lr=3e-3,
         batch_size=8,
         warmup_ratio=0.0,

@@ -113,7 +113,7 @@ def test_calibration_is_made_once_cached_and_reused(tiny_dirs, int8_cache):
 def test_the_smoothing_strength_is_the_one_that_keeps_the_calibration_texts_closest(encoder):
     """calibrate() measures every strength on its own texts and keeps the best; the saved file carries it."""
     texts = packaged_texts()[:60]
-    feeds = list(calibration_inputs(encoder.tokenizer, texts, encoder.max_length, encoder._accepts_type_ids))
+    feeds = list(calibration_inputs(encoder.tokenizer, texts, encoder.max_length, encoder.takes_type_ids))
     calibration = calibrate(encoder.model, feeds)
     errors = alpha_errors(encoder.model, calibration, feeds, ALPHA_GRID)
     assert calibration.alpha == min(errors, key=errors.get)
@@ -172,16 +172,16 @@ def test_a_fine_tuned_classifier_runs_int8_and_quantize_calibrates_the_run(
         task="text",
         output_dir=tmp_path / "run",
         model=str(tiny_dirs["bert_cased"]),
-        args=tiny_args(epochs=2),
+        args=tiny_args(num_train_epochs=2),
     )
     texts = [line.split("\t")[0] for line in dev.read_text().splitlines()]
-    fp32 = FineTunedClassifier.load(tmp_path / "run")
-    int8 = FineTunedClassifier.load(tmp_path / "run", precision="int8")
+    fp32 = FineTunedClassifier.from_pretrained(tmp_path / "run")
+    int8 = FineTunedClassifier.from_pretrained(tmp_path / "run", precision="int8")
     assert "fine-tuned and evaluated at fp32 and is now used at int8" in caplog.text
     p, q = fp32.predict_proba(texts), int8.predict_proba(texts)
     assert 0 < np.abs(p - q).max() < 0.05 and (p.argmax(1) == q.argmax(1)).mean() >= 0.9
-    assert any(isinstance(m, Int8Linear) for m in int8._runner.modules())
-    assert isinstance(int8._runner.classifier, torch.nn.Linear)  # the head stays fp32
+    assert any(isinstance(m, Int8Linear) for m in int8.network.modules())
+    assert isinstance(int8.network.classifier, torch.nn.Linear)  # the head stays fp32
     code, _, stderr = run_cli(
         monkeypatch, capsys, "quantize", str(tmp_path / "run"), "-o", str(tmp_path / "q"), "--calibration", str(dev)
     )

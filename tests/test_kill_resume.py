@@ -174,15 +174,13 @@ def test_finetune_killed_anywhere_resumes_to_the_same_weights(model_dir, tmp_pat
     rng = random.Random(11)
     kills = 0
     for _ in range(FINETUNE_KILLS):
-        started = (
-            (run / "checkpoint").exists() or (run / ".checkpoint.old").exists() or run.with_name(".run.old").exists()
-        )
+        started = (run / "bertkit-run.json").exists() or run.with_name(".run.old").exists()
         if (run / "bertkit.json").exists():
             break
         kills += kill_after(
             start([*command, "-o", run, *(["--resume"] if started else [])], tmp_path),
             rng.uniform(0.0, 1.0),
-            wait_for=run / "checkpoint",
+            wait_for=run / "bertkit-run.json",
         )
     assert kills >= 3, f"only {kills} runs were killed while training"
     if not (run / "bertkit.json").exists():

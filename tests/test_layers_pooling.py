@@ -31,7 +31,13 @@ def test_parse_layers(spec, indices, combine):
     assert (selection.indices, selection.combine) == (indices, combine)
 
 
-@pytest.mark.parametrize("spec", ["penultimate", "last4", "all", "last0:sum", "1,1", "-1:median", ""])
+def test_a_layer_listed_twice_is_concatenated_twice():
+    """Every spec that matches the service's published pattern is served: a list may name a layer again."""
+    states = [torch.full((1, 2, 3), float(i)) for i in range(4)]
+    assert parse_layers("1,1").apply(states).tolist() == [[[1.0] * 6] * 2]
+
+
+@pytest.mark.parametrize("spec", ["penultimate", "last4", "all", "last0:sum", "-1:median", ""])
 def test_bad_layer_specs_list_the_valid_forms(spec):
     with pytest.raises(InputError, match="Valid forms.*last4:sum.*all:"):
         parse_layers(spec)

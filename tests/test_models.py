@@ -113,7 +113,7 @@ def test_max_length_comes_from_model_config(tmp_path):
     (directory / "tokenizer_config.json").write_text(json.dumps(config))
     encoder = Encoder.from_pretrained(str(directory))
     assert encoder.max_length == 300
-    _, report = encoder.embed(["I " * 400], return_report=True)
+    _, report = encoder.embed_with_report(["I " * 400])
     assert report.truncated_rows == [0]
 
 
@@ -188,5 +188,5 @@ def test_roberta_pairs_and_max_length_offset(tiny_dirs):
     directory = str(tiny_dirs["roberta"])
     encoder = Encoder.from_pretrained(directory)
     assert encoder.max_length == 64  # 66 positions minus RoBERTa's padding offset
-    got = encoder.embed(["I love Korea"], text_pairs=["the movie"], pooling="cls")
+    got = encoder.embed(["I love Korea"], text_pair=["the movie"], pooling="cls")
     np.testing.assert_allclose(got[0], _hand(directory, "I love Korea", pair="the movie")[0].numpy(), atol=1e-5, rtol=0)

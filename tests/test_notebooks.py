@@ -70,7 +70,7 @@ def test_a_batch_shows_the_guides_table(encoder):
 
 
 def test_token_vectors_and_reports_show_their_contents(encoder):
-    (tokens,), report = encoder.embed(["I love <Korea>"], pooling="none", return_report=True)
+    (tokens,), report = encoder.embed_with_report(["I love <Korea>"], pooling="none")
     assert repr(tokens).startswith("TokenEmbedding(7 tokens, vectors 7×384: [CLS] i love < korea > [SEP])")
     page = tokens._repr_html_()
     assert "<td>&lt;</td>" in page and page.count("<tr>") == 8  # escaped, a row per token and the header
@@ -105,7 +105,7 @@ def test_fine_tuned_runs_and_probes_print_a_summary(tiny_dirs, tmp_path):
     train = sentiment_file(tmp_path / "train.tsv", n=24)
     dev = sentiment_file(tmp_path / "dev.tsv", n=8, seed=1)
     run = finetune(
-        train, dev, args=tiny_args(epochs=1), output_dir=tmp_path / "run", model=str(tiny_dirs["bert_cased"])
+        train, dev, args=tiny_args(num_train_epochs=1), output_dir=tmp_path / "run", model=str(tiny_dirs["bert_cased"])
     )
     assert repr(run).startswith("FineTunedClassifier(text on ") and "labels neg, pos" in repr(run)
     assert "dev accuracy" in repr(run) and "<td>fp32 on cpu</td>" in run._repr_html_()

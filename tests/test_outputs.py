@@ -8,37 +8,38 @@ from bertkit import InputError
 from bertkit.io import writers as outputs
 
 
-def test_formats_round_trip(tmp_path):
-    vectors = np.arange(12, dtype=np.float32).reshape(3, 4)
-    outputs.write_vectors(tmp_path / "v.npy", vectors)
-    np.testing.assert_array_equal(np.load(tmp_path / "v.npy"), vectors)
-    outputs.write_vectors(tmp_path / "v.npz", vectors, ["a", "b", "c"])
-    saved = np.load(tmp_path / "v.npz")
-    np.testing.assert_array_equal(saved["vectors"], vectors)
-    assert saved["ids"].tolist() == ["a", "b", "c"]
-    outputs.write_vectors(tmp_path / "v.parquet", vectors, [10, 11, 12])
+def test_formats_round_trip(tmp_path, encoder):
+    from bertkit.io.stream import embed_file, read_vectors
+
+    texts = ["I love Korea", "the movie was great", "a dull mess"]
+    source = tmp_path / "texts.txt"
+    source.write_text("\n".join(texts) + "\n")
+    expected = encoder.embed(texts)
+    embed_file(encoder, source, tmp_path / "v.npy")
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), expected, atol=1e-6)
+    for suffix in (".npz", ".parquet"):
+        vectors, ids, meta = read_vectors(
+            embed_file(encoder, source, tmp_path / f"v{suffix}") and tmp_path / f"v{suffix}"
+        )
+        np.testing.assert_allclose(vectors, expected, atol=1e-6)
+        assert ids.tolist() == [0, 1, 2] and meta["fingerprint"] == encoder.fingerprint
     table = pq.read_table(tmp_path / "v.parquet")
-    assert table.column("id").to_pylist() == [10, 11, 12]
-    np.testing.assert_array_equal(np.array(table.column("vector").to_pylist(), dtype=np.float32), vectors)
+    assert table.column("id").to_pylist() == [0, 1, 2]
 
 
-def test_failed_write_leaves_nothing(tmp_path, monkeypatch):
+def test_failed_write_leaves_nothing(tmp_path):
     target = tmp_path / "v.npy"
     target.write_bytes(b"previous complete result")
-
-    def explode(*args, **kwargs):
+    with pytest.raises(RuntimeError, match="disk full"), outputs.atomic_path(target) as temporary:
+        temporary.write_bytes(b"half a")
         raise RuntimeError("disk full")
-
-    monkeypatch.setattr(np, "save", explode)
-    with pytest.raises(RuntimeError, match="disk full"):
-        outputs.write_vectors(target, np.zeros((2, 2), np.float32))
     assert target.read_bytes() == b"previous complete result"
     assert [p.name for p in tmp_path.iterdir()] == ["v.npy"]
 
 
 def test_unknown_extension_is_refused(tmp_path):
     with pytest.raises(InputError, match=r"use one of .npy, .npz, .parquet"):
-        outputs.write_vectors(tmp_path / "v.csv", np.zeros((1, 1), np.float32))
+        outputs.check_output_path(tmp_path / "v.csv")
 
 
 def test_token_vectors_npz(tmp_path):

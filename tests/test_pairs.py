@@ -67,7 +67,7 @@ def pair_run(coloured, tmp_path_factory):
         task="pair",
         output_dir=root / "run",
         model=coloured,
-        args=tiny_args(epochs=8, patience=8, max_length=24),
+        args=tiny_args(num_train_epochs=8, early_stopping_patience=8, max_length=24),
     )
     return model, root
 
@@ -82,7 +82,7 @@ def score_run(coloured, tmp_path_factory):
         task="pair",
         output_dir=root / "run",
         model=coloured,
-        args=tiny_args(epochs=8, patience=8, max_length=24),
+        args=tiny_args(num_train_epochs=8, early_stopping_patience=8, max_length=24),
     )
     return model, root
 
@@ -94,16 +94,16 @@ def test_a_pair_classifier_learns_and_plain_transformers_loads_it(pair_run):
     record = json.loads((root / "run" / "bertkit.json").read_text())
     assert record["task"] == "pair" and record["problem"] == "single_label_classification"
     assert record["labels"] == ["different", "same"] and record["metrics"]["accuracy"] >= 0.8, record["training"]
-    pairs = [("the movie red", "red is big"), ("a film red", "green the film")]
+    unseen = [line.split("\t") for line in pair_file(root / "unseen.tsv", n=12, seed=2).read_text().splitlines()]
+    pairs = [(a, b) for a, b, _ in unseen]
     plain = AutoModelForSequenceClassification.from_pretrained(root / "run").eval()
     tokenizer = AutoTokenizer.from_pretrained(root / "run")
     with torch.no_grad():
         logits = plain(**tokenizer([a for a, _ in pairs], [b for _, b in pairs], padding=True, return_tensors="pt"))
     np.testing.assert_allclose(model.predict_proba(pairs), logits.logits.softmax(-1).numpy(), atol=1e-5)
-    assert model.predict(pairs).tolist() == ["same", "different"]
+    assert model.predict(pairs).tolist() == [label for _, _, label in unseen]  # pairs it never saw, of the same task
     loaded = load_run(root / "run")
-    assert loaded.takes_pairs and loaded.predict(("a red one", "red")).tolist() == ["same"]
-    assert loaded.predict(("a blue one", "red")).tolist() == ["different"]
+    assert loaded.takes_pairs and loaded.predict(pairs[:2]).tolist() == [label for _, _, label in unseen[:2]]
 
 
 def test_crossencoder_loads_the_run_and_scores_the_same(pair_run, score_run):
@@ -157,7 +157,7 @@ def test_inputs_must_match_what_the_model_was_tuned_on(pair_run, tiny_dirs, tmp_
         sentiment_file(tmp_path / "t.tsv", n=24),
         output_dir=tmp_path / "t",
         model=str(tiny_dirs["bert_cased"]),
-        args=tiny_args(epochs=1),
+        args=tiny_args(num_train_epochs=1),
         dev_share=0.25,
     )
     with pytest.raises(InputError, match="fine-tuned on single texts"):
@@ -174,7 +174,7 @@ def test_multi_label_learns_label_sets_with_a_threshold_from_dev(coloured, tmp_p
         dev,
         output_dir=tmp_path / "run",
         model=coloured,
-        args=tiny_args(epochs=25, patience=25, multi_label=True),
+        args=tiny_args(num_train_epochs=25, early_stopping_patience=25, multi_label=True),
     )
     record = json.loads((tmp_path / "run" / "bertkit.json").read_text())
     assert record["problem"] == "multi_label_classification"
@@ -256,7 +256,7 @@ def test_ner_aggregation_is_the_token_classification_pipelines(tiny_dirs, tmp_pa
         task="token",
         output_dir=root / "ner",
         model=str(tiny_dirs["bert_cased"]),
-        args=tiny_args(epochs=3),
+        args=tiny_args(num_train_epochs=3),
     )
     texts = ["EU rejects German call to boycott British lamb.", "I love New York and Korea", "nothing"]
     reference = pipeline("token-classification", model=str(root / "ner"), aggregation_strategy=aggregation)(texts)

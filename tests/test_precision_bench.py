@@ -6,6 +6,7 @@ import pytest
 import bertkit.encoder.precision as precision
 from bertkit import Encoder, InputError
 from bertkit.tasks.bench import (
+    RAW_MEAN,
     compare,
     cosines,
     forward_flops,
@@ -53,7 +54,7 @@ def test_matmul_peak_is_measured():
 
 
 def test_naive_loop_matches_bertkit(encoder):
-    np.testing.assert_allclose(naive_loop(encoder, TEXTS), encoder.embed(TEXTS), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(naive_loop(encoder, TEXTS), encoder.embed(TEXTS, RAW_MEAN), atol=1e-5, rtol=0)
 
 
 def test_run_benchmark_prints_the_table(encoder):
@@ -63,7 +64,7 @@ def test_run_benchmark_prints_the_table(encoder):
     assert "GFLOP per sentence" in text and "bound" in text and "where bertkit fp32's time goes" in text
     fp32 = next(r for r in rows if r.name.startswith("bertkit fp32"))
     assert len(fp32.seconds) == 1 and fp32.seconds[0] > 0
-    np.testing.assert_allclose(fp32.vectors, encoder.embed(TEXTS * 5), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(fp32.vectors, encoder.embed(TEXTS * 5, RAW_MEAN), atol=1e-5, rtol=0)
     naive = next(r for r in rows if r.name.startswith("tutorial"))
     assert compare(fp32.vectors, naive.vectors)[0] < 1e-5
 

@@ -15,7 +15,7 @@ from test_finetune import sentiment_file, tiny_args
 
 from bertkit.errors import InputError
 from bertkit.io import stream
-from bertkit.io.writers import atomic_path, check_new_directory, staged_directory, write_vectors
+from bertkit.io.writers import atomic_path, check_new_directory, staged_directory
 
 
 def mode(path):
@@ -72,7 +72,7 @@ def test_finetune_overwrite_keeps_a_users_folder(tiny_dirs, tmp_path):
             data,
             output_dir=mine,
             model=str(tiny_dirs["bert_cased"]),
-            args=tiny_args(epochs=1),
+            args=tiny_args(num_train_epochs=1),
             dev_share=0.25,
             overwrite=True,
         )
@@ -84,8 +84,11 @@ def test_finetune_overwrite_keeps_a_users_folder(tiny_dirs, tmp_path):
 def test_outputs_follow_the_umask(tmp_path, umask):
     previous = os.umask(umask)
     try:
-        vectors = np.ones((2, 3), np.float32)
-        written = [write_vectors(tmp_path / f"v{suffix}", vectors) for suffix in (".npy", ".npz")]
+        written = []
+        for suffix in (".npy", ".npz"):
+            with atomic_path(tmp_path / f"v{suffix}") as temporary:
+                np.save(temporary.open("wb"), np.ones((2, 3), np.float32))
+            written.append(tmp_path / f"v{suffix}")
         with atomic_path(tmp_path / "page.html") as temporary:
             temporary.write_text("<html></html>")
         with staged_directory(tmp_path / "run") as staging:
@@ -109,9 +112,10 @@ def test_outputs_follow_the_umask(tmp_path, umask):
 
 def test_a_replaced_file_keeps_its_mode(tmp_path):
     target = tmp_path / "v.npz"
-    write_vectors(target, np.ones((1, 2), np.float32))
+    target.write_bytes(b"a bertkit output")
     target.chmod(0o640)
-    write_vectors(target, np.zeros((1, 2), np.float32))
+    with atomic_path(target) as temporary:
+        temporary.write_bytes(b"the same output, made again")
     assert mode(target) == 0o640
 
 
@@ -147,7 +151,7 @@ def test_a_second_interrupt_inside_a_step_keeps_the_last_checkpoint(tiny_dirs, t
     from bertkit.tasks.finetune import finetune
 
     data = sentiment_file(tmp_path / "train.tsv")
-    options = dict(model=str(tiny_dirs["bert_cased"]), args=tiny_args(epochs=2), dev_share=0.25)
+    options = dict(model=str(tiny_dirs["bert_cased"]), args=tiny_args(num_train_epochs=2), dev_share=0.25)
     original_step = torch.optim.AdamW.step
     calls = []
 
@@ -161,8 +165,8 @@ def test_a_second_interrupt_inside_a_step_keeps_the_last_checkpoint(tiny_dirs, t
     monkeypatch.setattr(torch.optim.AdamW, "step", step_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         finetune(data, output_dir=tmp_path / "run", **options)
-    saved = json.loads((tmp_path / "run" / "checkpoint" / "state.json").read_text())
-    assert saved["state"]["epoch"] == 1 and saved["state"]["step_in_epoch"] == 0  # the end-of-epoch-1 checkpoint
+    [saved] = [json.loads(p.read_text()) for p in (tmp_path / "run").glob("checkpoint-*/trainer_state.json")]
+    assert saved["global_step"] == 6 and saved["epoch"] == 1.0  # the end-of-epoch-1 checkpoint, nothing after it
     monkeypatch.setattr(torch.optim.AdamW, "step", original_step)
     finetune(data, output_dir=tmp_path / "run", resume=True, **options)
     finetune(data, output_dir=tmp_path / "whole", **options)
@@ -302,7 +306,7 @@ def test_finetuned_tagger_from_many_threads(tiny_dirs, tmp_path):
         output_dir=tmp_path / "run",
         task="token",
         model=str(tiny_dirs["bert_cased"]),
-        args=tiny_args(epochs=1),
+        args=tiny_args(num_train_epochs=1),
         dev_share=0.25,
     )
     sentences = [("EU rejects German call to boycott British lamb " * (1 + i % 5)).split() for i in range(200)]

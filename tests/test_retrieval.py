@@ -56,7 +56,7 @@ def test_prompts_equal_sentence_transformers(prompted, st_model, include_prompt,
     encoder = Encoder.from_pretrained(str(folder))
     assert encoder.info()["prompts"] == {"query": "query: ", "passage": "passage: "}
     for kwargs in ({"prompt_name": "query"}, {"prompt": "passage: "}):
-        ours = encoder.embed(TEXTS, normalize=True, **kwargs)
+        ours = encoder.embed(TEXTS, normalize_embeddings=True, **kwargs)
         theirs = reference.encode(TEXTS, **kwargs)
         np.testing.assert_allclose(ours, theirs, atol=2e-5)
     assert not np.allclose(encoder.embed(TEXTS[:1], prompt_name="query"), encoder.embed(TEXTS[:1]), atol=1e-3)
@@ -70,21 +70,21 @@ def test_a_default_prompt_applies_when_none_is_named(prompted, tmp_path):
     (folder / "config_sentence_transformers.json").write_text(json.dumps({**config, "default_prompt_name": "query"}))
     encoder = Encoder.from_pretrained(str(folder))
     np.testing.assert_allclose(encoder.embed(TEXTS), encoder.embed(TEXTS, prompt="query: "), atol=1e-6)
-    _, report = encoder.embed(TEXTS[:1], return_report=True)
+    _, report = encoder.embed_with_report(TEXTS[:1])
     assert report.prompt == "query: "
 
 
 def test_dimensions_are_matryoshka_truncation_then_normalization(encoder, st_model):
-    ours = encoder.embed(TEXTS, dimensions=128, normalize=True)
+    ours = encoder.embed(TEXTS, truncate_dim=128, normalize_embeddings=True)
     theirs = st_model.encode(TEXTS, truncate_dim=128)  # the packaged model normalizes; truncation comes after it
     full = encoder.embed(TEXTS)[:, :128]
     np.testing.assert_allclose(ours, full / np.linalg.norm(full, axis=1, keepdims=True), atol=1e-6)
     np.testing.assert_allclose(ours, theirs / np.linalg.norm(theirs, axis=1, keepdims=True), atol=2e-5)
-    assert encoder.embed(TEXTS, dimensions=64).shape == (len(TEXTS), 64)
-    with pytest.raises(InputError, match="dimensions=500: these vectors have 384 numbers"):
-        encoder.embed(TEXTS, dimensions=500)
-    with pytest.raises(InputError, match="dimensions applies to sentence vectors"):
-        encoder.embed(TEXTS, dimensions=16, pooling="none")
+    assert encoder.embed(TEXTS, truncate_dim=64).shape == (len(TEXTS), 64)
+    with pytest.raises(InputError, match="truncate_dim=500: these vectors have 384 numbers"):
+        encoder.embed(TEXTS, truncate_dim=500)
+    with pytest.raises(InputError, match="truncate_dim applies to sentence vectors"):
+        encoder.embed_tokens(TEXTS, truncate_dim=16)
 
 
 @pytest.mark.parametrize("output", ["int8", "uint8", "binary", "ubinary"])
@@ -102,18 +102,18 @@ def test_compact_types_equal_sentence_transformers_quantization(output):
 
 
 def test_compact_vectors_from_embed_share_the_calibrations_mapping(encoder):
-    int8 = encoder.embed(TEXTS, output="int8")
+    int8 = encoder.embed(TEXTS, output_type="int8")
     assert int8.dtype == np.int8 and int8.shape == (len(TEXTS), 384)
-    again = encoder.embed(TEXTS[:1], output="int8")  # another call, the same buckets
+    again = encoder.embed(TEXTS[:1], output_type="int8")  # another call, the same buckets
     np.testing.assert_array_equal(again, int8[:1])
-    assert encoder.embed(TEXTS, output="float16").dtype == np.float16
-    assert encoder.embed(TEXTS, output="binary").shape == (len(TEXTS), 48)
+    assert encoder.embed(TEXTS, output_type="float16").dtype == np.float16
+    assert encoder.embed(TEXTS, output_type="binary").shape == (len(TEXTS), 48)
     own = int8_ranges(encoder.embed(TEXTS))
     np.testing.assert_array_equal(
-        encoder.embed(TEXTS, output="uint8", ranges=own), compact(encoder.embed(TEXTS), "uint8", own)
+        encoder.embed(TEXTS, output_type="uint8", ranges=own), compact(encoder.embed(TEXTS), "uint8", own)
     )
-    with pytest.raises(InputError, match="output='bits'"):
-        encoder.embed(TEXTS, output="bits")
+    with pytest.raises(InputError, match="output_type='bits'"):
+        encoder.embed(TEXTS, output_type="bits")
 
 
 @pytest.mark.parametrize(
@@ -146,7 +146,7 @@ def test_binary_search_finds_what_float_search_finds(encoder):
     from bertkit.io.readers import read_labelled, sample_path
 
     corpus = read_labelled(sample_path("reviews.tsv"), "text", "label").texts
-    vectors = encoder.embed(corpus, normalize=True)
+    vectors = encoder.embed(corpus, normalize_embeddings=True)
     queries = vectors[:10] + 0.01 * np.random.default_rng(3).normal(size=(10, 384)).astype(np.float32)
     exact = [[h["corpus_id"] for h in q] for q in semantic_search(queries, vectors, top_k=5)]
     binary = semantic_search(queries, compact(vectors, "binary"), top_k=5, rescore_multiplier=4)
@@ -165,7 +165,7 @@ def test_truncation_direction_left_keeps_the_end(encoder):
         expected = model(**tokenizer(long_text, truncation=True, max_length=32, return_tensors="pt"))
     found = encoder.embed([long_text], max_length=32, truncation_direction="left", pooling="cls")
     np.testing.assert_allclose(found[0], expected.last_hidden_state[0, 0].numpy(), atol=1e-5)
-    tokens = encoder.embed([long_text], max_length=32, truncation_direction="left", pooling="none")[0].tokens
+    tokens = encoder.embed_tokens([long_text], max_length=32, truncation_direction="left")[0].tokens
     assert tokens[-4:] == ["the", "very", "end", "[SEP]"] and tokens[0] == "[CLS]"
     with pytest.raises(InputError, match="truncation_direction='middle'"):
         encoder.embed([long_text], truncation_direction="middle")
@@ -175,10 +175,11 @@ def test_the_vectorizer_takes_prompts_and_dimensions_and_keys_its_cache_on_them(
     from bertkit import BertVectorizer
 
     plain = BertVectorizer(model=str(prompted), layers="last").fit([])
-    queried = BertVectorizer(model=str(prompted), layers="last", prompt_name="query", dimensions=96).fit([])
+    queried = BertVectorizer(model=str(prompted), layers="last", prompt_name="query", truncate_dim=96).fit([])
     assert queried.n_features_out_ == 96 and queried.transform(TEXTS).shape == (len(TEXTS), 96)
-    assert queried.feature_options()["prompt"] == "query: " and "prompt" not in plain.feature_options()
-    direct = queried.encoder_.embed(TEXTS, layers="last", prompt_name="query", dimensions=96)
+    assert queried.feature_options()["prompt"] == "query: " and plain.feature_options()["prompt"] == ""
+    assert queried.feature_options()["truncate_dim"] == 96 and plain.feature_options()["truncate_dim"] is None
+    direct = queried.encoder_.embed(TEXTS, layers="last", prompt_name="query", truncate_dim=96)
     np.testing.assert_allclose(queried.transform(TEXTS), direct, atol=1e-6)
 
 
@@ -199,12 +200,12 @@ def test_embed_writes_compact_vectors_with_their_options_and_search_reads_them(m
             "--output-type",
             output_type,
             "--normalize",
-            "--dimensions",
+            "--truncate-dim",
             "256",
         )
         assert code == 0, err
         vectors, ids, meta = read_vectors(target)
-        assert meta["output"] == output_type and meta["dimensions"] == 256 and meta["normalize"] is True
+        assert meta["output"] == output_type and meta["truncate_dim"] == 256 and meta["normalize_embeddings"] is True
         assert vectors.dtype == {"float32": np.float32, "int8": np.int8, "binary": np.int8}[output_type]
         assert ids.tolist() == list(range(len(TEXTS)))
         assert (meta["ranges"] is not None) == (output_type == "int8")

@@ -121,7 +121,7 @@ def run_dirs(tmp_path_factory, tiny_dirs):
         task="token",
         output_dir=root / "ner",
         model=str(tiny_dirs["bert_cased"]),
-        args=tiny_args(epochs=3, max_length=16),
+        args=tiny_args(num_train_epochs=3, max_length=16),
     )
     return {"sentiment": root / "sentiment", "ner": root / "ner"}
 
@@ -416,15 +416,18 @@ def test_openai_dimensions_and_the_embed_options_match_the_library(server, encod
     texts = ["I love Korea", "the movie was great"]
     result = client.embeddings.create(model="default", input=texts, dimensions=128)
     got = np.array([d.embedding for d in result.data], dtype=np.float32)
-    np.testing.assert_allclose(got, encoder.embed(texts, dimensions=128, normalize=True), atol=1e-5)
+    np.testing.assert_allclose(got, encoder.embed(texts, truncate_dim=128, normalize_embeddings=True), atol=1e-5)
     extra = {"prompt": "query: ", "output_type": "int8", "truncation_direction": "left"}
     int8 = client.embeddings.create(model="default", input=texts, encoding_format="float", extra_body=extra)
-    expected = encoder.embed(texts, normalize=True, prompt="query: ", output="int8", truncation_direction="left")
+    expected = encoder.embed(
+        texts, normalize_embeddings=True, prompt="query: ", output_type="int8", truncation_direction="left"
+    )
     assert [d.embedding for d in int8.data] == expected.tolist()
     answer = server.post("/embed", {"inputs": texts, "dimensions": 64, "normalize": True, "output_type": "binary"})
     assert (
         answer.status_code == 200
-        and answer.json() == encoder.embed(texts, dimensions=64, normalize=True, output="binary").tolist()
+        and answer.json()
+        == encoder.embed(texts, truncate_dim=64, normalize_embeddings=True, output_type="binary").tolist()
     )
     too_wide = server.post("/embed", {"inputs": texts, "dimensions": 999})
     assert too_wide.status_code == 422 and "dimensions=999" in too_wide.json()["error"]
@@ -436,7 +439,7 @@ def test_tei_similarity_is_the_cosine_of_the_vectors(server, encoder):
     sentences = ["I love Korea", "the movie was great", "EU rejects German call"]
     answer = server.post("/similarity", {"inputs": {"source_sentence": "Korea is great", "sentences": sentences}})
     assert answer.status_code == 200, answer.text
-    vectors = encoder.embed(["Korea is great", *sentences], normalize=True)
+    vectors = encoder.embed(["Korea is great", *sentences], normalize_embeddings=True)
     np.testing.assert_allclose(answer.json(), vectors[1:] @ vectors[0], atol=1e-5)
     bad = server.post("/similarity", {"inputs": {"source_sentence": "x", "sentences": []}})
     assert bad.status_code == 422

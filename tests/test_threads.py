@@ -24,7 +24,7 @@ def test_eight_threads_on_one_encoder_match_serial_calls(encoder):
     pairs = (["how old are you?"] * 3, ["I am six.", "Six.", "I am " + "very " * 600 + "old."])
     threads_before = torch.get_num_threads()
     serial = [encoder.embed(t, layers=layers, pooling=pooling) for t, layers, pooling in jobs]
-    serial_pairs = encoder.embed(pairs[0], text_pairs=pairs[1], pooling="cls", warn=False)
+    serial_pairs = encoder.embed(pairs[0], text_pair=pairs[1], pooling="cls", warn=False)
 
     barrier = threading.Barrier(9)
     results: dict[int, np.ndarray] = {}
@@ -34,7 +34,7 @@ def test_eight_threads_on_one_encoder_match_serial_calls(encoder):
         try:
             barrier.wait()
             if index == 8:  # sentence pairs truncate through the tokenizer's own (stateful) truncation
-                results[index] = encoder.embed(pairs[0], text_pairs=pairs[1], pooling="cls", warn=False)
+                results[index] = encoder.embed(pairs[0], text_pair=pairs[1], pooling="cls", warn=False)
                 return
             texts_, layers, pooling = jobs[index]
             results[index] = encoder.embed(texts_, layers=layers, pooling=pooling)
@@ -87,23 +87,20 @@ def test_embedding_cache_stays_correct_when_its_memory_is_too_small(monkeypatch)
 
 
 def test_shared_encoders_are_bounded(monkeypatch):
-    loaded: list[tuple] = []
+    loaded: list[str] = []
 
-    def fake_load(model, threads=None, precision="fp32", device="cpu"):
-        loaded.append((model, threads, precision))
+    def fake_load(model, precision="fp32", device="cpu"):
+        loaded.append(model)
         return object()
 
     monkeypatch.setattr(vectorizer_module.Encoder, "from_pretrained", staticmethod(fake_load))
-    vectorizer_module._load_shared.cache_clear()
-    try:
-        for threads in range(1, 7):
-            vectorizer_module.shared_encoder(None, threads)
-        assert vectorizer_module._load_shared.cache_info().currsize == vectorizer_module.MAX_SHARED_ENCODERS
-        vectorizer_module.shared_encoder(None, 6)  # recent: reused
-        vectorizer_module.shared_encoder(None, 1)  # evicted: loaded again
-        assert [t for _, t, _ in loaded] == [1, 2, 3, 4, 5, 6, 1]
-    finally:
-        vectorizer_module._load_shared.cache_clear()
+    names = [f"bounded-{i}" for i in range(1, 7)]  # not folders: names no other test loads
+    for name in names:
+        vectorizer_module.shared_encoder(name)
+    assert vectorizer_module.MAX_SHARED_ENCODERS == 4 and loaded == names
+    vectorizer_module.shared_encoder("bounded-6")  # recent: reused
+    vectorizer_module.shared_encoder("bounded-1")  # evicted (the least recent of more than four): loaded again
+    assert loaded == [*names, "bounded-1"]
 
 
 def test_truncation_warning_names_the_limit_the_caller_asked_for(encoder, caplog):

@@ -20,16 +20,18 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree th
 _LAZY = {
     "Batch": "encoder.tokenize",
     "BertVectorizer": "tasks.vectorizer",
-    "EmbedReport": "encoder.encode",
+    "EmbedOptions": "encoder.options",
+    "EmbedReport": "encoder.results",
+    "EmbedResult": "encoder.results",
     "Encoder": "encoder.encode",
     "Entity": "tasks.tagging",
     "FineTunedClassifier": "tasks.finetuned",
-    "FineTunedTagger": "tasks.finetuned",
+    "FineTunedTagger": "tasks.tagger",
     "FinetuneArguments": "tasks.finetune",
     "ForwardOutput": "encoder.encode",
     "LayerSelection": "encoder.layers",
     "TextClassifier": "tasks.classify",
-    "TokenEmbedding": "encoder.encode",
+    "TokenEmbedding": "encoder.results",
     "entity_scores": "tasks.tagging",
     "finetune": "tasks.finetune",
     "load_run": "tasks.load",
@@ -38,20 +40,25 @@ _LAZY = {
     "probe_token": "tasks.probe",
     "read_tagged": "io.conll",
     "semantic_search": "tasks.search",
+    "set_threads": "encoder.threads",
     "similarity": "tasks.search",
 }
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come from __getattr__
-    from .encoder.encode import EmbedReport, Encoder, ForwardOutput, TokenEmbedding
+    from .encoder.encode import Encoder, ForwardOutput
     from .encoder.layers import LayerSelection, parse_layers
+    from .encoder.options import EmbedOptions
+    from .encoder.results import EmbedReport, EmbedResult, TokenEmbedding
+    from .encoder.threads import set_threads
     from .encoder.tokenize import Batch
     from .io.conll import read_tagged
     from .tasks.classify import TextClassifier
     from .tasks.finetune import FinetuneArguments, finetune
-    from .tasks.finetuned import FineTunedClassifier, FineTunedTagger
+    from .tasks.finetuned import FineTunedClassifier
     from .tasks.load import load_run
     from .tasks.probe import probe_text, probe_token
     from .tasks.search import semantic_search, similarity
+    from .tasks.tagger import FineTunedTagger
     from .tasks.tagging import Entity, entity_scores
     from .tasks.vectorizer import BertVectorizer
 
@@ -72,7 +79,9 @@ __all__ = [
     "Batch",
     "BertVectorizer",
     "BertkitError",
+    "EmbedOptions",
     "EmbedReport",
+    "EmbedResult",
     "Encoder",
     "Entity",
     "FineTunedClassifier",
@@ -92,5 +101,6 @@ __all__ = [
     "probe_token",
     "read_tagged",
     "semantic_search",
+    "set_threads",
     "similarity",
 ]

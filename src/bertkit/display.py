@@ -43,3 +43,22 @@ def _cell(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
+
+
+def token_vectors_html(tokens: Sequence[str], word_ids: Sequence, vectors) -> str:
+    """One text's token vectors as a table: position, token, word, norm and the first values of each vector."""
+    import numpy as np
+
+    norms = np.linalg.norm(vectors, axis=1) if len(vectors) else []
+    rows = [
+        {"position": i, "token": t, "word": w, "norm": float(n), "first values": first_values(v)}
+        for i, (t, w, n, v) in enumerate(zip(tokens, word_ids, norms, vectors))
+    ]
+    width = vectors.shape[1] if getattr(vectors, "ndim", 0) == 2 else 0
+    caption = f"{len(tokens)} token vectors of {width} numbers"
+    return html_table(rows, ["position", "token", "word", "norm", "first values"], caption)
+
+
+def first_values(vector, count: int = 4) -> str:
+    """'[0.123, -0.456, …]': the first numbers of a vector."""
+    return "[" + ", ".join(f"{x:.3f}" for x in vector[:count]) + (", …]" if len(vector) > count else "]")

@@ -92,7 +92,6 @@ def train(
         max_length=max_length,
         batch_size=batch_size,
         cache=cache_option(no_cache, cache_dir),
-        threads=threads,
         precision=precision or "fp32",
         device=device,
     )
@@ -129,7 +128,7 @@ def train(
             "header": header,
         }
     }
-    estimator.save(output, metrics=metrics, extra=extra, overwrite=overwrite)
+    estimator.save_pretrained(output, metrics=metrics, extra=extra, overwrite=overwrite)
     say(f"saved {output}")
     if report is not None:
         vectors = estimator.vectorizer_.transform(dev_texts)

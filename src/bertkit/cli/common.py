@@ -106,7 +106,18 @@ def verbosity() -> str:
 ModelOption = typer.Option(
     None, "--model", "-m", help="Model: a local directory, a hub name, or omit for the packaged default."
 )
-ThreadsOption = typer.Option(None, "--threads", help="Torch threads (default: torch's choice).")
+
+
+def apply_threads(threads: Optional[int]) -> Optional[int]:
+    """`--threads N`: torch's CPU threads for this process, set once, explicitly (`bertkit.set_threads`)."""
+    if threads is not None:
+        from ..encoder.threads import set_threads
+
+        set_threads(threads)
+    return threads
+
+
+ThreadsOption = typer.Option(None, "--threads", callback=apply_threads, help="Torch threads (default: torch's choice).")
 HeaderOption = typer.Option(
     None, "--header/--no-header", help="First line is a header (default: when columns are names)."
 )
@@ -128,10 +139,10 @@ DeviceOption = typer.Option("auto", "--device", help="auto (a GPU when there is 
 RunArgument = typer.Argument(..., help="A run directory written by `bertkit train` or `bertkit finetune`.")
 
 
-def make_encoder(model: Optional[str], threads: Optional[int] = None, precision: str = "fp32", device: str = "auto"):
+def make_encoder(model: Optional[str], precision: str = "fp32", device: str = "auto"):
     from ..encoder.encode import Encoder
 
-    return Encoder.from_pretrained(model, threads=threads, precision=precision, device=device)
+    return Encoder.from_pretrained(model, precision=precision, device=device)
 
 
 def running_on(encoder) -> str:

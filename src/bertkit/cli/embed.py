@@ -78,8 +78,11 @@ def embed(
     layers: str = typer.Option(
         "last", "--layers", "-l", help="e.g. last, -2, 0, last4:sum, last4:concat, all:mean, '-1,-2'."
     ),
-    pooling: str = typer.Option(
-        "mean", "--pooling", "-p", help="cls, pooler, mean, max, 'cls+mean', or none (token vectors, .npz)."
+    pooling: Optional[str] = typer.Option(
+        None,
+        "--pooling",
+        "-p",
+        help="cls, pooler, mean, max, 'cls+mean', or none (token vectors, .npz); default: the model's, else mean.",
     ),
     batch_size: Optional[int] = BatchSizeOption,
     max_length: Optional[int] = typer.Option(None, "--max-length"),
@@ -117,10 +120,14 @@ def embed(
     prompt_name: Optional[str] = typer.Option(
         None, "--prompt-name", help="One of the model's named prompts (bertkit info lists them)."
     ),
-    dimensions: Optional[int] = typer.Option(
-        None, "--dimensions", help="Keep the first N numbers of each vector (Matryoshka models)."
+    truncate_dim: Optional[int] = typer.Option(
+        None, "--truncate-dim", "--dimensions", help="Keep the first N numbers of each vector (Matryoshka models)."
     ),
-    normalize: bool = typer.Option(False, "--normalize", help="Unit-length vectors (after --dimensions)."),
+    normalize: Optional[bool] = typer.Option(
+        None,
+        "--normalize/--no-normalize",
+        help="Unit-length vectors (after --truncate-dim); default: as the model's sentence-transformers config says.",
+    ),
     output_type: str = typer.Option(
         "float32", "--output-type", help="float32 | float16 | int8 | uint8 | binary | ubinary (compact vectors)."
     ),
@@ -136,98 +143,74 @@ def embed(
 
     .npz and .parquet outputs keep the row ids and every option (model, layers, pooling, prompt, int8 ranges, ...),
     so that `bertkit search` embeds a query the same way."""
-    from ..encoder.layers import parse_layers
-    from ..encoder.pooling import parse_pooling
+    from ..encoder.options import EmbedOptions
     from ..errors import InputError
     from ..io.writers import check_output_path, check_writable_location
 
     if engine not in ("local", "ray"):
         raise InputError(f"--engine {engine!r}: choose local or ray.")
+    options = EmbedOptions(  # every option mistake is reported before the input is read or the model loads
+        layers=layers,
+        pooling=pooling,
+        max_length=max_length,
+        long_text=long_text,
+        stride=stride,
+        truncation_direction=truncation_direction,
+        prompt=prompt,
+        prompt_name=prompt_name,
+        truncate_dim=truncate_dim,
+        normalize_embeddings=normalize,
+        output_type=output_type,
+    )
     if engine == "ray":
-        if output_type != "float32" or calibration is not None:
-            raise InputError(
-                "--output-type and --calibration apply to --engine local; the Ray engine writes float32 vectors."
-            )
-        if device != "auto":
-            raise InputError(
-                "--device applies to --engine local; Ray actors run on the CPU, or on GPUs with --gpus-per-actor."
-            )
-        _embed_on_ray(
-            str(input),
-            output,
-            dict(
-                column=column_spec(column),
-                id_column=column_spec(id_column),
-                header=header,
-                layers=layers,
-                pooling=pooling,
-                batch_size=batch_size,
-                max_length=max_length,
-                long_text=long_text,
-                stride=stride,
-                model=model,
-                precision=precision,
-                actors=actors,
-                gpus_per_actor=gpus_per_actor,
-                address=address,
-                overwrite=overwrite,
-                prompt=prompt,
-                prompt_name=prompt_name,
-                dimensions=dimensions,
-                normalize=normalize,
-                truncation_direction=truncation_direction,
-            ),
-            quiet,
-            chunk_rows,
-        )
+        _check_ray_flags(output_type, calibration, device)
+        ray_options = dict(column=column_spec(column), id_column=column_spec(id_column), header=header)
+        ray_options.update(batch_size=batch_size, model=model, precision=precision, actors=actors)
+        ray_options.update(gpus_per_actor=gpus_per_actor, address=address, overwrite=overwrite)
+        _embed_on_ray(str(input), output, options, ray_options, quiet, chunk_rows)
         return
     if gpus_per_actor is not None:
         raise InputError("--gpus-per-actor applies to --engine ray; with --engine local give --device cuda.")
-    parse_layers(layers)  # option mistakes are reported before the input is read
-    tokens_only = parse_pooling(pooling) == ("none",)
     with open(input, "rb"):  # a missing or unreadable input is reported (by the CLI boundary) before the model loads
         pass
     column, header = _text_column(input, column_spec(column), header, fmt, quiet)
-    if tokens_only:
+    if options.token_vectors:
         check_writable_location(output)
     else:
         check_output_path(output)
-    encoder = make_encoder(model, threads, precision, device)
-    options = dict(
-        layers=layers, pooling=pooling, batch_size=batch_size, max_length=max_length, long_text=long_text, stride=stride
-    )
-    vector_options = dict(prompt=prompt, prompt_name=prompt_name, truncation_direction=truncation_direction)
-    if not tokens_only:
-        ranges = None
-        if calibration is not None:
-            ranges = _calibration_ranges(encoder, calibration, options, vector_options, dimensions, normalize)
-        vector_options.update(dimensions=dimensions, normalize=normalize, output=output_type, ranges=ranges)
-    elif dimensions is not None or normalize or output_type != "float32":
-        raise InputError(
-            "--dimensions, --normalize and --output-type apply to sentence vectors; pooling 'none' "
-            "writes token vectors."
-        )
-    options.update(vector_options)
+    encoder = make_encoder(model, precision, device)
     reading = dict(column=column, id_column=column_spec(id_column), header=header, fmt=fmt)
     started = time.perf_counter()
-    if tokens_only:
-        summary = _embed_token_vectors(encoder, input, output, reading, options, quiet)
+    if options.token_vectors:
+        summary = _embed_token_vectors(encoder, input, output, reading, options, batch_size, quiet)
     else:
-        summary = _embed_streamed(encoder, input, output, reading, options, quiet, chunk_rows)
+        ranges = None if calibration is None else _calibration_ranges(encoder, calibration, options, batch_size)
+        summary = _embed_streamed(encoder, input, output, reading, options, batch_size, ranges, quiet, chunk_rows)
     if not quiet:
         _say_summary(summary, output, time.perf_counter() - started, max_length or encoder.max_length, encoder)
 
 
-def _calibration_ranges(encoder, path: Path, options: dict, vector_options: dict, dimensions, normalize):
+def _check_ray_flags(output_type: str, calibration: Optional[Path], device: str) -> None:
+    from ..errors import InputError
+
+    if output_type != "float32" or calibration is not None:
+        raise InputError(
+            "--output-type and --calibration apply to --engine local; the Ray engine writes float32 vectors."
+        )
+    if device != "auto":
+        raise InputError(
+            "--device applies to --engine local; Ray actors run on the CPU, or on GPUs with --gpus-per-actor."
+        )
+
+
+def _calibration_ranges(encoder, path: Path, options, batch_size: Optional[int]):
     """int8/uint8 ranges from the vectors of a file of texts, embedded with this command's options."""
     from ..encoder.compact import int8_ranges
     from ..io.readers import read_texts
 
     texts = read_texts(path)[0]
-    vectors = encoder.embed(
-        texts, progress=False, warn=False, dimensions=dimensions, normalize=normalize, **options, **vector_options
-    )
-    return int8_ranges(vectors)
+    floats = options.replace(output_type="float32")
+    return int8_ranges(encoder.embed(texts, floats, batch_size=batch_size, progress=False, warn=False))
 
 
 @dataclass
@@ -242,7 +225,9 @@ class _Summary:
     poor_message: str = ""
 
 
-def _embed_token_vectors(encoder, input: Path, output: Path, reading: dict, options: dict, quiet: bool) -> _Summary:
+def _embed_token_vectors(
+    encoder, input: Path, output: Path, reading: dict, options, batch_size, quiet: bool
+) -> _Summary:
     """pooling='none': every token's vector, read whole and written as one .npz."""
     from ..encoder.tokenize import TextTooLong
     from ..errors import InputError
@@ -251,8 +236,8 @@ def _embed_token_vectors(encoder, input: Path, output: Path, reading: dict, opti
 
     texts, ids, lines = read_texts(input, **reading)
     try:
-        result, report = encoder.embed(
-            texts, progress=None if not quiet else False, return_report=True, warn=False, **options
+        result, report = encoder.embed_with_report(
+            texts, options, batch_size=batch_size, progress=None if not quiet else False, warn=False
         )
     except TextTooLong as exc:
         raise InputError(
@@ -274,7 +259,7 @@ def _embed_token_vectors(encoder, input: Path, output: Path, reading: dict, opti
 
 
 def _embed_streamed(
-    encoder, input: Path, output: Path, reading: dict, options: dict, quiet: bool, chunk_rows: int | None
+    encoder, input: Path, output: Path, reading: dict, options, batch_size, ranges, quiet: bool, chunk_rows
 ) -> _Summary:
     """Sentence vectors, streamed chunk by chunk into the output (resumable)."""
     from tqdm.auto import tqdm
@@ -292,8 +277,10 @@ def _embed_streamed(
             encoder,
             input,
             output,
+            options,
             **reading,
-            **options,
+            batch_size=batch_size,
+            ranges=ranges,
             on_chunk=advance,
             chunk_rows=4096 if chunk_rows is None else chunk_rows,
         )
@@ -359,7 +346,9 @@ def _text_column(input: Path, column, header, fmt, quiet: bool):
     return choice.column, choice.header
 
 
-def _embed_on_ray(pattern: str, output: Path, options: dict, quiet: bool, chunk_rows: Optional[int]) -> None:
+def _embed_on_ray(
+    pattern: str, output: Path, options, ray_options: dict, quiet: bool, chunk_rows: Optional[int]
+) -> None:
     """`--engine ray`: Ray Data over every file the pattern names, one Parquet folder per file in `output`."""
     from ..ray import embed_files
     from ..ray.dataset import DEFAULT_ROWS_PER_CALL
@@ -367,9 +356,10 @@ def _embed_on_ray(pattern: str, output: Path, options: dict, quiet: bool, chunk_
     summary = embed_files(
         pattern,
         output,
+        options,
         ray_logs=verbosity() == "verbose",
         rows_per_call=DEFAULT_ROWS_PER_CALL if chunk_rows is None else chunk_rows,
-        **options,
+        **ray_options,
     )
     if not quiet:
         plan = summary.resources

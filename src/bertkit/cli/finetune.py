@@ -103,11 +103,11 @@ def finetune(
 
     args = FinetuneArguments(
         task=task,
-        epochs=epochs,
+        num_train_epochs=epochs,
         learning_rate=learning_rate,
         batch_size=batch_size,
         max_length=max_length,
-        patience=patience,
+        early_stopping_patience=patience,
         warmup_ratio=warmup_ratio,
         weight_decay=weight_decay,
         seed=seed,
@@ -133,7 +133,6 @@ def finetune(
             limit=limit,
             resume=resume,
             overwrite=overwrite,
-            threads=threads,
             device=device,
         )
     except KeyboardInterrupt:
@@ -189,7 +188,6 @@ def probe(
             limit=limit,
             seed=seed,
             cache=cache,
-            threads=threads,
             device=device,
             text_column=column_spec(text_column),
             label_column=column_spec(label_column),
@@ -205,7 +203,6 @@ def probe(
             seed=seed,
             C=c_value,
             cache=cache,
-            threads=threads,
             device=device,
         )
     else:

@@ -56,7 +56,7 @@ def quantize(
     else:
         texts = read_texts(calibration, column_spec(column), header=header)[0]
     texts = texts[:limit] if limit else texts
-    report = quantize_model(model, output, texts, overwrite=overwrite, threads=threads)
+    report = quantize_model(model, output, texts, overwrite=overwrite)
     say(
         f"calibrated on {report.texts} texts ({report.smoothed} groups of linear layers smoothed, strength "
         f"{report.alpha:g}); {report.fidelity}"

@@ -27,10 +27,10 @@ from .common import (
 RunPrecisionOption = typer.Option(None, "--precision", help="fp32 | bf16 | int8; default: the run's own.")
 
 
-def _load(run: Path, no_cache: bool, cache_dir: Optional[Path], threads, precision, device):
+def _load(run: Path, no_cache: bool, cache_dir: Optional[Path], precision, device):
     from ..tasks.load import load_run
 
-    return load_run(run, cache=cache_option(no_cache, cache_dir), threads=threads, precision=precision, device=device)
+    return load_run(run, cache=cache_option(no_cache, cache_dir), precision=precision, device=device)
 
 
 @app.command()
@@ -52,9 +52,9 @@ def evaluate(
     """Score a saved model: accuracy, macro-F1, per-class table, confusion matrix; a regressor's correlations; a
     multi-label model's F1 per label; a tagger's entity P/R/F1 per type."""
     from ..tasks.evaluate import evaluate as evaluate_run
-    from ..tasks.finetuned import FineTunedTagger
+    from ..tasks.tagger import FineTunedTagger
 
-    estimator = _load(run, no_cache, cache_dir, threads, precision, device)
+    estimator = _load(run, no_cache, cache_dir, precision, device)
     if isinstance(estimator, FineTunedTagger):
         from ..io.conll import read_tagged
 
@@ -117,9 +117,9 @@ def predict(
 ) -> None:
     """Label texts, text pairs or every row of a file with a saved model; taggers print each entity with its
     character span; regressors their score."""
-    from ..tasks.finetuned import FineTunedTagger
+    from ..tasks.tagger import FineTunedTagger
 
-    estimator = _load(run, no_cache, cache_dir, threads, precision, device)
+    estimator = _load(run, no_cache, cache_dir, precision, device)
     paired = getattr(estimator, "takes_pairs", False) is True
     texts, pairs = _inputs(inputs, pair, as_text, column, pair_column, header, paired)
     if isinstance(estimator, FineTunedTagger):
@@ -213,7 +213,7 @@ def rerank(
     index (0-based; its file line for a file), score, document."""
     from ..io.readers import read_texts
 
-    estimator = _load(run, True, None, threads, precision, device)
+    estimator = _load(run, True, None, precision, device)
     if not hasattr(estimator, "rank"):
         raise InputError(f"{run} is not a text-pair model; rerank needs a run fine-tuned with --task pair.")
     if top_k is not None and top_k < 1:

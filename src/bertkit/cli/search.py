@@ -30,6 +30,7 @@ def search(
     dimensions, normalization, int8 ranges), against every vector; a binary index by Hamming distance, then
     rescored. Prints query, rank, id, score."""
     from ..encoder.encode import Encoder
+    from ..encoder.options import EmbedOptions
     from ..io.stream import read_vectors
     from ..tasks.search import semantic_search
 
@@ -40,19 +41,16 @@ def search(
             "file again with `bertkit embed ... -o FILE.npz`."
         )
     model = None if meta["model"] == "default" else meta["model"]
-    encoder = Encoder.from_pretrained(model, threads=threads, device=device, precision=meta.get("precision", "fp32"))
+    encoder = Encoder.from_pretrained(model, device=device, precision=meta.get("precision", "fp32"))
     if encoder.fingerprint != meta.get("fingerprint"):
         raise InputError(
             f"{index} was embedded by model {meta['model']!r} with other weights (fingerprint "
             f"{meta.get('fingerprint')}, now {encoder.fingerprint}): its vectors and a query's would not "
             "compare. Embed the file again."
         )
-    options = {
-        k: meta[k]
-        for k in ("layers", "pooling", "max_length", "long_text", "dimensions", "normalize", "truncation_direction")
-        if meta.get(k) is not None
-    }
-    found = encoder.embed(queries, prompt=prompt, prompt_name=prompt_name, warn=False, **options)
+    recorded = EmbedOptions.from_record(meta)  # how the index's vectors were made: the queries alike, in float32
+    options = recorded.replace(prompt=prompt, prompt_name=prompt_name, output_type="float32", long_text="truncate")
+    found = encoder.embed(queries, options, warn=False)
     if meta.get("output") in ("int8", "uint8"):  # the queries in the index's buckets, compared as the index is
         from ..encoder.compact import compact
 

@@ -89,6 +89,7 @@ def serve(
     import uvicorn
 
     from ..encoder.encode import Encoder
+    from ..encoder.threads import set_threads
     from ..explain.explainer import load_probe
     from ..serve.app import create_app
     from ..serve.runs import load_runs
@@ -111,7 +112,8 @@ def serve(
     # a `bertkit probe` output (probe.json, no bertkit.json) is shown on the explainer page, not served at /predict
     probes = {name: load_probe(str(d)) for name, d in directories.items() if not (d / "bertkit.json").is_file()}
     probes = {name: record for name, record in probes.items() if record is not None}
-    encoder = Encoder.from_pretrained(model, threads=threads or _cores(), precision=precision, device=device)
+    set_threads(threads or _cores())
+    encoder = Encoder.from_pretrained(model, precision=precision, device=device)
     runs = load_runs({name: d for name, d in directories.items() if name not in probes})
     application = create_app(encoder, runs, settings)
     application.state.explain_probes = probes

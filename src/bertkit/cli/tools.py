@@ -57,7 +57,7 @@ def bench(
     if repeats < 1:
         raise InputError("--repeats must be at least 1 (3 or more for a median worth reporting).")
     run_benchmark(
-        make_encoder(model, threads, device=device),
+        make_encoder(model, device=device),
         texts,
         repeats=repeats,
         batch_size=batch_size,

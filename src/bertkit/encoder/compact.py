@@ -15,6 +15,8 @@ from ..errors import InputError
 
 OUTPUT_TYPES = ("float32", "float16", "int8", "uint8", "binary", "ubinary")
 RANGED = ("int8", "uint8")
+DTYPES = {"float32": "float32", "float16": "float16", "int8": "int8", "uint8": "uint8", "binary": "int8"}
+DTYPES["ubinary"] = "uint8"  # what each output type's array holds
 
 
 def check_output_type(output: str) -> str:

@@ -345,6 +345,6 @@ def int8_model_for(encoder) -> tuple[torch.nn.Module, str]:
     source = encoder.source
     directory = source.path if source.kind in ("local", "default") else None
     calibration = calibration_for(
-        encoder.model, encoder.tokenizer, encoder.max_length, encoder._accepts_type_ids, directory, encoder.fingerprint
+        encoder.model, encoder.tokenizer, encoder.max_length, encoder.takes_type_ids, directory, encoder.fingerprint
     )
     return quantize_model(encoder.model, calibration).eval(), calibration.digest()

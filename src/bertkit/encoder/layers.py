@@ -93,7 +93,5 @@ def parse_layers(spec: str | int | Sequence[int] | LayerSelection) -> LayerSelec
         return LayerSelection(text, tuple(range(-1, -count - 1, -1)), combine)
     if _INT_LIST.fullmatch(head):
         indices = tuple(int(part) for part in head.split(","))
-        if len(set(indices)) != len(indices):
-            raise InputError(f"layers={spec!r}: a layer is listed twice. Valid forms: {VALID_FORMS}.")
         return LayerSelection(text, indices, combine or "concat")
     raise InputError(f"layers={spec!r} is not a valid layer spec. Valid forms: {VALID_FORMS}.")

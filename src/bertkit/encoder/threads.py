@@ -21,7 +21,21 @@ _layout_saved: int | None = None
 
 
 def set_threads(threads: int | None) -> None:
-    """Set torch's intra-op thread count (None leaves torch's choice); a non-positive count is a user error."""
+    """Set torch's CPU threads for the whole process: the one place bertkit changes them.
+
+    No constructor changes them; the command line's `--threads` calls this. Concurrent batches then share what
+    is set here (`threads_per_batch`).
+
+    Parameters
+    ----------
+    threads : int or None
+        Threads for torch's intra-op parallelism; None leaves torch's choice.
+
+    Examples
+    --------
+    >>> import bertkit
+    >>> bertkit.set_threads(None)  # leaves torch's choice as it is
+    """
     if threads is None:
         return
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
@@ -89,7 +103,7 @@ def _loaded_openmp_libraries() -> list[str]:
 def total_threads() -> int:
     """Torch's thread count as the user set it, even while concurrent batches have split it into shares."""
     with _layout_lock:
-        return _layout_saved if _layout_users else torch.get_num_threads()
+        return int(_layout_saved) if _layout_users and _layout_saved is not None else torch.get_num_threads()
 
 
 def forward_in_parallel(forward: Callable, chunks: Sequence, pad: Callable, workers: int) -> Iterator[tuple]:

@@ -31,12 +31,15 @@ Text = str | Sequence[str]  # a raw string, or a list of the user's words
 
 @dataclass
 class Encoded:
-    """One tokenized input before padding: the tokenizer's encoding (of the whole input, or of its kept part)."""
+    """One tokenized input before padding: the tokenizer's encoding of the whole input (or of its kept part), and
+    for a long input read in windows, the tokenizer's overflow windows."""
 
     encoding: Any  # tokenizers.Encoding
     word_spans: list[tuple[int, int]]  # character span of each user word in the (joined) text
     full_length: int = 0  # tokens before any truncation
     pair_word_spans: list[tuple[int, int]] | None = None
+    windows: list[Any] | None = None  # tokenizers.Encoding of each window (long_text='window'), in order
+    stride: int = 0  # tokens two neighbouring windows share
 
     @property
     def truncated(self) -> bool:
@@ -58,6 +61,11 @@ class Encoded:
     def num_words(self) -> int:
         return len(self.word_spans)
 
+    @property
+    def parts(self) -> list[Any]:
+        """What the model reads: the windows of a long input, else the encoding itself."""
+        return self.windows or [self.encoding]
+
     def word_ids(self) -> list[int | None]:
         """Index of the user's word each token belongs to (None for special tokens), per sequence of a pair."""
         spans_by_sequence = {0: self.word_spans, 1: self.pair_word_spans or []}
@@ -73,17 +81,6 @@ class Encoded:
             inside = index >= 0 and offset[0] < spans[index][1]
             result.append(index if inside else None)
         return result
-
-    def content_bounds(self) -> tuple[int, int]:
-        """[start, end) of the non-special tokens of a single full sequence (specials sit at both ends)."""
-        mask = self.encoding.special_tokens_mask
-        start = 0
-        while start < len(mask) and mask[start]:
-            start += 1
-        end = len(mask)
-        while end > start and mask[end - 1]:
-            end -= 1
-        return start, end
 
 
 @dataclass(repr=False)
@@ -173,9 +170,13 @@ def encode(
     max_length: int,
     long_text: str = "truncate",
     direction: str = "right",
+    stride: int | None = None,
+    window_side: str = "second",
 ) -> list[Encoded]:
-    """Tokenize without padding and apply the long-text policy ('window' keeps everything; the encoder splits);
-    truncation keeps a text's beginning (`direction='right'`) or its end ('left')."""
+    """Tokenize without padding and apply the long-text policy: 'truncate' (the tokenizer's own truncation, longest
+    first for pairs; `direction='right'` keeps a text's beginning, 'left' its end), 'error', 'window' (the
+    tokenizer's overflow windows, `stride` tokens shared; for pairs, windows over the `window_side` text, the other
+    one whole in each), or 'keep' (no limit)."""
     if long_text not in LONG_TEXT_POLICIES + ("keep",):
         raise InputError(f"long_text={long_text!r}: valid values are {', '.join(LONG_TEXT_POLICIES)}.")
     direction = str(direction).lower()
@@ -184,35 +185,57 @@ def encode(
     texts = check_texts(texts)
     joined = [word_spans_of(text) for text in texts]
     strings = [s for s, _ in joined]
+    pair_joined = None
     if pairs is not None:
-        pairs = check_texts(pairs, "text_pairs")
+        pairs = check_texts(pairs, "text_pair")
         if len(pairs) != len(texts):
-            raise InputError(f"{len(texts)} texts but {len(pairs)} text_pairs; give one pair per text.")
-        if long_text == "window":
-            raise InputError("long_text='window' works on single texts, not sentence pairs; use 'truncate'.")
+            raise InputError(f"{len(texts)} texts but {len(pairs)} text pairs; give one pair per text.")
         pair_joined = [word_spans_of(pair) for pair in pairs]
-        with TOKENIZER_LOCK:
-            raw = tokenizer([s for s in strings], [s for s, _ in pair_joined], **_CALL).encodings
-    else:
-        pair_joined = None
-        with TOKENIZER_LOCK:
-            raw = tokenizer(strings, **_CALL).encodings if strings else []
+    second = [s for s, _ in pair_joined] if pair_joined else None
+    with TOKENIZER_LOCK:
+        raw = tokenizer(strings, second, **_CALL).encodings if strings else []
     encoded = [
         Encoded(encoding, spans, len(encoding.ids), pair_joined[i][1] if pair_joined else None)
         for i, (encoding, (_, spans)) in enumerate(zip(raw, joined))
     ]
     too_long = [i for i, e in enumerate(encoded) if e.full_length > max_length]
-    if too_long and long_text == "error":
-        row = too_long[0]
-        raise TextTooLong(row, encoded[row].full_length, max_length, len(too_long))
-    if too_long and long_text == "truncate":  # the tokenizer's own truncation (longest first for pairs)
-        second = [pair_joined[i][0] for i in too_long] if pair_joined else None
+    if not too_long or long_text == "keep":
+        return encoded
+    if long_text == "error":
+        raise TextTooLong(too_long[0], encoded[too_long[0]].full_length, max_length, len(too_long))
+    first_part = [strings[i] for i in too_long]
+    second_part = [second[i] for i in too_long] if second else None
+    if long_text == "truncate":
         with TOKENIZER_LOCK, _truncation_side(tokenizer, direction):
-            cut = tokenizer(
-                [strings[i] for i in too_long], second, truncation=True, max_length=max_length, **_CALL
-            ).encodings
+            cut = tokenizer(first_part, second_part, truncation=True, max_length=max_length, **_CALL).encodings
         for row, encoding in zip(too_long, cut):
             encoded[row].encoding = encoding
+        return encoded
+    if second_part is not None:
+        truncation = "only_second" if window_side == "second" else "only_first"
+    else:
+        truncation = "longest_first"
+    budget = max_length - tokenizer.num_special_tokens_to_add(pair=second is not None)
+    overlap = budget // 4 if stride is None else stride
+    if not 0 <= overlap < budget:
+        raise InputError(f"stride={overlap}: give a number of overlapping tokens from 0 to {budget - 1}.")
+    with TOKENIZER_LOCK, _truncation_side(tokenizer, "right"):
+        try:
+            windows = tokenizer(
+                first_part,
+                second_part,
+                truncation=truncation,
+                max_length=max_length,
+                stride=overlap,
+                return_overflowing_tokens=True,
+                **_CALL,
+            )
+        except Exception as exc:  # the tokenizers library's own refusal (e.g. no room left for the windowed text)
+            raise InputError(f"long_text='window' with max_length={max_length}, stride={overlap}: {exc}") from None
+    for owner, encoding in zip(windows["overflow_to_sample_mapping"], windows.encodings):
+        item = encoded[too_long[owner]]
+        item.windows = (item.windows or []) + [encoding]
+        item.stride = overlap
     return encoded
 
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from ..errors import InputError
 from . import tokenize as tok
-from .models import ModelSource, declared_max_length, fix_casing, max_length_from_config, resolve_model
+from .models import ModelSource, fix_casing, max_length_from_config, resolve_model
+from .st_config import declared_max_length
 
 
 class _BackendCall:
@@ -83,7 +84,7 @@ class TokenizerOnly:
             SimpleNamespace(**{"pad_token_id": None, **config}),
             SimpleNamespace(model_max_length=settings.get("model_max_length")),
         )
-        declared = declared_max_length(source)
+        declared = declared_max_length(source.path, hub=source.kind == "hub")
         max_length = declared if declared is not None and declared < positions else positions
         return cls(
             source,

@@ -17,12 +17,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from ..encoder.compact import RANGED, check_output_type, compact
+from ..encoder.compact import RANGED, compact
 from ..encoder.devices import OutOfDeviceMemory
 from ..encoder.encode import Encoder
+from ..encoder.options import EmbedOptions, options_from
 from ..encoder.tokenize import TextTooLong
 from ..errors import BertkitError, InputError, add_note
 from .readers import iter_texts
@@ -67,61 +69,64 @@ def embed_file(
     encoder: Encoder,
     input_path: str | Path,
     output_path: str | Path,
+    options: EmbedOptions | None = None,
     *,
-    column=None,
-    id_column=None,
+    column: str | int | None = None,
+    id_column: str | int | None = None,
     header: bool | None = None,
     fmt: str | None = None,
-    layers: str = "last",
-    pooling: str = "mean",
     batch_size: int | None = None,
-    max_length: int | None = None,
-    long_text: str = "truncate",
-    stride: int | None = None,
+    ranges: np.ndarray | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     on_chunk: Callable[[int, int], None] | None = None,
-    **vector_options,
+    **kwargs: Any,
 ) -> StreamResult:
     """Embed every text of `input_path` into `output_path` (.npy/.npz/.parquet), resuming an interrupted run.
 
-    `vector_options` are `Encoder.embed`'s prompt, prompt_name, include_prompt, dimensions, normalize,
-    truncation_direction, output and ranges; .npz and .parquet outputs record every option (`read_vectors`).
+    Parameters
+    ----------
+    encoder : Encoder
+        The model.
+    input_path, output_path : str or Path
+        A TSV/CSV/JSONL/text file; the vectors file to write (.npz and .parquet also keep the ids and every option,
+        read back by `read_vectors`).
+    options : EmbedOptions, optional
+        The embedding options; keywords (`layers=`, `pooling=`, ...) replace its fields.
+    column, id_column, header, fmt
+        Which column holds the texts (and the ids), whether line 1 is a header, the format.
+    batch_size : int, optional
+        Texts per forward pass.
+    ranges : numpy.ndarray, optional
+        int8/uint8 ranges (default: bertkit's calibration sentences embedded with the same options).
+    chunk_rows : int
+        Rows read, embedded and written at a time: the memory bound and the unit of resuming.
+    on_chunk : callable, optional
+        Called with (rows done, rows in all) after each chunk.
+    **kwargs
+        `EmbedOptions` fields.
+
+    Returns
+    -------
+    StreamResult
+        Rows, width, where it resumed, and what happened (truncated, windowed, blank and poorly covered lines).
     """
     input_path, output = Path(input_path), check_output_path(output_path)
     if chunk_rows < 1:
         raise InputError(f"chunk_rows={chunk_rows}: give a positive number of rows per chunk.")
-    output_type = check_output_type(vector_options.pop("output", "float32"))
-    ranges = vector_options.pop("ranges", None)
+    resolved = options_from(options, kwargs).resolve(encoder)  # refuses bad options before any work
+    if resolved.token_vectors:
+        raise InputError("pooling='none' gives token vectors; embed_file writes one vector per text.")
+    output_type = resolved.output_type
     if output_type in RANGED and output.suffix.lower() == ".npy":
         raise InputError(
             f"output {output}: {output_type} vectors need their ranges kept beside them; write .npz or "
             ".parquet, which keep them."
         )
-    encoder.embed(
-        ["a check of the options"],
-        layers=layers,
-        pooling=pooling,
-        warn=False,
-        output=output_type,
-        ranges=ranges,
-        **vector_options,
-    )  # refuses bad options before any work
-    dim = vector_options.get("dimensions") or encoder.sentence_dim(layers, pooling)
-    options = {
-        "fingerprint": encoder.fingerprint,
-        "layers": layers,
-        "pooling": pooling,
-        "max_length": max_length,
-        "long_text": long_text,
-        "stride": stride,
-        "column": column,
-        "id_column": id_column,
-        "header": header,
-        "chunk_rows": chunk_rows,
-        **encoder.precision_record(),
-        **{k: v for k, v in vector_options.items() if v not in (None, False, "right")},
-    }
-    key = _job_key(input_path, options)
+    floats = resolved.replace(output_type="float32")  # compacted once all rows are in (`_finish`)
+    dim = encoder.output_dim(floats)
+    options_record = {"fingerprint": encoder.fingerprint, **resolved.record(), **encoder.precision_record()}
+    reading = {"column": column, "id_column": id_column, "header": header, "chunk_rows": chunk_rows}
+    key = _job_key(input_path, {**options_record, **reading})
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(output.name + ".partial.npy")
     progress = output.with_name(output.name + ".progress.json")
@@ -130,23 +135,13 @@ def embed_file(
     )
     result = StreamResult(total, dim, done, 0, 0, 0, 0)
     rows = islice(_rows(input_path, column, id_column, header, fmt), done, None)
-    embed_options = dict(
-        layers=layers,
-        pooling=pooling,
-        batch_size=batch_size,
-        max_length=max_length,
-        long_text=long_text,
-        stride=stride,
-        **vector_options,
-    )
     if output_type in RANGED and ranges is None:
-        options_for_ranges = {k: v for k, v in embed_options.items() if k != "batch_size"}
-        ranges = encoder.calibration_ranges(**options_for_ranges)
+        ranges = encoder.calibration_ranges(floats)
     handle = os.open(partial, os.O_WRONLY)
     try:
         while done < total:
             read = list(islice(rows, chunk_rows))
-            chunk = _embed_chunk(encoder, read, input_path, embed_options, result)
+            chunk = _embed_chunk(encoder, read, input_path, floats, batch_size, result)
             # Plain positional writes, not a memory map: written pages do not stay in this process's memory.
             os.pwrite(handle, np.ascontiguousarray(chunk, dtype=np.float32).tobytes(), offset + done * dim * 4)
             os.fsync(handle)  # the data is on disk before the progress record says so
@@ -170,7 +165,7 @@ def embed_file(
     finally:
         os.close(handle)
     ids = lambda: (i for _, i, _ in _rows(input_path, column, id_column, header, fmt))  # noqa: E731
-    meta = vector_metadata(encoder, options, output_type, ranges, dim)
+    meta = vector_metadata(encoder, options_record, ranges, dim)
     _finish(partial, output, ids, total, "int64" if id_column is None else "string", output_type, ranges, meta)
     progress.unlink(missing_ok=True)
     return result
@@ -195,12 +190,17 @@ def _open_partial(
 
 
 def _embed_chunk(
-    encoder: Encoder, read: list[tuple[str, object, int]], input_path: Path, options: dict, result: StreamResult
+    encoder: Encoder,
+    read: list[tuple[str, object, int]],
+    input_path: Path,
+    options: EmbedOptions,
+    batch_size: int | None,
+    result: StreamResult,
 ) -> np.ndarray:
     """Embed one chunk of (text, id, line) rows and add what happened to `result`, by file line."""
     texts, lines = [text for text, _, _ in read], [line for _, _, line in read]
     try:
-        chunk, report = encoder.embed(texts, progress=False, return_report=True, warn=False, **options)
+        chunk, report = encoder.embed_with_report(texts, options, batch_size=batch_size, progress=False, warn=False)
     except TextTooLong as exc:
         raise InputError(
             f"{input_path}, line {lines[exc.row]}: {exc.tokens} tokens, more than the limit of "
@@ -226,7 +226,7 @@ def _embed_chunk(
     return chunk
 
 
-def vector_metadata(encoder: Encoder, options: dict, output_type: str, ranges, dim: int) -> dict:
+def vector_metadata(encoder: Encoder, options_record: dict, ranges: np.ndarray | None, dim: int) -> dict:
     """What a vectors file records about how its vectors were made: enough to embed a query the same way."""
     from importlib.metadata import PackageNotFoundError, version
 
@@ -235,13 +235,12 @@ def vector_metadata(encoder: Encoder, options: dict, output_type: str, ranges, d
     except PackageNotFoundError:  # pragma: no cover - a source tree
         bertkit_version = "unknown"
     model = encoder.source.path if encoder.source.kind == "local" else encoder.name
-    reading = ("column", "id_column", "header", "chunk_rows")
     return {
         "bertkit": bertkit_version,
         "model": model,
-        **{k: v for k, v in options.items() if k not in reading},
+        **options_record,
         "dim": dim,
-        "output": output_type,
+        "output": options_record["output_type"],
         "ranges": None if ranges is None else np.asarray(ranges, dtype=np.float32).tolist(),
     }
 

@@ -19,11 +19,12 @@ import numpy as np
 from ..errors import InputError, add_note
 
 VECTOR_FORMATS = (".npy", ".npz", ".parquet")
-# What a folder written by bertkit holds: a run record, a fine-tuning checkpoint (a run folder holds one while it
-# trains; a crash between a checkpoint's two renames leaves `.checkpoint.old`), or a `bertkit quantize` calibration.
+# What a folder written by bertkit holds: a run record, an unfinished fine-tuning run's record (and the checkpoints of
+# bertkit 0.2's own loop), or a `bertkit quantize` calibration.
 # Only such a folder, or an empty one, may be replaced.
 BERTKIT_MARKERS = (
     "bertkit.json",
+    "bertkit-run.json",
     "optimizer.safetensors",
     "checkpoint/optimizer.safetensors",
     ".checkpoint.old/optimizer.safetensors",
@@ -249,23 +250,6 @@ def require_pyarrow():
     return pyarrow, pyarrow.parquet
 
 
-def write_vectors(path: str | Path, vectors: np.ndarray, ids: Sequence | None = None) -> Path:
-    """Write an (n, dim) float32 matrix; .npz and .parquet also store the row ids."""
-    path = check_output_path(path)
-    ids = np.asarray(list(ids) if ids is not None else np.arange(len(vectors)))
-    suffix = path.suffix.lower()
-    with atomic_path(path) as temporary:
-        if suffix == ".npy":
-            with temporary.open("wb") as handle:
-                np.save(handle, vectors)
-        elif suffix == ".npz":
-            with temporary.open("wb") as handle:
-                np.savez(handle, vectors=vectors, ids=ids)
-        else:
-            _write_parquet(temporary, vectors, ids)
-    return path
-
-
 def write_token_vectors(path: str | Path, tokens: list[list[str]], vectors: list[np.ndarray], ids: Sequence) -> Path:
     """Token vectors of many texts in one .npz: `vectors` stacked, `offsets` (n + 1) where each text starts,
     `tokens`."""
@@ -278,10 +262,3 @@ def write_token_vectors(path: str | Path, tokens: list[list[str]], vectors: list
     with atomic_path(path) as temporary, temporary.open("wb") as handle:
         np.savez(handle, vectors=stacked, offsets=offsets, tokens=flat_tokens, ids=np.asarray(list(ids)))
     return path
-
-
-def _write_parquet(path: Path, vectors: np.ndarray, ids: np.ndarray) -> None:
-    pa, pq = require_pyarrow()
-    dim = vectors.shape[1] if vectors.ndim == 2 else 0
-    column = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), type=pa.float32()), dim)
-    pq.write_table(pa.table({"id": pa.array(ids.tolist()), "vector": column}), path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -12,10 +13,11 @@ import ray
 import ray.data
 
 from ..encoder.encode import Encoder
+from ..encoder.options import EmbedOptions, options_from
+from ..encoder.threads import set_threads
 from ..errors import InputError
 
 DEFAULT_ROWS_PER_CALL = 1024  # rows handed to an actor at once: the unit of load balancing between actors
-LONG_TEXT = ("truncate", "error", "window")
 
 
 @dataclass(frozen=True)
@@ -143,9 +145,12 @@ class _Embedder:
         vector_column: str,
         options: dict,
         device: str = "cpu",
-    ):
-        self.encoder = Encoder.from_pretrained(model, threads=threads, precision=precision, device=device)
-        self.column, self.vector_column, self.options = column, vector_column, options
+        batch_size: int | None = None,
+    ) -> None:
+        set_threads(threads)  # this actor's process: its share of the node's cores
+        self.encoder = Encoder.from_pretrained(model, precision=precision, device=device)
+        self.column, self.vector_column, self.batch_size = column, vector_column, batch_size
+        self.options = EmbedOptions.from_record(options)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         texts = batch.column(self.column).to_pylist()
@@ -155,7 +160,7 @@ class _Embedder:
                     f"column {self.column!r} holds a {type(text).__name__} ({text!r}), not a string; "
                     "every text must be a string."
                 )
-        vectors = self.encoder.embed(texts, progress=False, warn=False, **self.options)
+        vectors = self.encoder.embed(texts, self.options, batch_size=self.batch_size, progress=False, warn=False)
         return batch.append_column(self.vector_column, vector_array(vectors))
 
 
@@ -168,13 +173,9 @@ def vector_array(vectors: np.ndarray) -> pa.FixedSizeListArray:
 def embed_dataset(
     ds: ray.data.Dataset,
     column: str = "text",
+    options: EmbedOptions | None = None,
     *,
-    layers: str = "last",
-    pooling: str = "mean",
     batch_size: int | None = None,
-    max_length: int | None = None,
-    long_text: str = "truncate",
-    stride: int | None = None,
     precision: str = "fp32",
     model: str | None = None,
     actors: int | None = None,
@@ -183,15 +184,14 @@ def embed_dataset(
     rows_per_call: int = DEFAULT_ROWS_PER_CALL,
     vector_column: str = "vector",
     encoder: Encoder | None = None,
-    **vector_options,
+    **kwargs: Any,
 ) -> ray.data.Dataset:
     """The dataset with a `vector` column (FixedSizeList<float32>) added: the same numbers as `Encoder.embed`.
 
-    Options are checked here, on the driver, with one short text, so a bad layer, pooling or column fails before
-    any actor starts. Every node must reach `model` at the same path (the packaged default always does).
-    `gpus_per_actor` puts each actor on that many GPUs (Ray's `num_gpus`; 0.5 lets two share one); without it the
-    actors run on CPUs. `vector_options` are `Encoder.embed`'s prompt, prompt_name, dimensions, normalize and
-    truncation_direction.
+    Options are resolved here, on the driver, against the model (nothing runs), so a bad layer, pooling or column
+    fails before any actor starts. Every node must reach `model` at the same path (the packaged default always
+    does). `gpus_per_actor` puts each actor on that many GPUs (Ray's `num_gpus`; 0.5 lets two share one); without
+    it the actors run on CPUs. `options` (and keyword options: layers, pooling, ...) are `EmbedOptions`.
     """
     schema = ds.schema(fetch_if_missing=False)  # known without running anything, or not checked here
     names = schema.names if schema is not None else [column]
@@ -199,16 +199,10 @@ def embed_dataset(
         raise InputError(f"no column named {column!r}; the dataset has columns {names}.")
     if vector_column in names:
         raise InputError(f"the dataset already has a column {vector_column!r}; choose another vector_column.")
-    options = check_options(
-        encoder or Encoder.from_pretrained(model, precision=driver_precision(precision, gpus_per_actor), device="cpu"),
-        **vector_options,
-        layers=layers,
-        pooling=pooling,
-        batch_size=batch_size,
-        max_length=max_length,
-        long_text=long_text,
-        stride=stride,
+    driver = encoder or Encoder.from_pretrained(
+        model, precision=driver_precision(precision, gpus_per_actor), device="cpu"
     )
+    resolved = check_options(driver, options_from(options, kwargs))
     if rows_per_call < 1:
         raise InputError(f"rows_per_call={rows_per_call}: give a positive number of rows.")
     if not ray.is_initialized():
@@ -225,8 +219,9 @@ def embed_dataset(
                 "threads": plan.threads,
                 "column": column,
                 "vector_column": vector_column,
-                "options": options,
+                "options": resolved.record(),
                 "device": plan.device,
+                "batch_size": batch_size,
             },
             batch_size=rows_per_call,
             batch_format="pyarrow",
@@ -238,9 +233,6 @@ def embed_dataset(
             # worker on every run (ray-project/ray#53727).
             max_restarts=0,
         )
-
-
-VECTOR_OPTIONS = ("prompt", "prompt_name", "dimensions", "normalize", "truncation_direction")
 
 
 def driver_precision(precision: str, gpus_per_actor: float | None) -> str:
@@ -257,12 +249,12 @@ def driver_precision(precision: str, gpus_per_actor: float | None) -> str:
     return "fp32"
 
 
-def check_options(encoder: Encoder, **options) -> dict:
-    if options["pooling"].strip() == "none":
+def check_options(encoder: Encoder, options: EmbedOptions) -> EmbedOptions:
+    """`options` resolved against `encoder`'s model; token vectors and compact types are refused on Ray."""
+    if options.token_vectors:
         raise InputError(
             "pooling='none' (token vectors) is not supported on Ray; choose cls, mean, max or a combination."
         )
-    if options["long_text"] not in LONG_TEXT:
-        raise InputError(f"long_text={options['long_text']!r}: valid values are {', '.join(LONG_TEXT)}.")
-    encoder.embed(["check the options"], progress=False, warn=False, **options)  # raises InputError on a bad option
-    return options
+    if options.output_type != "float32":
+        raise InputError("the Ray engine writes float32 vectors; leave output_type out.")
+    return options.resolve(encoder)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,12 +27,12 @@ import ray
 import ray.data
 
 from ..encoder.encode import Encoder
+from ..encoder.options import EmbedOptions, options_from
 from ..errors import BertkitError, InputError
 from ..io.readers import file_sha256
 from ..io.writers import atomic_path
 from .dataset import (
     DEFAULT_ROWS_PER_CALL,
-    VECTOR_OPTIONS,
     Resources,
     check_options,
     driver_precision,
@@ -140,18 +141,16 @@ def _write_parts(batch: pa.Table, staging: dict) -> pa.Table:
 
 
 def _result_options(
-    encoder: Encoder, column: str | int | None, id_column: str | int | None, header: bool | None, options: dict
+    encoder: Encoder, column: str | int | None, id_column: str | int | None, header: bool | None, options: EmbedOptions
 ) -> dict:
-    kept = {k: options[k] for k in ("layers", "pooling", "max_length", "long_text", "stride")}
-    # the retrieval options only when set: manifests written before they existed still resume
-    kept.update({k: options[k] for k in VECTOR_OPTIONS if options.get(k) not in (None, False, "right")})
+    """What the manifest records: the model's fingerprint, precision, the columns read and the options."""
     return {
-        "model": encoder.fingerprint,
+        "fingerprint": encoder.fingerprint,
         **encoder.precision_record(),
         "column": column,
         "id_column": id_column,
         "header": header,
-        **kept,
+        **options.record(),
     }
 
 
@@ -164,9 +163,12 @@ def _load_manifest(output: Path, options: dict, overwrite: bool) -> dict:
             )
         return {"version": 1, "options": options, "files": {}}
     manifest = json.loads(path.read_text())
-    changed = [k for k in options if manifest.get("options", {}).get(k) != options[k]]
+    saved = manifest.get("options", {})
+    if "model" in saved and "fingerprint" not in saved:  # bertkit 0.2 called the fingerprint "model"
+        saved["fingerprint"] = saved.pop("model")
+    changed = [k for k in options if saved.get(k) != options[k]]
     if changed and not overwrite:
-        said = "; ".join(f"{k} was {manifest['options'].get(k)!r}, now {options[k]!r}" for k in changed)
+        said = "; ".join(f"{k} was {saved.get(k)!r}, now {options[k]!r}" for k in changed)
         raise InputError(
             f"{output} was written with other options ({said}). Use the same options, another -o "
             "directory, or --overwrite to start over."
@@ -222,16 +224,12 @@ class _Job:
 def embed_files(
     inputs: str | Path | Sequence[str | Path],
     output_dir: str | Path,
+    options: EmbedOptions | None = None,
     *,
     column: str | int | None = None,
     id_column: str | int | None = None,
     header: bool | None = None,
-    layers: str = "last",
-    pooling: str = "mean",
     batch_size: int | None = None,
-    max_length: int | None = None,
-    long_text: str = "truncate",
-    stride: int | None = None,
     precision: str = "fp32",
     model: str | None = None,
     actors: int | None = None,
@@ -241,11 +239,7 @@ def embed_files(
     address: str | None = None,
     ray_logs: bool = True,
     overwrite: bool = False,
-    prompt: str | None = None,
-    prompt_name: str | None = None,
-    dimensions: int | None = None,
-    normalize: bool = False,
-    truncation_direction: str = "right",
+    **kwargs: Any,
 ) -> RunSummary:
     """Embed every row of every input into `<output_dir>/<file stem>/part-*.parquet` (id, vector), resumably.
 
@@ -255,7 +249,7 @@ def embed_files(
     ids of an id column are written as strings. One Ray Data pipeline (one actor pool) covers all pending files;
     each file's folder is moved into place and recorded in the manifest as soon as all its rows are written, so
     a killed run loses only unfinished files. `gpus_per_actor` runs the actors on GPUs (see `embed_dataset`);
-    prompt, prompt_name, dimensions, normalize and truncation_direction mean what they mean in `Encoder.embed`.
+    `options` (and keyword options: layers, pooling, prompt, ...) are `EmbedOptions`.
     """
     started = time.perf_counter()
     paths = expand_inputs(inputs)
@@ -265,40 +259,25 @@ def embed_files(
         raise InputError(
             f"--id-column {id_column!r} is the text column; name another column, or leave it out for row numbers."
         )
+    requested = options_from(options, kwargs)
     for path in paths:  # every file's columns, before any work
         check_columns(path, column, id_column, header)
     encoder = Encoder.from_pretrained(model, precision=driver_precision(precision, gpus_per_actor), device="cpu")
-    vector_options = dict(
-        prompt=prompt,
-        prompt_name=prompt_name,
-        dimensions=dimensions,
-        normalize=normalize,
-        truncation_direction=truncation_direction,
-    )
-    options = check_options(
-        encoder,
-        layers=layers,
-        pooling=pooling,
-        batch_size=batch_size,
-        max_length=max_length,
-        long_text=long_text,
-        stride=stride,
-        **vector_options,
-    )
-    recorded = {**_result_options(encoder, column, id_column, header, options), "precision": precision}
+    resolved = check_options(encoder, requested)
+    recorded = {**_result_options(encoder, column, id_column, header, resolved), "precision": precision}
     job = _Job(output, _load_manifest(output, recorded, overwrite), RunSummary(output))
     for path in paths:
         _plan_file(job, path, lambda p: count_rows(p, column, id_column, header))
     output.mkdir(parents=True, exist_ok=True)
     _save_manifest(output, job.manifest)
-    _write_empty(job, dimensions or encoder.sentence_dim(layers, pooling), id_column)
+    _write_empty(job, encoder.output_dim(resolved), id_column)
     work = {str(path.resolve()): path for path, entry in job.pending.items() if entry["rows"]}
     started_ray = bool(work) and connect(address, ray_logs)
     try:
         if work:
             job.summary.resources = planned_resources(actors, cpus_per_actor, gpus_per_actor)
             reader = {"column": column, "id_column": id_column, "header": header, "rows_per_block": rows_per_call}
-            _stream_files(job, work, reader, encoder, options, model, precision)
+            _stream_files(job, work, reader, encoder, resolved, model, precision, batch_size)
     finally:
         if started_ray:
             ray.shutdown()
@@ -375,7 +354,14 @@ def _use_local_token() -> None:
 
 
 def _stream_files(
-    job: _Job, work: dict[str, Path], reader: dict, encoder: Encoder, options: dict, model: str | None, precision: str
+    job: _Job,
+    work: dict[str, Path],
+    reader: dict,
+    encoder: Encoder,
+    options: EmbedOptions,
+    model: str | None,
+    precision: str,
+    batch_size: int | None,
 ) -> None:
     """read → embed (actor pool) → write parts; the driver closes each file as soon as its rows are all written."""
     plan = job.summary.resources
@@ -386,6 +372,8 @@ def _stream_files(
     ds = embed_dataset(
         ds,
         "text",
+        options,
+        batch_size=batch_size,
         model=model,
         precision=precision,
         encoder=encoder,
@@ -393,7 +381,6 @@ def _stream_files(
         cpus_per_actor=plan.cpus_per_actor,
         gpus_per_actor=plan.gpus_per_actor,
         rows_per_call=reader["rows_per_block"],
-        **options,
     )
     staging = {name: str(job.staging(path)) for name, path in work.items()}
     ds = ds.map_batches(

@@ -1,13 +1,14 @@
 """The one queue and the model threads: requests → rows → length-grouped passes → forwards → each its rows.
 
 The event loop only appends to the queue and awaits a future. A dispatcher thread takes queued rows first-come
-first-served (up to `max_batch_tokens` real tokens per worker), sorts them by length and cuts them into passes that
-waste little padding (serve/plan.py). With several workers (`concurrent_batches`, one per core by default), each
-pass runs on a worker with its share of the torch threads, several at once: small passes do not keep two threads
-busy, and one-thread passes never wait on each other at a thread barrier. A lone pass with every worker idle
+first-served (up to `max_batch_tokens` real tokens per worker), and the encoder's one runner plans them into passes
+that waste little padding (encoder/runner.py), pads them and splits a pass that runs out of GPU memory. With several
+workers (`concurrent_batches`, one per core by default), each pass runs on a worker with its share of the torch
+threads, several at once: small passes do not keep two threads busy, and one-thread passes never wait on each other
+at a thread barrier. A lone pass with every worker idle
 (light load) runs on the dispatcher with all the threads, for the lowest latency.
-Layer selection and pooling then run per request with the library's own `LayerSelection.apply` and
-`pool_sentences`, so a request's vectors do not depend on its batch mates.
+Layer selection and pooling then run per request with the library's own `VectorHead`, so a request's vectors do not
+depend on its batch mates.
 """
 
 from __future__ import annotations
@@ -26,12 +27,10 @@ import numpy as np
 import torch
 
 from ..encoder.encode import Encoder
-from ..encoder.layers import LayerSelection
-from ..encoder.pooling import pool_sentences
+from ..encoder.runner import Row
 from ..encoder.threads import set_threads, total_threads
-from ..encoder.tokenize import Batch, pad_ids
+from ..encoder.vectors import VectorHead
 from .metrics import Metrics
-from .plan import padded_width, plan_batches
 
 log = logging.getLogger("bertkit.serve")
 
@@ -50,15 +49,13 @@ class ShuttingDown(Exception):
 
 @dataclass(eq=False)
 class EmbedJob:
-    """One request's texts as token ids, with the layers and pooling it asked for; rows may span several batches."""
+    """One request's texts as token ids, with the vector head of its options; rows may span several batches."""
 
     ids: list[list[int]]
     type_ids: list[list[int]]
-    selection: LayerSelection
-    methods: tuple[str, ...]
+    head: VectorHead
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
-    exclude: int = 0  # leading tokens kept out of the pooling (a prompt, with include_prompt off)
     cancelled: bool = False  # the client went away: rows not yet taken are dropped
     failed: bool = False
     next_row: int = 0
@@ -123,6 +120,9 @@ class Batcher:
         self.max_batch_tokens = max_batch_tokens
         self.max_queue_tokens = max_queue_tokens
         self.workers = concurrent_batches
+        # the one runner: the service's token budget, widths in multiples of 8 (fewer shapes: a smaller heap)
+        self.runner = encoder.runner(batch_size=None, pad_multiple=8)
+        self.runner.max_batch_tokens, self.runner.batch_size = max_batch_tokens, None
         self._cond = threading.Condition()
         self._queue: deque = deque()
         self._queued_tokens = 0
@@ -236,7 +236,7 @@ class Batcher:
                 self._run_call(work)
                 continue
             # planning is pure work on the taken rows (tens of ms for a thousand rows): outside the lock `submit` needs
-            groups = plan_batches([len(job.ids[row]) for job, row in work], self.max_batch_tokens)
+            groups = self.runner.plan([Row(job.ids[row], ()) for job, row in work])
             for taken in self._dispatch([[work[k] for k in group] for group in groups]):
                 self._run_batch(taken)
         with self._cond:  # workers finish the passes still pending, then end
@@ -316,36 +316,30 @@ class Batcher:
         taken = [t for t in taken if not t[0].cancelled]
         if not taken:
             return
-        taken.sort(key=lambda t: len(t[0].ids[t[1]]), reverse=True)
-        width = padded_width(len(taken[0][0].ids[taken[0][1]]), self.encoder.max_length)
-        input_ids, mask, type_ids = pad_ids(
-            [job.ids[row] for job, row in taken],
-            [job.type_ids[row] for job, row in taken],
-            self.encoder.tokenizer.pad_token_id,
-            width,
-        )
+        rows = [Row(job.ids[row], job.type_ids[row]) for job, row in taken]
         started = time.perf_counter()
-        out = self.encoder.forward(Batch(input_ids, mask, type_ids, [], []))
-        real_tokens = int(mask.sum())
+        for group, inputs, out in self.runner.fitting(rows, list(range(len(rows)))):
+            self._pool([taken[k] for k in group], inputs["attention_mask"], out, started)
+            started = time.perf_counter()
+
+    def _pool(self, taken: list[tuple[EmbedJob, int]], mask: torch.Tensor, out: Any, started: float) -> None:
+        """Each request's rows of one pass: its own layers and pooling, then its answer once all rows are in."""
         positions: dict[EmbedJob, list[int]] = {}
         for position, (job, _) in enumerate(taken):
             positions.setdefault(job, []).append(position)
-        selected: dict[LayerSelection, torch.Tensor] = {}
+        selected: dict[Any, torch.Tensor] = {}
         for job, where in positions.items():
-            if job.selection not in selected:
-                selected[job.selection] = job.selection.apply(out.hidden_states)
+            if job.head.selection not in selected:
+                selected[job.head.selection] = job.head.tokens(out.hidden_states)
             index = torch.tensor(where, device=out.last_hidden_state.device)
-            vectors, masks = selected[job.selection][index], mask.to(index.device)[index]
-            if job.methods == ("none",):
+            vectors, masks = selected[job.head.selection][index], mask.to(index.device)[index]
+            if job.head.methods == ("none",):
                 rows: list[np.ndarray] = [
                     vectors[k, : int(masks[k].sum())].float().cpu().numpy() for k in range(len(where))
                 ]
             else:
-                if job.exclude:
-                    masks = masks.clone()
-                    masks[:, : job.exclude] = 0
                 pooler = out.pooler_output[index] if out.pooler_output is not None else None
-                rows = list(pool_sentences(vectors, masks, job.methods, pooler).float().cpu().numpy())
+                rows = list(job.head.sentences(vectors, masks, pooler).cpu().numpy())
             for position, row_vectors in zip(where, rows):
                 job.results[taken[position][1]] = row_vectors
             with self._job_lock:
@@ -353,6 +347,7 @@ class Batcher:
                 complete = job.done_rows == len(job.ids) and not job.failed
             if complete:
                 _deliver(job, job.results)
+        real_tokens = int(mask.sum())
         seconds = time.perf_counter() - started
         self._tokens_per_second = real_tokens / seconds if seconds > 0 else 0.0
         self.metrics.observe_batch(len(taken), int(mask.numel()), real_tokens, seconds, self._tokens_per_second)

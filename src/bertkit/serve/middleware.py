@@ -81,14 +81,16 @@ class ApiKeyMiddleware:
 
 
 class JsonBodyMiddleware:
-    """Refuse (415) a POST/PUT/PATCH whose body is not `application/json`: a web page's plain form (text/plain,
-    form encoding) is a request a browser sends cross-site without asking the server first."""
+    """Refuse (415) a POST whose body is not `application/json`: a web page's plain form (text/plain, form
+    encoding) is a request a browser sends cross-site without asking the server first. A POST to a route that
+    takes none passes on, to be answered 405 (or 404) by the routing."""
 
-    def __init__(self, app):
+    def __init__(self, app, routes=()):
         self.app = app
+        self.routes = routes
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
+        if scope["type"] != "http" or scope["method"] not in BODY_METHODS or not self._takes_body(scope):
             return await self.app(scope, receive, send)
         content_type = _header(scope, b"content-type")
         if not is_json(content_type):
@@ -99,6 +101,12 @@ class JsonBodyMiddleware:
             )
             return await error_response(415, "unsupported_media_type", message, scope["path"])(scope, receive, send)
         return await self.app(scope, receive, send)
+
+    def _takes_body(self, scope) -> bool:
+        """A route answers this method at this path (Starlette's own matching)."""
+        from starlette.routing import Match
+
+        return any(route.matches(scope)[0] == Match.FULL for route in self.routes)
 
 
 class BodyLimitMiddleware:

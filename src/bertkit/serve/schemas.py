@@ -1,30 +1,29 @@
 """Request and response shapes: TEI's (`/embed`, `/tokenize`), OpenAI's (`/v1/embeddings`) and bertkit's own fields.
 
-Requests are validated strictly (no silent coercion of numbers into text) so a wrong type is a clear 422.
+Request bodies are pydantic models that FastAPI parses and publishes; `request_models` makes them for one server,
+with its limits and its model's option values (patterns and enums), so that the schema says exactly what the
+service takes. They validate strictly (no silent coercion of numbers into text): a wrong type is a clear 422.
 Responses are built as plain JSON for speed; the models below document them in the OpenAPI schema, which
 `tests/test_serve_fuzz.py` holds to what a real server answers (schemathesis).
-
-Where a request model accepts more than the service serves, so that the answer can say what is wrong (OpenAI's
-token-id inputs, an empty list of texts), the published schema says what is served (`WithJsonSchema`), and
-`request_schema` adds one server's own limits (`--max-inputs`, the model names it answers to).
 """
 
-from __future__ import annotations
-
-import copy
-from collections.abc import Iterable
+import itertools
+from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Annotated, Any, Literal
 
-from annotated_types import Ge
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr, WithJsonSchema
+from annotated_types import Ge, Le
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    WithJsonSchema,
+)
 
-TEXTS_SCHEMA: dict[str, Any] = {
-    "anyOf": [
-        {"type": "string"},
-        {"type": "array", "items": {"type": "string"}, "minItems": 1},
-    ],
-    "description": "One text, or a list of at least one (at most the server's --max-inputs, see /info).",
-}
 LAYERS_DESCRIPTION = (
     "Hidden states to use, as in the library: 'last', '-2', '0,3', 'last4:sum|mean|concat', 'all:sum|mean|concat'. "
     "A layer this model does not have is a 422 (invalid_input) that lists the valid forms."
@@ -33,8 +32,6 @@ POOLING_DESCRIPTION = (
     "cls, pooler (last layer only), mean, max, several joined with '+' ('cls+mean'), or 'none' for token vectors. "
     "An unknown or ill-fitting pooling is a 422 (invalid_input)."
 )
-
-Inputs = Annotated[StrictStr | list[StrictStr], WithJsonSchema(TEXTS_SCHEMA)]
 
 
 def _whole(value: Any) -> Any:
@@ -45,37 +42,253 @@ def _whole(value: Any) -> Any:
 
 
 PositiveWhole = Annotated[StrictInt, Ge(1), BeforeValidator(_whole)]
-PAIR_SCHEMA: dict[str, Any] = {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2}
-PREDICT_SCHEMA: dict[str, Any] = {
-    "anyOf": [*TEXTS_SCHEMA["anyOf"], {"type": "array", "items": PAIR_SCHEMA, "minItems": 1}],
-    "description": "One text, a list of texts, or (for a pair run) a list of [text, pair] pairs, as TEI's /predict.",
-}
-PredictInputs = Annotated[
-    StrictStr | list[StrictStr] | list[Annotated[list[StrictStr], Field(min_length=2, max_length=2)]],
-    WithJsonSchema(PREDICT_SCHEMA),
-]
-DOCUMENTS_SCHEMA: dict[str, Any] = {
-    "type": "array",
-    "minItems": 1,
-    "items": {
-        "anyOf": [
-            {"type": "string"},
-            {
-                "type": "object",
-                "properties": {"text": {"type": "string"}},
-                "required": ["text"],
-                "additionalProperties": False,
-            },
+COMBINES = ("sum", "mean", "concat")
+# a character that is not white space as Python's str.strip() sees it, spelled out: JSON Schema's (ECMAScript's),
+# Python's and pydantic's (Rust's) `\S` each disagree on some characters (U+0085, U+001C-U+001F)
+NOT_BLANK = "[^\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """What one server's requests may say: its limits and the option values its model takes, as the request
+    schemas publish them (so that a schema-valid request is one the service serves, and the other way round)."""
+
+    max_inputs: int
+    hidden_states: int  # the model's layers + 1
+    has_pooler: bool
+    max_dimensions: int  # the narrowest sentence vector: what `dimensions` may keep whatever the layers
+    model_names: tuple[str, ...] = ("default",)
+    prompt_names: tuple[str, ...] = ()
+    rerankers: tuple[str, ...] = ()
+    max_chars: int = 100_000  # the longest text a request may carry (characters)
+
+    def layer_specs(self) -> str:
+        """A pattern of every layer spec this model takes (indices within its hidden states)."""
+        n = self.hidden_states
+        index = "(?:" + "|".join(str(i) for i in range(-n, n)) + ")"
+        count = "(?:" + "|".join(str(i) for i in range(1, n + 1)) + ")"
+        combine = "(?:" + "|".join(COMBINES) + ")"
+        forms = [
+            "last",
+            "second_to_last",
+            "embeddings",
+            f"all:{combine}",
+            f"last{count}:{combine}",
+            f"{index}(?:,{index})*(?::{combine})?",
         ]
-    },
-    "description": "The documents: strings, or objects with a 'text' (Cohere's structured form).",
-}
-Layers = Annotated[StrictStr, Field(description=LAYERS_DESCRIPTION, examples=["last", "last4:sum", "-2"])]
-Pooling = Annotated[StrictStr, Field(description=POOLING_DESCRIPTION, examples=["mean", "cls", "cls+max"])]
+        return "^(?:" + "|".join(forms) + ")$"
+
+    def last_layer_specs(self) -> list[str]:
+        """The specs that choose the last layer alone: what `pooling='pooler'` takes."""
+        last = [str(self.hidden_states - 1), "-1"]
+        return ["last", *last, *(f"{x}:{c}" for x in [*last, "last1"] for c in COMBINES)]
+
+    def poolings(self, token_vectors: bool = True) -> list[str]:
+        """Every pooling spec this model takes: one method or several joined by '+' (and 'none')."""
+        methods = ["cls", "mean", "max"] + (["pooler"] if self.has_pooler else [])
+        specs = ["+".join(p) for k in range(1, len(methods) + 1) for p in itertools.permutations(methods, k)]
+        return specs + (["none"] if token_vectors else [])
 
 
-class _Request(BaseModel):
+def request_models(vocabulary: Vocabulary) -> SimpleNamespace:
+    """The request bodies of one server: pydantic models whose JSON schemas say exactly what it serves.
+
+    FastAPI parses each route's body with its model and publishes the model's schema in the OpenAPI document.
+    """
+    types = _types(vocabulary)
+    return SimpleNamespace(**_embedding_models(vocabulary, types), **_run_models(vocabulary, types))
+
+
+def _types(v: Vocabulary) -> SimpleNamespace:
+    """The field types of one server's requests: its limits and its model's option values."""
+    texts_schema = {
+        "anyOf": [
+            {"type": "string", "maxLength": v.max_chars},
+            {
+                "type": "array",
+                "items": {"type": "string", "maxLength": v.max_chars},
+                "minItems": 1,
+                "maxItems": v.max_inputs,
+            },
+        ],
+        "description": f"One text, or a list of 1 to {v.max_inputs} (--max-inputs).",
+    }
+    Text = Annotated[StrictStr, Field(max_length=v.max_chars)]
+    Texts = Annotated[
+        Text | Annotated[list[Text], Field(min_length=1, max_length=v.max_inputs)], WithJsonSchema(texts_schema)
+    ]
+    Layers = Annotated[
+        StrictStr, Field(pattern=v.layer_specs(), description=LAYERS_DESCRIPTION, examples=["last4:sum"])
+    ]
+    PoolingValues = Literal[tuple(v.poolings())]  # type: ignore[valid-type]
+    SentencePoolings = Literal[tuple(v.poolings(token_vectors=False))]  # type: ignore[valid-type]
+    Pooling = Annotated[PoolingValues | None, Field(description=POOLING_DESCRIPTION)]
+    SentencePooling = Annotated[SentencePoolings | None, Field(description=POOLING_DESCRIPTION)]
+    PromptName = Annotated[
+        Literal[tuple(v.prompt_names)] | None if v.prompt_names else None,  # type: ignore[valid-type]
+        Field(description="one of the model's named prompts (see /info)"),
+    ]
+    Prompt = Annotated[StrictStr | None, Field(max_length=v.max_chars, description="a text put before every input")]
+    Dimensions = Annotated[
+        Annotated[PositiveWhole, Le(v.max_dimensions)] | None,
+        Field(description=f"keep the first N numbers of each vector (1 to {v.max_dimensions})"),
+    ]
+    pooler_rule = {
+        "if": {
+            "properties": {"pooling": {"enum": [p for p in v.poolings() if "pooler" in p]}},
+            "required": ["pooling"],
+        },
+        "then": {"properties": {"layers": {"enum": v.last_layer_specs()}}},
+    }
+    strict = ConfigDict(extra="forbid", json_schema_extra=pooler_rule if v.has_pooler else None)
+    Pair = Annotated[list[Text], Field(min_length=2, max_length=2)]
+    Reranker = Literal[tuple(v.rerankers)] if v.rerankers else StrictStr  # type: ignore[valid-type]
+    Documents = Annotated[list[Text], Field(min_length=1, max_length=v.max_inputs)]
+    found = dict(locals())
+    return SimpleNamespace(**{name: kind for name, kind in found.items() if name != "v"})
+
+
+def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseModel]]:
+    """/embed, /embed_all, /v1/embeddings, /similarity and /tokenize bodies."""
+
+    class EmbedRequest(BaseModel):
+        """TEI's `/embed` body plus bertkit's `layers`, `pooling`, `prompt` and `output_type` (as `Encoder.embed`)."""
+
+        model_config = t.strict
+        inputs: t.Texts
+        truncate: StrictBool = True
+        normalize: StrictBool | None = Field(None, description="unit length (default: as the model says)")
+        truncation_direction: Direction = "right"
+        prompt_name: t.PromptName = None
+        prompt: t.Prompt = None
+        dimensions: t.Dimensions = None
+        output_type: OutputType = "float32"
+        layers: t.Layers = "last"
+        pooling: t.Pooling = None
+
+    class EmbedAllRequest(BaseModel):
+        """TEI's `/embed_all` body: every token's vector of the chosen layers."""
+
+        model_config = ConfigDict(extra="forbid")
+        inputs: t.Texts
+        truncate: StrictBool = True
+        normalize: StrictBool = False
+        truncation_direction: Direction = "right"
+        prompt_name: t.PromptName = None
+        prompt: t.Prompt = None
+        layers: t.Layers = "last"
+        pooling: Literal["mean", "none"] = Field("mean", description="token vectors: 'none' (or TEI's 'mean')")
+
+    class OpenAIEmbeddingRequest(BaseModel):
+        """OpenAI's `/v1/embeddings` body; `layers`/`pooling` may come as extra fields (the client's `extra_body`)."""
+
+        model_config = t.strict
+        # token ids are parsed so that the answer can say they are not accepted (422 invalid_input, param "input")
+        input: Annotated[
+            t.Text
+            | Annotated[list[t.Text], Field(min_length=1, max_length=v.max_inputs)]
+            | Annotated[list[StrictInt], Field(min_length=1)]
+            | Annotated[list[list[StrictInt]], Field(min_length=1)],
+            WithJsonSchema(
+                {**t.texts_schema, "description": "One text or a list of texts; token ids are refused (422)."}
+            ),
+        ]
+        model: Literal[tuple(v.model_names)] = Field(  # type: ignore[valid-type]
+            description="'default', 'bertkit' or the model's name (see /info)"
+        )
+        encoding_format: Literal["float", "base64"] = Field(
+            "float", description="base64: the vector's bytes, little-endian, in its output_type (float32 by default)"
+        )
+        dimensions: t.Dimensions = None
+        user: StrictStr | None = None
+        layers: t.Layers = "last"
+        pooling: t.SentencePooling = None
+        prompt_name: t.PromptName = None
+        prompt: t.Prompt = None
+        output_type: OutputType = "float32"
+        truncation_direction: Direction = "right"
+
+    class SimilarityInputs(BaseModel):
+        """The sentence every other one is compared with, and those others."""
+
+        model_config = ConfigDict(extra="forbid")
+        source_sentence: t.Text
+        sentences: Annotated[list[t.Text], Field(min_length=1, max_length=v.max_inputs)]
+
+    class SimilarityRequest(BaseModel):
+        """TEI's `/similarity` body: the cosine of a source sentence's vector with each of the others'."""
+
+        model_config = ConfigDict(extra="forbid")
+        inputs: SimilarityInputs
+        truncate: StrictBool = True
+        truncation_direction: Direction = "right"
+        prompt_name: t.PromptName = None
+
+    class TokenizeRequest(BaseModel):
+        """TEI's `/tokenize` body: one text or a list."""
+
+        model_config = ConfigDict(extra="forbid")
+        inputs: t.Texts
+        truncate: StrictBool = True
+        add_special_tokens: Literal[True] = True
+
+    return {
+        "EmbedRequest": EmbedRequest,
+        "EmbedAllRequest": EmbedAllRequest,
+        "OpenAIEmbeddingRequest": OpenAIEmbeddingRequest,
+        "SimilarityRequest": SimilarityRequest,
+        "TokenizeRequest": TokenizeRequest,
+    }
+
+
+def _run_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseModel]]:
+    """/predict/{run}, /rerank and /v1/rerank bodies."""
+
+    class PredictRequest(BaseModel):
+        """t.Texts (or [text, pair] pairs, for a pair run) for a served run, as TEI's /predict."""
+
+        model_config = ConfigDict(extra="forbid")
+        inputs: (
+            t.Text
+            | Annotated[list[t.Text], Field(min_length=1, max_length=v.max_inputs)]
+            | Annotated[list[t.Pair], Field(min_length=1, max_length=v.max_inputs)]
+        )
+
+    class RerankRequest(BaseModel):
+        """TEI's `/rerank` body, plus bertkit's `model`: which served pair run, when there are several."""
+
+        model_config = ConfigDict(extra="forbid")
+        query: t.Text
+        texts: t.Documents
+        raw_scores: StrictBool = Field(False, description="the model's logit (margin) instead of its score")
+        return_text: StrictBool = False
+        truncate: StrictBool = Field(False, description="false: a pair longer than the run's max length is a 413")
+        truncation_direction: Literal["right", "Right"] = "right"
+        model: t.Reranker | None = Field(None, description="the served pair run to use (see /info)")  # type: ignore
+
+    class CohereRerankRequest(BaseModel):
+        """Cohere's and Jina's `/v1/rerank` body (Cohere's v2 at `/v2/rerank`); `model` names a served pair run."""
+
+        model_config = ConfigDict(extra="forbid")
+        model: t.Reranker = Field(description="a served pair run's name (see /info)")  # type: ignore[valid-type]
+        query: t.Text
+        documents: Annotated[list[t.Text | TextObject], Field(min_length=1, max_length=v.max_inputs)]
+        top_n: PositiveWhole | None = None
+        return_documents: StrictBool = False
+        rank_fields: list[Literal["text"]] | None = Field(None, description="only 'text' is ranked")
+
+    return {
+        "PredictRequest": PredictRequest,
+        "RerankRequest": RerankRequest,
+        "CohereRerankRequest": CohereRerankRequest,
+    }
+
+
+class TextObject(BaseModel):
+    """Cohere's structured document: an object with one field, 'text'."""
+
     model_config = ConfigDict(extra="forbid")
+    text: StrictStr
 
 
 Direction = Annotated[
@@ -89,118 +302,17 @@ OutputType = Annotated[
         "calibration sentences); binary types are packed 8 dimensions to a byte"
     ),
 ]
-PromptName = Annotated[StrictStr | None, Field(description="one of the model's named prompts (see /info)")]
-Prompt = Annotated[StrictStr | None, Field(description="a text put before every input, e.g. 'query: '")]
-Dimensions = Annotated[
-    PositiveWhole | None, Field(description="keep the first N numbers of each vector (at most the vector's size)")
-]
 
 
-class EmbedRequest(_Request):
-    """TEI's `/embed` body plus bertkit's `layers`, `pooling`, `prompt` and `output_type` (as `Encoder.embed`)."""
-
-    inputs: Inputs
-    truncate: StrictBool = True
-    normalize: StrictBool = False
-    truncation_direction: Direction = "right"
-    prompt_name: PromptName = None
-    prompt: Prompt = None
-    dimensions: Dimensions = None
-    output_type: OutputType = "float32"
-    layers: Layers = "last"
-    pooling: Pooling = "mean"
-
-
-SIMILARITY_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "source_sentence": {"type": "string"},
-        "sentences": {"type": "array", "items": {"type": "string"}, "minItems": 1},
-    },
-    "required": ["source_sentence", "sentences"],
-    "additionalProperties": False,
-    "description": "the sentence every other one is compared with, and those others",
-}
-
-
-class SimilarityRequest(_Request):
-    """TEI's `/similarity` body: the cosine of a source sentence's vector with each of the others'."""
-
-    inputs: Annotated[dict[str, StrictStr | list[StrictStr]], WithJsonSchema(SIMILARITY_SCHEMA)]
-    truncate: StrictBool = True
-    truncation_direction: Direction = "right"
-    prompt_name: PromptName = None
-
-
-class TokenizeRequest(_Request):
-    """TEI's `/tokenize` body: one text or a list."""
-
-    inputs: Inputs
-    truncate: StrictBool = True
-    add_special_tokens: Literal[True] = True
-
-
-class PredictRequest(_Request):
-    """Texts (or text pairs, for a pair run) for a served run."""
-
-    inputs: PredictInputs
-
-
-class RerankRequest(_Request):
-    """TEI's `/rerank` body, plus bertkit's `model`: which served pair run, when there are several."""
-
-    query: StrictStr
-    texts: Annotated[list[StrictStr], Field(min_length=1)]
-    raw_scores: StrictBool = Field(False, description="the model's logit (margin) instead of its score")
-    return_text: StrictBool = False
-    truncate: StrictBool = Field(False, description="false: a pair longer than the run's max length is a 413")
-    truncation_direction: Literal["right", "Right"] = "right"
-    model: StrictStr | None = Field(None, description="the served pair run to use (see /info); needed with several")
-
-
-class CohereRerankRequest(_Request):
-    """Cohere's and Jina's `/v1/rerank` body (Cohere's v2 at `/v2/rerank`); `model` names a served pair run."""
-
-    model: StrictStr = Field(description="a served pair run's name (see /info)")
-    query: StrictStr
-    documents: Annotated[list[StrictStr | dict[str, StrictStr]], WithJsonSchema(DOCUMENTS_SCHEMA)]
-    top_n: PositiveWhole | None = None
-    return_documents: StrictBool = False
-    rank_fields: list[Literal["text"]] | None = Field(None, description="only 'text' is ranked")
-
-
-class OpenAIEmbeddingRequest(BaseModel):
-    """OpenAI's `/v1/embeddings` body; `layers`/`pooling` may come as extra fields (the client's `extra_body`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    # token ids are parsed so that the answer can say they are not accepted (422 invalid_input, param "input")
-    input: Annotated[
-        StrictStr | list[StrictStr] | list[StrictInt] | list[list[StrictInt]],
-        WithJsonSchema({**TEXTS_SCHEMA, "description": "One text or a list of texts; token ids are refused (422)."}),
-    ]
-    model: StrictStr = Field(description="'default', 'bertkit' or the model's name (see /info); others are a 404.")
-    encoding_format: Literal["float", "base64"] = Field(
-        "float", description="base64: the vector's bytes, little-endian, in its output_type (float32 by default)"
-    )
-    dimensions: Dimensions = None
-    user: StrictStr | None = None
-    layers: Layers = "last"
-    pooling: Pooling = "mean"
-    prompt_name: PromptName = None
-    prompt: Prompt = None
-    output_type: OutputType = "float32"
-    truncation_direction: Direction = "right"
-
-
-class ExplainRequest(_Request):
+class ExplainRequest(BaseModel):
     """The explainer's `POST /explain` body (parsed by `explain.explainer.Settings.from_json`; documentation only).
 
     Out-of-range `pad_to`, `layer`, `attention_layer`, `head`, `layers` or `pooling` do not fail the request: the
     panel they concern carries `{"error": message}` instead of its data.
     """
 
-    text: str = Field(min_length=1, max_length=2000, pattern=r"\S", description="The sentence (not blank).")
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(min_length=1, max_length=2000, pattern=NOT_BLANK, description="The sentence (not blank).")
     # any JSON is taken for these four: a value the model cannot show is reported in its panel, not refused
     pad_to: Any = Field(None, description="Pad the tokens to this length (3 to 128), or null.")
     layer: Any = Field(
@@ -212,55 +324,13 @@ class ExplainRequest(_Request):
     layers: str = Field("last", description=LAYERS_DESCRIPTION)
     pooling: str = Field("mean", description=POOLING_DESCRIPTION)
     compare: str | None = Field(
-        None, max_length=2000, pattern=r"^$|\S", description="A second sentence to compare with (cosine), or null."
+        None,
+        max_length=2000,
+        pattern=f"^$|{NOT_BLANK}",
+        description="A second sentence to compare with (cosine), or null.",
     )
     map_run: str | None = Field(None, description="The feature run whose training sentences the map shows.")
-
-
-def request_schema(
-    model: type[BaseModel],
-    max_inputs: int | None = None,
-    model_names: Iterable[str] = (),
-    prompt_names: Iterable[str] = (),
-) -> dict:
-    """The JSON schema of a request body as one server takes it: its `--max-inputs` and the model names it serves.
-
-    Parameters
-    ----------
-    model : type of BaseModel
-        The request model (`EmbedRequest`, `OpenAIEmbeddingRequest`, ...).
-    max_inputs : int, optional
-        The most texts one request may carry (`maxItems` of the list form of `inputs`/`input`).
-    model_names : iterable of str
-        The names `/v1/embeddings` accepts as `model` (an `enum`); empty leaves `model` a plain string.
-    prompt_names : iterable of str
-        The model's named prompts: what `prompt_name` may be (besides null).
-
-    Returns
-    -------
-    dict
-        A self-contained JSON schema (the request models nest no other models).
-    """
-    schema = copy.deepcopy(model.model_json_schema())
-    properties = schema.get("properties", {})
-    for name in ("inputs", "input", "texts", "documents"):
-        if name in properties and max_inputs is not None:
-            for option in [properties[name], *properties[name].get("anyOf", ())]:
-                if option.get("type") == "array":
-                    option["maxItems"] = max_inputs
-    names = sorted(set(model_names))
-    if names and "model" in properties:
-        properties["model"]["enum"] = names
-    if "prompt_name" in properties:
-        prompts = sorted(set(prompt_names))
-        choices = [{"type": "string", "enum": prompts}] if prompts else []
-        description = properties["prompt_name"].get("description", "")
-        properties["prompt_name"] = {
-            "anyOf": [*choices, {"type": "null"}],
-            "default": None,
-            "description": description + ("" if prompts else " (this model names none)"),
-        }
-    return schema
+    pair: str | None = Field(None, max_length=2000, description="A second text, read as a pair.")
 
 
 # ---- responses ----------------------------------------------------------------------------------------------------

@@ -1,26 +1,31 @@
-"""What the endpoints do, apart from HTTP: check inputs, tokenize, queue for the batcher, await the vectors.
+"""What the endpoints do, apart from HTTP: check inputs, tokenize off the event loop, queue for the batcher, finish.
 
 `Service` is `app.state.service`; other faces (the explainer routes) call it too, so every vector the server
-returns comes from the same tokenizer, forward pass, layer selection and pooling as `Encoder.embed`.
+returns comes from the same options, tokenizer, forward pass and vector head as `Encoder.embed`.
+
+The event loop never does work that grows with the input: tokenization runs on a small pool of threads, admitted
+first under the queue's token budget (a request estimated past it is a 429 at once), and every model call runs on
+the batcher's threads.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..encoder.compact import RANGED
-from ..encoder.encode import Encoder, check_vector_options
-from ..encoder.layers import LayerSelection, parse_layers
-from ..encoder.pooling import parse_pooling
-from ..encoder.tokenize import Encoded, encode
+from ..encoder.encode import Encoder
+from ..encoder.options import EmbedOptions
+from ..encoder.tokenize import TOKENIZER_LOCK, Encoded, encode
+from ..encoder.vectors import VectorHead, finish
 from ..explain.explainer import model_name
-from .batcher import Batcher, CallJob, EmbedJob
+from .batcher import Batcher, CallJob, EmbedJob, Overloaded
 from .metrics import Metrics
 from .runs import ServedRun
 from .settings import ServeSettings
@@ -28,6 +33,7 @@ from .settings import ServeSettings
 logger = logging.getLogger(__name__)
 
 Disconnected = Callable[[], Awaitable[None]]  # returns when the client has gone away
+CHARS_PER_TOKEN = 4  # what a request's characters are estimated to cost in tokens before it is tokenized
 
 
 class ServeError(Exception):
@@ -40,25 +46,13 @@ class ServeError(Exception):
         message: str,
         headers: dict[str, str] | None = None,
         param: str | None = None,
-    ):
+    ) -> None:
         super().__init__(message)
         self.status, self.error_type, self.headers, self.param = status, error_type, headers or {}, param
 
 
 class ClientGone(Exception):
     """The client disconnected before its answer was ready; its work was dropped."""
-
-
-@dataclass
-class VectorOptions:
-    """What a request may ask of its sentence vectors beyond layers and pooling (as `Encoder.embed` takes them)."""
-
-    prompt: str | None = None
-    prompt_name: str | None = None
-    dimensions: int | None = None
-    normalize: bool = False
-    output: str = "float32"
-    truncation_direction: str = "right"
 
 
 @dataclass
@@ -79,7 +73,7 @@ class Service:
 
     def __init__(
         self, encoder: Encoder, runs: dict[str, ServedRun] | None = None, settings: ServeSettings | None = None
-    ):
+    ) -> None:
         self.encoder = encoder
         self.runs = runs or {}
         self.settings = (settings or ServeSettings()).check()
@@ -96,34 +90,19 @@ class Service:
             )
             self.concurrent_batches = 1
         self.batcher = Batcher(
-            encoder,
-            self.metrics,
-            self.max_batch_tokens,
-            self.settings.max_queue_tokens,
-            self.concurrent_batches,
+            encoder, self.metrics, self.max_batch_tokens, self.settings.max_queue_tokens, self.concurrent_batches
         )
+        self._tokenizers = ThreadPoolExecutor(1, thread_name_prefix="bertkit-tokenize")
+        self._tokenizing = 0  # tokens (estimated) being tokenized now: counted against the queue's budget
+
+    def close(self) -> None:
+        """Stop the tokenizing thread (after the batcher has drained)."""
+        self._tokenizers.shutdown(wait=True)
 
     # ---- checks -----------------------------------------------------------------------------------------------
-    def texts(self, inputs: str | Sequence[str], name: str = "inputs") -> list[str]:
-        """One text or a list, never empty and never more than `max_inputs`."""
-        texts = [inputs] if isinstance(inputs, str) else list(inputs)
-        if not texts:
-            raise ServeError(422, "invalid_input", f"{name} is an empty list; give at least one text.")
-        if len(texts) > self.settings.max_inputs:
-            raise ServeError(
-                413,
-                "too_many_inputs",
-                f"{name} has {len(texts)} texts; this server takes at most "
-                f"{self.settings.max_inputs} per request (--max-inputs). Split them over several requests.",
-            )
-        return texts
-
-    def options(self, layers: str, pooling: str) -> tuple[LayerSelection, tuple[str, ...]]:
-        """Parse and check `layers`/`pooling` against this model (library errors become 422 with their message)."""
-        selection, methods = parse_layers(layers), parse_pooling(pooling)
-        selection.resolve(self.encoder.num_layers + 1)
-        self.encoder._check_pooling(methods, selection)  # the library's own pooler rules, one place
-        return selection, methods
+    def texts(self, inputs: str | list[str], name: str = "inputs") -> list[str]:
+        """One text or a list (the request schema has refused an empty or too long one already)."""
+        return [inputs] if isinstance(inputs, str) else list(inputs)
 
     def encode(self, texts: list[str], truncate: bool, direction: str = "right") -> tuple[list[Encoded], list[int]]:
         """Tokenize with the library; too long with truncate=false is a 413 naming the input and its length."""
@@ -142,52 +121,60 @@ class Service:
             )
         return encoded, [i for i, e in enumerate(encoded) if e.truncated]
 
+    async def off_loop(self, work: Callable[[], Any], chars: int) -> Any:
+        """Run `work` (tokenizing `chars` characters) on the tokenizing thread, admitted under the queue's budget.
+
+        Parameters
+        ----------
+        work : callable
+            What to run.
+        chars : int
+            Characters it reads: its cost is estimated from them before it starts.
+
+        Returns
+        -------
+        Any
+            What `work` returned.
+        """
+        estimate = max(1, chars // CHARS_PER_TOKEN)
+        queued = self.batcher.queue_depth()[1] + self._tokenizing
+        if queued and queued + estimate > self.settings.max_queue_tokens:
+            self.metrics.rejected.inc()
+            raise Overloaded(queued, max(1, queued // 1000))
+        self._tokenizing += estimate
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._tokenizers, work)
+        finally:
+            self._tokenizing -= estimate
+
     # ---- work ---------------------------------------------------------------------------------------------------
     async def embed(
         self,
         texts: list[str],
-        layers: str = "last",
-        pooling: str = "mean",
+        options: EmbedOptions,
         truncate: bool = True,
         disconnected: Disconnected | None = None,
-        vectors: VectorOptions | None = None,
     ) -> EmbedResult:
-        """Vectors for `texts` exactly as `Encoder.embed(texts, layers=..., pooling=..., **vectors)` gives them."""
-        selection, methods = self.options(layers, pooling)
-        vectors = vectors or VectorOptions()
+        """Vectors for `texts` exactly as `Encoder.embed(texts, options)` gives them (token vectors for 'none')."""
         encoder = self.encoder
-        dim = encoder.sentence_dim(selection, methods)
-        check_vector_options(methods, vectors.dimensions, vectors.output, dim)
-        prompt, exclude = encoder.prompt_setup(vectors.prompt, vectors.prompt_name, None)
-        encoded, truncated = self.encode([prompt + t for t in texts], truncate, vectors.truncation_direction)
+        resolved = options.resolve(encoder)
+        prompt = resolved.prompt or ""
+
+        def tokenize() -> tuple[list[Encoded], list[int], VectorHead]:
+            encoded, truncated = self.encode([prompt + t for t in texts], truncate, resolved.truncation_direction)
+            return encoded, truncated, encoder.vector_head(resolved)
+
+        chars = sum(len(t) + len(prompt) for t in texts)
+        encoded, truncated, head = await self.off_loop(tokenize, chars)
         loop = asyncio.get_running_loop()
-        job = EmbedJob(
-            [e.ids for e in encoded],
-            [e.type_ids for e in encoded],
-            selection,
-            methods,
-            loop.create_future(),
-            loop,
-            exclude=exclude,
-        )
+        job = EmbedJob([e.ids for e in encoded], [e.type_ids for e in encoded], head, loop.create_future(), loop)
         found = await self._wait(job, disconnected)
-        if methods != ("none",) and (vectors.dimensions or vectors.normalize or vectors.output != "float32"):
-            options = dict(
-                layers=layers,
-                pooling=pooling,
-                prompt=prompt,
-                dimensions=vectors.dimensions,
-                normalize=vectors.normalize,
-                truncation_direction=vectors.truncation_direction,
-            )
-            ranges = None
-            if vectors.output in RANGED:  # the calibration sentences go through the model thread, once per options
-                ranges = await self.call(lambda: encoder.calibration_ranges(**options), 4096, disconnected)
-            finished = encoder.finish_vectors(
-                np.stack(found), vectors.dimensions, vectors.normalize, vectors.output, ranges, options
-            )
-            found = list(finished)
-        return EmbedResult(found, encoded, truncated)
+        if resolved.token_vectors:
+            return EmbedResult([finish(v, resolved, token_vectors=True) for v in found], encoded, truncated)
+        ranges = None
+        if resolved.output_type in RANGED:  # the calibration sentences go through the model thread, once per options
+            ranges = await self.call(lambda: encoder.calibration_ranges(resolved), 4096, disconnected)
+        return EmbedResult(list(finish(np.stack(found), resolved, ranges)), encoded, truncated)
 
     async def predict(self, name: str, inputs: list, disconnected: Disconnected | None = None) -> list[dict]:
         """A served run's own predictions (of texts, or of [text, pair] pairs for a pair run), on the model thread."""
@@ -197,7 +184,7 @@ class Service:
             wanted = "[text, pair] pairs: send a list of two-text lists" if run.takes_pairs else "texts, not pairs"
             raise ServeError(422, "invalid_input", f"run {name!r} takes {wanted}.", param="inputs")
         items = [tuple(x) for x in inputs] if pairs else inputs
-        estimate = sum(len(" ".join(x) if pairs else x) // 4 + 2 for x in inputs)  # tokens, for the queue budget
+        estimate = sum(len(" ".join(x) if pairs else x) // CHARS_PER_TOKEN + 2 for x in inputs)
         return await self.call(lambda: run.predict(items), estimate, disconnected)
 
     def reranker(self, name: str | None) -> ServedRun:
@@ -239,25 +226,33 @@ class Service:
         truncate: bool = True,
         disconnected: Disconnected | None = None,
     ) -> tuple[list, int]:
-        """(index, score) of every document for `query`, best first, and the tokens the pairs took."""
-        from ..encoder.tokenize import TOKENIZER_LOCK
+        """(index, score) of every document for `query`, best first, and the tokens the pairs took.
 
-        documents = self.texts(documents, "documents")
+        The query is cut to the run's length once, off the event loop, before it is paired with each document: a
+        long query costs one tokenization, not one per document.
+        """
         model = run.model
-        with TOKENIZER_LOCK:
-            lengths = [len(ids) for ids in model.tokenizer([query] * len(documents), documents)["input_ids"]]
-        too_long = [i for i, n in enumerate(lengths) if n > model.max_length]
+
+        def lengths() -> tuple[str, list[int]]:
+            with TOKENIZER_LOCK:
+                kept = _prefix(model.tokenizer, query, model.max_length)
+                pairs = model.tokenizer([kept] * len(documents), documents, truncation=False)["input_ids"]
+            return kept, [len(p) for p in pairs]
+
+        chars = len(query) + sum(len(d) for d in documents)
+        kept, counts = await self.off_loop(lengths, chars)
+        too_long = [i for i, n in enumerate(counts) if n > model.max_length]
         if too_long and not truncate:
             first = too_long[0]
             raise ServeError(
                 413,
                 "input_too_long",
-                f"the query with texts[{first}] has {lengths[first]} tokens, more "
-                f"than this run's {model.max_length}; {len(too_long)} pair(s) are too long. Send "
-                "truncate=true to cut them (longest first), or shorten them.",
+                f"the query with texts[{first}] has {counts[first]} tokens, more than this run's "
+                f"{model.max_length}; {len(too_long)} pair(s) are too long. Send truncate=true to cut them (longest "
+                "first), or shorten them.",
             )
-        tokens = sum(min(n, model.max_length) for n in lengths)
-        ranked = await self.call(lambda: run.rerank(query, documents, raw), tokens, disconnected)
+        tokens = sum(min(n, model.max_length) for n in counts)
+        ranked = await self.call(lambda: run.rerank(kept, documents, raw), tokens, disconnected)
         return ranked, tokens
 
     async def call(self, work: Callable[[], Any], tokens: int, disconnected: Disconnected | None = None) -> Any:
@@ -285,12 +280,13 @@ class Service:
         return await self._wait(CallJob(work, max(1, tokens), loop.create_future(), loop), disconnected)
 
     def run(self, name: str) -> ServedRun:
+        """The served run `name`, or a 404 that lists the served ones."""
         if name not in self.runs:
             served = ", ".join(sorted(self.runs)) or "none (start the server with --run NAME=DIR)"
             raise ServeError(404, "unknown_run", f"no run named {name!r}; served runs: {served}.")
         return self.runs[name]
 
-    async def _wait(self, job: EmbedJob | CallJob, disconnected: Disconnected | None):
+    async def _wait(self, job: EmbedJob | CallJob, disconnected: Disconnected | None) -> Any:
         self.batcher.submit(job)
         if disconnected is None:
             return await job.future
@@ -308,7 +304,7 @@ class Service:
     @property
     def model_names(self) -> set[str]:
         """Names `/v1/embeddings` accepts for the served model."""
-        return {"default", "bertkit", str(self.info()["model"])}
+        return {"default", "bertkit", model_name(self.encoder)}
 
     def info(self) -> dict:
         """Model facts (no file paths), served runs, limits and batching settings."""
@@ -326,3 +322,17 @@ class Service:
             "concurrent_batches": self.concurrent_batches,
             "auth": self.settings.api_key is not None,
         }
+
+
+PREFIX_MARGIN = 16  # tokens kept past the limit when a long text is cut to a prefix: the last word's split stays
+
+
+def _prefix(tokenizer: Any, text: str, max_length: int) -> str:
+    """The beginning of `text` that holds its first `max_length` tokens (and a margin): truncation of a pair keeps
+    a prefix of each text, so the pair is cut the same, and a long text is not tokenized once per pair."""
+    if len(text) <= 4 * max_length:
+        return text
+    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    if len(offsets) <= max_length + PREFIX_MARGIN:
+        return text
+    return text[: offsets[max_length + PREFIX_MARGIN][1]]

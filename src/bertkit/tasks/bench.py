@@ -20,6 +20,7 @@ from ..encoder import tokenize as tok
 from ..encoder.devices import describe
 from ..encoder.encode import Encoder
 from ..encoder.models import quiet_transformers
+from ..encoder.options import EmbedOptions
 from ..encoder.precision import PRECISIONS, fast_bf16_cpu
 from ..errors import InputError
 
@@ -32,6 +33,8 @@ class Row:
     note: str = ""
 
 
+# like with like: the mean of the last layer, not normalized, as the tutorial loop and the peer compute it
+RAW_MEAN = EmbedOptions(pooling="mean", normalize_embeddings=False)
 PEAK_REPEAT_S = 0.2  # seconds a timed repeat of the matmul peak takes (slow kernels get fewer products, not hours)
 
 
@@ -127,29 +130,13 @@ def compare(reference: np.ndarray, vectors: np.ndarray) -> tuple[float, float]:
 
 
 def where_time_goes(encoder: Encoder, texts: Sequence[str], batch_size: int) -> dict[str, float]:
-    """Seconds spent tokenizing, in the model's forward, and in everything else of one fp32 embed call (warmed up;
-    both parts are timed inside the same call, one batch at a time, so they never add up to more than the total)."""
-    spent = {"tokenize": 0.0, "forward": 0.0}
-
-    def timed(name: str, original):
-        def wrapper(*args, **kwargs):
-            begun = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                spent[name] += time.perf_counter() - begun
-
-        return wrapper
-
-    encoder.embed(texts[:batch_size], batch_size=batch_size, progress=False, warn=False)  # warm-up
-    encoder._encode = timed("tokenize", encoder._encode)
-    encoder.forward = timed("forward", encoder.forward)
-    try:
-        started = time.perf_counter()
-        encoder.embed(texts, batch_size=batch_size, progress=False, warn=False)
-        total = time.perf_counter() - started
-    finally:
-        del encoder._encode, encoder.forward
+    """Seconds spent tokenizing, in the model's forward passes, and in everything else of one fp32 embed call
+    (warmed up), as the call's own report measures them."""
+    encoder.embed(texts[:batch_size], RAW_MEAN, batch_size=batch_size, progress=False, warn=False)  # warm-up
+    started = time.perf_counter()
+    report = encoder.embed_with_report(texts, RAW_MEAN, batch_size=batch_size, progress=False, warn=False).report
+    total = time.perf_counter() - started
+    spent = {"tokenize": report.tokenize_seconds, "forward": report.forward_seconds}
     return {"total": total, **spent, "other": max(total - spent["tokenize"] - spent["forward"], 0.0)}
 
 
@@ -179,7 +166,7 @@ def _precision_row(encoder: Encoder, texts: list[str], precision: str, repeats: 
     except InputError as exc:
         return Row(f"bertkit {precision}", note=f"refused: {exc}")
     row = Row(name)
-    _time(lambda: variant.embed(texts, batch_size=batch_size, progress=False, warn=False), repeats, row)
+    _time(lambda: variant.embed(texts, RAW_MEAN, batch_size=batch_size, progress=False, warn=False), repeats, row)
     return row
 
 
@@ -227,7 +214,7 @@ def run_benchmark(
         except ImportError:
             echo("sentence-transformers is not installed: its row is skipped (pip install sentence-transformers)")
     fp32 = Row(f"bertkit fp32 (length-sorted, batch {batch_size})")
-    _time(lambda: encoder.embed(texts, batch_size=batch_size, progress=False, warn=False), repeats, fp32)
+    _time(lambda: encoder.embed(texts, RAW_MEAN, batch_size=batch_size, progress=False, warn=False), repeats, fp32)
     rows.append(fp32)
     for precision in precisions:
         if precision != "fp32":

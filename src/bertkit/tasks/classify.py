@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import threadpool_limits
 
 from ..encoder.devices import describe
+from ..encoder.options import EmbedOptions
+from ..encoder.threads import set_threads
 from ..errors import InputError, ModelLoadError
 from .labels import check_class_counts, check_labels
 from .runs import CONFIG_FILE, KIND_FEATURES, package_version, read_run_config, to_json_value, write_run_directory
@@ -33,7 +36,7 @@ logger = logging.getLogger(__name__)
 C_GRID = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 1.0)
 RUN_FORMAT = 2  # 1: bertkit 0.1 (classifier.safetensors, read by tasks/legacy_runs.py); 2: head.skops
 HEAD_FILE = "head.skops"
-SAVED_VECTORIZER_PARAMS = ("layers", "pooling", "max_length", "long_text", "batch_size")
+SAVED_VECTORIZER_PARAMS = ("layers", "pooling", "max_length", "long_text", "batch_size")  # what bertkit 0.1-0.2 kept
 # scikit-learn's own helpers inside fitted estimators, which skops does not trust by itself. Anything else in a
 # saved head is refused unless the caller names it (`TextClassifier.load(dir, trusted=[...])`).
 TRUSTED_TYPES = (
@@ -371,7 +374,7 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         return tags
 
     # ---- persistence --------------------------------------------------------------------------------------------
-    def save(
+    def save_pretrained(
         self, directory: str | Path, *, metrics: dict | None = None, extra: dict | None = None, overwrite: bool = False
     ) -> Path:
         """Write `bertkit.json` and `head.skops` into a new `directory`, all at once (never half-written).
@@ -408,7 +411,7 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             },
             "features": self.vectorizer_.feature_options(),
             "device": describe(encoder.device),
-            "vectorizer": {k: self.vectorizer_.get_params()[k] for k in SAVED_VECTORIZER_PARAMS},
+            "vectorizer": {"batch_size": self.vectorizer_.batch_size},
             "params": {
                 "scale": self.scale,
                 "cv": self.cv,
@@ -430,8 +433,19 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         }
         return write_run_directory(directory, files, overwrite)
 
+    def save(self, directory: str | Path, **kwargs: Any) -> Path:
+        """Deprecated name of `save_pretrained`."""
+        warnings.warn("TextClassifier.save is now save_pretrained.", DeprecationWarning, stacklevel=2)
+        return self.save_pretrained(directory, **kwargs)
+
     @classmethod
-    def load(
+    def load(cls, directory: str | Path, **kwargs: Any) -> TextClassifier:
+        """Deprecated name of `from_pretrained`."""
+        warnings.warn("TextClassifier.load is now from_pretrained.", DeprecationWarning, stacklevel=2)
+        return cls.from_pretrained(directory, **kwargs)
+
+    @classmethod
+    def from_pretrained(
         cls,
         directory: str | Path,
         *,
@@ -450,7 +464,7 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         cache : str, Path or None
             The vectorizer's embedding cache ("memory", a directory, or None).
         threads : int, optional
-            Torch threads.
+            Deprecated: `bertkit.set_threads`.
         precision : str, optional
             None uses the precision the run was trained with; another one works and warns, since its vectors
             differ slightly from those the classifier learned on.
@@ -467,7 +481,10 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         from .legacy_runs import head_from_safetensors
 
         record = read_run_config(directory, expected_kind=KIND_FEATURES)
-        vectorizer = _saved_vectorizer(directory, record, cache, threads, precision, device)
+        if threads is not None:
+            warnings.warn("threads= is deprecated: call bertkit.set_threads(n).", DeprecationWarning, stacklevel=2)
+            set_threads(threads)
+        vectorizer = _saved_vectorizer(directory, record, cache, precision, device)
         if record.get("format", 1) >= 2:
             head = _load_head(Path(directory) / HEAD_FILE, trusted)
         else:
@@ -488,11 +505,13 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         return estimator
 
 
-def _saved_vectorizer(directory, record: dict, cache, threads, precision, device) -> BertVectorizer:
+def _saved_vectorizer(directory, record: dict, cache, precision, device) -> BertVectorizer:
     """The run's vectorizer, fitted, after checking that the encoder still has the weights it was trained on."""
     params = dict(record["params"])
     # runs saved before bertkit 0.2 kept the vectorizer's options among the classifier's own parameters
-    options = record.get("vectorizer") or {k: params[k] for k in SAVED_VECTORIZER_PARAMS if k in params}
+    saved = record.get("vectorizer") or {k: params[k] for k in SAVED_VECTORIZER_PARAMS if k in params}
+    recorded = {**saved, **record.get("features", {})}
+    options = {**EmbedOptions.from_record(recorded).record(), "batch_size": saved.get("batch_size")}
     trained_precision = record.get("features", {}).get("precision", "fp32")
     precision = precision or trained_precision
     if precision != trained_precision:
@@ -507,7 +526,6 @@ def _saved_vectorizer(directory, record: dict, cache, threads, precision, device
     vectorizer = BertVectorizer(
         **{**options, "model": None if model == "default" else model},
         cache=cache,
-        threads=threads,
         precision=precision,
         device=device,
     ).fit([])

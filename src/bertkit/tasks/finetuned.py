@@ -1,11 +1,15 @@
-"""Fine-tuned models loaded from a run directory: predict labels for texts, or entities with character spans."""
+"""Fine-tuned models loaded from a run directory, run through the one runner: `FineTuned` (what every task head
+shares) and `FineTunedClassifier` (texts or pairs → labels, scores, label sets, rankings)."""
 
 from __future__ import annotations
 
 import inspect
+import json
 import logging
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -13,56 +17,55 @@ import transformers
 from transformers import AutoTokenizer
 
 from ..display import facts_table
-from ..encoder.defaults import MAX_BATCH_TOKENS
-from ..encoder.devices import describe, resolve_device
+from ..encoder import tokenize as tok
+from ..encoder.devices import describe, resolve_device, token_budget
 from ..encoder.int8 import calibration_for, quantize_model
 from ..encoder.models import quiet_transformers
 from ..encoder.precision import autocast, check_precision
-from ..encoder.threads import forward_in_parallel, set_threads, total_threads
-from ..encoder.tokenize import LONG_TEXT_POLICIES, TOKENIZER_LOCK, check_texts
-from ..encoder.windows import default_overlap, sorted_batches
+from ..encoder.runner import Row, Runner
+from ..encoder.threads import set_threads, total_threads
+from ..encoder.tokenize import LONG_TEXT_POLICIES, check_texts
 from ..errors import InputError, ModelLoadError
-from .finetune.examples import (
-    Example,
-    collate,
-    split_words,
-    text_examples,
-    token_examples,
-    word_pieces,
-)
-from .runs import KIND_TEXT, KIND_TOKEN, read_run_config
-from .tagging import Entity, entity_spans
+from .runs import CONFIG_FILE, KIND_TEXT, read_run_config, write_run_directory
 
 logger = logging.getLogger(__name__)
 
 EVAL_BATCH_SIZE = 64
-AGGREGATIONS = ("none", "simple", "first", "average", "max")  # transformers' token-classification pipeline
 
 
-class _FineTuned:
-    """A transformers `...ForXClassification` model and its tokenizer, run without gradients in length-sorted
-    batches."""
+class FineTuned:
+    """A transformers `AutoModelFor...` and its tokenizer, run without gradients through the one `Runner`.
+
+    Every fine-tuned head (classifier, tagger, question answering) is one of these plus its own pre- and
+    post-processing.
+    """
 
     KIND: str  # the run kind written in the run's config
     AUTO_CLASS: str  # the transformers auto class that loads the model
 
     def __init__(
         self,
-        model,
-        tokenizer,
+        model: Any,
+        tokenizer: Any,
         max_length: int,
         record: dict | None = None,
         threads: int | None = None,
         precision: str | None = None,
         long_text: str = "truncate",
         directory: str | Path | None = None,
-    ):
-        set_threads(threads)
+    ) -> None:
+        if threads is not None:
+            warnings.warn("threads= is deprecated: call bertkit.set_threads(n).", DeprecationWarning, stacklevel=2)
+            set_threads(threads)
         if long_text not in LONG_TEXT_POLICIES:
             raise InputError(f"long_text={long_text!r}: valid values are {', '.join(LONG_TEXT_POLICIES)}.")
         self.long_text = long_text
-        trained = (record or {}).get("precision", "fp32")
-        self.precision = check_precision(precision or trained, what="fine-tuned models")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.record_ = record or {}
+        trained = self.record_.get("precision", "fp32")
+        self.precision = check_precision(precision or trained, what="fine-tuned models", device=self.device)
         if self.precision != trained:
             logger.warning(
                 "this model was fine-tuned and evaluated at %s and is now used at %s: its predictions may "
@@ -70,23 +73,18 @@ class _FineTuned:
                 trained,
                 self.precision,
             )
-        self.model = model
-        self.tokenizer = tokenizer
-        self.max_length = max_length
-        self.record_ = record or {}
-        self.classes_ = np.array([model.config.id2label[i] for i in range(model.config.num_labels)])
-        self.with_type_ids = "token_type_ids" in inspect.signature(model.forward).parameters
-        self._runner = model
-        if (
-            self.precision == "int8"
-        ):  # the encoder layers in int8, calibrated on this fine-tuned model; the head in fp32
+        labels = getattr(model.config, "id2label", None) or {}
+        self.classes_ = np.array([labels.get(i, str(i)) for i in range(model.config.num_labels)])
+        self.takes_type_ids = "token_type_ids" in inspect.signature(model.forward).parameters
+        self.network = model  # what runs: the model, or its int8 copy (the head stays fp32)
+        if self.precision == "int8":
             calibration = calibration_for(
-                model, tokenizer, max_length, self.with_type_ids, str(directory) if directory else None, None
+                model, tokenizer, max_length, self.takes_type_ids, str(directory) if directory else None, None
             )
-            self._runner = quantize_model(model.eval(), calibration).eval()
+            self.network = quantize_model(model.eval(), calibration).eval()
 
     @classmethod
-    def load(
+    def from_pretrained(
         cls,
         directory: str | Path,
         *,
@@ -94,12 +92,27 @@ class _FineTuned:
         precision: str | None = None,
         long_text: str = "truncate",
         device: str | None = "auto",
-    ):
-        """Load with plain transformers from safetensors (what `bertkit finetune` saved), remote code off.
+    ) -> Any:
+        """Load a run with plain transformers from safetensors (what `bertkit finetune` saved), remote code off.
 
-        precision: None runs at the precision the model was trained with ('int8' quantises the encoder layers, with the
-        directory's own calibration when `bertkit quantize` wrote one); long_text: what a classifier does with a
-        text longer than its maximum length ('truncate' and say so, 'error', or 'window': average over windows).
+        Parameters
+        ----------
+        directory : str or Path
+            The run directory.
+        threads : int, optional
+            Deprecated: `bertkit.set_threads`.
+        precision : str, optional
+            None runs at the precision the model was trained with; 'int8' quantises the encoder layers (with the
+            directory's own calibration when `bertkit quantize` wrote one), 'bf16'/'fp16' autocast where they run.
+        long_text : {'truncate', 'error', 'window'}
+            What a text longer than the run's maximum length gets: cut (said), refused, or read in windows.
+        device : str
+            'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'.
+
+        Returns
+        -------
+        FineTuned
+            Of the class it is called on.
         """
         record = read_run_config(directory, expected_kind=cls.KIND)
         auto = getattr(transformers, cls.AUTO_CLASS)
@@ -112,14 +125,51 @@ class _FineTuned:
                     str(directory), trust_remote_code=False, local_files_only=True
                 )
         except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"{directory}: cannot load the fine-tuned model ({exc}).") from exc
+            raise ModelLoadError(f"{directory}: cannot load the fine-tuned model ({_brief(exc)}).") from None
         model.eval().to(resolve_device(device))
         return cls(model, tokenizer, int(record["max_length"]), record, threads, precision, long_text, directory)
+
+    @classmethod
+    def load(cls, directory: str | Path, **options: Any) -> Any:
+        """Deprecated name of `from_pretrained`."""
+        warnings.warn(f"{cls.__name__}.load is now from_pretrained.", DeprecationWarning, stacklevel=2)
+        return cls.from_pretrained(directory, **options)
+
+    def save_pretrained(self, directory: str | Path, *, overwrite: bool = False) -> Path:
+        """Write this run (model, tokenizer, `bertkit.json`) as a new directory, complete or absent.
+
+        Parameters
+        ----------
+        directory : str or Path
+            The run directory to create; plain transformers loads it.
+        overwrite : bool
+            Replace a run bertkit wrote there (never a folder it did not write).
+
+        Returns
+        -------
+        Path
+            The directory.
+        """
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as scratch, quiet_transformers():
+            self.model.save_pretrained(scratch, safe_serialization=True)
+            self.tokenizer.save_pretrained(scratch)
+            files: dict[str, str | bytes] = {
+                path.name: path.read_bytes() for path in Path(scratch).iterdir() if path.is_file()
+            }
+        files[CONFIG_FILE] = json.dumps({"kind": self.KIND, **self.record_, "max_length": self.max_length}, indent=2)
+        return write_run_directory(directory, files, overwrite)
 
     @property
     def device(self) -> torch.device:
         """Where the model's weights are (inputs go there)."""
         return next(self.model.parameters()).device
+
+    @property
+    def with_type_ids(self) -> bool:
+        """Deprecated name of `takes_type_ids`."""
+        return self.takes_type_ids
 
     def facts(self) -> dict[str, str]:
         """What this run is, in a few lines: what `repr` and Jupyter show."""
@@ -138,7 +188,7 @@ class _FineTuned:
             facts["trained"] = f"{training.get('epochs_run')} epochs (best {training.get('best_epoch')})"
         return facts
 
-    def evaluate(self, inputs: Sequence, labels: Sequence):
+    def evaluate(self, inputs: Sequence, labels: Sequence) -> Any:
         """Score this run on labelled data the way its problem is scored: what `bertkit evaluate` prints.
 
         Parameters
@@ -166,40 +216,70 @@ class _FineTuned:
     def _repr_html_(self) -> str:
         return facts_table(self.facts(), type(self).__name__)
 
-    def _logits(self, examples: Sequence[Example], batch_size: int = EVAL_BATCH_SIZE) -> list[torch.Tensor]:
-        """Logits per example in input order (each [classes] or [tokens, classes]): length-sorted batches within a
-        token budget; on a CPU, two batches at once on shares of the threads (as `Encoder.embed` runs them)."""
+    def runner(self, batch_size: int = EVAL_BATCH_SIZE) -> Runner:
+        """The one runner over this model: token-budget passes, two at once on a CPU, split on out-of-memory."""
+        return Runner(
+            self._forward,
+            self.tokenizer.pad_token_id,
+            self.device,
+            token_budget(self.model, self.device, self.max_length),
+            batch_size,
+            min(2, total_threads()) if self.device.type == "cpu" else 1,
+            self.takes_type_ids,
+            max_width=self.max_length,
+        )
+
+    def outputs(self, rows: Sequence[Row], batch_size: int = EVAL_BATCH_SIZE) -> list[Any]:
+        """Each row's output (`_take` of its pass), in the order of `rows`."""
         was_training = self.model.training
         self.model.eval()
-        results: list[torch.Tensor | None] = [None] * len(examples)
-        chunks = sorted_batches([len(e.input_ids) for e in examples], batch_size, MAX_BATCH_TOKENS)
+        try:
+            return self.runner(batch_size).run(rows, self._take) if rows else []
+        finally:
+            self.model.train(was_training)
 
-        def pad(rows: list[int]) -> dict:
-            batch = collate([examples[i] for i in rows], self.tokenizer.pad_token_id, self.with_type_ids)
-            batch.pop("labels")
-            return {name: tensor.to(self.device) for name, tensor in batch.items()}
+    def _forward(self, inputs: dict[str, torch.Tensor]) -> Any:
+        inputs = {name: tensor.to(self.device) for name, tensor in inputs.items()}
+        with torch.inference_mode(), autocast(self.precision, self.device):
+            return self.network(**inputs)
 
-        def forward(batch: dict) -> torch.Tensor:
-            with torch.inference_mode(), autocast(self.precision, self.device):
-                return self._runner(**batch).logits.float().cpu()
+    def _take(self, group: list[int], inputs: dict, out: Any) -> list[torch.Tensor]:
+        """Per row of a pass: its logits (a class row, or one row per real token)."""
+        logits = out.logits.float().cpu()
+        lengths = inputs["attention_mask"].sum(1).tolist()
+        return [logits[k, : lengths[k]] if logits.dim() == 3 else logits[k] for k in range(len(group))]
 
-        workers = min(2, total_threads()) if self.device.type == "cpu" and len(chunks) > 1 else 1
-        passes = (
-            forward_in_parallel(forward, chunks, pad, workers)
-            if workers > 1
-            else ((rows, batch, forward(batch)) for rows, batch in ((rows, pad(rows)) for rows in chunks))
-        )
-        for rows, _, logits in passes:
-            for k, row in enumerate(rows):
-                results[row] = logits[k, : len(examples[row].input_ids)] if logits.dim() == 3 else logits[k]
-        self.model.train(was_training)
-        return [logits for logits in results if logits is not None]
+    def encode(self, texts: list[str], pairs: list[str] | None = None) -> list[tok.Encoded]:
+        """Tokenized inputs under the run's long-text policy (the tokenizer's truncation or overflow windows)."""
+        policy = "truncate" if self.long_text == "window" and pairs is not None else self.long_text
+        try:
+            encoded = tok.encode(self.tokenizer, texts, pairs, max_length=self.max_length, long_text=policy)
+        except tok.TextTooLong as exc:
+            what = "pairs" if pairs is not None else "texts"
+            raise InputError(
+                f"{what}[{exc.row}] has {exc.tokens} tokens, more than this model's maximum of {self.max_length}; "
+                "use long_text='truncate'" + (" or 'window'." if pairs is None else ".")
+            ) from None
+        cut = [i for i, e in enumerate(encoded) if e.truncated]
+        if cut:
+            logger.warning(
+                "%d of %d %s were longer than %d tokens and were truncated%s.",
+                len(cut),
+                len(texts),
+                "pairs" if pairs is not None else "texts",
+                self.max_length,
+                " (longest first)" if pairs is not None else "; use long_text='window' to read all of them",
+            )
+        return encoded
 
 
-Pair = tuple[str, str]
+def _brief(exc: BaseException, limit: int = 200) -> str:
+    """A library's exception text, shortened to one line of at most `limit` characters."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-class FineTunedClassifier(_FineTuned):
+class FineTunedClassifier(FineTuned):
     """A fine-tuned sequence model (`AutoModelForSequenceClassification`) of texts or text pairs: a classifier
     (`predict`, `predict_proba`), a multi-label classifier (labels over a threshold chosen on dev) or a regressor
     (a score per input); pair models also `rank` documents for a query, as sentence-transformers' CrossEncoder does.
@@ -207,6 +287,7 @@ class FineTunedClassifier(_FineTuned):
 
     KIND = KIND_TEXT
     AUTO_CLASS = "AutoModelForSequenceClassification"
+    _threshold: float | None = None
 
     @property
     def problem(self) -> str:
@@ -219,7 +300,7 @@ class FineTunedClassifier(_FineTuned):
         task = self.record_.get("task")
         return None if task is None else task == "pair"
 
-    def logits(self, inputs, batch_size: int = EVAL_BATCH_SIZE) -> np.ndarray:
+    def logits(self, inputs: Any, batch_size: int = EVAL_BATCH_SIZE) -> np.ndarray:
         """The model's raw outputs, (n, outputs): texts, or (text, pair) tuples for a pair model.
 
         Parameters
@@ -234,16 +315,9 @@ class FineTunedClassifier(_FineTuned):
         numpy.ndarray
             float32; windows of a long text (long_text='window') averaged.
         """
-        texts, pairs = self._inputs(inputs)
-        if not texts:
-            return np.zeros((0, self.model.config.num_labels), dtype=np.float32)
-        examples, owners = self._examples(texts, pairs)
-        logits = torch.stack(self._logits(examples, batch_size))
-        result = torch.zeros((len(texts), logits.shape[1]))
-        result.index_add_(0, torch.tensor(owners), logits)
-        return (result / torch.bincount(torch.tensor(owners), minlength=len(texts)).unsqueeze(1)).numpy()
+        return self._averaged(inputs, batch_size, lambda logits: logits)
 
-    def predict_proba(self, inputs, batch_size: int = EVAL_BATCH_SIZE) -> np.ndarray:
+    def predict_proba(self, inputs: Any, batch_size: int = EVAL_BATCH_SIZE) -> np.ndarray:
         """(n, classes) probabilities: softmax over the classes, or each label's sigmoid (multi-label).
 
         Parameters
@@ -260,17 +334,10 @@ class FineTunedClassifier(_FineTuned):
         """
         if self.problem == "regression":
             raise InputError("this model is a regressor: it gives a score (predict), not class probabilities.")
-        texts, pairs = self._inputs(inputs)
-        if not texts:
-            return np.zeros((0, len(self.classes_)), dtype=np.float32)
-        examples, owners = self._examples(texts, pairs)
-        logits = torch.stack(self._logits(examples, batch_size))
-        probabilities = torch.sigmoid(logits) if self.problem == "multi_label_classification" else logits.softmax(-1)
-        result = torch.zeros((len(texts), len(self.classes_)))
-        result.index_add_(0, torch.tensor(owners), probabilities)  # windows of one text: their mean probability
-        return (result / torch.bincount(torch.tensor(owners), minlength=len(texts)).unsqueeze(1)).numpy()
+        multi = self.problem == "multi_label_classification"
+        return self._averaged(inputs, batch_size, torch.sigmoid if multi else lambda logits: logits.softmax(-1))
 
-    def predict(self, inputs, batch_size: int = EVAL_BATCH_SIZE):
+    def predict(self, inputs: Any, batch_size: int = EVAL_BATCH_SIZE) -> Any:
         """The most probable label of each input; a regressor's score; a multi-label model's labels (a list each).
 
         Parameters
@@ -295,13 +362,15 @@ class FineTunedClassifier(_FineTuned):
     @property
     def threshold(self) -> float:
         """The probability at which a multi-label model predicts a label (chosen on dev while fine-tuning)."""
-        return getattr(self, "_threshold", None) or float(self.record_.get("metrics", {}).get("threshold", 0.5))
+        if self._threshold is not None:
+            return self._threshold
+        return float(self.record_.get("metrics", {}).get("threshold", 0.5))
 
     @threshold.setter
     def threshold(self, value: float) -> None:
         self._threshold = float(value)
 
-    def scores(self, pairs, batch_size: int = EVAL_BATCH_SIZE, raw: bool = False) -> np.ndarray:
+    def scores(self, pairs: Sequence, batch_size: int = EVAL_BATCH_SIZE, raw: bool = False) -> np.ndarray:
         """One relevance score per (query, document) pair: a regressor's output, or a binary classifier's
         probability of its positive (last) class; `raw=True` gives that class's logit margin instead.
 
@@ -358,7 +427,21 @@ class FineTunedClassifier(_FineTuned):
         order = sorted(range(len(documents)), key=lambda i: -float(scores[i]))
         return [(i, float(scores[i])) for i in order[: top_k if top_k is not None else None]]
 
-    def _inputs(self, inputs) -> tuple[list[str], list[str] | None]:
+    def _averaged(self, inputs: Any, batch_size: int, transform: Any) -> np.ndarray:
+        """`transform(logits)` of every input; the windows of a long text (long_text='window') averaged."""
+        texts, pairs = self._inputs(inputs)
+        encoded = self.encode(texts, pairs) if texts else []
+        rows = [Row(part.ids, part.type_ids) for item in encoded for part in item.parts]
+        owners = [text for text, item in enumerate(encoded) for _ in item.parts]
+        width = self.model.config.num_labels
+        if not rows:
+            return np.zeros((0, width), dtype=np.float32)
+        values = transform(torch.stack(self.outputs(rows, batch_size)))
+        result = torch.zeros((len(texts), width))
+        result.index_add_(0, torch.tensor(owners), values)
+        return (result / torch.bincount(torch.tensor(owners), minlength=len(texts)).unsqueeze(1)).numpy()
+
+    def _inputs(self, inputs: Any) -> tuple[list[str], list[str] | None]:
         """Texts and pairs from what the caller gave, checked against what the model was fine-tuned on."""
         if isinstance(inputs, str) or (
             isinstance(inputs, tuple) and len(inputs) == 2 and all(isinstance(x, str) for x in inputs)
@@ -382,166 +465,3 @@ class FineTunedClassifier(_FineTuned):
             if len(item) != 2:
                 raise InputError(f"inputs[{row}] has {len(item)} parts; a pair is (text, pair).")
         return check_texts([a for a, _ in inputs]), check_texts([b for _, b in inputs], "pairs")
-
-    def _examples(self, texts: list[str], pairs: list[str] | None = None) -> tuple[list[Example], list[int]]:
-        """Model inputs and the text each came from: one per text, or one per window with long_text='window'."""
-        examples, _ = text_examples(self.tokenizer, texts, None, self.max_length, pairs)
-        with TOKENIZER_LOCK:  # the inputs the tokenizer cut: tokenized once more, whole, to say how long they are
-            too_long = [row for row, e in enumerate(examples) if len(e.input_ids) == self.max_length]
-            full = (
-                self.tokenizer(
-                    [texts[r] for r in too_long], [pairs[r] for r in too_long] if pairs else None, truncation=False
-                )["input_ids"]
-                if too_long
-                else []
-            )
-        lengths = {row: len(ids) for row, ids in zip(too_long, full) if len(ids) > self.max_length}
-        too_long = sorted(lengths)
-        what = "pairs" if pairs is not None else "texts"
-        if too_long and self.long_text == "error":
-            row = too_long[0]
-            raise InputError(
-                f"{what}[{row}] has {lengths[row]} tokens, more than this model's maximum of "
-                f"{self.max_length}; use long_text='truncate'" + (" or 'window'." if pairs is None else ".")
-            )
-        if too_long and (self.long_text == "truncate" or pairs is not None):
-            logger.warning(
-                "%d of %d %s were longer than %d tokens and were truncated%s.",
-                len(too_long),
-                len(texts),
-                what,
-                self.max_length,
-                " (longest first)" if pairs is not None else "; use long_text='window' to read all of them",
-            )
-        if self.long_text != "window" or not too_long or pairs is not None:
-            return examples, list(range(len(texts)))
-        budget = self.max_length - self.tokenizer.num_special_tokens_to_add(pair=False)
-        with TOKENIZER_LOCK:  # the fast tokenizer's own windows: the rule encoder/windows.window_spans follows
-            windows = self.tokenizer(
-                texts,
-                truncation=True,
-                max_length=self.max_length,
-                stride=default_overlap(budget),
-                return_overflowing_tokens=True,
-            )
-        type_rows = windows.get("token_type_ids") or [[0] * len(ids) for ids in windows["input_ids"]]
-        examples = [Example(ids, types, -1) for ids, types in zip(windows["input_ids"], type_rows)]
-        return examples, list(windows["overflow_to_sample_mapping"])
-
-
-class FineTunedTagger(_FineTuned):
-    """Token classification (`AutoModelForTokenClassification`): tags per word, entities with character spans."""
-
-    KIND = KIND_TOKEN
-    AUTO_CLASS = "AutoModelForTokenClassification"
-
-    def predict_word_tags(
-        self, sentences: Sequence[Sequence[str]], batch_size: int = EVAL_BATCH_SIZE, return_scores: bool = False
-    ):
-        """One tag per word, read at each word's first sub-token; long sentences run in pieces and are joined.
-
-        Parameters
-        ----------
-        sentences : sequence of list of str
-            Pre-split words (CoNLL's); `predict` takes plain texts.
-        batch_size : int
-            Rows per forward pass (within the token budget).
-        return_scores : bool
-            Also return each word's tag probability.
-
-        Returns
-        -------
-        list of list of str
-            One tag per word; `(tags, scores)` with `return_scores`.
-        """
-        sentences = [list(s) for s in sentences]
-        tags = [["O"] * len(s) for s in sentences]
-        scores = [[0.0] * len(s) for s in sentences]
-        nonempty = [i for i, s in enumerate(sentences) if s]
-        if nonempty:
-            pieces, _ = word_pieces(self.tokenizer, [sentences[i] for i in nonempty], self.max_length)
-            logits = self._logits(token_examples(pieces, None), batch_size)
-            for piece, piece_logits in zip(pieces, logits):
-                sentence = nonempty[piece.sentence]
-                probabilities = torch.softmax(piece_logits, dim=-1)
-                best = probabilities.max(dim=-1)
-                for position, word in enumerate(piece.word_starts):
-                    if word is not None:
-                        tags[sentence][piece.first_word + word] = str(self.classes_[int(best.indices[position])])
-                        scores[sentence][piece.first_word + word] = float(best.values[position])
-        return (tags, scores) if return_scores else tags
-
-    def predict(
-        self, texts: Sequence[str], batch_size: int = EVAL_BATCH_SIZE, aggregation: str | None = None
-    ) -> list[list[Entity]]:
-        """Entities in raw texts: type, text, character start/end and a score.
-
-        Parameters
-        ----------
-        texts : str or list of str
-            One string is one text.
-        batch_size : int
-            Texts per forward pass.
-        aggregation : str, optional
-            None: bertkit's words (CoNLL-style: whitespace, then punctuation peeled off), each tagged at its first
-            sub-token as in training and `bertkit evaluate`, an entity's score the mean of its words'.
-            'none', 'simple', 'first', 'average' or 'max': transformers' token-classification pipeline with that
-            `aggregation_strategy` on the same model ('none': one entry per token, typed by its tag).
-
-        Returns
-        -------
-        list of lists of Entity
-            One list per text.
-        """
-        texts = check_texts(texts)
-        if aggregation is not None:
-            return self._pipeline_entities(texts, aggregation, batch_size)
-        split = [split_words(text) for text in texts]
-        tags, scores = self.predict_word_tags([[w for w, _, _ in words] for words in split], batch_size, True)
-        results = []
-        for text, words, sentence_tags, sentence_scores in zip(texts, split, tags, scores):
-            entities = []
-            for span in entity_spans(sentence_tags):
-                assert span.start is not None and span.end is not None  # spans from tags always have a word range
-                start, end = words[span.start][1], words[span.end - 1][2]
-                score = float(np.mean(sentence_scores[span.start : span.end]))
-                entities.append(Entity(span.type, span.start, span.end, text[start:end], start, end, round(score, 4)))
-            results.append(entities)
-        return results
-
-    def _pipeline_entities(self, texts: list[str], aggregation: str, batch_size: int) -> list[list[Entity]]:
-        """transformers' token-classification pipeline, its entities in bertkit's shape (the text is the input's)."""
-        if aggregation not in AGGREGATIONS:
-            raise InputError(
-                f"aggregation={aggregation!r}: valid values are {', '.join(AGGREGATIONS)} (or None for "
-                "bertkit's word-level tags)."
-            )
-        from transformers import pipeline
-
-        with quiet_transformers():
-            tagger = pipeline(
-                "token-classification",
-                model=self._runner,
-                tokenizer=self.tokenizer,
-                aggregation_strategy=aggregation,
-                device=self.device,
-            )
-        with TOKENIZER_LOCK, torch.inference_mode(), autocast(self.precision):
-            found = tagger(texts, batch_size=batch_size) if texts else []
-        results = []
-        for text, entities in zip(texts, found):
-            results.append(
-                [
-                    Entity(
-                        str(e.get("entity_group", e.get("entity"))),
-                        e.get("index"),  # type: ignore[arg-type]  # the pipeline's int token index, or None
-                        None,
-                        text[int(e["start"]) : int(e["end"])],
-                        int(e["start"]),
-                        int(e["end"]),
-                        round(float(e["score"]), 4),
-                    )
-                    for e in entities
-                ]
-            )
-        return results

@@ -7,8 +7,9 @@ from typing import Any
 
 from ..errors import ModelLoadError
 from .classify import TextClassifier
-from .finetuned import FineTunedClassifier, FineTunedTagger
+from .finetuned import FineTunedClassifier
 from .runs import KIND_FEATURES, KIND_TEXT, KIND_TOKEN, read_run_config
+from .tagger import FineTunedTagger
 
 LOADERS: dict[str, Any] = {KIND_FEATURES: TextClassifier, KIND_TEXT: FineTunedClassifier, KIND_TOKEN: FineTunedTagger}
 
@@ -36,4 +37,4 @@ def load_run(directory: str | Path, **options):
         )
     if kind != KIND_FEATURES:
         options.pop("cache", None)
-    return LOADERS[kind].load(directory, **options)
+    return LOADERS[kind].from_pretrained(directory, **options)

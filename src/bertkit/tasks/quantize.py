@@ -19,8 +19,9 @@ from ..encoder.int8 import CALIBRATION_FILE, calibrate, calibration_inputs
 from ..errors import InputError
 from ..io.writers import check_new_directory, staged_directory
 from .bench import cosines
-from .finetuned import FineTunedClassifier, FineTunedTagger
+from .finetuned import FineTunedClassifier
 from .runs import KIND_FEATURES, KIND_TEXT, KIND_TOKEN, read_run_config
+from .tagger import FineTunedTagger
 
 FIDELITY_TEXTS = 256  # texts the report compares fp32 and int8 on
 
@@ -37,9 +38,7 @@ class QuantizeReport:
     fidelity: str
 
 
-def quantize(
-    model: str | None, output: str | Path, texts: Sequence[str], *, overwrite: bool = False, threads: int | None = None
-) -> QuantizeReport:
+def quantize(model: str | None, output: str | Path, texts: Sequence[str], *, overwrite: bool = False) -> QuantizeReport:
     """Calibrate `model` (a model, or a `bertkit finetune` run directory) on `texts`; write the copy to `output`."""
     output = check_new_directory(output, overwrite)
     texts = [t for t in texts if t.strip()]
@@ -53,19 +52,19 @@ def quantize(
         )
     if kind in (KIND_TEXT, KIND_TOKEN):
         loader = FineTunedClassifier if kind == KIND_TEXT else FineTunedTagger
-        fp32 = loader.load(model, threads=threads, precision="fp32")
+        fp32 = loader.from_pretrained(model, precision="fp32")
         calibration = calibrate(
-            fp32.model, calibration_inputs(fp32.tokenizer, texts, fp32.max_length, fp32.with_type_ids)
+            fp32.model, calibration_inputs(fp32.tokenizer, texts, fp32.max_length, fp32.takes_type_ids)
         )
         with staged_directory(output) as stage:
             _copy_files(Path(model), stage)
             calibration.save(stage / CALIBRATION_FILE)
-        int8 = loader.load(output, threads=threads, precision="int8")
+        int8 = loader.from_pretrained(output, precision="int8")
         fidelity = _prediction_fidelity(fp32, int8, texts[:FIDELITY_TEXTS], kind)
     else:
-        encoder = Encoder.from_pretrained(model, threads=threads)
+        encoder = Encoder.from_pretrained(model)
         calibration = calibrate(
-            encoder.model, calibration_inputs(encoder.tokenizer, texts, encoder.max_length, encoder._accepts_type_ids)
+            encoder.model, calibration_inputs(encoder.tokenizer, texts, encoder.max_length, encoder.takes_type_ids)
         )
         with staged_directory(output) as stage:
             source = encoder.source
@@ -75,7 +74,7 @@ def quantize(
                 encoder.model.save_pretrained(stage, safe_serialization=True)
                 encoder.tokenizer.save_pretrained(stage)
             calibration.save(stage / CALIBRATION_FILE)
-        int8 = Encoder.from_pretrained(str(output), threads=threads, precision="int8")
+        int8 = Encoder.from_pretrained(str(output), precision="int8")
         sample = texts[:FIDELITY_TEXTS]
         a, b = encoder.embed(sample, warn=False), int8.embed(sample, warn=False)
         cosine = cosines(a, b)
@@ -96,8 +95,12 @@ def _run_kind(model: str | None) -> str | None:
 def _copy_files(source: Path, target: Path) -> None:
     """The directory's own files (weights, config, tokenizer, bertkit.json); not checkpoints or an old calibration."""
     for item in source.iterdir():
-        if item.is_file() and not item.name.startswith(".") and item.name != CALIBRATION_FILE:
+        if item.name.startswith(".") or item.name in (CALIBRATION_FILE, "checkpoint"):
+            continue
+        if item.is_file():
             shutil.copy2(item, target / item.name)
+        elif item.is_dir():  # a sentence-transformers module folder (1_Pooling, 2_Dense, ...)
+            shutil.copytree(item, target / item.name)
 
 
 def _prediction_fidelity(fp32, int8, texts: list[str], kind: str) -> str:

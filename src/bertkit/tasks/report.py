@@ -12,14 +12,11 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 from sklearn.decomposition import PCA
-from sklearn.metrics import (
-    accuracy_score,
-    confusion_matrix,
-    f1_score,
-    precision_recall_fscore_support,
-)
+from sklearn.metrics import accuracy_score, classification_report, confusion_matrix
 
 from ..io.writers import atomic_path
+
+SCORES = {"precision": "precision", "recall": "recall", "f1": "f1-score"}  # bertkit's keys → scikit-learn's
 
 
 def classification_metrics(y_true: Sequence, y_pred: Sequence, classes: Sequence, majority_class=None) -> dict:
@@ -27,17 +24,17 @@ def classification_metrics(y_true: Sequence, y_pred: Sequence, classes: Sequence
     classes = list(classes)
     true, pred = [str(v) for v in y_true], [str(v) for v in y_pred]
     names = [str(c) for c in classes]
-    precision, recall, f1, support = precision_recall_fscore_support(true, pred, labels=names, zero_division=0)
+    report = classification_report(true, pred, labels=names, output_dict=True, zero_division=0)
     majority = str(majority_class) if majority_class is not None else max(set(true), key=true.count)
     return {
         "n": len(true),
         "accuracy": float(accuracy_score(true, pred)),
-        "macro_f1": float(f1_score(true, pred, labels=names, average="macro", zero_division=0)),
+        "macro_f1": float(report["macro avg"]["f1-score"]),
         "majority_class": majority,
         "majority_baseline_accuracy": float(np.mean([t == majority for t in true])) if true else 0.0,
         "per_class": {
-            name: {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
-            for name, p, r, f, s in zip(names, precision, recall, f1, support)
+            name: {k: float(report[name][v]) for k, v in SCORES.items()} | {"support": int(report[name]["support"])}
+            for name in names
         },
         "labels": names,
         "confusion_matrix": confusion_matrix(true, pred, labels=names).tolist(),
@@ -143,25 +140,38 @@ def format_multi_label_metrics(metrics: dict) -> str:
 
 
 def format_metrics(metrics: dict) -> str:
-    """Plain-text summary: headline numbers, per-class table, confusion matrix (rows = true, columns = predicted)."""
+    """Plain-text summary: the headline numbers, scikit-learn's `classification_report` table, and the confusion
+    matrix (rows = true, columns = predicted)."""
+    names = metrics["labels"]
+    per_class = metrics["per_class"]
+    report = {
+        name: {"precision": v["precision"], "recall": v["recall"], "f1-score": v["f1"], "support": v["support"]}
+        for name, v in per_class.items()
+    }
     lines = [
         f"accuracy {metrics['accuracy']:.4f}   macro-F1 {metrics['macro_f1']:.4f}   n={metrics['n']}   "
         f"majority-class baseline {metrics['majority_baseline_accuracy']:.4f} (always {metrics['majority_class']!r})",
         "",
+        _report_table(report),
+        "confusion matrix (rows: true, columns: predicted)",
     ]
-    width = max([len("class")] + [len(n) for n in metrics["labels"]])
-    lines.append(f"{'class'.ljust(width)}  precision  recall  f1      support")
-    for name, row in metrics["per_class"].items():
-        lines.append(
-            f"{name.ljust(width)}  {row['precision']:.4f}     {row['recall']:.4f}  {row['f1']:.4f}  {row['support']}"
-        )
-    lines += ["", "confusion matrix (rows: true, columns: predicted)"]
     cells = [[str(v) for v in row] for row in metrics["confusion_matrix"]]
-    column = max([len(n) for n in metrics["labels"]] + [len(c) for row in cells for c in row])
-    lines.append(" " * (width + 2) + " ".join(n.rjust(column) for n in metrics["labels"]))
-    for name, row in zip(metrics["labels"], cells):
-        lines.append(f"{name.ljust(width)}  " + " ".join(c.rjust(column) for c in row))
+    width = max([len("class")] + [len(n) for n in names])
+    column = max([len(n) for n in names] + [len(c) for row in cells for c in row])
+    lines.append(" " * (width + 2) + " ".join(n.rjust(column) for n in names))
+    lines += [f"{name.ljust(width)}  " + " ".join(c.rjust(column) for c in row) for name, row in zip(names, cells)]
     return "\n".join(lines)
+
+
+def _report_table(report: dict) -> str:
+    """The per-class lines of scikit-learn's `classification_report` text (4 digits), from its own dict form."""
+    width = max([len("class")] + [len(name) for name in report])
+    head = f"{'class':>{width}} {'precision':>9} {'recall':>9} {'f1-score':>9} {'support':>9}"
+    rows = [
+        f"{name:>{width}} {v['precision']:9.4f} {v['recall']:9.4f} {v['f1-score']:9.4f} {v['support']:9d}"
+        for name, v in report.items()
+    ]
+    return "\n".join([head, "", *rows, ""])
 
 
 def write_report(
@@ -199,17 +209,13 @@ def write_report(
 
 
 def confusion_figure(metrics: dict, title: str = "") -> Figure:
-    """The confusion matrix of `classification_metrics` as a picture: counts in cells, rows true, columns predicted."""
+    """The confusion matrix of `classification_metrics`, drawn by scikit-learn's `ConfusionMatrixDisplay`."""
+    from sklearn.metrics import ConfusionMatrixDisplay
+
     names = metrics["labels"]
-    matrix = np.array(metrics["confusion_matrix"])
     figure, axes = _figure(1.2 * len(names) + 3, 1.2 * len(names) + 2.5)
-    axes.imshow(matrix, cmap="Blues")
-    for (i, j), value in np.ndenumerate(matrix):
-        axes.text(j, i, str(value), ha="center", va="center", color="white" if value > matrix.max() / 2 else "black")
-    axes.set_xticks(range(len(names)), names)
-    axes.set_yticks(range(len(names)), names)
-    axes.set_xlabel("predicted")
-    axes.set_ylabel("true")
+    display = ConfusionMatrixDisplay(np.array(metrics["confusion_matrix"]), display_labels=names)
+    display.plot(ax=axes, cmap="Blues", colorbar=False)
     axes.set_title(f"{title}\naccuracy {metrics['accuracy']:.3f}, macro-F1 {metrics['macro_f1']:.3f}".strip())
     figure.tight_layout()
     return figure

@@ -48,14 +48,15 @@ def similarity(a, b, metric: str = "cosine") -> np.ndarray:
         raise InputError(f"the vectors differ in size: {a.shape[1]} and {b.shape[1]} numbers.")
     if metric not in METRICS:
         raise InputError(f"metric={metric!r}: valid values are {', '.join(METRICS)}.")
+    from sklearn.metrics import pairwise
+
     if metric == "cosine":
-        return _unit(a) @ _unit(b).T
+        return pairwise.cosine_similarity(a, b).astype(np.float32, copy=False)
     if metric == "dot":
         return a @ b.T
     if metric == "euclidean":
-        squared = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2 * a @ b.T
-        return -np.sqrt(np.maximum(squared, 0))
-    return -np.abs(a[:, None, :] - b[None, :, :]).sum(-1)
+        return -pairwise.euclidean_distances(a, b).astype(np.float32, copy=False)
+    return -pairwise.manhattan_distances(a, b).astype(np.float32, copy=False)  # scipy's cdist: no (n, m, dim) array
 
 
 def semantic_search(

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
+from ..encoder.compact import DTYPES
 from ..encoder.defaults import DEFAULT_FEATURE_LAYERS, DEFAULT_FEATURE_POOLING
 from ..encoder.devices import resolve_device
 from ..encoder.encode import Encoder
-from ..encoder.layers import parse_layers
-from ..encoder.pooling import parse_pooling
+from ..encoder.options import FIELDS, EmbedOptions
+from ..encoder.threads import set_threads
 from ..encoder.tokenize import check_texts
 from ..errors import InputError
 from ..io.cache import EmbeddingCache
@@ -22,21 +25,19 @@ from ..io.cache import EmbeddingCache
 MAX_SHARED_ENCODERS = 4  # loaded models kept for reuse by vectorizer clones (grid searches); least recent goes
 
 
-def shared_encoder(
-    model: str | None, threads: int | None = None, precision: str = "fp32", device: str | None = "auto"
-) -> Encoder:
-    """One loaded Encoder per (model, threads, precision, device) in this process, so clones in a grid search reuse it.
+def shared_encoder(model: str | None, precision: str = "fp32", device: str | None = "auto") -> Encoder:
+    """One loaded Encoder per (model, precision, device) in this process, so clones in a grid search reuse it.
 
     At most MAX_SHARED_ENCODERS stay loaded (least recently used first out). A local directory is keyed on its
     files' sizes and times too: a model replaced on disk is loaded afresh.
     """
     name = str(model) if model is not None else None
-    return _load_shared(name, threads, precision, str(resolve_device(device)), _files_signature(model))
+    return _load_shared(name, precision, str(resolve_device(device)), _files_signature(model))
 
 
 @functools.lru_cache(maxsize=MAX_SHARED_ENCODERS)
-def _load_shared(model: str | None, threads: int | None, precision: str, device: str, files_signature: tuple):
-    return Encoder.from_pretrained(model, threads=threads, precision=precision, device=device)
+def _load_shared(model: str | None, precision: str, device: str, files_signature: tuple) -> Encoder:
+    return Encoder.from_pretrained(model, precision=precision, device=device)
 
 
 def _files_signature(model: str | None) -> tuple:
@@ -46,7 +47,10 @@ def _files_signature(model: str | None) -> tuple:
 
 
 class BertVectorizer(TransformerMixin, BaseEstimator):
-    """Texts → float32 sentence vectors from a frozen encoder (any layers, any pooling): a scikit-learn transformer.
+    """Texts → sentence vectors from a frozen encoder (any layers, any pooling): a scikit-learn transformer.
+
+    Its embedding parameters are `EmbedOptions`' fields (a test holds the two equal), so that scikit-learn can set
+    each one (`vectorizer__layers` in a grid search); `options_` is the resolved value.
 
     Parameters
     ----------
@@ -54,30 +58,21 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         The packaged default (None), a model directory or a hub name.
     layers, pooling : str
         As `Encoder.embed` (default: every layer's mean, concatenated).
-    max_length : int, optional
-        The token limit (default: the model's).
-    long_text : str
-        'truncate', 'error' or 'window'.
+    max_length, long_text, stride, truncation_direction, prompt, prompt_name, include_prompt, truncate_dim,
+    normalize_embeddings, output_type, dense
+        As `EmbedOptions` takes them.
     batch_size : int, optional
         Texts per forward pass (default: 32 on a CPU; on a GPU, as many as fit in the encoder's token budget).
     cache : str, Path or None
         "memory" (default; process-wide), a directory (memory + disk, survives restarts), or None (off).
     progress : bool, optional
         Show a progress bar.
-    threads : int, optional
-        torch's CPU threads.
     precision : str
-        'fp32', 'bf16', 'fp16' (GPUs) or 'int8' (CPUs).
+        The encoder's arithmetic: 'fp32', 'bf16', 'fp16' (GPUs) or 'int8' (CPUs).
     device : str
         'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'.
-    prompt, prompt_name : str, optional
-        A prompt before every text, or one of the model's named prompts (as `Encoder.embed`).
-    dimensions : int, optional
-        Keep the first `dimensions` numbers of each vector.
-    normalize : bool
-        Unit-length vectors.
-    truncation_direction : str
-        'right' (keep the beginning of a long text) or 'left' (its end).
+    threads, dimensions, normalize : optional
+        Deprecated: `bertkit.set_threads`, `truncate_dim`, `normalize_embeddings`.
 
     Examples
     --------
@@ -98,36 +93,48 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         pooling: str = DEFAULT_FEATURE_POOLING,
         max_length: int | None = None,
         long_text: str = "truncate",
+        stride: int | None = None,
+        truncation_direction: str = "right",
+        prompt: str | None = None,
+        prompt_name: str | None = None,
+        include_prompt: bool | None = None,
+        truncate_dim: int | None = None,
+        normalize_embeddings: bool | None = None,
+        output_type: str = "float32",
+        dense: bool | None = None,
         batch_size: int | None = None,
         cache: str | Path | None = "memory",
         progress: bool | None = None,
-        threads: int | None = None,
         precision: str = "fp32",
         device: str | None = "auto",
-        prompt: str | None = None,
-        prompt_name: str | None = None,
+        threads: int | None = None,
         dimensions: int | None = None,
-        normalize: bool = False,
-        truncation_direction: str = "right",
-    ):
+        normalize: bool | None = None,
+    ) -> None:
         self.model = model
         self.layers = layers
         self.pooling = pooling
         self.max_length = max_length
         self.long_text = long_text
+        self.stride = stride
+        self.truncation_direction = truncation_direction
+        self.prompt = prompt
+        self.prompt_name = prompt_name
+        self.include_prompt = include_prompt
+        self.truncate_dim = truncate_dim
+        self.normalize_embeddings = normalize_embeddings
+        self.output_type = output_type
+        self.dense = dense
         self.batch_size = batch_size
         self.cache = cache
         self.progress = progress
-        self.threads = threads
         self.precision = precision
         self.device = device
-        self.prompt = prompt
-        self.prompt_name = prompt_name
+        self.threads = threads
         self.dimensions = dimensions
         self.normalize = normalize
-        self.truncation_direction = truncation_direction
 
-    def fit(self, X: Sequence[str], y=None) -> BertVectorizer:
+    def fit(self, X: Sequence[str], y: Any = None) -> BertVectorizer:
         """Load the encoder and check the options; nothing is learned from X.
 
         Parameters
@@ -135,33 +142,60 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         X : sequence of str
             Texts (unused: the encoder is pre-trained; scikit-learn's signature).
         y : ignored
+            scikit-learn's signature.
 
         Returns
         -------
         BertVectorizer
-            self, fitted: `encoder_` and `n_features_out_` are set.
+            self, fitted: `encoder_`, `options_` and `n_features_out_` are set.
         """
-        parse_layers(self.layers)
-        if parse_pooling(self.pooling) == ("none",):
+        options = self.embed_options()
+        if options.token_vectors:
             raise InputError(
-                "BertVectorizer makes one vector per text; pooling='none' gives token vectors, use Encoder.embed."
+                "BertVectorizer makes one vector per text; pooling='none' gives token vectors: use "
+                "Encoder.embed_tokens."
             )
-        self.encoder_ = shared_encoder(self.model, self.threads, self.precision, self.device)
-        self.n_features_out_ = self.dimensions or self.encoder_.sentence_dim(self.layers, self.pooling)
-        self.encoder_.embed(["a check of the options"], warn=False, **self._options())  # refuses bad ones now
+        if self.threads is not None:
+            _deprecated("threads", "bertkit.set_threads(n)")
+            set_threads(self.threads)
+        self.encoder_ = shared_encoder(self.model, self.precision, self.device)
+        self.options_ = options.resolve(self.encoder_)  # refuses options this model cannot serve, before any work
+        self.n_features_out_ = self.encoder_.output_dim(self.options_)
         self.cache_ = self._make_cache()
         return self
 
+    def embed_options(self) -> EmbedOptions:
+        """The `EmbedOptions` these parameters make (not yet resolved against the model)."""
+        values = {name: getattr(self, name) for name in FIELDS}
+        if self.dimensions is not None:
+            _deprecated("dimensions", "truncate_dim")
+            values["truncate_dim"] = self.dimensions
+        if self.normalize is not None:
+            _deprecated("normalize", "normalize_embeddings")
+            values["normalize_embeddings"] = self.normalize
+        return EmbedOptions(**values)
+
     def transform(self, X: str | Sequence[str]) -> np.ndarray:
-        """(n_texts, n_features) float32; a single string is one text and gives one row."""
+        """(n_texts, n_features) vectors; a single string is one text and gives one row.
+
+        Parameters
+        ----------
+        X : str or sequence of str
+            The texts.
+
+        Returns
+        -------
+        numpy.ndarray
+            In `output_type` (float32 by default).
+        """
         check_is_fitted(self, "encoder_")
         texts = check_texts(_to_list(X), "X")
         if self.cache_ is None:
             return self._embed(texts)
-        vectors = self.cache_.get_or_compute(texts, self._embed)
-        return vectors.reshape(len(texts), self.n_features_out_)
+        vectors = self.cache_.get_or_compute(texts, self._embed)  # the cache keeps float32: exact for every type
+        return vectors.reshape(len(texts), -1).astype(DTYPES[self.options_.output_type], copy=False)
 
-    def get_feature_names_out(self, input_features=None) -> np.ndarray:
+    def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
         """Column names `bert0` … `bertN-1`, as scikit-learn's `set_output` and pipelines ask for them."""
         check_is_fitted(self, "n_features_out_")
         return np.array([f"bert{i}" for i in range(self.n_features_out_)], dtype=object)
@@ -169,23 +203,7 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
     def feature_options(self) -> dict:
         """Everything that determines a vector besides the text: the cache key and the saved-model record."""
         encoder = self.encoder_
-        options = {
-            "fingerprint": encoder.fingerprint,
-            "layers": parse_layers(self.layers).spec,
-            "pooling": "+".join(parse_pooling(self.pooling)),
-            "max_length": self.max_length or encoder.max_length,
-            "long_text": self.long_text,
-            **encoder.precision_record(),
-        }
-        prompt = encoder.resolve_prompt(self.prompt, self.prompt_name)
-        extra = {
-            "prompt": prompt,
-            "dimensions": self.dimensions,
-            "normalize": self.normalize,
-            "truncation_direction": self.truncation_direction,
-        }
-        # only what differs from the defaults: caches written before these options existed stay valid
-        return {**options, **{k: v for k, v in extra.items() if v not in (None, False, "", "right")}}
+        return {"fingerprint": encoder.fingerprint, **self.options_.record(), **encoder.precision_record()}
 
     def _make_cache(self) -> EmbeddingCache | None:
         if self.cache is None or self.cache is False:
@@ -193,28 +211,20 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         directory = None if self.cache == "memory" else Path(self.cache)
         return EmbeddingCache(self.feature_options(), directory)
 
-    def _options(self) -> dict:
-        return dict(
-            layers=self.layers,
-            pooling=self.pooling,
-            max_length=self.max_length,
-            long_text=self.long_text,
-            prompt=self.prompt,
-            prompt_name=self.prompt_name,
-            dimensions=self.dimensions,
-            normalize=self.normalize,
-            truncation_direction=self.truncation_direction,
-        )
-
     def _embed(self, texts: list[str]) -> np.ndarray:
-        return self.encoder_.embed(texts, batch_size=self.batch_size, progress=self.progress, **self._options())
+        return self.encoder_.embed(texts, self.options_, batch_size=self.batch_size, progress=self.progress)
 
-    def __sklearn_tags__(self):
+    def __sklearn_tags__(self) -> Any:
+        """scikit-learn's tags: the input is a list of strings."""
         tags = super().__sklearn_tags__()
         tags.input_tags.two_d_array = False
         tags.input_tags.string = True
         tags.requires_fit = True
         return tags
+
+
+def _deprecated(name: str, instead: str) -> None:
+    warnings.warn(f"BertVectorizer({name}=...) is deprecated: use {instead}.", DeprecationWarning, stacklevel=3)
 
 
 def _to_list(X) -> list:

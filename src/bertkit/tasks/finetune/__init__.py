@@ -1,4 +1,5 @@
-"""Fine-tuning, split by job: arguments, data preparation, the training loop, checkpoints, and `finetune()` tying them.
+"""Fine-tuning, split by job: arguments, data preparation, transformers' Trainer with bertkit's hooks, the run
+directory, and `finetune()` tying them.
 
 `finetune` is imported on first use: `tasks.finetuned` (a saved run, at prediction time) imports this package's
 `examples`, and must not pull in the training loop, which imports `tasks.finetuned` back.
@@ -8,12 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .arguments import FinetuneArguments, TrainingState
+from .arguments import FinetuneArguments
 
 if TYPE_CHECKING:
     from .run import finetune
 
-__all__ = ["FinetuneArguments", "TrainingState", "finetune"]
+__all__ = ["FinetuneArguments", "finetune"]
 
 
 def __getattr__(name: str):

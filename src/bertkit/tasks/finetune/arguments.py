@@ -1,12 +1,12 @@
-"""Fine-tuning settings (`FinetuneArguments`) and the progress state a checkpoint saves (`TrainingState`)."""
+"""Fine-tuning settings (`FinetuneArguments`): transformers' `TrainingArguments` names where bertkit means the same."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import InitVar, dataclass, field
 
 from ...errors import InputError
 
-CHECKPOINT = "checkpoint"
 LOGS = "logs"  # metrics.jsonl and the trackers' files (TensorBoard, ...), kept in the finished run
 TEXT_MAX_LENGTH = 128
 PAIR_MAX_LENGTH = 256  # a query and a passage
@@ -16,29 +16,48 @@ MIXED_PRECISIONS = ("no", "fp16", "bf16")
 
 @dataclass
 class FinetuneArguments:
-    """Training settings; the defaults are the ones measured in benchmarks/finetune.py."""
+    """Training settings; the defaults are the ones measured in benchmarks/finetune.py.
+
+    The names are `transformers.TrainingArguments`' where they mean the same (`num_train_epochs`, `learning_rate`,
+    `weight_decay`, `warmup_ratio`, `max_grad_norm`, `seed`, `gradient_accumulation_steps`, `report_to`) and
+    `EarlyStoppingCallback`'s for `early_stopping_patience`. Three are bertkit's: `batch_size` is the batch of one
+    optimizer step, whatever the processes and accumulation steps (TrainingArguments counts per device);
+    `mixed_precision` is accelerate's one option ('no', 'fp16', 'bf16') for TrainingArguments' two flags;
+    `max_length` is the tokenizer's name. `epochs` and `patience` (bertkit 0.2) still work, with a warning.
+    """
 
     task: str | None = None  # "text", "pair" or "token"; None: the `task` given to finetune(), else "text"
-    epochs: int = 3
+    num_train_epochs: int = 3
     learning_rate: float = 1e-4
     batch_size: int = 32
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     max_grad_norm: float = 1.0
-    patience: int = 2  # stop after this many epochs without a better dev score
+    early_stopping_patience: int = 2  # stop after this many epochs without a better dev score
     seed: int = 0
     max_length: int | None = None  # text: 128; pair: 256; token: the model's maximum
     regression: bool = False  # text and pair tasks: one output, mean squared error (numbers with decimals imply it)
     multi_label: bool = False  # text and pair tasks: several labels per row, a sigmoid each, a threshold from dev
     gradient_accumulation_steps: int = 1  # micro-batches per step: the same updates in less memory
     mixed_precision: str = "no"  # "no" | "fp16" (CUDA, with a gradient scaler) | "bf16" (autocast)
-    report_to: list[str] = field(default_factory=list)  # accelerate trackers: "tensorboard", "mlflow", "wandb", ...
+    report_to: list[str] = field(default_factory=list)  # trackers: "tensorboard", "mlflow", "wandb", ...
+    epochs: InitVar[int | None] = None
+    patience: InitVar[int | None] = None
+
+    def __post_init__(self, epochs: int | None, patience: int | None) -> None:
+        for old, new, value in (
+            ("epochs", "num_train_epochs", epochs),
+            ("patience", "early_stopping_patience", patience),
+        ):
+            if value is not None:
+                warnings.warn(f"{old}= is now {new}= (transformers' name).", DeprecationWarning, stacklevel=3)
+                setattr(self, new, value)
 
     def check(self) -> None:
         """Refuse impossible settings (an unknown task, epochs below 1, ...) with one `InputError` line each."""
         if self.task not in TASKS:
             raise InputError(f"task {self.task!r}: valid tasks are {', '.join(TASKS)}.")
-        for name in ("epochs", "batch_size", "patience"):
+        for name in ("num_train_epochs", "batch_size", "early_stopping_patience"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name}={getattr(self, name)}: give 1 or more.")
         if not self.learning_rate > 0:
@@ -60,18 +79,3 @@ class FinetuneArguments:
             )
         if not 0 <= self.warmup_ratio < 1:
             raise InputError(f"warmup_ratio={self.warmup_ratio}: give a share between 0 and 1.")
-
-
-@dataclass
-class TrainingState:
-    """Where training stands: saved with every checkpoint so a resumed run continues exactly."""
-
-    epoch: int = 0  # epochs fully done
-    step_in_epoch: int = 0  # batches done in the current epoch (non-zero only after an interruption)
-    global_step: int = 0
-    best_score: float | None = None
-    best_epoch: int | None = None
-    epochs_without_improvement: int = 0
-    history: list[dict] = field(default_factory=list)
-    train_seconds: float = 0.0
-    finished: bool = False

@@ -1,4 +1,4 @@
-"""Fine-tuning: a classification head on the encoder, the whole model updated, checkpointed every epoch, resumable.
+"""`finetune()`: a head on the encoder, the whole model trained by transformers' `Trainer`, the best epoch saved.
 
 The saved directory is a plain transformers model (`AutoModelFor{Sequence,Token}Classification.from_pretrained`)
 plus `bertkit.json` with the arguments, data fingerprints, per-epoch history and dev metrics.
@@ -9,26 +9,40 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import functools
 import logging
+import math
 import os
+import warnings
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import torch
-from transformers import get_linear_schedule_with_warmup
 
 from ...encoder.devices import describe, resolve_device
 from ...encoder.encode import Encoder
+from ...encoder.models import quiet_transformers
 from ...encoder.precision import check_precision
 from ...encoder.threads import set_threads
 from ...errors import InputError
 from ...io.writers import remove_bertkit_directory
-from .arguments import CHECKPOINT, LOGS, PAIR_MAX_LENGTH, TEXT_MAX_LENGTH, FinetuneArguments, TrainingState
-from .checkpoint import check_output, check_resumable, load_checkpoint, write_final
+from .arguments import LOGS, PAIR_MAX_LENGTH, TEXT_MAX_LENGTH, FinetuneArguments
+from .checkpoint import check_output, last_checkpoint, start_run, write_final
+from .examples import collate
 from .prepare import MULTI_LABEL, REGRESSION, SINGLE_LABEL, TOKENS, Columns, prepare, word_tokenizer
-from .trainer import Evaluator, Trainer, build_model, make_optimizer
+from .trainer import (
+    Evaluator,
+    Examples,
+    FinetuneTrainer,
+    RunCallback,
+    best_metrics,
+    build_model,
+    held_interrupt,
+    history,
+    step_loss,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -53,9 +67,9 @@ def finetune(
     threads: int | None = None,
     device: str | None = "auto",
     progress: bool | None = None,
-    callbacks: Sequence[Callable[[TrainingState], None]] = (),
-    **training,
-):
+    callbacks: Sequence[Callable[[Any], None]] = (),
+    **training: Any,
+) -> Any:
     """Fine-tune the encoder on a labelled file and save it to `output_dir`; returns the loaded best model.
 
     Parameters
@@ -70,25 +84,37 @@ def finetune(
         'text' (the default), 'pair' (sentence pairs: NLI, paraphrase, similarity, relevance) or 'token' (tagging),
         here or in `args.task` (a contradiction is an error). Text and pair runs classify, or with
         `regression=True` (implied by labels with decimals) score, or with `multi_label=True` give several labels.
-    text_column, pair_column, label_column : str or int, optional
-        Column names or indices (JSONL: field names).
-    label_separator : str
-        Multi-label: what separates a row's labels in a TSV/CSV field.
     model : str, optional
         The encoder to start from (None: the packaged default).
     args : FinetuneArguments, optional
-        Training settings; keywords (`epochs=1, lr=5e-5, batch_size=16`, any field, `lr` for `learning_rate`)
-        override them, as on the command line.
+        Training settings; keywords (`num_train_epochs=1, lr=5e-5, batch_size=16`, any field, `lr` for
+        `learning_rate`) override them, as on the command line.
+    text_column, pair_column, label_column : str or int, optional
+        Column names or indices (JSONL: field names).
+    header : bool, optional
+        Whether line 1 is a header (default: when the columns are names).
+    label_separator : str
+        Multi-label: what separates a row's labels in a TSV/CSV field.
+    dev_share : float
+        The share of `train` held out when no `dev` is given.
+    limit : int, optional
+        Use the first `limit` training examples.
     resume : bool
         Continue an interrupted run from its last checkpoint.
     overwrite : bool
         Replace a finished run bertkit wrote.
+    threads : int, optional
+        Deprecated: `bertkit.set_threads`.
     device : str
         'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'. Launched by `accelerate launch` or `torchrun`, each process
         takes its own GPU (or, on CPUs, a share of the cores with the gloo backend).
+    progress : bool, optional
+        Show the trainer's progress bar (default: on a terminal).
     callbacks : list of callables
-        Called after every optimizer step with the `TrainingState` (a KeyboardInterrupt there interrupts as
-        Ctrl-C does).
+        Called after every optimizer step with `Trainer`'s `TrainerState` (a KeyboardInterrupt there interrupts as
+        Ctrl-C does: at that step, with a checkpoint).
+    **training
+        `FinetuneArguments` fields.
 
     Returns
     -------
@@ -100,27 +126,24 @@ def finetune(
         raise InputError(f"task={task!r} but args.task={args.task!r}: they contradict each other; give the task once.")
     task = args.task = task or args.task or "text"
     args.check()
+    if threads is not None:
+        warnings.warn("threads= is deprecated: call bertkit.set_threads(n).", DeprecationWarning, stacklevel=2)
+        set_threads(threads)
     output = Path(output_dir)
-    set_threads(threads)
-    accelerator = make_accelerator(args, device, output)
-    if not accelerator.is_main_process:  # one voice: the main process says what happens
+    wanted = _check_device(args, device)
+    from accelerate import PartialState
+
+    state = PartialState(cpu=wanted.type == "cpu")
+    if not state.is_main_process:  # one voice: the main process says what happens
         logging.getLogger("bertkit").setLevel(logging.ERROR)
-    with accelerator.main_process_first():  # the main process may tidy an interrupted replace; the others only look
+    with state.main_process_first():  # the main process may tidy an interrupted replace; the others only look
         check_output(output, resume, overwrite)
 
-    encoder = Encoder.from_pretrained(model)
+    encoder = Encoder.from_pretrained(model, device="cpu")
     default_length = {"text": TEXT_MAX_LENGTH, "pair": PAIR_MAX_LENGTH}.get(task, encoder.max_length)
     max_length = min(args.max_length or default_length, encoder.max_length)
     tokenizer = word_tokenizer(encoder) if task == "token" else encoder.tokenizer
-    problem = (
-        TOKENS
-        if task == "token"
-        else REGRESSION
-        if args.regression
-        else MULTI_LABEL
-        if args.multi_label
-        else SINGLE_LABEL
-    )
+    problem = _problem(task, args)
     columns = Columns(text_column, label_column, pair_column, header, label_separator)
     prepared = prepare(task, problem, tokenizer, train, dev, max_length, args.seed, dev_share, limit, columns)
     run_record = {
@@ -131,77 +154,114 @@ def finetune(
         "labels": prepared.labels,
         "max_length": max_length,
         "data": prepared.data_record,
+        "baseline": majority_baseline(prepared),
     }
-    baseline = majority_baseline(task, prepared)
-    state = TrainingState()
-    checkpoint = output / CHECKPOINT
-    if resume:
-        state = check_resumable(output, run_record)
-    elif output.exists() and accelerator.is_main_process:
-        remove_bertkit_directory(output)  # --overwrite, checked above; only after the data has been read and validated
-    accelerator.wait_for_everyone()
+    if state.is_main_process:
+        if not resume and output.exists():
+            remove_bertkit_directory(output)  # --overwrite, checked above; only after the data has been read
+        start_run(output, run_record, resume)
+    state.wait_for_everyone()
     for note in prepared.notes:
         logger.warning(note)
 
     torch.manual_seed(args.seed)
     network = build_model(encoder, task, prepared.labels, prepared.problem)
+    evaluator = Evaluator(task, network, tokenizer, max_length, prepared)
     del encoder
-    optimizer = make_optimizer(network, args)
-    batches_per_epoch = -(-len(prepared.train) // args.batch_size)
-    total_steps = batches_per_epoch * args.epochs
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(args.warmup_ratio * total_steps), total_steps)
-    network, optimizer = accelerator.prepare(network, optimizer)
-    evaluator = Evaluator(task, accelerator.unwrap_model(network), tokenizer, max_length, prepared)
-    torch.manual_seed(args.seed + accelerator.process_index)  # dropout: each process its own draws, seeded
-    if resume:
-        load_checkpoint(checkpoint, accelerator, network, optimizer, scheduler)
-        logger.info(
-            f"resuming {output} after epoch {state.epoch}"
-            + (f", step {state.step_in_epoch}" if state.step_in_epoch else "")
-        )
-    logger.info(
-        f"fine-tuning {task} model on {len(prepared.train)} examples ({len(prepared.labels)} labels), "
-        f"dev {len(prepared.dev_inputs)}; {args.epochs} epochs × {batches_per_epoch} steps of {args.batch_size}"
-        f"{_parts(args, accelerator)}, lr {args.learning_rate:g}, on {describe(accelerator.device)}"
-        f"{'' if accelerator.device.type != 'cpu' else f' ({torch.get_num_threads()} threads)'}"
-        f"{'' if args.mixed_precision == 'no' else f', {args.mixed_precision} mixed precision'}"
-    )
-    if args.report_to:
-        accelerator.init_trackers("bertkit-finetune", config=_tracker_config(args, run_record))
-    try:
-        Trainer(
-            accelerator,
-            network,
-            optimizer,
-            scheduler,
-            prepared,
-            evaluator,
-            args,
-            state,
-            checkpoint,
-            run_record,
-            progress,
-            callbacks,
+    trainer = _trainer(args, output, network, evaluator, prepared, wanted, progress, state.num_processes)
+    checkpoint = last_checkpoint(output) if resume else None
+    if resume and checkpoint is None:
+        logger.info(f"{output} stopped before its first checkpoint: starting it from the beginning")
+    _say_start(args, prepared, trainer, output, checkpoint, wanted)
+    with held_interrupt() as requested:
+        run = RunCallback(
             output / LOGS,
-        ).train()
-        run_record.update(baseline=baseline, device=describe(accelerator.device), processes=accelerator.num_processes)
-        result = None
-        if accelerator.is_main_process:
-            result = write_final(
-                output, evaluator.runner.model, evaluator.tokenizer, evaluator.metric_name, state, run_record
-            )
-        accelerator.wait_for_everyone()
-    finally:
-        accelerator.end_training()  # closes the trackers (and, launched distributed, the process group)
+            evaluator.metric_name,
+            args.num_train_epochs,
+            args.batch_size,
+            state.is_main_process,
+            callbacks,
+            requested,
+        )
+        trainer.add_callback(run)
+        with quiet_transformers():  # the trainer's own bar stays; its printed logs and save bars go
+            trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    if run.interrupted:
+        logger.warning(
+            f"interrupted {_where(trainer.state, trainer)}: checkpoint saved in "
+            f"{output / f'checkpoint-{trainer.state.global_step}'}; run the same command with --resume to continue."
+        )
+        raise KeyboardInterrupt
+    training = _training_record(trainer, evaluator.metric_name, args)
+    run_record.update(device=describe(trainer.args.device), processes=state.num_processes)
+    result = None
+    if state.is_main_process:
+        result = write_final(output, trainer.model, tokenizer, run_record, training, best_metrics(trainer.state))
+    state.wait_for_everyone()
     return result
 
 
-def make_accelerator(args: FinetuneArguments, device: str | None, output: Path):
-    """accelerate's Accelerator for this run: device, mixed precision, trackers writing under `output/logs`."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
-    from accelerate.utils import ProjectConfiguration
+def _trainer(args, output, network, evaluator, prepared, device, progress, processes) -> FinetuneTrainer:
+    """`Trainer` for this run: bertkit's batches and loss, an epoch's dev score picks the best, early stopping."""
+    from transformers import EarlyStoppingCallback, PrinterCallback, TrainingArguments
+    from transformers.integrations import TensorBoardCallback
 
+    callbacks: list = [EarlyStoppingCallback(early_stopping_patience=args.early_stopping_patience)]
+    if "tensorboard" in args.report_to:
+        from torch.utils.tensorboard import SummaryWriter
+
+        callbacks.append(TensorBoardCallback(SummaryWriter(log_dir=str(output / LOGS))))
+    trackers = [name for name in args.report_to if name != "tensorboard"]
+    show = progress if progress is not None else os.isatty(2)
+    with quiet_transformers():
+        training_args = TrainingArguments(
+            output_dir=str(output),
+            num_train_epochs=args.num_train_epochs,
+            per_device_train_batch_size=max(
+                1, math.ceil(args.batch_size / (args.gradient_accumulation_steps * processes))
+            ),
+            gradient_accumulation_steps=args.gradient_accumulation_steps,
+            learning_rate=args.learning_rate,
+            weight_decay=args.weight_decay,
+            warmup_steps=args.warmup_ratio,  # a share of the steps (below 1)
+            max_grad_norm=args.max_grad_norm,
+            seed=args.seed,
+            eval_strategy="epoch",
+            save_strategy="epoch",
+            save_total_limit=2,  # the newest and the best
+            load_best_model_at_end=True,
+            metric_for_best_model="score",
+            greater_is_better=True,
+            logging_strategy="steps",
+            logging_steps=1,
+            report_to=trackers or "none",
+            disable_tqdm=not show,
+            use_cpu=device.type == "cpu",
+            fp16=args.mixed_precision == "fp16",
+            bf16=args.mixed_precision == "bf16",
+            ddp_backend="gloo" if device.type == "cpu" and processes > 1 else None,
+            remove_unused_columns=False,
+        )
+        runner = evaluator.runner
+        trainer = FinetuneTrainer(
+            model=network,
+            args=training_args,
+            train_dataset=Examples(prepared.train),
+            eval_dataset=Examples(prepared.train[:1]),  # dev is scored by the run's own predict (`evaluate`)
+            data_collator=functools.partial(
+                collate, pad_token_id=runner.tokenizer.pad_token_id, with_type_ids=runner.takes_type_ids
+            ),
+            compute_loss_func=step_loss,
+            callbacks=callbacks,
+            evaluator=evaluator,
+            batch_size=args.batch_size,
+        )
+    trainer.remove_callback(PrinterCallback)  # bertkit says what an epoch did, in one line (RunCallback)
+    return trainer
+
+
+def _check_device(args: FinetuneArguments, device: str | None) -> torch.device:
+    """The device, with the mixed precision it can run (one line each that it cannot)."""
     wanted = resolve_device(device)
     if args.mixed_precision == "fp16" and wanted.type != "cuda":
         raise InputError(
@@ -213,54 +273,76 @@ def make_accelerator(args: FinetuneArguments, device: str | None, output: Path):
         raise InputError("mixed_precision='bf16': this GPU has no bf16; use 'fp16'.")
     if wanted.type == "cuda":
         torch.cuda.set_device(wanted)
-    project = ProjectConfiguration(project_dir=str(output), logging_dir=str(output / LOGS))
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        # accelerate keeps one process-wide state and refuses a second run with other settings (a notebook that
-        # fine-tunes twice); a single process may start afresh. `_reset_state` is what accelerate's own tests use.
-        AcceleratorState._reset_state(reset_partial_state=True)
-    with quiet_accelerate():
-        return Accelerator(
-            cpu=wanted.type == "cpu",
-            mixed_precision=args.mixed_precision,
-            log_with=list(args.report_to) or None,
-            project_config=project,
-        )
+    return wanted
 
 
-@contextmanager
-def quiet_accelerate():
-    """accelerate logs its set-up at INFO through its own logger; bertkit says what matters itself."""
-    accelerate_logger = logging.getLogger("accelerate")
-    level = accelerate_logger.level
-    accelerate_logger.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        accelerate_logger.setLevel(level)
+def _where(state: Any, trainer: FinetuneTrainer) -> str:
+    """'in epoch 2 of 3, after its step 3 (step 9 of 24)': one way to count, interrupted and resumed alike."""
+    epochs = int(trainer.args.num_train_epochs)
+    epoch, step = divmod(state.global_step, max(1, math.ceil(state.max_steps / max(epochs, 1))))
+    overall = f"(step {state.global_step} of {state.max_steps})"
+    if step == 0 and epoch:
+        return f"after epoch {epoch} of {epochs} {overall}"
+    return f"in epoch {epoch + 1} of {epochs}, after its step {step} {overall}"
 
 
-def _parts(args: FinetuneArguments, accelerator) -> str:
+def _say_start(args, prepared, trainer, output, checkpoint, device) -> None:
     parts = []
     if args.gradient_accumulation_steps > 1:
         parts.append(f"{args.gradient_accumulation_steps} micro-batches")
-    if accelerator.num_processes > 1:
-        parts.append(f"split over {accelerator.num_processes} processes")
-    return f" ({', '.join(parts)})" if parts else ""
+    if trainer.args.world_size > 1:
+        parts.append(f"split over {trainer.args.world_size} processes")
+    steps = math.ceil(len(prepared.train) / args.batch_size)
+    if checkpoint is not None:
+        import json
+
+        saved = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+        state = type("Saved", (), {"global_step": saved["global_step"], "max_steps": saved["max_steps"]})
+        logger.info(f"resuming {output} {_where(state, trainer)}")
+    logger.info(
+        f"fine-tuning {args.task} model on {len(prepared.train)} examples ({len(prepared.labels)} labels), "
+        f"dev {len(prepared.dev_inputs)}; {args.num_train_epochs} epochs × {steps} steps of {args.batch_size}"
+        f"{f' ({chr(44).join(parts)})' if parts else ''}, lr {args.learning_rate:g}, on {describe(device)}"
+        f"{'' if device.type != 'cpu' else f' ({torch.get_num_threads()} threads)'}"
+        f"{'' if args.mixed_precision == 'no' else f', {args.mixed_precision} mixed precision'}"
+    )
 
 
-def _tracker_config(args: FinetuneArguments, run_record: dict) -> dict:
-    """Flat, scalar settings for the trackers' hyper-parameter tables."""
-    config = {k: v for k, v in asdict(args).items() if isinstance(v, (int, float, str, bool))}
-    return {**config, "base_model": run_record["base_model"]["spec"], "labels": len(run_record["labels"])}
+def _training_record(trainer: FinetuneTrainer, metric: str, args: FinetuneArguments) -> dict:
+    """What bertkit.json says of the training: epochs, the best one, each epoch's line, speed."""
+    epochs = history(trainer.state)
+    best = max(epochs, key=lambda h: h["dev_score"]) if epochs else {"epoch": None, "dev_score": 0.0}
+    seconds = sum(h["seconds"] for h in epochs)
+    seen = sum(h["examples_per_second"] * h["seconds"] for h in epochs)
+    return {
+        "epochs_run": len(epochs),
+        "best_epoch": best["epoch"],
+        "best_score": best["dev_score"],
+        "metric": metric,
+        "stopped_early": len(epochs) < args.num_train_epochs,
+        "history": epochs,
+        "train_seconds": round(seconds, 1),
+        "examples_per_second": round(seen / max(seconds, 1e-9), 1),
+    }
 
 
-KEYWORD_ALIASES = {"lr": "learning_rate"}  # the command line's short names
+def _problem(task: str, args: FinetuneArguments) -> str:
+    if task == "token":
+        return TOKENS
+    return REGRESSION if args.regression else MULTI_LABEL if args.multi_label else SINGLE_LABEL
+
+
+KEYWORD_ALIASES = {"lr": "learning_rate"}  # the command line's short name
+DEPRECATED_KEYWORDS = {"epochs": "num_train_epochs", "patience": "early_stopping_patience"}
 
 
 def _with_keywords(args: FinetuneArguments, training: dict) -> FinetuneArguments:
     fields = {f.name for f in dataclasses.fields(FinetuneArguments)}
     for key, value in training.items():
         name = KEYWORD_ALIASES.get(key, key)
+        if name in DEPRECATED_KEYWORDS:
+            warnings.warn(f"{name}= is now {DEPRECATED_KEYWORDS[name]}=.", DeprecationWarning, stacklevel=3)
+            name = DEPRECATED_KEYWORDS[name]
         if name not in fields:
             raise InputError(
                 f"finetune() got an unknown setting {key!r}; the settings are {', '.join(sorted(fields))} "
@@ -270,7 +352,7 @@ def _with_keywords(args: FinetuneArguments, training: dict) -> FinetuneArguments
     return args
 
 
-def majority_baseline(task: str, prepared) -> dict:
+def majority_baseline(prepared: Any) -> dict:
     """What a model that learned nothing scores on dev: the most frequent training label; for a score, the training
     mean (no correlation: 0); for several labels, none at all (micro-F1 0); for tags, 'O' everywhere (entity F1 0)."""
     if prepared.problem == REGRESSION:

@@ -1,13 +1,17 @@
-"""The training loop: the model with its head, AdamW, the epoch loop with dev scoring, Ctrl-C held to step boundaries.
+"""Training on transformers' `Trainer`, with bertkit's hooks where it needs them.
 
-The loop is bertkit's own (benchmarks/finetune_speed.py measures it against transformers' `Trainer`); the machinery
-around it is accelerate's: devices, mixed precision and its gradient scaler, several processes (`accelerate launch`,
-`torchrun`: DDP, gloo on CPUs) and experiment trackers (`report_to`: TensorBoard, MLflow, W&B).
+`Trainer` does the loop, the optimizer and schedule, mixed precision, several processes (`torchrun` / `accelerate
+launch`: DDP, gloo on CPUs), checkpoints and their resumption, the best epoch and early stopping, and the trackers.
+bertkit adds, as a thin subclass and one callback:
 
-`batch_size` is the global batch of one optimizer step, whatever the number of processes and accumulation steps:
-each step's examples are split into `gradient_accumulation_steps` micro-batches and each micro-batch between the
-processes, and every part's loss is scaled by the units (examples, labelled tokens) of the whole step. So the same
-command gives the same updates on 1 process or N, with or without accumulation (up to float rounding and dropout).
+- the batches: length-grouped (little padding), each step's batch is `batch_size` examples whatever the processes and
+  accumulation steps — split into `gradient_accumulation_steps` micro-batches, each split between the processes;
+  every part's loss is summed and divided by the units of the whole step (examples, labelled tokens, labels), which
+  `Trainer` counts over the step and the processes (`num_items_in_batch`). So the same command gives the same updates
+  on 1 process or N, with or without accumulation (up to float rounding and dropout);
+- dev scoring by the run's own `predict` (the one runner), after every epoch;
+- Ctrl-C (and a callback's KeyboardInterrupt) held to a step boundary, then a checkpoint there;
+- `logs/metrics.jsonl`: one line per step and per epoch.
 """
 
 from __future__ import annotations
@@ -15,36 +19,39 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import signal
-import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
-from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+from transformers import (
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    Trainer,
+    TrainerCallback,
+)
 
 from ...encoder.models import quiet_transformers
 from ...errors import ModelLoadError
-from ..finetuned import FineTunedClassifier, FineTunedTagger
+from ..finetuned import FineTunedClassifier
 from ..report import classification_metrics, multi_label_metrics, regression_metrics
+from ..tagger import FineTunedTagger
 from ..tagging import entity_scores
-from .arguments import FinetuneArguments, TrainingState
-from .checkpoint import save_checkpoint
-from .examples import IGNORE_INDEX, Example, collate, length_grouped_batches
+from .examples import IGNORE_INDEX, Example, length_grouped_batches
 from .prepare import MULTI_LABEL, REGRESSION, SINGLE_LABEL, TOKENS, Prepared
 
 logger = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"  # one JSON line per logged step and per epoch, in the run's logs/ folder
+EPOCH_KEY = "bertkit_epoch"  # bertkit's record of each epoch in Trainer's log history (saved with each checkpoint)
 
 
-def build_model(encoder, task: str, labels: list[str], problem: str = SINGLE_LABEL):
+def build_model(encoder: Any, task: str, labels: list[str], problem: str = SINGLE_LABEL) -> Any:
     """A `...ForSequence/TokenClassification` model whose encoder weights are the loaded encoder's (head random).
 
     Its config says what it does (`problem_type`; a regressor has one output), and how sentence-transformers'
@@ -70,39 +77,73 @@ def build_model(encoder, task: str, labels: list[str], problem: str = SINGLE_LAB
     return network
 
 
-def make_optimizer(network, args: FinetuneArguments) -> torch.optim.AdamW:
-    """AdamW; biases and LayerNorm weights are not decayed; the fused kernel where torch has it."""
-    decay, no_decay = [], []
-    for name, parameter in network.named_parameters():
-        (no_decay if name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name else decay).append(parameter)
-    groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    try:  # the fused kernel updates the 30k-row embedding table much faster than the per-tensor loop on a CPU
-        return torch.optim.AdamW(groups, lr=args.learning_rate, fused=True)
-    except (RuntimeError, TypeError):
-        return torch.optim.AdamW(groups, lr=args.learning_rate)
-
-
-def loss_units(example: Example) -> int:
-    """What one example adds to the loss's denominator, as transformers' own losses average: one example, its
-    labelled tokens (token tasks), or its labels (multi-label: binary cross-entropy over every label)."""
-    if isinstance(example.labels, list):
-        if example.labels and isinstance(example.labels[0], float):
-            return len(example.labels)
-        return sum(1 for label in example.labels if label != IGNORE_INDEX)
-    return 1
-
-
 def summed_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """The loss summed over its units, to be divided by the step's: cross-entropy (classes, tags), mean squared error
-    (a score), binary cross-entropy (several labels)."""
+    """The loss summed over its units (to be divided by the step's): cross-entropy (classes, tags), mean squared
+    error (a score), binary cross-entropy (several labels); labels of IGNORE_INDEX count nothing."""
     logits = logits.float()
     if logits.dim() == 3:  # token classification: (batch, tokens, classes)
         logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
-    if labels.is_floating_point() and labels.dim() == 2:  # multi-hot rows
-        return torch.nn.functional.binary_cross_entropy_with_logits(logits, labels, reduction="sum")
-    if labels.is_floating_point():  # one score per example
-        return torch.nn.functional.mse_loss(logits.squeeze(-1), labels, reduction="sum")
-    return torch.nn.functional.cross_entropy(logits, labels, reduction="sum", ignore_index=IGNORE_INDEX)
+    if not labels.is_floating_point():
+        return torch.nn.functional.cross_entropy(logits, labels, reduction="sum", ignore_index=IGNORE_INDEX)
+    kept = labels.ne(IGNORE_INDEX)
+    if labels.dim() == 2:  # multi-hot rows
+        losses = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels, reduction="none")
+    else:  # one score per example
+        losses = torch.nn.functional.mse_loss(logits.squeeze(-1), labels, reduction="none")
+    return (losses * kept).sum()
+
+
+def step_loss(outputs: Any, labels: torch.Tensor, num_items_in_batch: Any = None) -> torch.Tensor:
+    """`Trainer`'s `compute_loss_func`: this micro-batch's summed loss over the units of the whole step."""
+    return summed_loss(outputs.logits, labels) / (num_items_in_batch or max(1, int(labels.ne(IGNORE_INDEX).sum())))
+
+
+class Examples(torch.utils.data.Dataset):
+    """The training examples; index -1 is a padding example whose labels count nothing (an empty share)."""
+
+    def __init__(self, examples: Sequence[Example]) -> None:
+        self.examples = list(examples)
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, index: int) -> Example:
+        if index >= 0:
+            return self.examples[index]
+        first = self.examples[0]
+        labels = first.labels
+        ignored = [IGNORE_INDEX] * len(labels) if isinstance(labels, list) else IGNORE_INDEX
+        if isinstance(labels, float) or (isinstance(labels, list) and labels and isinstance(labels[0], float)):
+            ignored = [float(IGNORE_INDEX)] * len(labels) if isinstance(labels, list) else float(IGNORE_INDEX)
+        return Example(first.input_ids, first.token_type_ids, ignored)
+
+
+class StepBatches(torch.utils.data.Sampler):
+    """Micro-batches of this process: each step's length-grouped batch (order seeded by seed and epoch), split into
+    `accumulation` parts, each part split between the `world` processes."""
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, accumulation: int, seed: int, rank: int, world: int):
+        self.lengths, self.batch_size, self.accumulation = list(lengths), batch_size, accumulation
+        self.seed, self.rank, self.world, self.epoch = seed, rank, world, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.lengths) / self.batch_size) * self.accumulation
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        for batch in length_grouped_batches(self.lengths, self.batch_size, rng):
+            for micro in np.array_split(np.array(batch), self.accumulation):
+                yield micro[self.rank :: self.world].tolist() or [-1]  # an empty share still runs (DDP's hooks)
+
+
+class StepLoader(torch.utils.data.DataLoader):
+    """A DataLoader over `StepBatches` that `Trainer` can tell the epoch."""
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batch_sampler.set_epoch(epoch)
 
 
 METRIC_NAMES = {SINGLE_LABEL: "accuracy", MULTI_LABEL: "micro-F1", REGRESSION: "Spearman", TOKENS: "entity F1"}
@@ -111,7 +152,7 @@ METRIC_NAMES = {SINGLE_LABEL: "accuracy", MULTI_LABEL: "micro-F1", REGRESSION: "
 class Evaluator:
     """Dev-set scoring after each epoch, through the same predict code a saved model uses."""
 
-    def __init__(self, task: str, network, tokenizer, max_length: int, prepared: Prepared):
+    def __init__(self, task: str, network: Any, tokenizer: Any, max_length: int, prepared: Prepared) -> None:
         self.task = task
         self.prepared = prepared
         self.tokenizer = tokenizer
@@ -137,226 +178,169 @@ class Evaluator:
         return metrics["accuracy"], metrics
 
 
-@dataclass
-class Trainer:
-    """The epoch loop: steps, dev scoring, checkpoints; Ctrl-C becomes a checkpoint and a KeyboardInterrupt."""
+class FinetuneTrainer(Trainer):
+    """`Trainer` with bertkit's batches (`StepBatches`) and dev scoring (`Evaluator`)."""
 
-    accelerator: Any  # accelerate.Accelerator
-    network: Any  # prepared by the accelerator (DDP-wrapped with several processes)
-    optimizer: Any
-    scheduler: Any
-    prepared: Prepared
-    evaluator: Evaluator
-    args: FinetuneArguments
-    state: TrainingState
-    checkpoint: Path
-    run_record: dict
-    progress: bool | None
-    callbacks: Sequence[Callable[[TrainingState], None]]
-    logs: Path | None = None  # the folder of metrics.jsonl (and the trackers' files)
+    def __init__(self, *args: Any, evaluator: Evaluator, batch_size: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.evaluator, self.global_batch = evaluator, batch_size
 
-    def train(self) -> None:
-        with _deferred_interrupt() as interrupted:
-            while self.state.epoch < self.args.epochs and not self.state.finished:
-                seen, loss_sum, seconds = self._epoch(interrupted)
-                self._end_epoch(seen, loss_sum, seconds)
-                if interrupted:
-                    logger.warning(
-                        "interrupted after epoch %d: checkpoint saved in %s; run the same command with "
-                        "--resume to continue.",
-                        self.state.epoch,
-                        self.checkpoint,
-                    )
-                    raise KeyboardInterrupt
-
-    def _epoch(self, interrupted: list) -> tuple[int, float, float]:
-        """Train one epoch (from the saved step when resuming); batch order depends only on (seed, epoch)."""
-        state, args, prepared = self.state, self.args, self.prepared
-        lengths = [len(e.input_ids) for e in prepared.train]
-        batches = length_grouped_batches(lengths, args.batch_size, np.random.default_rng([args.seed, state.epoch]))
-        bar = _bar(
-            len(prepared.train), state.epoch, args.epochs, self.progress if self.accelerator.is_main_process else False
+    def get_train_dataloader(self) -> StepLoader:
+        """This process's micro-batches of each step's global batch."""
+        lengths = [len(e.input_ids) for e in self.train_dataset.examples]
+        batches = StepBatches(
+            lengths,
+            self.global_batch,
+            self.args.gradient_accumulation_steps,
+            self.args.seed,
+            self.args.process_index,
+            self.args.world_size,
         )
-        bar.update(sum(len(b) for b in batches[: state.step_in_epoch]))
-        started, seen, loss_sum = time.perf_counter(), 0, 0.0
-        at_step_boundary = True
-        self.network.train()
+        return StepLoader(self.train_dataset, batch_sampler=batches, collate_fn=self.data_collator)
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
+        """The dev score of this epoch (`eval_score`, what picks the best epoch), every metric kept in the log."""
+        score, metrics = self.evaluator.evaluate()
+        self.model.train()
+        result = {"eval_score": float(score)}
+        self.state.log_history.append({"step": self.state.global_step, "eval_metrics": metrics})
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, result)
+        return result
+
+
+class RunCallback(TrainerCallback):
+    """bertkit's part of the loop: metrics.jsonl, one line per epoch, callbacks, Ctrl-C held to a step boundary."""
+
+    def __init__(
+        self,
+        logs: Path,
+        metric_name: str,
+        epochs: int,
+        batch_size: int,
+        main: bool,
+        callbacks: Sequence[Callable],
+        requested: list,
+    ) -> None:
+        self.logs, self.metric_name, self.epochs, self.batch_size, self.main = (
+            logs,
+            metric_name,
+            epochs,
+            batch_size,
+            main,
+        )
+        self.callbacks = list(callbacks)
+        self.requested = requested  # a Ctrl-C puts True here (`held_interrupt`)
+        self.interrupted = False
+        self.started, self.first_step = time.perf_counter(), 0
+
+    def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.started, self.first_step = time.perf_counter(), state.global_step
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         try:
-            for position in range(state.step_in_epoch, len(batches)):
-                rows = batches[position]
-                at_step_boundary = False
-                loss = self._step([prepared.train[i] for i in rows])
-                state.step_in_epoch, state.global_step = position + 1, state.global_step + 1
-                at_step_boundary = True
-                seen += len(rows)
-                loss_sum += loss * len(rows)
-                bar.update(len(rows))
-                bar.set_postfix(loss=f"{loss_sum / seen:.4f}")
-                self._log({"train/loss": loss, "train/learning_rate": self.scheduler.get_last_lr()[0]})
-                for callback in self.callbacks:
-                    callback(state)
-                if interrupted:
-                    raise KeyboardInterrupt
+            for callback in self.callbacks:
+                callback(state)
         except KeyboardInterrupt:
-            bar.close()
-            if not at_step_boundary:  # a second Ctrl-C inside a step: the weights may hold half an update
-                logger.warning(
-                    "stopped inside step %d of epoch %d: nothing saved since the last checkpoint in %s; "
-                    "--resume continues from there.",
-                    state.step_in_epoch + 1,
-                    state.epoch + 1,
-                    self.checkpoint,
-                )
-                raise
-            state.train_seconds += time.perf_counter() - started
-            self._save()
-            logger.warning(
-                "interrupted in epoch %d after step %d: checkpoint saved in %s; run the same command with "
-                "--resume to continue.",
-                state.epoch + 1,
-                state.step_in_epoch,
-                self.checkpoint,
+            self.interrupted = True
+        self.interrupted = self.interrupted or bool(self.requested)
+        if self.interrupted:  # the step is whole: save here, then stop
+            control.should_save, control.should_training_stop = True, True
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+        if logs and "loss" in logs:
+            self._write(
+                {
+                    "step": state.global_step,
+                    "epoch": math.ceil(state.epoch or 0) - 1,
+                    "train/loss": logs["loss"],
+                    "train/learning_rate": logs.get("learning_rate"),
+                }
             )
-            raise
-        bar.close()
-        seconds = time.perf_counter() - started
-        state.train_seconds += seconds
-        return seen, loss_sum, seconds
 
-    def _step(self, examples: list[Example]) -> float:
-        """One optimizer step over `examples` (the global batch): micro-batches, each split between the processes.
-
-        Returns the step's mean loss (over all its units, all processes).
-        """
-        accelerator, args = self.accelerator, self.args
-        units = sum(loss_units(e) for e in examples)
-        rank, world = accelerator.process_index, accelerator.num_processes
-        micro_batches = [
-            m for m in np.array_split(np.arange(len(examples)), args.gradient_accumulation_steps) if len(m)
-        ]
-        total = torch.zeros((), device=accelerator.device)
-        for k, micro in enumerate(micro_batches):
-            mine = [examples[i] for i in micro[rank::world]]
-            syncing = k == len(micro_batches) - 1
-            with nullcontext() if syncing else accelerator.no_sync(self.network):
-                part = self._summed_loss(mine)
-                # DDP averages gradients over processes: × world makes the sum over processes / units the mean
-                accelerator.backward(part * world / units)
-            total += part.detach()
-        if args.max_grad_norm:
-            accelerator.clip_grad_norm_(self.network.parameters(), args.max_grad_norm)
-        self.optimizer.step()
-        if not accelerator.optimizer_step_was_skipped:  # fp16: a step with inf/NaN gradients changes nothing
-            self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return float(accelerator.reduce(total, reduction="sum")) / units
-
-    def _summed_loss(self, examples: list[Example]) -> torch.Tensor:
-        if not examples:  # this process has no share of a small micro-batch: a zero that still reaches every weight
-            return sum(parameter.sum() * 0.0 for parameter in self.network.parameters())
-        runner = self.evaluator.runner
-        batch = collate(examples, runner.tokenizer.pad_token_id, runner.with_type_ids)
-        batch = {name: tensor.to(self.accelerator.device) for name, tensor in batch.items()}
-        labels = batch.pop("labels")
-        with self.accelerator.autocast():
-            logits = self.network(**batch).logits
-        return summed_loss(logits, labels)
-
-    def _end_epoch(self, seen: int, loss_sum: float, seconds: float) -> None:
-        """Score dev (on the main process; the others hear the result), keep the best epoch, stop early, save."""
-        state, args = self.state, self.args
-        score, metrics = self._evaluate()
-        entry = {
-            "epoch": state.epoch + 1,
-            "train_loss": loss_sum / max(seen, 1),
-            "dev_score": score,
-            "seconds": round(seconds, 1),
-            "examples_per_second": round(seen / max(seconds, 1e-9), 1),
-        }
-        state.history.append(entry)
-        improved = state.best_score is None or score > state.best_score
-        if improved:
-            state.best_score, state.best_epoch, state.epochs_without_improvement = score, state.epoch + 1, 0
-        else:
-            state.epochs_without_improvement += 1
+    def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict | None = None, **kwargs: Any) -> None:
+        entry = self._epoch_entry(args, state, (metrics or {}).get("eval_score", 0.0))
+        state.log_history.append({"step": state.global_step, EPOCH_KEY: entry})
+        best = max(h[EPOCH_KEY]["dev_score"] for h in state.log_history if EPOCH_KEY in h)
+        improved = entry["dev_score"] >= best
+        resumed = f" (the {entry['steps']} steps run since resuming)" if entry.get("resumed") else ""
         logger.info(
-            f"epoch {state.epoch + 1}/{args.epochs}: train loss {entry['train_loss']:.4f}, dev "
-            f"{self.evaluator.metric_name} {score:.4f}{' (best)' if improved else ''}, {seconds:.0f}s, "
+            f"epoch {entry['epoch']}/{self.epochs}: train loss {entry['train_loss']:.4f}{resumed}, dev "
+            f"{self.metric_name} {entry['dev_score']:.4f}{' (best)' if improved else ''}, {entry['seconds']:.0f}s, "
             f"{entry['examples_per_second']:.1f} examples/s"
         )
-        self._log(
+        self._write(
             {
+                "step": state.global_step,
+                "epoch": entry["epoch"] - 1,
                 "epoch/train_loss": entry["train_loss"],
-                "epoch/dev_score": score,
+                "epoch/dev_score": entry["dev_score"],
                 "epoch/examples_per_second": entry["examples_per_second"],
             }
         )
-        state.epoch, state.step_in_epoch = state.epoch + 1, 0
-        if state.epochs_without_improvement >= args.patience and state.epoch < args.epochs:
-            logger.info("early stop: no better dev score for %d epochs.", args.patience)
-            state.finished = True
-        self._save(best_metrics=metrics if improved else None)
 
-    def _evaluate(self) -> tuple[float, dict]:
-        from accelerate.utils import broadcast_object_list
+    def _epoch_entry(self, args: Any, state: Any, score: float) -> dict:
+        """The epoch's line of the run's history: its mean training loss over all its steps (those logged before an
+        interruption too), dev score, and speed (of the steps this process ran)."""
+        epoch = max(1, round(state.epoch or 1))
+        steps_per_epoch = max(1, math.ceil(state.max_steps / max(self.epochs, 1)))
+        first = (epoch - 1) * steps_per_epoch
+        losses = [h["loss"] for h in state.log_history if "loss" in h and first < h["step"] <= state.global_step]
+        ran = state.global_step - self.first_step
+        seconds = time.perf_counter() - self.started
+        examples = ran * self.batch_size
+        entry = {
+            "epoch": epoch,
+            "train_loss": float(np.mean(losses)) if losses else 0.0,
+            "dev_score": float(score),
+            "seconds": round(seconds, 1),
+            "examples_per_second": round(examples / max(seconds, 1e-9), 1),
+        }
+        if self.first_step > first:  # resumed inside this epoch: the speed is of the resumed part
+            entry.update(resumed=True, steps=ran)
+        return entry
 
-        result: list = [None]
-        if self.accelerator.is_main_process:
-            result = [self.evaluator.evaluate()]
-        if self.accelerator.num_processes > 1:
-            broadcast_object_list(result)
-        self.network.train()
-        return result[0]
-
-    def _log(self, values: dict[str, float]) -> None:
-        """One line of metrics.jsonl (a record TensorBoard-style trackers also get, through accelerate)."""
-        if not self.accelerator.is_main_process:
+    def _write(self, line: dict) -> None:
+        if not self.main:
             return
-        step = self.state.global_step
-        if self.accelerator.trackers:
-            self.accelerator.log(values, step=step)
-        if self.logs is not None:
-            self.logs.mkdir(parents=True, exist_ok=True)
-            with (self.logs / METRICS_FILE).open("a", encoding="utf-8") as handle:
-                handle.write(json.dumps({"step": step, "epoch": self.state.epoch, **values}) + "\n")
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with (self.logs / METRICS_FILE).open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(line) + "\n")
 
-    def _save(self, best_metrics: dict | None = None) -> None:
-        save_checkpoint(
-            self.checkpoint,
-            self.accelerator,
-            self.network,
-            self.optimizer,
-            self.scheduler,
-            self.state,
-            self.run_record,
-            best_metrics,
-        )
+
+def history(state: Any) -> list[dict]:
+    """Each epoch's entry (the last one written for it, should an epoch have been scored twice)."""
+    entries = {h[EPOCH_KEY]["epoch"]: h[EPOCH_KEY] for h in state.log_history if EPOCH_KEY in h}
+    return [entries[k] for k in sorted(entries)]
+
+
+def best_metrics(state: Any) -> dict:
+    """The dev metrics of the best epoch (the first of the best scores)."""
+    scored = [(h[EPOCH_KEY]["dev_score"], -h["step"], h["step"]) for h in state.log_history if EPOCH_KEY in h]
+    best_step = max(scored)[2] if scored else None
+    return next(
+        (h["eval_metrics"] for h in state.log_history if h.get("step") == best_step and "eval_metrics" in h), {}
+    )
 
 
 @contextmanager
-def _deferred_interrupt():
-    """The first Ctrl-C is held until the current step (or dev scoring and checkpoint) is done, so a checkpoint
-    never catches half an update; a second one stops at once."""
-    interrupted: list[bool] = []
+def held_interrupt() -> Iterator[list]:
+    """The first Ctrl-C is held until the current step is done (the checkpoint then catches no half update); a
+    second one stops at once."""
+    requested: list[bool] = []
     if threading.current_thread() is not threading.main_thread():
-        yield interrupted
+        yield requested
         return
 
-    def hold(*_):
-        if interrupted:
+    def hold(*_: Any) -> None:
+        if requested:
             raise KeyboardInterrupt
-        interrupted.append(True)
+        requested.append(True)
         logger.warning(
             "interrupt: finishing the current step, then saving a checkpoint (Ctrl-C again to stop at once) ..."
         )
 
     previous = signal.signal(signal.SIGINT, hold)
     try:
-        yield interrupted
+        yield requested
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-def _bar(total: int, epoch: int, epochs: int, progress: bool | None):
-    disable = (not sys.stderr.isatty()) if progress is None else not progress
-    return tqdm(total=total, unit="ex", desc=f"epoch {epoch + 1}/{epochs}", disable=disable, leave=False)

@@ -6,18 +6,16 @@ thread under its queue limit like every other model call. Errors are raised, and
 the service's one JSON error shape. A probe record can be added with `add_routes(app, probes)`.
 """
 
-from __future__ import annotations
-
 import threading
 
-import orjson
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from starlette.exceptions import HTTPException
 
-from . import page
-from .explainer import Explainer, Settings, load_probe
+from ..explain import page
+from ..explain.explainer import Explainer, Settings, load_probe
+from .schemas import ExplainInfo, ExplainRequest, ExplainResponse
+from .web import GET_ERRORS, POST_ERRORS, StrictJSONRoute, responses
 
 _BUILD = threading.Lock()
 
@@ -46,7 +44,7 @@ def explainer_of(app) -> Explainer:
 
 def router() -> APIRouter:
     """The page, its static files, /explain/info and POST /explain."""
-    routes = APIRouter()
+    routes = APIRouter(route_class=StrictJSONRoute)
 
     @routes.get("/", response_class=HTMLResponse, include_in_schema=False)
     def explainer_page() -> HTMLResponse:
@@ -60,16 +58,21 @@ def router() -> APIRouter:
             page.static_path(name), media_type=page.STATIC_FILES[name], headers={"Cache-Control": "max-age=3600"}
         )
 
-    @routes.get("/explain/info", summary="Explainer: model facts, served runs and probes (the page's menus)")
-    def explainer_info(request: Request) -> dict:
-        return explainer_of(request.app).info()
+    @routes.get(
+        "/explain/info",
+        summary="Explainer: model facts, served runs and probes (the page's menus)",
+        responses=responses("/explain/info", ExplainInfo, GET_ERRORS),
+    )
+    def explainer_info(request: Request) -> JSONResponse:
+        return JSONResponse(explainer_of(request.app).info())
 
     @routes.post(
         "/explain",
         summary="Explainer: every panel for one sentence (tokens, layers, attention, vector, map, predictions, probes)",
+        responses=responses("/explain", ExplainResponse, POST_ERRORS),
     )
-    async def explain(request: Request):
-        settings = Settings.from_json(_json(await request.body()))
+    async def explain(body: ExplainRequest, request: Request) -> JSONResponse:
+        settings = Settings.from_json(body.model_dump(exclude_unset=True))
         explainer = explainer_of(request.app)
         result = await request.app.state.service.call(
             lambda: explainer.explain(settings), explainer.work_tokens(settings)
@@ -78,13 +81,3 @@ def router() -> APIRouter:
         return JSONResponse(result)
 
     return routes
-
-
-def _json(body: bytes):
-    """The body as JSON, or the app's `invalid_json` error."""
-    try:
-        return orjson.loads(body or b"null")  # strict: no NaN, 1e400 or lone surrogates (json.loads takes them)
-    except orjson.JSONDecodeError as exc:
-        raise RequestValidationError(
-            [{"type": "json_invalid", "loc": ("body",), "msg": "JSON decode error", "ctx": {"error": str(exc)}}]
-        ) from None

@@ -1,0 +1,273 @@
+"""`EmbedOptions`: every option of an embedding, one frozen value that every face builds and nothing else lists.
+
+Made with the caller's values, it checks what it can alone (a layer spec, a pooling, a policy, a number). Resolved
+against a model (`resolve`), it fills what the caller left to the model — pooling and normalization from a
+sentence-transformers folder (`modules.json`), the default prompt, the length limit — and checks what depends on the
+model (layers it has, a pooler, the width), without running it. Its `record()` is how every file, cache key and
+run record writes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..errors import InputError
+from .compact import OUTPUT_TYPES
+from .layers import parse_layers
+from .pooling import parse_pooling
+from .tokenize import DIRECTIONS, LONG_TEXT_POLICIES
+
+
+class Model(Protocol):
+    """What `EmbedOptions.resolve` reads of a model (an `Encoder` has it all)."""
+
+    model: Any
+
+    @property
+    def sentence_config(self) -> Any: ...
+
+    @property
+    def num_layers(self) -> int: ...
+
+    @property
+    def hidden_size(self) -> int: ...
+
+    @property
+    def has_pooler(self) -> bool: ...
+
+    def check_max_length(self, max_length: int | None) -> int: ...
+
+
+# Old names (bertkit 0.2) → today's, which are sentence-transformers' where it has one; accepted with a warning.
+DEPRECATED_NAMES = {"dimensions": "truncate_dim", "normalize": "normalize_embeddings", "output": "output_type"}
+
+
+@dataclass(frozen=True)
+class EmbedOptions:
+    """How texts become vectors: layers, pooling, lengths, the long-text policy, prompts and the output's form.
+
+    Parameters
+    ----------
+    layers : str, int or sequence of int
+        Hidden states: 'last', '-2', 'last4:sum', 'all:concat', ... (see `parse_layers`).
+    pooling : str, optional
+        'cls', 'pooler', 'mean', 'max', several joined by '+', or 'none' (token vectors). None: the model's
+        (a sentence-transformers Pooling module), else 'mean'.
+    max_length : int, optional
+        The token limit (None: the model's).
+    long_text : {'truncate', 'error', 'window'}
+        A text over the limit is cut (and reported), refused, or read in overlapping windows.
+    stride : int, optional
+        Tokens two neighbouring windows share (None: a quarter of a window).
+    truncation_direction : {'right', 'left'}
+        'right' keeps a long text's beginning, 'left' its end.
+    prompt, prompt_name : str, optional
+        A text put before every input, or one of the model's named prompts (None: its default prompt, if any).
+    include_prompt : bool, optional
+        False keeps the prompt's tokens out of mean and max pooling (None: the model's Pooling config).
+    truncate_dim : int, optional
+        Keep the first `truncate_dim` numbers of each vector (Matryoshka), before normalization.
+    normalize_embeddings : bool, optional
+        Unit-length vectors (None: the model's — True where a Normalize module follows the pooling).
+    output_type : str
+        'float32', 'float16', 'int8', 'uint8', 'binary' or 'ubinary' (see `compact`).
+    dense : bool, optional
+        Apply the model's sentence-transformers Dense modules (None: when the vector is the model's own sentence
+        vector, i.e. its pooling of the last layer).
+
+    Examples
+    --------
+    >>> from bertkit import EmbedOptions
+    >>> EmbedOptions(layers="last4:sum", pooling="mean").record()["layers"]
+    'last4:sum'
+    """
+
+    layers: str = "last"
+    pooling: str | None = None
+    max_length: int | None = None
+    long_text: str = "truncate"
+    stride: int | None = None
+    truncation_direction: str = "right"
+    prompt: str | None = None
+    prompt_name: str | None = None
+    include_prompt: bool | None = None
+    truncate_dim: int | None = None
+    normalize_embeddings: bool | None = None
+    output_type: str = "float32"
+    dense: bool | None = None
+
+    def __post_init__(self) -> None:
+        set_field = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
+        set_field("layers", parse_layers(self.layers).spec)
+        if self.pooling is not None:
+            set_field("pooling", "+".join(parse_pooling(self.pooling)))
+        if self.long_text not in LONG_TEXT_POLICIES:
+            raise InputError(f"long_text={self.long_text!r}: valid values are {', '.join(LONG_TEXT_POLICIES)}.")
+        direction = str(self.truncation_direction).lower()
+        if direction not in DIRECTIONS:
+            raise InputError(f"truncation_direction={self.truncation_direction!r}: valid values are right, left.")
+        set_field("truncation_direction", direction)
+        if self.output_type not in OUTPUT_TYPES:
+            raise InputError(f"output_type={self.output_type!r}: valid values are {', '.join(OUTPUT_TYPES)}.")
+        _check_whole("max_length", self.max_length, 3)
+        _check_whole("stride", self.stride, 0)
+        _check_whole("truncate_dim", self.truncate_dim, 1)
+        for name in ("include_prompt", "normalize_embeddings", "dense"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
+                raise InputError(f"{name}={getattr(self, name)!r}: give True, False or None.")
+        for name in ("prompt", "prompt_name"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise InputError(f"{name}={getattr(self, name)!r}: give a string or None.")
+        if self.pooling == "none" and (self.truncate_dim is not None or self.output_type != "float32"):
+            what = "truncate_dim" if self.truncate_dim is not None else f"output_type={self.output_type!r}"
+            raise InputError(
+                f"{what} applies to sentence vectors; pooling='none' gives token vectors. Choose a pooling, or "
+                "leave it out."
+            )
+
+    @classmethod
+    def from_kwargs(cls, options: EmbedOptions | None = None, **kwargs: Any) -> EmbedOptions:
+        """`options` with `kwargs` replacing its fields; bertkit 0.2's names are accepted with a warning.
+
+        Parameters
+        ----------
+        options : EmbedOptions, optional
+            The starting value (default: all defaults).
+        **kwargs
+            Field values; None leaves a field as `options` has it.
+
+        Returns
+        -------
+        EmbedOptions
+        """
+        changes = {}
+        for name, value in kwargs.items():
+            if name in DEPRECATED_NAMES:
+                warnings.warn(
+                    f"{name}= is now {DEPRECATED_NAMES[name]}= (sentence-transformers' name); {name}= goes in the "
+                    "next release.",
+                    DeprecationWarning,
+                    stacklevel=3,
+                )
+                name = DEPRECATED_NAMES[name]
+            if name not in FIELDS:
+                raise InputError(f"unknown embedding option {name!r}; the options are {', '.join(FIELDS)}.")
+            if value is not None:
+                changes[name] = value
+        return dataclasses.replace(options or cls(), **changes)
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> EmbedOptions:
+        """The options a file or run recorded (`record()`, or bertkit 0.2's names), other keys ignored."""
+        renamed = {DEPRECATED_NAMES.get(k, k): v for k, v in record.items()}
+        # records written before normalization and Dense came from the model made neither unless they say so
+        renamed = {"normalize_embeddings": False, "dense": False, **renamed}
+        return cls(**{k: v for k, v in renamed.items() if k in FIELDS and k != "prompt_name"})
+
+    def replace(self, **changes: Any) -> EmbedOptions:
+        """A copy with `changes` (checked again)."""
+        return dataclasses.replace(self, **changes)
+
+    def record(self) -> dict[str, Any]:
+        """The options as plain JSON values: what vector files, manifests, caches and runs store."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "prompt_name"}
+
+    @property
+    def token_vectors(self) -> bool:
+        """pooling='none': each text's token vectors instead of one vector."""
+        return self.pooling == "none"
+
+    def resolve(self, encoder: Model) -> EmbedOptions:
+        """These options for `encoder`'s model: the model's defaults filled in, every option checked against it.
+
+        Parameters
+        ----------
+        encoder : Encoder
+            The model the options will run on (nothing is run): anything with what `Model` lists.
+
+        Returns
+        -------
+        EmbedOptions
+            pooling, max_length, prompt, include_prompt, normalize_embeddings and dense set; prompt_name None.
+        """
+        config = encoder.sentence_config
+        pooling = self.pooling or config.pooling or "mean"
+        selection, methods = parse_layers(self.layers), parse_pooling(pooling)
+        states = encoder.num_layers + 1
+        selection.resolve(states)  # a layer the model does not have: refused with the valid range
+        if "pooler" in methods:
+            _check_pooler(encoder, selection.is_last_only(states), self.layers)
+        width = sum(
+            encoder.hidden_size if m == "pooler" else selection.output_dim(encoder.hidden_size, states) for m in methods
+        )
+        own_vector = pooling == (config.pooling or "mean") and selection.is_last_only(states)
+        dense = bool(config.dense) and own_vector if self.dense is None else self.dense
+        if dense and not config.dense:
+            raise InputError("dense=True: this model has no sentence-transformers Dense module.")
+        if dense and width != config.dense[0].in_features:
+            raise InputError(
+                f"dense=True: the model's Dense module takes {config.dense[0].in_features} numbers, but "
+                f"layers={self.layers!r} with pooling={pooling!r} gives {width}; leave dense out."
+            )
+        width = config.dense[-1].out_features if dense else width
+        if self.truncate_dim is not None and self.truncate_dim > width:
+            raise InputError(
+                f"truncate_dim={self.truncate_dim}: these vectors have {width} numbers; give 1 to {width}."
+            )
+        max_length = encoder.check_max_length(self.max_length)
+        prompt = self._prompt(config)
+        normalize = self.normalize_embeddings
+        if normalize is None:
+            normalize = config.normalize and own_vector
+        return dataclasses.replace(
+            self,
+            pooling=pooling,
+            max_length=max_length,
+            prompt=prompt,
+            prompt_name=None,
+            include_prompt=config.include_prompt if self.include_prompt is None else self.include_prompt,
+            normalize_embeddings=bool(normalize),
+            dense=dense,
+        )
+
+    def _prompt(self, config) -> str:
+        """The prompt text: `prompt`, else the model's prompt `prompt_name`, else its default one, else ''."""
+        if self.prompt is not None:
+            return self.prompt
+        if self.prompt_name is not None and self.prompt_name not in config.prompts:
+            known = ", ".join(sorted(config.prompts)) or "none (its config_sentence_transformers.json names none)"
+            raise InputError(
+                f"prompt_name={self.prompt_name!r}: this model's prompts are {known}; or give prompt='...'."
+            )
+        return config.prompts.get(self.prompt_name or config.default_prompt_name or "", "")
+
+
+FIELDS = tuple(f.name for f in dataclasses.fields(EmbedOptions))
+
+
+def _check_whole(name: str, value: Any, least: int) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+        raise InputError(f"{name}={value!r}: give a whole number of at least {least}, or None.")
+
+
+def _check_pooler(encoder: Model, last_only: bool, layers: str) -> None:
+    if not encoder.has_pooler:
+        raise InputError(
+            f"pooling='pooler': {type(encoder.model).__name__} has no trained pooler layer (DistilBERT and ELECTRA "
+            "have none). Use pooling='cls' (the raw [CLS] vector), 'mean' or 'max'."
+        )
+    if not last_only:
+        raise InputError(
+            "pooling='pooler' is the model's pooler applied to the last layer's [CLS]; it cannot use "
+            f"layers={layers!r}. Use layers='last', or pooling='cls' for another layer's [CLS]."
+        )
+
+
+def options_from(options: EmbedOptions | None, kwargs: Mapping[str, Any], names: Sequence[str] = ()) -> EmbedOptions:
+    """`EmbedOptions.from_kwargs` over the entries of `kwargs` that are embedding options (`names` to restrict)."""
+    wanted = set(names) or set(FIELDS) | set(DEPRECATED_NAMES)
+    return EmbedOptions.from_kwargs(options, **{k: v for k, v in kwargs.items() if k in wanted})

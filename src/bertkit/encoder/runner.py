@@ -1,0 +1,194 @@
+"""The one runner: tokenized rows → a token-budget plan → forward passes → out-of-memory split → input order.
+
+`Encoder.embed`, every fine-tuned run and the service's batcher run their model through a `Runner`. A pass costs
+about a fixed overhead plus its padded tokens (rows × longest row), so `plan_batches` groups the length-sorted rows
+to minimise the two together, each group within the token budget and the row limit. On a CPU two passes run at once
+on shares of the threads (one pass per core beats one pass split over cores on small CPUs: benchmarks/throughput.py);
+on a GPU a pass that runs out of memory is split in two and each half tried again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .devices import OutOfDeviceMemory
+from .threads import forward_in_parallel, total_threads
+
+logger = logging.getLogger(__name__)
+
+PASS_OVERHEAD_TOKENS = 32  # a forward pass's fixed cost on a CPU, in tokens' worth of compute (README, serving)
+GPU_PASS_OVERHEAD_TOKENS = 4096  # on a GPU a pass's launches cost far more than its padding: fewer, fuller passes
+
+
+@dataclass(frozen=True)
+class Row:
+    """One model input: token ids and type ids (a whole text, or one window of a long one)."""
+
+    ids: Sequence[int]
+    type_ids: Sequence[int]
+
+
+def padded_width(longest: int, limit: int | None = None, multiple: int = 1) -> int:
+    """The width a pass whose longest row has `longest` tokens is padded to (a multiple of `multiple`, never past
+    `limit`)."""
+    width = -(-longest // multiple) * multiple
+    return max(longest, min(width, limit)) if limit else width
+
+
+def plan_batches(
+    lengths: Sequence[int],
+    max_batch_tokens: int,
+    max_rows: int | None = None,
+    overhead_tokens: int = PASS_OVERHEAD_TOKENS,
+    multiple: int = 1,
+) -> list[list[int]]:
+    """Indices into `lengths`, grouped into passes that cost least: overhead + padded tokens, summed.
+
+    Each group is contiguous in length order, has at most `max_rows` rows and `max_batch_tokens` padded tokens (a
+    row longer than that is a pass of its own); the longest group comes first.
+    """
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    width = [lengths[i] for i in order]
+    n = len(order)
+    best = [0] * (n + 1)  # best[j]: least cost of the first j sorted rows
+    cut = [0] * (n + 1)  # cut[j]: where the last group of that plan starts
+    for j in range(1, n + 1):
+        longest = padded_width(width[j - 1], multiple=multiple)
+        best_cost, best_start = None, j - 1
+        for start in range(j - 1, -1, -1):
+            rows = j - start
+            if rows > 1 and (rows * longest > max_batch_tokens or (max_rows is not None and rows > max_rows)):
+                break
+            cost = best[start] + overhead_tokens + rows * longest
+            if best_cost is None or cost < best_cost:
+                best_cost, best_start = cost, start
+        best[j], cut[j] = best_cost, best_start
+    groups: list[list[int]] = []
+    end = n
+    while end > 0:
+        groups.append([order[k] for k in range(cut[end], end)])
+        end = cut[end]
+    return groups
+
+
+@dataclass
+class RunnerStats:
+    """What the runner has done: passes, padded and real tokens, seconds inside forward passes."""
+
+    passes: int = 0
+    padded_tokens: int = 0
+    real_tokens: int = 0
+    forward_seconds: float = 0.0
+
+
+@dataclass
+class Runner:
+    """A model call over rows of token ids: planned, padded, run, split on out-of-memory, in order.
+
+    Parameters
+    ----------
+    forward : callable
+        Takes the padded inputs (`input_ids`, `attention_mask`, and `token_type_ids` with `with_type_ids`) as CPU
+        tensors and returns the pass's output (moving it to the device is its job).
+    pad_token_id : int
+        The id padding is made of.
+    device : torch.device
+        Where `forward` runs: concurrent passes on a CPU, out-of-memory splits on a GPU.
+    max_batch_tokens : int
+        Padded tokens one pass may hold.
+    batch_size : int, optional
+        Rows one pass may hold (None: as many as the token budget allows).
+    concurrent : int
+        Passes in flight at once on a CPU, each on its share of the threads.
+    with_type_ids : bool
+        Whether the model takes token type ids.
+    pad_multiple : int
+        Padded widths are multiples of this (a server sees fewer shapes: its allocator stays small).
+    max_width : int, optional
+        The widest pass the model takes (its position table): rounding never pads past it.
+    """
+
+    forward: Callable[[dict[str, torch.Tensor]], Any]
+    pad_token_id: int
+    device: torch.device
+    max_batch_tokens: int
+    batch_size: int | None = None
+    concurrent: int = 1
+    with_type_ids: bool = True
+    pad_multiple: int = 1
+    max_width: int | None = None
+    stats: RunnerStats = field(default_factory=RunnerStats)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def plan(self, rows: Sequence[Row]) -> list[list[int]]:
+        """The passes for `rows`: indices grouped by `plan_batches`."""
+        lengths = [len(row.ids) for row in rows]
+        overhead = PASS_OVERHEAD_TOKENS if self.device.type == "cpu" else GPU_PASS_OVERHEAD_TOKENS
+        return plan_batches(lengths, self.max_batch_tokens, self.batch_size, overhead, self.pad_multiple)
+
+    def inputs(self, rows: Sequence[Row]) -> dict[str, torch.Tensor]:
+        """Right-padded inputs of `rows` (the one padding routine): input_ids, attention_mask, token_type_ids."""
+        from .tokenize import pad_ids
+
+        width = padded_width(max(len(row.ids) for row in rows), self.max_width, self.pad_multiple)
+        ids, mask, types = pad_ids([row.ids for row in rows], [row.type_ids for row in rows], self.pad_token_id, width)
+        inputs = {"input_ids": ids, "attention_mask": mask}
+        if self.with_type_ids:
+            inputs["token_type_ids"] = types
+        return inputs
+
+    def passes(self, rows: Sequence[Row]) -> Iterator[tuple[list[int], dict[str, torch.Tensor], Any]]:
+        """(indices of `rows`, padded inputs, output) for every planned pass; on a CPU `concurrent` at a time."""
+        groups = self.plan(rows)
+        workers = min(self.concurrent, total_threads())
+        if workers > 1 and len(groups) > 1 and self.device.type == "cpu":
+            pad = lambda group: self.inputs([rows[i] for i in group])  # noqa: E731
+            yield from forward_in_parallel(self._timed, groups, pad, workers)
+            return
+        for group in groups:
+            yield from self.fitting(rows, group)
+
+    def fitting(self, rows: Sequence[Row], group: list[int]) -> Iterator[tuple[list[int], dict, Any]]:
+        """One planned pass; out of GPU memory, it is split in two and each half tried again."""
+        inputs = self.inputs([rows[i] for i in group])
+        try:
+            out = self._timed(inputs)
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            if len(group) == 1:
+                raise OutOfDeviceMemory(group[0], len(rows[group[0]].ids), self.device) from None
+            logger.info(
+                "%s ran out of memory on %d rows × %d tokens: trying halves", self.device, *inputs["input_ids"].shape
+            )
+            half = len(group) // 2
+            yield from self.fitting(rows, group[:half])
+            yield from self.fitting(rows, group[half:])
+            return
+        yield group, inputs, out
+
+    def run(self, rows: Sequence[Row], take: Callable[[list[int], dict, Any], Sequence[Any]]) -> list[Any]:
+        """`take(indices, inputs, output)` gives one result per row of a pass; the results come back in input order."""
+        results: list[Any] = [None] * len(rows)
+        for group, inputs, out in self.passes(rows):
+            for index, result in zip(group, take(group, inputs, out)):
+                results[index] = result
+        return results
+
+    def _timed(self, inputs: dict[str, torch.Tensor]) -> Any:
+        started = time.perf_counter()
+        out = self.forward(inputs)
+        mask = inputs["attention_mask"]
+        with self._lock:
+            stats = self.stats
+            stats.passes += 1
+            stats.padded_tokens += int(mask.numel())
+            stats.real_tokens += int(mask.sum())
+            stats.forward_seconds += time.perf_counter() - started
+        return out

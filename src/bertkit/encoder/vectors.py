@@ -1,0 +1,130 @@
+"""From hidden states to vectors: layer selection, pooling (prompt tokens left out where asked), the model's Dense
+modules, windows stitched back into one text, and last the Matryoshka cut, unit length and compact type."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .compact import RANGED, compact
+from .layers import LayerSelection, parse_layers
+from .options import EmbedOptions
+from .pooling import parse_pooling, pool_sentences
+from .st_config import DenseLayer
+
+
+@dataclass(frozen=True)
+class VectorHead:
+    """What turns one pass's hidden states into vectors, for resolved options (`EmbedOptions.resolve`)."""
+
+    selection: LayerSelection
+    methods: tuple[str, ...]
+    prompt_tokens: int  # leading tokens kept out of mean and max pooling (a prompt, with include_prompt off)
+    dense: tuple[DenseLayer, ...]
+
+    @classmethod
+    def of(cls, options: EmbedOptions, prompt_tokens: int, dense: Sequence[DenseLayer]) -> VectorHead:
+        """The head for resolved `options` (`dense`: the model's Dense modules, used when options say so)."""
+        return cls(
+            parse_layers(options.layers),
+            parse_pooling(options.pooling or "mean"),
+            0 if options.include_prompt else prompt_tokens,
+            tuple(dense) if options.dense else (),
+        )
+
+    def tokens(self, hidden_states: Sequence[torch.Tensor]) -> torch.Tensor:
+        """(batch, seq, dim) token vectors of the chosen layers, combined."""
+        return self.selection.apply(hidden_states)
+
+    def sentences(self, vectors: torch.Tensor, mask: torch.Tensor, pooler: torch.Tensor | None) -> torch.Tensor:
+        """(batch, dim) sentence vectors of token vectors and their mask (float32 on the vectors' device)."""
+        if self.prompt_tokens:
+            mask = mask.clone()
+            mask[:, : self.prompt_tokens] = 0
+        pooled = pool_sentences(vectors, mask, self.methods, pooler).float()
+        for layer in self.dense:
+            pooled = layer(pooled)
+        return pooled
+
+
+def finish(
+    vectors: np.ndarray, options: EmbedOptions, ranges: np.ndarray | None = None, token_vectors: bool = False
+) -> np.ndarray:
+    """The last steps of every embedding: the Matryoshka cut, unit length, then the compact type.
+
+    Parameters
+    ----------
+    vectors : numpy.ndarray
+        (n, dim) float32 (token vectors: one text's (tokens, dim)).
+    options : EmbedOptions
+        Resolved options (truncate_dim, normalize_embeddings, output_type).
+    ranges : numpy.ndarray, optional
+        (2, dim) int8/uint8 ranges, required for those types.
+    token_vectors : bool
+        The rows are token vectors (only normalization applies).
+
+    Returns
+    -------
+    numpy.ndarray
+        In `options.output_type`; binary types pack 8 columns per byte.
+    """
+    if options.truncate_dim is not None and not token_vectors:
+        vectors = np.ascontiguousarray(vectors[:, : options.truncate_dim])
+    if options.normalize_embeddings:
+        vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
+    if token_vectors:
+        return vectors.astype(np.float32, copy=False)
+    return compact(vectors, options.output_type, ranges if options.output_type in RANGED else None)
+
+
+def content_bounds(special_mask: Sequence[int]) -> tuple[int, int]:
+    """[start, end) of the non-special tokens of one sequence (specials sit at both ends)."""
+    start, end = 0, len(special_mask)
+    while start < end and special_mask[start]:
+        start += 1
+    while end > start and special_mask[end - 1]:
+        end -= 1
+    return start, end
+
+
+def stitch(full_mask: Sequence[int], windows: Sequence, stride: int, vectors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Token vectors of a long text from its windows (the tokenizer's overflow windows): every token of the whole
+    text gets exactly one vector, from the window where it has the most context on both sides.
+
+    Parameters
+    ----------
+    full_mask : sequence of int
+        The whole text's special-tokens mask.
+    windows : sequence of tokenizers.Encoding
+        Its windows, in order; each shares `stride` content tokens with the one before.
+    stride : int
+        Tokens two neighbouring windows share.
+    vectors : sequence of torch.Tensor
+        Each window's (window tokens, dim) vectors.
+
+    Returns
+    -------
+    torch.Tensor
+        (tokens of the whole text, dim).
+    """
+    start, end = content_bounds(full_mask)
+    full = len(full_mask)
+    out = vectors[0].new_zeros((full, vectors[0].shape[-1]))
+    best = torch.full((full,), -1, dtype=torch.long)
+    position = start
+    for window, window_vectors in zip(windows, vectors):
+        a, b = content_bounds(window.special_tokens_mask)
+        span = torch.arange(position, position + b - a)
+        context = torch.minimum(span - position, position + b - a - 1 - span)
+        better = context > best[span]
+        out[span[better]] = window_vectors[a:b][better]
+        best[span] = torch.where(better, context, best[span])
+        position += b - a - stride
+    first, last = vectors[0], vectors[-1]
+    out[:start] = first[:start]
+    last_end = content_bounds(windows[-1].special_tokens_mask)[1]
+    out[end:] = last[last_end : last_end + full - end]
+    return out

@@ -1,0 +1,284 @@
+"""The service's routes: status (/health, /info, /metrics), embeddings (TEI's /embed, /embed_all, /similarity,
+/tokenize; OpenAI's /v1/embeddings) and served runs (/predict/{run}, TEI's /rerank, Cohere's /v1/rerank).
+
+Each route turns its typed body into the library's own options and calls the `Service`; none computes a vector
+its own way.
+"""
+
+import base64
+import uuid
+from typing import Any, Literal
+
+import numpy as np
+from fastapi import APIRouter, Path, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+from ..encoder.options import EmbedOptions
+from .schemas import (
+    ClassPrediction,
+    CohereRerankResponse,
+    Health,
+    LabelSetPrediction,
+    OpenAIEmbeddingResponse,
+    RerankItem,
+    ScorePrediction,
+    ServiceInfo,
+    TagPrediction,
+    TokenVectors,
+    TokenView,
+    Vocabulary,
+    request_models,
+)
+from .service import EmbedResult, ServeError, Service
+from .web import GET_ERRORS, POST_ERRORS, StrictJSONRoute, VectorJSONResponse, responses
+
+TRUNCATED = {
+    "X-Bertkit-Truncated": {
+        "description": "how many inputs were cut to the model's max length",
+        "required": True,
+        "schema": {"type": "integer"},
+    },
+    "X-Bertkit-Truncated-Inputs": {
+        "description": "their indices, comma-separated (only when some were cut)",
+        "schema": {"type": "string"},
+    },
+}
+
+
+def service_routes(service: Service, vocabulary: Vocabulary) -> APIRouter:
+    """Every route of the service, with this server's request models (its limits, its model's options)."""
+    router = APIRouter(route_class=StrictJSONRoute)
+    models = request_models(vocabulary)
+    key = service.settings.api_key is not None
+    _status_routes(router, key)
+    _embedding_routes(router, models, key)
+    _run_routes(router, models, key, sorted(service.runs), vocabulary.rerankers)
+    return router
+
+
+def _service(request: Request) -> Service:
+    return request.app.state.service
+
+
+def _disconnected(request: Request) -> Any:
+    """A coroutine factory that returns once the client has closed the connection (the body is read by then)."""
+
+    async def wait() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    return wait
+
+
+def _truncation_headers(result: EmbedResult) -> dict[str, str]:
+    headers = {"X-Bertkit-Truncated": str(len(result.truncated))}
+    if result.truncated:
+        headers["X-Bertkit-Truncated-Inputs"] = ",".join(map(str, result.truncated))
+    return headers
+
+
+def _options(body: Any, **fixed: Any) -> EmbedOptions:
+    """The `EmbedOptions` a request body asks for (its field names are TEI's and OpenAI's: dimensions, normalize)."""
+    fields = body.model_dump(exclude_unset=True)
+    options = {
+        "layers": fields.get("layers", "last"),
+        "pooling": fields.get("pooling"),
+        "truncation_direction": fields.get("truncation_direction", "right").lower(),
+        "prompt": fields.get("prompt"),
+        "prompt_name": fields.get("prompt_name"),
+        "truncate_dim": fields.get("dimensions"),
+        "normalize_embeddings": fields.get("normalize"),
+        "output_type": fields.get("output_type", "float32"),
+    }
+    return EmbedOptions(**{**options, **fixed})
+
+
+def _status_routes(router: APIRouter, key: bool) -> None:
+    """/health, /info, /metrics."""
+    health_answers = {
+        **responses("/health", Health, (403, 500)),
+        503: {"model": Health, "description": "the model thread has stopped"},
+    }
+
+    @router.get(
+        "/health", summary="Liveness: 200 while the model thread runs (no key needed)", responses=health_answers
+    )
+    async def health(request: Request) -> JSONResponse:
+        alive = _service(request).batcher.running
+        return JSONResponse({"status": "ok" if alive else "model thread stopped"}, status_code=200 if alive else 503)
+
+    @router.get(
+        "/info",
+        summary="Model, layers, hidden size, max length, served runs, limits",
+        responses=responses("/info", ServiceInfo, GET_ERRORS, key),
+    )
+    async def info(request: Request) -> JSONResponse:
+        probes = sorted(getattr(request.app.state, "explain_probes", None) or {})
+        return JSONResponse({**_service(request).info(), "probes": probes})
+
+    metrics_answers = {
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"},
+        **responses("/metrics", None, GET_ERRORS, key),
+    }
+
+    @router.get("/metrics", summary="Prometheus metrics", response_class=PlainTextResponse, responses=metrics_answers)
+    async def metrics(request: Request) -> Response:
+        service = _service(request)
+        return Response(service.metrics.exposition(), media_type=service.metrics.content_type)
+
+
+def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
+    """/embed (and TEI's POST /), /embed_all, /v1/embeddings, /similarity, /tokenize."""
+    embed_answers = responses("/embed", list[list[float]] | list[TokenVectors], key=key, headers=TRUNCATED)
+
+    @router.post("/embed", responses=embed_answers, summary="Sentence vectors (TEI's /embed), or token vectors")
+    @router.post("/", include_in_schema=False)  # TEI answers POST / too; huggingface_hub's InferenceClient posts there
+    async def embed(body: models.EmbedRequest, request: Request) -> Response:
+        service = _service(request)
+        options = _options(body)
+        result = await service.embed(service.texts(body.inputs), options, body.truncate, _disconnected(request))
+        if options.token_vectors:
+            content: Any = [
+                {"tokens": e.tokens, "word_ids": e.word_ids(), "vectors": v}
+                for e, v in zip(result.encoded, result.vectors)
+            ]
+        else:
+            content = np.stack(result.vectors)
+        return VectorJSONResponse(content, headers=_truncation_headers(result))
+
+    @router.post(
+        "/embed_all",
+        responses=responses("/embed_all", list[list[list[float]]], key=key, headers=TRUNCATED),
+        summary="TEI's /embed_all: every token's vector of the chosen layers",
+    )
+    async def embed_all(body: models.EmbedAllRequest, request: Request) -> Response:
+        service = _service(request)
+        options = _options(body).replace(pooling="none", normalize_embeddings=body.normalize)
+        result = await service.embed(service.texts(body.inputs), options, body.truncate, _disconnected(request))
+        return VectorJSONResponse(result.vectors, headers=_truncation_headers(result))
+
+    @router.post(
+        "/v1/embeddings",
+        responses=responses("/v1/embeddings", OpenAIEmbeddingResponse, (*POST_ERRORS, 404), key, TRUNCATED),
+        summary="OpenAI's embeddings API",
+    )
+    async def openai_embeddings(body: models.OpenAIEmbeddingRequest, request: Request) -> Response:
+        service = _service(request)
+        inputs = body.input
+        if not isinstance(inputs, str) and inputs and not all(isinstance(x, str) for x in inputs):
+            raise ServeError(
+                422,
+                "invalid_input",
+                "input: token ids are not accepted; send a string or a list of strings.",
+                param="input",
+            )
+        options = _options(body, normalize_embeddings=True)  # unit length, as OpenAI's (after dimensions)
+        result = await service.embed(service.texts(inputs, "input"), options, True, _disconnected(request))
+        data = []
+        for index, vector in enumerate(result.vectors):
+            if body.encoding_format == "base64":
+                value: Any = base64.b64encode(vector.astype(vector.dtype.newbyteorder("<")).tobytes()).decode("ascii")
+            else:
+                value = vector
+            data.append({"object": "embedding", "index": index, "embedding": value})
+        usage = {"prompt_tokens": result.tokens, "total_tokens": result.tokens}
+        content = {"object": "list", "data": data, "model": body.model, "usage": usage}
+        return VectorJSONResponse(content, headers=_truncation_headers(result))
+
+    @router.post(
+        "/similarity",
+        responses=responses("/similarity", list[float], key=key),
+        summary="TEI's /similarity: cosine of the source sentence's vector with each sentence's",
+    )
+    async def similarity(body: models.SimilarityRequest, request: Request) -> Response:
+        service = _service(request)
+        texts = [body.inputs.source_sentence, *body.inputs.sentences]
+        options = EmbedOptions(
+            prompt_name=body.prompt_name,
+            normalize_embeddings=True,
+            truncation_direction=body.truncation_direction.lower(),
+        )
+        result = await service.embed(texts, options, body.truncate, _disconnected(request))
+        vectors = np.stack(result.vectors)
+        return VectorJSONResponse((vectors[1:] @ vectors[0]).tolist(), headers=_truncation_headers(result))
+
+    @router.post(
+        "/tokenize",
+        responses=responses("/tokenize", list[TokenView], key=key, headers=TRUNCATED),
+        summary="Tokens, ids, mask, word ids, character offsets",
+    )
+    async def tokenize(body: models.TokenizeRequest, request: Request) -> Response:
+        service = _service(request)
+        texts = service.texts(body.inputs)
+        encoded, truncated = await service.off_loop(lambda: service.encode(texts, body.truncate), sum(map(len, texts)))
+        views = [
+            {
+                "tokens": item.tokens,
+                "ids": item.ids,
+                "attention_mask": [1] * len(item.ids),
+                "type_ids": item.type_ids,
+                "word_ids": item.word_ids(),
+                "offsets": [list(o) for o in item.encoding.offsets],
+                "truncated": item.truncated,
+                "full_length": item.full_length,
+            }
+            for item in encoded
+        ]
+        return VectorJSONResponse(views, headers={"X-Bertkit-Truncated": str(len(truncated))})
+
+
+def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rerankers: tuple[str, ...]) -> None:
+    """/predict/{run}, /rerank (TEI), /v1/rerank (Cohere v1, Jina) and /v2/rerank (Cohere v2)."""
+    run_name = Literal[tuple(runs)] if runs else str  # type: ignore[valid-type]
+    predictions = list[ClassPrediction] | list[ScorePrediction] | list[LabelSetPrediction] | list[TagPrediction]
+
+    @router.post(
+        "/predict/{run}",
+        responses=responses("/predict", predictions, (*POST_ERRORS, 404), key),
+        summary="A served run's labels with probabilities, or entities with character offsets",
+        include_in_schema=bool(runs),
+    )
+    async def predict(body: models.PredictRequest, request: Request, run: run_name = Path(description="a served run")):  # type: ignore[valid-type]
+        service = _service(request)
+        return VectorJSONResponse(await service.predict(run, service.texts(body.inputs), _disconnected(request)))
+
+    ranks = bool(rerankers)
+
+    @router.post(
+        "/rerank",
+        responses=responses("/rerank", list[RerankItem], (*POST_ERRORS, 404), key),
+        summary="TEI's /rerank: the texts scored against the query by a served pair run, best first",
+        include_in_schema=ranks,
+    )
+    async def rerank(body: models.RerankRequest, request: Request) -> Response:
+        service = _service(request)
+        run = service.reranker(body.model)
+        ranked, _ = await service.rerank(
+            run, body.query, body.texts, body.raw_scores, body.truncate, _disconnected(request)
+        )
+        items = [{"index": i, "score": s, **({"text": body.texts[i]} if body.return_text else {})} for i, s in ranked]
+        return VectorJSONResponse(items)
+
+    @router.post(
+        "/v1/rerank",
+        responses=responses("/v1/rerank", CohereRerankResponse, (*POST_ERRORS, 404), key),
+        summary="Cohere's and Jina's /v1/rerank: documents ranked by a served pair run (model: its name)",
+        include_in_schema=ranks,
+    )
+    @router.post("/v2/rerank", include_in_schema=False)  # Cohere's v2 client; the same body and answer
+    async def cohere_rerank(body: models.CohereRerankRequest, request: Request) -> Response:
+        service = _service(request)
+        documents = [d if isinstance(d, str) else d.text for d in body.documents]
+        run = service.reranker(body.model)
+        ranked, tokens = await service.rerank(run, body.query, documents, disconnected=_disconnected(request))
+        results = [
+            {
+                "index": i,
+                "relevance_score": s,
+                **({"document": {"text": documents[i]}} if body.return_documents else {}),
+            }
+            for i, s in ranked[: body.top_n]
+        ]
+        meta = {"api_version": {"version": "1"}, "billed_units": {"search_units": 1}}
+        content = {"id": str(uuid.uuid4()), "model": body.model, "results": results, "meta": meta}
+        return VectorJSONResponse({**content, "usage": {"total_tokens": tokens}})

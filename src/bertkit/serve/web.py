@@ -1,0 +1,101 @@
+"""What every route of the service shares over HTTP: documented answers, strict JSON bodies, fast vector JSON."""
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import orjson
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+
+from .errors import OPENAI_PREFIX
+from .schemas import ErrorResponse, OpenAIErrorResponse
+
+# ---- the OpenAPI document: every status a route can answer, with its JSON shape ----------------------------------
+ERROR_CODES = {
+    400: "the body is not valid JSON (invalid_json)",
+    401: "missing or wrong API key (unauthorized); only when the server was started with a key",
+    403: "the Host header does not name this server, or a web page of another origin sent the request",
+    404: "no such run or model",
+    413: "body over --max-body-bytes, more texts than --max-inputs, or an input too long with truncate=false",
+    415: "the body is not sent as Content-Type: application/json",
+    422: "a field has the wrong type or value (validation_error), or the model cannot do what was asked "
+    "(invalid_input); the message names the field",
+    429: "the queue is full (overloaded); retry after Retry-After seconds",
+    500: "the server failed on this request (internal_error); it keeps serving others",
+    503: "the server is shutting down and takes no new requests",
+}
+POST_ERRORS = (400, 403, 413, 415, 422, 429, 500, 503)
+GET_ERRORS = (403, 500)
+RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "integer"}}}
+
+
+def responses(
+    path: str, model: Any = None, codes: Sequence[int] = POST_ERRORS, key: bool = False, headers: dict | None = None
+) -> dict[int | str, dict]:
+    """A route's documented answers: `model` for 200 (the routes build their JSON themselves), and for each error
+    code bertkit's JSON error (OpenAI's shape under `/v1/`)."""
+    shape = OpenAIErrorResponse if path.startswith(OPENAI_PREFIX) else ErrorResponse
+    documented: dict[int | str, dict] = {}
+    if model is not None:
+        documented[200] = {
+            "model": model,
+            "description": "Successful Response",
+            **({"headers": headers} if headers else {}),
+        }
+    for code in sorted({*codes, *([401] if key else [])}):
+        documented[code] = {"model": shape, "description": ERROR_CODES[code]}
+        if model is None:  # a route whose own answer is not JSON (/metrics): its errors still are
+            reference = {"schema": {"$ref": f"#/components/schemas/{shape.__name__}"}}
+            documented[code] = {"description": ERROR_CODES[code], "content": {"application/json": reference}}
+        if code in (429, 503):
+            documented[code]["headers"] = RETRY_AFTER
+    return documented
+
+
+class StrictJSONRequest(Request):
+    """A request whose JSON body is read by orjson: strict (no NaN, 1e400 or lone surrogates) and fast."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = orjson.loads(await self.body())  # orjson.JSONDecodeError is a json.JSONDecodeError
+        return self._json
+
+
+class StrictJSONRoute(APIRoute):
+    """FastAPI's route with `StrictJSONRequest` (FastAPI's documented way to change how a body is read)."""
+
+    def get_route_handler(self) -> Callable:
+        handler = super().get_route_handler()
+
+        async def strict(request: Request) -> Any:
+            request = StrictJSONRequest(request.scope, request.receive)
+            # the body is read here, not inside FastAPI (which answers any failure there with a 400): a body over
+            # the limit is a 413 and a client gone mid-body a 499, as the app's handlers say
+            if request.method == "POST" and not await request.body():
+                error = {"type": "json_invalid", "loc": ("body", 0), "msg": "empty", "ctx": {"error": "no body"}}
+                raise RequestValidationError([error])
+            return await handler(request)
+
+        return strict
+
+
+def _array_fallback(value: Any) -> Any:
+    if isinstance(value, np.ndarray):  # not C-contiguous: orjson hands it here
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+class VectorJSONResponse(JSONResponse):
+    """JSON written by orjson, float32 arrays straight from memory (far faster than the json module on vectors)."""
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content, default=_array_fallback, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def brief(value: Any, limit: int = 200) -> str:
+    """A user's value or a library's message in an answer: one line of at most `limit` characters."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

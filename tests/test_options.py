@@ -1,0 +1,128 @@
+"""`EmbedOptions`: one value for every embedding option, the model's sentence-transformers defaults, checks that run
+nothing, one record, and the old names kept for a release."""
+
+import dataclasses
+import warnings
+
+import numpy as np
+import pytest
+from tiny_models import tiny_bert
+
+from bertkit import BertVectorizer, EmbedOptions, Encoder, InputError
+from bertkit.encoder.models import default_model_dir
+from bertkit.encoder.options import FIELDS
+
+TEXTS = ["I love Korea", "the movie was great", "EU rejects German call to boycott British lamb ."]
+
+
+def test_the_packaged_model_embeds_as_sentence_transformers_encodes(encoder):
+    """modules.json says mean pooling then Normalize: no option given, the same unit vectors, nothing by hand."""
+    from sentence_transformers import SentenceTransformer
+
+    theirs = SentenceTransformer(str(default_model_dir()), device="cpu").encode(TEXTS)
+    ours = encoder.embed(TEXTS)
+    np.testing.assert_allclose(ours, theirs, atol=2e-6)
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-6)
+    raw = encoder.embed(TEXTS, normalize_embeddings=False)  # an explicit option overrides the model's
+    assert np.linalg.norm(raw, axis=1).min() > 2
+
+
+@pytest.fixture(scope="module")
+def st_dense(tmp_path_factory):
+    """A sentence-transformers folder of a tiny BERT: CLS pooling, a Dense module with tanh, no Normalize."""
+    from sentence_transformers import SentenceTransformer
+
+    try:
+        from sentence_transformers.sentence_transformer.modules import Dense, Pooling, Transformer
+    except ImportError:  # sentence-transformers < 6
+        from sentence_transformers.models import Dense, Pooling, Transformer
+    import torch
+
+    root = tmp_path_factory.mktemp("st")
+    bert = tiny_bert(root / "bert")
+    torch.manual_seed(0)
+    transformer = Transformer(str(bert))
+    pooling = Pooling(32, pooling_mode="cls")
+    dense = Dense(32, 16, activation_function=torch.nn.Tanh())
+    model = SentenceTransformer(modules=[transformer, pooling, dense], device="cpu")
+    model.save(str(root / "st"))
+    return root / "st", SentenceTransformer(str(root / "st"), device="cpu")
+
+
+def test_pooling_and_dense_come_from_modules_json(st_dense):
+    folder, reference = st_dense
+    encoder = Encoder.from_pretrained(str(folder))
+    assert encoder.info()["pooling"] == "cls" and encoder.info()["dense"] == ["32→16 tanh"]
+    texts = ["I love Korea", "the movie was great"]
+    np.testing.assert_allclose(encoder.embed(texts), reference.encode(texts), atol=1e-5)
+    assert encoder.output_dim(EmbedOptions()) == 16
+    # other layers or pooling are raw features: no Dense, the hidden size
+    assert encoder.embed(texts, pooling="mean").shape == (2, 32)
+    assert encoder.embed(texts, layers="-2").shape == (2, 32)
+    with pytest.raises(InputError, match="Dense module takes 32 numbers"):
+        encoder.embed(texts, layers="-1,-2", dense=True)
+
+
+def test_options_are_checked_against_the_model_without_running_it(encoder, monkeypatch):
+    def no_forward(*_):
+        raise AssertionError("the model ran")
+
+    monkeypatch.setattr(encoder, "forward_inputs", no_forward)
+    for bad, message in [
+        ({"layers": "9"}, "layer 9 does not exist"),
+        ({"pooling": "pooler", "layers": "last4:sum"}, "layers='last'"),
+        ({"truncate_dim": 500}, "truncate_dim=500: these vectors have 384 numbers"),
+        ({"prompt_name": "query"}, "prompt_name='query'"),
+        ({"max_length": 9999}, "max_length=9999"),
+    ]:
+        with pytest.raises(InputError, match=message):
+            encoder.resolve(**bad)
+    with pytest.raises(InputError, match="long_text='chop'"):
+        EmbedOptions(long_text="chop")  # what needs no model is refused when the value is made
+    with pytest.raises(InputError, match="truncate_dim applies to sentence vectors"):
+        EmbedOptions(pooling="none", truncate_dim=8)
+
+
+def test_resolved_options_record_themselves_one_way(encoder):
+    resolved = encoder.resolve(layers="last4:sum", prompt="query: ", truncate_dim=64)
+    record = resolved.record()
+    assert record["pooling"] == "mean" and record["normalize_embeddings"] is False  # not the model's own vector
+    assert record["max_length"] == 256 and record["prompt"] == "query: " and "prompt_name" not in record
+    assert EmbedOptions.from_record(record) == resolved
+    assert resolved.resolve(encoder) == resolved  # resolving twice changes nothing
+    old = {"layers": "last", "pooling": "mean", "dimensions": 64, "normalize": True, "output": "int8"}
+    assert EmbedOptions.from_record(old) == EmbedOptions(
+        pooling="mean", truncate_dim=64, normalize_embeddings=True, output_type="int8", dense=False
+    )
+    # a record from before the model decided normalization made none, whatever the model says now
+    assert EmbedOptions.from_record({"layers": "last", "pooling": "mean"}).normalize_embeddings is False
+
+
+def test_old_names_work_for_one_release_with_a_warning(encoder):
+    with pytest.warns(DeprecationWarning, match="truncate_dim"):
+        old = encoder.embed(TEXTS, dimensions=64, normalize=True, output="int8")
+    np.testing.assert_array_equal(
+        old, encoder.embed(TEXTS, truncate_dim=64, normalize_embeddings=True, output_type="int8")
+    )
+    with pytest.warns(DeprecationWarning, match="text_pair"):
+        paired = encoder.embed(["how old are you?"], text_pairs=["I am six."])
+    np.testing.assert_array_equal(paired, encoder.embed(["how old are you?"], text_pair=["I am six."]))
+    with pytest.warns(DeprecationWarning, match="embed_with_report"):
+        vectors, report = encoder.embed(TEXTS, return_report=True)
+    assert report.n_texts == 3 and vectors.shape == (3, 384)
+    with pytest.warns(DeprecationWarning, match="embed_tokens"):
+        tokens = encoder.embed(TEXTS[:1], pooling="none")
+    assert tokens[0].tokens == encoder.embed_tokens(TEXTS[:1])[0].tokens
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert encoder.embed(TEXTS).shape == (3, 384)  # today's names: no warning
+
+
+def test_the_vectorizer_takes_every_option_and_resolves_them_once():
+    params = set(BertVectorizer().get_params())
+    assert set(FIELDS) <= params, set(FIELDS) - params
+    vectorizer = BertVectorizer(layers="last", pooling="cls", stride=8, include_prompt=False, output_type="float16")
+    vectorizer.fit([])
+    assert vectorizer.options_ == vectorizer.encoder_.resolve(vectorizer.embed_options())
+    assert vectorizer.transform(TEXTS).dtype == np.float16
+    assert dataclasses.asdict(vectorizer.options_)["stride"] == 8
