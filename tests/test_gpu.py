@@ -2,10 +2,12 @@
 batches split, one row too big named), runs that say where they ran and load anywhere, Ray actors on GPUs.
 
 The tests marked `gpu` need CUDA and skip saying so elsewhere (CI has no GPU); everything else runs on any CPU, with
-torch's CUDA queries replaced where a test needs a GPU's answers.
+torch's CUDA queries replaced where a test needs a GPU's answers. benchmarks/gpu_check.sh runs the `gpu` ones on a
+GPU machine and reports each as a check, with the figures it records (`record_property`) and the model it used.
 """
 
 import json
+import weakref
 
 import numpy as np
 import pytest
@@ -19,11 +21,11 @@ from bertkit.encoder.defaults import GPU_BATCH_TOKENS, MAX_BATCH_TOKENS
 from bertkit.encoder.devices import OutOfDeviceMemory, resolve_device, token_budget
 from bertkit.encoder.precision import check_precision
 from bertkit.io.readers import read_labelled, sample_path
-from bertkit.ray.dataset import plan_resources
 from bertkit.tasks.load import load_run
 
 HAS_CUDA = torch.cuda.is_available()
 gpu = pytest.mark.gpu
+NO_RAY = "Ray is not installed here (the GPU image has none, and its wheel is too large to carry there)"
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +210,28 @@ def test_an_out_of_memory_batch_is_split_and_gives_the_same_vectors(encoder, mon
     assert sum(size for size, ran in calls if ran) == len(texts)  # every row once, none twice
 
 
+def test_a_failed_pass_frees_its_tensors_before_its_halves_run(monkeypatch):
+    """Found for the GPU check: the halves of a failed pass ran inside its `except` block, whose traceback held the
+    pass's tensors (on a GPU its activations), so the halves ran short of memory too."""
+    from bertkit.encoder.runner import Row, Runner
+
+    failed, held_during_halves = [], []
+
+    def forward(inputs):
+        rows = inputs["input_ids"].shape[0]
+        if rows > 2:
+            activations = torch.ones(rows, 8)
+            failed.append(weakref.ref(activations))
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory.")
+        held_during_halves.append(any(ref() is not None for ref in failed))
+        return inputs["input_ids"]
+
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    runner = Runner(forward, 0, torch.device("cpu"), 10_000, concurrent=1)
+    assert len(list(runner.passes([Row([1] * 5, [0] * 5) for _ in range(4)]))) == 2
+    assert held_during_halves == [False, False]
+
+
 def test_a_row_too_big_alone_is_named_with_its_tokens_and_the_stream_is_resumable(encoder, tmp_path, monkeypatch):
     from bertkit.io.stream import embed_file
 
@@ -254,7 +278,7 @@ def test_serve_on_a_gpu_runs_one_pass_at_a_time(encoder, monkeypatch, caplog):
 def test_feature_runs_record_their_device_and_load_on_another(sample, tmp_path):
     texts, labels = sample
     classifier = TextClassifier(BertVectorizer(layers="last", device="cpu"), cv=3).fit(texts, labels)
-    classifier.save(tmp_path / "run")
+    classifier.save_pretrained(tmp_path / "run")
     config = tmp_path / "run" / "bertkit.json"
     record = json.loads(config.read_text())
     assert record["device"] == "cpu"
@@ -279,6 +303,9 @@ def test_fine_tuned_runs_record_their_device_and_load_on_another(tiny_dirs, tmp_
 
 # ---- Ray --------------------------------------------------------------------------------------------------------
 def test_ray_plans_gpu_actors_from_the_gpus_there():
+    pytest.importorskip("ray", reason=NO_RAY)
+    from bertkit.ray.dataset import plan_resources
+
     plan = plan_resources(16, 16, 1, cluster_gpus=4, gpus_per_actor=1)
     assert (plan.actors, plan.gpus_per_actor, plan.cpus_per_actor, plan.device) == (4, 1.0, 1.0, "cuda")
     shared = plan_resources(8, 8, 1, cluster_gpus=1, gpus_per_actor=0.5)
@@ -303,6 +330,8 @@ def test_gpu_actors_are_a_ray_option(tmp_path, monkeypatch, capsys):
 
 
 # ---- on a GPU ------------------------------------------------------------------------------------------------------
+# Each records its figures before asserting, so a failed check still says by how much; `model` is 'default' (what the
+# packaged model's package points to: gpu_check.sh names it), or 'tiny' (tests/tiny_models.py).
 @pytest.fixture
 def no_tf32():
     """fp32 on the GPU as fp32 (TF32 matrix products would differ from the CPU in the 3rd decimal)."""
@@ -312,55 +341,144 @@ def no_tf32():
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
+@pytest.fixture(scope="module")
+def cpu_encoder():
+    """The default model on the CPU: the reference (the session's `encoder` is on the GPU where there is one)."""
+    return Encoder.from_pretrained(device="cpu")
+
+
+def largest_difference(found, expected) -> float:
+    return float(np.abs(np.asarray(found, dtype=np.float64) - np.asarray(expected, dtype=np.float64)).max())
+
+
+def smallest_cosine(found: np.ndarray, expected: np.ndarray) -> float:
+    return float(((found * expected).sum(1) / np.linalg.norm(found, axis=1) / np.linalg.norm(expected, axis=1)).min())
+
+
 @gpu
-def test_gpu_fp32_vectors_equal_the_cpu_and_plain_transformers(encoder, hf_default, sample, no_tf32):
+def test_gpu_fp32_vectors_equal_the_cpu_and_plain_transformers(
+    cpu_encoder, hf_default, sample, no_tf32, record_property
+):
     texts = sample[0]
-    on_gpu = Encoder.from_pretrained(device="cuda")
-    found = on_gpu.embed(texts, pooling="mean", progress=False)
-    np.testing.assert_allclose(found, encoder.embed(texts, pooling="mean", progress=False), atol=1e-4)
+    raw = {"pooling": "mean", "normalize_embeddings": False, "progress": False}  # what plain transformers gives
+    found = Encoder.from_pretrained(device="cuda").embed(texts, **raw)
     model, tokenizer = hf_default
     model = model.to("cuda")
-    with torch.inference_mode():
-        inputs = tokenizer(texts, padding=True, truncation=True, return_tensors="pt").to("cuda")
-        states = model(**inputs).last_hidden_state
-        mask = inputs["attention_mask"].unsqueeze(-1).float()
-        reference = ((states * mask).sum(1) / mask.sum(1)).cpu().numpy()
-    model.to("cpu")
+    try:
+        with torch.inference_mode():
+            inputs = tokenizer(texts, padding=True, truncation=True, max_length=256, return_tensors="pt").to("cuda")
+            states = model(**inputs).last_hidden_state
+            mask = inputs["attention_mask"].unsqueeze(-1).float()
+            reference = ((states * mask).sum(1) / mask.sum(1)).cpu().numpy()
+    finally:
+        model.to("cpu")
+    record_property("check", "fp32 on the GPU = the CPU and = plain transformers on the GPU (TF32 off), 1e-4")
+    record_property("model", "default")
+    record_property("max_abs_vs_cpu", largest_difference(found, cpu_encoder.embed(texts, **raw)))
+    record_property("max_abs_vs_transformers", largest_difference(found, reference))
+    np.testing.assert_allclose(found, cpu_encoder.embed(texts, **raw), atol=1e-4)
     np.testing.assert_allclose(found, reference, atol=1e-4)
-    for batch_size in (1, 7, 64):
-        np.testing.assert_allclose(on_gpu.embed(texts, batch_size=batch_size, progress=False), found, atol=1e-5)
+
+
+@gpu
+def test_gpu_vectors_do_not_depend_on_the_batch_size(sample, no_tf32, record_property):
+    texts = sample[0]
+    on_gpu = Encoder.from_pretrained(device="cuda")
+    planned = on_gpu.embed(texts, progress=False)  # the token budget's batches
+    differences = {
+        size: largest_difference(on_gpu.embed(texts, batch_size=size, progress=False), planned) for size in (1, 7, 64)
+    }
+    record_property("check", "fp32 on the GPU: batches of 1, 7, 64 rows = the token budget's batches, 1e-5")
+    record_property("model", "default")
+    record_property("max_abs_by_batch_size", differences)
+    assert max(differences.values()) <= 1e-5, differences
 
 
 @gpu
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
-def test_gpu_half_precision_vectors_keep_the_direction(sample, precision):
+def test_gpu_half_precision_vectors_keep_the_direction(sample, precision, record_property):
     if precision == "bf16" and not torch.cuda.is_bf16_supported():
         pytest.skip(f"{torch.cuda.get_device_name()} has no bf16")
     texts = sample[0]
     full = Encoder.from_pretrained(device="cuda").embed(texts, progress=False)
     half = Encoder.from_pretrained(device="cuda", precision=precision).embed(texts, progress=False)
-    cosines = (full * half).sum(1) / np.linalg.norm(full, axis=1) / np.linalg.norm(half, axis=1)
-    assert cosines.min() >= 0.999, cosines.min()
+    record_property("check", f"{precision} autocast on the GPU: cosine to fp32 >= 0.999")
+    record_property("model", "default")
+    record_property("min_cos", smallest_cosine(half, full))
+    assert smallest_cosine(half, full) >= 0.999
 
 
 @gpu
-def test_gpu_int8_is_refused_in_one_line():
+def test_gpu_int8_is_refused_in_one_line(record_property):
+    record_property("check", "int8 on the GPU is refused in one line")
     with pytest.raises(InputError, match="int8' is a CPU option"):
         Encoder.from_pretrained(device="cuda", precision="int8")
 
 
 @gpu
-def test_a_run_trained_on_the_gpu_predicts_the_same_on_the_cpu(sample, tmp_path, no_tf32):
+def test_gpu_out_of_memory_batches_are_split_under_a_real_memory_cap(no_tf32, monkeypatch, record_property):
+    """torch's allocator capped (set_per_process_memory_fraction: past the cap it fails as a full card does) below
+    what the planned passes take: they are split, the run completes, and the vectors are the uncapped ones."""
+    on_gpu = Encoder.from_pretrained(device="cuda")
+    device = on_gpu.device
+    sentence = "a long and winding sentence about a film, its actors and its music "
+    texts = [f"review {i}: " + sentence * 8 for i in range(256)]  # about 120 tokens each: two planned passes
+    expected = on_gpu.embed(texts, progress=False)
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    on_gpu.embed(texts, progress=False)
+    working = torch.cuda.max_memory_allocated(device) - before  # the largest planned pass's memory
+    torch.cuda.empty_cache()
+    cap = torch.cuda.memory_reserved(device) + working // 4
+    passes: list[tuple[int, bool]] = []  # (rows, ran) of every forward pass under the cap
+    forward = on_gpu.forward_inputs
+
+    def counted(inputs):
+        try:
+            out = forward(inputs)
+        except torch.cuda.OutOfMemoryError:
+            passes.append((inputs["input_ids"].shape[0], False))
+            raise
+        passes.append((inputs["input_ids"].shape[0], True))
+        return out
+
+    monkeypatch.setattr(on_gpu, "forward_inputs", counted)
+    record_property("check", "out of GPU memory under a real cap: the passes split, the run completes, same vectors")
+    record_property("model", "default")
+    record_property("planned_pass_mib", round(working / 2**20, 1))
+    record_property("cap_above_reserved_mib", round(working / 4 / 2**20, 1))
+    torch.cuda.set_per_process_memory_fraction(cap / torch.cuda.get_device_properties(device).total_memory, device)
+    try:
+        found = on_gpu.embed(texts, progress=False)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, device)
+        torch.cuda.empty_cache()
+        record_property("passes_failed", sum(1 for _, ran in passes if not ran))
+        record_property("passes_run", sum(1 for _, ran in passes if ran))
+        record_property("largest_pass_run_rows", max((rows for rows, ran in passes if ran), default=0))
+    record_property("max_abs_vs_uncapped", largest_difference(found, expected))
+    assert any(not ran for _, ran in passes), "the cap did not bite: no pass ran out of memory"
+    assert sum(rows for rows, ran in passes if ran) == len(texts)  # every row once
+    np.testing.assert_allclose(found, expected, atol=1e-4)
+
+
+@gpu
+def test_a_run_trained_on_the_gpu_predicts_the_same_on_the_cpu(sample, tmp_path, no_tf32, record_property):
     texts, labels = sample
     classifier = TextClassifier(BertVectorizer(layers="last", device="cuda"), cv=3).fit(texts, labels)
-    classifier.save(tmp_path / "run")
-    assert json.loads((tmp_path / "run" / "bertkit.json").read_text())["device"].startswith("cuda:")
+    classifier.save_pretrained(tmp_path / "run")
     on_cpu = load_run(tmp_path / "run", device="cpu")
+    record_property("check", "a feature classifier trained on the GPU predicts the same on the CPU, 1e-4")
+    record_property("model", "default")
+    record_property("max_abs_proba", largest_difference(on_cpu.predict_proba(texts), classifier.predict_proba(texts)))
+    assert json.loads((tmp_path / "run" / "bertkit.json").read_text())["device"].startswith("cuda:")
     np.testing.assert_allclose(on_cpu.predict_proba(texts), classifier.predict_proba(texts), atol=1e-4)
 
 
 @gpu
-def test_fine_tuning_on_the_gpu_with_fp16_loads_on_the_cpu(tiny_dirs, tmp_path):
+def test_fine_tuning_on_the_gpu_with_fp16_loads_on_the_cpu(tiny_dirs, tmp_path, record_property):
     from bertkit.tasks.finetune import finetune
 
     train = sentiment_file(tmp_path / "train.tsv", n=48)
@@ -373,14 +491,69 @@ def test_fine_tuning_on_the_gpu_with_fp16_loads_on_the_cpu(tiny_dirs, tmp_path):
         device="cuda",
     )
     record = json.loads((tmp_path / "run" / "bertkit.json").read_text())
-    assert record["device"].startswith("cuda:") and record["args"]["mixed_precision"] == "fp16"
     texts = ["a good film", "a bad one"]
     on_cpu = load_run(tmp_path / "run", device="cpu")
+    record_property("check", "a run fine-tuned on the GPU in fp16, saved there, predicts the same on the CPU, 1e-3")
+    record_property("model", "tiny")
+    record_property("max_abs_proba", largest_difference(on_cpu.predict_proba(texts), tuned.predict_proba(texts)))
+    assert record["device"].startswith("cuda:") and record["args"]["mixed_precision"] == "fp16"
     np.testing.assert_allclose(on_cpu.predict_proba(texts), tuned.predict_proba(texts), atol=1e-3)
 
 
 @gpu
-def test_ray_actors_on_a_gpu_embed_what_the_cpu_embeds(encoder, tmp_path, no_tf32):
+def test_amp_fine_tuning_on_the_gpu_learns_and_resumes(tiny_dirs, tmp_path, record_property):
+    from bertkit.tasks.finetune import finetune
+
+    data = sentiment_file(tmp_path / "train.tsv", n=128)
+    args = tiny_args(num_train_epochs=8, early_stopping_patience=8, mixed_precision="fp16")
+    options = dict(model=str(tiny_dirs["bert_cased"]), args=args, dev_share=0.25, device="cuda")
+
+    def interrupt(state):
+        if state.global_step == 30:  # mid-way through epoch 3 (96 training rows, 12 batches an epoch)
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        finetune(data, output_dir=tmp_path / "run", callbacks=[interrupt], **options)
+    checkpoint = tmp_path / "run" / "checkpoint-30"
+    saved = sorted(path.name for path in checkpoint.iterdir()) if checkpoint.is_dir() else []
+    finetune(data, output_dir=tmp_path / "run", resume=True, **options)
+    record = json.loads((tmp_path / "run" / "bertkit.json").read_text())
+    losses = [entry["train_loss"] for entry in record["training"]["history"]]
+    record_property("check", "fp16 fine-tuning on the GPU learns (loss falls) and resumes from a mid-epoch checkpoint")
+    record_property("model", "tiny")
+    record_property("train_loss_by_epoch", [round(loss, 4) for loss in losses])
+    record_property("dev_accuracy", record["metrics"].get("accuracy"))
+    record_property("checkpoint_files", saved)
+    assert "trainer_state.json" in saved, saved
+    assert record["device"].startswith("cuda:") and record["args"]["mixed_precision"] == "fp16"
+    assert len(losses) == 8 and losses[-1] < 0.5 * losses[0], losses
+
+
+@gpu
+def test_serve_on_the_gpu_answers_with_the_cpu_vectors(cpu_encoder, sample, record_property):
+    import httpx
+    from test_serve import Server
+
+    texts = list(sample[0][:16])
+    server = Server("--device", "cuda", "--max-inputs", "64")
+    try:
+        info = httpx.get(server.url + "/info", timeout=30).json()
+        answer = server.post("/embed", {"inputs": texts})
+    finally:
+        code = server.stop()
+    assert answer.status_code == 200, answer.text
+    found = np.asarray(answer.json(), dtype=np.float32)
+    record_property("check", "bertkit serve --device cuda: /embed answers the CPU's vectors, 1e-4")
+    record_property("model", "default")
+    record_property("device", info["device"])
+    record_property("max_abs_vs_cpu", largest_difference(found, cpu_encoder.embed(texts, progress=False)))
+    assert info["device"].startswith("cuda:") and info["concurrent_batches"] == 1 and code == 0
+    np.testing.assert_allclose(found, cpu_encoder.embed(texts, progress=False), atol=1e-4)
+
+
+@gpu
+def test_ray_actors_on_a_gpu_embed_what_the_cpu_embeds(cpu_encoder, tmp_path, no_tf32, record_property):
+    pytest.importorskip("ray", reason=NO_RAY)
     import pyarrow.parquet as pq
     import ray
 
@@ -396,7 +569,10 @@ def test_ray_actors_on_a_gpu_embed_what_the_cpu_embeds(encoder, tmp_path, no_tf3
     assert summary.resources.device == "cuda" and summary.resources.actors == torch.cuda.device_count()
     table = pq.read_table(tmp_path / "out" / "in").sort_by("id")
     found = np.stack(table.column("vector").to_numpy(zero_copy_only=False))
-    np.testing.assert_allclose(found, encoder.embed(texts, progress=False), atol=1e-4)
+    record_property("check", "Ray actors on the GPU embed what the CPU embeds, 1e-4")
+    record_property("model", "default")
+    record_property("max_abs_vs_cpu", largest_difference(found, cpu_encoder.embed(texts, progress=False)))
+    np.testing.assert_allclose(found, cpu_encoder.embed(texts, progress=False), atol=1e-4)
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["files"]["in"]["device"] == "cuda"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import InputError
+from ..errors import InputError, quoted
 
 DEVICE_CHOICES = "auto, cpu, cuda, cuda:N or mps"
 
@@ -42,7 +42,7 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
         return torch.device("mps")
     if name == "cuda" or name.startswith("cuda:"):
         return _cuda(name)
-    raise InputError(f"device={spec!r}: give one of {DEVICE_CHOICES}.")
+    raise InputError(f"device={quoted(spec)}: give one of {DEVICE_CHOICES}.")
 
 
 class OutOfDeviceMemory(InputError):

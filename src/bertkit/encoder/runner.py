@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from .devices import OutOfDeviceMemory
@@ -57,19 +58,22 @@ def plan_batches(
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
     width = [lengths[i] for i in order]
     n = len(order)
-    best = [0] * (n + 1)  # best[j]: least cost of the first j sorted rows
+    best = np.zeros(n + 1, dtype=np.int64)  # best[j]: least cost of the first j sorted rows
     cut = [0] * (n + 1)  # cut[j]: where the last group of that plan starts
+    starts = np.arange(n + 1, dtype=np.int64)
     for j in range(1, n + 1):
         longest = padded_width(width[j - 1], multiple=multiple)
-        best_cost, best_start = None, j - 1
-        for start in range(j - 1, -1, -1):
-            rows = j - start
-            if rows > 1 and (rows * longest > max_batch_tokens or (max_rows is not None and rows > max_rows)):
-                break
-            cost = best[start] + overhead_tokens + rows * longest
-            if best_cost is None or cost < best_cost:
-                best_cost, best_start = cost, start
-        best[j], cut[j] = best_cost, best_start
+        most = (
+            max(1, max_batch_tokens // longest)
+            if max_rows is None
+            else max(1, min(max_batch_tokens // longest, max_rows))
+        )
+        first = max(0, j - most)
+        # a group [start, j) costs overhead + (j - start) * longest; on a tie the later start (the smaller group) wins
+        costs = best[first:j] - starts[first:j] * longest
+        start = j - 1 - int(np.argmin(costs[::-1]))
+        best[j] = best[start] + overhead_tokens + (j - start) * longest
+        cut[j] = start
     groups: list[list[int]] = []
     end = n
     while end > 0:
@@ -161,17 +165,20 @@ class Runner:
         try:
             out = self._timed(inputs)
         except torch.cuda.OutOfMemoryError:
-            torch.cuda.empty_cache()
-            if len(group) == 1:
-                raise OutOfDeviceMemory(group[0], len(rows[group[0]].ids), self.device) from None
-            logger.info(
-                "%s ran out of memory on %d rows × %d tokens: trying halves", self.device, *inputs["input_ids"].shape
-            )
-            half = len(group) // 2
-            yield from self.fitting(rows, group[:half])
-            yield from self.fitting(rows, group[half:])
+            out = None
+        if out is not None:
+            yield group, inputs, out
             return
-        yield group, inputs, out
+        # out of memory: split only here, once the error's traceback (and the failed pass's tensors it holds) is gone
+        shape = tuple(inputs["input_ids"].shape)
+        del inputs
+        torch.cuda.empty_cache()
+        if len(group) == 1:
+            raise OutOfDeviceMemory(group[0], len(rows[group[0]].ids), self.device)
+        logger.info("%s ran out of memory on %d rows × %d tokens: trying halves", self.device, *shape)
+        half = len(group) // 2
+        yield from self.fitting(rows, group[:half])
+        yield from self.fitting(rows, group[half:])
 
     def run(self, rows: Sequence[Row], take: Callable[[list[int], dict, Any], Sequence[Any]]) -> list[Any]:
         """`take(indices, inputs, output)` gives one result per row of a pass; the results come back in input order."""

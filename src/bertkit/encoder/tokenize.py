@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import html
 import math
 import re
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..display import MAX_ROWS, html_table
-from ..errors import InputError
+from ..errors import InputError, quoted
 
 if TYPE_CHECKING:  # torch is imported where tensors are made: `bertkit tokenize` runs without it
     import torch
@@ -35,11 +36,24 @@ class Encoded:
     for a long input read in windows, the tokenizer's overflow windows."""
 
     encoding: Any  # tokenizers.Encoding
-    word_spans: list[tuple[int, int]]  # character span of each user word in the (joined) text
+    text: str  # what was tokenized (a list of words: the words joined by spaces)
     full_length: int = 0  # tokens before any truncation
-    pair_word_spans: list[tuple[int, int]] | None = None
+    pair_text: str | None = None
     windows: list[Any] | None = None  # tokenizers.Encoding of each window (long_text='window'), in order
     stride: int = 0  # tokens two neighbouring windows share
+    given_spans: list[tuple[int, int]] | None = None  # the words' spans when a list of words was given
+    given_pair_spans: list[tuple[int, int]] | None = None
+
+    @functools.cached_property
+    def word_spans(self) -> list[tuple[int, int]]:
+        """The character span of each user word in `text` (found only when asked: most calls never need it)."""
+        return self.given_spans if self.given_spans is not None else _spans(self.text)
+
+    @functools.cached_property
+    def pair_word_spans(self) -> list[tuple[int, int]] | None:
+        if self.pair_text is None:
+            return None
+        return self.given_pair_spans if self.given_pair_spans is not None else _spans(self.pair_text)
 
     @property
     def truncated(self) -> bool:
@@ -59,7 +73,13 @@ class Encoded:
 
     @property
     def num_words(self) -> int:
-        return len(self.word_spans)
+        return len(self.given_spans) if self.given_spans is not None else len(self.text.split())
+
+    @property
+    def num_pair_words(self) -> int:
+        if self.pair_text is None:
+            return 0
+        return len(self.given_pair_spans) if self.given_pair_spans is not None else len(self.pair_text.split())
 
     @property
     def parts(self) -> list[Any]:
@@ -133,10 +153,15 @@ class Batch:
         return f"<div><strong>{html.escape(self._summary())}</strong>{''.join(tables)}{more}</div>"
 
 
-def word_spans_of(text: Text) -> tuple[str, list[tuple[int, int]]]:
-    """The text to tokenize and each user word's character span: whitespace words, or given words joined by spaces."""
+def _spans(text: str) -> list[tuple[int, int]]:
+    return [(m.start(), m.end()) for m in _WORD.finditer(text)]
+
+
+def word_spans_of(text: Text) -> tuple[str, list[tuple[int, int]] | None]:
+    """The text to tokenize, and for a list of words each word's character span in the words joined by spaces (None
+    for a string: its whitespace words, found when needed)."""
     if isinstance(text, str):
-        return text, [(m.start(), m.end()) for m in _WORD.finditer(text)]
+        return text, None
     spans, cursor = [], 0
     for word in text:
         if not isinstance(word, str):
@@ -158,7 +183,9 @@ def check_texts(texts: str | Sequence, name: str = "texts") -> list:
         if not isinstance(text, str) and not (
             isinstance(text, (list, tuple)) and all(isinstance(w, str) for w in text)
         ):
-            raise InputError(f"{name}[{row}] is a {type(text).__name__}, not a string or a list of words: {text!r}")
+            raise InputError(
+                f"{name}[{row}] is a {type(text).__name__}, not a string or a list of words: {quoted(text)}"
+            )
     return checked
 
 
@@ -193,10 +220,17 @@ def encode(
         pair_joined = [word_spans_of(pair) for pair in pairs]
     second = [s for s, _ in pair_joined] if pair_joined else None
     with TOKENIZER_LOCK:
-        raw = tokenizer(strings, second, **_CALL).encodings if strings else []
+        raw = _encodings(tokenizer, strings, second) if strings else []
     encoded = [
-        Encoded(encoding, spans, len(encoding.ids), pair_joined[i][1] if pair_joined else None)
-        for i, (encoding, (_, spans)) in enumerate(zip(raw, joined))
+        Encoded(
+            encoding,
+            string,
+            len(encoding.ids),
+            pair_joined[i][0] if pair_joined else None,
+            given_spans=spans,
+            given_pair_spans=pair_joined[i][1] if pair_joined else None,
+        )
+        for i, (encoding, (string, spans)) in enumerate(zip(raw, joined))
     ]
     too_long = [i for i, e in enumerate(encoded) if e.full_length > max_length]
     if not too_long or long_text == "keep":
@@ -237,6 +271,16 @@ def encode(
         item.windows = (item.windows or []) + [encoding]
         item.stride = overlap
     return encoded
+
+
+def _encodings(tokenizer, first: list[str], second: list[str] | None) -> list:
+    """The Rust tokenizer's encodings of whole texts (no truncation, no padding), straight from `encode_batch`: the
+    transformers call would also build Python lists of every id and offset, which bertkit does not read (on a GPU that
+    was most of an embedding call's time). The caller holds `TOKENIZER_LOCK`."""
+    backend = tokenizer.backend_tokenizer
+    backend.no_truncation()
+    backend.no_padding()
+    return backend.encode_batch(list(zip(first, second)) if second is not None else first, add_special_tokens=True)
 
 
 @contextlib.contextmanager
@@ -316,6 +360,14 @@ def pad_ids(
     return torch.from_numpy(input_ids), torch.from_numpy(mask), torch.from_numpy(type_ids)
 
 
+# The words a WordPiece vocabulary is asked to cover: runs of letters and digits, and each punctuation mark on its own
+# (BERT's pre-tokenizer splits there first; "20-6-70-2" is seven of them, each in the vocabulary).
+_PIECES_OF_WORDS = re.compile(r"\w+|[^\w\s]")
+UNKNOWN_SHARE = 0.05  # [UNK] tokens, of all tokens, that make coverage poor
+PIECES_PER_WORD = 3.0  # sub-tokens a word, on average, that make coverage poor...
+SPLIT_MIN_WORDS = 8  # ...over at least this many words of a Latin-script text (short English phrases of rare words)
+
+
 @dataclass
 class Coverage:
     """How well the vocabulary covers some text: share of [UNK], pieces per word, letters broken into parts."""
@@ -337,7 +389,12 @@ class Coverage:
 
     @property
     def poor(self) -> bool:
-        return self.unknown_share >= 0.05 or self.tokens_per_word >= 3.0 or self.decomposed
+        """Letters broken into parts; [UNK]s (5% of the tokens: two or more, or any in a non-Latin script); or 3+
+        pieces a word, in a non-Latin script or over 8+ words: a few rare English words split into pieces
+        ("dis ##jo ##int ##ed") are not it, nor one emoji's [UNK]."""
+        many_unknown = self.unknown_share >= UNKNOWN_SHARE and (self.n_unknown >= 2 or bool(self.scripts))
+        split = self.tokens_per_word >= PIECES_PER_WORD and (bool(self.scripts) or self.n_words >= SPLIT_MIN_WORDS)
+        return self.decomposed or many_unknown or split
 
     def message(self) -> str:
         head = (
@@ -349,9 +406,9 @@ class Coverage:
         why = []
         if self.decomposed:
             why.append("syllables are broken into letter pieces (jamo)")
-        if self.unknown_share >= 0.05:
+        if self.unknown_share >= UNKNOWN_SHARE and (self.n_unknown >= 2 or self.scripts):
             why.append("many tokens are [UNK] and their meaning is lost")
-        if self.tokens_per_word >= 3.0:
+        if self.tokens_per_word >= PIECES_PER_WORD:
             why.append("words are split into many sub-tokens")
         hint = _MODEL_HINTS.get(self.scripts[0] if self.scripts else "", _MODEL_HINTS[""])
         return (
@@ -401,14 +458,15 @@ def coverage(encoded: Sequence[Encoded], texts: Sequence[Text], unk_token_id: in
         ids = item.ids
         tokens = len(ids) - sum(item.encoding.special_tokens_mask)
         unknown = sum(1 for i in ids if i == unk_token_id)
-        words = item.num_words + len(item.pair_word_spans or [])
+        words = len(_PIECES_OF_WORDS.findall(item.text)) + len(_PIECES_OF_WORDS.findall(item.pair_text or ""))
         n_tokens, n_unknown, n_words = n_tokens + tokens, n_unknown + unknown, n_words + words
         joined = text if isinstance(text, str) else " ".join(text)
-        row_decomposed = False
+        row_decomposed, row_scripts = False, []
         if not joined.isascii():
-            scripts += [s for s in _scripts_in(joined) if s not in scripts]
-            row_decomposed = "HANGUL" in scripts and any(_JAMO.search(t) for t in item.tokens)
+            row_scripts = _scripts_in(joined)
+            scripts += [s for s in row_scripts if s not in scripts]
+            row_decomposed = "HANGUL" in row_scripts and any(_JAMO.search(t) for t in item.tokens)
             decomposed = decomposed or row_decomposed
-        if Coverage(tokens, unknown, words, [], row_decomposed).poor:
+        if Coverage(tokens, unknown, words, row_scripts, row_decomposed).poor:
             poor_rows.append(row)
     return Coverage(n_tokens, n_unknown, n_words, scripts, decomposed, poor_rows)

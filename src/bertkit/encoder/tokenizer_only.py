@@ -25,6 +25,11 @@ class _BackendCall:
         self.backend = backend
         self._lock = threading.Lock()
 
+    @property
+    def backend_tokenizer(self):
+        """The Rust tokenizer, as transformers' fast tokenizers name it."""
+        return self.backend
+
     def __call__(
         self,
         texts: Sequence[str],
