@@ -221,3 +221,101 @@ def test_embed_writes_compact_vectors_with_their_options_and_search_reads_them(m
     assert code == 2 and "write .npz or .parquet" in err
     code, _, err = run_cli(monkeypatch, capsys, "embed", source, "-o", tmp_path / "p.npz", "--prompt-name", "query")
     assert code == 2 and "prompt_name='query'" in err
+
+
+@pytest.fixture(scope="module")
+def vectors_file(tmp_path_factory, encoder):
+    """A float32 .npz and .parquet of TEXTS as `bertkit embed` writes them."""
+    from bertkit.io.stream import embed_file
+
+    folder = tmp_path_factory.mktemp("files")
+    (folder / "texts.txt").write_text("\n".join(TEXTS) + "\n")
+    for suffix in (".npz", ".parquet"):
+        embed_file(encoder, folder / "texts.txt", folder / f"v{suffix}", normalize_embeddings=True)
+    return {suffix: folder / f"v{suffix}" for suffix in (".npz", ".parquet")}
+
+
+def one_line_error(monkeypatch, capsys, path) -> str:
+    code, _, err = run_cli(monkeypatch, capsys, "search", path, "how old is he?")
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_search_refuses_vectors_of_another_size_in_one_line():
+    queries, corpus = np.ones((2, 384), np.float32), np.ones((5, 256), np.float32)
+    for metric in ("cosine", "dot", "euclidean", "manhattan"):
+        with pytest.raises(InputError, match="384 numbers and the corpus vectors 256"):
+            semantic_search(queries, corpus, metric=metric)
+    with pytest.raises(InputError, match="384 numbers and the corpus vectors 40"):
+        semantic_search(queries, np.ones((5, 40), np.int8))
+    with pytest.raises(InputError, match="binary corpus vectors of 40 bytes"):
+        semantic_search(queries, np.ones((5, 40), np.int8), corpus_precision="binary")
+    with pytest.raises(InputError, match="int8 or uint8 arrays"):
+        semantic_search(queries, np.ones((5, 384), np.float32), corpus_precision="int8")
+
+
+def test_bertkit_search_on_vectors_unlike_their_record_is_one_line(vectors_file, monkeypatch, capsys, tmp_path):
+    """Issue 31: vectors of another size than the file's own record (and so than the query) ended in a numpy
+    traceback on the cosine path."""
+    from bertkit.io.stream import read_vectors
+
+    vectors, ids, meta = read_vectors(vectors_file[".npz"])
+    narrow = tmp_path / "narrow.npz"
+    np.savez(narrow, vectors=vectors[:, :100], ids=ids, meta=np.array(json.dumps(meta)))
+    line = one_line_error(monkeypatch, capsys, narrow)
+    assert str(narrow) in line and "384-number vectors, it holds 100" in line and "embed the texts again" in line
+
+
+@pytest.mark.parametrize("damage", ["truncated .npz", "truncated .parquet", ".npz without vectors"])
+def test_bertkit_search_on_a_damaged_vectors_file_is_one_line(vectors_file, monkeypatch, capsys, tmp_path, damage):
+    """Issue 31: these ended in BadZipFile / ArrowInvalid / KeyError tracebacks."""
+    suffix = ".parquet" if "parquet" in damage else ".npz"
+    target = tmp_path / f"damaged{suffix}"
+    data = vectors_file[suffix].read_bytes()
+    if damage.startswith("truncated"):
+        target.write_bytes(data[: len(data) * 2 // 3])
+    else:
+        with np.load(vectors_file[".npz"]) as archive:
+            np.savez(target, ids=archive["ids"], meta=archive["meta"])
+    line = one_line_error(monkeypatch, capsys, target)
+    assert str(target) in line and "bertkit embed" in line
+    assert ("no vectors entry" in line) == (damage == ".npz without vectors")
+
+
+@pytest.mark.parametrize("output", ["int8", "binary"])
+def test_bertkit_search_says_which_rescoring_and_ranges_it_used(monkeypatch, capsys, tmp_path, output):
+    source = tmp_path / "corpus.txt"
+    source.write_text("\n".join(TEXTS) + "\n")
+    target = tmp_path / f"{output}.npz"
+    assert run_cli(monkeypatch, capsys, "embed", source, "-o", target, "--output-type", output, "--normalize")[0] == 0
+    code, out, err = run_cli(monkeypatch, capsys, "search", target, "how old is he?", "-k", "2")
+    assert code == 0 and out.splitlines()[1].split("\t")[:3] == ["how old is he?", "1", "0"], (out, err)
+    if output == "int8":
+        assert "int8 ranges from the packaged calibration sentences, top 8 rescored" in err
+        assert "(rescore multiplier 4)" in err
+    else:
+        assert "binary candidates by Hamming distance, top 8 rescored with the float query" in err
+    code, _, err = run_cli(monkeypatch, capsys, "search", target, "how old?", "--rescore-multiplier", "0")
+    assert code == 0 and "no rescoring" in err
+
+
+def test_compact_searches_cost_their_bytes_and_score_as_defined(encoder):
+    """int8 buckets by integer products and bits by popcount give the definitions' scores on real vectors."""
+    from bertkit.encoder.compact import hamming_distances, integer_dots
+
+    vectors = encoder.embed(TEXTS, normalize_embeddings=True)
+    buckets = compact(vectors, "int8", int8_ranges(vectors))
+    np.testing.assert_array_equal(integer_dots(buckets, buckets), buckets.astype(np.int64) @ buckets.T.astype(np.int64))
+    bits = compact(vectors, "binary")
+    expected = ((vectors[:, None, :] > 0) != (vectors[None, :, :] > 0)).sum(-1)
+    np.testing.assert_array_equal(hamming_distances(bits, bits), expected)
+    hits = semantic_search(vectors, bits, top_k=len(TEXTS), rescore_multiplier=0)
+    for row, found in zip(expected, hits):
+        assert sorted(h["score"] for h in found) == sorted(-row)
+    asked = vectors * 100  # float queries, no ranges: compared with the bucket numbers as numbers, in float
+    for metric in ("cosine", "manhattan"):
+        found = semantic_search(asked, buckets, top_k=3, metric=metric)
+        scores = similarity(asked, buckets.astype(np.float32), metric)
+        for row, hits in zip(scores, found):
+            np.testing.assert_allclose([h["score"] for h in hits], np.sort(row)[::-1][:3], rtol=1e-5, atol=1e-4)

@@ -1,7 +1,9 @@
-"""`bertkit search`: the vectors of a file written by `bertkit embed`, searched for queries embedded the same way."""
+"""`bertkit search` (queries against a vectors file of `bertkit embed`, or an index) and `bertkit index`."""
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -10,15 +12,25 @@ import typer
 from ..errors import InputError
 from .common import DeviceOption, ThreadsOption, app, say
 
-# Library imports sit inside the command: `bertkit --help` loads none of them (start-up speed).
+# Library imports sit inside the commands: `bertkit --help` loads none of them (start-up speed).
 
 
 @app.command()
 def search(
-    index: Path = typer.Argument(..., help="A .npz or .parquet file written by `bertkit embed` (vectors, ids)."),
+    index: Path = typer.Argument(
+        ..., help="A .npz or .parquet file written by `bertkit embed`, or an index written by `bertkit index`."
+    ),
     queries: list[str] = typer.Argument(..., help="One or more queries."),
     top_k: int = typer.Option(10, "--top-k", "-k", help="Results per query."),
-    metric: str = typer.Option("cosine", "--metric", help="cosine | dot | euclidean | manhattan"),
+    metric: Optional[str] = typer.Option(
+        None, "--metric", help="cosine (default) | dot | euclidean | manhattan; an index answers by its own."
+    ),
+    rescore_multiplier: Optional[int] = typer.Option(
+        None,
+        "--rescore-multiplier",
+        help="int8/binary vectors: rescore top-k × this many candidates with the float query (0: none; default: "
+        "the measured best trade-off, 4).",
+    ),
     prompt: Optional[str] = typer.Option(None, "--prompt", help="Text put before each query, e.g. 'query: '."),
     prompt_name: Optional[str] = typer.Option(
         None, "--prompt-name", help="One of the model's named prompts for the queries (e.g. query)."
@@ -26,15 +38,26 @@ def search(
     threads: Optional[int] = ThreadsOption,
     device: str = DeviceOption,
 ) -> None:
-    """Exact similarity search: each query, embedded with the index's own model and options (layers, pooling,
-    dimensions, normalization, int8 ranges), against every vector; a binary index by Hamming distance, then
-    rescored. Prints query, rank, id, score."""
+    """Similarity search: each query, embedded with the vectors' own model and options (layers, pooling,
+    dimensions, normalization), against a vectors file (exact: int8 by integer products, binary by Hamming
+    distance, then rescored) or an index (approximate, HNSW). Prints query, rank, id, score."""
     from ..encoder.encode import Encoder
-    from ..encoder.options import EmbedOptions
     from ..io.stream import read_vectors
-    from ..tasks.search import semantic_search
+    from ..tasks.index import load_index, read_index_meta
+    from ..tasks.search import embed_queries, rescore_multiplier_for, semantic_search
 
-    vectors, ids, meta = read_vectors(index)
+    if not index.exists():
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(index))
+    loaded = load_index(index) if read_index_meta(index) is not None else None
+    if loaded is not None:
+        vectors, ids, meta = None, loaded.ids, loaded.meta
+    elif index.suffix.lower() in (".npz", ".parquet"):
+        vectors, ids, meta = read_vectors(index)
+    else:
+        raise InputError(
+            f"{index} is neither a vectors file of `bertkit embed` (.npz, .parquet) nor a bertkit index (one cut "
+            f"short is not); build the index again with `bertkit index VECTORS -o {index} --overwrite`."
+        )
     if not meta.get("model"):
         raise InputError(
             f"{index} does not say how its vectors were made (written before bertkit 0.2); embed the "
@@ -42,26 +65,77 @@ def search(
         )
     model = None if meta["model"] == "default" else meta["model"]
     encoder = Encoder.from_pretrained(model, device=device, precision=meta.get("precision", "fp32"))
-    if encoder.fingerprint != meta.get("fingerprint"):
-        raise InputError(
-            f"{index} was embedded by model {meta['model']!r} with other weights (fingerprint "
-            f"{meta.get('fingerprint')}, now {encoder.fingerprint}): its vectors and a query's would not "
-            "compare. Embed the file again."
+    found = embed_queries(encoder, queries, meta, source=str(index), prompt=prompt, prompt_name=prompt_name)
+    output = meta.get("output", "float32")
+    multiplier = rescore_multiplier_for(output, rescore_multiplier)
+    if loaded is not None:
+        results = loaded.search(found, top_k, metric=metric, rescore_multiplier=rescore_multiplier)
+        how = f"approximate search (HNSW, {loaded.metric})"
+    else:
+        results = semantic_search(
+            found, vectors, top_k, metric, rescore_multiplier=rescore_multiplier, ranges=meta.get("ranges")
         )
-    recorded = EmbedOptions.from_record(meta)  # how the index's vectors were made: the queries alike, in float32
-    options = recorded.replace(prompt=prompt, prompt_name=prompt_name, output_type="float32", long_text="truncate")
-    found = encoder.embed(queries, options, warn=False)
-    if meta.get("output") in ("int8", "uint8"):  # the queries in the index's buckets, compared as the index is
-        from ..encoder.compact import compact
-
-        found = compact(found, meta["output"], meta["ranges"]).astype("float32")
-        found = found - 128 if meta["output"] == "uint8" else found
-    results = semantic_search(found, vectors, top_k=top_k, metric=metric)
+        how = f"exact search ({metric or 'cosine'})"
     say(
-        f"{len(vectors)} vectors of {index.name} ({meta.get('output', 'float32')}, {meta.get('layers')} / "
-        f"{meta.get('pooling')}); {len(queries)} quer{'ies' if len(queries) != 1 else 'y'}"
+        f"{len(ids)} vectors of {index.name} ({output}, {meta.get('layers')} / {meta.get('pooling')}); {how}"
+        f"{_compact_note(output, multiplier, top_k, meta, encoder)}; {len(queries)} "
+        f"quer{'ies' if len(queries) != 1 else 'y'}"
     )
     typer.echo("query\trank\tid\tscore")
     for query, hits in zip(queries, results):
         for rank, hit in enumerate(hits, start=1):
             typer.echo(f"{query}\t{rank}\t{ids[hit['corpus_id']]}\t{hit['score']:.4f}")
+
+
+def _compact_note(output: str, multiplier: int, top_k: int, meta: dict, encoder) -> str:
+    """What a search of compact vectors did: the rescoring, and where int8 ranges came from."""
+    if output in ("float32", "float16"):
+        return ""
+    rescoring = (
+        f"top {top_k * multiplier} rescored with the float query (rescore multiplier {multiplier})"
+        if multiplier
+        else "no rescoring"
+    )
+    if output not in ("int8", "uint8"):
+        return f"; binary candidates by Hamming distance, {rescoring}"
+    import numpy as np
+
+    from ..encoder.options import EmbedOptions
+
+    packaged = encoder.calibration_ranges(EmbedOptions.from_record(meta))
+    source = "the packaged calibration sentences" if np.allclose(packaged, meta["ranges"]) else "its own calibration"
+    return f"; {output} ranges from {source}, {rescoring}"
+
+
+@app.command("index")
+def index_command(
+    vectors: Path = typer.Argument(..., help="A .npz or .parquet file written by `bertkit embed`."),
+    output: Path = typer.Option(..., "--output", "-o", help="The index file to write (or extend)."),
+    metric: str = typer.Option("cosine", "--metric", help="cosine | dot | euclidean"),
+    m: int = typer.Option(32, "--m", help="HNSW links per vector (more: better recall, more memory)."),
+    ef_construction: int = typer.Option(100, "--ef-construction", help="HNSW build breadth."),
+    ef_search: int = typer.Option(64, "--ef-search", help="HNSW search breadth (the default of later searches)."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace what is at -o (an index is rebuilt from scratch; another file replaced)."
+    ),
+) -> None:
+    """Build an approximate index (HNSW, faiss) of a vectors file, for `bertkit search INDEX "query"`. An index of
+    the same vectors at -o is extended with the rows it lacks (an interrupted build resumes); anything else there is
+    replaced only with --overwrite. Needs `pip install 'bertkit[index]'`."""
+    from ..tasks.index import build_index
+
+    def progress(done: int, total: int) -> None:
+        say(f"{done}/{total} vectors indexed")
+
+    report = build_index(
+        vectors,
+        output,
+        metric=metric,
+        overwrite=overwrite,
+        m=m,
+        ef_construction=ef_construction,
+        ef_search=ef_search,
+        on_progress=progress,
+    )
+    resumed = f", after the {report.resumed_from} already there" if report.resumed_from else ""
+    say(f"{output}: {report.rows} vectors ({report.added} added{resumed}) in {report.seconds:.1f} s")

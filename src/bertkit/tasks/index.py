@@ -1,0 +1,449 @@
+"""Approximate search past one machine's exact scan: an HNSW graph (faiss) over the vectors of `bertkit embed`.
+
+An index is one file, written atomically: a zip (stored, CRC-checked) of the faiss index, the rows' ids and a JSON
+record, the vectors file's own (model, fingerprint, layers, pooling, prompt, dimensions, output type, int8 ranges) plus
+the index's (engine, metric, HNSW settings). float32/float16 vectors are kept as they are, int8/uint8 in faiss's 8-bit
+quantizer with the file's own buckets, binary in a Hamming graph; int8 and binary candidates are rescored with the
+float query, as exact search does. Why faiss-cpu and not usearch: docs/benchmarks.md, "Approximate search" (faster
+float builds, bertkit's int8 buckets compared with the float query, and exact search's Hamming kernel).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import zipfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from ..errors import InputError
+from ..io.writers import atomic_path, check_writable_location
+from . import search as exact
+
+FORMAT, FORMAT_VERSION = "bertkit-index", 1
+META_MEMBER, IDS_MEMBER, ENGINE_MEMBER = "bertkit-index.json", "ids.npy", "engine.faiss"
+INDEX_METRICS = ("cosine", "dot", "euclidean")
+HNSW_M, EF_CONSTRUCTION, EF_SEARCH = 32, 100, 64  # graph links, build and search breadth: docs/benchmarks.md
+ADD_ROWS = 65_536  # vectors added between two looks at the clock (checkpoints)
+INSTALL = "approximate search needs faiss: pip install 'bertkit[index]' (or pip install faiss-cpu)."
+
+
+if TYPE_CHECKING:
+    from ..encoder.encode import Encoder
+
+
+def require_faiss() -> Any:
+    """The faiss module, or an InputError saying how to install it."""
+    try:
+        import faiss
+    except ImportError:
+        raise InputError(INSTALL) from None
+    return faiss
+
+
+class VectorIndex:
+    """An HNSW index over sentence vectors, with the record of how they were made.
+
+    Parameters
+    ----------
+    engine : faiss.Index or faiss.IndexBinary
+        The graph and its vectors.
+    ids : numpy.ndarray
+        The id of each row (the vectors file's ids).
+    meta : dict
+        The vectors file's record (model, options, output type, dim, ranges) plus the index's: metric, hnsw.
+    path : Path, optional
+        Where it was read from.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> index = VectorIndex.create({"dim": 2, "output": "float32"})
+    >>> index.add(np.eye(2, dtype=np.float32), ["first", "second"])
+    >>> hit = index.search([[0.1, 1.0]], top_k=1)[0][0]
+    >>> str(index.ids[hit["corpus_id"]]), round(hit["score"], 3)
+    ('second', 0.995)
+    """
+
+    def __init__(self, engine: Any, ids: np.ndarray, meta: dict, path: Path | None = None) -> None:
+        self.engine, self.ids, self.meta, self.path = engine, np.asarray(ids), meta, path
+        self._bits: np.ndarray | None = None  # binary rows, read out of faiss once for rescoring
+
+    @classmethod
+    def create(
+        cls,
+        meta: dict,
+        *,
+        metric: str = "cosine",
+        m: int = HNSW_M,
+        ef_construction: int = EF_CONSTRUCTION,
+        ef_search: int = EF_SEARCH,
+    ) -> VectorIndex:
+        """An empty index for vectors recorded by `meta` (a vectors file's record: dim, output, ranges, model...)."""
+        faiss = require_faiss()
+        if metric not in INDEX_METRICS:
+            raise InputError(f"metric={metric!r}: an index compares by {', '.join(INDEX_METRICS)}.")
+        for name, value in (("m", m), ("ef_construction", ef_construction), ("ef_search", ef_search)):
+            if not isinstance(value, int) or value < 2:
+                raise InputError(f"{name}={value!r}: give a whole number of at least 2.")
+        precision, dim = meta.get("output", "float32"), int(meta.get("dim") or 0)
+        if dim < 1:
+            raise InputError("the vectors' record does not say their size (dim); embed them again with bertkit embed.")
+        kind = faiss.METRIC_L2 if metric == "euclidean" else faiss.METRIC_INNER_PRODUCT
+        if precision in ("binary", "ubinary"):
+            engine = faiss.IndexBinaryHNSW(-(-dim // 8) * 8, m)
+        elif precision == "float32":
+            engine = faiss.IndexHNSWFlat(dim, m, kind)
+        elif precision in ("float16", "int8", "uint8"):
+            quantizer = faiss.ScalarQuantizer.QT_fp16 if precision == "float16" else faiss.ScalarQuantizer.QT_8bit
+            engine = faiss.IndexHNSWSQ(dim, quantizer, m, kind)
+            if precision != "float16":
+                _set_buckets(faiss, engine, np.asarray(meta.get("ranges"), dtype=np.float32), dim)
+        else:
+            raise InputError(f"vectors of type {precision!r} cannot be indexed.")
+        engine.hnsw.efConstruction, engine.hnsw.efSearch = ef_construction, ef_search
+        hnsw = {"m": m, "ef_construction": ef_construction, "ef_search": ef_search}
+        record = {**meta, "format": FORMAT, "format_version": FORMAT_VERSION, "engine": f"faiss {faiss.__version__}"}
+        return cls(engine, np.zeros(0, dtype=np.int64), {**record, "metric": metric, "hnsw": hnsw})
+
+    @property
+    def name(self) -> str:
+        """The file's name, as messages say it."""
+        return self.path.name if self.path is not None else "this index"
+
+    @property
+    def rows(self) -> int:
+        """Vectors in the index."""
+        return int(self.engine.ntotal)
+
+    @property
+    def dim(self) -> int:
+        """Numbers in each float vector (a query's size)."""
+        return int(self.meta["dim"])
+
+    @property
+    def precision(self) -> str:
+        """The indexed vectors' type: float32, float16, int8, uint8, binary or ubinary."""
+        return str(self.meta.get("output", "float32"))
+
+    @property
+    def metric(self) -> str:
+        """What the index compares by: cosine, dot or euclidean."""
+        return str(self.meta["metric"])
+
+    def add(self, vectors: np.ndarray, ids: Sequence) -> None:
+        """Add vectors of the recorded type (as `bertkit embed` wrote them) and their ids, after the rows there."""
+        vectors = np.asarray(vectors)
+        expected = -(-self.dim // 8) if self.precision in ("binary", "ubinary") else self.dim
+        if vectors.ndim != 2 or vectors.shape[1] != expected:
+            raise InputError(
+                f"vectors of shape {vectors.shape} do not fit this index of {self.precision} vectors with "
+                f"{expected} numbers each; they must come from the same model and options."
+            )
+        self.engine.add(self._stored(vectors))
+        self.ids = np.concatenate((self.ids, np.asarray(ids))) if len(self.ids) else np.asarray(ids)
+        self._bits = None
+
+    def search(
+        self,
+        queries: ArrayLike,
+        top_k: int = 10,
+        *,
+        metric: str | None = None,
+        rescore_multiplier: int | None = None,
+        ef_search: int | None = None,
+    ) -> list[list[dict]]:
+        """The `top_k` nearest rows to each float query, best first, as `semantic_search` answers.
+
+        Parameters
+        ----------
+        queries : array-like
+            (n, dim) float vectors embedded the index's way (`embed_queries`).
+        top_k : int
+            Results per query.
+        metric : str, optional
+            Must be the index's own (it was built for one).
+        rescore_multiplier : int, optional
+            Binary and int8 indexes: `top_k * rescore_multiplier` candidates rescored with the float query
+            (None: `RESCORE_MULTIPLIER` of bertkit.tasks.search; 0: none).
+        ef_search : int, optional
+            HNSW search breadth (default: the recorded one; at least the candidates asked for).
+
+        Returns
+        -------
+        list of lists of dict
+            Per query, [{"corpus_id": row, "score": float}]; `ids[row]` is the row's id.
+        """
+        return exact.results_of(*self.search_arrays(queries, top_k, metric, rescore_multiplier, ef_search))
+
+    def search_arrays(
+        self,
+        queries: ArrayLike,
+        top_k: int = 10,
+        metric: str | None = None,
+        rescore_multiplier: int | None = None,
+        ef_search: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, rows) arrays of `search` (n, top_k), row -1 where fewer were found."""
+        if metric is not None and metric != self.metric:
+            raise InputError(f"metric={metric!r}: this index was built for {self.metric}; search it by that.")
+        if top_k < 1:
+            raise InputError(f"top_k={top_k}: give 1 or more.")
+        queries = np.asarray(queries, dtype=np.float32)
+        queries = queries[None, :] if queries.ndim == 1 else queries
+        if queries.ndim != 2 or queries.shape[1] != self.dim:
+            raise InputError(
+                f"queries of shape {queries.shape} against an index of {self.dim}-number vectors of model "
+                f"{self.meta.get('model')!r}: embed the queries with the index's model and options (embed_queries)."
+            )
+        multiplier = exact.rescore_multiplier_for(self.precision, rescore_multiplier)
+        keep = top_k * max(1, multiplier)
+        breadth = require_faiss().SearchParametersHNSW(efSearch=max(ef_search or self.meta["hnsw"]["ef_search"], keep))
+        best = exact.TopK(len(queries), top_k)
+        step = max(1, exact.RESCORED_NUMBERS // (keep * self.dim))  # queries at once: their candidates' floats, bounded
+        for start in range(0, len(queries) if self.rows else 0, step):
+            chunk = queries[start : start + step]
+            if self.precision in ("binary", "ubinary"):
+                distances, rows = self.engine.search(np.packbits(chunk > 0, axis=-1), keep, params=breadth)
+                scores = -distances.astype(np.float64)
+            else:
+                asked = np.ascontiguousarray(exact.unit_rows(chunk) if self.metric == "cosine" else chunk)
+                distances, rows = self.engine.search(asked, keep, params=breadth)
+                scores = -np.sqrt(np.maximum(distances, 0)) if self.metric == "euclidean" else distances
+            if multiplier and self.precision not in ("float32", "float16"):
+                scores = self._rescored(chunk, rows)
+            best.add(start, np.where(rows >= 0, scores, -np.inf), rows)
+        return best.result()
+
+    def _rescored(self, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The float queries' `metric` against each candidate made float again (±1 bits, bucket midpoints)."""
+        from ..encoder.compact import unpack_binary
+
+        safe = np.maximum(rows, 0).ravel()
+        if self.precision in ("binary", "ubinary"):
+            vectors = unpack_binary(self._binary_rows()[safe], self.dim)
+        else:
+            vectors = self.engine.reconstruct_batch(safe)
+        return exact.rescored(queries, vectors.reshape(*rows.shape, -1), self.metric)
+
+    def _binary_rows(self) -> np.ndarray:
+        if self._bits is None:
+            faiss = require_faiss()
+            storage = faiss.downcast_IndexBinary(self.engine.storage)
+            self._bits = faiss.vector_to_array(storage.xb).reshape(self.rows, -1)
+        return self._bits
+
+    def _stored(self, vectors: np.ndarray) -> np.ndarray:
+        """Vectors as faiss takes them: float32 (unit for cosine), int8 buckets as their bucket midpoints (which
+        faiss's 8-bit quantizer, given the same ranges, codes back to the same buckets), bits unsigned."""
+        from ..encoder.compact import dequantize, unsigned_bits
+
+        if self.precision in ("binary", "ubinary"):
+            return np.ascontiguousarray(unsigned_bits(vectors))
+        if self.precision in ("int8", "uint8"):
+            ranges = np.asarray(self.meta["ranges"], dtype=np.float32)
+            return np.ascontiguousarray(dequantize(vectors, self.precision, ranges) + _steps(ranges) / 2)
+        vectors = np.asarray(vectors, dtype=np.float32)
+        return np.ascontiguousarray(exact.unit_rows(vectors) if self.metric == "cosine" else vectors)
+
+    def check_encoder(self, encoder: Encoder) -> None:
+        """Refuse, in one line, an encoder whose vectors would not compare with the index's."""
+        exact.check_encoder(encoder, self.meta, self.name)
+
+    def embed_queries(self, encoder: Encoder, texts: Sequence[str], **prompts: str | None) -> np.ndarray:
+        """`texts` embedded as the index's vectors were (float32), ready for `search`."""
+        return exact.embed_queries(encoder, texts, self.meta, source=self.name, **prompts)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the index to `path` atomically (complete or absent, never half)."""
+        faiss, path = require_faiss(), check_writable_location(path)
+        meta = {**self.meta, "rows": self.rows}
+        binary = self.precision in ("binary", "ubinary")
+        with atomic_path(path) as temporary, zipfile.ZipFile(temporary, "w", zipfile.ZIP_STORED) as archive:
+            with archive.open(ENGINE_MEMBER, "w", force_zip64=True) as target:
+                writer = faiss.PyCallbackIOWriter(target.write)
+                (faiss.write_index_binary if binary else faiss.write_index)(self.engine, writer)
+                del writer  # flushes into the member
+            with archive.open(IDS_MEMBER, "w", force_zip64=True) as target:
+                np.lib.format.write_array(target, self.ids, allow_pickle=False)
+            archive.writestr(META_MEMBER, json.dumps(meta))
+        self.path, self.meta = Path(path), meta
+        return Path(path)
+
+    def __repr__(self) -> str:
+        return f"VectorIndex({self.rows} {self.precision} x{self.dim}, {self.metric}, {self.meta.get('model')})"
+
+
+def load_index(path: str | Path) -> VectorIndex:
+    """The index written at `path` (its file checked whole first: a damaged one is one InputError line)."""
+    path = Path(path)
+    faiss = require_faiss()
+    meta = read_index_meta(path)
+    if meta is None:
+        raise InputError(f"{path} is not a bertkit index; build one with `bertkit index VECTORS -o {path.name}`.")
+    binary = meta.get("output") in ("binary", "ubinary")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            with archive.open(IDS_MEMBER) as member:
+                ids = np.lib.format.read_array(member, allow_pickle=False)
+            with archive.open(ENGINE_MEMBER) as member:
+                reader = faiss.PyCallbackIOReader(member.read)
+                engine = (faiss.read_index_binary if binary else faiss.read_index)(reader)
+                del reader
+                rest = member.read()
+    except (zipfile.BadZipFile, KeyError, ValueError, RuntimeError, EOFError, OSError) as exc:
+        raise _damaged(path, exc) from None
+    if rest or engine.ntotal != len(ids) or engine.ntotal != meta.get("rows"):
+        raise _damaged(path, f"{engine.ntotal} vectors, {len(ids)} ids, {meta.get('rows')} rows recorded")
+    return VectorIndex(engine, ids, meta, path)
+
+
+def read_index_meta(path: str | Path) -> dict | None:
+    """The record of the bertkit index at `path` after checking every member's CRC; None when `path` is not one (a
+    damaged index is an InputError)."""
+    path = Path(path)
+    if not zipfile.is_zipfile(path):
+        return None
+    try:
+        with zipfile.ZipFile(path) as archive:
+            if META_MEMBER not in archive.namelist():
+                return None
+            for name in (META_MEMBER, IDS_MEMBER, ENGINE_MEMBER):
+                with archive.open(name) as member:
+                    while member.read(16 << 20):  # reading a member whole checks its CRC
+                        pass
+            meta = json.loads(archive.read(META_MEMBER))
+    except (zipfile.BadZipFile, KeyError, ValueError, RuntimeError, EOFError, OSError) as exc:
+        raise _damaged(path, exc) from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise _damaged(path, "its record is not a bertkit index's")
+    if meta.get("format_version", 0) > FORMAT_VERSION:
+        raise InputError(f"{path} was written by a newer bertkit (index format {meta['format_version']}); upgrade.")
+    return meta
+
+
+def _damaged(path: Path, reason: object) -> InputError:
+    return InputError(
+        f"{path} is a damaged bertkit index ({reason}); rebuild it: bertkit index VECTORS -o {path} --overwrite"
+    )
+
+
+@dataclass
+class IndexReport:
+    rows: int  # vectors in the index now
+    added: int  # added by this run
+    resumed_from: int  # rows the index held before
+    seconds: float
+
+
+def build_index(
+    vectors_path: str | Path,
+    output: str | Path,
+    *,
+    metric: str = "cosine",
+    overwrite: bool = False,
+    m: int = HNSW_M,
+    ef_construction: int = EF_CONSTRUCTION,
+    ef_search: int = EF_SEARCH,
+    checkpoint_seconds: float = 300.0,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> IndexReport:
+    """Index the vectors of a .npz/.parquet file of `bertkit embed` into `output`, or add the rows it lacks.
+
+    Parameters
+    ----------
+    vectors_path : str or Path
+        Vectors with their record (`bertkit embed -o FILE.npz`).
+    output : str or Path
+        The index file. An index of the same vectors there is extended with the rows after its own (an
+        interrupted build resumes); anything else there is replaced only with `overwrite`.
+    metric : str
+        'cosine', 'dot' or 'euclidean'.
+    overwrite : bool
+        Replace what is at `output` (an index is rebuilt from scratch).
+    m, ef_construction, ef_search : int
+        HNSW graph links per node, build breadth and default search breadth.
+    checkpoint_seconds : float
+        Write the index (atomically) at least this often while adding, so that a killed build resumes.
+    on_progress : callable, optional
+        Called with (rows in the index, rows in the file) after each step.
+
+    Returns
+    -------
+    IndexReport
+    """
+    from ..io.stream import read_vectors
+
+    started, vectors_path, output = time.perf_counter(), Path(vectors_path), Path(output)
+    if output.is_dir():
+        raise InputError(f"{output} is a directory; give the index a file name, e.g. {output / 'corpus.index'}.")
+    check_writable_location(output)
+    vectors, ids, meta = read_vectors(vectors_path)
+    if not meta.get("model"):
+        raise InputError(f"{vectors_path} does not say how its vectors were made; embed it again with bertkit embed.")
+    index = _existing(output, meta, ids, metric, overwrite) or VectorIndex.create(
+        meta, metric=metric, m=m, ef_construction=ef_construction, ef_search=ef_search
+    )
+    index.meta["source"] = vectors_path.name
+    done = before = index.rows
+    last_save = time.monotonic()
+    while done < len(vectors):
+        index.add(vectors[done : done + ADD_ROWS], ids[done : done + ADD_ROWS])
+        done = index.rows
+        if time.monotonic() - last_save > checkpoint_seconds and done < len(vectors):
+            index.save(output)
+            last_save = time.monotonic()
+        if on_progress is not None:
+            on_progress(done, len(vectors))
+    if done > before or not output.exists():
+        index.save(output)
+    return IndexReport(index.rows, done - before, before, time.perf_counter() - started)
+
+
+_SAME = ("model", "fingerprint", "layers", "pooling", "prompt", "truncate_dim", "normalize_embeddings", "output", "dim")
+
+
+def _existing(output: Path, meta: dict, ids: np.ndarray, metric: str, overwrite: bool) -> VectorIndex | None:
+    """The index at `output` to extend: None when there is none, or when `overwrite` says replace what is there."""
+    if not output.exists() or overwrite:
+        return None
+    if read_index_meta(output) is None:
+        raise InputError(
+            f"{output} exists and is not a bertkit index; nothing was touched. Choose another -o file, or pass "
+            "--overwrite to replace it."
+        )
+    index = load_index(output)
+    differs = [key for key in _SAME if index.meta.get(key) != meta.get(key)]
+    differs += ["metric"] if index.metric != metric else []
+    differs += ["ranges"] if index.meta.get("ranges") != meta.get("ranges") else []
+    if differs:
+        raise InputError(
+            f"{output} indexes other vectors ({', '.join(differs)} differ); pass --overwrite to rebuild it, or "
+            "choose another -o file."
+        )
+    if index.rows > len(ids) or not np.array_equal(index.ids, ids[: index.rows]):
+        raise InputError(
+            f"{output} holds rows that the vectors file does not have in the same order; pass --overwrite to "
+            "rebuild it, or choose another -o file."
+        )
+    return index
+
+
+def _set_buckets(faiss: Any, engine: Any, ranges: np.ndarray, dim: int) -> None:
+    """faiss's 8-bit quantizer with bertkit's buckets: code = floor((x - minimum) / step), as `compact` cuts them."""
+    if ranges.shape != (2, dim):
+        raise InputError(f"int8 vectors need their (2, {dim}) ranges recorded; embed them again with bertkit embed.")
+    quantizer = faiss.downcast_index(engine.storage).sq
+    faiss.copy_array_to_vector(np.concatenate((ranges[0], _steps(ranges) * 255)).astype(np.float32), quantizer.trained)
+    engine.is_trained = engine.storage.is_trained = True
+
+
+def _steps(ranges: np.ndarray) -> np.ndarray:
+    """Each dimension's bucket width, as `compact` cuts them (1 where a dimension does not vary)."""
+    steps = (ranges[1] - ranges[0]) / 255
+    return np.where(steps == 0, 1, steps).astype(np.float32)

@@ -1,0 +1,194 @@
+"""Approximate search (`bertkit index`, `VectorIndex`): HNSW over float, int8 and binary vectors finds what exact
+search finds, keeps the vectors' record, is written atomically, never replaces a file that is not an index without
+--overwrite, resumes and extends, and refuses in one line what would not compare."""
+
+import doctest
+import json
+import zipfile
+
+import numpy as np
+import pytest
+from conftest import run_cli
+
+pytest.importorskip("faiss", reason="the index extra (pip install 'bertkit[index]') is not installed")
+
+from bertkit.encoder.compact import compact, int8_ranges  # noqa: E402
+from bertkit.errors import InputError  # noqa: E402
+from bertkit.tasks import index as index_module  # noqa: E402
+from bertkit.tasks.index import VectorIndex, build_index, load_index  # noqa: E402
+from bertkit.tasks.search import semantic_search  # noqa: E402
+
+OUTPUTS = ("float32", "float16", "int8", "binary")
+
+
+@pytest.fixture(scope="module")
+def texts():
+    from bertkit.io.readers import read_labelled, sample_path
+
+    return read_labelled(sample_path("reviews.tsv"), "text", "label").texts
+
+
+@pytest.fixture(scope="module")
+def vector_files(tmp_path_factory, encoder, texts):
+    """The sample reviews embedded by `embed_file` in each output type: {output: path}."""
+    from bertkit.io.stream import embed_file
+
+    folder = tmp_path_factory.mktemp("vectors")
+    source = folder / "reviews.txt"
+    source.write_text("\n".join(texts) + "\n")
+    files = {}
+    for output in OUTPUTS:
+        files[output] = folder / f"{output}.npz"
+        embed_file(encoder, source, files[output], output_type=output, normalize_embeddings=True, truncate_dim=256)
+    return files
+
+
+def recall(found, exact) -> float:
+    return float(
+        np.mean([len({h["corpus_id"] for h in f} & {h["corpus_id"] for h in e}) / len(e) for f, e in zip(found, exact)])
+    )
+
+
+@pytest.mark.parametrize("output", OUTPUTS)
+def test_an_index_finds_what_exact_search_finds_and_keeps_the_record(vector_files, encoder, texts, tmp_path, output):
+    from bertkit.io.stream import read_vectors
+
+    report = build_index(vector_files[output], tmp_path / "corpus.index")
+    assert report.rows == report.added == len(texts) and report.resumed_from == 0
+    index = load_index(tmp_path / "corpus.index")
+    vectors, ids, meta = read_vectors(vector_files[output])
+    for key in ("model", "fingerprint", "layers", "pooling", "prompt", "truncate_dim", "dim", "output", "ranges"):
+        assert index.meta[key] == meta[key], key
+    assert index.meta["metric"] == "cosine" and index.meta["hnsw"]["m"] == index_module.HNSW_M
+    np.testing.assert_array_equal(index.ids, ids)
+    queries = index.embed_queries(encoder, texts[:12])
+    floats = encoder.embed(texts, normalize_embeddings=True, truncate_dim=256)
+    exact = semantic_search(queries, floats, top_k=5)
+    found = index.search(queries, top_k=5)
+    assert [hits[0]["corpus_id"] for hits in found] == list(range(12))  # each review finds itself first
+    assert recall(found, exact) >= {"binary": 0.7}.get(output, 0.95)
+    if output in ("float32", "float16"):  # scores are the exact cosines of the stored vectors
+        for hits, query in zip(found, queries):
+            expected = floats[[h["corpus_id"] for h in hits]] @ query
+            np.testing.assert_allclose([h["score"] for h in hits], expected, atol=2e-3)
+    assert semantic_search(queries, index=index, top_k=5) == found
+
+
+def test_int8_indexes_keep_bertkits_buckets_and_rescore_with_the_float_query():
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(300, 32)).astype(np.float32)
+    ranges = int8_ranges(vectors)
+    index = VectorIndex.create({"dim": 32, "output": "int8", "ranges": ranges.tolist()}, metric="dot")
+    index.add(compact(vectors, "int8", ranges), np.arange(300))
+    import faiss
+
+    codes = faiss.vector_to_array(faiss.downcast_index(index.engine.storage).codes).reshape(300, 32)
+    np.testing.assert_array_equal(codes, compact(vectors, "uint8", ranges))  # faiss's codes are bertkit's buckets
+    queries = rng.normal(size=(5, 32)).astype(np.float32)
+    steps = (ranges[1] - ranges[0]) / 255
+    midpoints = (compact(vectors, "uint8", ranges) + 0.5) * steps + ranges[0]
+    for hits, query in zip(index.search(queries, top_k=3), queries):
+        np.testing.assert_allclose(
+            [h["score"] for h in hits], midpoints[[h["corpus_id"] for h in hits]] @ query, rtol=1e-4
+        )
+
+
+def test_bertkit_index_and_search_on_the_command_line(vector_files, monkeypatch, capsys, tmp_path):
+    target = tmp_path / "reviews.index"
+    code, _, err = run_cli(monkeypatch, capsys, "index", vector_files["binary"], "-o", target)
+    assert code == 0 and "vectors" in err, err
+    code, out, err = run_cli(monkeypatch, capsys, "search", target, "a dull, lifeless film", "-k", "3")
+    assert code == 0, err
+    assert "approximate search (HNSW, cosine)" in err and "rescore multiplier 4" in err
+    assert len(out.splitlines()) == 4 and out.startswith("query\trank\tid\tscore")
+    code, out, err = run_cli(monkeypatch, capsys, "search", target, "a dull film", "--metric", "dot")
+    assert code == 2 and err.count("error:") == 1 and "built for cosine" in err
+
+
+def test_an_index_is_written_atomically_and_replaces_only_what_it_may(vector_files, monkeypatch, capsys, tmp_path):
+    mine = tmp_path / "notes.txt"
+    mine.write_text("my notes")
+    code, _, err = run_cli(monkeypatch, capsys, "index", vector_files["float32"], "-o", mine)
+    assert code == 2 and "not a bertkit index; nothing was touched" in err and mine.read_text() == "my notes"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # no temporary left behind
+    code, _, err = run_cli(monkeypatch, capsys, "index", vector_files["float32"], "-o", tmp_path)
+    assert code == 2 and "is a directory" in err
+    code, _, err = run_cli(monkeypatch, capsys, "index", vector_files["float32"], "-o", mine, "--overwrite")
+    assert code == 0, err
+    assert load_index(mine).rows > 0 and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+    code, _, err = run_cli(monkeypatch, capsys, "index", vector_files["int8"], "-o", mine)
+    assert code == 2 and "indexes other vectors (output, ranges differ)" in err and "--overwrite" in err
+
+
+def test_a_build_resumes_after_an_interruption_and_extends_with_new_rows(vector_files, monkeypatch, tmp_path):
+    from bertkit.io.stream import read_vectors
+
+    monkeypatch.setattr(index_module, "ADD_ROWS", 16)
+    target = tmp_path / "corpus.index"
+
+    def interrupt(done, total):
+        if done >= 32:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        build_index(vector_files["float32"], target, checkpoint_seconds=0, on_progress=interrupt)
+    assert load_index(target).rows == 32  # the last checkpoint, written whole
+    report = build_index(vector_files["float32"], target)
+    vectors, ids, _ = read_vectors(vector_files["float32"])
+    assert report.resumed_from == 32 and report.rows == len(vectors) and report.added == len(vectors) - 32
+    np.testing.assert_array_equal(load_index(target).ids, ids)
+    assert build_index(vector_files["float32"], target).added == 0  # nothing new: nothing written
+    index = load_index(target)
+    index.add(vectors[:3], ["new-1", "new-2", "new-3"])  # a grown corpus: extended in place
+    index.save(target)
+    assert load_index(target).rows == len(vectors) + 3 and load_index(target).ids[-1] == "new-3"
+    with pytest.raises(InputError, match="holds rows that the vectors file does not have"):
+        build_index(vector_files["float32"], target)
+
+
+def test_an_index_refuses_what_would_not_compare_in_one_line(vector_files, encoder, tmp_path):
+    build_index(vector_files["float32"], tmp_path / "corpus.index")
+    index = load_index(tmp_path / "corpus.index")
+    with pytest.raises(InputError, match="queries of shape \\(1, 384\\) against an index of 256-number vectors"):
+        index.search(np.zeros((1, 384), np.float32))
+    with pytest.raises(InputError, match="fingerprint"):
+        index.check_encoder(type("Other", (), {"fingerprint": "0" * 32})())
+    with pytest.raises(InputError, match="metric='manhattan'"):
+        VectorIndex.create(index.meta, metric="manhattan")
+    with pytest.raises(InputError, match="not a bertkit index"):
+        load_index(vector_files["float32"])
+
+
+@pytest.mark.parametrize("damage", ["cut", "flip", "record"])
+def test_a_damaged_index_is_one_line(vector_files, monkeypatch, capsys, tmp_path, damage):
+    target = tmp_path / "corpus.index"
+    build_index(vector_files["binary"], target)
+    data = bytearray(target.read_bytes())
+    if damage == "cut":
+        data = data[: len(data) // 2]
+    elif damage == "flip":
+        data[len(data) // 3] ^= 0x10
+    else:
+        with zipfile.ZipFile(target) as archive:
+            members = {name: archive.read(name) for name in archive.namelist()}
+        members[index_module.META_MEMBER] = json.dumps({"format": "something else"}).encode()
+        with zipfile.ZipFile(target, "w") as archive:
+            for name, content in members.items():
+                archive.writestr(name, content)
+        data = bytearray(target.read_bytes())
+    target.write_bytes(bytes(data))
+    code, _, err = run_cli(monkeypatch, capsys, "search", target, "a film")
+    assert code == 2 and err.count("error:") == 1 and "Traceback" not in err, err
+    assert str(target) in err or target.name in err
+
+
+def test_without_faiss_the_library_says_how_to_install_it(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "faiss", None)
+    with pytest.raises(InputError, match=r"pip install 'bertkit\[index\]'"):
+        VectorIndex.create({"dim": 4, "output": "float32"})
+
+
+def test_the_docstring_example_runs():
+    assert doctest.testmod(index_module, optionflags=doctest.ELLIPSIS).failed == 0
