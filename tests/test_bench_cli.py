@@ -27,6 +27,7 @@ def columns(header: str, line: str, name: str) -> dict[str, str]:
     return dict(zip(names, values))
 
 
+@pytest.mark.slow
 def test_bench_prints_the_table_with_sane_numbers(monkeypatch, capsys, tmp_path, hf_default):
     source = tmp_path / "texts.tsv"
     source.write_text("".join(f"{t}\t0\n" for t in TEXTS), encoding="utf-8")

@@ -175,6 +175,7 @@ def test_sentence_vector_is_encoder_embed_and_cosine_is_right(encoder):
         views.sentence_vector(encoder, "I love Korea", "bogus")
 
 
+@pytest.mark.slow
 def test_explain_puts_every_panel_and_keeps_errors_in_their_panel(explainer, run_dir, probe_dir):
     result = explainer.explain(Settings.from_json({"text": "I love Korea", "layers": "bogus", "layer": 2}))
     assert "not a valid layer spec" in result["sentence"]["error"]
@@ -510,6 +511,7 @@ SCREENSHOTS = [
 ]
 
 
+@pytest.mark.slow
 def test_the_readme_pictures_come_from_a_documented_command():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "python benchmarks/explain_page.py --screenshots docs/explain" in readme

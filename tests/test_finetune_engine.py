@@ -36,7 +36,7 @@ def assert_same_weights(a, b, atol):
     assert worst <= atol, worst
 
 
-@pytest.mark.parametrize("task", ["text", "token"])
+@pytest.mark.parametrize("task", ["text", pytest.param("token", marks=pytest.mark.slow)])
 def test_gradient_accumulation_gives_the_same_updates(no_dropout, tmp_path, task):
     if task == "text":
         train, dev = sentiment_file(tmp_path / "train.tsv", n=40), sentiment_file(tmp_path / "dev.tsv", n=8, seed=1)

@@ -110,6 +110,7 @@ def test_calibration_is_made_once_cached_and_reused(tiny_dirs, int8_cache):
     assert calibration.alpha in ALPHA_GRID and first._int8 is not None
 
 
+@pytest.mark.slow
 def test_the_smoothing_strength_is_the_one_that_keeps_the_calibration_texts_closest(encoder):
     """calibrate() measures every strength on its own texts and keeps the best; the saved file carries it."""
     texts = packaged_texts()[:60]

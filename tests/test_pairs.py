@@ -186,6 +186,8 @@ def test_multi_label_learns_label_sets_with_a_threshold_from_dev(coloured, tmp_p
     assert loaded.threshold == metrics["threshold"]
     found = loaded.predict(["the red movie a blue", "the movie is big"])
     assert found[0] == ["blue", "red"] and found[1] == []
+    loaded.threshold = 0.0  # 0.0 is a threshold like any other (every probability is >= 0), not "unset"
+    assert sorted(loaded.predict(["the movie is big"])[0]) == sorted(COLOURS)
     probabilities = loaded.predict_proba(["the green film"])
     assert probabilities.shape == (1, 3) and probabilities.min() >= 0 and probabilities.max() <= 1
     assert tuned.classes_.tolist() == loaded.classes_.tolist()

@@ -57,6 +57,7 @@ def test_naive_loop_matches_bertkit(encoder):
     np.testing.assert_allclose(naive_loop(encoder, TEXTS), encoder.embed(TEXTS, RAW_MEAN), atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_run_benchmark_prints_the_table(encoder):
     lines = []
     rows = run_benchmark(encoder, TEXTS * 5, repeats=1, batch_size=8, echo=lines.append)
@@ -77,6 +78,7 @@ def test_parse_precisions_keeps_fp32_as_the_reference():
         parse_precisions("fp32,fp8")
 
 
+@pytest.mark.slow
 def test_run_benchmark_puts_int8_beside_fp32_with_its_fidelity(encoder, monkeypatch, tmp_path):
     monkeypatch.setenv("BERTKIT_CACHE", str(tmp_path))
     lines = []

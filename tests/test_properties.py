@@ -49,7 +49,8 @@ def test_any_text_embeds_under_each_long_text_policy(tiny, texts, policy):
     try:
         vectors = embed(tiny, texts, long_text=policy)
     except InputError as exc:
-        assert policy == "error" and "long_text" in str(exc) or "--long-text" in str(exc), exc
+        assert policy == "error", exc  # only 'error' refuses a text, and it names the option that would take it
+        assert "long_text" in str(exc) or "--long-text" in str(exc), exc
         return
     assert vectors.shape == (len(texts), tiny.hidden_size) and np.isfinite(vectors).all()
 
@@ -147,6 +148,7 @@ def test_tsv_reads_back_every_field_a_tsv_can_hold(tmp_path, rows, bom, crlf):
 @PROFILE
 @given(rows=ROWS, ascii_only=st.booleans(), bom=st.booleans(), crlf=st.booleans())
 def test_jsonl_reads_back(tmp_path, rows, ascii_only, bom, crlf):
+    assume(all(text.strip() for text, _ in rows))  # a blank text is refused at its line (the next properties)
     path = tmp_path / "t.jsonl"
     lines = "".join(json.dumps({"text": t, "label": label}, ensure_ascii=ascii_only) + "\n" for t, label in rows)
     path.write_bytes(encode_file(lines, bom, crlf))
@@ -164,6 +166,95 @@ def test_plain_text_reads_one_text_per_line(tmp_path, lines, bom, crlf):
     path = tmp_path / "t.txt"
     path.write_bytes(encode_file("".join(f"{line}\n" for line in lines), bom, crlf))
     assert read_texts(path)[0] == lines
+
+
+# ---- the pair, score and multi-label readers: the rows they say they took, or one error at the first bad line --------
+CELL = st.text(
+    st.one_of(
+        st.characters(exclude_categories=("Cs",), exclude_characters="\x00\t\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"),
+        st.sampled_from(list(" \"',|;")),
+    ),
+    max_size=20,
+)
+BLANK = st.sampled_from(["", " ", "  "])
+LABEL_CELL = st.one_of(
+    st.sampled_from(
+        [
+            "0",
+            "1",
+            "0.5",
+            "-2.25",
+            "1e3",
+            "nan",
+            "inf",
+            "-inf",
+            "3.",
+            ".5",
+            "pos",
+            "neg",
+            "a,b",
+            "b|a",
+            ",",
+            "a, ,b",
+            '"x"',
+            "x;y",
+        ]
+    ),
+    st.floats(allow_nan=False, allow_infinity=False, width=32).map(repr),
+    CELL,
+    BLANK,
+)
+PAIR_ROWS = st.lists(st.tuples(st.one_of(CELL, BLANK), st.one_of(CELL, BLANK), LABEL_CELL), min_size=1, max_size=10)
+
+
+def first_bad_line(rows, kind: str, separator: str) -> int | None:
+    """The file line of the first row bertkit must refuse (line 1 is the first row: no header), by bertkit's rules."""
+    for line, (text, pair, label) in enumerate(rows, start=1):
+        if not text.strip() or not pair.strip():
+            return line
+        label = label.strip()
+        if kind == "numeric":
+            try:
+                if not np.isfinite(float(label)):
+                    return line
+            except ValueError:
+                return line
+        elif kind == "categorical" and not label:
+            return line
+    return None
+
+
+@PROFILE
+@given(
+    rows=PAIR_ROWS,
+    kind=st.sampled_from(["categorical", "numeric", "multi"]),
+    separator=st.sampled_from([",", "|", ";"]),
+    bom=st.booleans(),
+    crlf=st.booleans(),
+)
+def test_pair_score_and_label_set_files_read_as_said_or_fail_at_the_bad_line(
+    tmp_path, rows, kind, separator, bom, crlf
+):
+    path = tmp_path / "pairs.tsv"
+    path.write_bytes(encode_file("".join(f"{t}\t{p}\t{label}\n" for t, p, label in rows), bom, crlf))
+    bad = first_bad_line(rows, kind, separator)
+    try:
+        data = read_labelled(path, paired=True, header=False, label_kind=kind, label_separator=separator)
+    except BertkitError as exc:
+        message = str(exc)
+        assert bad is not None, message
+        assert f"{path}, line {bad}:" in message and "\n" not in message, (bad, message)
+        return
+    assert bad is None, f"line {bad} should have been refused"
+    assert data.texts == [t for t, _, _ in rows] and data.pairs == [p for _, p, _ in rows]
+    assert data.lines == list(range(1, len(rows) + 1))
+    for (_, _, cell), label in zip(rows, data.labels):
+        if kind == "numeric":
+            assert label == float(cell.strip())
+        elif kind == "multi":
+            assert label == tuple(sorted({part.strip() for part in cell.strip().split(separator) if part.strip()}))
+        else:
+            assert label == cell.strip()
 
 
 def valid_files(tmp_path):
@@ -208,5 +299,6 @@ def test_a_truncated_or_garbled_file_is_one_clear_error(tmp_path, name, data):
     except BertkitError as exc:
         message = str(exc)
         assert str(path) in message, message
-        assert "line" in message or "no data rows" in message or "empty" in message, message
+        said = ("line", "no data rows", "empty", "this is a binary file", "UTF-16")  # where, or what the file is
+        assert any(what in message for what in said), message
         assert "\n" not in message.strip(), message

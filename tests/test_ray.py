@@ -263,7 +263,7 @@ def test_a_bad_column_is_one_clear_error_before_any_work(tmp_path):
 def test_empty_inputs_are_handled_without_ray(tmp_path):
     from bertkit.ray import embed_files
 
-    with pytest.raises(InputError, match="no such file matches"):
+    with pytest.raises(InputError, match="no file matches"):
         embed_files(str(tmp_path / "*.jsonl"), tmp_path / "out")
     (tmp_path / "empty.jsonl").write_text("\n")
     summary = embed_files(str(tmp_path / "*.jsonl"), tmp_path / "out")

@@ -127,6 +127,10 @@ def test_killed_run_resumes_to_the_same_file(tiny_dirs, tmp_path, sig):
     finished = subprocess.run(cli(model, source, output)[:-1], capture_output=True, text=True)  # not --quiet
     assert finished.returncode == 0, finished.stderr
     assert f"resumed after row {done}" in finished.stderr
+    # the counts are of the part this command embedded, and say so (issue 33: they read as the whole file's)
+    part = f"rows {done + 1}-20000"
+    coverage = next(line for line in finished.stderr.splitlines() if line.startswith("vocabulary coverage:"))
+    assert f"the counts below are of {part}" in finished.stderr and coverage.endswith(f"({part})"), coverage
     np.testing.assert_array_equal(np.load(output), np.load(reference))
     assert not progress.exists() and not (tmp_path / "out.npy.partial.npy").exists()
 

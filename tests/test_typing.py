@@ -28,6 +28,7 @@ def test_py_typed_ships_with_the_package():
     assert set(bertkit.__all__) >= set(bertkit._LAZY)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(MYPY is None, reason="mypy is part of the test extra: pip install -e '.[test]'")
 def test_mypy_passes_on_the_public_api(tmp_path):
     files = public_modules()

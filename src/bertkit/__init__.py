@@ -26,6 +26,7 @@ _LAZY = {
     "Encoder": "encoder.encode",
     "Entity": "tasks.tagging",
     "FineTunedClassifier": "tasks.finetuned",
+    "FineTunedQA": "tasks.qa",
     "FineTunedTagger": "tasks.tagger",
     "FinetuneArguments": "tasks.finetune",
     "ForwardOutput": "encoder.encode",
@@ -38,6 +39,7 @@ _LAZY = {
     "parse_layers": "encoder.layers",
     "probe_text": "tasks.probe",
     "probe_token": "tasks.probe",
+    "read_squad": "io.squad",
     "read_tagged": "io.conll",
     "semantic_search": "tasks.search",
     "set_threads": "encoder.threads",
@@ -52,11 +54,13 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come fro
     from .encoder.threads import set_threads
     from .encoder.tokenize import Batch
     from .io.conll import read_tagged
+    from .io.squad import read_squad
     from .tasks.classify import TextClassifier
     from .tasks.finetune import FinetuneArguments, finetune
     from .tasks.finetuned import FineTunedClassifier
     from .tasks.load import load_run
     from .tasks.probe import probe_text, probe_token
+    from .tasks.qa import FineTunedQA
     from .tasks.search import semantic_search, similarity
     from .tasks.tagger import FineTunedTagger
     from .tasks.tagging import Entity, entity_scores
@@ -85,6 +89,7 @@ __all__ = [
     "Encoder",
     "Entity",
     "FineTunedClassifier",
+    "FineTunedQA",
     "FineTunedTagger",
     "FinetuneArguments",
     "ForwardOutput",
@@ -99,6 +104,7 @@ __all__ = [
     "parse_layers",
     "probe_text",
     "probe_token",
+    "read_squad",
     "read_tagged",
     "semantic_search",
     "set_threads",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 class BertkitError(Exception):
     """Base class: a problem the user can fix, with a message that says how."""
@@ -21,3 +23,24 @@ def add_note(exc: BaseException, note: str) -> None:
     if notes is None:
         exc.__notes__ = notes = []
     notes.append(note)
+
+
+def no_such_path(path: object) -> InputError:
+    """The one message for a path that is not there, whoever notices (a reader, a run loader, the command line)."""
+    return InputError(f"{path}: no such file or directory; check the path (relative paths start at {os.getcwd()}).")
+
+
+def is_a_folder(path: object) -> InputError:
+    """The one message for a folder given where a file is wanted."""
+    return InputError(f"{path}: is a directory; give a file path, not a directory.")
+
+
+def brief(value: object, limit: int = 200) -> str:
+    """A user's value or another library's message inside bertkit's message: one line, at most `limit` characters."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def quoted(value: object, limit: int = 80) -> str:
+    """`repr(value)`, cut like `brief`: how a message shows a user's text, label or field."""
+    return brief(repr(value), limit)

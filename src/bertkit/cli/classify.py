@@ -20,6 +20,7 @@ from .common import (
     ThreadsOption,
     app,
     cache_option,
+    existing_text_file,
     running_on,
     say,
 )
@@ -29,10 +30,15 @@ from .common import (
 
 @app.command()
 def train(
-    train_file: Path = typer.Argument(..., help="Training data: TSV/CSV (text, label columns) or JSONL."),
+    train_file: Path = typer.Argument(
+        ..., callback=existing_text_file, help="Training data: TSV/CSV (text, label columns) or JSONL."
+    ),
     output: Path = typer.Option(..., "--output", "-o", help="Run directory to create (config, classifier, metrics)."),
     dev: Optional[Path] = typer.Option(
-        None, "--dev", help="Evaluation file; without it a stratified split of the training file."
+        None,
+        "--dev",
+        callback=existing_text_file,
+        help="Evaluation file; without it a stratified split of the training file.",
     ),
     test_size: float = typer.Option(0.25, "--test-size", help="Share held out for evaluation when there is no --dev."),
     text_column: Optional[str] = typer.Option(None, "--text-column", help="Index or name (default 0; JSONL 'text')."),
@@ -72,15 +78,17 @@ def train(
     from ..io.writers import check_new_directory
     from ..tasks.classify import TextClassifier, check_training_labels, named_classifier
     from ..tasks.labels import check_known_labels, split_holdout
-    from ..tasks.report import classification_metrics, format_metrics, write_report
+    from ..tasks.report import check_report_directory, classification_metrics, format_metrics, write_report
     from ..tasks.vectorizer import BertVectorizer
 
     check_new_directory(output, overwrite)
+    if report is not None:
+        check_report_directory(report, overwrite)
     data = read_labelled(train_file, column_spec(text_column), column_spec(label_column), header=header)
     texts, labels = data.texts[:limit], data.labels[:limit]
     if dev is not None:
         dev_data = read_labelled(dev, column_spec(text_column), column_spec(label_column), header=header)
-        dev_texts, dev_labels, dev_source = dev_data.texts, dev_data.labels, str(dev)
+        dev_texts, dev_labels, dev_source = dev_data.texts, dev_data.labels, str(dev.resolve())
         check_known_labels(dev, dev_labels, labels, train_file)
     else:
         texts, dev_texts, labels, dev_labels = split_holdout(texts, labels, test_size, seed)
@@ -119,7 +127,7 @@ def train(
     typer.echo(format_metrics(metrics))
     extra = {
         "data": {
-            "train": str(train_file),
+            "train": str(train_file.resolve()),  # found from any folder (answers show names, never paths)
             "train_rows": len(texts),
             "dev": dev_source,
             "dev_rows": len(dev_texts),
@@ -132,5 +140,7 @@ def train(
     say(f"saved {output}")
     if report is not None:
         vectors = estimator.vectorizer_.transform(dev_texts)
-        for path in write_report(report, metrics, vectors, dev_labels, title=f"{layers} / {pooling} / {classifier}"):
+        for path in write_report(
+            report, metrics, vectors, dev_labels, title=f"{layers} / {pooling} / {classifier}", overwrite=overwrite
+        ):
             say(f"wrote {path}")

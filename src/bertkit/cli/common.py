@@ -10,12 +10,13 @@ from typing import Optional
 
 import typer
 
-from ..errors import InputError
+from ..errors import InputError, brief
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: Rich's panels showed a `<bool>` type beside every flag
     help="Use pre-trained BERT-family encoders: inspect tokenization, extract embeddings, train classifiers, probe "
     "layers, fine-tune, serve.",
 )
@@ -126,6 +127,9 @@ CacheDirOption = typer.Option(
 )
 NoCacheOption = typer.Option(False, "--no-cache", help="Do not read or write the embedding cache.")
 OverwriteOption = typer.Option(False, "--overwrite", help="Replace an existing output directory.")
+FileOverwriteOption = typer.Option(
+    False, "--overwrite", help="Replace an existing -o file that bertkit did not write (without it, it is refused)."
+)
 PrecisionOption = typer.Option(
     "fp32",
     "--precision",
@@ -136,7 +140,61 @@ BatchSizeOption = typer.Option(
     None, "--batch-size", "-b", help="Texts per forward pass (default: 32 on a CPU; on a GPU, as many as fit)."
 )
 DeviceOption = typer.Option("auto", "--device", help="auto (a GPU when there is one) | cpu | cuda | cuda:N | mps.")
-RunArgument = typer.Argument(..., help="A run directory written by `bertkit train` or `bertkit finetune`.")
+
+
+# Paths are checked as the command line is parsed, before torch or a model loads: a mistyped path costs no seconds.
+def existing_text_file(value: Optional[Path]) -> Optional[Path]:
+    """Typer callback: a file of texts must be there, be a file, and hold text (not a binary file)."""
+    if value is not None:
+        from ..io.readers import check_text_file
+
+        check_text_file(Path(value))
+    return value
+
+
+def existing_inputs(value: Optional[Path]) -> Optional[Path]:
+    """Typer callback for embed's INPUT: a file as `existing_text_file`; a folder or glob pattern (Ray reads those)
+    is checked where it is read."""
+    import glob
+
+    if value is not None and not glob.has_magic(str(value)) and not Path(value).is_dir():
+        existing_text_file(value)
+    return value
+
+
+def existing_file(value: Optional[Path]) -> Optional[Path]:
+    """Typer callback: a file (of any kind, e.g. saved vectors) must be there and be a file."""
+    if value is not None:
+        from ..errors import is_a_folder, no_such_path
+
+        if not Path(value).exists():
+            raise no_such_path(value)
+        if Path(value).is_dir():
+            raise is_a_folder(value)
+    return value
+
+
+def existing_run(value: Optional[Path]) -> Optional[Path]:
+    """Typer callback: a run directory must be there and hold its bertkit.json."""
+    if value is not None:
+        from ..tasks.runs import read_run_config
+
+        read_run_config(value)
+    return value
+
+
+def existing_runs(values: Optional[list[str]]) -> Optional[list[str]]:
+    """Typer callback for the repeatable `--run [NAME=]DIR`: well-formed, and every directory a run or a probe."""
+    from ..tasks.runs import check_run_or_probe, parse_run_specs
+
+    for directory in parse_run_specs(values or []).values():
+        check_run_or_probe(directory)
+    return values
+
+
+RunArgument = typer.Argument(
+    ..., callback=existing_run, help="A run directory written by `bertkit train` or `bertkit finetune`."
+)
 
 
 def make_encoder(model: Optional[str], precision: str = "fp32", device: str = "auto"):
@@ -179,7 +237,7 @@ def texts_or_file(inputs: list[str], as_text: bool) -> Path | None:
         return Path(inputs[0])
     for given in inputs:
         if Path(given).is_dir():
-            raise InputError(f"{given} is a folder; give one file, or pass --text to take it as a text.")
+            raise InputError(f"{brief(given)} is a folder; give one file, or pass --text to take it as a text.")
         if _PATH_LIKE.fullmatch(given.strip()):
-            raise InputError(f"{given}: no such file. Check the path; to take it as a text, pass --text.")
+            raise InputError(f"{brief(given)}: no such file. Check the path; to take it as a text, pass --text.")
     return None

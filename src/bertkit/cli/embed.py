@@ -19,6 +19,8 @@ from .common import (
     PrecisionOption,
     ThreadsOption,
     app,
+    existing_inputs,
+    existing_text_file,
     make_encoder,
     running_on,
     say,
@@ -64,7 +66,9 @@ def tokenize(
 
 @app.command()
 def embed(
-    input: Path = typer.Argument(..., help="TSV/CSV/JSONL or plain-text file (one text per line)."),
+    input: Path = typer.Argument(
+        ..., callback=existing_inputs, help="TSV/CSV/JSONL or plain-text file (one text per line)."
+    ),
     output: Path = typer.Option(..., "--output", "-o", help="Output .npy, .npz (vectors + ids) or .parquet."),
     column: Optional[str] = typer.Option(
         None, "--column", "-c", help="Text column: index or name (JSONL: field; default 0 / 'text')."
@@ -111,7 +115,10 @@ def embed(
         None, "--actors", help="Ray: model replicas (default: one per CPU, one CPU kept for reading and writing)."
     ),
     overwrite: bool = typer.Option(
-        False, "--overwrite", help="Ray: start the output directory over instead of resuming it."
+        False,
+        "--overwrite",
+        help="Replace an output file bertkit did not write (a plain .npy, another program's file); "
+        "Ray: start the output directory over instead of resuming it.",
     ),
     gpus_per_actor: Optional[float] = typer.Option(
         None, "--gpus-per-actor", help="Ray: GPUs each actor holds (e.g. 1, or 0.5 to share one); default: CPU actors."
@@ -132,7 +139,10 @@ def embed(
         "float32", "--output-type", help="float32 | float16 | int8 | uint8 | binary | ubinary (compact vectors)."
     ),
     calibration: Optional[Path] = typer.Option(
-        None, "--calibration", help="int8/uint8: texts whose vectors set each dimension's range (default: bertkit's)."
+        None,
+        "--calibration",
+        callback=existing_text_file,
+        help="int8/uint8: texts whose vectors set each dimension's range (default: bertkit's).",
     ),
     truncation_direction: str = typer.Option(
         "right", "--truncation-direction", help="right (keep a long text's beginning) | left (keep its end)."
@@ -145,7 +155,7 @@ def embed(
     so that `bertkit search` embeds a query the same way."""
     from ..encoder.options import EmbedOptions
     from ..errors import InputError
-    from ..io.writers import check_output_path, check_writable_location
+    from ..io.writers import check_output_file, check_output_path, check_writable_location
 
     if engine not in ("local", "ray"):
         raise InputError(f"--engine {engine!r}: choose local or ray.")
@@ -171,21 +181,22 @@ def embed(
         return
     if gpus_per_actor is not None:
         raise InputError("--gpus-per-actor applies to --engine ray; with --engine local give --device cuda.")
-    with open(input, "rb"):  # a missing or unreadable input is reported (by the CLI boundary) before the model loads
-        pass
+    existing_text_file(input)  # a missing, unreadable or binary input is refused before the model loads
     column, header = _text_column(input, column_spec(column), header, fmt, quiet)
     if options.token_vectors:
-        check_writable_location(output)
+        check_output_file(check_writable_location(output), overwrite)
     else:
-        check_output_path(output)
+        check_output_path(output, overwrite)
     encoder = make_encoder(model, precision, device)
     reading = dict(column=column, id_column=column_spec(id_column), header=header, fmt=fmt)
     started = time.perf_counter()
     if options.token_vectors:
-        summary = _embed_token_vectors(encoder, input, output, reading, options, batch_size, quiet)
+        summary = _embed_token_vectors(encoder, input, output, reading, options, batch_size, quiet, overwrite)
     else:
         ranges = None if calibration is None else _calibration_ranges(encoder, calibration, options, batch_size)
-        summary = _embed_streamed(encoder, input, output, reading, options, batch_size, ranges, quiet, chunk_rows)
+        summary = _embed_streamed(
+            encoder, input, output, reading, options, batch_size, ranges, quiet, chunk_rows, overwrite
+        )
     if not quiet:
         _say_summary(summary, output, time.perf_counter() - started, max_length or encoder.max_length, encoder)
 
@@ -223,10 +234,12 @@ class _Summary:
     truncated_lines: list[int] = field(default_factory=list)
     poor_lines: list[int] = field(default_factory=list)
     poor_message: str = ""
+    embedded: int | None = None  # rows this command embedded (after a resume: fewer than `rows`)
+    part: str = ""  # after a resume: the rows this command embedded, which its counts describe
 
 
 def _embed_token_vectors(
-    encoder, input: Path, output: Path, reading: dict, options, batch_size, quiet: bool
+    encoder, input: Path, output: Path, reading: dict, options, batch_size, quiet: bool, overwrite: bool
 ) -> _Summary:
     """pooling='none': every token's vector, read whole and written as one .npz."""
     from ..encoder.tokenize import TextTooLong
@@ -244,7 +257,8 @@ def _embed_token_vectors(
             f"{input}, line {lines[exc.row]}: {exc.tokens} tokens, more than the limit of "
             f"{exc.max_length}; pass --long-text truncate or --long-text window."
         ) from None
-    write_token_vectors(output, [r.tokens for r in result], [r.vectors for r in result], ids)
+    meta = {"model": encoder.name, "fingerprint": encoder.fingerprint, **options.resolve(encoder).record()}
+    write_token_vectors(output, [r.tokens for r in result], [r.vectors for r in result], ids, meta, overwrite)
     poor = report.coverage.poor_rows
     return _Summary(
         len(texts),
@@ -259,7 +273,7 @@ def _embed_token_vectors(
 
 
 def _embed_streamed(
-    encoder, input: Path, output: Path, reading: dict, options, batch_size, ranges, quiet: bool, chunk_rows
+    encoder, input: Path, output: Path, reading: dict, options, batch_size, ranges, quiet: bool, chunk_rows, overwrite
 ) -> _Summary:
     """Sentence vectors, streamed chunk by chunk into the output (resumable)."""
     from tqdm.auto import tqdm
@@ -283,6 +297,7 @@ def _embed_streamed(
             ranges=ranges,
             on_chunk=advance,
             chunk_rows=4096 if chunk_rows is None else chunk_rows,
+            overwrite=overwrite,
         )
     except KeyboardInterrupt:
         say("interrupted: finished chunks are kept; run the same command again to continue.")
@@ -294,8 +309,11 @@ def _embed_streamed(
             f"{len(result.blank_lines)} blank texts were embedded as empty texts ({_lines(result.blank_lines)}); "
             "remove them from the file if they are not rows."
         )
-    if result.resumed_from and not quiet:
-        say(f"resumed after row {result.resumed_from} of {result.rows}")
+    part = ""
+    if result.resumed_from:
+        part = f"rows {result.resumed_from + 1}-{result.rows}"
+        if not quiet:
+            say(f"resumed after row {result.resumed_from} of {result.rows}")
     share = result.unknown_tokens / result.tokens if result.tokens else 0.0
     return _Summary(
         result.rows,
@@ -306,11 +324,16 @@ def _embed_streamed(
         result.truncated_lines,
         result.poor_coverage_lines,
         result.coverage_message,
+        result.rows - result.resumed_from,
+        part,
     )
 
 
 def _say_summary(summary: _Summary, output: Path, seconds: float, limit: int, encoder) -> None:
-    say(f"wrote {output}: {summary.shape} ({summary.rows / max(seconds, 1e-9):.0f} texts/s on {running_on(encoder)})")
+    embedded = summary.rows if summary.embedded is None else summary.embedded
+    say(f"wrote {output}: {summary.shape} ({embedded / max(seconds, 1e-9):.0f} texts/s on {running_on(encoder)})")
+    if summary.part:
+        say(f"resumed: the counts below are of {summary.part}, the part this command embedded")
     if summary.truncated:
         say(
             f"{summary.truncated} texts were truncated to {limit} tokens ({_lines(summary.truncated_lines)}); "
@@ -318,7 +341,7 @@ def _say_summary(summary: _Summary, output: Path, seconds: float, limit: int, en
         )
     if summary.windowed:
         say(f"{summary.windowed} long texts were embedded in overlapping windows.")
-    say(f"vocabulary coverage: {summary.coverage}")
+    say(f"vocabulary coverage: {summary.coverage}" + (f" ({summary.part})" if summary.part else ""))
     if summary.poor_lines:
         say(
             f"{len(summary.poor_lines)} rows are poorly covered by this model's vocabulary "

@@ -6,7 +6,7 @@ import errno
 import os
 import sys
 
-from ..errors import BertkitError
+from ..errors import BertkitError, brief
 
 # errno → (what is wrong, what to do)
 _OS_ADVICE = {
@@ -42,7 +42,7 @@ def user_message(exc: BaseException) -> str | None:
     safetensors = sys.modules.get("safetensors")  # not imported here: `bertkit --help` must stay light
     if safetensors is not None and isinstance(exc, safetensors.SafetensorError):
         return (
-            f"a .safetensors file is damaged or is not safetensors ({exc}); copy or save the model directory "
+            f"a .safetensors file is damaged or is not safetensors ({brief(exc)}); copy or save the model directory "
             "again (transformers: save_pretrained(DIR, safe_serialization=True))."
         )
     return None

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .common import DeviceOption, ModelOption, app, say
+from .common import DeviceOption, FileOverwriteOption, ModelOption, app, existing_runs, say
 
 # Library imports sit inside the command: `bertkit --help` loads only what it uses (start-up speed).
 
@@ -15,7 +15,9 @@ from .common import DeviceOption, ModelOption, app, say
 def explain(
     text: str = typer.Argument(..., help="The sentence to explain."),
     output: Path = typer.Option(Path("explain.html"), "--output", "-o", help="The HTML file to write."),
-    run: list[str] | None = typer.Option(None, "--run", help="A run or probe directory ([NAME=]DIR); repeatable."),
+    run: list[str] | None = typer.Option(
+        None, "--run", callback=existing_runs, help="A run or probe directory ([NAME=]DIR); repeatable."
+    ),
     layers: str = typer.Option(
         "last", "--layers", "-l", help="Sentence-vector layers: last, -2, last4:sum, all:concat, ..."
     ),
@@ -28,6 +30,9 @@ def explain(
     compare: str | None = typer.Option(
         None, "--compare", help="A second sentence: the page shows the cosine of the two vectors."
     ),
+    pair: str | None = typer.Option(
+        None, "--pair", help="A second text read with TEXT as one input (a pair run's pair; a QA run's context)."
+    ),
     map_texts: bool = typer.Option(
         False,
         "--map-texts/--no-map-texts",
@@ -35,13 +40,15 @@ def explain(
     ),
     model: str | None = ModelOption,
     device: str = DeviceOption,
+    overwrite: bool = FileOverwriteOption,
 ) -> None:
     """Write the visual guide for TEXT as one HTML file: tokens, layers, attention, vector, map, prediction, probe."""
     from ..errors import InputError
     from ..explain.explainer import Explainer, Settings
     from ..explain.page import offline_page
-    from ..io.writers import atomic_path
+    from ..io.writers import atomic_path, check_output_file, check_writable_location
 
+    check_output_file(check_writable_location(output), overwrite)  # before the model loads
     explainer = Explainer.from_paths(model, run or [], device=device)
     explainer.map_texts = map_texts
     # every layer, attention layer and head: the file switches between them with no server
@@ -52,6 +59,7 @@ def explain(
             "layers": layers,
             "pooling": pooling,
             "compare": compare,
+            "pair": pair,
             "layer": "all",
             "attention_layer": "all",
             "head": "all",

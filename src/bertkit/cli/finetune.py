@@ -21,6 +21,7 @@ from .common import (
     ThreadsOption,
     app,
     cache_option,
+    existing_text_file,
     say,
 )
 
@@ -31,8 +32,9 @@ from .common import (
 def finetune(
     train_file: Path = typer.Argument(
         ...,
+        callback=existing_text_file,
         help="Training data: TSV/CSV/JSONL (text, label) for --task text, (text, pair, label) for --task pair; "
-        "CoNLL or word/tag for --task token.",
+        "CoNLL or word/tag for --task token; SQuAD JSON or JSONL (id, question, context, answers) for --task qa.",
     ),
     output: Path = typer.Option(
         ..., "--output", "-o", help="Run directory: a transformers model + tokenizer + bertkit.json."
@@ -40,7 +42,8 @@ def finetune(
     task: str = typer.Option(
         "text",
         "--task",
-        help="text (sentences) | pair (sentence pairs: NLI, paraphrase, STS, relevance) | token (tagging, e.g. NER).",
+        help="text (sentences) | pair (sentence pairs: NLI, paraphrase, STS, relevance) | token (tagging, e.g. NER) "
+        "| qa (extractive question answering: SQuAD JSON or JSONL).",
     ),
     regression: bool = typer.Option(
         False,
@@ -52,13 +55,19 @@ def finetune(
     ),
     label_separator: str = typer.Option(",", "--label-separator", help="Multi-label: what separates a row's labels."),
     dev: Optional[Path] = typer.Option(
-        None, "--dev", help="Dev file scored after every epoch; without it 10% of train is held out."
+        None,
+        "--dev",
+        callback=existing_text_file,
+        help="Dev file scored after every epoch; without it 10% of train is held out.",
     ),
     epochs: int = typer.Option(3, "--epochs"),
     learning_rate: float = typer.Option(1e-4, "--lr", help="Peak learning rate (linear warm-up, then linear decay)."),
     batch_size: int = typer.Option(32, "--batch-size", "-b"),
     max_length: Optional[int] = typer.Option(
-        None, "--max-length", help="Tokens per example (text: 128; pair: 256; token: the model's maximum)."
+        None, "--max-length", help="Tokens per example (text: 128; pair: 256; qa: 384; token: the model's maximum)."
+    ),
+    doc_stride: Optional[int] = typer.Option(
+        None, "--doc-stride", help="qa: tokens two windows of a long context share (default 128, at most half)."
     ),
     patience: int = typer.Option(2, "--patience", help="Stop after this many epochs without a better dev score."),
     warmup_ratio: float = typer.Option(0.1, "--warmup-ratio"),
@@ -94,7 +103,8 @@ def finetune(
     threads: Optional[int] = ThreadsOption,
     device: str = DeviceOption,
 ) -> None:
-    """Fine-tune the whole encoder with a classification head (sentences) or a tagging head (tokens, NER).
+    """Fine-tune the whole encoder with a classification head (sentences), a tagging head (tokens, NER) or a span
+    head (question answering).
 
     Several processes (GPUs, or CPU cores with gloo): `torchrun --nproc_per_node N -m bertkit finetune ...` or
     `accelerate launch -m bertkit finetune ...`; --batch-size stays the batch of one step, split between them."""
@@ -107,6 +117,7 @@ def finetune(
         learning_rate=learning_rate,
         batch_size=batch_size,
         max_length=max_length,
+        doc_stride=doc_stride,
         early_stopping_patience=patience,
         warmup_ratio=warmup_ratio,
         weight_decay=weight_decay,
@@ -142,9 +153,11 @@ def finetune(
 @app.command()
 def probe(
     train_file: Path = typer.Argument(
-        ..., help="Training data: TSV/CSV/JSONL (text, label) for --task text; CoNLL or word/tag for --task token."
+        ...,
+        callback=existing_text_file,
+        help="Training data: TSV/CSV/JSONL (text, label) for --task text; CoNLL or word/tag for --task token.",
     ),
-    dev: Path = typer.Option(..., "--dev", help="Dev file the probes are scored on."),
+    dev: Path = typer.Option(..., "--dev", callback=existing_text_file, help="Dev file the probes are scored on."),
     output: Path = typer.Option(
         ..., "--output", "-o", help="Directory for probe.md, probe.csv, probe.json and probe.png."
     ),

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..io.readers import column_spec
-from .common import HeaderOption, OverwriteOption, ThreadsOption, app, say
+from .common import HeaderOption, OverwriteOption, ThreadsOption, app, existing_text_file, say
 
 # Library imports sit inside the command: `bertkit --help` loads neither torch nor transformers (start-up speed).
 
@@ -25,6 +25,7 @@ def quantize(
     calibration: Optional[Path] = typer.Option(
         None,
         "--calibration",
+        callback=existing_text_file,
         help="Texts to calibrate on (TSV/CSV/JSONL/text), "
         "like the ones you will embed; default: bertkit's packaged sentences.",
     ),

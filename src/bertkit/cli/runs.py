@@ -8,17 +8,19 @@ from typing import Optional
 
 import typer
 
-from ..errors import InputError
+from ..errors import InputError, quoted
 from ..io.readers import column_spec
 from .common import (
     CacheDirOption,
     DeviceOption,
+    FileOverwriteOption,
     HeaderOption,
     NoCacheOption,
     RunArgument,
     ThreadsOption,
     app,
     cache_option,
+    existing_text_file,
     say,
     texts_or_file,
 )
@@ -37,7 +39,10 @@ def _load(run: Path, no_cache: bool, cache_dir: Optional[Path], precision, devic
 def evaluate(
     run: Path = RunArgument,
     data_file: Path = typer.Argument(
-        ..., help="Labelled file: TSV/CSV/JSONL for text and pair models, CoNLL / word-tag for taggers."
+        ...,
+        callback=existing_text_file,
+        help="Labelled file: TSV/CSV/JSONL for text and pair models, CoNLL / word-tag for taggers, SQuAD JSON / JSONL "
+        "for question answering.",
     ),
     text_column: Optional[str] = typer.Option(None, "--text-column"),
     pair_column: Optional[str] = typer.Option(None, "--pair-column"),
@@ -55,6 +60,11 @@ def evaluate(
     from ..tasks.tagger import FineTunedTagger
 
     estimator = _load(run, no_cache, cache_dir, precision, device)
+    if hasattr(estimator, "answer"):  # question answering: SQuAD's exact match and F1
+        from .qa import evaluate_file
+
+        typer.echo(evaluate_file(estimator, data_file))
+        return
     if isinstance(estimator, FineTunedTagger):
         from ..io.conll import read_tagged
 
@@ -94,11 +104,17 @@ def _score(estimator, run, data_file, text_column, pair_column, label_column, he
 @app.command()
 def predict(
     run: Path = RunArgument,
-    inputs: list[str] = typer.Argument(..., help="Texts to label, or one file (TSV/CSV/JSONL/text)."),
+    inputs: list[str] = typer.Argument(
+        ..., help="Texts to label, or one file (TSV/CSV/JSONL/text; a SQuAD file for question answering)."
+    ),
     pair: Optional[str] = typer.Option(None, "--pair", help="Pair models: the second text of the one text given."),
     as_text: bool = typer.Option(False, "--text", help="Take the inputs as texts, even one that names a file."),
     output: Optional[Path] = typer.Option(
-        None, "--output", "-o", help="Write a TSV here (label, probability, text; taggers: one row per entity)."
+        None,
+        "--output",
+        "-o",
+        help="Write a TSV here (label, probability, text; taggers: one row per entity; question answering: JSON, "
+        "{id: answer}).",
     ),
     column: Optional[str] = typer.Option(None, "--column", "-c", help="Text column of the input file."),
     pair_column: Optional[str] = typer.Option(None, "--pair-column", help="Pair models: the file's second text."),
@@ -109,6 +125,7 @@ def predict(
         "defines them (default: bertkit's words, tagged at their first sub-token as in training).",
     ),
     header: Optional[bool] = HeaderOption,
+    overwrite: bool = FileOverwriteOption,
     cache_dir: Optional[Path] = CacheDirOption,
     no_cache: bool = NoCacheOption,
     threads: Optional[int] = ThreadsOption,
@@ -119,7 +136,13 @@ def predict(
     character span; regressors their score."""
     from ..tasks.tagger import FineTunedTagger
 
+    _check_table_output(output, overwrite)
     estimator = _load(run, no_cache, cache_dir, precision, device)
+    if hasattr(estimator, "answer"):  # question answering: a SQuAD file's answers, {id: answer}
+        from .qa import write_predictions
+
+        write_predictions(estimator, inputs, output)
+        return
     paired = getattr(estimator, "takes_pairs", False) is True
     texts, pairs = _inputs(inputs, pair, as_text, column, pair_column, header, paired)
     if isinstance(estimator, FineTunedTagger):
@@ -178,6 +201,14 @@ def _row(i: int, texts: list[str], pairs: list[str] | None) -> list[str]:
     return [texts[i], pairs[i]] if pairs is not None else [texts[i]]
 
 
+def _check_table_output(output: Optional[Path], overwrite: bool) -> None:
+    """Before the model loads: `-o` names a place that can be written, and no file bertkit did not write."""
+    from ..io.writers import check_output_file, check_writable_location
+
+    if output is not None:
+        check_output_file(check_writable_location(output), overwrite)
+
+
 def _write_rows(rows: list[list], output: Optional[Path], done: str) -> None:
     """The rows as TSV: on stdout, or written atomically to `output`."""
     import csv
@@ -205,6 +236,7 @@ def rerank(
     column: Optional[str] = typer.Option(None, "--column", "-c", help="Text column of the documents file."),
     header: Optional[bool] = HeaderOption,
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the ranked TSV here."),
+    overwrite: bool = FileOverwriteOption,
     threads: Optional[int] = ThreadsOption,
     precision: Optional[str] = RunPrecisionOption,
     device: str = DeviceOption,
@@ -213,6 +245,7 @@ def rerank(
     index (0-based; its file line for a file), score, document."""
     from ..io.readers import read_texts
 
+    _check_table_output(output, overwrite)
     estimator = _load(run, True, None, precision, device)
     if not hasattr(estimator, "rank"):
         raise InputError(f"{run} is not a text-pair model; rerank needs a run fine-tuned with --task pair.")
@@ -223,7 +256,7 @@ def rerank(
     if source is not None:
         documents, _, lines = read_texts(source, column_spec(column), header=header)
     ranked = estimator.rank(query, documents, top_k=top_k)
-    say(f"ranked {len(documents)} documents for {query!r}" + (f" (top {top_k})" if top_k else ""))
+    say(f"ranked {len(documents)} documents for {quoted(query)}" + (f" (top {top_k})" if top_k else ""))
     header_row = ["rank", "line" if lines is not None else "index", "score", "document"]
     rows = [header_row] + [
         [rank, lines[i] if lines is not None else i, f"{score:.4f}", documents[i]]

@@ -2,20 +2,47 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import socket
 from pathlib import Path
 
 import typer
 
 from ..encoder.defaults import GPU_BATCH_TOKENS, MAX_BATCH_TOKENS
-from .common import DeviceOption, ModelOption, app, running_on, say
+from .common import DeviceOption, ModelOption, app, existing_runs, running_on, say
 
 # Library imports sit inside the command: `bertkit --help` loads neither torch nor the web stack (start-up speed).
 
 
 def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def bound_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to host:port, handed to uvicorn later: the port is checked (range, free, allowed) before
+    anything loads, and nothing else can take it meanwhile."""
+    from ..errors import InputError
+
+    if not 1 <= port <= 65535:
+        raise InputError(f"--port {port}: give a port from 1 to 65535 (e.g. 8080).")
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as exc:
+        raise InputError(f"--host {host}: not an address this machine can bind ({exc.strerror}).") from None
+    listening = socket.socket(family, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: a just-closed port is free
+    try:
+        listening.bind((host, port))
+    except OSError as exc:
+        listening.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise InputError(
+                f"--port {port}: {host}:{port} is already in use (another server?); stop it or choose another --port."
+            ) from None
+        raise InputError(f"--host {host} --port {port}: cannot listen there ({exc.strerror}).") from None
+    return listening
 
 
 KEEP_ALIVE_S = 75  # seconds an idle keep-alive connection stays open (nginx's default)
@@ -27,6 +54,7 @@ def serve(
     run: list[str] = typer.Option(
         [],
         "--run",
+        callback=existing_runs,
         help="Serve a trained run at /predict/NAME: [NAME=]DIR (NAME: the folder name by default; repeatable); a "
         "`bertkit probe` directory shows on the page.",
     ),
@@ -53,6 +81,12 @@ def serve(
     max_queue_tokens: int = typer.Option(65536, "--max-queue-tokens", help="Tokens allowed to wait; beyond it 429."),
     max_inputs: int = typer.Option(128, "--max-inputs", help="Texts per request."),
     max_body_bytes: int = typer.Option(2_000_000, "--max-body-bytes", help="Request body limit in bytes."),
+    max_answer_numbers: int = typer.Option(
+        1 << 23,
+        "--max-answer-numbers",
+        help="Numbers one answer may hold (token vectors: tokens × width; default 8,388,608, ~90 MB of JSON); "
+        "beyond it 413.",
+    ),
     api_key_env: str | None = typer.Option(
         None,
         "--api-key-env",
@@ -86,6 +120,7 @@ def serve(
     log_level: str = typer.Option("info", "--log-level"),
 ) -> None:
     """Serve embeddings (TEI and OpenAI shapes), tokenization and trained runs over HTTP, with micro-batching."""
+    listening = bound_socket(host, port)  # a bad or busy port is refused before the model loads, and stays ours
     import uvicorn
 
     from ..encoder.encode import Encoder
@@ -102,6 +137,7 @@ def serve(
         max_queue_tokens=max_queue_tokens,
         max_inputs=max_inputs,
         max_body_bytes=max_body_bytes,
+        max_answer_numbers=max_answer_numbers,
         concurrent_batches=concurrent_batches,
         api_key=load_api_key(api_key_env, api_key_file),
         allow_hosts=check_allow_hosts(allow_host),
@@ -144,5 +180,5 @@ def serve(
     # uvicorn drains on SIGTERM, then restores this handler and re-raises the signal. SIG_IGN (not a Python no-op,
     # which interpreter teardown resets to the default) makes that, and any repeat during teardown, exit status 0.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    uvicorn.Server(config).run()
+    uvicorn.Server(config).run(sockets=[listening])
     say("bertkit serve: stopped.")

@@ -16,6 +16,7 @@ from .common import (
     ModelOption,
     ThreadsOption,
     app,
+    existing_text_file,
     make_encoder,
 )
 
@@ -24,7 +25,9 @@ from .common import (
 
 @app.command()
 def bench(
-    input: Optional[Path] = typer.Argument(None, help="Texts to time (TSV/CSV/JSONL/text); default: bertkit's sample."),
+    input: Optional[Path] = typer.Argument(
+        None, callback=existing_text_file, help="Texts to time (TSV/CSV/JSONL/text); default: bertkit's sample."
+    ),
     column: Optional[str] = typer.Option(None, "--column", "-c"),
     header: Optional[bool] = HeaderOption,
     limit: Optional[int] = typer.Option(2000, "--limit", help="Use the first N texts (0 = all)."),

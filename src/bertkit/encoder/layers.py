@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import InputError
+from ..errors import InputError, quoted
 
 COMBINES = ("sum", "mean", "concat")
 VALID_FORMS = (
@@ -76,22 +76,22 @@ def parse_layers(spec: str | int | Sequence[int] | LayerSelection) -> LayerSelec
     head = head.strip()
     combine = combine.strip()
     if combine and combine not in COMBINES:
-        raise InputError(f"layers={spec!r}: unknown combination {combine!r}. Valid forms: {VALID_FORMS}.")
+        raise InputError(f"layers={quoted(spec)}: unknown combination {combine!r}. Valid forms: {VALID_FORMS}.")
     if head in _NAMED and not combine:
         return LayerSelection(text, _NAMED[head], "concat")
     if head == "all":
         if not combine:
-            raise InputError(f"layers={spec!r}: say how to combine all layers. Valid forms: {VALID_FORMS}.")
+            raise InputError(f"layers={quoted(spec)}: say how to combine all layers. Valid forms: {VALID_FORMS}.")
         return LayerSelection(text, None, combine)
     match = re.fullmatch(r"last([0-9]+)", head)
     if match:
         count = int(match.group(1))
         if count < 1 or not combine:
-            raise InputError(f"layers={spec!r}: use e.g. 'last4:sum'. Valid forms: {VALID_FORMS}.")
+            raise InputError(f"layers={quoted(spec)}: use e.g. 'last4:sum'. Valid forms: {VALID_FORMS}.")
         if count > MAX_LAYERS:
-            raise InputError(f"layers={spec!r}: {count} layers is more than any model has; use 'all:{combine}'.")
+            raise InputError(f"layers={quoted(spec)}: {count} layers is more than any model has; use 'all:{combine}'.")
         return LayerSelection(text, tuple(range(-1, -count - 1, -1)), combine)
     if _INT_LIST.fullmatch(head):
         indices = tuple(int(part) for part in head.split(","))
         return LayerSelection(text, indices, combine or "concat")
-    raise InputError(f"layers={spec!r} is not a valid layer spec. Valid forms: {VALID_FORMS}.")
+    raise InputError(f"layers={quoted(spec)} is not a valid layer spec. Valid forms: {VALID_FORMS}.")

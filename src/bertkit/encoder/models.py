@@ -13,7 +13,7 @@ from typing import Any
 from safetensors import SafetensorError
 from tokenizers import normalizers
 
-from ..errors import ModelLoadError
+from ..errors import ModelLoadError, brief
 from .st_config import SENTENCE_BERT_CONFIG, SentenceConfig
 
 DEFAULT_MODEL = "default"
@@ -207,18 +207,36 @@ def quiet_transformers():
             logging.enable_progress_bar()
 
 
+def refuse_model_code(directory: str | Path) -> None:
+    """A model folder whose config asks for its own Python code (`auto_map`) is refused in one line: bertkit runs the
+    architectures transformers ships and never a model's code."""
+    for name in ("config.json", "tokenizer_config.json"):
+        path = Path(directory) / name
+        try:
+            auto_map = json.loads(path.read_text(encoding="utf-8")).get("auto_map")
+        except (OSError, ValueError, AttributeError):
+            continue  # absent or unreadable: transformers says what is wrong with it
+        if auto_map:
+            raise ModelLoadError(
+                f"{directory}: {name} asks for the model's own Python code (auto_map: {brief(auto_map, 80)}); bertkit "
+                "runs only the architectures transformers ships (BERT, RoBERTa, DistilBERT, ...), never a model's code."
+            )
+
+
 def load_model(source: ModelSource):
     """Load model + tokenizer from safetensors without remote code, and refuse pairs that do not fit together."""
     from transformers import AutoModel, AutoTokenizer
 
     local_only = source.kind != "hub"
+    if source.kind == "local":
+        refuse_model_code(source.path)
     with quiet_transformers():
         try:
             tokenizer = AutoTokenizer.from_pretrained(
                 source.path, use_fast=True, trust_remote_code=False, local_files_only=local_only
             )
         except (OSError, ValueError, KeyError) as exc:
-            raise ModelLoadError(f"cannot load a tokenizer from {source.path}: {exc}") from exc
+            raise ModelLoadError(f"cannot load a tokenizer from {source.path}: {brief(exc)}") from None
         if not getattr(tokenizer, "is_fast", False):
             raise ModelLoadError(f"{source.path}: bertkit needs a fast (tokenizers-backed) tokenizer.")
         if source.kind == "local" and not any(Path(source.path).glob("*.safetensors")):
@@ -236,11 +254,11 @@ def load_model(source: ModelSource):
             )
         except SafetensorError as exc:
             raise ModelLoadError(
-                f"{source.path}: the weights file is truncated or corrupt ({exc}); copy the model directory again, "
-                "or re-save it with save_pretrained(DIR, safe_serialization=True)."
+                f"{source.path}: the weights file is truncated or corrupt ({brief(exc)}); copy the model directory "
+                "again, or re-save it with save_pretrained(DIR, safe_serialization=True)."
             ) from exc
         except (OSError, ValueError, KeyError) as exc:
-            raise ModelLoadError(f"cannot load model weights from {source.path}: {exc}") from exc
+            raise ModelLoadError(f"cannot load model weights from {source.path}: {brief(exc)}") from None
     model.eval()
 
     missing = sorted(info.get("missing_keys", []))

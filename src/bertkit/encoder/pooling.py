@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import InputError
+from ..errors import InputError, quoted
 
 SENTENCE_POOLINGS = ("cls", "pooler", "mean", "max", "none")
 SUBTOKEN_POOLINGS = ("first", "last", "mean", "first_last")
@@ -16,13 +16,13 @@ def parse_pooling(spec: str) -> tuple[str, ...]:
     for part in parts:
         if part not in SENTENCE_POOLINGS:
             raise InputError(
-                f"pooling={spec!r}: unknown pooling {part!r}. Valid: {', '.join(SENTENCE_POOLINGS)}, "
+                f"pooling={quoted(spec)}: unknown pooling {quoted(part)}. Valid: {', '.join(SENTENCE_POOLINGS)}, "
                 "or several joined with '+' (e.g. 'cls+mean')."
             )
     if "none" in parts and len(parts) > 1:
-        raise InputError(f"pooling={spec!r}: 'none' (token vectors) cannot be combined with other poolings.")
+        raise InputError(f"pooling={quoted(spec)}: 'none' (token vectors) cannot be combined with other poolings.")
     if len(set(parts)) != len(parts):
-        raise InputError(f"pooling={spec!r}: a pooling is listed twice.")
+        raise InputError(f"pooling={quoted(spec)}: a pooling is listed twice.")
     return parts
 
 

@@ -20,10 +20,9 @@ from ..errors import BertkitError, InputError, ModelLoadError
 from ..io.readers import column_spec, read_labelled, sample_path
 from ..tasks.classify import TextClassifier
 from ..tasks.load import load_run
-from ..tasks.runs import parse_run_specs
+from ..tasks.runs import PROBE_FILE, parse_run_specs
 from . import views
 
-PROBE_FILE = "probe.json"
 MAP_ROWS = 400  # training sentences drawn on the map (evenly spaced rows of the run's data)
 SAMPLE = "reviews.tsv"
 RECENT = 16  # sentences whose feature vectors are kept (map and prediction of one request share them)
@@ -271,6 +270,9 @@ def _fit_map(run: TextClassifier, name: str, map_texts: bool = False) -> MapData
     rows = np.unique(np.linspace(0, len(texts) - 1, min(MAP_ROWS, len(texts))).astype(int))
     texts, labels = [texts[i] for i in rows], [str(labels[i]) for i in rows]
     vectors = run.vectorizer_.transform(texts)
+    if sample:  # the sample's labels are not the run's: colour its points by what the run predicts, one label set
+        labels = [str(label) for label in run.predict(texts)]
+        source += ", coloured by the run's predictions"
     pca = PCA(n_components=2, random_state=0).fit(vectors)
     return MapData(pca, pca.transform(vectors), labels, texts, source, public=sample or map_texts)
 
@@ -311,9 +313,12 @@ def load_probe(directory: str) -> dict | None:
 
 
 def run_kind(run) -> str:
-    """'feature classifier', 'fine-tuned classifier', 'pair classifier', 'regressor', 'pair regressor' or 'tagger'."""
+    """'feature classifier', 'fine-tuned classifier', 'pair classifier', 'regressor', 'pair regressor', 'tagger' or
+    'question answering'."""
     if isinstance(run, TextClassifier):
         return "feature classifier"
+    if hasattr(run, "answer"):
+        return "question answering"
     if not hasattr(run, "predict_proba"):
         return "tagger"
     pairs = "pair " if getattr(run, "takes_pairs", False) is True else ""

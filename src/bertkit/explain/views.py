@@ -228,12 +228,16 @@ def sentence_vector(
 
 
 def prediction(run, text: str, features: np.ndarray | None = None, pair: str | None = None) -> dict:
-    """A classifier's label and probabilities (`predict_proba`), a regressor's score, or a tagger's entities
-    (`predict`), as the CLI prints them; a pair run reads (text, pair).
+    """A classifier's label and probabilities (`predict_proba`), a regressor's score, a tagger's entities
+    (`predict`), as the CLI prints them; a pair run reads (text, pair); a QA run answers the text from the pair.
 
     `features`: the feature run's vectors of [text] when already computed (`predict_proba` is exactly
     `head_.predict_proba(vectorizer_.transform(X))`), so the map and the prediction share one forward pass.
     """
+    if hasattr(run, "explanation"):  # question answering: the sentence is the question, the pair its context
+        if not pair:
+            raise InputError("this run answers questions: type the context under “Pair”; the sentence is the question.")
+        return run.explanation(text, pair)
     takes_pairs = getattr(run, "takes_pairs", False) is True
     if takes_pairs and not pair:
         raise InputError("this run scores text pairs: type a second text under “Pair” to see its score.")

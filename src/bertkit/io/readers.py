@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import codecs
 import csv
 import hashlib
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, brief, is_a_folder, no_such_path, quoted
 
 # Python's csv module refuses fields over 131,072 characters; a long document is a valid row. bertkit raises the
 # (process-wide) limit to this cap, never lowers it: a field over 50 MB is refused with its line number.
@@ -43,15 +44,64 @@ def detect_format(path: Path, fmt: str | None = None) -> str:
     return TEXT_FORMATS.get(path.suffix.lower(), "text")
 
 
+BINARY_PROBE_BYTES = 8192  # how much of a file is looked at to tell text from a binary file
+_BINARY_KINDS = {
+    b"\x89PNG": "a PNG image",
+    b"\xff\xd8\xff": "a JPEG image",
+    b"GIF8": "a GIF image",
+    b"%PDF": "a PDF",
+    b"\x7fELF": "an executable",
+    b"MZ": "a Windows executable",
+    b"\x93NUMPY": "a NumPy .npy array",
+    b"PK\x03\x04": "a zip archive (.npz, .xlsx, .docx, ...)",
+    b"\x1f\x8b": "a gzip archive",
+    b"PAR1": "a Parquet file",
+    b"SQLite format 3": "an SQLite database",
+}
+
+
+def check_text(path: Path, head: bytes) -> None:
+    """Refuse a file whose first bytes show it is no text at all (an image, an archive, an array, UTF-16), in one
+    line that says what it is, before any line is taken for a text."""
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise InputError(f"{path}: this is UTF-16 text; re-save it as UTF-8 (e.g. `iconv -f utf-16 -t utf-8`).")
+    kind = next((name for magic, name in _BINARY_KINDS.items() if head.startswith(magic)), None)
+    if kind is None and b"\x00" in head and not _utf8(head):  # NUL in valid UTF-8 is odd but still text
+        kind = "NUL bytes in what is not UTF-8 text"
+    if kind is not None:
+        raise InputError(
+            f"{path}: this is a binary file ({kind}), not text; give a TSV, CSV, JSONL or plain-text file."
+        )
+
+
+def check_text_file(path: Path) -> Path:
+    """Before any work: the file is there, is a file, holds text, and its first line decodes."""
+    next(decoded_lines(Path(path)), None)
+    return Path(path)
+
+
+def _utf8(head: bytes) -> bool:
+    """Whether `head` is UTF-8 (a character cut at its end allowed)."""
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Yield (line number, text) decoding each line separately so a bad byte is reported with its line."""
     try:
         handle = path.open("rb")
     except FileNotFoundError:
-        raise InputError(f"{path}: no such file.") from None
+        raise no_such_path(path) from None
+    except IsADirectoryError:
+        raise is_a_folder(path) from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read it ({exc.strerror}).") from None
     with handle:
+        check_text(path, handle.read(BINARY_PROBE_BYTES))
+        handle.seek(0)
         for number, raw in enumerate(handle, start=1):
             try:
                 text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
@@ -81,7 +131,7 @@ def _resolve_columns(path: Path, header: list[str] | None, wanted: list[str | in
                     "pass --header, or give the column by index."
                 )
             if column not in header:
-                raise InputError(f"{where}: no column named {column!r}; the header has {header}.")
+                raise InputError(f"{where}: no column named {quoted(column)}; the header has {brief(header)}.")
             indices.append(header.index(column))
     return indices
 
@@ -134,10 +184,7 @@ def _delimited_rows(
             numbers.append(number)
             yield _protect_bare_cr(text)
 
-    options = _dialect(kind)
-    if csv.field_size_limit() < MAX_FIELD_CHARS:
-        csv.field_size_limit(MAX_FIELD_CHARS)
-    reader = csv.reader(text_lines(), **options)
+    reader = _csv_reader(text_lines(), kind)
     names: list[str] | None = None
     indices: list[int] | None = None
     try:
@@ -204,7 +251,9 @@ def _jsonl_rows(path: Path, fields: list[str | int]) -> Iterator[Row]:
         for field in fields:
             key = str(field)
             if key not in record:
-                raise InputError(f"{path}, line {number}: no field {key!r}; the fields are {sorted(record)}.")
+                raise InputError(
+                    f"{path}, line {number}: no field {quoted(key)}; the fields are {brief(sorted(record))}."
+                )
             values.append(record[key])
         yield Row(number, tuple(values))
 
@@ -294,7 +343,10 @@ def _sniff_rows(path: Path, kind: str) -> Iterator[Row]:
     line = _first_line(path)
     if not line:
         return
-    width = len(next(csv.reader([line], **_dialect(kind))))
+    try:
+        width = len(next(_csv_reader([line], kind)))
+    except csv.Error:
+        width = 1  # the first line's own reading (below) says what is wrong with it, with its line number
     yield from _delimited_rows(path, kind, list(range(width)), header=False, ragged=True)
 
 
@@ -305,8 +357,11 @@ def _first_line(path: Path) -> str:
     return ""
 
 
-def _dialect(kind: str) -> dict:
-    return {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if kind == "tsv" else {"delimiter": ","}
+def _csv_reader(lines: Iterable[str], kind: str):
+    """csv's reader for a TSV (no quoting) or CSV, with the field limit raised to bertkit's cap."""
+    if csv.field_size_limit() < MAX_FIELD_CHARS:
+        csv.field_size_limit(MAX_FIELD_CHARS)
+    return csv.reader(lines, **({"delimiter": "\t", "quoting": csv.QUOTE_NONE} if kind == "tsv" else {}))
 
 
 def _is_number(value: str) -> bool:
@@ -334,7 +389,9 @@ def iter_texts(
     for index, row in enumerate(iter_rows(path, columns, header=header, fmt=kind)):
         text = row.values[0]
         if not isinstance(text, str):
-            raise InputError(f"{path}, line {row.line}: the text is a {type(text).__name__} ({text!r}), not a string.")
+            raise InputError(
+                f"{path}, line {row.line}: the text is a {type(text).__name__} ({quoted(text)}), not a string."
+            )
         yield row.line, text, (row.values[1] if id_column is not None else index)
 
 
@@ -421,6 +478,7 @@ def read_labelled(
         raise InputError(f"{path}: a labelled file must be TSV, CSV or JSONL (text and label columns), not plain text.")
     if label_kind not in LABEL_KINDS:
         raise InputError(f"label_kind={label_kind!r}: valid values are {', '.join(LABEL_KINDS)}.")
+    check_label_separator(label_separator)
     paired = paired or pair_column is not None
     text_column = ("text" if kind == "jsonl" else 0) if text_column is None else text_column
     if paired and pair_column is None:
@@ -433,7 +491,13 @@ def read_labelled(
         for value, what in [(text, "text")] + ([(row.values[2], "pair text")] if paired else []):
             if not isinstance(value, str):
                 raise InputError(
-                    f"{path}, line {row.line}: the {what} is a {type(value).__name__} ({value!r}), not a string."
+                    f"{path}, line {row.line}: the {what} is a {type(value).__name__} ({quoted(value)}), not a string."
+                )
+            if not value.strip():
+                raise InputError(
+                    f"{path}, line {row.line}: the {what} is blank; every example needs "
+                    + ("both texts of its pair" if paired else "a text")
+                    + " (fill it in or remove the row)."
                 )
         texts.append(text)
         labels.append(_label(label, label_kind, label_separator, path, row.line))
@@ -442,10 +506,19 @@ def read_labelled(
             pairs.append(row.values[2])
     if header is None and kind != "jsonl" and len(labels) >= 10 and lines[0] == 1 and _header_like(labels, label_kind):
         raise InputError(
-            f"{path}, line 1: its label {labels[0]!r} appears nowhere else, so line 1 looks like a header. "
+            f"{path}, line 1: its label {quoted(labels[0])} appears nowhere else, so line 1 looks like a header. "
             "Pass --header (or name the columns), or --no-header if it really is data."
         )
     return LabelledData(path, texts, labels, lines, pairs if paired else None)
+
+
+def check_label_separator(separator: str) -> str:
+    """A multi-label separator must be some text: an empty one cannot split anything."""
+    if not isinstance(separator, str) or not separator:
+        raise InputError(
+            f"label separator {separator!r}: give the text between a row's labels, e.g. ',' or '|' (--label-separator)."
+        )
+    return separator
 
 
 def _label(label, kind: str, separator: str, path: Path, line: int):
@@ -472,11 +545,11 @@ def _label(label, kind: str, separator: str, path: Path, line: int):
         except (TypeError, ValueError):
             hint = " If line 1 is a header, pass --header (or name the columns)." if line == 1 else ""
             raise InputError(
-                f"{path}, line {line}: the label {label!r} is not a number; a regression needs a number "
+                f"{path}, line {line}: the label {quoted(label)} is not a number; a regression needs a number "
                 f"on every row.{hint}"
             ) from None
         if not math.isfinite(value):
-            raise InputError(f"{path}, line {line}: the label {label!r} is not a finite number.")
+            raise InputError(f"{path}, line {line}: the label {quoted(label)} is not a finite number.")
         return value
     if isinstance(label, float) and label.is_integer():
         label = int(label)

@@ -8,10 +8,13 @@ is renamed (.npy) or converted (.npz, .parquet) in slices, so it appears complet
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import shutil
+import sys
+import tokenize
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,7 +31,7 @@ from ..encoder.options import EmbedOptions, options_from
 from ..encoder.tokenize import TextTooLong
 from ..errors import BertkitError, InputError, add_note
 from .readers import iter_texts
-from .writers import atomic_path, check_output_path, require_pyarrow
+from .writers import GENERATOR, atomic_path, check_output_path, package_version, require_pyarrow
 
 DEFAULT_CHUNK_ROWS = 4096
 
@@ -79,6 +82,7 @@ def embed_file(
     ranges: np.ndarray | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     on_chunk: Callable[[int, int], None] | None = None,
+    overwrite: bool = False,
     **kwargs: Any,
 ) -> StreamResult:
     """Embed every text of `input_path` into `output_path` (.npy/.npz/.parquet), resuming an interrupted run.
@@ -102,6 +106,9 @@ def embed_file(
         Rows read, embedded and written at a time: the memory bound and the unit of resuming.
     on_chunk : callable, optional
         Called with (rows done, rows in all) after each chunk.
+    overwrite : bool
+        Replace an existing `output_path` that bertkit cannot recognise as a vectors file of its own (a plain .npy,
+        another program's file); without it such a file is refused and left as it is.
     **kwargs
         `EmbedOptions` fields.
 
@@ -110,7 +117,7 @@ def embed_file(
     StreamResult
         Rows, width, where it resumed, and what happened (truncated, windowed, blank and poorly covered lines).
     """
-    input_path, output = Path(input_path), check_output_path(output_path)
+    input_path, output = Path(input_path), check_output_path(output_path, overwrite)
     if chunk_rows < 1:
         raise InputError(f"chunk_rows={chunk_rows}: give a positive number of rows per chunk.")
     resolved = options_from(options, kwargs).resolve(encoder)  # refuses bad options before any work
@@ -228,15 +235,9 @@ def _embed_chunk(
 
 def vector_metadata(encoder: Encoder, options_record: dict, ranges: np.ndarray | None, dim: int) -> dict:
     """What a vectors file records about how its vectors were made: enough to embed a query the same way."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        bertkit_version = version("bertkit")
-    except PackageNotFoundError:  # pragma: no cover - a source tree
-        bertkit_version = "unknown"
     model = encoder.source.path if encoder.source.kind == "local" else encoder.name
     return {
-        "bertkit": bertkit_version,
+        GENERATOR: package_version(),
         "model": model,
         **options_record,
         "dim": dim,
@@ -245,8 +246,14 @@ def vector_metadata(encoder: Encoder, options_record: dict, ranges: np.ndarray |
     }
 
 
+_ARROW_TYPES = {"float32": "float32", "float16": "float16", "int8": "int8", "uint8": "uint8", "binary": "int8"}
+_ARROW_TYPES["ubinary"] = "uint8"  # each output type's element type
+
+
 def read_vectors(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict]:
     """(vectors, ids, how they were made) of a .npz or .parquet file written by `bertkit embed`.
+
+    A file that is cut short, damaged or not bertkit's is one InputError naming it, never a traceback.
 
     Parameters
     ----------
@@ -259,32 +266,106 @@ def read_vectors(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict]:
         The vectors (in their stored type), the row ids, and the metadata (`{}` for files of bertkit 0.1).
     """
     path = Path(path)
-    if path.suffix.lower() == ".npz":
-        with np.load(path, allow_pickle=False) as archive:
-            meta = json.loads(str(archive["meta"])) if "meta" in archive.files else {}
-            return archive["vectors"], archive["ids"], meta
-    if path.suffix.lower() == ".parquet":
-        _, pq = require_pyarrow()
-        table = pq.read_table(path)
-        raw = (table.schema.metadata or {}).get(b"bertkit")
-        meta = json.loads(raw) if raw else {}
-        dtype = {"float16": np.float16, "int8": np.int8, "uint8": np.uint8, "binary": np.int8, "ubinary": np.uint8}.get(
-            meta.get("output", "float32"), np.float32
-        )
-        column = table.column("vector").combine_chunks()
-        vectors = np.asarray(column.flatten(), dtype=dtype).reshape(len(table), -1)
-        return vectors, np.asarray(table.column("id").to_pylist()), meta
-    raise InputError(f"{path}: vectors with their options are read from .npz or .parquet files (bertkit embed -o).")
+    suffix = path.suffix.lower()
+    if suffix not in (".npz", ".parquet"):
+        raise InputError(f"{path}: vectors with their options are read from .npz or .parquet files (bertkit embed -o).")
+    try:
+        vectors, ids, meta = _read_npz(path) if suffix == ".npz" else _read_parquet(path)
+        return vectors, ids, _checked_record(vectors, ids, meta)
+    except _damage() as exc:
+        if isinstance(exc, OSError) and exc.errno in _ACCESS_ERRORS:
+            raise  # the file could not be read (permission, disk): said as such, not as damage
+        reason = (str(exc).strip().strip("'\"") or type(exc).__name__).splitlines()[0][:200]
+        raise InputError(
+            f"{path} is not a complete vectors file of bertkit ({reason}); it may be cut short or damaged: embed "
+            "the texts again with `bertkit embed ... -o FILE`."
+        ) from None
 
 
-_ARROW_TYPES = {
-    "float32": "float32",
-    "float16": "float16",
-    "int8": "int8",
-    "uint8": "uint8",
-    "binary": "int8",
-    "ubinary": "uint8",
-}
+def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray, dict]:
+    with zipfile.ZipFile(path) as archive:
+        names = set(archive.namelist())
+        missing = sorted({"vectors.npy", "ids.npy"} - names, reverse=True)  # vectors first
+        if missing:
+            raise KeyError(f"no {missing[0].removesuffix('.npy')} entry")
+        vectors, ids = _member(archive, "vectors.npy"), _member(archive, "ids.npy")
+        meta = json.loads(str(_member(archive, "meta.npy"))) if "meta.npy" in names else {}
+    return vectors, ids, meta
+
+
+def _member(archive: zipfile.ZipFile, name: str) -> np.ndarray:
+    """One .npy member, its header checked against its size before any array is made (CRC checked on reading)."""
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    with archive.open(name) as member:
+        version = np.lib.format.read_magic(member)
+        if version not in readers:
+            raise ValueError(f"{name} is .npy version {version}, which bertkit does not write")
+        shape, fortran, dtype = readers[version](member)
+        size = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if dtype.hasobject or member.tell() + size != archive.getinfo(name).file_size:
+            raise ValueError(f"{name} says {shape} {dtype} but holds something else")
+        array = np.empty(shape, dtype=dtype, order="F" if fortran else "C")
+        view, filled = memoryview(array.reshape(-1, order="A").view(np.uint8)), 0  # the array's own memory
+        while filled < size:
+            count = member.readinto(view[filled:])
+            if not count:
+                raise ValueError(f"{name} is cut short")
+            filled += count
+        member.read(1)  # at the end: the member's CRC is checked
+    return array
+
+
+def _read_parquet(path: Path) -> tuple[np.ndarray, np.ndarray, dict]:
+    pa, pq = require_pyarrow()
+    table = pq.read_table(path, page_checksum_verification=True)  # files written with checksums (bertkit's) checked
+    stored = table.schema.metadata or {}
+    raw = stored.get(b"bertkit")
+    if raw and b"bertkit-sha256" in stored and hashlib.sha256(raw).hexdigest().encode() != stored[b"bertkit-sha256"]:
+        raise ValueError("its record does not match its checksum")  # the footer has no checksum of its own
+    meta = json.loads(raw) if raw else {}
+    output = meta.get("output", "float32") if isinstance(meta, dict) else None
+    column = table.column("vector").combine_chunks()
+    if not pa.types.is_fixed_size_list(column.type):
+        raise ValueError(f"its vector column is {column.type}, not fixed-size lists")
+    dtype = _ARROW_TYPES.get(output, "float32") if isinstance(output, str) else "float32"
+    vectors = np.asarray(column.flatten(), dtype=dtype).reshape(len(table), column.type.list_size)
+    return vectors, np.asarray(table.column("id").to_pylist()), meta
+
+
+def _record_metadata(record: str) -> dict[str, str]:
+    """A Parquet file's metadata entries for bertkit's record: the JSON, and its SHA-256 (read back and compared)."""
+    return {"bertkit": record, "bertkit-sha256": hashlib.sha256(record.encode()).hexdigest()}
+
+
+def _checked_record(vectors: np.ndarray, ids: np.ndarray, meta: dict) -> dict:
+    """`meta`, after checking that it describes `vectors` (type, width, int8 ranges) and that ids match rows."""
+    if not isinstance(meta, dict):
+        raise ValueError("its record is not a JSON object")
+    if vectors.ndim != 2 or ids.ndim != 1 or len(ids) != len(vectors):
+        raise ValueError(f"{len(ids)} ids for vectors of shape {vectors.shape}")
+    if not meta:
+        return meta
+    output, dim = meta.get("output", "float32"), meta.get("dim")
+    if not isinstance(output, str) or vectors.dtype != np.dtype(_ARROW_TYPES.get(output, "object")):
+        raise ValueError(f"its record says {output!r} vectors, it holds {vectors.dtype}")
+    if type(dim) is not int or vectors.shape[1] != (-(-dim // 8) if output in ("binary", "ubinary") else dim):
+        raise ValueError(f"its record says {dim}-number vectors, it holds {vectors.shape[1]} numbers each")
+    if output in RANGED and np.shape(np.asarray(meta.get("ranges"), dtype=object)) != (2, dim):
+        raise ValueError(f"its {output} vectors lack their (2, {dim}) ranges")
+    return meta
+
+
+# OSErrors about reaching the file, not its bytes (a seek to an offset the damaged archive names is EINVAL: damage)
+_ACCESS_ERRORS = {errno.EACCES, errno.EPERM, errno.ENOENT, errno.EISDIR, errno.ENOTDIR, errno.EIO, errno.ENXIO}
+
+
+def _damage() -> tuple[type[BaseException], ...]:
+    """What parsing a cut or damaged .npz / .parquet raises (zipfile, numpy's .npy reader, JSON, Arrow)."""
+    kinds: tuple[type[BaseException], ...] = (zipfile.BadZipFile, ValueError, KeyError, EOFError, OSError)
+    kinds += (NotImplementedError, RuntimeError, OverflowError)  # a flipped compression method or encryption flag
+    kinds += (SyntaxError, tokenize.TokenError)  # a flipped .npy header, as numpy parses it
+    arrow = sys.modules.get("pyarrow")
+    return kinds + ((arrow.lib.ArrowException,) if arrow is not None else ())
 
 
 def _finish(
@@ -326,14 +407,14 @@ def _finish(
         element = getattr(pa, _ARROW_TYPES[output_type])()
         schema = pa.schema(
             [("id", getattr(pa, id_type)()), ("vector", pa.list_(element, width))],
-            metadata={"bertkit": json.dumps(meta or {})},
+            metadata=_record_metadata(json.dumps(meta or {})),
         )
         id_iter = ids()
         convert = int if id_type == "int64" else str
         with (
             atomic_path(output) as temporary,
             partial.open("rb") as source,
-            pq.ParquetWriter(temporary, schema) as writer,
+            pq.ParquetWriter(temporary, schema, write_page_checksum=True) as writer,  # changed bytes are caught
         ):
             for start in range(0, total, slice_rows):
                 count = min(slice_rows, total - start)

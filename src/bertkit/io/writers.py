@@ -7,6 +7,7 @@ replaced file keeps its mode), and `--overwrite` only ever replaces a folder tha
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -196,15 +197,88 @@ def remove_bertkit_directory(path: str | Path) -> None:
         shutil.rmtree(path)
 
 
-def check_output_path(path: str | Path) -> Path:
-    """Refuse an unknown extension, or .parquet without pyarrow, before any work is done."""
+def check_output_path(path: str | Path, overwrite: bool = False) -> Path:
+    """Refuse an unknown extension, .parquet without pyarrow, or a file bertkit did not write, before any work."""
     path = Path(path)
     if path.suffix.lower() not in VECTOR_FORMATS:
         raise InputError(f"output {path}: use one of {', '.join(VECTOR_FORMATS)}.")
     if path.suffix.lower() == ".parquet":
         require_pyarrow()
     check_writable_location(path)
+    return check_output_file(path, overwrite)
+
+
+GENERATOR = "bertkit"  # what bertkit's files say made them: .npz `meta`, .parquet metadata, HTML <meta name=generator>
+
+
+def check_output_file(path: str | Path, overwrite: bool = False) -> Path:
+    """An output file may replace only a file bertkit wrote (one it can recognise as its own), or any file with
+    `overwrite`; anything else is refused, and nothing is touched.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file about to be written.
+    overwrite : bool
+        The caller's `--overwrite`: replace whatever is there.
+
+    Returns
+    -------
+    Path
+        `path`.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir() and not overwrite and not written_by_bertkit_file(path):
+        raise InputError(
+            f"{path} already exists and bertkit did not write it (or cannot tell that it did); nothing was touched. "
+            "Choose another output, or pass --overwrite to replace it."
+        )
     return path
+
+
+def written_by_bertkit_file(path: str | Path) -> bool:
+    """True for a vectors file (.npz with bertkit's `meta`, .parquet with bertkit's metadata), an explainer page or
+    a predictions/ranking TSV that bertkit wrote; a plain .npy carries no mark and is never taken for one."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    with contextlib.suppress(Exception):  # a damaged or foreign file is simply not bertkit's
+        if suffix == ".npz":
+            with np.load(path, allow_pickle=False) as archive:
+                return "meta" in archive.files and GENERATOR in json.loads(str(archive["meta"]))
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return GENERATOR.encode() in (pq.read_schema(path).metadata or {})
+        if suffix == ".png":  # bertkit's figures carry a tEXt chunk "Software" = "bertkit"
+            with path.open("rb") as handle:
+                return b"Software\x00" + GENERATOR.encode() in handle.read(4096)
+        if suffix == ".json":
+            with path.open("rb") as handle:
+                record = json.loads(handle.read(1 << 20))
+                return isinstance(record, dict) and GENERATOR in record
+        if suffix in (".html", ".htm"):
+            with path.open("rb") as handle:
+                return f'<meta name="generator" content="{GENERATOR}'.encode() in handle.read(4096)
+        with path.open("rb") as handle:  # a table bertkit wrote starts with one of its own header rows
+            return handle.readline(4096).rstrip(b"\r\n").decode() in TABLE_HEADERS
+    return False
+
+
+# The header rows of the TSVs bertkit writes (predict, rerank): a file that starts with one of them is bertkit's.
+TABLE_HEADERS = {
+    "\t".join(columns)
+    for columns in (
+        ("row", "type", "start", "end", "score", "entity"),
+        ("label", "probability", "text"),
+        ("label", "probability", "text", "pair"),
+        ("score", "text"),
+        ("score", "text", "pair"),
+        ("labels", "text"),
+        ("labels", "text", "pair"),
+        ("rank", "line", "score", "document"),
+        ("rank", "index", "score", "document"),
+    )
+}
 
 
 def check_writable_location(path: str | Path) -> Path:
@@ -250,15 +324,35 @@ def require_pyarrow():
     return pyarrow, pyarrow.parquet
 
 
-def write_token_vectors(path: str | Path, tokens: list[list[str]], vectors: list[np.ndarray], ids: Sequence) -> Path:
+def write_token_vectors(
+    path: str | Path,
+    tokens: list[list[str]],
+    vectors: list[np.ndarray],
+    ids: Sequence,
+    meta: dict | None = None,
+    overwrite: bool = False,
+) -> Path:
     """Token vectors of many texts in one .npz: `vectors` stacked, `offsets` (n + 1) where each text starts,
-    `tokens`."""
+    `tokens`, `ids`, and `meta` (how they were made, JSON)."""
     path = Path(path)
     if path.suffix.lower() != ".npz":
         raise InputError(f"output {path}: token vectors (pooling='none') are written as .npz.")
+    check_output_file(path, overwrite)
     offsets = np.cumsum([0] + [len(v) for v in vectors])
     stacked = np.concatenate(vectors) if vectors else np.zeros((0, 0), np.float32)
     flat_tokens = np.array([t for row in tokens for t in row], dtype=str)
     with atomic_path(path) as temporary, temporary.open("wb") as handle:
-        np.savez(handle, vectors=stacked, offsets=offsets, tokens=flat_tokens, ids=np.asarray(list(ids)))
+        record = json.dumps({GENERATOR: package_version(), "kind": "token vectors", **(meta or {})})
+        np.savez(handle, vectors=stacked, offsets=offsets, tokens=flat_tokens, ids=np.asarray(list(ids)), meta=record)
     return path
+
+
+def package_version(package: str = "bertkit") -> str:
+    """The installed version of `package` (bertkit by default), recorded in what bertkit writes ("unknown" when it
+    is not installed as a package)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "unknown"

@@ -15,7 +15,7 @@ import ray.data
 from ..encoder.encode import Encoder
 from ..encoder.options import EmbedOptions, options_from
 from ..encoder.threads import set_threads
-from ..errors import InputError
+from ..errors import InputError, quoted
 
 DEFAULT_ROWS_PER_CALL = 1024  # rows handed to an actor at once: the unit of load balancing between actors
 
@@ -157,7 +157,7 @@ class _Embedder:
         for text in texts:
             if not isinstance(text, str):
                 raise InputError(
-                    f"column {self.column!r} holds a {type(text).__name__} ({text!r}), not a string; "
+                    f"column {self.column!r} holds a {type(text).__name__} ({quoted(text)}), not a string; "
                     "every text must be a string."
                 )
         vectors = self.encoder.embed(texts, self.options, batch_size=self.batch_size, progress=False, warn=False)

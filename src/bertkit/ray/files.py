@@ -28,7 +28,7 @@ import ray.data
 
 from ..encoder.encode import Encoder
 from ..encoder.options import EmbedOptions, options_from
-from ..errors import BertkitError, InputError
+from ..errors import BertkitError, InputError, no_such_path
 from ..io.readers import file_sha256
 from ..io.writers import atomic_path
 from .dataset import (
@@ -103,7 +103,11 @@ def _expand_one(pattern: str) -> list[Path]:
     matches = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
     matches = [m for m in matches if not Path(m).is_dir()]
     if not matches or not Path(matches[0]).exists():
-        raise InputError(f"{pattern}: no such file" + (" matches" if glob.has_magic(pattern) else "") + ".")
+        raise (
+            InputError(f"{pattern}: no file matches; check the pattern.")
+            if glob.has_magic(pattern)
+            else no_such_path(pattern)
+        )
     return [Path(m) for m in matches]
 
 

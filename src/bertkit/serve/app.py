@@ -26,7 +26,7 @@ from starlette.requests import ClientDisconnect
 from .. import __version__
 from ..encoder.encode import Encoder
 from ..encoder.threads import release_openmp_threads
-from ..errors import BertkitError
+from ..errors import BertkitError, brief
 from .batcher import Overloaded, ShuttingDown
 from .errors import OPENAI_PREFIX, error_response
 from .explain_routes import add_routes as add_explainer_routes
@@ -43,7 +43,6 @@ from .runs import ServedRun
 from .schemas import Vocabulary
 from .service import ClientGone, ServeError, Service
 from .settings import ServeSettings
-from .web import brief
 
 log = logging.getLogger("bertkit.serve")
 # a validation error on these fields is not a malformed request but one past a limit or naming what is not served

@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from ..explain import page
 from ..explain.explainer import Explainer, Settings, load_probe
 from .schemas import ExplainInfo, ExplainRequest, ExplainResponse
-from .web import GET_ERRORS, POST_ERRORS, StrictJSONRoute, responses
+from .web import GET_ERRORS, POST_ERRORS, StrictJSONRoute, json_answer, responses
 
 _BUILD = threading.Lock()
 
@@ -77,7 +77,6 @@ def router() -> APIRouter:
         result = await request.app.state.service.call(
             lambda: explainer.explain(settings), explainer.work_tokens(settings)
         )
-        # a plain JSONResponse: FastAPI's jsonable_encoder would walk every float of the heatmaps (~12 ms)
-        return JSONResponse(result)
+        return await json_answer(result)  # written off the loop (FastAPI's encoder would walk every float)
 
     return routes

@@ -12,9 +12,11 @@ from typing import Any, Literal
 import numpy as np
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel
 
 from ..encoder.options import EmbedOptions
 from .schemas import (
+    Answer,
     ClassPrediction,
     CohereRerankResponse,
     Health,
@@ -29,8 +31,8 @@ from .schemas import (
     Vocabulary,
     request_models,
 )
-from .service import EmbedResult, ServeError, Service
-from .web import GET_ERRORS, POST_ERRORS, StrictJSONRoute, VectorJSONResponse, responses
+from .service import EmbedResult, ServeError, Service, token_estimate
+from .web import GET_ERRORS, POST_ERRORS, StrictJSONRoute, json_answer, responses
 
 TRUNCATED = {
     "X-Bertkit-Truncated": {
@@ -144,7 +146,7 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
             ]
         else:
             content = np.stack(result.vectors)
-        return VectorJSONResponse(content, headers=_truncation_headers(result))
+        return await json_answer(content, headers=_truncation_headers(result))
 
     @router.post(
         "/embed_all",
@@ -155,7 +157,7 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
         service = _service(request)
         options = _options(body).replace(pooling="none", normalize_embeddings=body.normalize)
         result = await service.embed(service.texts(body.inputs), options, body.truncate, _disconnected(request))
-        return VectorJSONResponse(result.vectors, headers=_truncation_headers(result))
+        return await json_answer(result.vectors, headers=_truncation_headers(result))
 
     @router.post(
         "/v1/embeddings",
@@ -183,7 +185,7 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
             data.append({"object": "embedding", "index": index, "embedding": value})
         usage = {"prompt_tokens": result.tokens, "total_tokens": result.tokens}
         content = {"object": "list", "data": data, "model": body.model, "usage": usage}
-        return VectorJSONResponse(content, headers=_truncation_headers(result))
+        return await json_answer(content, headers=_truncation_headers(result))
 
     @router.post(
         "/similarity",
@@ -200,7 +202,7 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
         )
         result = await service.embed(texts, options, body.truncate, _disconnected(request))
         vectors = np.stack(result.vectors)
-        return VectorJSONResponse((vectors[1:] @ vectors[0]).tolist(), headers=_truncation_headers(result))
+        return await json_answer((vectors[1:] @ vectors[0]).tolist(), headers=_truncation_headers(result))
 
     @router.post(
         "/tokenize",
@@ -210,7 +212,9 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
     async def tokenize(body: models.TokenizeRequest, request: Request) -> Response:
         service = _service(request)
         texts = service.texts(body.inputs)
-        encoded, truncated = await service.off_loop(lambda: service.encode(texts, body.truncate), sum(map(len, texts)))
+        limit = service.encoder.max_length if body.truncate else None
+        estimate = token_estimate(map(len, texts), limit)
+        encoded, truncated = await service.off_loop(lambda: service.encode(texts, body.truncate), estimate)
         views = [
             {
                 "tokens": item.tokens,
@@ -224,23 +228,37 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
             }
             for item in encoded
         ]
-        return VectorJSONResponse(views, headers={"X-Bertkit-Truncated": str(len(truncated))})
+        return await json_answer(views, headers={"X-Bertkit-Truncated": str(len(truncated))})
 
 
 def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rerankers: tuple[str, ...]) -> None:
     """/predict/{run}, /rerank (TEI), /v1/rerank (Cohere v1, Jina) and /v2/rerank (Cohere v2)."""
     run_name = Literal[tuple(runs)] if runs else str  # type: ignore[valid-type]
-    predictions = list[ClassPrediction] | list[ScorePrediction] | list[LabelSetPrediction] | list[TagPrediction]
+    predictions = (
+        list[ClassPrediction]
+        | list[ScorePrediction]
+        | list[LabelSetPrediction]
+        | list[TagPrediction]
+        | Answer
+        | list[Answer]
+        | list[list[Answer]]
+    )
 
     @router.post(
         "/predict/{run}",
         responses=responses("/predict", predictions, (*POST_ERRORS, 404), key),
-        summary="A served run's labels with probabilities, or entities with character offsets",
+        summary="A served run's labels with probabilities, entities with character offsets, or answers (Hugging "
+        "Face's question-answering shape: one answer, or a list with top_k > 1 or several questions)",
         include_in_schema=bool(runs),
     )
     async def predict(body: models.PredictRequest, request: Request, run: run_name = Path(description="a served run")):  # type: ignore[valid-type]
         service = _service(request)
-        return VectorJSONResponse(await service.predict(run, service.texts(body.inputs), _disconnected(request)))
+        questions = isinstance(body.inputs, BaseModel) or (
+            isinstance(body.inputs, list) and bool(body.inputs) and isinstance(body.inputs[0], BaseModel)
+        )
+        if questions or body.parameters is not None:
+            return await json_answer(await service.answer(run, body.inputs, body.parameters, _disconnected(request)))
+        return await json_answer(await service.predict(run, service.texts(body.inputs), _disconnected(request)))
 
     ranks = bool(rerankers)
 
@@ -257,7 +275,7 @@ def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rera
             run, body.query, body.texts, body.raw_scores, body.truncate, _disconnected(request)
         )
         items = [{"index": i, "score": s, **({"text": body.texts[i]} if body.return_text else {})} for i, s in ranked]
-        return VectorJSONResponse(items)
+        return await json_answer(items)
 
     @router.post(
         "/v1/rerank",
@@ -281,4 +299,4 @@ def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rera
         ]
         meta = {"api_version": {"version": "1"}, "billed_units": {"search_units": 1}}
         content = {"id": str(uuid.uuid4()), "model": body.model, "results": results, "meta": meta}
-        return VectorJSONResponse({**content, "usage": {"total_tokens": tokens}})
+        return await json_answer({**content, "usage": {"total_tokens": tokens}})

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..tasks.load import load_run
-from ..tasks.runs import KIND_FEATURES, KIND_TOKEN, read_run_config
+from ..tasks.runs import KIND_FEATURES, KIND_QA, KIND_TOKEN, read_run_config
 
 
 @dataclass
@@ -23,6 +23,8 @@ class ServedRun:
 
     @property
     def labels(self) -> list[str]:
+        if self.kind == KIND_QA:  # answers are spans of the context
+            return []
         classes = [str(c) for c in self.model.classes_]
         if self.kind == KIND_TOKEN:  # IOB2 tags → entity types
             return sorted({c[2:] for c in classes if c[:2] in ("B-", "I-")})
@@ -30,13 +32,21 @@ class ServedRun:
 
     @property
     def problem(self) -> str:
-        if self.kind == KIND_TOKEN:
-            return "token_classification"
+        if self.kind in (KIND_TOKEN, KIND_QA):
+            return "token_classification" if self.kind == KIND_TOKEN else "question_answering"
         return getattr(self.model, "problem", "single_label_classification")
 
     @property
     def takes_pairs(self) -> bool:
         return getattr(self.model, "takes_pairs", False) is True
+
+    @property
+    def max_length(self) -> int | None:
+        """Tokens a text (or pair) is cut to: a fine-tuned run's own length, a feature classifier's encoder's."""
+        if self.kind != KIND_FEATURES:
+            return self.model.max_length
+        vectorizer = self.model.vectorizer_
+        return vectorizer.max_length or vectorizer.encoder_.max_length
 
     @property
     def ranks(self) -> bool:

@@ -42,6 +42,13 @@ def _whole(value: Any) -> Any:
 
 
 PositiveWhole = Annotated[StrictInt, Ge(1), BeforeValidator(_whole)]
+
+
+def Whole(low: int, high: int) -> Any:  # noqa: N802 - a type
+    """A whole number from `low` to `high` (JSON Schema's minimum and maximum)."""
+    return Annotated[StrictInt, Ge(low), Le(high), BeforeValidator(_whole)]
+
+
 COMBINES = ("sum", "mean", "concat")
 # a character that is not white space as Python's str.strip() sees it, spelled out: JSON Schema's (ECMAScript's),
 # Python's and pydantic's (Rust's) `\S` each disagree on some characters (U+0085, U+001C-U+001F)
@@ -244,15 +251,40 @@ def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseM
 def _run_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseModel]]:
     """/predict/{run}, /rerank and /v1/rerank bodies."""
 
+    class QuestionInput(BaseModel):
+        """A question and the text its answer is in (Hugging Face's question-answering inputs)."""
+
+        model_config = ConfigDict(extra="forbid")
+        question: t.Text
+        context: t.Text
+
+    class QuestionParameters(BaseModel):
+        """Hugging Face's question-answering parameters (a QA run's `answer`); null or absent: its default."""
+
+        model_config = ConfigDict(extra="forbid")
+        top_k: Whole(1, 100) | None = Field(None, description="answers per question (1)")
+        doc_stride: Annotated[StrictInt, Ge(0), BeforeValidator(_whole)] | None = Field(
+            None, description="tokens two windows share (the run's; at most half a window: else 422)"
+        )
+        max_answer_len: Whole(1, 1024) | None = Field(None, description="tokens (30)")
+        max_question_len: Whole(1, 1024) | None = Field(None, description="tokens (64)")
+        max_seq_len: PositiveWhole | None = Field(None, description="tokens per window (at most the run's)")
+        handle_impossible_answer: StrictBool | None = Field(None, description='allow "no answer" (false)')
+        align_to_words: StrictBool | None = Field(None, description="widen answers to whole words (true)")
+
     class PredictRequest(BaseModel):
-        """t.Texts (or [text, pair] pairs, for a pair run) for a served run, as TEI's /predict."""
+        """t.Texts (or [text, pair] pairs, for a pair run) for a served run, as TEI's /predict; for a question-answering
+        run, Hugging Face's shape: `{"inputs": {"question", "context"}, "parameters": {...}}`."""
 
         model_config = ConfigDict(extra="forbid")
         inputs: (
             t.Text
             | Annotated[list[t.Text], Field(min_length=1, max_length=v.max_inputs)]
             | Annotated[list[t.Pair], Field(min_length=1, max_length=v.max_inputs)]
+            | QuestionInput
+            | Annotated[list[QuestionInput], Field(min_length=1, max_length=v.max_inputs)]
         )
+        parameters: QuestionParameters | None = Field(None, description="question answering only")
 
     class RerankRequest(BaseModel):
         """TEI's `/rerank` body, plus bertkit's `model`: which served pair run, when there are several."""
@@ -437,6 +469,15 @@ class TagPrediction(BaseModel):
     entities: list[EntityOut]
 
 
+class Answer(BaseModel):
+    """A question-answering run's answer (Hugging Face's shape); no answer: `{"answer": "", "start": 0, "end": 0}`."""
+
+    answer: str
+    score: float
+    start: int = Field(description="character offset in the context where the answer starts")
+    end: int = Field(description="character offset just past the answer")
+
+
 class Health(BaseModel):
     """`GET /health`: "ok" (200) while the model threads run, else 503."""
 
@@ -445,10 +486,11 @@ class Health(BaseModel):
 
 class RunInfo(BaseModel):
     name: str
-    kind: str = Field(description="features, finetuned-text or finetuned-token")
+    kind: str = Field(description="features, finetuned-text, finetuned-token or finetuned-qa")
     labels: list[str]
     problem: str = Field(
-        description="single_label_classification, multi_label_classification, regression or token_classification"
+        description="single_label_classification, multi_label_classification, regression, token_classification or "
+        "question_answering"
     )
     pairs: bool = Field(description="the run takes text pairs (a cross-encoder)")
     reranks: bool = Field(description="the run serves /rerank and /v1/rerank")

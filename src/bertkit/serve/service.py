@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +25,7 @@ from ..encoder.options import EmbedOptions
 from ..encoder.tokenize import TOKENIZER_LOCK, Encoded, encode
 from ..encoder.vectors import VectorHead, finish
 from ..explain.explainer import model_name
+from ..tasks.runs import KIND_QA
 from .batcher import Batcher, CallJob, EmbedJob, Overloaded
 from .metrics import Metrics
 from .runs import ServedRun
@@ -121,22 +122,22 @@ class Service:
             )
         return encoded, [i for i, e in enumerate(encoded) if e.truncated]
 
-    async def off_loop(self, work: Callable[[], Any], chars: int) -> Any:
-        """Run `work` (tokenizing `chars` characters) on the tokenizing thread, admitted under the queue's budget.
+    async def off_loop(self, work: Callable[[], Any], estimate: int) -> Any:
+        """Run `work` (tokenizing a request) on the tokenizing thread, admitted under the queue's budget.
 
         Parameters
         ----------
         work : callable
             What to run.
-        chars : int
-            Characters it reads: its cost is estimated from them before it starts.
+        estimate : int
+            The tokens the request will cost the model, estimated before it is tokenized (`token_estimate`).
 
         Returns
         -------
         Any
             What `work` returned.
         """
-        estimate = max(1, chars // CHARS_PER_TOKEN)
+        estimate = max(1, estimate)
         queued = self.batcher.queue_depth()[1] + self._tokenizing
         if queued and queued + estimate > self.settings.max_queue_tokens:
             self.metrics.rejected.inc()
@@ -164,8 +165,11 @@ class Service:
             encoded, truncated = self.encode([prompt + t for t in texts], truncate, resolved.truncation_direction)
             return encoded, truncated, encoder.vector_head(resolved)
 
-        chars = sum(len(t) + len(prompt) for t in texts)
-        encoded, truncated, head = await self.off_loop(tokenize, chars)
+        limit = encoder.max_length if truncate else None
+        estimate = token_estimate((len(t) + len(prompt) for t in texts), limit)
+        encoded, truncated, head = await self.off_loop(tokenize, estimate)
+        if resolved.token_vectors:
+            self.check_answer_size(sum(len(e.ids) for e in encoded) * encoder.output_dim(resolved))
         loop = asyncio.get_running_loop()
         job = EmbedJob([e.ids for e in encoded], [e.type_ids for e in encoded], head, loop.create_future(), loop)
         found = await self._wait(job, disconnected)
@@ -176,16 +180,65 @@ class Service:
             ranges = await self.call(lambda: encoder.calibration_ranges(resolved), 4096, disconnected)
         return EmbedResult(list(finish(np.stack(found), resolved, ranges)), encoded, truncated)
 
+    def check_answer_size(self, numbers: int) -> None:
+        """An answer of more numbers than `max_answer_numbers` is refused (413) before the model runs: its JSON would
+        take seconds to write and hundreds of megabytes to hold."""
+        limit = self.settings.max_answer_numbers
+        if numbers > limit:
+            raise ServeError(
+                413,
+                "answer_too_large",
+                f"the answer would hold {numbers:,} numbers (every token's vector), more than this server's limit of "
+                f"{limit:,} (--max-answer-numbers); send fewer or shorter inputs, or ask for sentence vectors.",
+            )
+
     async def predict(self, name: str, inputs: list, disconnected: Disconnected | None = None) -> list[dict]:
         """A served run's own predictions (of texts, or of [text, pair] pairs for a pair run), on the model thread."""
         run = self.run(name)
+        if run.kind == KIND_QA:
+            raise _questions_wanted(name)
         pairs = bool(inputs) and all(isinstance(x, list) for x in inputs)
         if pairs != run.takes_pairs:
             wanted = "[text, pair] pairs: send a list of two-text lists" if run.takes_pairs else "texts, not pairs"
             raise ServeError(422, "invalid_input", f"run {name!r} takes {wanted}.", param="inputs")
         items = [tuple(x) for x in inputs] if pairs else inputs
-        estimate = sum(len(" ".join(x) if pairs else x) // CHARS_PER_TOKEN + 2 for x in inputs)
+        estimate = token_estimate(
+            (len(" ".join(x) if pairs else x) for x in inputs), getattr(run.model, "max_length", None)
+        )
         return await self.call(lambda: run.predict(items), estimate, disconnected)
+
+    async def answer(
+        self, name: str, inputs: Any, parameters: Any = None, disconnected: Disconnected | None = None
+    ) -> Any:
+        """Hugging Face's question-answering task on a served QA run: `inputs` (one `{question, context}`, or a list)
+        tokenized into windows off the event loop, refused (413) past the windows the queue holds, answered on the
+        model thread with `parameters`; one `{answer, score, start, end}` for one question and `top_k` 1, else lists."""
+        run = self.run(name)
+        if run.kind != KIND_QA:
+            message = f"run {name!r} does not answer questions: send texts, no parameters."
+            raise ServeError(422, "invalid_input", message, param="inputs")
+        items = inputs if isinstance(inputs, list) else [inputs]
+        if not all(hasattr(item, "question") for item in items):
+            raise _questions_wanted(name)
+        options = parameters.model_dump(exclude_none=True) if parameters is not None else {}
+        top_k = options.pop("top_k", 1)
+        read = {k: options.pop(k) for k in ("doc_stride", "max_question_len", "max_seq_len") if k in options}
+        questions, contexts = [i.question for i in items], [i.context for i in items]
+        estimate = token_estimate(len(q) + len(c) for q, c in zip(questions, contexts))
+        windows = await self.off_loop(lambda: run.model.windows(questions, contexts, **read), estimate)
+        most = max(1, self.settings.max_queue_tokens // run.model.max_length)
+        if windows.count > most:
+            raise ServeError(
+                413,
+                "input_too_long",
+                f"the contexts make {windows.count} windows of up to {run.model.max_length} tokens, more than this "
+                f"server takes in one request ({most}: --max-queue-tokens / the run's length); send shorter contexts "
+                "or a smaller doc_stride.",
+            )
+        found = await self.call(lambda: run.model.ranked(windows, top_k, **options), windows.tokens, disconnected)
+        self.metrics.tokens.inc(windows.tokens)
+        shaped = [answers[0] if top_k == 1 else answers for answers in found]
+        return shaped if isinstance(inputs, list) else shaped[0]
 
     def reranker(self, name: str | None) -> ServedRun:
         """The served pair run `name`, or the only one when no name is given."""
@@ -239,8 +292,9 @@ class Service:
                 pairs = model.tokenizer([kept] * len(documents), documents, truncation=False)["input_ids"]
             return kept, [len(p) for p in pairs]
 
-        chars = len(query) + sum(len(d) for d in documents)
-        kept, counts = await self.off_loop(lengths, chars)
+        query_chars = min(len(query), CHARS_PER_TOKEN * model.max_length)  # the query is cut before it is paired
+        estimate = token_estimate((query_chars + len(d) for d in documents), model.max_length if truncate else None)
+        kept, counts = await self.off_loop(lengths, estimate)
         too_long = [i for i, n in enumerate(counts) if n > model.max_length]
         if too_long and not truncate:
             first = too_long[0]
@@ -324,7 +378,19 @@ class Service:
         }
 
 
+def _questions_wanted(name: str) -> ServeError:
+    message = f'run {name!r} answers questions: send {{"inputs": {{"question": ..., "context": ...}}}}.'
+    return ServeError(422, "invalid_input", message, param="inputs")
+
+
 PREFIX_MARGIN = 16  # tokens kept past the limit when a long text is cut to a prefix: the last word's split stays
+
+
+def token_estimate(lengths: Iterable[int], limit: int | None = None) -> int:
+    """Tokens the model will spend on texts of these lengths (characters), before they are tokenized: about one per
+    `CHARS_PER_TOKEN` characters and the special tokens, each text at most `limit` (what truncation keeps)."""
+    per_text = (length // CHARS_PER_TOKEN + 2 for length in lengths)
+    return sum(per_text) if limit is None else sum(min(tokens, limit) for tokens in per_text)
 
 
 def _prefix(tokenizer: Any, text: str, max_length: int) -> str:

@@ -17,6 +17,8 @@ class ServeSettings:
     max_queue_tokens: int = 65536  # tokens waiting for the model; more → 429 at once
     max_inputs: int = 128  # texts per request
     max_body_bytes: int = 2_000_000  # request body limit
+    # numbers one answer may hold (token vectors: tokens × width); 2**23 floats are ~90 MB of JSON
+    max_answer_numbers: int = 1 << 23
     concurrent_batches: int | None = (
         None  # passes in flight at once, each on its share of the threads (None: the encoder's)
     )
@@ -27,7 +29,14 @@ class ServeSettings:
 
     def check(self) -> ServeSettings:
         """Refuse non-positive limits with the flag's name, and malformed `--allow-host` / `--allow-origin` values."""
-        for name in ("max_batch_tokens", "max_queue_tokens", "max_inputs", "max_body_bytes", "concurrent_batches"):
+        for name in (
+            "max_batch_tokens",
+            "max_queue_tokens",
+            "max_inputs",
+            "max_body_bytes",
+            "max_answer_numbers",
+            "concurrent_batches",
+        ):
             value = getattr(self, name)
             if value is None and name in ("concurrent_batches", "max_batch_tokens"):
                 continue

@@ -27,8 +27,9 @@ from ..encoder.devices import describe
 from ..encoder.options import EmbedOptions
 from ..encoder.threads import set_threads
 from ..errors import InputError, ModelLoadError
+from ..io.writers import package_version
 from .labels import check_class_counts, check_labels
-from .runs import CONFIG_FILE, KIND_FEATURES, package_version, read_run_config, to_json_value, write_run_directory
+from .runs import CONFIG_FILE, KIND_FEATURES, read_run_config, to_json_value, write_run_directory
 from .vectorizer import BertVectorizer
 
 logger = logging.getLogger(__name__)

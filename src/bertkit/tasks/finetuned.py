@@ -20,12 +20,12 @@ from ..display import facts_table
 from ..encoder import tokenize as tok
 from ..encoder.devices import describe, resolve_device, token_budget
 from ..encoder.int8 import calibration_for, quantize_model
-from ..encoder.models import quiet_transformers
+from ..encoder.models import quiet_transformers, refuse_model_code
 from ..encoder.precision import autocast, check_precision
 from ..encoder.runner import Row, Runner
 from ..encoder.threads import set_threads, total_threads
 from ..encoder.tokenize import LONG_TEXT_POLICIES, check_texts
-from ..errors import InputError, ModelLoadError
+from ..errors import InputError, ModelLoadError, brief
 from .runs import CONFIG_FILE, KIND_TEXT, read_run_config, write_run_directory
 
 logger = logging.getLogger(__name__)
@@ -115,6 +115,7 @@ class FineTuned:
             Of the class it is called on.
         """
         record = read_run_config(directory, expected_kind=cls.KIND)
+        refuse_model_code(directory)
         auto = getattr(transformers, cls.AUTO_CLASS)
         try:
             with quiet_transformers():
@@ -125,7 +126,7 @@ class FineTuned:
                     str(directory), trust_remote_code=False, local_files_only=True
                 )
         except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"{directory}: cannot load the fine-tuned model ({_brief(exc)}).") from None
+            raise ModelLoadError(f"{directory}: cannot load the fine-tuned model ({brief(exc)}).") from None
         model.eval().to(resolve_device(device))
         return cls(model, tokenizer, int(record["max_length"]), record, threads, precision, long_text, directory)
 
@@ -271,12 +272,6 @@ class FineTuned:
                 " (longest first)" if pairs is not None else "; use long_text='window' to read all of them",
             )
         return encoded
-
-
-def _brief(exc: BaseException, limit: int = 200) -> str:
-    """A library's exception text, shortened to one line of at most `limit` characters."""
-    text = " ".join(str(exc).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class FineTunedClassifier(FineTuned):

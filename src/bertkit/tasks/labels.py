@@ -84,6 +84,14 @@ def split_holdout(
         strata = [str(label) for label in labels]
     if len(items) < 4:
         raise InputError(f"only {len(items)} training examples: too few to hold out a dev set; give a dev file.")
+    if strata is not None:
+        classes, held = len(set(strata)), math.ceil(share * len(items))
+        if min(held, len(items) - held) < classes:
+            raise InputError(
+                f"{len(items)} examples of {classes} classes: holding out {share:.0%} leaves {held} for dev and "
+                f"{len(items) - held} for training, too few for one of each class on both sides; give a dev file "
+                "(--dev) or more examples."
+            )
     train_items, dev_items, train_labels, dev_labels = train_test_split(
         list(items), list(labels), test_size=share, random_state=seed, stratify=strata
     )

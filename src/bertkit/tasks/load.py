@@ -8,14 +8,20 @@ from typing import Any
 from ..errors import ModelLoadError
 from .classify import TextClassifier
 from .finetuned import FineTunedClassifier
-from .runs import KIND_FEATURES, KIND_TEXT, KIND_TOKEN, read_run_config
+from .qa import FineTunedQA
+from .runs import KIND_FEATURES, KIND_QA, KIND_TEXT, KIND_TOKEN, read_run_config
 from .tagger import FineTunedTagger
 
-LOADERS: dict[str, Any] = {KIND_FEATURES: TextClassifier, KIND_TEXT: FineTunedClassifier, KIND_TOKEN: FineTunedTagger}
+LOADERS: dict[str, Any] = {
+    KIND_FEATURES: TextClassifier,
+    KIND_TEXT: FineTunedClassifier,
+    KIND_TOKEN: FineTunedTagger,
+    KIND_QA: FineTunedQA,
+}
 
 
 def load_run(directory: str | Path, **options):
-    """A `TextClassifier`, `FineTunedClassifier` or `FineTunedTagger`, as the run directory says.
+    """A `TextClassifier`, `FineTunedClassifier`, `FineTunedTagger` or `FineTunedQA`, as the run directory says.
 
     Parameters
     ----------
@@ -27,8 +33,8 @@ def load_run(directory: str | Path, **options):
 
     Returns
     -------
-    TextClassifier or FineTunedClassifier or FineTunedTagger
-        Ready to `predict`.
+    TextClassifier or FineTunedClassifier or FineTunedTagger or FineTunedQA
+        Ready to `predict` (a question-answering run: to `answer`).
     """
     kind = read_run_config(directory).get("kind")
     if kind not in LOADERS:

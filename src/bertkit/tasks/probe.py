@@ -203,17 +203,18 @@ def probe_text(
     ).fit([])
     encoder = vectorizer.encoder_
     if "pooler" in poolings and not encoder.has_pooler:
-        logger.info(f"{type(encoder.model).__name__} has no pooler: the pooler rows are left out.")
+        logger.info("%s has no pooler: the pooler rows are left out.", type(encoder.model).__name__)
         poolings = tuple(p for p in poolings if p != "pooler")
     started = time.perf_counter()
     train_blocks = _text_blocks(vectorizer, texts, token_poolings, encoder)
     dev_blocks = _text_blocks(vectorizer, dev_data.texts, token_poolings, encoder)
     embed_seconds = time.perf_counter() - started
     stats = vectorizer.cache_.stats if vectorizer.cache_ is not None else None
-    logger.info(
+    said = (
         f"embedded {len(texts)} + {len(dev_data.texts)} texts once (all {encoder.num_layers + 1} hidden states, "
         f"poolings {'+'.join(token_poolings)}) in {embed_seconds:.1f}s" + (f" ({stats})" if stats else "")
     )
+    logger.info(said)
     rows = []
     for pooling in poolings:
         if pooling == "pooler":
@@ -387,11 +388,12 @@ def probe_token(
         _word_blocks(encoder, sentences, subtoken_pooling, store) for sentences in (words, dev_data.words)
     )
     embed_seconds = time.perf_counter() - started
-    logger.info(
+    said = (
         f"embedded {len(words)} + {len(dev_data.words)} sentences once (all {encoder.num_layers + 1} hidden states, "
         f"{len(train_blocks)} + {len(dev_blocks)} words) in {embed_seconds:.1f}s"
         + (f" ({store.stats})" if store else "")
     )
+    logger.info(said)
     index = {name: i for i, name in enumerate(names)}
     codes = np.array([index[t] for s in tags for t in s])
     rows = []
@@ -479,8 +481,8 @@ def _facts(encoder, train, dev, n_train, n_dev, limit, seed, embed_seconds) -> d
         "architecture": type(encoder.model).__name__,
         "hidden_states": encoder.num_layers + 1,
         "hidden_size": encoder.hidden_size,
-        "train": str(train),
-        "dev": str(dev),
+        "train": str(Path(train).resolve()),
+        "dev": str(Path(dev).resolve()),
         "train_rows": n_train,
         "dev_rows": n_dev,
         "limit": limit,

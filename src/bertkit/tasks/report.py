@@ -14,7 +14,8 @@ from matplotlib.figure import Figure
 from sklearn.decomposition import PCA
 from sklearn.metrics import accuracy_score, classification_report, confusion_matrix
 
-from ..io.writers import atomic_path
+from ..errors import InputError
+from ..io.writers import GENERATOR, atomic_path, check_output_file, package_version
 
 SCORES = {"precision": "precision", "recall": "recall", "f1": "f1-score"}  # bertkit's keys → scikit-learn's
 
@@ -180,13 +181,16 @@ def write_report(
     vectors: np.ndarray | None = None,
     labels: Sequence | None = None,
     title: str = "",
+    overwrite: bool = False,
 ) -> list[Path]:
-    """metrics.json, confusion.png and (given vectors) pca.png: the guide's 2-D map of sentence vectors by label."""
-    directory = Path(directory)
+    """metrics.json, confusion.png and (given vectors) pca.png: the guide's 2-D map of sentence vectors by label.
+
+    A file of those names that bertkit did not write is refused (`check_report_directory`) unless `overwrite`."""
+    directory = check_report_directory(directory, overwrite)
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     with atomic_path(directory / "metrics.json") as temporary:
-        temporary.write_text(json.dumps(metrics, indent=2))
+        temporary.write_text(json.dumps({GENERATOR: package_version(), **metrics}, indent=2))
     written.append(directory / "metrics.json")
 
     written.append(_save_figure(confusion_figure(metrics, title), directory / "confusion.png"))
@@ -268,8 +272,21 @@ def _figure(width: float, height: float):
 
 def _save_figure(figure: Figure, path: Path) -> Path:
     with atomic_path(path) as temporary:
-        figure.savefig(temporary, dpi=110, format="png")
+        figure.savefig(temporary, dpi=110, format="png", metadata={"Software": GENERATOR})
     return path
+
+
+REPORT_FILES = ("metrics.json", "confusion.png", "pca.png")
+
+
+def check_report_directory(directory: str | Path, overwrite: bool = False) -> Path:
+    """Before any work: the report's files may replace only report files bertkit wrote (or anything, `overwrite`)."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise InputError(f"--report {directory} is a file; give a folder for metrics.json, confusion.png and pca.png.")
+    for name in REPORT_FILES:
+        check_output_file(directory / name, overwrite)
+    return directory
 
 
 def probe_files(result, title: str = "") -> dict[str, str | bytes]:

@@ -8,19 +8,20 @@ from __future__ import annotations
 
 import json
 import re
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError, ModelLoadError
+from ..errors import InputError, ModelLoadError, no_such_path, quoted
 from ..io.writers import check_new_directory, staged_directory
 
 CONFIG_FILE = "bertkit.json"
+PROBE_FILE = "probe.json"  # what `bertkit probe` writes (scores by layer and pooling); shown by the explainer
 KIND_FEATURES = "features"
 KIND_TEXT = "finetuned-text"
 KIND_TOKEN = "finetuned-token"
-KINDS = (KIND_FEATURES, KIND_TEXT, KIND_TOKEN)
+KIND_QA = "finetuned-qa"
+KINDS = (KIND_FEATURES, KIND_TEXT, KIND_TOKEN, KIND_QA)
 
 
 def write_run_directory(directory: str | Path, files: dict[str, str | bytes], overwrite: bool) -> Path:
@@ -38,6 +39,8 @@ def write_run_directory(directory: str | Path, files: dict[str, str | bytes], ov
 def read_run_config(directory: str | Path, expected_kind: str | None = None) -> dict:
     """The run's `bertkit.json`; a missing or broken file, or another kind than expected, is a clear error."""
     path = Path(directory) / CONFIG_FILE
+    if not Path(directory).exists():
+        raise no_such_path(directory)
     if not path.is_file():
         raise ModelLoadError(
             f"{directory} is not a bertkit run directory (no {CONFIG_FILE}); give the -o directory of `bertkit "
@@ -50,14 +53,6 @@ def read_run_config(directory: str | Path, expected_kind: str | None = None) -> 
     if expected_kind and record.get("kind") != expected_kind:
         raise ModelLoadError(f"{directory} holds a {record.get('kind')!r} model, not a {expected_kind!r} one.")
     return record
-
-
-def package_version(package: str) -> str:
-    """The installed version of `package`, recorded in every run ("unknown" when not installed as a package)."""
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def to_json_value(value):
@@ -81,13 +76,30 @@ def parse_run_specs(specs: list[str]) -> dict[str, Path]:
         if not sep or Path(spec).exists():
             name, directory = Path(spec).name, spec
         if not name or not directory:
-            raise InputError(f"--run {spec!r}: give DIR or NAME=DIR, e.g. --run runs/sst2 or --run sst2=runs/sst2.")
+            raise InputError(
+                f"--run {quoted(spec)}: give DIR or NAME=DIR, e.g. --run runs/sst2 or --run sst2=runs/sst2."
+            )
         if not RUN_NAME.fullmatch(name):
             raise InputError(
-                f"--run {spec!r}: the name {name!r} may hold letters, digits, '_', '.', '-' only; "
+                f"--run {quoted(spec)}: the name {quoted(name)} may hold letters, digits, '_', '.', '-' only; "
                 "give one with NAME=DIR."
             )
         if name in runs:
-            raise InputError(f"--run {spec!r}: the name {name!r} is given twice; name them: --run a=DIR --run b=DIR.")
+            raise InputError(
+                f"--run {quoted(spec)}: the name {quoted(name)} is given twice; name them: --run a=DIR --run b=DIR."
+            )
         runs[name] = Path(directory)
     return runs
+
+
+def check_run_or_probe(directory: Path) -> Path:
+    """A `--run` directory of serve or explain: a run (bertkit.json) or a `bertkit probe` output (probe.json)."""
+    directory = Path(directory)
+    if not directory.exists():
+        raise no_such_path(directory)
+    if not (directory / CONFIG_FILE).is_file() and not (directory / PROBE_FILE).is_file():
+        raise InputError(
+            f"{directory} is neither a bertkit run ({CONFIG_FILE}) nor a probe ({PROBE_FILE}); give the -o directory "
+            "of `bertkit train`, `bertkit finetune` or `bertkit probe`."
+        )
+    return directory

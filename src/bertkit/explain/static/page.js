@@ -215,8 +215,32 @@
       yaxis: { title: { text: "PC 2" } }, legend: { orientation: "h" } }, CONFIG)];
   }
 
+  function drawAnswer(card, p) {
+    // question answering: the question beside its context, the answer marked inside the window it came from
+    const a = p.answer, text = p.context, [w0, w1] = p.span;
+    const win = el("span", { class: "window", title: `window ${p.window + 1} of ${p.windows}` });
+    if (a.answer) {
+      win.append(text.slice(w0, a.start), el("mark", { class: "answer", text: text.slice(a.start, a.end) }),
+        text.slice(a.end, w1));
+    } else win.append(text.slice(w0, w1));
+    const context = el("p", { class: "qa-context" }, [text.slice(0, w0), win, text.slice(w1)]);
+    card.appendChild(el("div", { class: "qa" }, [el("div", {}, [el("h4", { text: "question" }),
+      el("p", { class: "qa-question", text: p.question })]), el("div", {}, [el("h4", { text: "context" }), context])]));
+    card.appendChild(el("p", { class: "qa-facts" }, [a.answer ? "answer " : "", el("span", { class: "label",
+      text: a.answer ? `“${a.answer}”` : "no answer" }), `  score ${a.score.toFixed(4)}  ·  from window ${p.window + 1} ` +
+      `of ${p.windows} (shaded: context characters ${w0}–${w1})  ·  null score ${p.null_score} (the least [CLS] start + end ` +
+      `logit over the windows; probability in this window ${p.null_probability}), threshold ${p.threshold}`]));
+    const chart = el("div", { class: "chart strip-chart qa-strip" });
+    card.appendChild(chart);
+    return () => Plotly.react(chart, [{ type: "heatmap", z: [p.start, p.end], x: tokenLabels(p.tokens),
+      y: ["start", "end"], colorscale: WHITE_BLUE, zmin: 0, zmax: 1,
+      hovertemplate: "%{x}<br>P(%{y}) = %{z}<extra></extra>" }],
+    { title: { text: `start and end probabilities over the context tokens of window ${p.window + 1}`, font: { size: 13 } },
+      margin: { l: 50, r: 20, t: 30, b: 90 }, xaxis: { tickangle: -45 } }, CONFIG);
+  }
+
   function drawPredictions(predictions) {
-    const box = clear($("predictions"));
+    const box = clear($("predictions")), plots = [];
     const names = Object.keys(predictions);
     if (names.length === 0) {
       box.appendChild(el("p", { class: "note", text: "No trained run is loaded. Start the page with " +
@@ -226,7 +250,12 @@
       const p = predictions[name], card = el("div", { class: "prediction", "data-run": name });
       card.appendChild(el("h3", { text: name + (p.kind ? ` (${p.kind})` : "") }));
       if (p.error) card.appendChild(el("div", { class: "error", text: p.error }));
-      else if (p.kind === "score") {
+      else if (p.kind === "qa") {
+        const strip = drawAnswer(card, p);
+        box.appendChild(card);
+        plots.push(strip());
+        return;
+      } else if (p.kind === "score") {
         card.appendChild(el("p", {}, [(p.pair ? "score of the pair " : "score "), el("span", { class: "label score",
           text: p.score.toFixed(4) })]));
       } else if (p.kind === "classifier") {
@@ -249,7 +278,7 @@
       }
       box.appendChild(card);
     });
-    return [];
+    return plots;
   }
 
   function drawProbes(probes) {

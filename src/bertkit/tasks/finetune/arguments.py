@@ -10,7 +10,8 @@ from ...errors import InputError
 LOGS = "logs"  # metrics.jsonl and the trackers' files (TensorBoard, ...), kept in the finished run
 TEXT_MAX_LENGTH = 128
 PAIR_MAX_LENGTH = 256  # a query and a passage
-TASKS = ("text", "pair", "token")
+QA_MAX_LENGTH = 384  # a question and a window of its context (run_qa's max_seq_length)
+TASKS = ("text", "pair", "token", "qa")
 MIXED_PRECISIONS = ("no", "fp16", "bf16")
 
 
@@ -26,7 +27,7 @@ class FinetuneArguments:
     `max_length` is the tokenizer's name. `epochs` and `patience` (bertkit 0.2) still work, with a warning.
     """
 
-    task: str | None = None  # "text", "pair" or "token"; None: the `task` given to finetune(), else "text"
+    task: str | None = None  # "text", "pair", "token" or "qa"; None: the `task` given to finetune(), else "text"
     num_train_epochs: int = 3
     learning_rate: float = 1e-4
     batch_size: int = 32
@@ -35,7 +36,8 @@ class FinetuneArguments:
     max_grad_norm: float = 1.0
     early_stopping_patience: int = 2  # stop after this many epochs without a better dev score
     seed: int = 0
-    max_length: int | None = None  # text: 128; pair: 256; token: the model's maximum
+    max_length: int | None = None  # text: 128; pair: 256; qa: 384; token: the model's maximum (each at most that)
+    doc_stride: int | None = None  # qa: tokens two windows of a long context share (None: 128, at most half a window)
     regression: bool = False  # text and pair tasks: one output, mean squared error (numbers with decimals imply it)
     multi_label: bool = False  # text and pair tasks: several labels per row, a sigmoid each, a threshold from dev
     gradient_accumulation_steps: int = 1  # micro-batches per step: the same updates in less memory
@@ -66,8 +68,10 @@ class FinetuneArguments:
             raise InputError(f"max_length={self.max_length}: give at least 8 tokens (special tokens included).")
         if self.regression and self.multi_label:
             raise InputError("regression and multi_label exclude each other: a score, or several labels.")
-        if self.task == "token" and (self.regression or self.multi_label):
-            raise InputError("regression and multi_label are for the text and pair tasks; a tagger has one tag a word.")
+        if self.task in ("token", "qa") and (self.regression or self.multi_label):
+            raise InputError(f"regression and multi_label are for the text and pair tasks, not {self.task!r}.")
+        if self.doc_stride is not None and (self.task != "qa" or self.doc_stride < 0):
+            raise InputError(f"doc_stride={self.doc_stride}: give 0 or more tokens, for the qa task only.")
         if self.gradient_accumulation_steps < 1 or self.gradient_accumulation_steps > self.batch_size:
             raise InputError(
                 f"gradient_accumulation_steps={self.gradient_accumulation_steps}: give 1 to batch_size "

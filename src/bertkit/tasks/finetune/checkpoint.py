@@ -19,9 +19,16 @@ from typing import Any
 
 from ...encoder.models import quiet_transformers
 from ...errors import InputError
-from ...io.writers import atomic_path, check_new_directory, recover_interrupted_replace, staged_directory
+from ...io.writers import (
+    atomic_path,
+    check_new_directory,
+    package_version,
+    recover_interrupted_replace,
+    staged_directory,
+)
 from ..finetuned import FineTunedClassifier
-from ..runs import CONFIG_FILE, KIND_TEXT, KIND_TOKEN, package_version
+from ..qa import FineTunedQA
+from ..runs import CONFIG_FILE, KIND_QA, KIND_TEXT, KIND_TOKEN
 from ..tagger import FineTunedTagger
 from .arguments import LOGS
 
@@ -98,9 +105,12 @@ def learned_anything(baseline: dict | None, best: float | None, metric_name: str
     learned = best is not None and best > baseline["score"] + 1e-9
     if not learned:
         logger.warning(
-            f"the best dev {metric_name} ({best or 0:.4f}) is no better than {baseline['what']} "
-            f"({baseline['score']:.4f}): the model learned nothing useful. Try more epochs (--epochs), a higher "
-            "learning rate (--lr), or more training data."
+            "the best dev %s (%.4f) is no better than %s (%.4f): the model learned nothing useful. Try more epochs "
+            "(--epochs), a higher learning rate (--lr), or more training data.",
+            metric_name,
+            best or 0,
+            baseline["what"],
+            baseline["score"],
         )
     return {**baseline, "learned": learned}
 
@@ -109,7 +119,7 @@ def write_final(output: Path, network: Any, tokenizer: Any, run_record: dict, tr
     """Replace `output` by the best epoch's model + tokenizer + bertkit.json (checkpoints gone, logs kept)."""
     best = training["best_score"]
     record = {
-        "kind": KIND_TOKEN if run_record["task"] == "token" else KIND_TEXT,
+        "kind": {"token": KIND_TOKEN, "qa": KIND_QA}.get(run_record["task"], KIND_TEXT),
         "precision": "fp32",  # trained and evaluated in fp32; loading at another precision warns
         "bertkit_version": package_version("bertkit"),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -126,6 +136,6 @@ def write_final(output: Path, network: Any, tokenizer: Any, run_record: dict, tr
         (staging / CONFIG_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
         if (output / LOGS).is_dir():  # metrics.jsonl and the trackers' files stay with the run
             shutil.copytree(output / LOGS, staging / LOGS)
-    logger.info(f"saved {output}: best epoch {training['best_epoch']} (dev {training['metric']} {best:.4f})")
-    loader = FineTunedTagger if run_record["task"] == "token" else FineTunedClassifier
+    logger.info("saved %s: best epoch %s (dev %s %.4f)", output, training["best_epoch"], training["metric"], best)
+    loader = {"token": FineTunedTagger, "qa": FineTunedQA}.get(run_record["task"], FineTunedClassifier)
     return loader.from_pretrained(output)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from transformers import AutoTokenizer
 
 from ...errors import InputError
 from ...io.conll import TaggedData, read_labelled_text, read_tagged
-from ...io.readers import file_sha256
+from ...io.readers import check_label_separator, file_sha256
 from ..labels import check_class_counts, check_known_labels, check_labels, split_holdout
 from .examples import Example, text_examples, token_examples, word_pieces
 
@@ -29,6 +30,9 @@ class Columns:
     pair: str | int | None = None
     header: bool | None = None
     label_separator: str = ","
+
+    def __post_init__(self) -> None:
+        check_label_separator(self.label_separator)
 
 
 @dataclass
@@ -65,12 +69,18 @@ def _read(path, task: str, problem: str | None, columns: Columns):
 
 
 def _numbers_with_decimals(labels: list) -> bool:
-    """Labels that read as numbers, some of them not whole: scores to regress on, not classes."""
+    """Labels that are mostly numbers, some of them not whole: scores to regress on, not classes (a stray word among
+    them is then refused at its line, not made a class of its own)."""
+    values = [_float(label) for label in labels]
+    numbers = [value for value in values if value is not None]
+    return len(numbers) * 2 > len(values) and any(not value.is_integer() for value in numbers if math.isfinite(value))
+
+
+def _float(label) -> float | None:
     try:
-        values = [float(label) for label in labels]
+        return float(label)
     except (TypeError, ValueError):
-        return False
-    return any(not value.is_integer() for value in values)
+        return None
 
 
 def _prepare_sequences(task, problem, tokenizer, train, dev, max_length, seed, dev_share, limit, columns) -> Prepared:
@@ -83,7 +93,10 @@ def _prepare_sequences(task, problem, tokenizer, train, dev, max_length, seed, d
             f"{train}: the labels are numbers with decimals, so a one-output regressor is trained (mean "
             "squared error; scored by Spearman correlation on dev)."
         )
-        data = _read(train, task, problem, columns)
+        try:
+            data = _read(train, task, problem, columns)
+        except InputError as exc:
+            raise InputError(f"{exc} (Most labels are numbers with decimals, so {train} is read as scores.)") from None
     inputs = list(zip(data.texts, data.pairs)) if data.pairs is not None else list(data.texts)
     inputs, labels = inputs[:limit], data.labels[:limit]
     if problem == SINGLE_LABEL:
@@ -196,14 +209,14 @@ def _data_record(train, dev, train_rows, dev_rows, dev_share, seed, limit) -> di
     if dev_rows == 0:
         raise InputError(f"the dev set{f' {dev}' if dev else ''} is empty; give a dev file with examples.")
     record = {
-        "train": str(train),
+        "train": str(Path(train).resolve()),
         "train_sha256": file_sha256(train),
         "train_rows": train_rows,
         "limit": limit,
         "dev_rows": dev_rows,
     }
     if dev is not None:
-        record.update(dev=str(dev), dev_sha256=file_sha256(dev))
+        record.update(dev=str(Path(dev).resolve()), dev_sha256=file_sha256(dev))
     else:
         record["dev"] = f"{dev_share:.0%} held out of {train} (seed {seed})"
     return record

@@ -28,10 +28,11 @@ from ...encoder.precision import check_precision
 from ...encoder.threads import set_threads
 from ...errors import InputError
 from ...io.writers import remove_bertkit_directory
-from .arguments import LOGS, PAIR_MAX_LENGTH, TEXT_MAX_LENGTH, FinetuneArguments
+from .arguments import LOGS, PAIR_MAX_LENGTH, QA_MAX_LENGTH, TEXT_MAX_LENGTH, FinetuneArguments
 from .checkpoint import check_output, last_checkpoint, start_run, write_final
 from .examples import collate
 from .prepare import MULTI_LABEL, REGRESSION, SINGLE_LABEL, TOKENS, Columns, prepare, word_tokenizer
+from .qa import QA, QAEvaluator, prepare_qa, qa_baseline, qa_loss
 from .trainer import (
     Evaluator,
     Examples,
@@ -76,14 +77,15 @@ def finetune(
     ----------
     train, dev : str or Path
         Text tasks: TSV/CSV/JSONL with text and label columns (pair: text, pair and label; JSONL fields text,
-        text_pair, label); token task: CoNLL (word ... tag) or two columns. Without `dev`, a seeded `dev_share` of
-        the training data is held out.
+        text_pair, label); token task: CoNLL (word ... tag) or two columns; qa task: SQuAD v1.1/v2.0 JSON or flat
+        JSONL (id, question, context, answers). Without `dev`, a seeded `dev_share` of the training data is held out.
     output_dir : str or Path
         The run directory: a plain transformers model, its tokenizer, `bertkit.json` and `logs/`.
     task : str
-        'text' (the default), 'pair' (sentence pairs: NLI, paraphrase, similarity, relevance) or 'token' (tagging),
-        here or in `args.task` (a contradiction is an error). Text and pair runs classify, or with
-        `regression=True` (implied by labels with decimals) score, or with `multi_label=True` give several labels.
+        'text' (the default), 'pair' (sentence pairs: NLI, paraphrase, similarity, relevance), 'token' (tagging)
+        or 'qa' (extractive question answering: `max_length` 384, `doc_stride`), here or in `args.task` (a
+        contradiction is an error). Text and pair runs classify, or with `regression=True` (implied by labels with
+        decimals) score, or with `multi_label=True` give several labels.
     model : str, optional
         The encoder to start from (None: the packaged default).
     args : FinetuneArguments, optional
@@ -118,7 +120,7 @@ def finetune(
 
     Returns
     -------
-    FineTunedClassifier or FineTunedTagger
+    FineTunedClassifier or FineTunedTagger or FineTunedQA
         The best epoch's model, loaded from `output_dir` (None on the other processes of a distributed run).
     """
     args = _with_keywords(copy.deepcopy(args) if args is not None else FinetuneArguments(), training)
@@ -130,6 +132,7 @@ def finetune(
         warnings.warn("threads= is deprecated: call bertkit.set_threads(n).", DeprecationWarning, stacklevel=2)
         set_threads(threads)
     output = Path(output_dir)
+    columns = Columns(text_column, label_column, pair_column, header, label_separator)
     wanted = _check_device(args, device)
     from accelerate import PartialState
 
@@ -140,12 +143,16 @@ def finetune(
         check_output(output, resume, overwrite)
 
     encoder = Encoder.from_pretrained(model, device="cpu")
-    default_length = {"text": TEXT_MAX_LENGTH, "pair": PAIR_MAX_LENGTH}.get(task, encoder.max_length)
+    default_length = {"text": TEXT_MAX_LENGTH, "pair": PAIR_MAX_LENGTH, "qa": QA_MAX_LENGTH}.get(
+        task, encoder.max_length
+    )
     max_length = min(args.max_length or default_length, encoder.max_length)
     tokenizer = word_tokenizer(encoder) if task == "token" else encoder.tokenizer
     problem = _problem(task, args)
-    columns = Columns(text_column, label_column, pair_column, header, label_separator)
-    prepared = prepare(task, problem, tokenizer, train, dev, max_length, args.seed, dev_share, limit, columns)
+    if task == "qa":
+        prepared = prepare_qa(tokenizer, train, dev, max_length, args.seed, dev_share, limit, args.doc_stride)
+    else:
+        prepared = prepare(task, problem, tokenizer, train, dev, max_length, args.seed, dev_share, limit, columns)
     run_record = {
         "task": task,
         "problem": prepared.problem,
@@ -166,12 +173,12 @@ def finetune(
 
     torch.manual_seed(args.seed)
     network = build_model(encoder, task, prepared.labels, prepared.problem)
-    evaluator = Evaluator(task, network, tokenizer, max_length, prepared)
+    evaluator = (QAEvaluator if task == "qa" else Evaluator)(task, network, tokenizer, max_length, prepared)
     del encoder
     trainer = _trainer(args, output, network, evaluator, prepared, wanted, progress, state.num_processes)
     checkpoint = last_checkpoint(output) if resume else None
     if resume and checkpoint is None:
-        logger.info(f"{output} stopped before its first checkpoint: starting it from the beginning")
+        logger.info("%s stopped before its first checkpoint: starting it from the beginning", output)
     _say_start(args, prepared, trainer, output, checkpoint, wanted)
     with held_interrupt() as requested:
         run = RunCallback(
@@ -188,8 +195,9 @@ def finetune(
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if run.interrupted:
         logger.warning(
-            f"interrupted {_where(trainer.state, trainer)}: checkpoint saved in "
-            f"{output / f'checkpoint-{trainer.state.global_step}'}; run the same command with --resume to continue."
+            "interrupted %s: checkpoint saved in %s; run the same command with --resume to continue.",
+            _where(trainer.state, trainer),
+            output / f"checkpoint-{trainer.state.global_step}",
         )
         raise KeyboardInterrupt
     training = _training_record(trainer, evaluator.metric_name, args)
@@ -251,7 +259,7 @@ def _trainer(args, output, network, evaluator, prepared, device, progress, proce
             data_collator=functools.partial(
                 collate, pad_token_id=runner.tokenizer.pad_token_id, with_type_ids=runner.takes_type_ids
             ),
-            compute_loss_func=step_loss,
+            compute_loss_func=qa_loss if args.task == "qa" else step_loss,
             callbacks=callbacks,
             evaluator=evaluator,
             batch_size=args.batch_size,
@@ -298,14 +306,15 @@ def _say_start(args, prepared, trainer, output, checkpoint, device) -> None:
 
         saved = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
         state = type("Saved", (), {"global_step": saved["global_step"], "max_steps": saved["max_steps"]})
-        logger.info(f"resuming {output} {_where(state, trainer)}")
-    logger.info(
+        logger.info("resuming %s %s", output, _where(state, trainer))
+    said = (
         f"fine-tuning {args.task} model on {len(prepared.train)} examples ({len(prepared.labels)} labels), "
         f"dev {len(prepared.dev_inputs)}; {args.num_train_epochs} epochs × {steps} steps of {args.batch_size}"
         f"{f' ({chr(44).join(parts)})' if parts else ''}, lr {args.learning_rate:g}, on {describe(device)}"
         f"{'' if device.type != 'cpu' else f' ({torch.get_num_threads()} threads)'}"
         f"{'' if args.mixed_precision == 'no' else f', {args.mixed_precision} mixed precision'}"
     )
+    logger.info(said)
 
 
 def _training_record(trainer: FinetuneTrainer, metric: str, args: FinetuneArguments) -> dict:
@@ -327,8 +336,8 @@ def _training_record(trainer: FinetuneTrainer, metric: str, args: FinetuneArgume
 
 
 def _problem(task: str, args: FinetuneArguments) -> str:
-    if task == "token":
-        return TOKENS
+    if task in ("token", "qa"):
+        return TOKENS if task == "token" else QA
     return REGRESSION if args.regression else MULTI_LABEL if args.multi_label else SINGLE_LABEL
 
 
@@ -361,6 +370,8 @@ def majority_baseline(prepared: Any) -> dict:
         return {"what": "predicting no label", "score": 0.0}
     if prepared.problem == TOKENS:
         return {"what": "tagging every word 'O'", "score": 0.0}
+    if prepared.problem == QA:
+        return qa_baseline(prepared)
     counts = collections.Counter(example.labels for example in prepared.train)
     majority = prepared.labels[counts.most_common(1)[0][0]]
     score = sum(gold == majority for gold in prepared.dev_gold) / max(len(prepared.dev_gold), 1)

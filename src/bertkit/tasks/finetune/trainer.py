@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 from transformers import (
+    AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
     Trainer,
@@ -52,7 +53,8 @@ EPOCH_KEY = "bertkit_epoch"  # bertkit's record of each epoch in Trainer's log h
 
 
 def build_model(encoder: Any, task: str, labels: list[str], problem: str = SINGLE_LABEL) -> Any:
-    """A `...ForSequence/TokenClassification` model whose encoder weights are the loaded encoder's (head random).
+    """A `...ForSequence/TokenClassification` (or `...ForQuestionAnswering`) model whose encoder weights are the
+    loaded encoder's (head random).
 
     Its config says what it does (`problem_type`; a regressor has one output), and how sentence-transformers'
     `CrossEncoder` should score with it: a regressor's output as it is, a classifier's logits (softmax for
@@ -62,13 +64,15 @@ def build_model(encoder: Any, task: str, labels: list[str], problem: str = SINGL
     config.num_labels = len(labels)
     config.id2label = dict(enumerate(labels))
     config.label2id = {label: i for i, label in enumerate(labels)}
-    if task != "token":
+    if task in ("text", "pair"):
         config.problem_type = problem
         activation = (
             "torch.nn.modules.activation.Sigmoid" if problem == MULTI_LABEL else "torch.nn.modules.linear.Identity"
         )
         config.sentence_transformers = {"activation_fn": activation}
-    auto = AutoModelForTokenClassification if task == "token" else AutoModelForSequenceClassification
+    auto = {"token": AutoModelForTokenClassification, "qa": AutoModelForQuestionAnswering}.get(
+        task, AutoModelForSequenceClassification
+    )
     with quiet_transformers():
         network = auto.from_config(config)
     missing, _unexpected = network.base_model.load_state_dict(encoder.model.state_dict(), strict=False)
@@ -113,6 +117,8 @@ class Examples(torch.utils.data.Dataset):
         first = self.examples[0]
         labels = first.labels
         ignored = [IGNORE_INDEX] * len(labels) if isinstance(labels, list) else IGNORE_INDEX
+        if isinstance(labels, tuple):  # a question's answer: (start, end)
+            ignored = (IGNORE_INDEX, IGNORE_INDEX)
         if isinstance(labels, float) or (isinstance(labels, list) and labels and isinstance(labels[0], float)):
             ignored = [float(IGNORE_INDEX)] * len(labels) if isinstance(labels, list) else float(IGNORE_INDEX)
         return Example(first.input_ids, first.token_type_ids, ignored)
@@ -263,11 +269,12 @@ class RunCallback(TrainerCallback):
         best = max(h[EPOCH_KEY]["dev_score"] for h in state.log_history if EPOCH_KEY in h)
         improved = entry["dev_score"] >= best
         resumed = f" (the {entry['steps']} steps run since resuming)" if entry.get("resumed") else ""
-        logger.info(
+        line = (
             f"epoch {entry['epoch']}/{self.epochs}: train loss {entry['train_loss']:.4f}{resumed}, dev "
             f"{self.metric_name} {entry['dev_score']:.4f}{' (best)' if improved else ''}, {entry['seconds']:.0f}s, "
             f"{entry['examples_per_second']:.1f} examples/s"
         )
+        logger.info(line)
         self._write(
             {
                 "step": state.global_step,
