@@ -1,0 +1,72 @@
+"""Question answering on the command line: `bertkit answer`, and what evaluate and predict do with a QA run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import InputError
+from .common import DeviceOption, RunArgument, ThreadsOption, app, say, texts_or_file
+
+# Library imports sit inside the command: `bertkit --help` loads only what it uses (start-up speed).
+
+
+@app.command()
+def answer(
+    run: Path = RunArgument,
+    question: list[str] = typer.Option(..., "--question", "-q", help="The question; repeatable."),
+    context: str = typer.Option(..., "--context", "-c", help="The text to find the answer in, or a file holding it."),
+    top_k: int = typer.Option(1, "--top-k", "-k", help="Answers per question, best first."),
+    max_answer_len: int = typer.Option(30, "--max-answer-len", help="Longest answer, in tokens."),
+    handle_impossible_answer: bool = typer.Option(
+        False, "--handle-impossible-answer", help="Allow 'no answer' ({answer: '', start: 0, end: 0})."
+    ),
+    doc_stride: Optional[int] = typer.Option(
+        None, "--doc-stride", help="Tokens two windows of a long context share (default: the run's)."
+    ),
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | bf16 | int8; default: the run's own."),
+    threads: Optional[int] = ThreadsOption,
+    device: str = DeviceOption,
+) -> None:
+    """Answer questions from a context with a question-answering run (fine-tuned with --task qa): one JSON line per
+    question, {answer, score, start, end} with character offsets into the context (a list of them with --top-k)."""
+    from ..tasks.load import load_run
+
+    source = texts_or_file([context], as_text=False)
+    if source is not None:
+        from ..io.readers import decoded_lines
+
+        context = "".join(line for _, line in decoded_lines(source))
+    model = load_run(run, precision=precision, device=device)
+    if not hasattr(model, "answer"):
+        raise InputError(f"{run} is not a question-answering run; fine-tune one with --task qa.")
+    found = model.answer(list(question), context, top_k, max_answer_len, handle_impossible_answer, doc_stride)
+    for item in found:
+        typer.echo(json.dumps(item, ensure_ascii=False))
+
+
+def evaluate_file(model, data_file: Path) -> str:
+    """`bertkit evaluate` of a QA run: the official SQuAD scores of a SQuAD JSON / JSONL file."""
+    return model.evaluate(data_file).text()
+
+
+def write_predictions(model, inputs: list[str], output: Optional[Path]) -> None:
+    """`bertkit predict` of a QA run: a SQuAD file's answers in the official `{id: answer}` layout ("" for no answer),
+    on stdout or written atomically to `output`."""
+    from ..io.squad import read_squad
+    from ..io.writers import atomic_path
+
+    if len(inputs) != 1 or not Path(inputs[0]).is_file():
+        raise InputError("a question-answering run predicts a SQuAD file: give one .json or .jsonl file.")
+    data = read_squad(inputs[0])
+    answers, _, _ = model.predictions(data.examples)
+    text = json.dumps(answers, ensure_ascii=False, indent=1) + "\n"
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    with atomic_path(output) as temporary:
+        temporary.write_text(text, encoding="utf-8")
+    say(f"wrote the answers to {len(answers)} questions of {inputs[0]} to {output}")

@@ -1,0 +1,175 @@
+"""Extractive question-answering data: SQuAD v1.1 / v2.0 JSON (`data → paragraphs → qas`) and the flat layout of
+Hugging Face datasets (`id, question, context, answers: {text, answer_start}`) as JSONL or a JSON list.
+
+Every question is checked where it is read: an id given twice, a missing context or question, an answer whose text
+is not at its `answer_start`, each refused in one line naming the file, the id and the line. A question without
+answers (v2's `is_impossible`, or empty answers) is unanswerable: its gold answer is "no answer".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError, quoted
+from .readers import decoded_lines
+
+
+@dataclass(frozen=True)
+class QAExample:
+    """One question about a context, with its gold answers as (text, character start) pairs (none: unanswerable)."""
+
+    id: str
+    question: str
+    context: str
+    answers: tuple[tuple[str, int], ...] = ()
+    line: int = 0  # the file line the question is on (nested JSON: the line of its id)
+
+    @property
+    def answerable(self) -> bool:
+        return bool(self.answers)
+
+
+@dataclass
+class SquadData:
+    """The questions of one file, in file order; `negatives` says whether any is unanswerable (SQuAD v2)."""
+
+    path: Path
+    examples: list[QAExample]
+
+    @property
+    def negatives(self) -> bool:
+        return any(not e.answerable for e in self.examples)
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+
+def read_squad(path: str | Path) -> SquadData:
+    """Read SQuAD v1.1 / v2.0 JSON, or Hugging Face's flat layout as JSONL (one question a line) or a JSON list.
+
+    Parameters
+    ----------
+    path : str or Path
+        `.json` (SQuAD's `{"data": [{"paragraphs": [{"context", "qas"}]}]}`, or a list / `{"data": [...]}` of flat
+        records) or `.jsonl` (one flat record a line: `id, question, context, answers: {text, answer_start}`).
+
+    Returns
+    -------
+    SquadData
+        The questions with their gold answers, checked.
+    """
+    path = Path(path)
+    if path.suffix.lower() in (".jsonl", ".ndjson"):
+        examples = list(_jsonl_records(path))
+    else:
+        examples = list(_json_records(path))
+    if not examples:
+        raise InputError(f"{path}: no questions found; give SQuAD JSON (data → paragraphs → qas) or JSONL records.")
+    seen: dict[str, int] = {}
+    for example in examples:
+        if example.id in seen:
+            raise InputError(
+                f"{path}, line {example.line}: id {quoted(example.id)} is given twice (first on line "
+                f"{seen[example.id]}); every question needs its own id."
+            )
+        seen[example.id] = example.line
+    return SquadData(path, examples)
+
+
+def _jsonl_records(path: Path) -> Iterator[QAExample]:
+    for number, text in decoded_lines(path):
+        if not text.strip():
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}, line {number}: not valid JSON ({exc.msg}, column {exc.colno}).") from None
+        yield _flat(record, path, number)
+
+
+def _json_records(path: Path) -> Iterator[QAExample]:
+    text = "".join(line for _, line in decoded_lines(path))
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}, line {exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno}).") from None
+    items = document.get("data") if isinstance(document, dict) else document
+    if not isinstance(items, list):
+        raise InputError(
+            f'{path}: expected SQuAD JSON ({{"data": [articles]}}) or a list of records, got '
+            f"{type(document).__name__} without a 'data' list."
+        )
+    line_of = lambda qid: text.count("\n", 0, max(0, text.find(json.dumps(qid)))) + 1  # noqa: E731
+    for article in items:
+        if isinstance(article, dict) and "paragraphs" in article:
+            yield from _article(article, path, line_of)
+        else:
+            record = article if isinstance(article, dict) else {}
+            yield _flat(record, path, line_of(_id(record, path, 0)))
+
+
+def _article(article: dict, path: Path, line_of) -> Iterator[QAExample]:
+    for paragraph in article["paragraphs"] or []:
+        questions = paragraph.get("qas") if isinstance(paragraph, dict) else None
+        if not isinstance(questions, list):
+            raise InputError(f"{path}: a paragraph without its list of questions (qas): {quoted(paragraph)}.")
+        for qa in questions:
+            qid = _id(qa, path, 0)
+            line = line_of(qid)
+            context = paragraph.get("context")
+            if qa.get("is_impossible"):
+                answers = []
+            else:
+                answers = [(a.get("text"), a.get("answer_start")) for a in qa.get("answers") or []]
+            yield _example(qid, qa.get("question"), context, answers, path, line)
+
+
+def _flat(record: dict, path: Path, line: int) -> QAExample:
+    if not isinstance(record, dict):
+        raise InputError(f"{path}, line {line}: each record must be a JSON object, got {type(record).__name__}.")
+    qid = _id(record, path, line)
+    answers = record.get("answers") or {}
+    if not isinstance(answers, dict):
+        raise InputError(
+            f"{path}, line {line}, id {quoted(qid)}: answers must be {{text: [...], answer_start: [...]}}."
+        )
+    texts, starts = answers.get("text") or [], answers.get("answer_start") or []
+    if len(texts) != len(starts):
+        raise InputError(
+            f"{path}, line {line}, id {quoted(qid)}: answers has {len(texts)} texts but {len(starts)} answer_starts."
+        )
+    return _example(qid, record.get("question"), record.get("context"), list(zip(texts, starts)), path, line)
+
+
+def _id(record: dict, path: Path, line: int) -> str:
+    qid = record.get("id") if isinstance(record, dict) else None
+    if isinstance(qid, bool) or not isinstance(qid, (str, int)) or str(qid) == "":
+        where = f", line {line}" if line else ""
+        raise InputError(f"{path}{where}: a question without an id ({quoted(record)}); every question needs one.")
+    return str(qid)
+
+
+def _example(qid: str, question, context, answers: list, path: Path, line: int) -> QAExample:
+    where = f"{path}, line {line}, id {quoted(qid)}"
+    if not isinstance(context, str):
+        raise InputError(f"{where}: the question has no context (a string to find the answer in).")
+    if not isinstance(question, str) or not question.strip():
+        raise InputError(f"{where}: the question is missing or blank.")
+    checked = []
+    for text, start in answers:
+        if not isinstance(text, str) or isinstance(start, bool) or not isinstance(start, int):
+            raise InputError(
+                f"{where}: an answer needs a text and a whole-number answer_start, got {text!r}, {start!r}."
+            )
+        if context[start : start + len(text)] != text:
+            found = context.find(text)
+            hint = f"; that text is at {found}" if found >= 0 else "; the context does not hold that text"
+            raise InputError(
+                f"{where}: answer {quoted(text)} is not at answer_start {start} (the context there reads "
+                f"{quoted(context[start : start + len(text)])}){hint}."
+            )
+        checked.append((text, start))
+    return QAExample(qid, question, context, tuple(checked), line)

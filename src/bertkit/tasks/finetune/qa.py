@@ -1,0 +1,113 @@
+"""Fine-tuning for extractive question answering: run_qa.py's training features on bertkit's windows, its loss, and
+dev scoring by the official SQuAD rules with the no-answer threshold chosen there."""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any
+
+import torch
+
+from ...errors import InputError
+from ...io.squad import QAExample, read_squad
+from ..labels import split_holdout
+from ..qa import FineTunedQA, qa_windows
+from ..squad import squad_scores
+from .examples import IGNORE_INDEX, Example
+from .prepare import Prepared, _data_record
+from .trainer import Evaluator
+
+QA = "question_answering"
+
+
+def span_labels(window: Any, example: QAExample, side: int, cls_id: int | None) -> tuple[int, int]:
+    """The first and last token of the example's (first) answer in this window, or [CLS] twice when the window does
+    not hold the whole answer, or the question has none (run_qa's labels)."""
+    cls = window.ids.index(cls_id) if cls_id in window.ids else 0
+    if not example.answers:
+        return cls, cls
+    text, start_char = example.answers[0]
+    end_char = start_char + len(text)
+    context = [i for i, s in enumerate(window.sequence_ids) if s == side]
+    offsets = [window.offsets[i] for i in context]
+    if not context or offsets[0][0] > start_char or offsets[-1][1] < end_char:
+        return cls, cls
+    first = bisect.bisect_right([o[0] for o in offsets], start_char) - 1  # the last token starting at or before it
+    last = bisect.bisect_left([o[1] for o in offsets], end_char)  # the first token ending at or after its end
+    return context[first], context[max(first, last)]
+
+
+def qa_examples(tokenizer: Any, examples: list[QAExample], max_length: int, doc_stride: int) -> tuple[list, int]:
+    """One training example per window, labelled with its answer's tokens; and how many contexts needed windows."""
+    windows = qa_windows(
+        tokenizer, [e.question for e in examples], [e.context for e in examples], max_length, doc_stride
+    )
+    found, split = [], 0
+    for example, parts in zip(examples, windows.parts):
+        split += len(parts) > 1
+        for window in parts:
+            labels = span_labels(window, example, windows.context_side, tokenizer.cls_token_id)
+            found.append(Example(window.ids, window.type_ids, labels))
+    return found, split
+
+
+def prepare_qa(tokenizer, train, dev, max_length, seed, dev_share, limit, doc_stride) -> Prepared:
+    """SQuAD (or flat JSONL) training and dev questions as windows with answer labels, and the run's data record."""
+    examples = read_squad(train).examples[:limit]
+    if dev is not None:
+        dev_examples = read_squad(dev).examples
+    else:
+        examples, dev_examples, _, _ = split_holdout(examples, [0] * len(examples), dev_share, seed, stratify=False)
+    room = max_length - tokenizer.num_special_tokens_to_add(pair=True)
+    stride = min(128, room // 2) if doc_stride is None else doc_stride
+    train_examples, split = qa_examples(tokenizer, examples, max_length, stride)
+    if not any(e.answerable for e in examples):
+        raise InputError(f"{train}: no question has an answer; a reader needs answers to learn where they are.")
+    notes = []
+    if split:
+        notes.append(
+            f"{split} training contexts did not fit {max_length} tokens with their question and were read in windows "
+            f"sharing {stride} tokens (--doc-stride); a window without the whole answer learns 'no answer' ([CLS])."
+        )
+    record = _data_record(train, dev, len(examples), len(dev_examples), dev_share, seed, limit)
+    record.update(doc_stride=stride, negatives=any(not e.answerable for e in examples + dev_examples))
+    gold = [[text for text, _ in e.answers] for e in dev_examples]
+    return Prepared(QA, ["start", "end"], train_examples, dev_examples, gold, record, notes)
+
+
+def qa_loss(outputs: Any, labels: torch.Tensor, num_items_in_batch: Any = None) -> torch.Tensor:
+    """`Trainer`'s `compute_loss_func`: the start and end cross-entropies summed over the micro-batch, divided by the
+    step's labelled positions (two per example): transformers' QA loss, (start + end) / 2 averaged over the step."""
+    loss = sum(
+        torch.nn.functional.cross_entropy(logits.float(), labels[:, k], reduction="sum", ignore_index=IGNORE_INDEX)
+        for k, logits in enumerate((outputs.start_logits, outputs.end_logits))
+    )
+    return loss / (num_items_in_batch or max(1, int(labels.ne(IGNORE_INDEX).sum())))
+
+
+def qa_baseline(prepared: Prepared) -> dict:
+    """What answering "no answer" to every dev question scores (F1, in percent)."""
+    unanswerable = sum(1 for answers in prepared.dev_gold if not answers)
+    return {"what": "always answering 'no answer'", "score": 100.0 * unanswerable / max(len(prepared.dev_gold), 1)}
+
+
+class QAEvaluator(Evaluator):
+    """Dev scoring of a QA run after each epoch: the official SQuAD scores; with unanswerable questions, at the
+    no-answer threshold that maximises F1 on dev (saved with the run), which is the score that picks the epoch."""
+
+    def __init__(self, task: str, network: Any, tokenizer: Any, max_length: int, prepared: Prepared) -> None:
+        self.task, self.prepared, self.tokenizer, self.metric_name = task, prepared, tokenizer, "F1"
+        self.runner = FineTunedQA(network, tokenizer, max_length, {"data": prepared.data_record})
+
+    def evaluate(self) -> tuple[float, dict]:
+        examples: list[QAExample] = self.prepared.dev_inputs
+        _, spans, null_diff = self.runner.predictions(examples)
+        gold = {e.id: [text for text, _ in e.answers] for e in examples}
+        if not self.runner.negatives:
+            metrics = squad_scores(gold, spans)
+            return metrics["f1"], metrics
+        finite = {k: min(v, 1e9) for k, v in null_diff.items()}
+        threshold = squad_scores(gold, spans, finite)["best_f1_thresh"]
+        self.runner.null_threshold = threshold
+        metrics = {**squad_scores(gold, spans, finite, threshold), "null_threshold": threshold}
+        return metrics["f1"], metrics
