@@ -228,7 +228,7 @@ def test_tagger_prediction_is_its_predict_and_it_has_no_map(encoder, tagger_dir)
     assert [(e["type"], e["start"], e["end"]) for e in shown["entities"]] == [
         (e.type, e.char_start, e.char_end) for e in expected
     ]
-    assert "no feature-classifier run" in result["map"]["error"]
+    assert "No feature-classifier run is loaded" in result["map"]["note"] and "error" not in result["map"]
 
 
 # ---- the page in a real browser (slow) -------------------------------------------------------------------------

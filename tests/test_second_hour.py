@@ -38,13 +38,12 @@ def test_text_in_another_script_is_poor_coverage_row_by_row(encoder, text):
     assert encoder.coverage([text, "a plain English sentence"]).poor_rows == [0]
 
 
-def test_a_run_finds_its_training_file_from_any_folder(monkeypatch, capsys, tmp_path):
+def test_a_run_finds_its_training_file_from_any_folder(monkeypatch, capsys, tmp_path, encoder):
     """Before: `train reviews.tsv` recorded 'reviews.tsv'; the explainer, started in another folder, lost the run's
     map ("its training file is not reachable here") and fell back to sample reviews whose labels were another set."""
     from conftest import run_cli
 
-    from bertkit.explain.explainer import _fit_map, map_source
-    from bertkit.tasks.load import load_run
+    from bertkit.explain.explainer import Explainer
 
     (tmp_path / "work").mkdir()
     rows = [f"a good film number {i}\t1" for i in range(8)] + [f"a bad film number {i}\t0" for i in range(8)]
@@ -53,9 +52,59 @@ def test_a_run_finds_its_training_file_from_any_folder(monkeypatch, capsys, tmp_
     args = ["train", "reviews.tsv", "--dev", "reviews.tsv", "-o", "run", "-l", "last", "--C", "1"]
     assert run_cli(monkeypatch, capsys, *args)[0] == 0
     monkeypatch.chdir(tmp_path)
-    run = load_run(tmp_path / "work" / "run")
-    texts, labels, source, sample = map_source(run, "run")
-    assert not sample and len(texts) == 16 and "training file" in source and str(tmp_path) not in source
+    explainer = Explainer.from_paths(encoder=encoder, run_dirs=[str(tmp_path / "work" / "run")])
+    shown = explainer.map_view("run", "a good film")
+    assert shown["n"] == 16 and "training file" in shown["source"] and str(tmp_path) not in shown["source"]
+    # the groups come in the run's class order: the order (and so the colours) of `train --report`'s pca.png
+    assert [g["label"] for g in shown["groups"]] == ["0", "1"]
+
+    run = explainer.runs["run"]
     run.record_["data"]["train"] = str(tmp_path / "gone.tsv")  # a file no longer there: the sample, in the run's labels
-    fallback = _fit_map(run, "run")
-    assert set(fallback.labels) <= {"0", "1"} and "coloured by the run's predictions" in fallback.source
+    fallback = Explainer(encoder, runs={"run": run}).map_view("run", "a good film")
+    assert {g["label"] for g in fallback["groups"]} <= {"0", "1"}
+    assert "coloured by the run's predictions" in fallback["source"]
+
+
+@pytest.mark.slow
+def test_the_page_without_a_run_says_so_calmly_in_both_forms(tmp_path):
+    """Before: with no run, panel 4 was a red error box while panels 5 and 6 were neutral notes, and the saved file
+    asked the reader to type into a box it had disabled."""
+    from test_explain import CHROMIUM, CHROMIUM_ARGS, Served, Watched
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    output = tmp_path / "explain.html"
+    done = subprocess.run(
+        [sys.executable, "-m", "bertkit.cli", "explain", "I love Korea", "-o", str(output)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    served = Served()
+    try:
+        with sync_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            for form, url in [("saved", output.as_uri()), ("live", served.url + "/")]:
+                watched = Watched(browser)
+                if form == "saved":
+                    watched.page.goto(url)
+                    watched.page.wait_for_function("document.body.dataset.updated === 'offline'", timeout=60_000)
+                else:
+                    watched.update(lambda url=url, watched=watched: watched.page.goto(url))
+                page = watched.page
+                for panel in ("map", "prediction", "probe"):
+                    assert page.locator(f"#panel-{panel} .error").is_hidden(), panel
+                    assert page.locator(f"#panel-{panel} .note").is_visible(), panel
+                assert "No feature-classifier run is loaded" in page.locator("#map-source").inner_text()
+                assert page.locator("#map").is_hidden()
+                cosine = page.locator("#cosine").inner_text()
+                if form == "saved":
+                    assert "No second sentence was saved" in cosine and "Type" not in cosine
+                else:  # the live page opens on an example pair of sentences
+                    assert cosine.startswith("cosine(")
+                page.screenshot(path=str(tmp_path / f"{form}.png"), full_page=True)
+                assert watched.errors == []
+                page.close()
+            browser.close()
+    finally:
+        served.stop()

@@ -1,2 +1,3 @@
 """The explainer page: JSON views of one sentence, the static page, its routes and the offline HTML; may import
-encoder, io, tasks."""
+encoder, io, tasks.
+"""

@@ -207,11 +207,11 @@ class Explainer:
 
     def map_view(self, name: str | None, text: str) -> dict:
         """The run's training sentences on a PCA map coloured by label, with `text` placed by the same projection."""
-        if name is None:
-            raise InputError(
-                "no feature-classifier run is loaded; give one trained with `bertkit train` (--run DIR) "
-                "to see where the sentence sits among its training sentences."
-            )
+        if name is None:  # not an error: the page works without a run, and says what a run would add
+            return {
+                "note": "No feature-classifier run is loaded. Add one trained with `bertkit train` (--run DIR) to see "
+                "where the sentence sits among its training sentences."
+            }
         run = self.runs.get(name)
         if not isinstance(run, TextClassifier):
             known = ", ".join(self.info()["map_runs"]) or "none"
@@ -226,11 +226,14 @@ class Explainer:
         features = self._features(name, text)
         point = data.pca.transform(features)[0]
         predicted = run.classes_[int(run.head_.predict_proba(features).argmax(axis=1)[0])]
-        groups: dict[str, dict] = {}
+
+        def group_of(label: str) -> dict:
+            return {"label": label, "x": [], "y": [], **({"text": []} if data.public else {})}
+
+        # the run's classes in order, as `train --report`'s pca.png draws them, so a label has one colour on both
+        groups = {str(label): group_of(str(label)) for label in run.classes_}
         for (x, y), label, sentence in zip(data.points, data.labels, data.texts):
-            group = groups.setdefault(
-                label, {"label": label, "x": [], "y": [], **({"text": []} if data.public else {})}
-            )
+            group = groups.setdefault(label, group_of(label))
             group["x"].append(round(float(x), 3))
             group["y"].append(round(float(y), 3))
             if data.public:
@@ -240,7 +243,7 @@ class Explainer:
             "source": data.source,
             "n": len(data.texts),
             "explained_variance": [round(float(v), 4) for v in data.pca.explained_variance_ratio_],
-            "groups": list(groups.values()),
+            "groups": [group for group in groups.values() if group["x"]],
             "sentence": {
                 "x": round(float(point[0]), 3),
                 "y": round(float(point[1]), 3),

@@ -58,7 +58,8 @@ def check_padding(encoder: Encoder, pad_to: int | None) -> int | None:
 
 def tokenization(encoder: Encoder, text: str, pad_to: int | None = None, pair: str | None = None) -> dict:
     """The guide's table (tokens, ids, mask, type ids, word ids) padded to `pad_to`, with the CLI's coverage line;
-    with a `pair`, the tutorial's `[CLS] a [SEP] b [SEP]`: where each segment runs and where `[SEP]` divides them."""
+    with a `pair`, the tutorial's `[CLS] a [SEP] b [SEP]`: where each segment runs and where `[SEP]` divides them.
+    """
     batch = _batch(encoder, text, pad_to, pair)
     coverage = encoder.coverage([text] + ([pair] if pair else []))
     rows = batch.table(0)
@@ -321,7 +322,8 @@ def _named(facts: dict) -> dict:
 
 def _batch(encoder: Encoder, text: str, pad_to: int | None, pair: str | None = None):
     """What `bertkit tokenize --max-length [--pair]` builds: padded to `pad_to`, or to its own length (at most
-    MAX_TOKENS; a pair cut longest first)."""
+    MAX_TOKENS; a pair cut longest first).
+    """
     pad_to = check_padding(encoder, pad_to)
     limit = pad_to or min(MAX_TOKENS, encoder.max_length)
     pairs = [pair] if pair else None

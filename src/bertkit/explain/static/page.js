@@ -24,6 +24,9 @@
   function tokenLabels(tokens) { return tokens.map((t, i) => i + " " + t); }
   function margin(l, b) { return { l: l || 90, r: 20, t: 30, b: b || 40 }; }
   const WHITE_BLUE = [[0, "#ffffff"], [1, "#08306b"]];
+  // matplotlib's default colours, in the run's class order: a label has the colour it has in `train --report`'s pca.png
+  const TAB10 = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+    "#17becf"];
 
   function setPanel(id, data, draw) {
     const panel = $(id), error = panel.querySelector(".error"), body = panel.querySelector(".body");
@@ -194,7 +197,9 @@
   function drawSentence(d) {
     $("sentence-facts").textContent = `layers=${d.layers}  pooling=${d.pooling}  →  a vector of ${d.dim} numbers ` +
       `(norm ${d.norm})`;
-    $("cosine").textContent = d.cosine == null ? "Type a second sentence in “Compare with” to see their cosine."
+    const none = OFFLINE ? "No second sentence was saved (`bertkit explain TEXT --compare OTHER` shows their cosine)."
+      : "Type a second sentence in “Compare with” to see their cosine.";
+    $("cosine").textContent = d.cosine == null ? none
       : `cosine(“${state.result.settings.text}”, “${d.compare}”) = ${d.cosine}`;
     return [Plotly.react("strip", [{ type: "heatmap", z: [d.vector], y: ["vector"], colorscale: "RdBu", zmid: 0,
       showscale: false, hovertemplate: "dim %{x}: %{z}<extra></extra>" }],
@@ -202,11 +207,15 @@
   }
 
   function drawMap(d) {
-    $("map-source").textContent = `run ${d.run}: ${d.source}; PCA explains ` +
+    const source = $("map-source");
+    source.className = d.note ? "note" : "muted";
+    $("map").hidden = Boolean(d.note);
+    if (d.note) { source.textContent = d.note; return []; }
+    source.textContent = `run ${d.run}: ${d.source}; PCA explains ` +
       d.explained_variance.map((v) => (100 * v).toFixed(1) + "%").join(" + ") + " of the variance.";
     // the training sentences come only when the server shows them (`--map-texts`, or bertkit's sample reviews)
-    const traces = d.groups.map((g) => ({ type: "scatter", mode: "markers", name: g.label, x: g.x, y: g.y, text: g.text,
-      marker: { size: 7, opacity: 0.7 }, hovertemplate: (g.text ? "%{text}" : "a training sentence") +
+    const traces = d.groups.map((g, k) => ({ type: "scatter", mode: "markers", name: g.label, x: g.x, y: g.y, text: g.text,
+      marker: { size: 7, opacity: 0.7, color: TAB10[k % TAB10.length] }, hovertemplate: (g.text ? "%{text}" : "a training sentence") +
         "<extra>" + g.label + "</extra>" }));
     traces.push({ type: "scatter", mode: "markers+text", name: "your sentence", x: [d.sentence.x], y: [d.sentence.y],
       text: ["your sentence → " + d.sentence.predicted], textposition: "top center",
