@@ -4,8 +4,11 @@ search finds, keeps the vectors' record, is written atomically, never replaces a
 
 import doctest
 import json
+import subprocess
+import sys
 import zipfile
 
+import httpx
 import numpy as np
 import pytest
 from conftest import run_cli
@@ -192,3 +195,64 @@ def test_without_faiss_the_library_says_how_to_install_it(monkeypatch):
 
 def test_the_docstring_example_runs():
     assert doctest.testmod(index_module, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+@pytest.mark.slow
+def test_the_service_answers_search_from_a_loaded_index(vector_files, encoder, texts, tmp_path):
+    """`bertkit serve --index` answers POST /search as the library does, documents it, and refuses in one line."""
+    from test_serve import Server
+
+    build_index(vector_files["int8"], tmp_path / "reviews.index")
+    build_index(vector_files["float32"], tmp_path / "floats.index")
+    index = load_index(tmp_path / "reviews.index")
+    queries = ["a warm and funny film", "the plot made no sense"]
+    expected = index.search(index.embed_queries(encoder, queries), top_k=5)
+
+    server = Server("--index", str(tmp_path / "reviews.index"), "--index", f"f={tmp_path / 'floats.index'}")
+    try:
+        answer = server.post("/search", {"query": queries, "top_k": 5, "index": "reviews"})
+        assert answer.status_code == 200, answer.text
+        found = answer.json()
+        assert [[h["corpus_id"] for h in row] for row in found] == [[h["corpus_id"] for h in row] for row in expected]
+        for row, wanted in zip(found, expected):
+            assert [h["score"] for h in row] == pytest.approx([h["score"] for h in wanted], abs=1e-4)
+            assert [h["id"] for h in row] == [str(index.ids[h["corpus_id"]]) for h in wanted]
+        one = server.post("/search", {"query": queries[0], "top_k": 5, "index": "reviews"}).json()
+        assert [h["corpus_id"] for h in one] == [h["corpus_id"] for h in expected[0]]
+
+        info = httpx.get(server.url + "/info").json()
+        assert {i["name"]: (i["rows"], i["precision"]) for i in info["indexes"]} == {
+            "reviews": (len(texts), "int8"),
+            "f": (len(texts), "float32"),
+        }
+        schema = httpx.get(server.url + "/openapi.json").json()
+        body = schema["components"]["schemas"]["SearchRequest"]["properties"]
+        assert "/search" in schema["paths"] and body["top_k"]["maximum"] == 1000
+        assert server.post("/search", {"query": "hi"}).status_code == 422  # two loaded: say which
+        assert server.post("/search", {"query": "hi", "index": "nope"}).status_code == 422  # not in the schema's enum
+        assert server.post("/search", {"query": "hi", "index": "f", "top_k": 1001}).status_code == 422
+        assert httpx.get(server.url + "/health").json()["status"] == "ok"
+    finally:
+        assert server.stop() == 0
+
+
+def test_serve_refuses_an_index_of_another_models_vectors_before_it_starts(vector_files, tmp_path):
+    target = tmp_path / "reviews.index"
+    build_index(vector_files["float32"], target)
+    index = load_index(target)
+    index.meta["fingerprint"] = "another model"
+    other = index.save(tmp_path / "other.index")
+    from bertkit.tasks.runs import parse_run_specs
+
+    assert parse_run_specs([str(other)], "--index") == {"other": other}
+    from test_serve import free_port
+
+    done = subprocess.run(
+        [sys.executable, "-m", "bertkit.cli", "serve", "--index", str(other), "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode != 0
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "fingerprint" in lines[0] and "would not compare" in lines[0], done.stderr

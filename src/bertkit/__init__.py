@@ -33,8 +33,11 @@ _LAZY = {
     "LayerSelection": "encoder.layers",
     "TextClassifier": "tasks.classify",
     "TokenEmbedding": "encoder.results",
+    "VectorIndex": "tasks.index",
+    "build_index": "tasks.index",
     "entity_scores": "tasks.tagging",
     "finetune": "tasks.finetune",
+    "load_index": "tasks.index",
     "load_run": "tasks.load",
     "parse_layers": "encoder.layers",
     "probe_text": "tasks.probe",
@@ -58,6 +61,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come fro
     from .tasks.classify import TextClassifier
     from .tasks.finetune import FinetuneArguments, finetune
     from .tasks.finetuned import FineTunedClassifier
+    from .tasks.index import VectorIndex, build_index, load_index
     from .tasks.load import load_run
     from .tasks.probe import probe_text, probe_token
     from .tasks.qa import FineTunedQA
@@ -67,7 +71,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come fro
     from .tasks.vectorizer import BertVectorizer
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name not in _LAZY:
         raise AttributeError(f"module 'bertkit' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
@@ -98,8 +102,11 @@ __all__ = [
     "ModelLoadError",
     "TextClassifier",
     "TokenEmbedding",
+    "VectorIndex",
+    "build_index",
     "entity_scores",
     "finetune",
+    "load_index",
     "load_run",
     "parse_layers",
     "probe_text",

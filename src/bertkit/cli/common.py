@@ -6,11 +6,14 @@ import logging
 import re
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, TextIO
 
 import typer
 
 from ..errors import InputError, brief
+
+if TYPE_CHECKING:
+    from ..encoder.encode import Encoder
 
 app = typer.Typer(
     add_completion=False,
@@ -40,8 +43,10 @@ def _root(
         False, "--verbose", "-v", help="Show debug messages, and what other libraries (Ray, transformers) say."
     ),
 ) -> None:
-    """Use pre-trained BERT-family encoders: inspect tokenization, extract embeddings, train classifiers, probe
-    layers, fine-tune, serve."""
+    """Use pre-trained BERT-family encoders.
+
+    Inspect tokenization, extract embeddings, train classifiers, probe layers, fine-tune, serve.
+    """
     show_logs("verbose" if verbose else "quiet" if quiet else "normal")
 
 
@@ -88,11 +93,12 @@ class _StderrHandler(logging.StreamHandler):
         super().__init__(sys.stderr)
 
     @property  # type: ignore[override]
-    def stream(self):
+    def stream(self) -> TextIO:
+        """The current `sys.stderr`."""
         return sys.stderr
 
     @stream.setter
-    def stream(self, value) -> None:
+    def stream(self, value: TextIO) -> None:
         pass
 
 
@@ -153,8 +159,10 @@ def existing_text_file(value: Optional[Path]) -> Optional[Path]:
 
 
 def existing_inputs(value: Optional[Path]) -> Optional[Path]:
-    """Typer callback for embed's INPUT: a file as `existing_text_file`; a folder or glob pattern (Ray reads those)
-    is checked where it is read."""
+    """Check embed's INPUT (a Typer callback): a file as `existing_text_file`.
+
+    A folder or glob pattern (Ray reads those) is checked where it is read.
+    """
     import glob
 
     if value is not None and not glob.has_magic(str(value)) and not Path(value).is_dir():
@@ -192,29 +200,41 @@ def existing_runs(values: Optional[list[str]]) -> Optional[list[str]]:
     return values
 
 
+def existing_indexes(values: Optional[list[str]]) -> Optional[list[str]]:
+    """Typer callback for serve's repeatable `--index [NAME=]FILE`: well-formed, and every file there."""
+    from ..tasks.runs import parse_run_specs
+
+    for path in parse_run_specs(values or [], "--index").values():
+        existing_file(path)
+    return values
+
+
 RunArgument = typer.Argument(
     ..., callback=existing_run, help="A run directory written by `bertkit train` or `bertkit finetune`."
 )
 
 
-def make_encoder(model: Optional[str], precision: str = "fp32", device: str = "auto"):
+def make_encoder(model: Optional[str], precision: str = "fp32", device: str = "auto") -> Encoder:
+    """Load `model` (None: the packaged default) as an `Encoder` at `precision` on `device`."""
     from ..encoder.encode import Encoder
 
     return Encoder.from_pretrained(model, precision=precision, device=device)
 
 
-def running_on(encoder) -> str:
-    """'cpu, fp32' or 'cuda:0 (NVIDIA H100 80GB HBM3), fp16': what a run summary says about where it ran."""
+def running_on(encoder: Encoder) -> str:
+    """Say where a run ran, as its summary does: 'cpu, fp32' or 'cuda:0 (NVIDIA H100 80GB HBM3), fp16'."""
     from ..encoder.devices import describe
 
     return f"{describe(encoder.device)}, {encoder.precision}"
 
 
 def say(message: str) -> None:
+    """Print `message` on stderr."""
     typer.echo(message, err=True)
 
 
-def cache_option(no_cache: bool, cache_dir: Optional[Path]):
+def cache_option(no_cache: bool, cache_dir: Optional[Path]) -> Optional[Path]:
+    """Return the embedding cache directory: None with `no_cache`, else `cache_dir` or the default one."""
     from ..io.cache import default_cache_dir
 
     if no_cache:
@@ -226,7 +246,7 @@ _PATH_LIKE = re.compile(r"\S*(/|\\)\S*|\S+\.(tsv|csv|jsonl|json|txt|text|parquet
 
 
 def texts_or_file(inputs: list[str], as_text: bool) -> Path | None:
-    """The file to read when `inputs` is one existing file; None when they are texts. A missing file is refused.
+    """Return the file to read when `inputs` is one existing file; None when they are texts. A missing file is refused.
 
     A lone input that looks like a file name (an extension such as .tsv, or a path separator, and no spaces) but is
     not there is a mistyped path far more often than a text: it is refused unless `--text` marks it as one.

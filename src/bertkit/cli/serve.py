@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from ..encoder.defaults import GPU_BATCH_TOKENS, MAX_BATCH_TOKENS
-from .common import DeviceOption, ModelOption, app, existing_runs, running_on, say
+from .common import DeviceOption, ModelOption, app, existing_indexes, existing_runs, running_on, say
 
 # Library imports sit inside the command: `bertkit --help` loads neither torch nor the web stack (start-up speed).
 
@@ -21,8 +21,10 @@ def _cores() -> int:
 
 
 def bound_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to host:port, handed to uvicorn later: the port is checked (range, free, allowed) before
-    anything loads, and nothing else can take it meanwhile."""
+    """Bind a TCP socket to host:port, to be handed to uvicorn later.
+
+    The port is checked (range, free, allowed) before anything loads, and nothing else can take it meanwhile.
+    """
     from ..errors import InputError
 
     if not 1 <= port <= 65535:
@@ -57,6 +59,13 @@ def serve(
         callback=existing_runs,
         help="Serve a trained run at /predict/NAME: [NAME=]DIR (NAME: the folder name by default; repeatable); a "
         "`bertkit probe` directory shows on the page.",
+    ),
+    index: list[str] = typer.Option(
+        [],
+        "--index",
+        callback=existing_indexes,
+        help="Answer POST /search from a vector index written by `bertkit index`: [NAME=]FILE (NAME: the file name "
+        "without its suffix by default; repeatable). Its vectors must be this model's.",
     ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (default loopback only)."),
     port: int = typer.Option(8080, "--port", "-p"),
@@ -130,6 +139,7 @@ def serve(
     from ..serve.runs import load_runs
     from ..serve.security import check_allow_hosts, check_allow_origins, load_api_key
     from ..serve.settings import ServeSettings
+    from ..tasks.index import load_index
     from ..tasks.runs import parse_run_specs
 
     settings = ServeSettings(
@@ -151,7 +161,8 @@ def serve(
     set_threads(threads or _cores())
     encoder = Encoder.from_pretrained(model, precision=precision, device=device)
     runs = load_runs({name: d for name, d in directories.items() if name not in probes})
-    application = create_app(encoder, runs, settings)
+    indexes = {name: load_index(path) for name, path in parse_run_specs(index, "--index").items()}
+    application = create_app(encoder, runs, settings, indexes=indexes)
     application.state.explain_probes = probes
     if host in ("0.0.0.0", "::") and not settings.allow_hosts:
         say(
@@ -161,6 +172,7 @@ def serve(
     say(
         f"bertkit serve: {encoder.name} on {running_on(encoder)} ({threads or _cores()} threads), runs: "
         f"{', '.join(runs) or 'none'}"
+        + (f"; indexes: {', '.join(indexes)}" if indexes else "")
         + (f"; probes: {', '.join(probes)}" if probes else "")
         + f"; http://{host}:{port}"
     )

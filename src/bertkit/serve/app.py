@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -44,6 +44,9 @@ from .schemas import Vocabulary
 from .service import ClientGone, ServeError, Service
 from .settings import ServeSettings
 
+if TYPE_CHECKING:
+    from ..tasks.index import VectorIndex
+
 log = logging.getLogger("bertkit.serve")
 # a validation error on these fields is not a malformed request but one past a limit or naming what is not served
 OPTION_FORMS = {
@@ -67,6 +70,7 @@ def vocabulary(service: Service) -> Vocabulary:
         model_names=tuple(sorted(service.model_names)),
         prompt_names=tuple(sorted(sentence.prompts)),
         rerankers=tuple(sorted(name for name, run in service.runs.items() if run.ranks)),
+        indexes=tuple(sorted(service.indexes)),
         max_chars=service.settings.max_body_bytes,
     )
 
@@ -77,9 +81,11 @@ def create_app(
     settings: ServeSettings | None = None,
     *,
     routers: Sequence[APIRouter] = (),
+    indexes: dict[str, VectorIndex] | None = None,
 ) -> FastAPI:
-    """The service app for `encoder` (default: the packaged model) and `runs`; call it once per process."""
-    service = Service(encoder or Encoder.from_pretrained(), runs, settings)
+    """The service app for `encoder` (default: the packaged model), `runs` and vector `indexes` (searched at /search);
+    call it once per process."""
+    service = Service(encoder or Encoder.from_pretrained(), runs, settings, indexes)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -117,7 +123,8 @@ def create_app(
 
 def _add_middleware(app: FastAPI, settings: ServeSettings, metrics: Any) -> None:
     """Outermost first: metrics see every answer; Host and Origin are checked before anything else, CORS answers
-    (preflight included) come before the key check, and the key before the body is read."""
+    (preflight included) come before the key check, and the key before the body is read.
+    """
     from .security import check_allow_hosts, check_allow_origins
 
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
@@ -143,7 +150,8 @@ def _add_middleware(app: FastAPI, settings: ServeSettings, metrics: Any) -> None
 def _validation_answer(request: Request, exc: RequestValidationError) -> tuple[int, str, str, str | None]:
     """(status, kind, message, field) of a request FastAPI could not parse: 400 for a body that is not JSON, 413
     for more texts than --max-inputs, 404 for a run or model not served, the library's own message for an option
-    this model does not take, else 422 naming the fields."""
+    this model does not take, else 422 naming the fields.
+    """
     errors = exc.errors()
     bad_json = next((e for e in errors if e.get("type") == "json_invalid"), None)
     if bad_json is not None:

@@ -28,7 +28,8 @@ class BodyTooLarge(Exception):
 
 class LocalAccessMiddleware:
     """Refuse (403) a `Host` that does not name this server and a browser `Origin` that is neither this server's
-    own nor admitted by `--allow-origin` (see serve/security.py: DNS rebinding and cross-site requests)."""
+    own nor admitted by `--allow-origin` (see serve/security.py: DNS rebinding and cross-site requests).
+    """
 
     def __init__(self, app, allow_hosts: tuple[str, ...] = (), allow_origins: tuple[str, ...] = ()):
         self.app = app
@@ -83,7 +84,8 @@ class ApiKeyMiddleware:
 class JsonBodyMiddleware:
     """Refuse (415) a POST whose body is not `application/json`: a web page's plain form (text/plain, form
     encoding) is a request a browser sends cross-site without asking the server first. A POST to a route that
-    takes none passes on, to be answered 405 (or 404) by the routing."""
+    takes none passes on, to be answered 405 (or 404) by the routing.
+    """
 
     def __init__(self, app, routes=()):
         self.app = app

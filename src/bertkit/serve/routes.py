@@ -24,6 +24,7 @@ from .schemas import (
     OpenAIEmbeddingResponse,
     RerankItem,
     ScorePrediction,
+    SearchHit,
     ServiceInfo,
     TagPrediction,
     TokenVectors,
@@ -55,6 +56,7 @@ def service_routes(service: Service, vocabulary: Vocabulary) -> APIRouter:
     _status_routes(router, key)
     _embedding_routes(router, models, key)
     _run_routes(router, models, key, sorted(service.runs), vocabulary.rerankers)
+    _search_routes(router, models, key, bool(service.indexes))
     return router
 
 
@@ -300,3 +302,20 @@ def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rera
         meta = {"api_version": {"version": "1"}, "billed_units": {"search_units": 1}}
         content = {"id": str(uuid.uuid4()), "model": body.model, "results": results, "meta": meta}
         return await json_answer({**content, "usage": {"total_tokens": tokens}})
+
+
+def _search_routes(router: APIRouter, models: Any, key: bool, loaded: bool) -> None:
+    """/search over the vector indexes loaded with `--index` (bertkit's own route: TEI has none)."""
+
+    @router.post(
+        "/search",
+        responses=responses("/search", list[SearchHit] | list[list[SearchHit]], (*POST_ERRORS, 404), key, TRUNCATED),
+        summary="The rows of a loaded vector index nearest to the query (a list per query for a list), best first",
+        include_in_schema=loaded,
+    )
+    async def search(body: models.SearchRequest, request: Request) -> Response:
+        service = _service(request)
+        hits, result = await service.search(
+            body.index, service.texts(body.query), body.top_k, body.prompt, _disconnected(request)
+        )
+        return await json_answer(hits[0] if isinstance(body.query, str) else hits, headers=_truncation_headers(result))

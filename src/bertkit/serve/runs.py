@@ -15,7 +15,8 @@ from ..tasks.runs import KIND_FEATURES, KIND_QA, KIND_TOKEN, read_run_config
 @dataclass
 class ServedRun:
     """A loaded run under its URL name: `predict(inputs)` gives JSON-ready labels, scores, label sets or entities;
-    a pair run (a cross-encoder) also reranks."""
+    a pair run (a cross-encoder) also reranks.
+    """
 
     name: str
     kind: str
@@ -65,7 +66,8 @@ class ServedRun:
 
     def predict(self, inputs: list) -> list[dict]:
         """Labels with probabilities (classifiers), a score (regressors), labels over the threshold (multi-label),
-        or entities with type, text, character span and score (taggers)."""
+        or entities with type, text, character span and score (taggers).
+        """
         if self.kind == KIND_TOKEN:
             return [
                 {

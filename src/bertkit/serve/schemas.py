@@ -42,6 +42,7 @@ def _whole(value: Any) -> Any:
 
 
 PositiveWhole = Annotated[StrictInt, Ge(1), BeforeValidator(_whole)]
+MAX_SEARCH_TOP_K = 1000  # rows one query of /search may ask for
 
 
 def Whole(low: int, high: int) -> Any:  # noqa: N802 - a type
@@ -58,7 +59,8 @@ NOT_BLANK = "[^\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\u0085\\u00a0\\u1680\\u2000-\\u20
 @dataclass(frozen=True)
 class Vocabulary:
     """What one server's requests may say: its limits and the option values its model takes, as the request
-    schemas publish them (so that a schema-valid request is one the service serves, and the other way round)."""
+    schemas publish them (so that a schema-valid request is one the service serves, and the other way round).
+    """
 
     max_inputs: int
     hidden_states: int  # the model's layers + 1
@@ -67,6 +69,7 @@ class Vocabulary:
     model_names: tuple[str, ...] = ("default",)
     prompt_names: tuple[str, ...] = ()
     rerankers: tuple[str, ...] = ()
+    indexes: tuple[str, ...] = ()
     max_chars: int = 100_000  # the longest text a request may carry (characters)
 
     def layer_specs(self) -> str:
@@ -274,7 +277,8 @@ def _run_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseModel]]
 
     class PredictRequest(BaseModel):
         """t.Texts (or [text, pair] pairs, for a pair run) for a served run, as TEI's /predict; for a question-answering
-        run, Hugging Face's shape: `{"inputs": {"question", "context"}, "parameters": {...}}`."""
+        run, Hugging Face's shape: `{"inputs": {"question", "context"}, "parameters": {...}}`.
+        """
 
         model_config = ConfigDict(extra="forbid")
         inputs: (
@@ -309,7 +313,19 @@ def _run_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseModel]]
         return_documents: StrictBool = False
         rank_fields: list[Literal["text"]] | None = Field(None, description="only 'text' is ranked")
 
+    IndexName = Literal[tuple(v.indexes)] if v.indexes else StrictStr  # type: ignore[valid-type]
+
+    class SearchRequest(BaseModel):
+        """bertkit's `/search` body: one query or a list, answered from a loaded vector index."""
+
+        model_config = ConfigDict(extra="forbid")
+        query: t.Texts
+        top_k: Whole(1, MAX_SEARCH_TOP_K) = Field(10, description=f"rows per query (1 to {MAX_SEARCH_TOP_K})")
+        index: IndexName | None = Field(None, description="the loaded index to search (see /info); one: that one")  # type: ignore[valid-type]
+        prompt: t.Prompt = Field(None, description="put before each query instead of the prompt the vectors record")
+
     return {
+        "SearchRequest": SearchRequest,
         "PredictRequest": PredictRequest,
         "RerankRequest": RerankRequest,
         "CohereRerankRequest": CohereRerankRequest,
@@ -484,6 +500,24 @@ class Health(BaseModel):
     status: str
 
 
+class IndexInfo(BaseModel):
+    """A loaded vector index (`bertkit serve --index NAME=FILE`)."""
+
+    name: str
+    rows: int
+    dim: int
+    precision: str
+    metric: str
+
+
+class SearchHit(BaseModel):
+    """One row of an index near the query, best first (sentence-transformers' `semantic_search` item, plus its id)."""
+
+    id: str = Field(description="the row's id in the vectors file the index was built from")
+    corpus_id: int = Field(description="the row's position in the index")
+    score: float
+
+
 class RunInfo(BaseModel):
     name: str
     kind: str = Field(description="features, finetuned-text, finetuned-token or finetuned-qa")
@@ -525,6 +559,7 @@ class ServiceInfo(BaseModel):
     threads: int
     concurrent_batches: int
     runs: list[RunInfo]
+    indexes: list[IndexInfo] = Field(default_factory=list, description="vector indexes searched at /search")
     probes: list[str] = Field(default_factory=list, description="`bertkit probe` outputs shown on the page")
     limits: Limits
     auth: bool

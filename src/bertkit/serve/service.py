@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,10 +26,14 @@ from ..encoder.tokenize import TOKENIZER_LOCK, Encoded, encode
 from ..encoder.vectors import VectorHead, finish
 from ..explain.explainer import model_name
 from ..tasks.runs import KIND_QA
+from ..tasks.search import query_options
 from .batcher import Batcher, CallJob, EmbedJob, Overloaded
 from .metrics import Metrics
 from .runs import ServedRun
 from .settings import ServeSettings
+
+if TYPE_CHECKING:
+    from ..tasks.index import VectorIndex
 
 logger = logging.getLogger(__name__)
 
@@ -73,10 +77,17 @@ class Service:
     """One encoder, its served runs, one batcher: the shared state behind every route."""
 
     def __init__(
-        self, encoder: Encoder, runs: dict[str, ServedRun] | None = None, settings: ServeSettings | None = None
+        self,
+        encoder: Encoder,
+        runs: dict[str, ServedRun] | None = None,
+        settings: ServeSettings | None = None,
+        indexes: dict[str, VectorIndex] | None = None,
     ) -> None:
         self.encoder = encoder
         self.runs = runs or {}
+        self.indexes = indexes or {}
+        for index in self.indexes.values():  # an index of another model's vectors is refused before the server starts
+            index.check_encoder(encoder)
         self.settings = (settings or ServeSettings()).check()
         self.metrics = Metrics()
         self.concurrent_batches = self.settings.concurrent_batches or encoder.concurrent_batches
@@ -182,7 +193,8 @@ class Service:
 
     def check_answer_size(self, numbers: int) -> None:
         """An answer of more numbers than `max_answer_numbers` is refused (413) before the model runs: its JSON would
-        take seconds to write and hundreds of megabytes to hold."""
+        take seconds to write and hundreds of megabytes to hold.
+        """
         limit = self.settings.max_answer_numbers
         if numbers > limit:
             raise ServeError(
@@ -212,7 +224,8 @@ class Service:
     ) -> Any:
         """Hugging Face's question-answering task on a served QA run: `inputs` (one `{question, context}`, or a list)
         tokenized into windows off the event loop, refused (413) past the windows the queue holds, answered on the
-        model thread with `parameters`; one `{answer, score, start, end}` for one question and `top_k` 1, else lists."""
+        model thread with `parameters`; one `{answer, score, start, end}` for one question and `top_k` 1, else lists.
+        """
         run = self.run(name)
         if run.kind != KIND_QA:
             message = f"run {name!r} does not answer questions: send texts, no parameters."
@@ -309,6 +322,34 @@ class Service:
         ranked = await self.call(lambda: run.rerank(kept, documents, raw), tokens, disconnected)
         return ranked, tokens
 
+    async def search(
+        self, name: str | None, queries: list[str], top_k: int, prompt: str | None, disconnected: Disconnected | None
+    ) -> tuple[list[list[dict]], EmbedResult]:
+        """The `top_k` nearest rows of index `name` to each query: the queries embedded as the index's vectors were
+        (through the batcher, like every model call), the index searched on the model thread.
+        """
+        index = self.index(name)
+        options = query_options(index.meta, **({"prompt": prompt} if prompt is not None else {}))
+        result = await self.embed(queries, options, True, disconnected)
+        vectors = np.stack(result.vectors)
+        found = await self.call(lambda: index.search(vectors, top_k), len(queries) * top_k, disconnected)
+        hits = [[{"id": str(index.ids[h["corpus_id"]]), **h} for h in row] for row in found]
+        return hits, result
+
+    def index(self, name: str | None) -> VectorIndex:
+        """The loaded index `name` (None: the only one), or a 404 / 422 that lists the loaded ones."""
+        loaded = ", ".join(sorted(self.indexes)) or "none (start the server with --index NAME=FILE)"
+        if name is None and len(self.indexes) == 1:
+            return next(iter(self.indexes.values()))
+        if name is None:
+            status, kind = (404, "unknown_index") if not self.indexes else (422, "invalid_input")
+            raise ServeError(
+                status, kind, f"say which index to search (index); loaded indexes: {loaded}.", param="index"
+            )
+        if name not in self.indexes:
+            raise ServeError(404, "unknown_index", f"no index named {name!r}; loaded indexes: {loaded}.", param="index")
+        return self.indexes[name]
+
     async def call(self, work: Callable[[], Any], tokens: int, disconnected: Disconnected | None = None) -> Any:
         """Run `work` on the model thread, alone (no pass in flight), under the queue's admission control.
 
@@ -367,6 +408,16 @@ class Service:
         return {
             **facts,
             "runs": [run.describe() for run in self.runs.values()],
+            "indexes": [
+                {
+                    "name": name,
+                    "rows": index.rows,
+                    "dim": index.dim,
+                    "precision": index.precision,
+                    "metric": index.metric,
+                }
+                for name, index in self.indexes.items()
+            ],
             "limits": {
                 "max_inputs": self.settings.max_inputs,
                 "max_body_bytes": self.settings.max_body_bytes,
@@ -388,14 +439,16 @@ PREFIX_MARGIN = 16  # tokens kept past the limit when a long text is cut to a pr
 
 def token_estimate(lengths: Iterable[int], limit: int | None = None) -> int:
     """Tokens the model will spend on texts of these lengths (characters), before they are tokenized: about one per
-    `CHARS_PER_TOKEN` characters and the special tokens, each text at most `limit` (what truncation keeps)."""
+    `CHARS_PER_TOKEN` characters and the special tokens, each text at most `limit` (what truncation keeps).
+    """
     per_text = (length // CHARS_PER_TOKEN + 2 for length in lengths)
     return sum(per_text) if limit is None else sum(min(tokens, limit) for tokens in per_text)
 
 
 def _prefix(tokenizer: Any, text: str, max_length: int) -> str:
     """The beginning of `text` that holds its first `max_length` tokens (and a margin): truncation of a pair keeps
-    a prefix of each text, so the pair is cut the same, and a long text is not tokenized once per pair."""
+    a prefix of each text, so the pair is cut the same, and a long text is not tokenized once per pair.
+    """
     if len(text) <= 4 * max_length:
         return text
     offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]

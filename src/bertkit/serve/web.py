@@ -37,7 +37,8 @@ def responses(
     path: str, model: Any = None, codes: Sequence[int] = POST_ERRORS, key: bool = False, headers: dict | None = None
 ) -> dict[int | str, dict]:
     """A route's documented answers: `model` for 200 (the routes build their JSON themselves), and for each error
-    code bertkit's JSON error (OpenAI's shape under `/v1/`)."""
+    code bertkit's JSON error (OpenAI's shape under `/v1/`).
+    """
     shape = OpenAIErrorResponse if path.startswith(OPENAI_PREFIX) else ErrorResponse
     documented: dict[int | str, dict] = {}
     if model is not None:
@@ -91,7 +92,8 @@ def _array_fallback(value: Any) -> Any:
 
 async def json_answer(content: Any, headers: dict[str, str] | None = None) -> Response:
     """`content` as a JSON answer, written off the event loop one list item or dict entry at a time: orjson holds
-    the GIL while it writes, so one call per piece lets the loop answer other requests (/health) in between."""
+    the GIL while it writes, so one call per piece lets the loop answer other requests (/health) in between.
+    """
     body = await asyncio.to_thread(_render, content)
     return Response(body, media_type="application/json", headers=headers)
 

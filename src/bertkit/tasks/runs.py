@@ -65,28 +65,29 @@ def to_json_value(value):
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
-def parse_run_specs(specs: list[str]) -> dict[str, Path]:
+def parse_run_specs(specs: list[str], flag: str = "--run") -> dict[str, Path]:
     """The repeatable `--run [NAME=]DIR` of serve and explain → {name: directory}; a bare DIR is named after its folder.
 
-    The name becomes `/predict/NAME` and the page's label, so it may hold letters, digits, '_', '.' and '-'.
+    The name becomes `/predict/NAME` and the page's label, so it may hold letters, digits, '_', '.' and '-'. With
+    `flag="--index"` (serve's `--index [NAME=]FILE`) a bare file is named after its file name without its suffix.
     """
     runs: dict[str, Path] = {}
+    what = "FILE" if flag == "--index" else "DIR"
     for spec in specs:
         name, sep, directory = spec.partition("=")
         if not sep or Path(spec).exists():
-            name, directory = Path(spec).name, spec
+            name, directory = (Path(spec).stem if flag == "--index" else Path(spec).name), spec
         if not name or not directory:
-            raise InputError(
-                f"--run {quoted(spec)}: give DIR or NAME=DIR, e.g. --run runs/sst2 or --run sst2=runs/sst2."
-            )
+            raise InputError(f"{flag} {quoted(spec)}: give {what} or NAME={what}, e.g. {flag} NAME={what.lower()}.")
         if not RUN_NAME.fullmatch(name):
             raise InputError(
-                f"--run {quoted(spec)}: the name {quoted(name)} may hold letters, digits, '_', '.', '-' only; "
-                "give one with NAME=DIR."
+                f"{flag} {quoted(spec)}: the name {quoted(name)} may hold letters, digits, '_', '.', '-' only; "
+                f"give one with NAME={what}."
             )
         if name in runs:
             raise InputError(
-                f"--run {quoted(spec)}: the name {quoted(name)} is given twice; name them: --run a=DIR --run b=DIR."
+                f"{flag} {quoted(spec)}: the name {quoted(name)} is given twice; name them: {flag} a={what} "
+                f"{flag} b={what}."
             )
         runs[name] = Path(directory)
     return runs
