@@ -18,7 +18,9 @@ fine-tuned packaged model against two baselines, the effect of --doc-stride on l
      chosen on the training questions (the best F1 there).
 3. --doc-stride: the dev questions whose question + context exceed the run's length, answered with windows sharing
    0, 32, 64 and 126 tokens (the same run).
-4. Speed, questions/s over the dev split, median of 3 runs each, interleaved, in one process:
+4. Speed, questions/s over the dev split, median of 3 runs each, interleaved, in one process (and, where the CPU
+   has native bf16, both ways again in bf16 — bertkit's `precision="bf16"`, the loop under torch.autocast — with the
+   bf16 run's scores):
    `FineTunedQA.answer(questions, contexts)` (what `bertkit answer` calls: every window of every question through
    the one runner, token-budget passes) against a naive loop, one question at a time through
    `AutoModelForQuestionAnswering` with run_qa.py's pre-processing (its default: windows padded to max_length) and
@@ -110,7 +112,8 @@ def run_qa_loop(model, tokenizer, examples, max_length: int, stride: int, thresh
         inputs = {k: torch.tensor(features[k]) for k in ("input_ids", "attention_mask", "token_type_ids")}
         with torch.inference_mode():
             out = model(**inputs)
-        answers[e.id] = postprocess(e.context, features, out.start_logits.numpy(), out.end_logits.numpy(), threshold)
+        start, end = out.start_logits.float().numpy(), out.end_logits.float().numpy()
+        answers[e.id] = postprocess(e.context, features, start, end, threshold)
     return answers
 
 
@@ -185,6 +188,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--skip-training", action="store_true", help="reuse WORK/run")
+    parser.add_argument("--speed-only", action="store_true", help="only the speed table (the scores are the run's)")
     options = parser.parse_args()
     torch.manual_seed(0)
     import bertkit
@@ -194,6 +198,8 @@ def main() -> None:
     train = qa_task.write(built, options.work / "train.jsonl")
     dev = qa_task.write(qa_task.build(options.data / "dev.txt", 0, "dev-", 2), options.work / "dev.jsonl")
     result: dict = {"cpu": cpu(), "torch_threads": torch.get_num_threads()}
+    if options.skip_training:  # the run's own record of its training time
+        result["train_seconds"] = load_run(options.work / "run").record_["training"]["train_seconds"]
     if not options.skip_training:
         started = time.perf_counter()
         bertkit.finetune(
@@ -216,21 +222,22 @@ def main() -> None:
     train_examples = read_squad(train).examples
     print(f"dev: {len(examples)} questions ({sum(not e.answerable for e in examples)} unanswerable)", flush=True)
 
-    answers, _, _ = run.predictions(examples)
-    result["fine-tuned"] = scores(examples, answers)
-    result["no answer"] = scores(examples, {e.id: "" for e in examples})
-    threshold = choose_lexical_threshold(train_examples)
-    result["lexical"] = scores(examples, lexical_answers(examples, threshold)) | {"threshold": threshold}
-    for name in ("fine-tuned", "no answer", "lexical"):
-        print(name, result[name], flush=True)
-
     tokenizer = run.tokenizer
-    long = [e for e in examples if len(tokenizer(e.question, e.context)["input_ids"]) > run.max_length]
-    result["long"] = {"questions": len(long), "unanswerable": sum(not e.answerable for e in long)}
-    for stride in sorted({0, 32, 64, 126, run.doc_stride}):
-        found, windows = stride_answers(run, long, stride)
-        result["long"][f"stride {stride}"] = scores(long, found) | {"windows": windows}
-        print(f"long contexts, doc_stride {stride}:", result["long"][f"stride {stride}"], flush=True)
+    if not options.speed_only:  # the scores do not change between runs of the same run folder
+        answers, _, _ = run.predictions(examples)
+        result["fine-tuned"] = scores(examples, answers)
+        result["no answer"] = scores(examples, {e.id: "" for e in examples})
+        threshold = choose_lexical_threshold(train_examples)
+        result["lexical"] = scores(examples, lexical_answers(examples, threshold)) | {"threshold": threshold}
+        for name in ("fine-tuned", "no answer", "lexical"):
+            print(name, result[name], flush=True)
+
+        long = [e for e in examples if len(tokenizer(e.question, e.context)["input_ids"]) > run.max_length]
+        result["long"] = {"questions": len(long), "unanswerable": sum(not e.answerable for e in long)}
+        for stride in sorted({0, 32, 64, 126, run.doc_stride}):
+            found, windows = stride_answers(run, long, stride)
+            result["long"][f"stride {stride}"] = scores(long, found) | {"windows": windows}
+            print(f"long contexts, doc_stride {stride}:", result["long"][f"stride {stride}"], flush=True)
 
     from transformers import AutoModelForQuestionAnswering
 
@@ -246,6 +253,25 @@ def main() -> None:
             naive, tokenizer, examples, length, stride, null, "longest"
         ),
     }
+    fast = None
+    try:  # on a CPU with native bf16 (AVX512-BF16 or AMX) bertkit's bf16 is the fast way; elsewhere it is refused
+        fast = load_run(options.work / "run", precision="bf16")
+    except Exception as exc:  # noqa: BLE001 - reported, not fatal
+        result["bf16"] = f"refused: {exc}"
+    if fast is not None:
+        if not options.speed_only:
+            answers, _, _ = fast.predictions(examples)
+            result["fine-tuned, bf16"] = scores(examples, answers)
+            print("fine-tuned, bf16", result["fine-tuned, bf16"], flush=True)
+        ways["bertkit answer --precision bf16"] = lambda: fast.answer(
+            questions, contexts, handle_impossible_answer=True
+        )
+
+        def naive_bf16() -> dict:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return run_qa_loop(naive, tokenizer, examples, length, stride, null, "max_length")
+
+        ways["naive loop, bf16 autocast"] = naive_bf16
     same = run_qa_loop(naive, tokenizer, examples, length, stride, null, "longest")
     mine = run.answer(questions, contexts, handle_impossible_answer=True, align_to_words=False)
     result["naive_agreement"] = sum(same[e.id] == m["answer"] for e, m in zip(examples, mine)) / len(examples)

@@ -2,8 +2,8 @@
 
     python benchmarks/qa_task.py [--data ../shared/data/conll2003] [--out /tmp/conll-qa] [--seed 0]
 
-How questions are made, one per document of train.txt and two per document of dev.txt (`-DOCSTART-` separates the
-documents; io/conll.py reads the sentences):
+How questions are made, up to --per-doc of them per document (benchmarks/qa.py: two, for train.txt and dev.txt;
+`-DOCSTART-` separates the documents; io/conll.py reads the sentences):
 
 1. The context is the whole document: its sentences, words joined by single spaces (CoNLL's tokens as they are),
    sentences joined by single spaces.
@@ -118,9 +118,10 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--out", type=Path, default=Path("/tmp/conll-qa"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--per-doc", type=int, default=2, help="questions per document (benchmarks/qa.py's: 2)")
     options = parser.parse_args()
     for split in ("train", "dev"):
-        records = build(options.data / f"{split}.txt", options.seed, f"{split}-", 1 if split == "train" else 2)
+        records = build(options.data / f"{split}.txt", options.seed, f"{split}-", options.per_doc)
         path = write(records, options.out / f"{split}.jsonl")
         unanswerable = sum(1 for r in records if not r["answers"]["text"])
         print(f"{path}: {len(records)} questions, {unanswerable} without an answer")
