@@ -8,12 +8,13 @@ import pytest
 
 def test_flags_show_no_type_in_help():
     """Before: Rich's help panels printed `--version <bool>`, `--help <bool>`, as if those flags took a value."""
-    for args in (["--help"], ["embed", "--help"], ["finetune", "--help"]):
+    for args in (["--help"], ["embed", "--help"], ["finetune", "--help"], ["serve", "--help"], ["answer", "--help"]):
         shown = subprocess.run(
             [sys.executable, "-m", "bertkit.cli", *args], capture_output=True, text=True, check=True, timeout=120
         ).stdout
-        assert "<bool>" not in shown and "--overwrite" in shown or args == ["--help"], shown
+        assert "<bool>" not in shown and "<list" not in shown, shown  # repeatable options name what they take
         assert "--help" in shown and "Show this message and exit." in shown
+    assert "--question TEXT" in shown  # the last: `answer --help`
 
 
 @pytest.mark.parametrize(

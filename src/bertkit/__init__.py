@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import BertkitError, InputError, ModelLoadError
 
@@ -71,7 +71,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come fro
     from .tasks.vectorizer import BertVectorizer
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module 'bertkit' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)

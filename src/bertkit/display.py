@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MAX_ROWS = 40  # rows a table shows before it says how many more there are
 
 
 def text_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
-    """Left-aligned plain-text table (copy-pasteable, no box drawing)."""
+    """Format `rows` as a left-aligned plain-text table (copy-pasteable, no box drawing)."""
     cells = [[str("" if row.get(c) is None else row[c]) for c in columns] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip()]
@@ -21,7 +25,7 @@ def text_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
 
 
 def html_table(rows: Sequence[dict], columns: Sequence[str], caption: str = "", limit: int = MAX_ROWS) -> str:
-    """An HTML table of `rows` (every value escaped), at most `limit` of them, with a caption above."""
+    """Format `rows` as an HTML table (every value escaped), at most `limit` of them, with a caption above."""
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(_cell(row.get(c)))}</td>" for c in columns) + "</tr>"
@@ -33,11 +37,11 @@ def html_table(rows: Sequence[dict], columns: Sequence[str], caption: str = "", 
 
 
 def facts_table(facts: dict, caption: str = "") -> str:
-    """A two-column HTML table of name → value."""
+    """Format `facts` as a two-column HTML table of name → value."""
     return html_table([{"": name, " ": value} for name, value in facts.items()], ["", " "], caption, len(facts))
 
 
-def _cell(value) -> str:
+def _cell(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
@@ -45,8 +49,8 @@ def _cell(value) -> str:
     return str(value)
 
 
-def token_vectors_html(tokens: Sequence[str], word_ids: Sequence, vectors) -> str:
-    """One text's token vectors as a table: position, token, word, norm and the first values of each vector."""
+def token_vectors_html(tokens: Sequence[str], word_ids: Sequence, vectors: np.ndarray) -> str:
+    """Format one text's token vectors as a table: position, token, word, norm and the first values of each vector."""
     import numpy as np
 
     norms = np.linalg.norm(vectors, axis=1) if len(vectors) else []
@@ -59,6 +63,6 @@ def token_vectors_html(tokens: Sequence[str], word_ids: Sequence, vectors) -> st
     return html_table(rows, ["position", "token", "word", "norm", "first values"], caption)
 
 
-def first_values(vector, count: int = 4) -> str:
-    """'[0.123, -0.456, …]': the first numbers of a vector."""
+def first_values(vector: np.ndarray, count: int = 4) -> str:
+    """Show the first numbers of a vector: '[0.123, -0.456, …]'."""
     return "[" + ", ".join(f"{x:.3f}" for x in vector[:count]) + (", …]" if len(vector) > count else "]")

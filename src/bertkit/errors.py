@@ -26,17 +26,17 @@ def add_note(exc: BaseException, note: str) -> None:
 
 
 def no_such_path(path: object) -> InputError:
-    """The one message for a path that is not there, whoever notices (a reader, a run loader, the command line)."""
+    """Return the one message for a path that is not there, whoever notices (a reader, a run loader, the CLI)."""
     return InputError(f"{path}: no such file or directory; check the path (relative paths start at {os.getcwd()}).")
 
 
 def is_a_folder(path: object) -> InputError:
-    """The one message for a folder given where a file is wanted."""
+    """Return the one message for a folder given where a file is wanted."""
     return InputError(f"{path}: is a directory; give a file path, not a directory.")
 
 
 def brief(value: object, limit: int = 200) -> str:
-    """A user's value or another library's message inside bertkit's message: one line, at most `limit` characters."""
+    """Cut a user's value or another library's message for bertkit's message: one line, at most `limit` characters."""
     text = " ".join(str(value).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

@@ -3,14 +3,16 @@
 May import every other wing; nothing imports it.
 """
 
+from typing import Any
+
 from .common import app
 from .main import main
 
 __all__ = ["app", "click_command", "main"]
 
 
-def __getattr__(name: str):
-    """`click_command`: the click command behind `app`, built on first use (the docs' CLI reference reads it)."""
+def __getattr__(name: str) -> Any:
+    """Build `click_command`, the click command behind `app`, on first use (the docs' CLI reference reads it)."""
     if name == "click_command":
         import typer.main
 

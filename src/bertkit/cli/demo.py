@@ -14,7 +14,7 @@ from ..tasks.vectorizer import BertVectorizer
 
 
 def run_demo(model: str | None = None) -> None:
-
+    """Print a short tour of bertkit on `model` (None: the packaged default model)."""
     echo = typer.echo
     encoder = Encoder.from_pretrained(model)
     facts = encoder.info()

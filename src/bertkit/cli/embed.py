@@ -6,7 +6,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -26,6 +26,12 @@ from .common import (
     say,
     verbosity,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..encoder.encode import Encoder
+    from ..encoder.options import EmbedOptions
 
 # Library imports sit inside the commands: `bertkit --help` and each command load only what they use (start-up speed).
 
@@ -152,7 +158,8 @@ def embed(
     """Embed every text of a file and write the vectors (streamed in chunks; an interrupted run resumes).
 
     .npz and .parquet outputs keep the row ids and every option (model, layers, pooling, prompt, int8 ranges, ...),
-    so that `bertkit search` embeds a query the same way."""
+    so that `bertkit search` embeds a query the same way.
+    """
     from ..encoder.options import EmbedOptions
     from ..errors import InputError
     from ..io.writers import check_output_file, check_output_path, check_writable_location
@@ -214,8 +221,8 @@ def _check_ray_flags(output_type: str, calibration: Optional[Path], device: str)
         )
 
 
-def _calibration_ranges(encoder, path: Path, options, batch_size: Optional[int]):
-    """int8/uint8 ranges from the vectors of a file of texts, embedded with this command's options."""
+def _calibration_ranges(encoder: Encoder, path: Path, options: EmbedOptions, batch_size: Optional[int]) -> np.ndarray:
+    """Compute int8/uint8 ranges from the vectors of a file of texts, embedded with this command's options."""
     from ..encoder.compact import int8_ranges
     from ..io.readers import read_texts
 
@@ -239,7 +246,14 @@ class _Summary:
 
 
 def _embed_token_vectors(
-    encoder, input: Path, output: Path, reading: dict, options, batch_size, quiet: bool, overwrite: bool
+    encoder: Encoder,
+    input: Path,
+    output: Path,
+    reading: dict,
+    options: EmbedOptions,
+    batch_size: Optional[int],
+    quiet: bool,
+    overwrite: bool,
 ) -> _Summary:
     """pooling='none': every token's vector, read whole and written as one .npz."""
     from ..encoder.tokenize import TextTooLong
@@ -273,7 +287,16 @@ def _embed_token_vectors(
 
 
 def _embed_streamed(
-    encoder, input: Path, output: Path, reading: dict, options, batch_size, ranges, quiet: bool, chunk_rows, overwrite
+    encoder: Encoder,
+    input: Path,
+    output: Path,
+    reading: dict,
+    options: EmbedOptions,
+    batch_size: Optional[int],
+    ranges: Optional[np.ndarray],
+    quiet: bool,
+    chunk_rows: Optional[int],
+    overwrite: bool,
 ) -> _Summary:
     """Sentence vectors, streamed chunk by chunk into the output (resumable)."""
     from tqdm.auto import tqdm
@@ -329,7 +352,7 @@ def _embed_streamed(
     )
 
 
-def _say_summary(summary: _Summary, output: Path, seconds: float, limit: int, encoder) -> None:
+def _say_summary(summary: _Summary, output: Path, seconds: float, limit: int, encoder: Encoder) -> None:
     embedded = summary.rows if summary.embedded is None else summary.embedded
     say(f"wrote {output}: {summary.shape} ({embedded / max(seconds, 1e-9):.0f} texts/s on {running_on(encoder)})")
     if summary.part:
@@ -357,8 +380,13 @@ def _lines(numbers: list[int], shown: int = 5) -> str:
     )
 
 
-def _text_column(input: Path, column, header, fmt, quiet: bool):
-    """The column and header to read: as given, else detected for a TSV/CSV (and said), else the format's default."""
+def _text_column(
+    input: Path, column: str | int | None, header: Optional[bool], fmt: Optional[str], quiet: bool
+) -> tuple[str | int | None, Optional[bool]]:
+    """Choose the column and header to read.
+
+    As given, else detected for a TSV/CSV (and said), else the format's default.
+    """
     from ..io.readers import choose_text_column, detect_format
 
     if column is not None or header is not None or detect_format(Path(input), fmt) not in ("tsv", "csv"):
@@ -370,7 +398,7 @@ def _text_column(input: Path, column, header, fmt, quiet: bool):
 
 
 def _embed_on_ray(
-    pattern: str, output: Path, options, ray_options: dict, quiet: bool, chunk_rows: Optional[int]
+    pattern: str, output: Path, options: EmbedOptions, ray_options: dict, quiet: bool, chunk_rows: Optional[int]
 ) -> None:
     """`--engine ray`: Ray Data over every file the pattern names, one Parquet folder per file in `output`."""
     from ..ray import embed_files

@@ -34,7 +34,7 @@ def describe_os_error(exc: OSError) -> str:
 
 
 def user_message(exc: BaseException) -> str | None:
-    """The one-line message for an error the user can fix, or None for a bug (which keeps its traceback)."""
+    """Return the one-line message for an error the user can fix, or None for a bug (which keeps its traceback)."""
     if isinstance(exc, BertkitError):
         return str(exc)
     if isinstance(exc, OSError):

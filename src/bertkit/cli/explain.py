@@ -16,7 +16,11 @@ def explain(
     text: str = typer.Argument(..., help="The sentence to explain."),
     output: Path = typer.Option(Path("explain.html"), "--output", "-o", help="The HTML file to write."),
     run: list[str] | None = typer.Option(
-        None, "--run", callback=existing_runs, help="A run or probe directory ([NAME=]DIR); repeatable."
+        None,
+        "--run",
+        metavar="[NAME=]DIR",
+        callback=existing_runs,
+        help="A run or probe directory ([NAME=]DIR); repeatable.",
     ),
     layers: str = typer.Option(
         "last", "--layers", "-l", help="Sentence-vector layers: last, -2, last4:sum, all:concat, ..."

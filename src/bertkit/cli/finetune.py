@@ -103,11 +103,13 @@ def finetune(
     threads: Optional[int] = ThreadsOption,
     device: str = DeviceOption,
 ) -> None:
-    """Fine-tune the whole encoder with a classification head (sentences), a tagging head (tokens, NER) or a span
-    head (question answering).
+    """Fine-tune the whole encoder with a classification, tagging or span head.
+
+    A classification head for sentences, a tagging head for tokens (NER), a span head for question answering.
 
     Several processes (GPUs, or CPU cores with gloo): `torchrun --nproc_per_node N -m bertkit finetune ...` or
-    `accelerate launch -m bertkit finetune ...`; --batch-size stays the batch of one step, split between them."""
+    `accelerate launch -m bertkit finetune ...`; --batch-size stays the batch of one step, split between them.
+    """
     from ..tasks.finetune import FinetuneArguments
     from ..tasks.finetune import finetune as run_finetune
 
@@ -183,8 +185,10 @@ def probe(
     threads: Optional[int] = ThreadsOption,
     device: str = DeviceOption,
 ) -> None:
-    """Which layer's vectors? Score every hidden state, the paper's combinations and a learned mix with a linear
-    probe."""
+    """Score every hidden state, the paper's combinations and a learned mix with a linear probe.
+
+    Which layer's vectors?
+    """
     from ..io.writers import check_new_directory
     from ..tasks.probe import probe_text, probe_token
     from ..tasks.report import probe_files

@@ -21,8 +21,11 @@ from .errors import user_message
 
 
 def main() -> None:
-    """Console entry point: user mistakes (bad input, missing or unwritable files, damaged models) become one
-    'error:' line and exit status 2; what the library logs is shown as `--quiet` / `--verbose` say."""
+    """Run the console entry point.
+
+    User mistakes (bad input, missing or unwritable files, damaged models) become one 'error:' line and exit status
+    2; what the library logs is shown as `--quiet` / `--verbose` say.
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("default" if verbosity() == "verbose" else "ignore")  # other libraries' warnings
         try:

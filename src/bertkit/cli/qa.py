@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from ..errors import InputError
 from .common import DeviceOption, RunArgument, ThreadsOption, app, say, texts_or_file
+
+if TYPE_CHECKING:
+    from ..tasks.qa import FineTunedQA
 
 # Library imports sit inside the command: `bertkit --help` loads only what it uses (start-up speed).
 
@@ -17,7 +20,7 @@ from .common import DeviceOption, RunArgument, ThreadsOption, app, say, texts_or
 @app.command()
 def answer(
     run: Path = RunArgument,
-    question: list[str] = typer.Option(..., "--question", "-q", help="The question; repeatable."),
+    question: list[str] = typer.Option(..., "--question", "-q", metavar="TEXT", help="The question; repeatable."),
     context: str = typer.Option(..., "--context", "-c", help="The text to find the answer in, or a file holding it."),
     top_k: int = typer.Option(1, "--top-k", "-k", help="Answers per question, best first."),
     max_answer_len: int = typer.Option(30, "--max-answer-len", help="Longest answer, in tokens."),
@@ -31,8 +34,11 @@ def answer(
     threads: Optional[int] = ThreadsOption,
     device: str = DeviceOption,
 ) -> None:
-    """Answer questions from a context with a question-answering run (fine-tuned with --task qa): one JSON line per
-    question, {answer, score, start, end} with character offsets into the context (a list of them with --top-k)."""
+    """Answer questions from a context with a question-answering run (fine-tuned with --task qa).
+
+    One JSON line per question, {answer, score, start, end} with character offsets into the context (a list of them
+    with --top-k).
+    """
     from ..tasks.load import load_run
 
     source = texts_or_file([context], as_text=False)
@@ -48,14 +54,16 @@ def answer(
         typer.echo(json.dumps(item, ensure_ascii=False))
 
 
-def evaluate_file(model, data_file: Path) -> str:
-    """`bertkit evaluate` of a QA run: the official SQuAD scores of a SQuAD JSON / JSONL file."""
+def evaluate_file(model: FineTunedQA, data_file: Path) -> str:
+    """Score a QA run as `bertkit evaluate` does: the official SQuAD scores of a SQuAD JSON / JSONL file."""
     return model.evaluate(data_file).text()
 
 
-def write_predictions(model, inputs: list[str], output: Optional[Path]) -> None:
-    """`bertkit predict` of a QA run: a SQuAD file's answers in the official `{id: answer}` layout ("" for no answer),
-    on stdout or written atomically to `output`."""
+def write_predictions(model: FineTunedQA, inputs: list[str], output: Optional[Path]) -> None:
+    """Predict with a QA run as `bertkit predict` does: a SQuAD file's answers in the official `{id: answer}` layout.
+
+    "" for no answer; on stdout or written atomically to `output`.
+    """
     from ..io.squad import read_squad
     from ..io.writers import atomic_path
 

@@ -38,8 +38,10 @@ def quantize(
         None, "--device", help="Refused unless cpu: int8 is a CPU precision, calibrated and run on the CPU."
     ),
 ) -> None:
-    """Calibrate precision='int8' on your texts: then `--model DIR --precision int8` (or the run) uses that
-    calibration."""
+    """Calibrate precision='int8' on your texts.
+
+    Then `--model DIR --precision int8` (or the run) uses that calibration.
+    """
     from ..encoder.int8 import packaged_texts
     from ..errors import InputError
     from ..io.readers import read_texts

@@ -1,10 +1,13 @@
-"""Commands on saved runs: evaluate (score on labelled data), predict (label texts or pairs), rerank (documents for
-a query, with a pair model)."""
+"""Commands on saved runs: evaluate, predict, rerank.
+
+evaluate scores on labelled data, predict labels texts or pairs, rerank ranks documents for a query (with a pair
+model).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -29,7 +32,7 @@ from .common import (
 RunPrecisionOption = typer.Option(None, "--precision", help="fp32 | bf16 | int8; default: the run's own.")
 
 
-def _load(run: Path, no_cache: bool, cache_dir: Optional[Path], precision, device):
+def _load(run: Path, no_cache: bool, cache_dir: Optional[Path], precision: Optional[str], device: str) -> Any:
     from ..tasks.load import load_run
 
     return load_run(run, cache=cache_option(no_cache, cache_dir), precision=precision, device=device)
@@ -54,8 +57,11 @@ def evaluate(
     precision: Optional[str] = RunPrecisionOption,
     device: str = DeviceOption,
 ) -> None:
-    """Score a saved model: accuracy, macro-F1, per-class table, confusion matrix; a regressor's correlations; a
-    multi-label model's F1 per label; a tagger's entity P/R/F1 per type."""
+    """Score a saved model on labelled data.
+
+    Accuracy, macro-F1, per-class table, confusion matrix; a regressor's correlations; a multi-label model's F1 per
+    label; a tagger's entity P/R/F1 per type.
+    """
     from ..tasks.evaluate import evaluate as evaluate_run
     from ..tasks.tagger import FineTunedTagger
 
@@ -79,8 +85,16 @@ def evaluate(
     typer.echo(_score(estimator, run, data_file, text_column, pair_column, label_column, header))
 
 
-def _score(estimator, run, data_file, text_column, pair_column, label_column, header) -> str:
-    """The evaluation table of a text or pair model on a labelled file (columns as the run recorded them)."""
+def _score(
+    estimator: Any,  # a loaded run (`load_run`)
+    run: Path,
+    data_file: Path,
+    text_column: Optional[str],
+    pair_column: Optional[str],
+    label_column: Optional[str],
+    header: Optional[bool],
+) -> str:
+    """Return the evaluation table of a text or pair model on a labelled file (columns as the run recorded them)."""
     from ..io.readers import read_labelled
     from ..tasks.evaluate import evaluate as evaluate_run
 
@@ -132,8 +146,10 @@ def predict(
     precision: Optional[str] = RunPrecisionOption,
     device: str = DeviceOption,
 ) -> None:
-    """Label texts, text pairs or every row of a file with a saved model; taggers print each entity with its
-    character span; regressors their score."""
+    """Label texts, text pairs or every row of a file with a saved model.
+
+    Taggers print each entity with its character span; regressors their score.
+    """
     from ..tasks.tagger import FineTunedTagger
 
     _check_table_output(output, overwrite)
@@ -156,7 +172,15 @@ def predict(
     _write_rows(rows, output, f"wrote predictions for {len(texts)} inputs to {output}")
 
 
-def _inputs(inputs, pair, as_text, column, pair_column, header, paired) -> tuple[list[str], list[str] | None]:
+def _inputs(
+    inputs: list[str],
+    pair: Optional[str],
+    as_text: bool,
+    column: Optional[str],
+    pair_column: Optional[str],
+    header: Optional[bool],
+    paired: bool,
+) -> tuple[list[str], list[str] | None]:
     """(texts, pairs or None) from the command line: texts with --pair, or a file's columns."""
     from ..io.readers import read_text_pairs, read_texts
 
@@ -180,7 +204,7 @@ def _inputs(inputs, pair, as_text, column, pair_column, header, paired) -> tuple
     return texts, pairs
 
 
-def _prediction_rows(estimator, texts: list[str], pairs: list[str] | None) -> list[list]:
+def _prediction_rows(estimator: Any, texts: list[str], pairs: list[str] | None) -> list[list]:
     inputs = list(zip(texts, pairs)) if pairs is not None else texts
     tail = ["text", "pair"] if pairs is not None else ["text"]
     problem = getattr(estimator, "problem", "single_label_classification")
@@ -210,7 +234,7 @@ def _check_table_output(output: Optional[Path], overwrite: bool) -> None:
 
 
 def _write_rows(rows: list[list], output: Optional[Path], done: str) -> None:
-    """The rows as TSV: on stdout, or written atomically to `output`."""
+    """Write the rows as TSV: on stdout, or atomically to `output`."""
     import csv
     import io
 
@@ -241,8 +265,10 @@ def rerank(
     precision: Optional[str] = RunPrecisionOption,
     device: str = DeviceOption,
 ) -> None:
-    """Rank documents for a query with a pair model (a cross-encoder: --task pair), best first: rank, the document's
-    index (0-based; its file line for a file), score, document."""
+    """Rank documents for a query with a pair model (a cross-encoder: --task pair), best first.
+
+    Rows: rank, the document's index (0-based; its file line for a file), score, document.
+    """
     from ..io.readers import read_texts
 
     _check_table_output(output, overwrite)

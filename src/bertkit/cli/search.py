@@ -5,12 +5,15 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from ..errors import InputError
 from .common import DeviceOption, ThreadsOption, app, say
+
+if TYPE_CHECKING:
+    from ..encoder.encode import Encoder
 
 # Library imports sit inside the commands: `bertkit --help` loads none of them (start-up speed).
 
@@ -38,9 +41,12 @@ def search(
     threads: Optional[int] = ThreadsOption,
     device: str = DeviceOption,
 ) -> None:
-    """Similarity search: each query, embedded with the vectors' own model and options (layers, pooling,
-    dimensions, normalization), against a vectors file (exact: int8 by integer products, binary by Hamming
-    distance, then rescored) or an index (approximate, HNSW). Prints query, rank, id, score."""
+    """Run a similarity search of each query against a vectors file (exact) or an index (approximate, HNSW).
+
+    Each query is embedded with the vectors' own model and options (layers, pooling, dimensions, normalization). A
+    vectors file is searched exactly: int8 by integer products, binary by Hamming distance, then rescored. Prints
+    query, rank, id, score.
+    """
     from ..encoder.encode import Encoder
     from ..io.stream import read_vectors
     from ..tasks.index import load_index, read_index_meta
@@ -87,8 +93,8 @@ def search(
             typer.echo(f"{query}\t{rank}\t{ids[hit['corpus_id']]}\t{hit['score']:.4f}")
 
 
-def _compact_note(output: str, multiplier: int, top_k: int, meta: dict, encoder) -> str:
-    """What a search of compact vectors did: the rescoring, and where int8 ranges came from."""
+def _compact_note(output: str, multiplier: int, top_k: int, meta: dict, encoder: Encoder) -> str:
+    """Say what a search of compact vectors did: the rescoring, and where int8 ranges came from."""
     if output in ("float32", "float16"):
         return ""
     rescoring = (
@@ -119,9 +125,11 @@ def index_command(
         False, "--overwrite", help="Replace what is at -o (an index is rebuilt from scratch; another file replaced)."
     ),
 ) -> None:
-    """Build an approximate index (HNSW, faiss) of a vectors file, for `bertkit search INDEX "query"`. An index of
-    the same vectors at -o is extended with the rows it lacks (an interrupted build resumes); anything else there is
-    replaced only with --overwrite. Needs `pip install 'bertkit[index]'`."""
+    """Build an approximate index (HNSW, faiss) of a vectors file, for `bertkit search INDEX "query"`.
+
+    An index of the same vectors at -o is extended with the rows it lacks (an interrupted build resumes); anything
+    else there is replaced only with --overwrite. Needs `pip install 'bertkit[index]'`.
+    """
     from ..tasks.index import build_index
 
     def progress(done: int, total: int) -> None:

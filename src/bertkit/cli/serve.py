@@ -56,6 +56,7 @@ def serve(
     run: list[str] = typer.Option(
         [],
         "--run",
+        metavar="[NAME=]DIR",
         callback=existing_runs,
         help="Serve a trained run at /predict/NAME: [NAME=]DIR (NAME: the folder name by default; repeatable); a "
         "`bertkit probe` directory shows on the page.",
@@ -63,6 +64,7 @@ def serve(
     index: list[str] = typer.Option(
         [],
         "--index",
+        metavar="[NAME=]FILE",
         callback=existing_indexes,
         help="Answer POST /search from a vector index written by `bertkit index`: [NAME=]FILE (NAME: the file name "
         "without its suffix by default; repeatable). Its vectors must be this model's.",
@@ -106,6 +108,7 @@ def serve(
     allow_host: list[str] = typer.Option(
         [],
         "--allow-host",
+        metavar="NAME",
         help="Also answer requests whose Host header is NAME "
         "(repeatable; NAME or NAME:PORT; '*' for any, e.g. behind a proxy that "
         "checks it). Always answered: the bound address, 127.0.0.1, localhost, [::1].",
@@ -113,6 +116,7 @@ def serve(
     allow_origin: list[str] = typer.Option(
         [],
         "--allow-origin",
+        metavar="ORIGIN",
         help="Admit browser requests from this web origin, "
         "e.g. http://localhost:3000, with CORS answers (repeatable; '*' for any). "
         "Other origins but the server's own get 403.",

@@ -72,7 +72,7 @@ def bench(
 
 @app.command()
 def demo(model: Optional[str] = ModelOption) -> None:
-    """A short tour on the packaged default model: tokenization table, embeddings and their shapes."""
+    """Run a short tour on the packaged default model: tokenization table, embeddings and their shapes."""
     from .demo import run_demo
 
     run_demo(model)
@@ -80,7 +80,7 @@ def demo(model: Optional[str] = ModelOption) -> None:
 
 @app.command()
 def env() -> None:
-    """The machine as bertkit sees it: CPU features (bf16, int8), threads, GPUs, versions (for bug reports)."""
+    """Show the machine as bertkit sees it: CPU features (bf16, int8), threads, GPUs, versions (for bug reports)."""
     from ..encoder.devices import machine_facts
 
     facts = machine_facts()

@@ -1,5 +1,6 @@
-"""Compact sentence vectors: float16, int8 / uint8 (per-dimension buckets) and binary / ubinary (one bit a
-dimension), with sentence-transformers' `quantize_embeddings` semantics and packing (tests hold the two equal).
+"""Compact sentence vectors: float16, int8 / uint8 (per-dimension buckets) and binary / ubinary (one bit a dimension).
+
+They follow sentence-transformers' `quantize_embeddings` semantics and packing (tests hold the two equal).
 
 int8 and uint8 need each dimension's range. Computed from the vectors being compacted, as sentence-transformers
 does by default, a corpus and a query embedded apart would be bucketed differently; bertkit takes the ranges from
@@ -95,7 +96,7 @@ def unpack_binary(packed: np.ndarray, dim: int) -> np.ndarray:
 
 
 def unsigned_bits(packed: np.ndarray) -> np.ndarray:
-    """binary (int8, shifted by -128) or ubinary (uint8) packed vectors as their raw bytes (uint8)."""
+    """Return binary (int8, shifted by -128) or ubinary (uint8) packed vectors as their raw bytes (uint8)."""
     packed = np.asarray(packed)
     return packed.view(np.uint8) ^ np.uint8(0x80) if packed.dtype == np.int8 else packed.astype(np.uint8, copy=False)
 
@@ -162,8 +163,10 @@ def hamming_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def integer_dots(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(n, m) products of int8 vectors, summed in integers (int32): torch's int8 matrix product (VNNI/AMX where the
-    CPU has them), else float64 (exact for any width bertkit writes)."""
+    """Return the (n, m) products of int8 vectors, summed in integers (int32).
+
+    By torch's int8 matrix product (VNNI/AMX where the CPU has them), else float64 (exact for any width bertkit writes).
+    """
     import torch
 
     left, right = torch.from_numpy(np.ascontiguousarray(a)), torch.from_numpy(np.ascontiguousarray(b))

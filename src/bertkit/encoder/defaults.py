@@ -18,7 +18,7 @@ DEFAULT_FEATURE_POOLING = "mean"
 
 
 def cache_root() -> Path:
-    """bertkit's cache folder: $BERTKIT_CACHE, else $XDG_CACHE_HOME/bertkit, else ~/.cache/bertkit.
+    """Return bertkit's cache folder: $BERTKIT_CACHE, else $XDG_CACHE_HOME/bertkit, else ~/.cache/bertkit.
 
     Under it, `embeddings/` holds the embedding cache and `int8/` the int8 calibrations of models without their own.
     """

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..errors import InputError, quoted
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 DEVICE_CHOICES = "auto, cpu, cuda, cuda:N or mps"
 
 
 def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
-    """The torch device for `spec`; 'auto' picks CUDA, then Apple's MPS, then the CPU.
+    """Return the torch device for `spec`; 'auto' picks CUDA, then Apple's MPS, then the CPU.
 
     Parameters
     ----------
@@ -46,10 +50,12 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
 
 
 class OutOfDeviceMemory(InputError):
-    """One input alone does not fit in the device's memory (after its batch was split down to that one row); `row`
-    is its index in the call's texts."""
+    """One input alone does not fit in the device's memory (after its batch was split down to that one row).
 
-    def __init__(self, row: int, tokens: int, device: torch.device):
+    `row` is its index in the call's texts.
+    """
+
+    def __init__(self, row: int, tokens: int, device: torch.device) -> None:
         self.row, self.tokens, self.device = row, tokens, device
         super().__init__(
             f"text {row}: {tokens} tokens do not fit in the memory of {device} even alone; give a smaller "
@@ -60,10 +66,12 @@ class OutOfDeviceMemory(InputError):
 GPU_MEMORY_SHARE = 0.5  # of the free GPU memory, the most one batch's activations may take
 
 
-def token_budget(model, device: torch.device, position_limit: int) -> int:
-    """Padded tokens one forward pass may hold: `MAX_BATCH_TOKENS` on a CPU (cache-sized); on a GPU,
-    `GPU_BATCH_TOKENS` or, when less, a share of its free memory over what a token costs there (every layer's output
-    is kept, plus the widest intermediate and a row of attention scores per head); at least one full-length row.
+def token_budget(model: PreTrainedModel, device: torch.device, position_limit: int) -> int:
+    """Return the padded tokens one forward pass may hold.
+
+    `MAX_BATCH_TOKENS` on a CPU (cache-sized); on a GPU, `GPU_BATCH_TOKENS` or, when less, a share of its free memory
+    over what a token costs there (every layer's output is kept, plus the widest intermediate and a row of attention
+    scores per head); at least one full-length row.
 
     Parameters
     ----------
@@ -127,8 +135,10 @@ CPU_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "am
 
 
 def machine_facts() -> dict[str, str]:
-    """What decides bertkit's speed here, as `bertkit env` prints it: CPU and its vector features, native bf16 and
-    int8 support, threads, GPUs, and the versions of torch and transformers.
+    """Describe what decides bertkit's speed here, as `bertkit env` prints it.
+
+    CPU and its vector features, native bf16 and int8 support, threads, GPUs, and the versions of torch and
+    transformers.
 
     Returns
     -------
@@ -166,7 +176,7 @@ def machine_facts() -> dict[str, str]:
 
 
 def _cpu() -> tuple[str, set[str]]:
-    """The CPU's model name and feature flags, from /proc/cpuinfo (elsewhere: platform's name, no flags)."""
+    """Return the CPU's model name and feature flags, from /proc/cpuinfo (elsewhere: platform's name, no flags)."""
     import platform
 
     try:

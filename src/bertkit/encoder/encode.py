@@ -221,9 +221,10 @@ class Encoder:
         return self._fingerprint
 
     def precision_record(self) -> dict:
-        """What decides the arithmetic besides the weights: the precision and, for int8, the calibration's digest.
+        """Record what decides the arithmetic besides the weights.
 
-        Cache keys and run records include it, so int8 vectors from two calibrations are never mixed up.
+        The precision and, for int8, the calibration's digest. Cache keys and run records include it, so int8 vectors
+        from two calibrations are never mixed up.
         """
         if self.int8_calibration is None:
             return {"precision": self.precision}
@@ -231,8 +232,11 @@ class Encoder:
 
     @property
     def default_batch_size(self) -> int:
-        """Texts per pass when none is asked for: 32 on a CPU (measured best on small CPUs with length-sorted
-        batches); on a GPU, no row limit: the token budget (`max_batch_tokens`) decides."""
+        """Texts per pass when none is asked for.
+
+        32 on a CPU (measured best on small CPUs with length-sorted batches); on a GPU, no row limit: the token budget
+        (`max_batch_tokens`) decides.
+        """
         return DEFAULT_BATCH_SIZE if self.device.type == "cpu" else self.max_batch_tokens
 
     def resolve(self, options: EmbedOptions | None = None, **kwargs: Any) -> EmbedOptions:
@@ -406,7 +410,7 @@ class Encoder:
         )
 
     def runner(self, batch_size: int | None = None, pad_multiple: int = 1) -> Runner:
-        """The runner of this encoder's forward passes (`batch_size` rows at most; None: the default)."""
+        """Return the runner of this encoder's forward passes (`batch_size` rows at most; None: the default)."""
         batch_size = self.default_batch_size if batch_size is None else batch_size
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size={batch_size}: give a positive batch size.")
@@ -673,8 +677,10 @@ class Encoder:
 
     # ---- internals ----------------------------------------------------------------------------------------------
     def vector_head(self, resolved: EmbedOptions) -> VectorHead:
-        """What turns this model's hidden states into vectors for resolved options (layers, pooling, prompt
-        tokens left out of the pooling, the model's Dense modules)."""
+        """Return what turns this model's hidden states into vectors for resolved options.
+
+        Layers, pooling, prompt tokens left out of the pooling, the model's Dense modules.
+        """
         prompt_tokens = 0
         if resolved.prompt and not resolved.include_prompt:  # as sentence-transformers counts them: with the
             with tok.TOKENIZER_LOCK:  # leading special token, without the closing one

@@ -26,9 +26,10 @@ import json
 import os
 import tempfile
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors import safe_open
@@ -36,6 +37,9 @@ from safetensors.torch import save_file
 
 from ..errors import InputError
 from .defaults import cache_root
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 SMOOTH_ALPHA = 0.5  # SmoothQuant's default; what calibrations written before the search was added used
 ALPHA_GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
@@ -77,7 +81,7 @@ class Calibration:
             raise
 
     def digest(self) -> str:
-        """A short hash of the groups and maxima: equal digests give equal int8 models for equal weights."""
+        """Return a short hash of the groups and maxima: equal digests give equal int8 models for equal weights."""
         hasher = hashlib.sha256(json.dumps([self.groups, self.alpha]).encode())
         for key in sorted(self.absmax):
             hasher.update(key.encode())
@@ -86,6 +90,7 @@ class Calibration:
 
     @classmethod
     def load(cls, path: Path) -> Calibration:
+        """Read a calibration written by `save`; a file of another format is an `InputError`."""
         with safe_open(str(path), framework="pt") as handle:
             meta = handle.metadata() or {}
             if meta.get("format") != CALIBRATION_FORMAT:
@@ -100,7 +105,7 @@ class Calibration:
 
 
 def layer_stack(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList]:
-    """The model's stack of transformer layers: its largest ModuleList (encoder.layer, transformer.layer, ...)."""
+    """Find the model's stack of transformer layers: its largest ModuleList (encoder.layer, transformer.layer, ...)."""
     stacks = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.ModuleList) and len(m)]
     if not stacks:
         raise InputError(f"{type(model).__name__}: no stack of layers found to quantise; use precision='fp32'.")
@@ -108,8 +113,10 @@ def layer_stack(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList]:
 
 
 def calibrate(model: torch.nn.Module, inputs: Iterable[dict]) -> Calibration:
-    """Run `model` on each input (one text each, unpadded), record the groups and the LayerNorm-fed maxima, and
-    choose the smoothing strength that keeps these texts' vectors closest to fp32."""
+    """Run `model` on each input (one text each, unpadded), record the groups and the LayerNorm-fed maxima.
+
+    Then choose the smoothing strength that keeps these texts' vectors closest to fp32.
+    """
     prefix, stack = layer_stack(model)
     linears = {f"{prefix}.{name}": m for name, m in stack.named_modules() if isinstance(m, torch.nn.Linear)}
     norm_outputs: dict[int, torch.Tensor] = {}
@@ -117,11 +124,11 @@ def calibrate(model: torch.nn.Module, inputs: Iterable[dict]) -> Calibration:
     absmax: dict[str, torch.Tensor] = {}
     fed_by_norm: set[str] = set()
 
-    def on_norm(module, args, output):
+    def on_norm(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> None:
         norm_outputs[id(output)] = output
 
-    def on_linear(name):
-        def hook(module, args):
+    def on_linear(name: str) -> Callable[[torch.nn.Module, tuple], None]:
+        def hook(module: torch.nn.Module, args: tuple) -> None:
             x = args[0]
             seen.setdefault(id(x), (x, []))[1].append(name)
             if id(x) in norm_outputs:
@@ -167,11 +174,14 @@ def calibrate(model: torch.nn.Module, inputs: Iterable[dict]) -> Calibration:
 def alpha_errors(
     model: torch.nn.Module, calibration: Calibration, feeds: Sequence[dict], alphas: Sequence[float]
 ) -> dict[float, float]:
-    """For each smoothing strength, how far its int8 copy moves the texts' vectors: the relative L2 error of each
-    layer's mean over tokens, averaged over layers and texts (every layer, since users pick any)."""
+    """Measure for each smoothing strength how far its int8 copy moves the texts' vectors.
+
+    The error is the relative L2 error of each layer's mean over tokens, averaged over layers and texts (every layer,
+    since users pick any).
+    """
     batches = list(_padded_batches(feeds))
 
-    def layer_means(runner, batch):
+    def layer_means(runner: torch.nn.Module, batch: dict) -> list[torch.Tensor]:
         mask = batch["attention_mask"].unsqueeze(-1).float()
         states = runner(**batch, output_hidden_states=True).hidden_states[1:]
         return [(h * mask).sum(1) / mask.sum(1) for h in states]
@@ -191,7 +201,7 @@ def alpha_errors(
 
 
 def _padded_batches(feeds: Sequence[dict], size: int = 32) -> Iterable[dict]:
-    """The one-text feeds grouped by length into padded batches (pad positions are masked out)."""
+    """Group the one-text feeds by length into padded batches (pad positions are masked out)."""
     ordered = sorted(feeds, key=lambda feed: feed["input_ids"].shape[1])
     for start in range(0, len(ordered), size):
         chunk = ordered[start : start + size]
@@ -209,7 +219,7 @@ class _InputQuantizer:
     last result is kept per thread: concurrent batches never see each other's.
     """
 
-    def __init__(self, inverse_smooth: torch.Tensor | None):
+    def __init__(self, inverse_smooth: torch.Tensor | None) -> None:
         self.inverse_smooth = inverse_smooth
         self._last: dict[int, tuple] = {}
 
@@ -239,7 +249,7 @@ class _InputQuantizer:
 class Int8Linear(torch.nn.Module):
     """y = x Wᵀ + b from int8 x (per token) and int8 W (per output channel): int32 products, fp32 result."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, quantizer: _InputQuantizer):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, quantizer: _InputQuantizer) -> None:
         super().__init__()
         weight = weight.detach().float()
         scale = weight.abs().amax(dim=1).clamp(min=1e-12) / 127
@@ -255,6 +265,7 @@ class Int8Linear(torch.nn.Module):
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Compute x Wᵀ + b from `x` quantised per token, in one int8 matrix product."""
         quantized, scale, middle_and_one = self.quantizer(x)
         y = torch._int_mm(quantized, self.weight_int8.t()) * scale  # int32 × fp32 → fp32 in one pass
         y.mul_(self.weight_scale).addmm_(middle_and_one, self.offset)
@@ -262,8 +273,10 @@ class Int8Linear(torch.nn.Module):
 
 
 def quantize_model(model: torch.nn.Module, calibration: Calibration, alpha: float | None = None) -> torch.nn.Module:
-    """A copy of `model` whose calibrated linears are `Int8Linear` (smoothed with `alpha`, by default the
-    calibration's); everything else is shared with `model`."""
+    """Copy `model` with its calibrated linears made `Int8Linear` (smoothed with `alpha`, by default the calibration's).
+
+    Everything else is shared with `model`.
+    """
     alpha = calibration.alpha if alpha is None else alpha
     prefix, stack = layer_stack(model)
     linears = {f"{prefix}.{name}": m for name, m in stack.named_modules() if isinstance(m, torch.nn.Linear)}
@@ -295,8 +308,10 @@ def quantize_model(model: torch.nn.Module, calibration: Calibration, alpha: floa
     return quantized
 
 
-def calibration_inputs(tokenizer, texts: Sequence[str], max_length: int, with_type_ids: bool) -> Iterable[dict]:
-    """One unpadded model input per text (padding would put pad tokens into the channel maxima)."""
+def calibration_inputs(
+    tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_length: int, with_type_ids: bool
+) -> Iterable[dict]:
+    """Yield one unpadded model input per text (padding would put pad tokens into the channel maxima)."""
     for text in texts:
         encoded = tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")
         feed = {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
@@ -306,7 +321,7 @@ def calibration_inputs(tokenizer, texts: Sequence[str], max_length: int, with_ty
 
 
 def packaged_texts() -> list[str]:
-    """The calibration sentences that ship with bertkit."""
+    """Read the calibration sentences that ship with bertkit."""
     from importlib.resources import files
 
     texts: list[str] = []
@@ -319,10 +334,17 @@ def packaged_texts() -> list[str]:
 
 
 def calibration_for(
-    model, tokenizer, max_length: int, with_type_ids: bool, directory: str | None, fingerprint: str | None
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    max_length: int,
+    with_type_ids: bool,
+    directory: str | None,
+    fingerprint: str | None,
 ) -> Calibration:
-    """The directory's own calibration, else the cached one for this fingerprint, else a new one on the packaged
-    texts."""
+    """Return the directory's own calibration, else the cached one for this fingerprint, else a new one.
+
+    A new one is calibrated on the packaged texts.
+    """
     own = Path(directory) / CALIBRATION_FILE if directory else None
     if own is not None and own.is_file():
         return Calibration.load(own)
@@ -339,9 +361,11 @@ def calibration_for(
     return calibration
 
 
-def int8_model_for(encoder) -> tuple[torch.nn.Module, str]:
-    """The int8 copy of an `Encoder`'s model, calibrated by its directory's file, the cache, or the packaged texts,
-    and the calibration's digest."""
+def int8_model_for(encoder: Any) -> tuple[torch.nn.Module, str]:  # an Encoder (whose module imports this one)
+    """Return the int8 copy of an `Encoder`'s model, and the calibration's digest.
+
+    The copy is calibrated by its directory's file, the cache, or the packaged texts.
+    """
     source = encoder.source
     directory = source.path if source.kind in ("local", "default") else None
     calibration = calibration_for(

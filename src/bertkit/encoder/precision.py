@@ -1,6 +1,8 @@
-"""Numeric precision of the forward pass: fp32 everywhere; bf16 autocast on GPUs that have it and on CPUs that do bf16
-natively; fp16 autocast on GPUs; int8 (per-token activations, smoothed, encoder/int8.py) on CPUs, where torch has its
-int8 matrix product."""
+"""Numeric precision of the forward pass: fp32, bf16, fp16 or int8.
+
+fp32 everywhere; bf16 autocast on GPUs that have it and on CPUs that do bf16 natively; fp16 autocast on GPUs; int8
+(per-token activations, smoothed, encoder/int8.py) on CPUs, where torch has its int8 matrix product.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 
 
 def cpu_bf16_flags() -> set[str]:
-    """The CPU's native bf16 features (AMX, AVX512-BF16) as /proc/cpuinfo lists them; empty elsewhere."""
+    """Return the CPU's native bf16 features (AMX, AVX512-BF16) as /proc/cpuinfo lists them; empty elsewhere."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -27,6 +29,7 @@ def cpu_bf16_flags() -> set[str]:
 
 
 def fast_bf16_cpu() -> bool:
+    """Tell whether this CPU does bf16 natively (AMX or AVX512-BF16)."""
     flags = cpu_bf16_flags()
     if flags:
         return True
@@ -38,8 +41,10 @@ def fast_bf16_cpu() -> bool:
 def check_precision(
     precision: str, supported: tuple[str, ...] = PRECISIONS, what: str = "", device: torch.device | None = None
 ) -> str:
-    """Validate `precision` for `device` (default the CPU): bf16 only where it is native, fp16 only on a GPU, int8
-    only on a CPU with torch's int8 matrix product."""
+    """Validate `precision` for `device` (default the CPU).
+
+    bf16 only where it is native, fp16 only on a GPU, int8 only on a CPU with torch's int8 matrix product.
+    """
     device = device or torch.device("cpu")
     if precision in PRECISIONS and precision not in supported:
         raise InputError(
@@ -74,9 +79,11 @@ def check_precision(
     return precision
 
 
-def autocast(precision: str, device: torch.device | None = None):
-    """Context for one forward pass: bf16/fp16 autocast on `device`'s type, nothing for fp32 and int8 (its own
-    int8 layers)."""
+def autocast(precision: str, device: torch.device | None = None) -> contextlib.AbstractContextManager:
+    """Return the context for one forward pass: bf16/fp16 autocast on `device`'s type.
+
+    Nothing for fp32 and int8 (its own int8 layers).
+    """
     if precision in ("bf16", "fp16"):
         dtype = torch.bfloat16 if precision == "bf16" else torch.float16
         return torch.autocast((device or torch.device("cpu")).type, dtype=dtype)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -51,7 +52,7 @@ class EmbedReport:
         return len(self.truncated_rows)
 
     def facts(self) -> dict[str, str]:
-        """What the report says, one line per fact: what `repr` and Jupyter show."""
+        """Say what the report says, one line per fact: what `repr` and Jupyter show."""
         facts = {
             "texts": str(self.n_texts),
             "token limit": str(self.max_length),
@@ -83,7 +84,7 @@ class EmbedResult:
     vectors: np.ndarray | list[TokenEmbedding]
     report: EmbedReport
 
-    def __iter__(self):  # `vectors, report = encoder.embed_with_report(...)` reads naturally
+    def __iter__(self) -> Iterator[Any]:  # `vectors, report = encoder.embed_with_report(...)` reads naturally
         return iter((self.vectors, self.report))
 
 

@@ -37,8 +37,10 @@ class Row:
 
 
 def padded_width(longest: int, limit: int | None = None, multiple: int = 1) -> int:
-    """The width a pass whose longest row has `longest` tokens is padded to (a multiple of `multiple`, never past
-    `limit`)."""
+    """Return the width a pass whose longest row has `longest` tokens is padded to.
+
+    A multiple of `multiple`, never past `limit`.
+    """
     width = -(-longest // multiple) * multiple
     return max(longest, min(width, limit)) if limit else width
 
@@ -50,7 +52,7 @@ def plan_batches(
     overhead_tokens: int = PASS_OVERHEAD_TOKENS,
     multiple: int = 1,
 ) -> list[list[int]]:
-    """Indices into `lengths`, grouped into passes that cost least: overhead + padded tokens, summed.
+    """Group indices into `lengths` into the passes that cost least: overhead + padded tokens, summed.
 
     Each group is contiguous in length order, has at most `max_rows` rows and `max_batch_tokens` padded tokens (a
     row longer than that is a pass of its own); the longest group comes first.
@@ -132,7 +134,7 @@ class Runner:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def plan(self, rows: Sequence[Row]) -> list[list[int]]:
-        """The passes for `rows`: indices grouped by `plan_batches`."""
+        """Plan the passes for `rows`: indices grouped by `plan_batches`."""
         lengths = [len(row.ids) for row in rows]
         overhead = PASS_OVERHEAD_TOKENS if self.device.type == "cpu" else GPU_PASS_OVERHEAD_TOKENS
         return plan_batches(lengths, self.max_batch_tokens, self.batch_size, overhead, self.pad_multiple)
@@ -149,7 +151,7 @@ class Runner:
         return inputs
 
     def passes(self, rows: Sequence[Row]) -> Iterator[tuple[list[int], dict[str, torch.Tensor], Any]]:
-        """(indices of `rows`, padded inputs, output) for every planned pass; on a CPU `concurrent` at a time."""
+        """Yield (indices of `rows`, padded inputs, output) for every planned pass; on a CPU `concurrent` at a time."""
         groups = self.plan(rows)
         workers = min(self.concurrent, total_threads())
         if workers > 1 and len(groups) > 1 and self.device.type == "cpu":

@@ -48,13 +48,16 @@ class DenseLayer:
 
     @property
     def in_features(self) -> int:
+        """The width of the vectors it takes."""
         return int(self.weight.shape[1])
 
     @property
     def out_features(self) -> int:
+        """The width of the vectors it gives."""
         return int(self.weight.shape[0])
 
     def __call__(self, vectors: Any) -> Any:
+        """Apply the module to `vectors` (a torch tensor): `activation(weight @ x + bias)`."""
         import torch
 
         out = torch.nn.functional.linear(vectors, self.weight.to(vectors.device, vectors.dtype), self.bias)
@@ -83,7 +86,7 @@ class SentenceConfig:
 
     @classmethod
     def read(cls, path: str, hub: bool = False) -> SentenceConfig:
-        """The configuration of the model at `path` (a local folder, or a hub name read from the hub cache)."""
+        """Read the configuration of the model at `path` (a local folder, or a hub name read from the hub cache)."""
         files = _Files(path, hub)
         settings = files.json(SENTENCE_TRANSFORMERS_CONFIG)
         settings = settings if isinstance(settings, dict) else {}
@@ -122,7 +125,7 @@ def declared_max_length(path: str, hub: bool = False) -> int | None:
 class _Files:
     """A model's files by name: from its folder, or from the local hub cache for a hub name."""
 
-    def __init__(self, path: str, hub: bool):
+    def __init__(self, path: str, hub: bool) -> None:
         self.path, self.hub = path, hub
 
     def find(self, name: str) -> Path | None:
@@ -145,7 +148,7 @@ class _Files:
 
 
 def _pooling(config: dict, path: str) -> tuple[str | None, bool]:
-    """bertkit's pooling spec and include_prompt from a Pooling module's config (old flags or `pooling_mode`)."""
+    """Return bertkit's pooling spec and include_prompt from a Pooling module's config (old flags or `pooling_mode`)."""
     mode = config.get("pooling_mode")
     modes = [mode] if isinstance(mode, str) else list(mode) if isinstance(mode, list) else []
     if not modes:
@@ -167,7 +170,7 @@ def _pooling(config: dict, path: str) -> tuple[str | None, bool]:
 
 
 def _dense(files: _Files, folder: str, path: str) -> DenseLayer:
-    """A Dense module's weights (safetensors only) and activation."""
+    """Read a Dense module's weights (safetensors only) and activation."""
     config = files.json(f"{folder}/config.json") or {}
     activation = ACTIVATIONS.get(str(config.get("activation_function", "torch.nn.modules.activation.Tanh")))
     if activation is None or config.get("use_residual"):

@@ -48,11 +48,11 @@ def set_threads(threads: int | None) -> None:
 
 @contextmanager
 def threads_per_batch(workers: int) -> Iterator[int]:
-    """Give each of `workers` concurrent forward passes its share of torch's threads, for as long as any caller
-    needs it.
+    """Give each of `workers` concurrent forward passes its share of torch's threads.
 
-    The thread count is process-wide, so concurrent callers share one layout: the first sets it, the last restores
-    what it found. Without the count, parallel embed calls from several threads would race on it.
+    The share holds for as long as any caller needs it. The thread count is process-wide, so concurrent callers
+    share one layout: the first sets it, the last restores what it found. Without the count, parallel embed calls
+    from several threads would race on it.
     """
     global _layout_users, _layout_saved
     with _layout_lock:

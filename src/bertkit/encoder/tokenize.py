@@ -10,7 +10,7 @@ import math
 import re
 import threading
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +32,11 @@ Text = str | Sequence[str]  # a raw string, or a list of the user's words
 
 @dataclass
 class Encoded:
-    """One tokenized input before padding: the tokenizer's encoding of the whole input (or of its kept part), and
-    for a long input read in windows, the tokenizer's overflow windows."""
+    """One tokenized input before padding.
+
+    The tokenizer's encoding of the whole input (or of its kept part), and for a long input read in windows, the
+    tokenizer's overflow windows.
+    """
 
     encoding: Any  # tokenizers.Encoding
     text: str  # what was tokenized (a list of words: the words joined by spaces)
@@ -51,32 +54,39 @@ class Encoded:
 
     @functools.cached_property
     def pair_word_spans(self) -> list[tuple[int, int]] | None:
+        """The character span of each user word in `pair_text`; None without a pair."""
         if self.pair_text is None:
             return None
         return self.given_pair_spans if self.given_pair_spans is not None else _spans(self.pair_text)
 
     @property
     def truncated(self) -> bool:
+        """Whether tokens were cut: fewer kept than `full_length`."""
         return len(self.ids) < self.full_length
 
     @property
     def ids(self) -> list[int]:
+        """The encoding's token ids."""
         return self.encoding.ids
 
     @property
     def type_ids(self) -> list[int]:
+        """The encoding's token type ids."""
         return self.encoding.type_ids
 
     @property
     def tokens(self) -> list[str]:
+        """The encoding's tokens."""
         return self.encoding.tokens
 
     @property
     def num_words(self) -> int:
+        """The words of the input: the given words, or the whitespace words of `text`."""
         return len(self.given_spans) if self.given_spans is not None else len(self.text.split())
 
     @property
     def num_pair_words(self) -> int:
+        """The words of the pair text (0 without one)."""
         if self.pair_text is None:
             return 0
         return len(self.given_pair_spans) if self.given_pair_spans is not None else len(self.pair_text.split())
@@ -158,8 +168,10 @@ def _spans(text: str) -> list[tuple[int, int]]:
 
 
 def word_spans_of(text: Text) -> tuple[str, list[tuple[int, int]] | None]:
-    """The text to tokenize, and for a list of words each word's character span in the words joined by spaces (None
-    for a string: its whitespace words, found when needed)."""
+    """Return the text to tokenize, and for a list of words each word's character span in the words joined by spaces.
+
+    The spans are None for a string: its whitespace words, found when needed.
+    """
     if isinstance(text, str):
         return text, None
     spans, cursor = [], 0
@@ -190,7 +202,7 @@ def check_texts(texts: str | Sequence, name: str = "texts") -> list:
 
 
 def encode(
-    tokenizer,
+    tokenizer: Any,  # a transformers fast tokenizer, or tokenizer_only's stand-in for one
     texts: Sequence[Text],
     pairs: Sequence[str] | None = None,
     *,
@@ -200,10 +212,12 @@ def encode(
     stride: int | None = None,
     window_side: str = "second",
 ) -> list[Encoded]:
-    """Tokenize without padding and apply the long-text policy: 'truncate' (the tokenizer's own truncation, longest
-    first for pairs; `direction='right'` keeps a text's beginning, 'left' its end), 'error', 'window' (the
-    tokenizer's overflow windows, `stride` tokens shared; for pairs, windows over the `window_side` text, the other
-    one whole in each), or 'keep' (no limit)."""
+    """Tokenize without padding and apply the long-text policy.
+
+    The policies: 'truncate' (the tokenizer's own truncation, longest first for pairs; `direction='right'` keeps a
+    text's beginning, 'left' its end), 'error', 'window' (the tokenizer's overflow windows, `stride` tokens shared;
+    for pairs, windows over the `window_side` text, the other one whole in each), or 'keep' (no limit).
+    """
     if long_text not in LONG_TEXT_POLICIES + ("keep",):
         raise InputError(f"long_text={long_text!r}: valid values are {', '.join(LONG_TEXT_POLICIES)}.")
     direction = str(direction).lower()
@@ -273,10 +287,12 @@ def encode(
     return encoded
 
 
-def _encodings(tokenizer, first: list[str], second: list[str] | None) -> list:
-    """The Rust tokenizer's encodings of whole texts (no truncation, no padding), straight from `encode_batch`: the
-    transformers call would also build Python lists of every id and offset, which bertkit does not read (on a GPU that
-    was most of an embedding call's time). The caller holds `TOKENIZER_LOCK`."""
+def _encodings(tokenizer: Any, first: list[str], second: list[str] | None) -> list:
+    """Return the Rust tokenizer's encodings of whole texts (no truncation, no padding), straight from `encode_batch`.
+
+    The transformers call would also build Python lists of every id and offset, which bertkit does not read (on a GPU
+    that was most of an embedding call's time). The caller holds `TOKENIZER_LOCK`.
+    """
     backend = tokenizer.backend_tokenizer
     backend.no_truncation()
     backend.no_padding()
@@ -284,8 +300,8 @@ def _encodings(tokenizer, first: list[str], second: list[str] | None) -> list:
 
 
 @contextlib.contextmanager
-def _truncation_side(tokenizer, side: str):
-    """The tokenizer cutting from `side` for one call (transformers keeps the side on the tokenizer, not the call)."""
+def _truncation_side(tokenizer: Any, side: str) -> Iterator[None]:
+    """Make the tokenizer cut from `side` for one call (transformers keeps the side on the tokenizer, not the call)."""
     previous = getattr(tokenizer, "truncation_side", "right")
     if side == previous:
         yield
@@ -343,9 +359,10 @@ def pad_ids(
     pad_token_id: int,
     pad_to: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The one right-padding routine: (input_ids, attention_mask, token_type_ids), each (rows, width) int64.
+    """Pad the rows on the right: the one padding routine.
 
-    The width is the longest row (per-batch padding) or `pad_to` when that is wider.
+    Gives (input_ids, attention_mask, token_type_ids), each (rows, width) int64. The width is the longest row
+    (per-batch padding) or `pad_to` when that is wider.
     """
     width = max([len(r) for r in id_rows] + [pad_to or 0])
     input_ids = np.full((len(id_rows), width), pad_token_id, dtype=np.int64)
@@ -381,22 +398,28 @@ class Coverage:
 
     @property
     def unknown_share(self) -> float:
+        """The share of the tokens that are [UNK]."""
         return self.n_unknown / self.n_tokens if self.n_tokens else 0.0
 
     @property
     def tokens_per_word(self) -> float:
+        """Tokens per word."""
         return self.n_tokens / self.n_words if self.n_words else 0.0
 
     @property
     def poor(self) -> bool:
-        """Letters broken into parts; [UNK]s (5% of the tokens: two or more, or any in a non-Latin script); or 3+
-        pieces a word, in a non-Latin script or over 8+ words: a few rare English words split into pieces
-        ("dis ##jo ##int ##ed") are not it, nor one emoji's [UNK]."""
+        """Whether the vocabulary covers the text poorly.
+
+        Letters broken into parts; [UNK]s (5% of the tokens: two or more, or any in a non-Latin script); or 3+ pieces a
+        word, in a non-Latin script or over 8+ words: a few rare English words split into pieces ("dis ##jo ##int
+        ##ed") are not it, nor one emoji's [UNK].
+        """
         many_unknown = self.unknown_share >= UNKNOWN_SHARE and (self.n_unknown >= 2 or bool(self.scripts))
         split = self.tokens_per_word >= PIECES_PER_WORD and (bool(self.scripts) or self.n_words >= SPLIT_MIN_WORDS)
         return self.decomposed or many_unknown or split
 
     def message(self) -> str:
+        """Describe the coverage in a line: [UNK]s and tokens per word; when poor, why, and which model to use."""
         head = (
             f"[UNK] {self.n_unknown} of {self.n_tokens} tokens ({self.unknown_share:.1%}); "
             f"{self.tokens_per_word:.2f} tokens per word"
@@ -420,7 +443,7 @@ class Coverage:
 class TextTooLong(InputError):
     """long_text='error' met a text longer than the limit; `row` is its index in the call's texts."""
 
-    def __init__(self, row: int, tokens: int, max_length: int, count: int):
+    def __init__(self, row: int, tokens: int, max_length: int, count: int) -> None:
         self.row, self.tokens, self.max_length, self.count = row, tokens, max_length, count
         super().__init__(
             f"text {row} has {tokens} tokens, more than max_length={max_length} ({count} texts are too "

@@ -1,6 +1,8 @@
-"""Tokenization from a model directory's `tokenizer.json` alone (the tokenizers library: no torch, no transformers),
-so that `bertkit tokenize` answers in well under two seconds. It gives what `Encoder.tokenize` gives (the tests hold
-the two tables equal); models without a `tokenizer.json`, and hub names, go through `Encoder`."""
+"""Tokenization from a model directory's `tokenizer.json` alone (the tokenizers library: no torch, no transformers).
+
+It lets `bertkit tokenize` answer in well under two seconds. It gives what `Encoder.tokenize` gives (the tests hold
+the two tables equal); models without a `tokenizer.json`, and hub names, go through `Encoder`.
+"""
 
 from __future__ import annotations
 
@@ -10,23 +12,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from . import tokenize as tok
 from .models import ModelSource, fix_casing, max_length_from_config, resolve_model
 from .st_config import declared_max_length
 
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
 
 class _BackendCall:
     """The slice of a transformers fast tokenizer's `__call__` that `tokenize.encode` uses, on a bare backend."""
 
-    def __init__(self, backend):
+    def __init__(self, backend: Tokenizer) -> None:
         self.backend = backend
         self._lock = threading.Lock()
 
     @property
-    def backend_tokenizer(self):
+    def backend_tokenizer(self) -> Tokenizer:
         """The Rust tokenizer, as transformers' fast tokenizers name it."""
         return self.backend
 
@@ -37,7 +42,7 @@ class _BackendCall:
         *,
         truncation: bool = False,
         max_length: int | None = None,
-        **_options,
+        **_options: Any,
     ) -> SimpleNamespace:
         with self._lock:  # truncation is the backend's state
             if truncation:
@@ -63,7 +68,7 @@ class TokenizerOnly:
 
     @classmethod
     def from_model(cls, spec: str | None) -> TokenizerOnly | None:
-        """The tokenizer of a local or packaged model, or None when only transformers can load it."""
+        """Load the tokenizer of a local or packaged model; None when only transformers can load it."""
         try:
             from tokenizers import Tokenizer
         except ImportError:  # pragma: no cover - a dependency of transformers
@@ -102,7 +107,7 @@ class TokenizerOnly:
         )
 
     def table(self, text: str, pair: str | None = None, max_length: int | None = None) -> tuple[list[dict], bool, str]:
-        """The tutorial's table of one text (or pair), whether it was truncated, and the coverage line.
+        """Return the tutorial's table of one text (or pair), whether it was truncated, and the coverage line.
 
         Parameters
         ----------
@@ -148,9 +153,11 @@ class TokenizerOnly:
         return rows, item.truncated, tok.coverage(everything, texts, self.unk_id).message()
 
 
-def _follow_config(backend, settings: dict) -> None:
-    """What transformers' BERT-style fast tokenizers do on loading: the normalizer follows tokenizer_config.json's
-    do_lower_case, strip_accents and tokenize_chinese_chars."""
+def _follow_config(backend: Tokenizer, settings: dict) -> None:
+    """Do what transformers' BERT-style fast tokenizers do on loading.
+
+    The normalizer follows tokenizer_config.json's do_lower_case, strip_accents and tokenize_chinese_chars.
+    """
     from tokenizers import normalizers
 
     try:
@@ -176,8 +183,8 @@ def _json(path: Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _token_text(value) -> str | None:
-    """A special token as tokenizer_config.json writes it: a string, or an AddedToken dict with its content."""
+def _token_text(value: object) -> str | None:
+    """Read a special token as tokenizer_config.json writes it: a string, or an AddedToken dict with its content."""
     if isinstance(value, dict):
         value = value.get("content")
     return value if isinstance(value, str) else None

@@ -1,5 +1,8 @@
-"""From hidden states to vectors: layer selection, pooling (prompt tokens left out where asked), the model's Dense
-modules, windows stitched back into one text, and last the Matryoshka cut, unit length and compact type."""
+"""From hidden states to vectors.
+
+Layer selection, pooling (prompt tokens left out where asked), the model's Dense modules, windows stitched back into
+one text, and last the Matryoshka cut, unit length and compact type.
+"""
 
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ class VectorHead:
 
     @classmethod
     def of(cls, options: EmbedOptions, prompt_tokens: int, dense: Sequence[DenseLayer]) -> VectorHead:
-        """The head for resolved `options` (`dense`: the model's Dense modules, used when options say so)."""
+        """Build the head for resolved `options` (`dense`: the model's Dense modules, used when options say so)."""
         return cls(
             parse_layers(options.layers),
             parse_pooling(options.pooling or "mean"),
@@ -53,7 +56,7 @@ class VectorHead:
 def finish(
     vectors: np.ndarray, options: EmbedOptions, ranges: np.ndarray | None = None, token_vectors: bool = False
 ) -> np.ndarray:
-    """The last steps of every embedding: the Matryoshka cut, unit length, then the compact type.
+    """Apply the last steps of every embedding: the Matryoshka cut, unit length, then the compact type.
 
     Parameters
     ----------
@@ -91,8 +94,10 @@ def content_bounds(special_mask: Sequence[int]) -> tuple[int, int]:
 
 
 def stitch(full_mask: Sequence[int], windows: Sequence, stride: int, vectors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Token vectors of a long text from its windows (the tokenizer's overflow windows): every token of the whole
-    text gets exactly one vector, from the window where it has the most context on both sides.
+    """Stitch the token vectors of a long text from its windows (the tokenizer's overflow windows).
+
+    Every token of the whole text gets exactly one vector, from the window where it has the most context on both
+    sides.
 
     Parameters
     ----------

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sklearn.decomposition import PCA
@@ -30,8 +31,11 @@ RECENT = 16  # sentences whose feature vectors are kept (map and prediction of o
 
 @dataclass
 class Settings:
-    """What the page asks for. `layer`, `attention_layer`, `head`: a number, a list, 'all' ('mean' for the head), or
-    None for the small default (the last hidden state, the last layer's attention averaged over its heads)."""
+    """What the page asks for.
+
+    `layer`, `attention_layer`, `head`: a number, a list, 'all' ('mean' for the head), or None for the small default
+    (the last hidden state, the last layer's attention averaged over its heads).
+    """
 
     text: str
     pad_to: int | None = None
@@ -46,7 +50,7 @@ class Settings:
 
     @classmethod
     def from_json(cls, payload: dict) -> Settings:
-        """Settings from a request body; unknown keys and wrong types get a message naming them."""
+        """Read settings from a request body; unknown keys and wrong types get a message naming them."""
         if not isinstance(payload, dict):
             raise InputError('the request body must be a JSON object such as {"text": "I love Korea"}.')
         if "text" not in payload:
@@ -72,8 +76,11 @@ class Settings:
 
 @dataclass
 class MapData:
-    """A feature run's training sentences in 2-D: the fitted PCA, the points, where they came from (in words, no
-    path), and whether their texts may be shown (bertkit's own sample reviews, or `map_texts`)."""
+    """A feature run's training sentences in 2-D.
+
+    The fitted PCA, the points, where they came from (in words, no path), and whether their texts may be shown
+    (bertkit's own sample reviews, or `map_texts`).
+    """
 
     pca: PCA
     points: np.ndarray
@@ -106,10 +113,12 @@ class Explainer:
         run_dirs: list[str] | None = None,
         encoder: Encoder | None = None,
         device: str | None = "auto",
-        **options,
+        **options: Any,
     ) -> Explainer:
-        """Load the encoder and each `[name=]DIR`: a run (`bertkit train` / `finetune`) or a `bertkit probe` output,
-        all on `device`."""
+        """Load the encoder and each `[name=]DIR`, all on `device`.
+
+        A DIR is a run (`bertkit train` / `finetune`) or a `bertkit probe` output.
+        """
         explainer = cls(encoder or Encoder.from_pretrained(model, device=device))
         options = {"device": device, **options}
         for name, directory in parse_run_specs(list(run_dirs or [])).items():
@@ -121,7 +130,7 @@ class Explainer:
         return explainer
 
     def info(self) -> dict:
-        """What the page needs before the first sentence: model facts, runs by kind, probe names."""
+        """Return what the page needs before the first sentence: model facts, runs by kind, probe names."""
         facts = self.encoder.info()
         return {
             "model": model_name(self.encoder),
@@ -206,7 +215,7 @@ class Explainer:
         return settings.map_run or next(iter(self.info()["map_runs"]), None)
 
     def map_view(self, name: str | None, text: str) -> dict:
-        """The run's training sentences on a PCA map coloured by label, with `text` placed by the same projection."""
+        """Map the run's training sentences with PCA, coloured by label, with `text` placed by the same projection."""
         if name is None:  # not an error: the page works without a run, and says what a run would add
             return {
                 "note": "No feature-classifier run is loaded. Add one trained with `bertkit train` (--run DIR) to see "
@@ -253,7 +262,7 @@ class Explainer:
         }
 
     def _features(self, name: str, text: str) -> np.ndarray | None:
-        """A feature run's vectors of [text], computed once per sentence for the map and the prediction."""
+        """Compute a feature run's vectors of [text], once per sentence for the map and the prediction."""
         run = self.runs[name]
         if not isinstance(run, TextClassifier):
             return None
@@ -281,7 +290,7 @@ def _fit_map(run: TextClassifier, name: str, map_texts: bool = False) -> MapData
 
 
 def map_source(run: TextClassifier, name: str = "the run") -> tuple[list[str], list, str, bool]:
-    """The run's own training file when its record names one that is still there, else bertkit's sample reviews.
+    """Read the run's own training file when its record names one that is still there, else bertkit's sample reviews.
 
     Returns the texts, the labels, where they come from in words (the run's name, never a path), and whether they
     are bertkit's sample reviews.
@@ -299,13 +308,13 @@ def map_source(run: TextClassifier, name: str = "the run") -> tuple[list[str], l
 
 
 def model_name(encoder: Encoder) -> str:
-    """The model's name for answers and pages: the hub name, 'default', or a local model's directory name (no path)."""
+    """Name the model for answers and pages: the hub name, 'default', or a local model's directory name (no path)."""
     source = encoder.source
     return Path(source.path).name if source.kind == "local" else source.spec
 
 
 def load_probe(directory: str) -> dict | None:
-    """The `probe.json` of a `bertkit probe` output directory, or None when the directory is not one."""
+    """Read the `probe.json` of a `bertkit probe` output directory, or None when the directory is not one."""
     path = Path(directory) / PROBE_FILE
     if not path.is_file():
         return None
@@ -315,9 +324,12 @@ def load_probe(directory: str) -> dict | None:
         raise ModelLoadError(f"{path}: not valid JSON ({exc}); run `bertkit probe` again.") from None
 
 
-def run_kind(run) -> str:
-    """'feature classifier', 'fine-tuned classifier', 'pair classifier', 'regressor', 'pair regressor', 'tagger' or
-    'question answering'."""
+def run_kind(run: object) -> str:
+    """Name what a run is.
+
+    'feature classifier', 'fine-tuned classifier', 'pair classifier', 'regressor', 'pair regressor', 'tagger' or
+    'question answering'.
+    """
     if isinstance(run, TextClassifier):
         return "feature classifier"
     if hasattr(run, "answer"):

@@ -11,14 +11,14 @@ STATIC_URL = "explain/static"  # relative: the page works under any prefix the s
 
 
 def static_text(name: str) -> str:
-    """A static file's text: page.html / page.js / page.css from this package, plotly.min.js from the plotly wheel."""
+    """Read a static file: page.html / page.js / page.css from this package, plotly.min.js from the plotly wheel."""
     if name == "plotly.min.js":
         return (files("plotly") / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
     return (files("bertkit.explain") / "static" / name).read_text(encoding="utf-8")
 
 
 def static_path(name: str) -> Path:
-    """The file behind a static name (for streaming it from disk)."""
+    """Return the file behind a static name (for streaming it from disk)."""
     if name == "plotly.min.js":
         return Path(str(files("plotly") / "package_data" / "plotly.min.js"))
     return Path(str(files("bertkit.explain") / "static" / name))

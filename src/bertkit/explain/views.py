@@ -11,6 +11,7 @@ import inspect
 import weakref
 from collections.abc import Sequence
 from pathlib import PurePath
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -19,6 +20,9 @@ from ..encoder.encode import Encoder
 from ..encoder.layers import parse_layers
 from ..encoder.pooling import parse_pooling
 from ..errors import InputError
+
+if TYPE_CHECKING:
+    from ..encoder.tokenize import Batch
 
 MAX_CHARS = 2000  # a sentence or a short paragraph; longer pastes are refused with a message
 MAX_TOKENS = 128  # the token panels (heatmaps, attention) show at most this many positions
@@ -33,7 +37,10 @@ _EAGER: weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module] = weakref.We
 
 
 def check_text(text: object, name: str = "text", allow_empty: bool = False) -> str:
-    """The sentence to explain, or one clear message: not a string, empty, or longer than MAX_CHARS."""
+    """Return the sentence to explain, or refuse it in one clear message.
+
+    Refused: not a string, empty, or longer than MAX_CHARS.
+    """
     if not isinstance(text, str):
         raise InputError(f"{name} must be a string, got {type(text).__name__}.")
     if not text.strip() and not allow_empty:
@@ -57,8 +64,9 @@ def check_padding(encoder: Encoder, pad_to: int | None) -> int | None:
 
 
 def tokenization(encoder: Encoder, text: str, pad_to: int | None = None, pair: str | None = None) -> dict:
-    """The guide's table (tokens, ids, mask, type ids, word ids) padded to `pad_to`, with the CLI's coverage line;
-    with a `pair`, the tutorial's `[CLS] a [SEP] b [SEP]`: where each segment runs and where `[SEP]` divides them.
+    """Build the guide's table (tokens, ids, mask, type ids, word ids) padded to `pad_to`, with the CLI's coverage line.
+
+    With a `pair`, the tutorial's `[CLS] a [SEP] b [SEP]`: where each segment runs and where `[SEP]` divides them.
     """
     batch = _batch(encoder, text, pad_to, pair)
     coverage = encoder.coverage([text] + ([pair] if pair else []))
@@ -180,7 +188,7 @@ def _cap(count: int, cap: int | None, name: str, what: str) -> None:
         )
 
 
-def attention_weights(encoder: Encoder, batch) -> tuple[torch.Tensor, ...]:
+def attention_weights(encoder: Encoder, batch: Batch) -> tuple[torch.Tensor, ...]:
     """Attention probabilities of every layer, (1, heads, n, n) each, from an eager-attention twin of the model.
 
     SDPA kernels do not return attention weights, and switching the shared model to eager attention would slow
@@ -228,9 +236,11 @@ def sentence_vector(
     return result
 
 
-def prediction(run, text: str, features: np.ndarray | None = None, pair: str | None = None) -> dict:
-    """A classifier's label and probabilities (`predict_proba`), a regressor's score, a tagger's entities
-    (`predict`), as the CLI prints them; a pair run reads (text, pair); a QA run answers the text from the pair.
+def prediction(run: Any, text: str, features: np.ndarray | None = None, pair: str | None = None) -> dict:
+    """Predict as the CLI prints it: a classifier's label and probabilities, a regressor's score, a tagger's entities.
+
+    The probabilities come from `predict_proba`, the entities from `predict`; a pair run reads (text, pair); a QA run
+    answers the text from the pair.
 
     `features`: the feature run's vectors of [text] when already computed (`predict_proba` is exactly
     `head_.predict_proba(vectorizer_.transform(X))`), so the map and the prediction share one forward pass.
@@ -275,7 +285,7 @@ def prediction(run, text: str, features: np.ndarray | None = None, pair: str | N
 
 
 def probe_table(record: dict) -> dict:
-    """A probe run's `probe.json` as a table and one score-by-layer series per pooling."""
+    """Lay out a probe run's `probe.json` as a table and one score-by-layer series per pooling."""
     rows = record.get("rows", [])
     if not rows:
         raise InputError("the probe record has no rows; write it with `bertkit probe`.")
@@ -309,7 +319,7 @@ def probe_table(record: dict) -> dict:
 
 # ---- helpers --------------------------------------------------------------------------------------------------------
 def _named(facts: dict) -> dict:
-    """A probe record's facts with names instead of paths: its data files' names, a local model's directory name."""
+    """Return a probe record's facts with names, not paths: its data files' names, a local model's directory name."""
     named = dict(facts)
     for key in ("train", "dev"):
         if isinstance(named.get(key), str):
@@ -320,9 +330,10 @@ def _named(facts: dict) -> dict:
     return named
 
 
-def _batch(encoder: Encoder, text: str, pad_to: int | None, pair: str | None = None):
-    """What `bertkit tokenize --max-length [--pair]` builds: padded to `pad_to`, or to its own length (at most
-    MAX_TOKENS; a pair cut longest first).
+def _batch(encoder: Encoder, text: str, pad_to: int | None, pair: str | None = None) -> Batch:
+    """Build what `bertkit tokenize --max-length [--pair]` builds: padded to `pad_to`, or to its own length.
+
+    Its own length is at most MAX_TOKENS; a pair is cut longest first.
     """
     pad_to = check_padding(encoder, pad_to)
     limit = pad_to or min(MAX_TOKENS, encoder.max_length)
@@ -344,9 +355,15 @@ def _segments(rows: list[dict]) -> list[dict]:
 
 
 def _pick(
-    choice, count: int, name: str, what: str, default: int | str, first: int = 0, extra: Sequence[str] = ()
+    choice: int | list[int] | str | None,
+    count: int,
+    name: str,
+    what: str,
+    default: int | str,
+    first: int = 0,
+    extra: Sequence[str] = (),
 ) -> list:
-    """The chosen indices: None → [default], 'all' → every one, a number or a list of numbers (or an `extra` word)."""
+    """Return the chosen indices: None → [default], 'all' → every one, a number or a list (or an `extra` word)."""
     if choice is None:
         return [default]
     if choice == ALL:
@@ -364,6 +381,6 @@ def _pick(
     return list(dict.fromkeys(values))
 
 
-def _round(values) -> list:
+def _round(values: torch.Tensor | np.ndarray | Sequence[float]) -> list:
     array = values.float().cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values, dtype=np.float32)
     return np.round(array.astype(np.float64), DIGITS).tolist()

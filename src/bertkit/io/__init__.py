@@ -1,5 +1,6 @@
-"""The io wing: data readers (TSV/CSV/JSONL/text, CoNLL) with format sniffing, vector writers, streaming embed,
-embedding cache.
+"""The io wing: data readers, vector writers, streaming embed, embedding cache.
+
+The readers take TSV/CSV/JSONL/text and CoNLL, with format sniffing.
 
 May import: `bertkit.errors`, `bertkit.encoder`.
 """

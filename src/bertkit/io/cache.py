@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import cachetools
 import numpy as np
@@ -55,7 +56,7 @@ SQL_BATCH = 500  # keys per `IN (...)` query (SQLite's variable limit is 999 in 
 
 
 def entry_bytes(vector: np.ndarray) -> int:
-    """What one in-memory entry costs: its vector's bytes plus the bookkeeping around it."""
+    """Return what one in-memory entry costs: its vector's bytes plus the bookkeeping around it."""
     return vector.nbytes + ENTRY_OVERHEAD
 
 
@@ -65,12 +66,13 @@ class MemoryStore:
     Thread-safe. Entries are private float32 copies, so what is counted is what is held.
     """
 
-    def __init__(self, max_bytes: int):
+    def __init__(self, max_bytes: int) -> None:
         self._lru: cachetools.LRUCache = cachetools.LRUCache(maxsize=max_bytes, getsizeof=entry_bytes)
         self._lock = threading.Lock()
 
     @property
     def max_bytes(self) -> int:
+        """The most bytes held, entry overhead included."""
         return int(self._lru.maxsize)
 
     @property
@@ -79,10 +81,12 @@ class MemoryStore:
         return int(self._lru.currsize)
 
     def get(self, config: str, key: bytes) -> np.ndarray | None:
+        """Return the vector stored for (`config`, `key`), or None."""
         with self._lock:
             return self._lru.get((config, key))
 
     def put(self, config: str, key: bytes, vector: np.ndarray) -> None:
+        """Store a private float32 copy of `vector`; one larger than `max_bytes` is not stored."""
         owned = vector if _owned(vector) else np.array(vector, dtype=np.float32, order="C")  # never a view
         if entry_bytes(owned) > self.max_bytes:
             return
@@ -93,12 +97,16 @@ class MemoryStore:
         return len(self._lru)
 
     def clear(self) -> None:
+        """Forget every entry."""
         with self._lock:
             self._lru.clear()
 
 
 def _owned(vector: np.ndarray) -> bool:
-    """True for a float32 array that owns its memory: storing it pins nothing else (a view would pin its base)."""
+    """Tell whether `vector` is a float32 array that owns its memory.
+
+    Storing it pins nothing else (a view would pin its base).
+    """
     return vector.dtype == np.float32 and vector.flags.c_contiguous and vector.flags.owndata
 
 
@@ -106,20 +114,25 @@ MEMORY = MemoryStore(int(float(os.environ.get("BERTKIT_MEMORY_CACHE_MB", DEFAULT
 
 
 def default_cache_dir() -> Path:
-    """The disk cache of `bertkit` commands: `embeddings/` under `cache_root()` ($BERTKIT_CACHE, ~/.cache/bertkit)."""
+    """Return the disk cache of `bertkit` commands: `embeddings/` under `cache_root()`.
+
+    `cache_root()`: $BERTKIT_CACHE, ~/.cache/bertkit.
+    """
     return cache_root() / "embeddings"
 
 
 def default_disk_bytes() -> int:
-    """The disk limit of a cache directory: $BERTKIT_DISK_CACHE_MB, else `DEFAULT_DISK_MB` (10 GiB)."""
+    """Return the disk limit of a cache directory: $BERTKIT_DISK_CACHE_MB, else `DEFAULT_DISK_MB` (10 GiB)."""
     return int(float(os.environ.get("BERTKIT_DISK_CACHE_MB", DEFAULT_DISK_MB)) * 2**20)
 
 
 def text_key(text: str) -> bytes:
+    """Return the cache key of a text: the SHA-1 of its UTF-8 bytes."""
     return hashlib.sha1(text.encode("utf-8")).digest()
 
 
 def config_key(options: dict) -> str:
+    """Return the cache key of a feature configuration: a short hash of `options` and the cache format."""
     payload = json.dumps({"format": CACHE_FORMAT, **options}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
@@ -149,7 +162,7 @@ class DiskStore:
     owner can be pickled.
     """
 
-    def __init__(self, directory: str | Path, max_bytes: int | None = None):
+    def __init__(self, directory: str | Path, max_bytes: int | None = None) -> None:
         self.directory = Path(directory)
         self.path = self.directory / DATABASE
         self.max_bytes = default_disk_bytes() if max_bytes is None else int(max_bytes)
@@ -226,7 +239,7 @@ class DiskStore:
                 db.execute("INSERT OR IGNORE INTO configs VALUES (?, ?)", (config, text))
 
     def get_many(self, config: str, keys: Sequence[bytes]) -> dict[bytes, np.ndarray]:
-        """The stored vectors among `keys` (private copies), marked as just used."""
+        """Return the stored vectors among `keys` (private copies), marked as just used."""
         found: dict[bytes, np.ndarray] = {}
         with self._connect() as db:
             for batch in _batches(list(keys)):
@@ -354,6 +367,8 @@ def _os_error(exc: sqlite3.OperationalError, path: Path) -> Exception:
 
 @dataclass
 class CacheStats:
+    """How many texts a cache found (hits) and how many it had embedded (misses)."""
+
     hits: int = 0
     misses: int = 0
 
@@ -382,7 +397,7 @@ class EmbeddingCache:
         directory: str | Path | None = None,
         chunk_size: int = DEFAULT_CHUNK,
         max_disk_bytes: int | None = None,
-    ):
+    ) -> None:
         self.key = config_key(options)
         self.options = options
         self.chunk_size = chunk_size
@@ -392,7 +407,9 @@ class EmbeddingCache:
         if self.disk is not None:
             self.disk.register(self.key, options)
 
-    def get_or_compute(self, texts: Sequence[str], compute: Callable[[list[str]], np.ndarray], stack: bool = True):
+    def get_or_compute(
+        self, texts: Sequence[str], compute: Callable[[list[str]], np.ndarray | list[np.ndarray]], stack: bool = True
+    ) -> Any:  # an (n, dim) array; with stack=False a list of arrays
         """Vectors for `texts` in order; texts not cached are embedded in chunks, each chunk stored at once.
 
         stack=False returns a list, for entries of different lengths (one vector per word of a sentence).

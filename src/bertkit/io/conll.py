@@ -1,11 +1,14 @@
-"""CoNLL-style word/tag files: the reader, IOB checks and IOB1→IOB2, and the sniffing that tells token data from
-sentence data."""
+"""CoNLL-style word/tag files: the reader, IOB checks and IOB1→IOB2, and sniffing.
+
+The sniffing tells token data from sentence data.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import InputError
 from .readers import LabelledData, decoded_lines, read_labelled
@@ -33,6 +36,7 @@ class TaggedData:
 
 
 def check_tag(tag: str, path: Path | str, line: int) -> None:
+    """Refuse a tag that is not IOB ('O', 'B-TYPE' or 'I-TYPE'), naming its file and line."""
     if tag == "O":
         return
     prefix, _, kind = tag.partition("-")
@@ -105,7 +109,7 @@ def read_tagged(path: str | Path) -> TaggedData:
 
 
 def _refuse_sentence_data(path: Path, number: int, text: str) -> None:
-    """A first line 'some words<TAB>label' is sentence classification data given to a tagger."""
+    """Refuse a first line 'some words<TAB>label': sentence classification data given to a tagger."""
     cells = text.rstrip("\r\n").split("\t")
     if len(cells) == 2 and len(cells[0].split()) > 1:
         raise InputError(
@@ -116,7 +120,7 @@ def _refuse_sentence_data(path: Path, number: int, text: str) -> None:
 
 
 def looks_like_token_file(path: str | Path, lines: int = 20) -> bool:
-    """True when the file's first lines read as 'word … IOB-tag' columns (CoNLL), i.e. data for --task token."""
+    """Tell whether the file's first lines read as 'word … IOB-tag' columns (CoNLL), i.e. data for --task token."""
     seen = 0
     try:
         for _, text in decoded_lines(Path(path)):
@@ -146,10 +150,16 @@ def to_iob2(tags: Sequence[str]) -> list[str]:
 
 
 def read_labelled_text(
-    path: str | Path, text_column=None, label_column=None, header: bool | None = None, **options
+    path: str | Path,
+    text_column: str | int | None = None,
+    label_column: str | int | None = None,
+    header: bool | None = None,
+    **options: Any,
 ) -> LabelledData:
-    """`read_labelled` (its `options`: pair_column, label_kind, label_separator), but a CoNLL-style word/tag file is
-    refused with the advice to use the token task."""
+    """Read as `read_labelled` does (its `options`: pair_column, label_kind, label_separator).
+
+    But a CoNLL-style word/tag file is refused with the advice to use the token task.
+    """
     if looks_like_token_file(path):
         raise InputError(f"{path}: this is a word/tag (CoNLL) file, not sentence/label data; use --task token for it.")
     return read_labelled(path, text_column, label_column, header=header, **options)

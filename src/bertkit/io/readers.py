@@ -12,8 +12,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, brief, is_a_folder, no_such_path, quoted
+
+if TYPE_CHECKING:
+    from importlib.abc import Traversable
 
 # Python's csv module refuses fields over 131,072 characters; a long document is a valid row. bertkit raises the
 # (process-wide) limit to this cap, never lowers it: a field over 50 MB is refused with its line number.
@@ -30,13 +34,14 @@ class Row:
 
 
 def column_spec(value: str | int | None) -> str | int | None:
-    """A column as the command line and run records give it: '3' (or '-1') is an index, anything else a name."""
+    """Read a column as the command line and run records give it: '3' (or '-1') is an index, anything else a name."""
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         return int(value)
     return value
 
 
 def detect_format(path: Path, fmt: str | None = None) -> str:
+    """Return the text format: `fmt` when given (checked), else the one the file's extension names, else 'text'."""
     if fmt:
         if fmt not in set(TEXT_FORMATS.values()):
             raise InputError(f"format {fmt!r}: valid formats are tsv, csv, jsonl, text.")
@@ -61,8 +66,10 @@ _BINARY_KINDS = {
 
 
 def check_text(path: Path, head: bytes) -> None:
-    """Refuse a file whose first bytes show it is no text at all (an image, an archive, an array, UTF-16), in one
-    line that says what it is, before any line is taken for a text."""
+    """Refuse a file whose first bytes show it is no text at all (an image, an archive, an array, UTF-16).
+
+    The refusal is one line that says what it is, before any line is taken for a text.
+    """
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise InputError(f"{path}: this is UTF-16 text; re-save it as UTF-8 (e.g. `iconv -f utf-16 -t utf-8`).")
     kind = next((name for magic, name in _BINARY_KINDS.items() if head.startswith(magic)), None)
@@ -179,7 +186,7 @@ def _delimited_rows(
     numbers: list[int] = []
     header_line = 0
 
-    def text_lines():
+    def text_lines() -> Iterator[str]:
         for number, text in lines:
             numbers.append(number)
             yield _protect_bare_cr(text)
@@ -329,7 +336,7 @@ def choose_text_column(path: str | Path, fmt: str | None = None) -> ColumnChoice
 
 
 def _names_above_sentences(first: list[str], body: list[tuple]) -> bool:
-    """Some column holds sentences (3+ words on average) below a one-word field: a header over texts."""
+    """Tell whether some column holds sentences (3+ words on average) below a one-word field: a header over texts."""
     for i, name in enumerate(first):
         words = [len(row[i].split()) for row in body if i < len(row)]
         if words and sum(words) / len(words) >= 3 and len(name.split()) == 1:
@@ -357,8 +364,8 @@ def _first_line(path: Path) -> str:
     return ""
 
 
-def _csv_reader(lines: Iterable[str], kind: str):
-    """csv's reader for a TSV (no quoting) or CSV, with the field limit raised to bertkit's cap."""
+def _csv_reader(lines: Iterable[str], kind: str) -> Iterator[list[str]]:
+    """Return csv's reader for a TSV (no quoting) or CSV, with the field limit raised to bertkit's cap."""
     if csv.field_size_limit() < MAX_FIELD_CHARS:
         csv.field_size_limit(MAX_FIELD_CHARS)
     return csv.reader(lines, **({"delimiter": "\t", "quoting": csv.QUOTE_NONE} if kind == "tsv" else {}))
@@ -464,8 +471,10 @@ def read_labelled(
     label_kind: str = "categorical",
     label_separator: str = ",",
 ) -> LabelledData:
-    """Read (text, label) rows, or (text, pair, label) when `paired`; defaults are SST-2's layout (columns 0 and 1;
-    with pairs the pair in 1 and the label in 2) or JSONL fields 'text', 'text_pair' and 'label'.
+    """Read (text, label) rows, or (text, pair, label) when `paired`.
+
+    The defaults are SST-2's layout (columns 0 and 1; with pairs the pair in 1 and the label in 2) or JSONL fields
+    'text', 'text_pair' and 'label'.
 
     `label_kind` says what a label is: 'categorical' (kept as written: strings from TSV/CSV, JSON numbers stay
     numbers), 'numeric' (a float; a regression target) or 'multi' (several labels, split at `label_separator`, or
@@ -513,7 +522,7 @@ def read_labelled(
 
 
 def check_label_separator(separator: str) -> str:
-    """A multi-label separator must be some text: an empty one cannot split anything."""
+    """Check a multi-label separator: it must be some text, as an empty one cannot split anything."""
     if not isinstance(separator, str) or not separator:
         raise InputError(
             f"label separator {separator!r}: give the text between a row's labels, e.g. ',' or '|' (--label-separator)."
@@ -521,7 +530,7 @@ def check_label_separator(separator: str) -> str:
     return separator
 
 
-def _label(label, kind: str, separator: str, path: Path, line: int):
+def _label(label: Any, kind: str, separator: str, path: Path, line: int) -> Any:
     """One label as `kind` wants it; a missing or unreadable one is an error naming the line."""
     if isinstance(label, str):
         label = label.strip()
@@ -562,7 +571,7 @@ def _header_like(labels: list, kind: str) -> bool:
     return labels.count(labels[0]) == 1
 
 
-def _number(value) -> bool:
+def _number(value: Any) -> bool:
     try:
         float(value)
     except (TypeError, ValueError):
@@ -579,6 +588,6 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def sample_path(name: str):
-    """A file from the labelled samples that ship with bertkit (`bertkit/samples/`)."""
+def sample_path(name: str) -> Traversable:
+    """Return a file from the labelled samples that ship with bertkit (`bertkit/samples/`)."""
     return files("bertkit") / "samples" / name

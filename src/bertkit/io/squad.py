@@ -1,5 +1,7 @@
-"""Extractive question-answering data: SQuAD v1.1 / v2.0 JSON (`data → paragraphs → qas`) and the flat layout of
-Hugging Face datasets (`id, question, context, answers: {text, answer_start}`) as JSONL or a JSON list.
+"""Extractive question-answering data: SQuAD v1.1 / v2.0 JSON and the flat layout of Hugging Face datasets.
+
+SQuAD's JSON nests `data → paragraphs → qas`; the flat layout (`id, question, context, answers: {text,
+answer_start}`) comes as JSONL or a JSON list.
 
 Every question is checked where it is read: an id given twice, a missing context or question, an answer whose text
 is not at its `answer_start`, each refused in one line naming the file, the id and the line. A question without
@@ -9,7 +11,7 @@ answers (v2's `is_impossible`, or empty answers) is unanswerable: its gold answe
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +31,7 @@ class QAExample:
 
     @property
     def answerable(self) -> bool:
+        """Whether the question has gold answers."""
         return bool(self.answers)
 
 
@@ -41,6 +44,7 @@ class SquadData:
 
     @property
     def negatives(self) -> bool:
+        """Whether any question is unanswerable (SQuAD v2)."""
         return any(not e.answerable for e in self.examples)
 
     def __len__(self) -> int:
@@ -111,7 +115,7 @@ def _json_records(path: Path) -> Iterator[QAExample]:
             yield _flat(record, path, line_of(_id(record, path, 0)))
 
 
-def _article(article: dict, path: Path, line_of) -> Iterator[QAExample]:
+def _article(article: dict, path: Path, line_of: Callable[[str], int]) -> Iterator[QAExample]:
     for paragraph in article["paragraphs"] or []:
         questions = paragraph.get("qas") if isinstance(paragraph, dict) else None
         if not isinstance(questions, list):
@@ -152,7 +156,7 @@ def _id(record: dict, path: Path, line: int) -> str:
     return str(qid)
 
 
-def _example(qid: str, question, context, answers: list, path: Path, line: int) -> QAExample:
+def _example(qid: str, question: object, context: object, answers: list, path: Path, line: int) -> QAExample:
     where = f"{path}, line {line}, id {quoted(qid)}"
     if not isinstance(context, str):
         raise InputError(f"{where}: the question has no context (a string to find the answer in).")

@@ -38,6 +38,8 @@ DEFAULT_CHUNK_ROWS = 4096
 
 @dataclass
 class StreamResult:
+    """What `embed_file` did: rows, width, where it resumed, and what happened to the texts."""
+
     rows: int
     dim: int
     resumed_from: int
@@ -51,7 +53,9 @@ class StreamResult:
     coverage_message: str = ""  # what the poor rows' coverage looks like, with the model to try
 
 
-def _rows(path: Path, column, id_column, header, fmt) -> Iterator[tuple[str, object, int]]:
+def _rows(
+    path: Path, column: str | int | None, id_column: str | int | None, header: bool | None, fmt: str | None
+) -> Iterator[tuple[str, object, int]]:
     return (
         (text, row_id, line)
         for line, text, row_id in iter_texts(path, column, header=header, fmt=fmt, id_column=id_column)
@@ -234,7 +238,7 @@ def _embed_chunk(
 
 
 def vector_metadata(encoder: Encoder, options_record: dict, ranges: np.ndarray | None, dim: int) -> dict:
-    """What a vectors file records about how its vectors were made: enough to embed a query the same way."""
+    """Record how a vectors file's vectors were made: enough to embed a query the same way."""
     model = encoder.source.path if encoder.source.kind == "local" else encoder.name
     return {
         GENERATOR: package_version(),
@@ -333,7 +337,7 @@ def _read_parquet(path: Path) -> tuple[np.ndarray, np.ndarray, dict]:
 
 
 def _record_metadata(record: str) -> dict[str, str]:
-    """A Parquet file's metadata entries for bertkit's record: the JSON, and its SHA-256 (read back and compared)."""
+    """Return the Parquet metadata entries of bertkit's record: the JSON, and its SHA-256 (read back and compared)."""
     return {"bertkit": record, "bertkit-sha256": hashlib.sha256(record.encode()).hexdigest()}
 
 
@@ -360,7 +364,7 @@ _ACCESS_ERRORS = {errno.EACCES, errno.EPERM, errno.ENOENT, errno.EISDIR, errno.E
 
 
 def _damage() -> tuple[type[BaseException], ...]:
-    """What parsing a cut or damaged .npz / .parquet raises (zipfile, numpy's .npy reader, JSON, Arrow)."""
+    """Return what parsing a cut or damaged .npz / .parquet raises (zipfile, numpy's .npy reader, JSON, Arrow)."""
     kinds: tuple[type[BaseException], ...] = (zipfile.BadZipFile, ValueError, KeyError, EOFError, OSError)
     kinds += (NotImplementedError, RuntimeError, OverflowError)  # a flipped compression method or encryption flag
     kinds += (SyntaxError, tokenize.TokenError)  # a flipped .npy header, as numpy parses it
@@ -375,12 +379,14 @@ def _finish(
     total: int,
     id_type: str,
     output_type: str = "float32",
-    ranges=None,
+    ranges: np.ndarray | None = None,
     meta: dict | None = None,
     slice_rows: int = 65536,
 ) -> None:
-    """Turn the finished partial .npy into the requested output, in slices (no memory map): compacted to
-    `output_type`, with `meta` recorded (.npz: meta.npy; .parquet: the schema's metadata)."""
+    """Turn the finished partial .npy into the requested output, in slices (no memory map).
+
+    The vectors are compacted to `output_type`, with `meta` recorded (.npz: meta.npy; .parquet: the schema's metadata).
+    """
     if output_type != "float32":
         partial = _compacted(partial, output_type, ranges, slice_rows)
     suffix = output.suffix.lower()
@@ -426,8 +432,8 @@ def _finish(
     partial.unlink()
 
 
-def _compacted(partial: Path, output_type: str, ranges, slice_rows: int) -> Path:
-    """The float32 partial file turned into a `output_type` .npy beside it, slice by slice; the float one goes."""
+def _compacted(partial: Path, output_type: str, ranges: np.ndarray | None, slice_rows: int) -> Path:
+    """Turn the float32 partial file into a `output_type` .npy beside it, slice by slice; the float one goes."""
     source = np.load(partial, mmap_mode="r")
     rows = source.shape[0]
     first = compact(np.asarray(source[:1] if rows else np.zeros((1, source.shape[1]), np.float32)), output_type, ranges)

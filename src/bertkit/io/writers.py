@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
@@ -34,7 +35,7 @@ BERTKIT_MARKERS = (
 
 
 def caller_umask() -> int:
-    """The process umask, read without changing it where the OS allows (Linux), else by setting and restoring it."""
+    """Read the process umask without changing it where the OS allows (Linux), else by setting and restoring it."""
     with contextlib.suppress(OSError, ValueError):
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("Umask:"):
@@ -132,8 +133,10 @@ _SWEPT: set[Path] = set()  # targets already swept by this process (a progress r
 
 
 def sweep_stale_temporaries(target: Path) -> None:
-    """Remove the temporaries that a killed bertkit process left beside `target` (its PID is in their name); once a
-    process per target, so a folder of many files is not listed again for every chunk."""
+    """Remove the temporaries that a killed bertkit process left beside `target` (its PID is in their name).
+
+    Once a process per target, so a folder of many files is not listed again for every chunk.
+    """
     if target in _SWEPT:
         return
     _SWEPT.add(target)
@@ -154,7 +157,7 @@ def previous_version(target: str | Path) -> Path:
 
 
 def written_by_bertkit(path: str | Path) -> bool:
-    """True for a folder that holds a bertkit run record, checkpoint or int8 calibration."""
+    """Tell whether `path` is a folder that holds a bertkit run record, checkpoint or int8 calibration."""
     path = Path(path)
     return path.is_dir() and any((path / marker).is_file() for marker in BERTKIT_MARKERS)
 
@@ -172,14 +175,14 @@ def _check_replaceable(path: Path) -> None:
 
 
 def recover_interrupted_replace(path: str | Path) -> None:
-    """A process killed between `staged_directory`'s two renames left the previous version aside: put it back."""
+    """Put back the previous version that a process killed between `staged_directory`'s two renames left aside."""
     path, old = Path(path), previous_version(path)
     if not path.exists() and written_by_bertkit(old):
         old.rename(path)
 
 
 def check_new_directory(path: str | Path, overwrite: bool) -> Path:
-    """An output directory must not exist yet; with --overwrite it may be an empty folder or one bertkit wrote."""
+    """Check an output directory: it must not exist yet, or with --overwrite be an empty folder or one bertkit wrote."""
     path = Path(path)
     recover_interrupted_replace(path)
     if path.exists() and not overwrite:
@@ -212,8 +215,9 @@ GENERATOR = "bertkit"  # what bertkit's files say made them: .npz `meta`, .parqu
 
 
 def check_output_file(path: str | Path, overwrite: bool = False) -> Path:
-    """An output file may replace only a file bertkit wrote (one it can recognise as its own), or any file with
-    `overwrite`; anything else is refused, and nothing is touched.
+    """Check an output file: it may replace only a file bertkit wrote, or any file with `overwrite`.
+
+    bertkit must recognise the file as its own; anything else is refused, and nothing is touched.
 
     Parameters
     ----------
@@ -237,8 +241,11 @@ def check_output_file(path: str | Path, overwrite: bool = False) -> Path:
 
 
 def written_by_bertkit_file(path: str | Path) -> bool:
-    """True for a vectors file (.npz with bertkit's `meta`, .parquet with bertkit's metadata), an explainer page or
-    a predictions/ranking TSV that bertkit wrote; a plain .npy carries no mark and is never taken for one."""
+    """Tell whether bertkit wrote `path`: a vectors file, an explainer page or a predictions/ranking TSV.
+
+    A vectors file is .npz with bertkit's `meta` or .parquet with bertkit's metadata; a plain .npy carries no mark and
+    is never taken for one.
+    """
     path = Path(path)
     suffix = path.suffix.lower()
     with contextlib.suppress(Exception):  # a damaged or foreign file is simply not bertkit's
@@ -313,7 +320,8 @@ def _read_only(folder: Path) -> bool:
         return False
 
 
-def require_pyarrow():
+def require_pyarrow() -> tuple[ModuleType, ModuleType]:
+    """Import pyarrow and pyarrow.parquet, or refuse in one line that says how to install them."""
     try:
         import pyarrow
         import pyarrow.parquet
@@ -332,8 +340,11 @@ def write_token_vectors(
     meta: dict | None = None,
     overwrite: bool = False,
 ) -> Path:
-    """Token vectors of many texts in one .npz: `vectors` stacked, `offsets` (n + 1) where each text starts,
-    `tokens`, `ids`, and `meta` (how they were made, JSON)."""
+    """Write the token vectors of many texts in one .npz.
+
+    It holds `vectors` stacked, `offsets` (n + 1) where each text starts, `tokens`, `ids`, and `meta` (how they were
+    made, JSON).
+    """
     path = Path(path)
     if path.suffix.lower() != ".npz":
         raise InputError(f"output {path}: token vectors (pooling='none') are written as .npz.")
@@ -348,8 +359,10 @@ def write_token_vectors(
 
 
 def package_version(package: str = "bertkit") -> str:
-    """The installed version of `package` (bertkit by default), recorded in what bertkit writes ("unknown" when it
-    is not installed as a package)."""
+    """Return the installed version of `package` (bertkit by default), recorded in what bertkit writes.
+
+    "unknown" when it is not installed as a package.
+    """
     from importlib.metadata import PackageNotFoundError, version
 
     try:

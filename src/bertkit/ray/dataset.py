@@ -22,8 +22,10 @@ DEFAULT_ROWS_PER_CALL = 1024  # rows handed to an actor at once: the unit of loa
 
 @dataclass(frozen=True)
 class Resources:
-    """How the actors share the cluster's CPUs (and GPUs), keeping a reserve so read and write tasks are never
-    starved."""
+    """How the actors share the cluster's CPUs (and GPUs).
+
+    A reserve is kept so read and write tasks are never starved.
+    """
 
     actors: int
     cpus_per_actor: float  # logical CPUs each actor claims from Ray's scheduler
@@ -110,7 +112,7 @@ class ClusterResources:
 
 
 def cluster_resources() -> ClusterResources:
-    """The CPUs and GPUs of the cluster this process is connected to."""
+    """Count the CPUs and GPUs of the cluster this process is connected to."""
     alive = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
     cpus = [r.get("CPU", 0.0) for r in alive if r.get("CPU", 0.0) > 0]
     gpus = sum(r.get("GPU", 0.0) for r in alive)
@@ -165,7 +167,7 @@ class _Embedder:
 
 
 def vector_array(vectors: np.ndarray) -> pa.FixedSizeListArray:
-    """An (n, dim) float32 matrix as an Arrow FixedSizeList<float32>[dim] column (zero copy)."""
+    """Wrap an (n, dim) float32 matrix as an Arrow FixedSizeList<float32>[dim] column (zero copy)."""
     flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1), type=pa.float32())
     return pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])
 
@@ -186,7 +188,7 @@ def embed_dataset(
     encoder: Encoder | None = None,
     **kwargs: Any,
 ) -> ray.data.Dataset:
-    """The dataset with a `vector` column (FixedSizeList<float32>) added: the same numbers as `Encoder.embed`.
+    """Add a `vector` column (FixedSizeList<float32>) to the dataset: the same numbers as `Encoder.embed`.
 
     Options are resolved here, on the driver, against the model (nothing runs), so a bad layer, pooling or column
     fails before any actor starts. Every node must reach `model` at the same path (the packaged default always
@@ -236,8 +238,10 @@ def embed_dataset(
 
 
 def driver_precision(precision: str, gpus_per_actor: float | None) -> str:
-    """The precision the driver checks options with: GPU actors' fp16/bf16 would be refused on the driver's CPU,
-    and the options they check do not depend on it."""
+    """Return the precision the driver checks options with.
+
+    GPU actors' fp16/bf16 would be refused on the driver's CPU, and the options they check do not depend on it.
+    """
     import torch
 
     from ..encoder.precision import check_precision

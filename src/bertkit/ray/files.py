@@ -15,7 +15,7 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,7 @@ class RunSummary:
 
     @property
     def rows_per_second(self) -> float:
+        """Rows embedded per second of the run (0 before it took any time)."""
         return self.rows / self.seconds if self.seconds > 0 else 0.0
 
 
@@ -147,7 +148,7 @@ def _write_parts(batch: pa.Table, staging: dict) -> pa.Table:
 def _result_options(
     encoder: Encoder, column: str | int | None, id_column: str | int | None, header: bool | None, options: EmbedOptions
 ) -> dict:
-    """What the manifest records: the model's fingerprint, precision, the columns read and the options."""
+    """Return what the manifest records: the model's fingerprint, precision, the columns read and the options."""
     return {
         "fingerprint": encoder.fingerprint,
         **encoder.precision_record(),
@@ -289,7 +290,7 @@ def embed_files(
     return job.summary
 
 
-def _plan_file(job: _Job, path: Path, count) -> None:
+def _plan_file(job: _Job, path: Path, count: Callable[[Path], int]) -> None:
     """Skip a file the manifest records as complete and unchanged; otherwise queue it with its row count."""
     entry, digest = job.manifest["files"].get(path.stem), file_sha256(path)
     if entry is not None and entry["sha256"] != digest:
@@ -367,7 +368,10 @@ def _stream_files(
     precision: str,
     batch_size: int | None,
 ) -> None:
-    """read → embed (actor pool) → write parts; the driver closes each file as soon as its rows are all written."""
+    """Stream the files: read → embed (actor pool) → write parts.
+
+    The driver closes each file as soon as its rows are all written.
+    """
     plan = job.summary.resources
     for path in work.values():
         job.pending[path]["device"] = plan.device

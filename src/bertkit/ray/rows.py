@@ -1,8 +1,8 @@
-"""The rows of an input file, defined once for both engines, and a Ray Data datasource that reads them.
+r"""The rows of an input file, defined once for both engines, and a Ray Data datasource that reads them.
 
 Text, TSV/CSV and JSONL rows come from `bertkit.io.readers.iter_texts`, the reader of the local engine, so a
-line, a header, a quoted field, a blank line and a row number mean the same on both engines (a line ends at `\\n`
-or `\\r\\n`; `\\x0c`, a lone `\\r` and U+2028 are characters inside it). Parquet is read with pyarrow. Ray's own
+line, a header, a quoted field, a blank line and a row number mean the same on both engines (a line ends at `\n`
+or `\r\n`; `\x0c`, a lone `\r` and U+2028 are characters inside it). Parquet is read with pyarrow. Ray's own
 readers are not used: `read_text` splits with `str.splitlines` and drops blank lines, `read_csv` and
 `read_json` infer types and parse quotes their own way, and their path handling imports fsspec's HTTP filesystem,
 which fails without aiohttp (`ImportError: cannot import name 'HTTPFileSystem'`). Here a worker opens its file by
@@ -16,6 +16,7 @@ import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -40,6 +41,7 @@ NO_ROWS = "the file has no data rows."  # the local reader's words for an empty 
 
 
 def input_format(path: Path) -> str:
+    """Return the reader format of an input file, by its extension (`RAY_FORMATS`)."""
     return RAY_FORMATS[path.suffix.lower()]
 
 
@@ -87,7 +89,7 @@ def _parquet_rows(
 
 
 def _parquet_column(path: Path, names: list[str], column: str | int) -> str:
-    """A column by name, or by index as the local readers take one ("0", -1)."""
+    """Find a column by name, or by index as the local readers take one ("0", -1)."""
     if isinstance(column, int) or (column not in names and column.lstrip("-").isdigit()):
         index = int(column)
         if not -len(names) <= index < len(names):
@@ -128,15 +130,17 @@ class FileRowsDatasource(Datasource):
         id_column: str | int | None,
         header: bool | None,
         rows_per_block: int,
-    ):
+    ) -> None:
         super().__init__()
         self.files = files  # absolute path → its row count (from the driver)
         self.options = {"column": column, "id_column": id_column, "header": header, "rows_per_block": rows_per_block}
 
     def estimate_inmemory_data_size(self) -> int:
+        """Estimate the data's size in memory: the files' sizes on disk."""
         return sum(os.path.getsize(name) for name in self.files)
 
-    def get_read_tasks(self, parallelism: int, *args, **kwargs) -> list[ReadTask]:
+    def get_read_tasks(self, parallelism: int, *args: Any, **kwargs: Any) -> list[ReadTask]:
+        """Return one read task per input file, whatever the `parallelism`."""
         return [
             ReadTask(functools.partial(read_blocks, name, **self.options), _metadata(name, rows))
             for name, rows in self.files.items()
@@ -187,6 +191,6 @@ def read_inputs(
     rows_per_block: int,
     io_cpus: float,
 ) -> ray.data.Dataset:
-    """The rows of `files` (absolute path → row count) as a Ray Dataset, read by `file_rows` in Ray tasks."""
+    """Read the rows of `files` (absolute path → row count) as a Ray Dataset, by `file_rows` in Ray tasks."""
     source = FileRowsDatasource(files, column, id_column, header, rows_per_block)
     return ray.data.read_datasource(source, num_cpus=io_cpus)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
@@ -59,7 +59,7 @@ NOT_SERVED = {("path", "run"): (404, "unknown_run"), ("body", "model"): (404, "m
 
 
 def vocabulary(service: Service) -> Vocabulary:
-    """What this server's requests may say: its limits and its model's option values."""
+    """List what this server's requests may say: its limits and its model's option values."""
     encoder, sentence = service.encoder, service.encoder.sentence_config
     widths = [encoder.hidden_size] + [d.out_features for d in sentence.dense]
     return Vocabulary(
@@ -83,12 +83,14 @@ def create_app(
     routers: Sequence[APIRouter] = (),
     indexes: dict[str, VectorIndex] | None = None,
 ) -> FastAPI:
-    """The service app for `encoder` (default: the packaged model), `runs` and vector `indexes` (searched at /search);
-    call it once per process."""
+    """Make the service app for `encoder` (default: the packaged model), `runs` and vector `indexes`.
+
+    The indexes are searched at /search. Call it once per process.
+    """
     service = Service(encoder or Encoder.from_pretrained(), runs, settings, indexes)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # The model and the web stack are half a million long-lived objects: a full collection of them is a stall of
         # a few hundred milliseconds in some request's latency. Frozen, they are never scanned again.
         gc.collect()
@@ -122,8 +124,10 @@ def create_app(
 
 
 def _add_middleware(app: FastAPI, settings: ServeSettings, metrics: Any) -> None:
-    """Outermost first: metrics see every answer; Host and Origin are checked before anything else, CORS answers
-    (preflight included) come before the key check, and the key before the body is read.
+    """Add the middleware, outermost first.
+
+    Metrics see every answer; Host and Origin are checked before anything else, CORS answers (preflight included)
+    come before the key check, and the key before the body is read.
     """
     from .security import check_allow_hosts, check_allow_origins
 
@@ -148,9 +152,10 @@ def _add_middleware(app: FastAPI, settings: ServeSettings, metrics: Any) -> None
 
 
 def _validation_answer(request: Request, exc: RequestValidationError) -> tuple[int, str, str, str | None]:
-    """(status, kind, message, field) of a request FastAPI could not parse: 400 for a body that is not JSON, 413
-    for more texts than --max-inputs, 404 for a run or model not served, the library's own message for an option
-    this model does not take, else 422 naming the fields.
+    """Return (status, kind, message, field) for a request FastAPI could not parse.
+
+    400 for a body that is not JSON, 413 for more texts than --max-inputs, 404 for a run or model not served, the
+    library's own message for an option this model does not take, else 422 naming the fields.
     """
     errors = exc.errors()
     bad_json = next((e for e in errors if e.get("type") == "json_invalid"), None)
@@ -177,14 +182,14 @@ def _validation_answer(request: Request, exc: RequestValidationError) -> tuple[i
 
 
 def _where(error: dict) -> str:
-    """The field an error is about, as the request names it: `inputs.1`, `documents.0` (not pydantic's union tags)."""
+    """Name the field an error is about as the request does: `inputs.1`, `documents.0` (not pydantic's union tags)."""
     loc = [str(p) for p in error.get("loc", ()) if p != "body"]
     kept = loc[:1] + [p for p in loc[1:] if p.isdigit()]
     return ".".join(kept) or "body"
 
 
 def _special(request: Request, error: dict) -> tuple[int, str, str, str | None] | None:
-    """The answer for an error that is about a limit, a name not served or an option this model does not take."""
+    """Answer an error that is about a limit, a name not served or an option this model does not take."""
     service = request.app.state.service
     loc, kind, value = tuple(str(p) for p in error.get("loc", ())), error.get("type"), error.get("input")
     field = loc[1] if len(loc) > 1 else None
@@ -219,7 +224,7 @@ def _special(request: Request, error: dict) -> tuple[int, str, str, str | None] 
 
 
 def _option_message(service: Any, field: str, value: Any) -> str:
-    """What the library says of this option value on this model, in the request's own field name."""
+    """Say what the library says of this option value on this model, in the request's own field name."""
     if field == "dimensions":
         most = vocabulary(service).max_dimensions
         return f"dimensions={brief(value)}: these vectors keep at most {most} numbers; give 1 to {most}."
@@ -242,7 +247,14 @@ def _http_message(request: Request, exc: StarletteHTTPException) -> str:
 
 
 def _add_error_handlers(app: FastAPI) -> None:
-    def answer(request: Request, status: int, kind: str, message: str, headers: dict | None = None, param=None):
+    def answer(
+        request: Request,
+        status: int,
+        kind: str,
+        message: str,
+        headers: dict | None = None,
+        param: str | None = None,
+    ) -> JSONResponse:
         return error_response(status, kind, message, request.url.path, headers, param)
 
     @app.exception_handler(ServeError)

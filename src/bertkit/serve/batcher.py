@@ -38,7 +38,7 @@ log = logging.getLogger("bertkit.serve")
 class Overloaded(Exception):
     """The queue holds `max_queue_tokens` already: answer 429 and ask the client to retry after `retry_after` s."""
 
-    def __init__(self, queued_tokens: int, retry_after: int):
+    def __init__(self, queued_tokens: int, retry_after: int) -> None:
         super().__init__(f"the server is busy ({queued_tokens} tokens are waiting); retry after {retry_after} s")
         self.retry_after = retry_after
 
@@ -67,9 +67,11 @@ class EmbedJob:
 
     @property
     def tokens(self) -> int:
+        """The job's tokens, every row."""
         return sum(len(row) for row in self.ids)
 
     def tokens_left(self) -> int:
+        """Count the tokens of the rows not yet taken."""
         return sum(len(row) for row in self.ids[self.next_row :])
 
 
@@ -85,6 +87,7 @@ class CallJob:
     failed: bool = False
 
     def tokens_left(self) -> int:
+        """Count the job's tokens (it is taken whole)."""
         return self.tokens
 
 
@@ -97,7 +100,7 @@ def _settle(future: asyncio.Future, result: Any = None, error: BaseException | N
         future.set_result(result)
 
 
-def _deliver(job, result: Any = None, error: BaseException | None = None) -> None:
+def _deliver(job: EmbedJob | CallJob, result: Any = None, error: BaseException | None = None) -> None:
     try:
         job.loop.call_soon_threadsafe(_settle, job.future, result, error)
     except RuntimeError:  # the event loop is closed: nobody is waiting any more
@@ -114,7 +117,7 @@ class Batcher:
         max_batch_tokens: int,
         max_queue_tokens: int,
         concurrent_batches: int = 1,
-    ):
+    ) -> None:
         self.encoder = encoder
         self.metrics = metrics
         self.max_batch_tokens = max_batch_tokens
@@ -137,6 +140,7 @@ class Batcher:
 
     # ---- the event loop's side --------------------------------------------------------------------------------
     def start(self) -> None:
+        """Start the dispatcher thread, and the forward threads when there are several."""
         total = total_threads()
         if self.workers > 1:
             share = max(1, total // self.workers)
@@ -163,6 +167,7 @@ class Batcher:
 
     @property
     def running(self) -> bool:
+        """Whether the dispatcher thread is alive."""
         return self._thread is not None and self._thread.is_alive()
 
     def submit(self, job: EmbedJob | CallJob) -> None:
@@ -181,7 +186,7 @@ class Batcher:
             self._cond.notify_all()
 
     def queue_depth(self) -> tuple[int, int]:
-        """(requests, tokens) waiting."""
+        """Count the (requests, tokens) waiting."""
         with self._cond:
             return len(self._queue), self._queued_tokens
 
@@ -219,7 +224,7 @@ class Batcher:
         return taken
 
     def _ready(self) -> bool:
-        """The dispatcher has something to do. Caller holds the lock."""
+        """Tell whether the dispatcher has something to do. Caller holds the lock."""
         if not self._queue:
             return False
         if isinstance(self._queue[0], CallJob):  # a run's own predict needs every thread: wait for an idle model

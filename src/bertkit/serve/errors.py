@@ -24,7 +24,7 @@ def openai_type(status: int) -> str:
 
 
 def error_body(status: int, error_type: str, message: str, path: str = "", param: str | None = None) -> dict:
-    """The error as JSON content: bertkit's shape, or OpenAI's under `/v1/`.
+    """Return the error as JSON content: bertkit's shape, or OpenAI's under `/v1/`.
 
     Parameters
     ----------
@@ -57,7 +57,7 @@ def error_response(
     headers: dict[str, str] | None = None,
     param: str | None = None,
 ) -> JSONResponse:
-    """The error as a response; also an ASGI app, so middleware answers with `await response(scope, receive, send)`.
+    """Return the error as a response; also an ASGI app: middleware answers with `await response(scope, receive, send)`.
 
     Parameters
     ----------

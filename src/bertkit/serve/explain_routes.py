@@ -27,8 +27,8 @@ def add_routes(app: FastAPI, probes: dict[str, str] | None = None) -> None:
     app.include_router(router())
 
 
-def explainer_of(app) -> Explainer:
-    """The app's Explainer, built once from its service's encoder and runs (or set directly as app.state.explainer)."""
+def explainer_of(app: FastAPI) -> Explainer:
+    """Return the app's Explainer, built once from its service's encoder and runs (or set as app.state.explainer)."""
     with _BUILD:
         if getattr(app.state, "explainer", None) is None:
             service = app.state.service
@@ -43,7 +43,7 @@ def explainer_of(app) -> Explainer:
 
 
 def router() -> APIRouter:
-    """The page, its static files, /explain/info and POST /explain."""
+    """Route the page, its static files, /explain/info and POST /explain."""
     routes = APIRouter(route_class=StrictJSONRoute)
 
     @routes.get("/", response_class=HTMLResponse, include_in_schema=False)
@@ -51,7 +51,7 @@ def router() -> APIRouter:
         return HTMLResponse(page.live_page())
 
     @routes.get("/explain/static/{name}", include_in_schema=False)
-    def explainer_static(name: str):
+    def explainer_static(name: str) -> FileResponse:
         if name not in page.STATIC_FILES:
             raise HTTPException(404, f"no static file {name!r}; the page uses {', '.join(page.STATIC_FILES)}.")
         return FileResponse(

@@ -55,6 +55,7 @@ class Metrics:
     def observe_batch(
         self, rows: int, padded_tokens: int, real_tokens: int, seconds: float, tokens_per_second: float
     ) -> None:
+        """Record one forward pass: its rows, padded and real tokens, seconds and the tokens per second."""
         self.batch_size.observe(rows)
         self.batch_tokens.observe(padded_tokens)
         self.forward_seconds.observe(seconds)
@@ -62,8 +63,10 @@ class Metrics:
         self.tokens_per_second.set(tokens_per_second)
 
     def observe_request(self, endpoint: str, status: int, seconds: float) -> None:
+        """Count one request by endpoint and status, and record its latency."""
         self.requests.labels(endpoint, str(status)).inc()
         self.latency.labels(endpoint).observe(seconds)
 
     def exposition(self) -> bytes:
+        """Return the metrics in Prometheus's text format (what /metrics answers)."""
         return generate_latest(self.registry)

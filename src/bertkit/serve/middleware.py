@@ -6,13 +6,19 @@ Every refusal is the service's JSON error (serve/errors.py), answered before the
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from .errors import error_response
 from .metrics import Metrics
 from .security import BODY_METHODS, authorized, host_allowed, is_json, needs_key, origin_allowed, same_origin
 
+if TYPE_CHECKING:
+    from starlette.routing import BaseRoute
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-def _header(scope, name: bytes) -> str | None:
+
+def _header(scope: Scope, name: bytes) -> str | None:
     value = dict(scope["headers"]).get(name)
     return value.decode("latin-1") if value is not None else None
 
@@ -20,23 +26,26 @@ def _header(scope, name: bytes) -> str | None:
 class BodyTooLarge(Exception):
     """The request body passed `--max-body-bytes`."""
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int) -> None:
         super().__init__(
             f"the request body is larger than {limit} bytes (--max-body-bytes); send fewer or shorter texts."
         )
 
 
 class LocalAccessMiddleware:
-    """Refuse (403) a `Host` that does not name this server and a browser `Origin` that is neither this server's
-    own nor admitted by `--allow-origin` (see serve/security.py: DNS rebinding and cross-site requests).
+    """Refuse (403) a `Host` that does not name this server and a browser `Origin` it does not admit.
+
+    An admitted `Origin` is this server's own or one `--allow-origin` names (see serve/security.py: DNS rebinding and
+    cross-site requests).
     """
 
-    def __init__(self, app, allow_hosts: tuple[str, ...] = (), allow_origins: tuple[str, ...] = ()):
+    def __init__(self, app: ASGIApp, allow_hosts: tuple[str, ...] = (), allow_origins: tuple[str, ...] = ()) -> None:
         self.app = app
         self.allow_hosts = allow_hosts
         self.allow_origins = allow_origins
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Check an HTTP request's `Host` and `Origin`, then pass it on."""
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         host = _header(scope, b"host")
@@ -60,11 +69,12 @@ class LocalAccessMiddleware:
 class ApiKeyMiddleware:
     """Every request but /health and the page's GETs needs `Authorization: Bearer <key>`."""
 
-    def __init__(self, app, key: str):
+    def __init__(self, app: ASGIApp, key: str) -> None:
         self.app = app
         self.key = key.encode()
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Check the API key of a request that needs one (401 without it), then pass it on."""
         if scope["type"] != "http" or not needs_key(scope["method"], scope["path"]):
             return await self.app(scope, receive, send)
         header = dict(scope["headers"]).get(b"authorization")
@@ -82,16 +92,18 @@ class ApiKeyMiddleware:
 
 
 class JsonBodyMiddleware:
-    """Refuse (415) a POST whose body is not `application/json`: a web page's plain form (text/plain, form
-    encoding) is a request a browser sends cross-site without asking the server first. A POST to a route that
-    takes none passes on, to be answered 405 (or 404) by the routing.
+    """Refuse (415) a POST whose body is not `application/json`.
+
+    A web page's plain form (text/plain, form encoding) is a request a browser sends cross-site without asking the
+    server first. A POST to a route that takes none passes on, to be answered 405 (or 404) by the routing.
     """
 
-    def __init__(self, app, routes=()):
+    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute] = ()) -> None:
         self.app = app
         self.routes = routes
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Check the content type of a request with a body for a route that takes one, then pass it on."""
         if scope["type"] != "http" or scope["method"] not in BODY_METHODS or not self._takes_body(scope):
             return await self.app(scope, receive, send)
         content_type = _header(scope, b"content-type")
@@ -104,8 +116,8 @@ class JsonBodyMiddleware:
             return await error_response(415, "unsupported_media_type", message, scope["path"])(scope, receive, send)
         return await self.app(scope, receive, send)
 
-    def _takes_body(self, scope) -> bool:
-        """A route answers this method at this path (Starlette's own matching)."""
+    def _takes_body(self, scope: Scope) -> bool:
+        """Tell whether a route answers this method at this path (Starlette's own matching)."""
         from starlette.routing import Match
 
         return any(route.matches(scope)[0] == Match.FULL for route in self.routes)
@@ -114,11 +126,12 @@ class JsonBodyMiddleware:
 class BodyLimitMiddleware:
     """Refuse a body over `limit` bytes: at once from Content-Length, or while reading a chunked body."""
 
-    def __init__(self, app, limit: int):
+    def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
         self.limit = limit
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass a request on, refusing its body once it is over `limit` bytes."""
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         length = dict(scope["headers"]).get(b"content-length")
@@ -127,7 +140,7 @@ class BodyLimitMiddleware:
             return await response(scope, receive, send)
         seen = 0
 
-        async def limited_receive():
+        async def limited_receive() -> Message:
             nonlocal seen
             message = await receive()
             if message["type"] == "http.request":
@@ -142,17 +155,18 @@ class BodyLimitMiddleware:
 class MetricsMiddleware:
     """Count requests by route and status, and time them up to the start of the response."""
 
-    def __init__(self, app, metrics: Metrics):
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass a request on, counting it and timing it up to the start of its response."""
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         started = time.perf_counter()
         status = 500
 
-        async def timed_send(message):
+        async def timed_send(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]

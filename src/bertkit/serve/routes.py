@@ -1,5 +1,7 @@
-"""The service's routes: status (/health, /info, /metrics), embeddings (TEI's /embed, /embed_all, /similarity,
-/tokenize; OpenAI's /v1/embeddings) and served runs (/predict/{run}, TEI's /rerank, Cohere's /v1/rerank).
+"""The service's routes: status, embeddings and served runs.
+
+Status: /health, /info, /metrics; embeddings: TEI's /embed, /embed_all, /similarity, /tokenize, OpenAI's
+/v1/embeddings; served runs: /predict/{run}, TEI's /rerank, Cohere's /v1/rerank.
 
 Each route turns its typed body into the library's own options and calls the `Service`; none computes a vector
 its own way.
@@ -65,7 +67,7 @@ def _service(request: Request) -> Service:
 
 
 def _disconnected(request: Request) -> Any:
-    """A coroutine factory that returns once the client has closed the connection (the body is read by then)."""
+    """Make a coroutine factory that returns once the client has closed the connection (the body is read by then)."""
 
     async def wait() -> None:
         while (await request.receive())["type"] != "http.disconnect":
@@ -82,7 +84,7 @@ def _truncation_headers(result: EmbedResult) -> dict[str, str]:
 
 
 def _options(body: Any, **fixed: Any) -> EmbedOptions:
-    """The `EmbedOptions` a request body asks for (its field names are TEI's and OpenAI's: dimensions, normalize)."""
+    """Read the `EmbedOptions` a request body asks for (field names are TEI's and OpenAI's: dimensions, normalize)."""
     fields = body.model_dump(exclude_unset=True)
     options = {
         "layers": fields.get("layers", "last"),
@@ -253,7 +255,11 @@ def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rera
         "Face's question-answering shape: one answer, or a list with top_k > 1 or several questions)",
         include_in_schema=bool(runs),
     )
-    async def predict(body: models.PredictRequest, request: Request, run: run_name = Path(description="a served run")):  # type: ignore[valid-type]
+    async def predict(
+        body: models.PredictRequest,
+        request: Request,
+        run: run_name = Path(description="a served run"),  # type: ignore[valid-type]
+    ) -> Response:
         service = _service(request)
         questions = isinstance(body.inputs, BaseModel) or (
             isinstance(body.inputs, list) and bool(body.inputs) and isinstance(body.inputs[0], BaseModel)

@@ -14,8 +14,10 @@ from ..tasks.runs import KIND_FEATURES, KIND_QA, KIND_TOKEN, read_run_config
 
 @dataclass
 class ServedRun:
-    """A loaded run under its URL name: `predict(inputs)` gives JSON-ready labels, scores, label sets or entities;
-    a pair run (a cross-encoder) also reranks.
+    """A loaded run under its URL name.
+
+    `predict(inputs)` gives JSON-ready labels, scores, label sets or entities; a pair run (a cross-encoder) also
+    reranks.
     """
 
     name: str
@@ -24,6 +26,7 @@ class ServedRun:
 
     @property
     def labels(self) -> list[str]:
+        """The run's labels: its classes, a tagger's entity types, none for question answering."""
         if self.kind == KIND_QA:  # answers are spans of the context
             return []
         classes = [str(c) for c in self.model.classes_]
@@ -33,12 +36,14 @@ class ServedRun:
 
     @property
     def problem(self) -> str:
+        """What the run does: a sequence model's `problem`, token_classification or question_answering."""
         if self.kind in (KIND_TOKEN, KIND_QA):
             return "token_classification" if self.kind == KIND_TOKEN else "question_answering"
         return getattr(self.model, "problem", "single_label_classification")
 
     @property
     def takes_pairs(self) -> bool:
+        """Whether the run reads text pairs (a cross-encoder)."""
         return getattr(self.model, "takes_pairs", False) is True
 
     @property
@@ -55,6 +60,7 @@ class ServedRun:
         return self.takes_pairs and (self.problem == "regression" or len(self.labels) == 2)
 
     def describe(self) -> dict:
+        """Describe the run as /info lists it: name, kind, labels, problem, pairs, reranks."""
         return {
             "name": self.name,
             "kind": self.kind,
@@ -65,8 +71,10 @@ class ServedRun:
         }
 
     def predict(self, inputs: list) -> list[dict]:
-        """Labels with probabilities (classifiers), a score (regressors), labels over the threshold (multi-label),
-        or entities with type, text, character span and score (taggers).
+        """Predict JSON-ready answers for `inputs`.
+
+        Labels with probabilities (classifiers), a score (regressors), labels over the threshold (multi-label), or
+        entities with type, text, character span and score (taggers).
         """
         if self.kind == KIND_TOKEN:
             return [

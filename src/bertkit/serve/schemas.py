@@ -46,7 +46,7 @@ MAX_SEARCH_TOP_K = 1000  # rows one query of /search may ask for
 
 
 def Whole(low: int, high: int) -> Any:  # noqa: N802 - a type
-    """A whole number from `low` to `high` (JSON Schema's minimum and maximum)."""
+    """Type a whole number from `low` to `high` (JSON Schema's minimum and maximum)."""
     return Annotated[StrictInt, Ge(low), Le(high), BeforeValidator(_whole)]
 
 
@@ -58,8 +58,10 @@ NOT_BLANK = "[^\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\u0085\\u00a0\\u1680\\u2000-\\u20
 
 @dataclass(frozen=True)
 class Vocabulary:
-    """What one server's requests may say: its limits and the option values its model takes, as the request
-    schemas publish them (so that a schema-valid request is one the service serves, and the other way round).
+    """What one server's requests may say: its limits and the option values its model takes.
+
+    The request schemas publish them, so that a schema-valid request is one the service serves, and the other way
+    round.
     """
 
     max_inputs: int
@@ -73,7 +75,7 @@ class Vocabulary:
     max_chars: int = 100_000  # the longest text a request may carry (characters)
 
     def layer_specs(self) -> str:
-        """A pattern of every layer spec this model takes (indices within its hidden states)."""
+        """Return a pattern of every layer spec this model takes (indices within its hidden states)."""
         n = self.hidden_states
         index = "(?:" + "|".join(str(i) for i in range(-n, n)) + ")"
         count = "(?:" + "|".join(str(i) for i in range(1, n + 1)) + ")"
@@ -89,7 +91,7 @@ class Vocabulary:
         return "^(?:" + "|".join(forms) + ")$"
 
     def last_layer_specs(self) -> list[str]:
-        """The specs that choose the last layer alone: what `pooling='pooler'` takes."""
+        """List the specs that choose the last layer alone: what `pooling='pooler'` takes."""
         last = [str(self.hidden_states - 1), "-1"]
         return ["last", *last, *(f"{x}:{c}" for x in [*last, "last1"] for c in COMBINES)]
 
@@ -101,7 +103,7 @@ class Vocabulary:
 
 
 def request_models(vocabulary: Vocabulary) -> SimpleNamespace:
-    """The request bodies of one server: pydantic models whose JSON schemas say exactly what it serves.
+    """Make the request bodies of one server: pydantic models whose JSON schemas say exactly what it serves.
 
     FastAPI parses each route's body with its model and publishes the model's schema in the OpenAPI document.
     """
@@ -110,7 +112,7 @@ def request_models(vocabulary: Vocabulary) -> SimpleNamespace:
 
 
 def _types(v: Vocabulary) -> SimpleNamespace:
-    """The field types of one server's requests: its limits and its model's option values."""
+    """Make the field types of one server's requests: its limits and its model's option values."""
     texts_schema = {
         "anyOf": [
             {"type": "string", "maxLength": v.max_chars},
@@ -276,8 +278,9 @@ def _run_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseModel]]
         align_to_words: StrictBool | None = Field(None, description="widen answers to whole words (true)")
 
     class PredictRequest(BaseModel):
-        """t.Texts (or [text, pair] pairs, for a pair run) for a served run, as TEI's /predict; for a question-answering
-        run, Hugging Face's shape: `{"inputs": {"question", "context"}, "parameters": {...}}`.
+        """t.Texts (or [text, pair] pairs, for a pair run) for a served run, as TEI's /predict.
+
+        For a question-answering run, Hugging Face's shape: `{"inputs": {"question", "context"}, "parameters": {...}}`.
         """
 
         model_config = ConfigDict(extra="forbid")
@@ -383,17 +386,23 @@ class ExplainRequest(BaseModel):
 
 # ---- responses ----------------------------------------------------------------------------------------------------
 class Usage(BaseModel):
+    """OpenAI's token counts of an embeddings request."""
+
     prompt_tokens: int
     total_tokens: int
 
 
 class EmbeddingObject(BaseModel):
+    """One input's vector in OpenAI's embeddings answer."""
+
     object: Literal["embedding"] = "embedding"
     index: int
     embedding: list[float] | str = Field(description="floats, or base64 of little-endian float32")
 
 
 class OpenAIEmbeddingResponse(BaseModel):
+    """OpenAI's `/v1/embeddings` answer."""
+
     object: Literal["list"] = "list"
     data: list[EmbeddingObject]
     model: str
@@ -422,21 +431,29 @@ class TokenVectors(BaseModel):
 
 
 class LabelScore(BaseModel):
+    """A label and its probability."""
+
     label: str
     score: float
 
 
 class ClassPrediction(BaseModel):
+    """A classifier's answer: the most probable label, its probability and every label's."""
+
     label: str
     score: float
     probabilities: list[LabelScore]
 
 
 class ScorePrediction(BaseModel):
+    """A regressor's answer."""
+
     score: float = Field(description="a regressor's output")
 
 
 class LabelSetPrediction(BaseModel):
+    """A multi-label classifier's answer."""
+
     labels: list[str] = Field(description="every label whose probability reaches the run's threshold")
     probabilities: list[LabelScore]
 
@@ -450,16 +467,22 @@ class RerankItem(BaseModel):
 
 
 class CohereDocument(BaseModel):
+    """A document as Cohere's rerank answer returns it."""
+
     text: str
 
 
 class CohereRerankResult(BaseModel):
+    """One document of Cohere's `/v1/rerank` answer: its index and relevance score."""
+
     index: int
     relevance_score: float
     document: CohereDocument | None = Field(None, description="with return_documents")
 
 
 class RerankUsage(BaseModel):
+    """The tokens a rerank request took (Jina's `usage`)."""
+
     total_tokens: int
 
 
@@ -474,6 +497,8 @@ class CohereRerankResponse(BaseModel):
 
 
 class EntityOut(BaseModel):
+    """One entity a tagger found: its type, text, character span and score."""
+
     type: str
     text: str
     start: int = Field(description="character offset where the entity starts")
@@ -482,6 +507,8 @@ class EntityOut(BaseModel):
 
 
 class TagPrediction(BaseModel):
+    """A tagger's answer for one text: its entities."""
+
     entities: list[EntityOut]
 
 
@@ -519,6 +546,8 @@ class SearchHit(BaseModel):
 
 
 class RunInfo(BaseModel):
+    """A served run, as `GET /info` lists it."""
+
     name: str
     kind: str = Field(description="features, finetuned-text, finetuned-token or finetuned-qa")
     labels: list[str]
@@ -531,6 +560,8 @@ class RunInfo(BaseModel):
 
 
 class Limits(BaseModel):
+    """The server's limits on requests and batching."""
+
     max_inputs: int
     max_body_bytes: int
     max_batch_tokens: int
@@ -604,6 +635,8 @@ class ErrorResponse(BaseModel):
 
 
 class OpenAIError(BaseModel):
+    """OpenAI's error object: message, kind, the field it is about and bertkit's own kind."""
+
     model_config = ConfigDict(extra="forbid")
 
     message: str

@@ -28,7 +28,7 @@ _KEYLESS_PAGES = ("/", "/explain/static/")
 
 
 def load_api_key(env_name: str | None = None, key_file: str | Path | None = None) -> str | None:
-    """The key named by `--api-key-env` or stored in `--api-key-file` (stripped); None when neither is given."""
+    """Read the key named by `--api-key-env` or stored in `--api-key-file` (stripped); None when neither is given."""
     if env_name and key_file:
         raise InputError("give --api-key-env or --api-key-file, not both.")
     if env_name:
@@ -47,7 +47,7 @@ def load_api_key(env_name: str | None = None, key_file: str | Path | None = None
 
 
 def authorized(header: bytes | None, key: bytes) -> bool:
-    """True when `header` is exactly `Bearer <key>`; the comparison takes the same time wherever they differ."""
+    """Tell whether `header` is exactly `Bearer <key>`; the comparison takes the same time wherever they differ."""
     scheme, _, given = (header or b"").partition(b" ")
     return hmac.compare_digest(given.strip(), key) and scheme.lower() == b"bearer"
 
@@ -72,7 +72,7 @@ def split_host(host: str) -> tuple[str, str | None]:
 
 
 def bracketed(address: str) -> str:
-    """An IPv6 address as it appears in a Host header ('::1' → '[::1]'); other names unchanged."""
+    """Write an IPv6 address as it appears in a Host header ('::1' → '[::1]'); other names unchanged."""
     return f"[{address}]" if ":" in address and not address.startswith("[") else address
 
 
@@ -106,7 +106,7 @@ def check_allow_origins(origins: list[str] | tuple[str, ...]) -> tuple[str, ...]
 
 
 def host_allowed(host: str | None, server: tuple[str, int] | None, allowed: tuple[str, ...]) -> bool:
-    """True when the `Host` header names this server (see the module's notes); `server` is the ASGI scope's."""
+    """Tell whether the `Host` header names this server (see the module's notes); `server` is the ASGI scope's."""
     if "*" in allowed:
         return True
     if not host:
@@ -122,12 +122,12 @@ def host_allowed(host: str | None, server: tuple[str, int] | None, allowed: tupl
 
 
 def same_origin(origin: str, host: str | None) -> bool:
-    """True when a browser's `Origin` is this server's own: its host and port are the request's `Host`."""
+    """Tell whether a browser's `Origin` is this server's own: its host and port are the request's `Host`."""
     return bool(host) and urlsplit(origin.lower()).netloc == host.strip().lower()
 
 
 def origin_allowed(origin: str, allowed: tuple[str, ...]) -> bool:
-    """True when `--allow-origin` admits this cross-origin `Origin`."""
+    """Tell whether `--allow-origin` admits this cross-origin `Origin`."""
     return "*" in allowed or origin.strip().rstrip("/").lower() in allowed
 
 

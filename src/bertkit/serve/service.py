@@ -70,6 +70,7 @@ class EmbedResult:
 
     @property
     def tokens(self) -> int:
+        """The tokens of every input."""
         return sum(len(e.ids) for e in self.encoded)
 
 
@@ -192,8 +193,9 @@ class Service:
         return EmbedResult(list(finish(np.stack(found), resolved, ranges)), encoded, truncated)
 
     def check_answer_size(self, numbers: int) -> None:
-        """An answer of more numbers than `max_answer_numbers` is refused (413) before the model runs: its JSON would
-        take seconds to write and hundreds of megabytes to hold.
+        """Refuse (413) an answer of more numbers than `max_answer_numbers`, before the model runs.
+
+        Its JSON would take seconds to write and hundreds of megabytes to hold.
         """
         limit = self.settings.max_answer_numbers
         if numbers > limit:
@@ -205,7 +207,7 @@ class Service:
             )
 
     async def predict(self, name: str, inputs: list, disconnected: Disconnected | None = None) -> list[dict]:
-        """A served run's own predictions (of texts, or of [text, pair] pairs for a pair run), on the model thread."""
+        """Run a served run's own predict on the model thread: of texts, or of [text, pair] pairs for a pair run."""
         run = self.run(name)
         if run.kind == KIND_QA:
             raise _questions_wanted(name)
@@ -222,9 +224,11 @@ class Service:
     async def answer(
         self, name: str, inputs: Any, parameters: Any = None, disconnected: Disconnected | None = None
     ) -> Any:
-        """Hugging Face's question-answering task on a served QA run: `inputs` (one `{question, context}`, or a list)
-        tokenized into windows off the event loop, refused (413) past the windows the queue holds, answered on the
-        model thread with `parameters`; one `{answer, score, start, end}` for one question and `top_k` 1, else lists.
+        """Answer Hugging Face's question-answering task on a served QA run.
+
+        `inputs` (one `{question, context}`, or a list) are tokenized into windows off the event loop, refused (413)
+        past the windows the queue holds, answered on the model thread with `parameters`; one `{answer, score, start,
+        end}` for one question and `top_k` 1, else lists.
         """
         run = self.run(name)
         if run.kind != KIND_QA:
@@ -254,7 +258,7 @@ class Service:
         return shaped if isinstance(inputs, list) else shaped[0]
 
     def reranker(self, name: str | None) -> ServedRun:
-        """The served pair run `name`, or the only one when no name is given."""
+        """Return the served pair run `name`, or the only one when no name is given."""
         if name is not None:
             run = self.run(name)
             if not run.ranks:
@@ -325,8 +329,10 @@ class Service:
     async def search(
         self, name: str | None, queries: list[str], top_k: int, prompt: str | None, disconnected: Disconnected | None
     ) -> tuple[list[list[dict]], EmbedResult]:
-        """The `top_k` nearest rows of index `name` to each query: the queries embedded as the index's vectors were
-        (through the batcher, like every model call), the index searched on the model thread.
+        """Find the `top_k` nearest rows of index `name` to each query.
+
+        The queries are embedded as the index's vectors were (through the batcher, like every model call), the index
+        searched on the model thread.
         """
         index = self.index(name)
         options = query_options(index.meta, **({"prompt": prompt} if prompt is not None else {}))
@@ -337,7 +343,7 @@ class Service:
         return hits, result
 
     def index(self, name: str | None) -> VectorIndex:
-        """The loaded index `name` (None: the only one), or a 404 / 422 that lists the loaded ones."""
+        """Return the loaded index `name` (None: the only one), or a 404 / 422 that lists the loaded ones."""
         loaded = ", ".join(sorted(self.indexes)) or "none (start the server with --index NAME=FILE)"
         if name is None and len(self.indexes) == 1:
             return next(iter(self.indexes.values()))
@@ -375,7 +381,7 @@ class Service:
         return await self._wait(CallJob(work, max(1, tokens), loop.create_future(), loop), disconnected)
 
     def run(self, name: str) -> ServedRun:
-        """The served run `name`, or a 404 that lists the served ones."""
+        """Return the served run `name`, or a 404 that lists the served ones."""
         if name not in self.runs:
             served = ", ".join(sorted(self.runs)) or "none (start the server with --run NAME=DIR)"
             raise ServeError(404, "unknown_run", f"no run named {name!r}; served runs: {served}.")
@@ -438,16 +444,20 @@ PREFIX_MARGIN = 16  # tokens kept past the limit when a long text is cut to a pr
 
 
 def token_estimate(lengths: Iterable[int], limit: int | None = None) -> int:
-    """Tokens the model will spend on texts of these lengths (characters), before they are tokenized: about one per
-    `CHARS_PER_TOKEN` characters and the special tokens, each text at most `limit` (what truncation keeps).
+    """Estimate the tokens the model will spend on texts of these lengths (characters), before they are tokenized.
+
+    About one per `CHARS_PER_TOKEN` characters and the special tokens, each text at most `limit` (what truncation
+    keeps).
     """
     per_text = (length // CHARS_PER_TOKEN + 2 for length in lengths)
     return sum(per_text) if limit is None else sum(min(tokens, limit) for tokens in per_text)
 
 
 def _prefix(tokenizer: Any, text: str, max_length: int) -> str:
-    """The beginning of `text` that holds its first `max_length` tokens (and a margin): truncation of a pair keeps
-    a prefix of each text, so the pair is cut the same, and a long text is not tokenized once per pair.
+    """Cut `text` to the beginning that holds its first `max_length` tokens (and a margin).
+
+    Truncation of a pair keeps a prefix of each text, so the pair is cut the same, and a long text is not tokenized
+    once per pair.
     """
     if len(text) <= 4 * max_length:
         return text

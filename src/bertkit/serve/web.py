@@ -36,8 +36,9 @@ RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before retrying",
 def responses(
     path: str, model: Any = None, codes: Sequence[int] = POST_ERRORS, key: bool = False, headers: dict | None = None
 ) -> dict[int | str, dict]:
-    """A route's documented answers: `model` for 200 (the routes build their JSON themselves), and for each error
-    code bertkit's JSON error (OpenAI's shape under `/v1/`).
+    """Document a route's answers: `model` for 200 (the routes build their JSON themselves), and its errors.
+
+    For each error code, bertkit's JSON error (OpenAI's shape under `/v1/`).
     """
     shape = OpenAIErrorResponse if path.startswith(OPENAI_PREFIX) else ErrorResponse
     documented: dict[int | str, dict] = {}
@@ -61,6 +62,7 @@ class StrictJSONRequest(Request):
     """A request whose JSON body is read by orjson: strict (no NaN, 1e400 or lone surrogates) and fast."""
 
     async def json(self) -> Any:
+        """Read the body as JSON with orjson, once."""
         if not hasattr(self, "_json"):
             self._json = orjson.loads(await self.body())  # orjson.JSONDecodeError is a json.JSONDecodeError
         return self._json
@@ -70,6 +72,7 @@ class StrictJSONRoute(APIRoute):
     """FastAPI's route with `StrictJSONRequest` (FastAPI's documented way to change how a body is read)."""
 
     def get_route_handler(self) -> Callable:
+        """Wrap FastAPI's handler: the request becomes a `StrictJSONRequest`, and an empty POST body is a 400."""
         handler = super().get_route_handler()
 
         async def strict(request: Request) -> Any:
@@ -91,15 +94,17 @@ def _array_fallback(value: Any) -> Any:
 
 
 async def json_answer(content: Any, headers: dict[str, str] | None = None) -> Response:
-    """`content` as a JSON answer, written off the event loop one list item or dict entry at a time: orjson holds
-    the GIL while it writes, so one call per piece lets the loop answer other requests (/health) in between.
+    """Answer `content` as JSON, written off the event loop one list item or dict entry at a time.
+
+    orjson holds the GIL while it writes, so one call per piece lets the loop answer other requests (/health) in
+    between.
     """
     body = await asyncio.to_thread(_render, content)
     return Response(body, media_type="application/json", headers=headers)
 
 
 def _render(content: Any) -> bytes:
-    """orjson's bytes for `content` (the same bytes as one `orjson.dumps`), in pieces of at most one row."""
+    """Write `content` as orjson's bytes (the same bytes as one `orjson.dumps`), in pieces of at most one row."""
     if isinstance(content, dict):
         return b"{" + b",".join(_dumps(str(key)) + b":" + _render(value) for key, value in content.items()) + b"}"
     nested = (

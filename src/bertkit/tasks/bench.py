@@ -12,6 +12,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -24,9 +25,14 @@ from ..encoder.options import EmbedOptions
 from ..encoder.precision import PRECISIONS, fast_bf16_cpu
 from ..errors import InputError
 
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
 
 @dataclass
 class Row:
+    """One way of embedding in the table: its name, each timed run's seconds, its vectors, a note."""
+
     name: str
     seconds: list[float] = field(default_factory=list)
     vectors: np.ndarray | None = None
@@ -74,7 +80,7 @@ def forward_flops(encoder: Encoder, token_counts: Sequence[int]) -> float:
 
 
 def naive_loop(encoder: Encoder, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
-    """The tutorial's way: pad everything to the longest text, batches in dataset order, mean of last layer."""
+    """Embed the tutorial's way: pad everything to the longest text, batches in dataset order, mean of last layer."""
     tokenizer, model = encoder.tokenizer, encoder.model
     padded = tokenizer(
         list(texts), padding="longest", truncation=True, max_length=encoder.max_length, return_tensors="pt"
@@ -89,7 +95,7 @@ def naive_loop(encoder: Encoder, texts: Sequence[str], batch_size: int = 32) -> 
     return np.concatenate(out)
 
 
-def sentence_transformers_encoder(encoder: Encoder):
+def sentence_transformers_encoder(encoder: Encoder) -> SentenceTransformer:
     """sentence-transformers on the same weights with mean pooling and no normalisation: like with like."""
     from sentence_transformers import SentenceTransformer
 
@@ -130,8 +136,10 @@ def compare(reference: np.ndarray, vectors: np.ndarray) -> tuple[float, float]:
 
 
 def where_time_goes(encoder: Encoder, texts: Sequence[str], batch_size: int) -> dict[str, float]:
-    """Seconds spent tokenizing, in the model's forward passes, and in everything else of one fp32 embed call
-    (warmed up), as the call's own report measures them."""
+    """Time one fp32 embed call (warmed up): tokenizing, the model's forward passes, and everything else.
+
+    The seconds are the call's own report's.
+    """
     encoder.embed(texts[:batch_size], RAW_MEAN, batch_size=batch_size, progress=False, warn=False)  # warm-up
     started = time.perf_counter()
     report = encoder.embed_with_report(texts, RAW_MEAN, batch_size=batch_size, progress=False, warn=False).report
@@ -242,7 +250,9 @@ def _runs_here(precision: str) -> bool:
 TOO_SHORT_S = 0.2  # a timed run shorter than this is mostly noise and start-up
 
 
-def _print_table(rows: list[Row], n: int, bounds: dict[str, float], reference: np.ndarray, echo) -> None:
+def _print_table(
+    rows: list[Row], n: int, bounds: dict[str, float], reference: np.ndarray, echo: Callable[[str], None]
+) -> None:
     st = next((r for r in rows if r.name.startswith("sentence-transformers") and r.seconds), None)
     naive = next((r for r in rows if r.name.startswith("tutorial") and r.seconds), None)
     echo(
@@ -281,6 +291,6 @@ def _row_precision(name: str) -> str:
     return next((p for p in ("bf16", "int8") if f" {p} " in f" {name} "), "fp32")
 
 
-def _ratio(median: float, n: int, peer) -> str:
+def _ratio(median: float, n: int, peer: Row | None) -> str:
     """How many times faster than `peer` (its median over the same `n` texts), or '-' without a peer."""
     return f"{median / statistics.median([n / s for s in peer.seconds]):.2f}" if peer else "-"

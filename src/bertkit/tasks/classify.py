@@ -1,5 +1,7 @@
-"""Feature-based text classification: a scikit-learn `Pipeline` (BertVectorizer → StandardScaler → any classifier),
-saved without pickle (skops, with an explicit list of trusted types)."""
+"""Feature-based text classification: a scikit-learn `Pipeline` (BertVectorizer → StandardScaler → any classifier).
+
+It is saved without pickle (skops, with an explicit list of trusted types).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import skops.io as skops
@@ -27,6 +29,11 @@ from ..encoder.devices import describe
 from ..encoder.options import EmbedOptions
 from ..encoder.threads import set_threads
 from ..errors import InputError, ModelLoadError
+
+if TYPE_CHECKING:
+    from sklearn.utils import Tags
+
+    from .report import EvaluationReport
 from ..io.writers import package_version
 from .labels import check_class_counts, check_labels
 from .runs import CONFIG_FILE, KIND_FEATURES, read_run_config, to_json_value, write_run_directory
@@ -82,7 +89,7 @@ CLASSIFIER_NAMES = ("logreg", "linear-svm", "mlp")
 def named_classifier(
     name: str, C: float | None = None, *, cv: int = 5, n_samples: int = 0, random_state: int | None = 0
 ) -> Any:
-    """The command line's `--classifier NAME [--C C]` as a scikit-learn classifier.
+    """Make the command line's `--classifier NAME [--C C]` a scikit-learn classifier.
 
     Parameters
     ----------
@@ -127,7 +134,7 @@ def named_classifier(
 def feature_head(
     classifier: Any = None, *, scale: bool = True, n_folds: int = 5, random_state: int | None = 0
 ) -> Pipeline:
-    """What follows the vectorizer: `StandardScaler` (or passthrough) → the classifier, with probabilities.
+    """Build what follows the vectorizer: `StandardScaler` (or passthrough) → the classifier, with probabilities.
 
     Parameters
     ----------
@@ -183,7 +190,7 @@ def chosen_C(head: Pipeline) -> tuple[float | None, dict[float, float], int]:
 
 
 def check_training_labels(y: Sequence, classifier: Any = None, cv: int = 5) -> np.ndarray:
-    """The labels as an array; refuses missing labels, a single class, or classes too rare for cross-validation.
+    """Return the labels as an array; refuse missing labels, a single class, or classes too rare for cross-validation.
 
     Parameters
     ----------
@@ -249,7 +256,7 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         scale: bool = True,
         cv: int = 5,
         random_state: int | None = 0,
-    ):
+    ) -> None:
         self.vectorizer = vectorizer
         self.classifier = classifier
         self.scale = scale
@@ -333,7 +340,7 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             return self.head_.predict_proba(features)
 
     def predict(self, X: str | Sequence[str]) -> np.ndarray:
-        """The most probable class of each text; one string is one text (an array of one label).
+        """Predict the most probable class of each text; one string is one text (an array of one label).
 
         Parameters
         ----------
@@ -347,9 +354,10 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         """
         return self.classes_[self.predict_proba(X).argmax(axis=1)]
 
-    def evaluate(self, X: Sequence[str], y: Sequence):
-        """Accuracy, macro-F1, per-class scores, the confusion matrix and the majority-class baseline on (X, y):
-        what `bertkit evaluate` prints, drawn as a table and a picture in Jupyter.
+    def evaluate(self, X: Sequence[str], y: Sequence) -> EvaluationReport:
+        """Score on (X, y): accuracy, macro-F1, per-class scores, the confusion matrix and the majority-class baseline.
+
+        What `bertkit evaluate` prints, drawn as a table and a picture in Jupyter.
 
         Parameters
         ----------
@@ -368,7 +376,7 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         check_is_fitted(self, "pipeline_")
         return evaluate(self, X, y)
 
-    def __sklearn_tags__(self):
+    def __sklearn_tags__(self) -> Tags:
         tags = super().__sklearn_tags__()
         tags.input_tags.two_d_array = False
         tags.input_tags.string = True
@@ -435,13 +443,13 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         return write_run_directory(directory, files, overwrite)
 
     def save(self, directory: str | Path, **kwargs: Any) -> Path:
-        """Deprecated name of `save_pretrained`."""
+        """Save the classifier: the deprecated name of `save_pretrained`."""
         warnings.warn("TextClassifier.save is now save_pretrained.", DeprecationWarning, stacklevel=2)
         return self.save_pretrained(directory, **kwargs)
 
     @classmethod
     def load(cls, directory: str | Path, **kwargs: Any) -> TextClassifier:
-        """Deprecated name of `from_pretrained`."""
+        """Load a saved classifier: the deprecated name of `from_pretrained`."""
         warnings.warn("TextClassifier.load is now from_pretrained.", DeprecationWarning, stacklevel=2)
         return cls.from_pretrained(directory, **kwargs)
 
@@ -506,8 +514,10 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         return estimator
 
 
-def _saved_vectorizer(directory, record: dict, cache, precision, device) -> BertVectorizer:
-    """The run's vectorizer, fitted, after checking that the encoder still has the weights it was trained on."""
+def _saved_vectorizer(
+    directory: str | Path, record: dict, cache: str | Path | None, precision: str | None, device: str | None
+) -> BertVectorizer:
+    """Rebuild the run's vectorizer, fitted, after checking that the encoder still has the weights it was trained on."""
     params = dict(record["params"])
     # runs saved before bertkit 0.2 kept the vectorizer's options among the classifier's own parameters
     saved = record.get("vectorizer") or {k: params[k] for k in SAVED_VECTORIZER_PARAMS if k in params}
@@ -552,7 +562,7 @@ def _saved_vectorizer(directory, record: dict, cache, precision, device) -> Bert
 
 
 def _load_head(path: Path, trusted: Sequence[str]) -> Pipeline:
-    """The saved scaler + classifier, loaded by skops; types outside scikit-learn and `TRUSTED_TYPES` are refused."""
+    """Load the saved scaler + classifier by skops; types outside scikit-learn and `TRUSTED_TYPES` are refused."""
     if not path.is_file():
         raise ModelLoadError(f"{path.parent}: {path.name} is missing; the run is incomplete, train it again.")
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from .labels import check_known_labels
 from .report import (
@@ -14,7 +15,11 @@ from .report import (
 
 
 def evaluate(
-    estimator, inputs: Sequence, labels: Sequence, source: str = "the labels", model: str = "this model's training"
+    estimator: Any,  # a loaded run (`load_run`)
+    inputs: Sequence,
+    labels: Sequence,
+    source: str = "the labels",
+    model: str = "this model's training",
 ) -> EvaluationReport:
     """Score `estimator` on `inputs` against `labels` the way its problem is scored.
 

@@ -1,5 +1,8 @@
-"""Fine-tuned models loaded from a run directory, run through the one runner: `FineTuned` (what every task head
-shares) and `FineTunedClassifier` (texts or pairs → labels, scores, label sets, rankings)."""
+"""Fine-tuned models loaded from a run directory, run through the one runner.
+
+`FineTuned` (what every task head shares) and `FineTunedClassifier` (texts or pairs → labels, scores, label sets,
+rankings).
+"""
 
 from __future__ import annotations
 
@@ -132,7 +135,7 @@ class FineTuned:
 
     @classmethod
     def load(cls, directory: str | Path, **options: Any) -> Any:
-        """Deprecated name of `from_pretrained`."""
+        """Load a run: the deprecated name of `from_pretrained`."""
         warnings.warn(f"{cls.__name__}.load is now from_pretrained.", DeprecationWarning, stacklevel=2)
         return cls.from_pretrained(directory, **options)
 
@@ -173,7 +176,7 @@ class FineTuned:
         return self.takes_type_ids
 
     def facts(self) -> dict[str, str]:
-        """What this run is, in a few lines: what `repr` and Jupyter show."""
+        """Say what this run is, in a few lines: what `repr` and Jupyter show."""
         record = self.record_
         metrics = {k: v for k, v in record.get("metrics", {}).items() if isinstance(v, float) and "baseline" not in k}
         facts = {
@@ -218,7 +221,7 @@ class FineTuned:
         return facts_table(self.facts(), type(self).__name__)
 
     def runner(self, batch_size: int = EVAL_BATCH_SIZE) -> Runner:
-        """The one runner over this model: token-budget passes, two at once on a CPU, split on out-of-memory."""
+        """Return the one runner over this model: token-budget passes, two at once on a CPU, split on out-of-memory."""
         return Runner(
             self._forward,
             self.tokenizer.pad_token_id,
@@ -275,9 +278,11 @@ class FineTuned:
 
 
 class FineTunedClassifier(FineTuned):
-    """A fine-tuned sequence model (`AutoModelForSequenceClassification`) of texts or text pairs: a classifier
-    (`predict`, `predict_proba`), a multi-label classifier (labels over a threshold chosen on dev) or a regressor
-    (a score per input); pair models also `rank` documents for a query, as sentence-transformers' CrossEncoder does.
+    """A fine-tuned sequence model (`AutoModelForSequenceClassification`) of texts or text pairs.
+
+    A classifier (`predict`, `predict_proba`), a multi-label classifier (labels over a threshold chosen on dev) or a
+    regressor (a score per input); pair models also `rank` documents for a query, as sentence-transformers'
+    CrossEncoder does.
     """
 
     KIND = KIND_TEXT
@@ -296,7 +301,7 @@ class FineTunedClassifier(FineTuned):
         return None if task is None else task == "pair"
 
     def logits(self, inputs: Any, batch_size: int = EVAL_BATCH_SIZE) -> np.ndarray:
-        """The model's raw outputs, (n, outputs): texts, or (text, pair) tuples for a pair model.
+        """Return the model's raw outputs, (n, outputs): texts, or (text, pair) tuples for a pair model.
 
         Parameters
         ----------
@@ -333,7 +338,7 @@ class FineTunedClassifier(FineTuned):
         return self._averaged(inputs, batch_size, torch.sigmoid if multi else lambda logits: logits.softmax(-1))
 
     def predict(self, inputs: Any, batch_size: int = EVAL_BATCH_SIZE) -> Any:
-        """The most probable label of each input; a regressor's score; a multi-label model's labels (a list each).
+        """Predict each input's most probable label; a regressor's score; a multi-label model's labels (a list each).
 
         Parameters
         ----------
@@ -366,8 +371,10 @@ class FineTunedClassifier(FineTuned):
         self._threshold = float(value)
 
     def scores(self, pairs: Sequence, batch_size: int = EVAL_BATCH_SIZE, raw: bool = False) -> np.ndarray:
-        """One relevance score per (query, document) pair: a regressor's output, or a binary classifier's
-        probability of its positive (last) class; `raw=True` gives that class's logit margin instead.
+        """Score each (query, document) pair's relevance.
+
+        A regressor's output, or a binary classifier's probability of its positive (last) class; `raw=True` gives that
+        class's logit margin instead.
 
         Parameters
         ----------
@@ -397,7 +404,7 @@ class FineTunedClassifier(FineTuned):
     def rank(
         self, query: str, documents: Sequence[str], top_k: int | None = None, batch_size: int = EVAL_BATCH_SIZE
     ) -> list[tuple[int, float]]:
-        """The documents' (index, score) for `query`, best first, as sentence-transformers' `CrossEncoder.rank`.
+        """Rank the documents for `query`: (index, score), best first, as sentence-transformers' `CrossEncoder.rank`.
 
         Parameters
         ----------

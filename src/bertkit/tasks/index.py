@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 
 def require_faiss() -> Any:
-    """The faiss module, or an InputError saying how to install it."""
+    """Import faiss, or raise an InputError saying how to install it."""
     try:
         import faiss
     except ImportError:
@@ -63,6 +63,7 @@ class VectorIndex:
     Examples
     --------
     >>> import numpy as np
+    >>> from bertkit import VectorIndex
     >>> index = VectorIndex.create({"dim": 2, "output": "float32"})
     >>> index.add(np.eye(2, dtype=np.float32), ["first", "second"])
     >>> hit = index.search([[0.1, 1.0]], top_k=1)[0][0]
@@ -84,7 +85,10 @@ class VectorIndex:
         ef_construction: int = EF_CONSTRUCTION,
         ef_search: int = EF_SEARCH,
     ) -> VectorIndex:
-        """An empty index for vectors recorded by `meta` (a vectors file's record: dim, output, ranges, model...)."""
+        """Make an empty index for vectors recorded by `meta`.
+
+        `meta` is a vectors file's record: dim, output, ranges, model...
+        """
         faiss = require_faiss()
         if metric not in INDEX_METRICS:
             raise InputError(f"metric={metric!r}: an index compares by {', '.join(INDEX_METRICS)}.")
@@ -136,7 +140,7 @@ class VectorIndex:
         """What the index compares by: cosine, dot or euclidean."""
         return str(self.meta["metric"])
 
-    def add(self, vectors: np.ndarray, ids: Sequence) -> None:
+    def add(self, vectors: np.ndarray, ids: Sequence | np.ndarray) -> None:
         """Add vectors of the recorded type (as `bertkit embed` wrote them) and their ids, after the rows there."""
         vectors = np.asarray(vectors)
         expected = -(-self.dim // 8) if self.precision in ("binary", "ubinary") else self.dim
@@ -158,7 +162,7 @@ class VectorIndex:
         rescore_multiplier: int | None = None,
         ef_search: int | None = None,
     ) -> list[list[dict]]:
-        """The `top_k` nearest rows to each float query, best first, as `semantic_search` answers.
+        """Find the `top_k` nearest rows to each float query, best first, as `semantic_search` answers.
 
         Parameters
         ----------
@@ -221,7 +225,7 @@ class VectorIndex:
         return best.result()
 
     def _rescored(self, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """The float queries' `metric` against each candidate made float again (±1 bits, bucket midpoints)."""
+        """Score the float queries by `metric` against each candidate made float again (±1 bits, bucket midpoints)."""
         from ..encoder.compact import unpack_binary
 
         safe = np.maximum(rows, 0).ravel()
@@ -239,8 +243,10 @@ class VectorIndex:
         return self._bits
 
     def _stored(self, vectors: np.ndarray) -> np.ndarray:
-        """Vectors as faiss takes them: float32 (unit for cosine), int8 buckets as their bucket midpoints (which
-        faiss's 8-bit quantizer, given the same ranges, codes back to the same buckets), bits unsigned."""
+        """Return vectors as faiss takes them: float32 (unit for cosine), int8 buckets as midpoints, bits unsigned.
+
+        faiss's 8-bit quantizer, given the same ranges, codes the bucket midpoints back to the same buckets.
+        """
         from ..encoder.compact import dequantize, unsigned_bits
 
         if self.precision in ("binary", "ubinary"):
@@ -280,7 +286,7 @@ class VectorIndex:
 
 
 def load_index(path: str | Path) -> VectorIndex:
-    """The index written at `path` (its file checked whole first: a damaged one is one InputError line)."""
+    """Load the index written at `path` (its file checked whole first: a damaged one is one InputError line)."""
     path = Path(path)
     faiss = require_faiss()
     meta = read_index_meta(path)
@@ -304,8 +310,10 @@ def load_index(path: str | Path) -> VectorIndex:
 
 
 def read_index_meta(path: str | Path) -> dict | None:
-    """The record of the bertkit index at `path` after checking every member's CRC; None when `path` is not one (a
-    damaged index is an InputError)."""
+    """Read the record of the bertkit index at `path` after checking every member's CRC.
+
+    None when `path` is not one (a damaged index is an InputError).
+    """
     path = Path(path)
     if not zipfile.is_zipfile(path):
         return None
@@ -335,6 +343,8 @@ def _damaged(path: Path, reason: object) -> InputError:
 
 @dataclass
 class IndexReport:
+    """What building an index did: the rows it holds, those added by this run and those it held before, seconds."""
+
     rows: int  # vectors in the index now
     added: int  # added by this run
     resumed_from: int  # rows the index held before
@@ -409,7 +419,7 @@ _SAME = ("model", "fingerprint", "layers", "pooling", "prompt", "truncate_dim", 
 
 
 def _existing(output: Path, meta: dict, ids: np.ndarray, metric: str, overwrite: bool) -> VectorIndex | None:
-    """The index at `output` to extend: None when there is none, or when `overwrite` says replace what is there."""
+    """Return the index at `output` to extend: None when there is none, or when `overwrite` says replace it."""
     if not output.exists() or overwrite:
         return None
     if read_index_meta(output) is None:
@@ -435,7 +445,7 @@ def _existing(output: Path, meta: dict, ids: np.ndarray, metric: str, overwrite:
 
 
 def _set_buckets(faiss: Any, engine: Any, ranges: np.ndarray, dim: int) -> None:
-    """faiss's 8-bit quantizer with bertkit's buckets: code = floor((x - minimum) / step), as `compact` cuts them."""
+    """Give faiss's 8-bit quantizer bertkit's buckets: code = floor((x - minimum) / step), as `compact` cuts them."""
     if ranges.shape != (2, dim):
         raise InputError(f"int8 vectors need their (2, {dim}) ranges recorded; embed them again with bertkit embed.")
     quantizer = faiss.downcast_index(engine.storage).sq

@@ -1,5 +1,7 @@
-"""Label checks shared by every trainer: present labels, enough classes, dev labels known to train, the held-out
-split."""
+"""Label checks shared by every trainer, and the held-out split.
+
+The checks: present labels, enough classes, dev labels known to train.
+"""
 
 from __future__ import annotations
 

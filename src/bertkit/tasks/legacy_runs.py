@@ -23,7 +23,7 @@ WEIGHTS_FILE = "classifier.safetensors"
 
 
 def head_from_safetensors(directory: str | Path, record: dict) -> Pipeline:
-    """The scaler + classifier of a bertkit 0.1 run, predicting what it predicted then."""
+    """Rebuild the scaler + classifier of a bertkit 0.1 run, predicting what it predicted then."""
     path = Path(directory) / WEIGHTS_FILE
     if not path.is_file():
         raise ModelLoadError(f"{directory}: {WEIGHTS_FILE} is missing; the run is incomplete, train it again.")

@@ -20,8 +20,8 @@ LOADERS: dict[str, Any] = {
 }
 
 
-def load_run(directory: str | Path, **options):
-    """A `TextClassifier`, `FineTunedClassifier`, `FineTunedTagger` or `FineTunedQA`, as the run directory says.
+def load_run(directory: str | Path, **options: Any) -> Any:
+    """Load a `TextClassifier`, `FineTunedClassifier`, `FineTunedTagger` or `FineTunedQA`, as the run directory says.
 
     Parameters
     ----------

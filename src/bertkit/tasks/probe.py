@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -30,6 +31,9 @@ from .labels import check_known_labels
 from .scalar_mix import ScalarMixClassifier
 from .tagging import entity_scores
 from .vectorizer import BertVectorizer, shared_encoder
+
+if TYPE_CHECKING:
+    from ..encoder.encode import Encoder
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +81,8 @@ def select(blocks: np.ndarray, choice: LayerChoice) -> np.ndarray:
 
 @dataclass
 class ProbeRow:
+    """One scored choice: pooling and layers, width, the two dev scores, fit time, the C used, a mix's weights."""
+
     pooling: str
     choice: str
     dim: int
@@ -89,8 +95,10 @@ class ProbeRow:
 
 @dataclass(repr=False)
 class ProbeResult:
-    """Every layer choice × pooling scored by a linear probe on dev: `rows`, `table()` for printing, the chart of
-    scores by layer choice in Jupyter."""
+    """Every layer choice × pooling scored by a linear probe on dev.
+
+    `rows`, `table()` for printing, the chart of scores by layer choice in Jupyter.
+    """
 
     task: str
     metric: str
@@ -119,6 +127,7 @@ class ProbeResult:
         return f"<div>{html_table(rows, list(rows[0]) if rows else [], repr(self))}{image}</div>"
 
     def table(self) -> list[dict]:
+        """Return the rows as the command line prints them (scores in percent)."""
         return [
             {
                 "pooling": r.pooling,
@@ -146,8 +155,8 @@ def probe_text(
     cache: str | Path | None = "memory",
     threads: int | None = None,
     device: str | None = "auto",
-    text_column=None,
-    label_column=None,
+    text_column: str | int | None = None,
+    label_column: str | int | None = None,
     header: bool | None = None,
 ) -> ProbeResult:
     """Sentence classification probe: LogisticRegression (C by CV) per pooling × layer choice; accuracy, macro-F1.
@@ -266,7 +275,9 @@ def probe_text(
     return ProbeResult("text", "accuracy", "macro_f1", rows, facts)
 
 
-def _text_blocks(vectorizer, texts, token_poolings, encoder) -> dict[str, np.ndarray]:
+def _text_blocks(
+    vectorizer: BertVectorizer, texts: list[str], token_poolings: Sequence[str], encoder: Encoder
+) -> dict[str, np.ndarray]:
     """{pooling: (n, layers, hidden)} from the one all-layer, all-pooling embedding."""
     vectors = vectorizer.transform(texts)
     shape = (len(texts), len(token_poolings), encoder.num_layers + 1, encoder.hidden_size)
@@ -274,15 +285,23 @@ def _text_blocks(vectorizer, texts, token_poolings, encoder) -> dict[str, np.nda
     return {pooling: blocks[:, k] for k, pooling in enumerate(token_poolings)}
 
 
-def _pooler(encoder, cls_last: np.ndarray) -> np.ndarray:
-    """The model's pooler (dense + tanh over the last layer's [CLS]) applied to cached vectors: no second pass."""
-
+def _pooler(encoder: Encoder, cls_last: np.ndarray) -> np.ndarray:
+    """Apply the model's pooler (dense + tanh over the last layer's [CLS]) to cached vectors: no second pass."""
     with torch.no_grad():
         states = torch.from_numpy(np.ascontiguousarray(cls_last))[:, None, :].to(encoder.device)
         return encoder.model.pooler(states).float().cpu().numpy()
 
 
-def _fit_text(pooling, name, features, dev_features, labels, dev_labels, seed, cv) -> ProbeRow:
+def _fit_text(
+    pooling: str,
+    name: str,
+    features: np.ndarray,
+    dev_features: np.ndarray,
+    labels: list[str],
+    dev_labels: list[str],
+    seed: int,
+    cv: int,
+) -> ProbeRow:
     started = time.perf_counter()
     rarest = int(np.unique(labels, return_counts=True)[1].min())
     with threadpool_limits(1):
@@ -300,7 +319,16 @@ def _fit_text(pooling, name, features, dev_features, labels, dev_labels, seed, c
     )
 
 
-def _fit_text_mix(pooling, choice, blocks, dev_blocks, labels, dev_labels, C, seed) -> ProbeRow:
+def _fit_text_mix(
+    pooling: str,
+    choice: LayerChoice,
+    blocks: np.ndarray,
+    dev_blocks: np.ndarray,
+    labels: list[str],
+    dev_labels: list[str],
+    C: float,
+    seed: int,
+) -> ProbeRow:
 
     classes, codes = np.unique(np.array(labels), return_inverse=True)
     started = time.perf_counter()
@@ -439,7 +467,9 @@ def probe_token(
     return ProbeResult("token", "entity_f1", "token_accuracy", rows, facts)
 
 
-def _word_blocks(encoder, sentences, subtoken_pooling, store) -> np.ndarray:
+def _word_blocks(
+    encoder: Encoder, sentences: list[list[str]], subtoken_pooling: str, store: EmbeddingCache | None
+) -> np.ndarray:
     """(total words, layers, hidden): every word's vector in every hidden state, from one pass (cached per sentence)."""
 
     def compute(keys: list[str]) -> list[np.ndarray]:
@@ -474,7 +504,16 @@ def _check_poolings(poolings: Sequence[str]) -> tuple[str, ...]:
     return poolings
 
 
-def _facts(encoder, train, dev, n_train, n_dev, limit, seed, embed_seconds) -> dict:
+def _facts(
+    encoder: Encoder,
+    train: str | Path,
+    dev: str | Path,
+    n_train: int,
+    n_dev: int,
+    limit: int | None,
+    seed: int,
+    embed_seconds: float,
+) -> dict:
     return {
         "model": encoder.name,
         "fingerprint": encoder.fingerprint,

@@ -46,13 +46,16 @@ class Windows:
 
     @property
     def count(self) -> int:
+        """The windows of every question."""
         return sum(len(p) for p in self.parts)
 
     @property
     def tokens(self) -> int:
+        """The tokens of every window."""
         return sum(len(w.ids) for p in self.parts for w in p)
 
     def rows(self) -> list[Row]:
+        """Return every window as a runner row (ids and type ids), in order."""
         return [Row(w.ids, w.type_ids) for p in self.parts for w in p]
 
 
@@ -64,9 +67,11 @@ def qa_windows(
     doc_stride: int | None = None,
     max_question_len: int = QUESTION_TOKENS,
 ) -> Windows:
-    """Each (question, context) as the model reads it: whole when it fits `max_length` tokens, else in overflow
-    windows sharing `doc_stride` tokens (default 128, at most half the room a window has); the question cut to
-    `max_question_len` tokens (at most half that room)."""
+    """Tokenize each (question, context) as the model reads it.
+
+    Whole when it fits `max_length` tokens, else in overflow windows sharing `doc_stride` tokens (default 128, at most
+    half the room a window has); the question cut to `max_question_len` tokens (at most half that room).
+    """
     questions, contexts = tok.check_texts(questions, "questions"), tok.check_texts(contexts, "contexts")
     if len(questions) != len(contexts):
         raise InputError(f"{len(questions)} questions but {len(contexts)} contexts; give one context per question.")
@@ -110,6 +115,7 @@ class Candidates:
     null_window: int
 
     def best(self) -> tuple[tuple[int, int], float, int] | None:
+        """Return the best span with its logit and window; None without a span."""
         if not self.spans:
             return None
         span = max(self.spans, key=lambda s: self.spans[s][0])
@@ -117,8 +123,10 @@ class Candidates:
 
 
 def window_spans(start: np.ndarray, end: np.ndarray, window: Any, side: int, max_answer_len: int) -> list[tuple]:
-    """(logit, first token, last token) of a window's candidate spans: its best `N_BEST` start and end tokens inside
-    the context, start ≤ end, at most `max_answer_len` tokens."""
+    """Return (logit, first token, last token) of a window's candidate spans.
+
+    They are its best `N_BEST` start and end tokens inside the context, start ≤ end, at most `max_answer_len` tokens.
+    """
     context = np.flatnonzero(np.array([s == side for s in window.sequence_ids], dtype=bool))
     if context.size == 0:
         return []
@@ -131,7 +139,7 @@ def window_spans(start: np.ndarray, end: np.ndarray, window: Any, side: int, max
 
 
 def _character_span(window: Any, side: int, first: int, last: int, align: bool) -> tuple[int, int]:
-    """The characters of tokens first..last; `align` widens them to the tokenizer's words (transformers' rule)."""
+    """Find the characters of tokens first..last; `align` widens them to the tokenizer's words (transformers' rule)."""
     begin, finish = window.offsets[first][0], window.offsets[last][1]
     if align:
         words = window.token_to_word(first), window.token_to_word(last)
@@ -181,6 +189,7 @@ class FineTunedQA(FineTuned):
         self._threshold = float(value)
 
     def facts(self) -> dict[str, str]:
+        """Say what this run is, in a few lines, its labels being answer spans."""
         facts = super().facts()
         facts["labels"] = "answer spans" + (" or no answer" if self.negatives else "")
         return facts
@@ -193,7 +202,7 @@ class FineTunedQA(FineTuned):
         max_question_len: int = QUESTION_TOKENS,
         max_seq_len: int | None = None,
     ) -> Windows:
-        """The windows the model reads (`qa_windows` at this run's length and stride): tokenizing only."""
+        """Tokenize the windows the model reads (`qa_windows` at this run's length and stride), and nothing more."""
         length = self.max_length if max_seq_len is None else min(max(8, max_seq_len), self.max_length)
         stride = doc_stride
         if stride is None and self.doc_stride is not None:  # the run's, within a shorter window's half
@@ -239,7 +248,7 @@ class FineTunedQA(FineTuned):
         max_seq_len: int | None = None,
         batch_size: int = EVAL_BATCH_SIZE,
     ) -> Any:
-        """The answer to each question in its context, as transformers' question-answering pipeline gives it.
+        """Answer each question from its context, as transformers' question-answering pipeline does.
 
         Parameters
         ----------
@@ -309,8 +318,11 @@ class FineTunedQA(FineTuned):
         ]
 
     def explanation(self, question: str, context: str) -> dict:
-        """What the explainer page draws: the answer, the window it came from, that window's start and end
-        probabilities over its context tokens (softmax over them and [CLS]), and the null score."""
+        """Explain one answer as the explainer page draws it.
+
+        The answer, the window it came from, that window's start and end probabilities over its context tokens
+        (softmax over them and [CLS]), and the null score.
+        """
         windows = self.windows([question], [context])
         logits = self.outputs(windows.rows())
         found = self._merge(windows, logits, 30, True)[0]
@@ -339,8 +351,11 @@ class FineTunedQA(FineTuned):
     def predictions(
         self, examples: Sequence[QAExample], batch_size: int = EVAL_BATCH_SIZE
     ) -> tuple[dict[str, str], dict[str, str], dict[str, float]]:
-        """For each question id: the answer (SQuAD's prediction file: "" for no answer), the best span whatever the
-        null score, and the null score minus the best span's (the official script's no-answer score)."""
+        """Predict, for each question id, the answer, the best span, and the no-answer score.
+
+        The answer as SQuAD's prediction file has it ("" for no answer), the best span whatever the null score, and
+        the null score minus the best span's (the official script's no-answer score).
+        """
         windows = self.windows([e.question for e in examples], [e.context for e in examples])
         answers, spans, null_diff = {}, {}, {}
         for example, found in zip(examples, self.candidates(windows, batch_size=batch_size)):
@@ -352,8 +367,9 @@ class FineTunedQA(FineTuned):
         return answers, spans, null_diff
 
     def evaluate(self, inputs: Any, labels: Any = None) -> Any:
-        """Exact match and F1 by the official SQuAD v2.0 rules; with unanswerable questions, HasAns / NoAns and the
-        best threshold too: what `bertkit evaluate` prints.
+        """Score exact match and F1 by the official SQuAD v2.0 rules: what `bertkit evaluate` prints.
+
+        With unanswerable questions, HasAns / NoAns and the best threshold too.
 
         Parameters
         ----------
@@ -389,4 +405,5 @@ class SquadReport(EvaluationReport):
         super().__init__(metrics, "squad")
 
     def text(self) -> str:
+        """Return the scores as `bertkit evaluate` prints them."""
         return format_squad_scores(self)

@@ -11,6 +11,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -93,7 +94,7 @@ def _run_kind(model: str | None) -> str | None:
 
 
 def _copy_files(source: Path, target: Path) -> None:
-    """The directory's own files (weights, config, tokenizer, bertkit.json); not checkpoints or an old calibration."""
+    """Copy the directory's own files (weights, config, tokenizer, bertkit.json); not checkpoints or a calibration."""
     for item in source.iterdir():
         if item.name.startswith(".") or item.name in (CALIBRATION_FILE, "checkpoint"):
             continue
@@ -103,7 +104,7 @@ def _copy_files(source: Path, target: Path) -> None:
             shutil.copytree(item, target / item.name)
 
 
-def _prediction_fidelity(fp32, int8, texts: list[str], kind: str) -> str:
+def _prediction_fidelity(fp32: Any, int8: Any, texts: list[str], kind: str) -> str:  # the run at fp32 and at int8
     if kind == KIND_TEXT:
         p, q = fp32.predict_proba(texts), int8.predict_proba(texts)
         agree = float(np.mean(p.argmax(1) == q.argmax(1)))

@@ -8,6 +8,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -17,10 +18,15 @@ from sklearn.metrics import accuracy_score, classification_report, confusion_mat
 from ..errors import InputError
 from ..io.writers import GENERATOR, atomic_path, check_output_file, package_version
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
 SCORES = {"precision": "precision", "recall": "recall", "f1": "f1-score"}  # bertkit's keys → scikit-learn's
 
 
-def classification_metrics(y_true: Sequence, y_pred: Sequence, classes: Sequence, majority_class=None) -> dict:
+def classification_metrics(
+    y_true: Sequence, y_pred: Sequence, classes: Sequence, majority_class: object = None
+) -> dict:
     """Accuracy, macro-F1, per-class P/R/F1/support, confusion matrix, and the majority-class baseline."""
     classes = list(classes)
     true, pred = [str(v) for v in y_true], [str(v) for v in y_pred]
@@ -74,8 +80,9 @@ THRESHOLDS = tuple(np.round(np.arange(0.05, 0.96, 0.05), 2))
 def multi_label_metrics(
     y_true: Sequence[Sequence[str]], probabilities: np.ndarray, labels: Sequence[str], threshold: float | None = None
 ) -> dict:
-    """Micro- and macro-F1 and per-label P/R/F1 of a multi-label classifier, at `threshold`, or at the threshold
-    (0.05 to 0.95) that gives the best micro-F1 when none is given.
+    """Score a multi-label classifier: micro- and macro-F1 and per-label P/R/F1.
+
+    At `threshold`, or at the threshold (0.05 to 0.95) that gives the best micro-F1 when none is given.
 
     Parameters
     ----------
@@ -141,8 +148,10 @@ def format_multi_label_metrics(metrics: dict) -> str:
 
 
 def format_metrics(metrics: dict) -> str:
-    """Plain-text summary: the headline numbers, scikit-learn's `classification_report` table, and the confusion
-    matrix (rows = true, columns = predicted)."""
+    """Plain-text summary: the headline numbers, scikit-learn's `classification_report` table, the confusion matrix.
+
+    The matrix's rows are true, its columns predicted.
+    """
     names = metrics["labels"]
     per_class = metrics["per_class"]
     report = {
@@ -165,7 +174,7 @@ def format_metrics(metrics: dict) -> str:
 
 
 def _report_table(report: dict) -> str:
-    """The per-class lines of scikit-learn's `classification_report` text (4 digits), from its own dict form."""
+    """Write the per-class lines of scikit-learn's `classification_report` text (4 digits), from its own dict form."""
     width = max([len("class")] + [len(name) for name in report])
     head = f"{'class':>{width}} {'precision':>9} {'recall':>9} {'f1-score':>9} {'support':>9}"
     rows = [
@@ -185,7 +194,8 @@ def write_report(
 ) -> list[Path]:
     """metrics.json, confusion.png and (given vectors) pca.png: the guide's 2-D map of sentence vectors by label.
 
-    A file of those names that bertkit did not write is refused (`check_report_directory`) unless `overwrite`."""
+    A file of those names that bertkit did not write is refused (`check_report_directory`) unless `overwrite`.
+    """
     directory = check_report_directory(directory, overwrite)
     directory.mkdir(parents=True, exist_ok=True)
     written = []
@@ -213,7 +223,7 @@ def write_report(
 
 
 def confusion_figure(metrics: dict, title: str = "") -> Figure:
-    """The confusion matrix of `classification_metrics`, drawn by scikit-learn's `ConfusionMatrixDisplay`."""
+    """Draw the confusion matrix of `classification_metrics` by scikit-learn's `ConfusionMatrixDisplay`."""
     from sklearn.metrics import ConfusionMatrixDisplay
 
     names = metrics["labels"]
@@ -226,18 +236,19 @@ def confusion_figure(metrics: dict, title: str = "") -> Figure:
 
 
 class EvaluationReport(dict):
-    """Evaluation metrics: a plain dict (JSON-ready), printed as `bertkit evaluate` prints them, and in Jupyter a
-    table with the confusion matrix drawn.
+    """Evaluation metrics: a plain dict (JSON-ready), printed as `bertkit evaluate` prints them.
+
+    In Jupyter, a table with the confusion matrix drawn.
 
     `kind` is 'classification', 'regression', 'multi_label' or 'entities' (a tagger's entity scores).
     """
 
-    def __init__(self, metrics: dict, kind: str = "classification"):
+    def __init__(self, metrics: dict, kind: str = "classification") -> None:
         super().__init__(metrics)
         self.kind = kind
 
     def text(self) -> str:
-        """The plain-text table `bertkit evaluate` prints."""
+        """Return the plain-text table `bertkit evaluate` prints."""
         if self.kind == "entities":
             from .tagging import format_entity_scores
 
@@ -264,8 +275,8 @@ class EvaluationReport(dict):
         return buffer.getvalue()
 
 
-def _figure(width: float, height: float):
-    """A standalone `Figure` (no pyplot, no global backend switch): the library never changes the user's matplotlib."""
+def _figure(width: float, height: float) -> tuple[Figure, Axes]:
+    """Make a standalone `Figure` (no pyplot, no global backend switch): bertkit never changes the user's matplotlib."""
     figure = Figure(figsize=(width, height))
     return figure, figure.subplots()
 
@@ -289,7 +300,7 @@ def check_report_directory(directory: str | Path, overwrite: bool = False) -> Pa
     return directory
 
 
-def probe_files(result, title: str = "") -> dict[str, str | bytes]:
+def probe_files(result: Any, title: str = "") -> dict[str, str | bytes]:  # a ProbeResult (probe.py imports this)
     """probe.md, probe.csv, probe.json and probe.png (score by layer choice, one line per pooling) as file contents."""
     table = result.table()
     columns = list(table[0])
@@ -369,8 +380,8 @@ def _facts_line(facts: dict) -> str:
     return "; ".join(parts)
 
 
-def result_record(result) -> dict:
-    """A probe result as plain JSON: task, metrics, facts and every row."""
+def result_record(result: Any) -> dict:  # a ProbeResult
+    """Return a probe result as plain JSON: task, metrics, facts and every row."""
     return {
         "task": result.task,
         "metric": result.metric,

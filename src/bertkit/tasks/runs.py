@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +38,7 @@ def write_run_directory(directory: str | Path, files: dict[str, str | bytes], ov
 
 
 def read_run_config(directory: str | Path, expected_kind: str | None = None) -> dict:
-    """The run's `bertkit.json`; a missing or broken file, or another kind than expected, is a clear error."""
+    """Read the run's `bertkit.json`; a missing or broken file, or another kind than expected, is a clear error."""
     path = Path(directory) / CONFIG_FILE
     if not Path(directory).exists():
         raise no_such_path(directory)
@@ -55,8 +56,8 @@ def read_run_config(directory: str | Path, expected_kind: str | None = None) -> 
     return record
 
 
-def to_json_value(value):
-    """`json.dumps(default=...)` for numpy scalars in run records."""
+def to_json_value(value: object) -> Any:
+    """Turn numpy scalars in run records into plain values: `json.dumps(default=...)`."""
     if isinstance(value, np.generic):
         return value.item()
     raise TypeError(f"cannot store {type(value).__name__} in JSON")
@@ -66,7 +67,7 @@ RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 def parse_run_specs(specs: list[str], flag: str = "--run") -> dict[str, Path]:
-    """The repeatable `--run [NAME=]DIR` of serve and explain → {name: directory}; a bare DIR is named after its folder.
+    """Read the repeatable `--run [NAME=]DIR` of serve and explain → {name: directory}; a bare DIR: its folder's name.
 
     The name becomes `/predict/NAME` and the page's label, so it may hold letters, digits, '_', '.' and '-'. With
     `flag="--index"` (serve's `--index [NAME=]FILE`) a bare file is named after its file name without its suffix.
@@ -94,7 +95,7 @@ def parse_run_specs(specs: list[str], flag: str = "--run") -> dict[str, Path]:
 
 
 def check_run_or_probe(directory: Path) -> Path:
-    """A `--run` directory of serve or explain: a run (bertkit.json) or a `bertkit probe` output (probe.json)."""
+    """Check a `--run` directory of serve or explain: a run (bertkit.json) or a `bertkit probe` output (probe.json)."""
     directory = Path(directory)
     if not directory.exists():
         raise no_such_path(directory)

@@ -13,7 +13,7 @@ class ScalarMixClassifier(BaseEstimator):
     max_iter=100: more iterations fit the training loss further without a better dev score (measured).
     """
 
-    def __init__(self, C: float = 1.0, max_iter: int = 100, random_state: int = 0):
+    def __init__(self, C: float = 1.0, max_iter: int = 100, random_state: int = 0) -> None:
         self.C = C
         self.max_iter = max_iter
         self.random_state = random_state
@@ -37,7 +37,7 @@ class ScalarMixClassifier(BaseEstimator):
             tolerance_change=1e-9,
         )
 
-        def closure():
+        def closure() -> torch.Tensor:
             optimizer.zero_grad()
             loss = torch.nn.functional.cross_entropy(self._logits(x), y) + penalty * self.weight_.pow(2).sum()
             loss.backward()

@@ -1,6 +1,8 @@
-"""Similarity and exact semantic search as sentence-transformers' `util` computes them, in bounded memory, each type
-at the cost of its bytes (float: a matrix product; int8: an integer one; binary: popcount), compact candidates then
-rescored with the float query. Past a few million vectors, an approximate index (`bertkit.tasks.index`)."""
+"""Similarity and exact semantic search as sentence-transformers' `util` computes them, in bounded memory.
+
+Each type costs its bytes (float: a matrix product; int8: an integer one; binary: popcount), compact candidates then
+rescored with the float query. Past a few million vectors, an approximate index (`bertkit.tasks.index`).
+"""
 
 from __future__ import annotations
 
@@ -81,7 +83,7 @@ def semantic_search(
     corpus_precision: str | None = None,
     index: Any = None,
 ) -> list[list[dict]]:
-    """The `top_k` corpus vectors nearest each query, best first: sentence-transformers' `util.semantic_search`.
+    """Find the `top_k` corpus vectors nearest each query, best first: sentence-transformers' `util.semantic_search`.
 
     Parameters
     ----------
@@ -152,7 +154,7 @@ def semantic_search(
 
 
 def _precision(queries: np.ndarray, corpus: np.ndarray, given: str | None) -> str:
-    """The corpus's type (`given`, else told by its dtype and width against the queries'), its shape checked."""
+    """Return the corpus's type (`given`, else told by its dtype and width against the queries'), its shape checked."""
     width, dim, kind = corpus.shape[1], queries.shape[1], corpus.dtype.kind
     if given is None and kind == "f":
         given = "float32"
@@ -198,7 +200,7 @@ def check_encoder(encoder: Encoder, meta: dict, source: str) -> None:
 
 
 def query_options(meta: dict, **prompts: str | None) -> EmbedOptions:
-    """Queries' options for the vectors `meta` records (float32, long texts cut, `prompt=` / `prompt_name=`)."""
+    """Make queries' options for the vectors `meta` records (float32, long texts cut, `prompt=` / `prompt_name=`)."""
     from ..encoder.options import EmbedOptions
 
     return EmbedOptions.from_record(meta).replace(**prompts, output_type="float32", long_text="truncate")
@@ -207,8 +209,10 @@ def query_options(meta: dict, **prompts: str | None) -> EmbedOptions:
 def embed_queries(
     encoder: Encoder, texts: Sequence[str], meta: dict, *, source: str = "the vectors", **prompts: str | None
 ) -> np.ndarray:
-    """`texts` embedded as the vectors that `meta` records were (layers, pooling, dimensions, normalization), in
-    float32; `prompt` / `prompt_name` replace the recorded prompt (queries often take their own, e.g. 'query: ')."""
+    """Embed `texts` as the vectors that `meta` records were (layers, pooling, dimensions, normalization), in float32.
+
+    `prompt` / `prompt_name` replace the recorded prompt (queries often take their own, e.g. 'query: ').
+    """
     check_encoder(encoder, meta, source)
     found = encoder.embed(list(texts), query_options(meta, **prompts), warn=False)
     if found.shape[1] != meta.get("dim"):
@@ -219,14 +223,30 @@ def embed_queries(
     return found
 
 
-def _float_search(queries: np.ndarray, corpus: np.ndarray, top_k: int, metric: str, chunks, floats=None) -> Found:
+def _float_search(
+    queries: np.ndarray,
+    corpus: np.ndarray,
+    top_k: int,
+    metric: str,
+    chunks: Sequence[int],
+    floats: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> Found:
     queries = unit_rows(queries) if metric == "cosine" else queries.astype(np.float32)
     floats = floats or (lambda c: c.astype(np.float32))
     prepare = (lambda c: unit_rows(floats(c))) if metric == "cosine" else floats
     return top_k_exact(queries, corpus, top_k, _float_scorer(metric), chunks, prepare=prepare)
 
 
-def _int8_search(queries, corpus, precision, top_k, metric, multiplier, ranges, chunks) -> Found:
+def _int8_search(
+    queries: np.ndarray,
+    corpus: np.ndarray,
+    precision: str,
+    top_k: int,
+    metric: str,
+    multiplier: int | None,
+    ranges: Any,  # array-like (2, dim), or None
+    chunks: Sequence[int],
+) -> Found:
     """Integer products of int8 buckets (uint8 shifted by 128), then float rescoring of the best candidates."""
     floats = queries if queries.dtype.kind == "f" else None
     if floats is not None and ranges is not None:
@@ -246,7 +266,9 @@ def _int8_search(queries, corpus, precision, top_k, metric, multiplier, ranges, 
     return _rescore(floats, found[1], top_k, metric, lambda rows: dequantize(corpus[rows], precision, ranges))
 
 
-def _binary_search(queries, corpus, top_k, metric, multiplier, chunks) -> Found:
+def _binary_search(
+    queries: np.ndarray, corpus: np.ndarray, top_k: int, metric: str, multiplier: int | None, chunks: Sequence[int]
+) -> Found:
     """Hamming distance by popcount on packed bits, then the float query's rescoring of the best candidates."""
     floats = queries.astype(np.float32, copy=False) if queries.dtype.kind == "f" else None
     bits = np.packbits(floats > 0, axis=-1) if floats is not None else unsigned_bits(queries)
@@ -268,9 +290,12 @@ def top_k_exact(
     prepare: Callable[[np.ndarray], Any] = lambda block: block,
     finish: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(scores, ids) of each query's `top_k` highest-scoring corpus rows, best first (id -1 where the corpus is
-    shorter), comparing `chunks` = (query rows, corpus rows) at a time: `scores(query_chunk, prepare(corpus_chunk))`;
-    `finish` turns the kept (n, k) keys into scores (a rise in each row: a query's own norm, left out of the keys)."""
+    """Return (scores, ids) of each query's `top_k` highest-scoring corpus rows, best first.
+
+    An id is -1 where the corpus is shorter. `chunks` = (query rows, corpus rows) are compared at a time:
+    `scores(query_chunk, prepare(corpus_chunk))`; `finish` turns the kept (n, k) keys into scores (a rise in each row:
+    a query's own norm, left out of the keys).
+    """
     query_chunk, corpus_chunk = chunks
     best = TopK(len(queries), top_k)
     for c in range(0, len(corpus), corpus_chunk):
@@ -283,9 +308,12 @@ def top_k_exact(
     return (kept if finish is None else finish(kept)), ids
 
 
-def _int8_top_k(queries: np.ndarray, corpus: np.ndarray, top_k: int, metric: str, chunks) -> Found:
-    """int8 scores from exact integer products (int32 sums): blocks ranked by a key that orders each query's scores
-    as `metric` does, the query's own norm applied to the kept ones only."""
+def _int8_top_k(queries: np.ndarray, corpus: np.ndarray, top_k: int, metric: str, chunks: Sequence[int]) -> Found:
+    """Score int8 vectors by exact integer products (int32 sums).
+
+    Blocks are ranked by a key that orders each query's scores as `metric` does, the query's own norm applied to the
+    kept ones only.
+    """
     if metric == "manhattan":
         return _float_search(queries, corpus, top_k, metric, chunks, floats=lambda c: _signed(c).astype(np.float32))
     norms = squared_norms(queries)
@@ -302,8 +330,10 @@ def _int8_top_k(queries: np.ndarray, corpus: np.ndarray, top_k: int, metric: str
 
 
 def _hamming_top_k(bits: np.ndarray, corpus: np.ndarray, top_k: int, chunks: Sequence[int]) -> Found:
-    """Minus the Hamming distances of the nearest bits: faiss's popcount kernel (fused with its heap) when faiss is
-    installed (bertkit[index]), else numpy's popcount."""
+    """Return minus the Hamming distances of the nearest bits.
+
+    By faiss's popcount kernel (fused with its heap) when faiss is installed (bertkit[index]), else numpy's popcount.
+    """
     faiss = _faiss()
     if faiss is None:
         return top_k_exact(bits, corpus, top_k, lambda q, c: -hamming_distances(q, c), chunks, prepare=unsigned_bits)
@@ -356,7 +386,7 @@ def _largest(scores: np.ndarray, k: int) -> np.ndarray:
 
 
 def _rescore(floats: np.ndarray, candidates: np.ndarray, top_k: int, metric: str, vectors_of: Callable) -> Found:
-    """The candidates rescored by `metric` between each float query and `vectors_of(rows)`, best `top_k` kept."""
+    """Rescore the candidates by `metric` between each float query and `vectors_of(rows)`, best `top_k` kept."""
     best = TopK(len(floats), top_k)
     query_chunk = max(1, RESCORED_NUMBERS // max(1, candidates.shape[1] * floats.shape[1]))
     for q in range(0, len(floats), query_chunk):
@@ -384,8 +414,11 @@ def rescored(queries: np.ndarray, candidates: np.ndarray, metric: str) -> np.nda
 
 
 def _float_scorer(metric: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """Products by torch, whose threads are the encoder's (numpy's BLAS and torch's threads on the same cores made a
-    search after an embedding 1.5-2x slower); cosine's vectors come unit length."""
+    """Return the scorer of `metric`: products by torch, whose threads are the encoder's.
+
+    numpy's BLAS and torch's threads on the same cores made a search after an embedding 1.5-2x slower. Cosine's
+    vectors come unit length.
+    """
     if metric in ("cosine", "dot"):
         import torch
 
@@ -430,7 +463,7 @@ def _check_width(a: int, b: int, first: str = "a", second: str = "b") -> None:
 
 
 def _rows(values: ArrayLike, name: str) -> np.ndarray:
-    """An (n, dim) array in its own type (float16/64 become float32; others stay for the compact types)."""
+    """Read an (n, dim) array in its own type (float16/64 become float32; others stay for the compact types)."""
     array = np.asarray(values)
     if array.dtype.kind not in "fiub":
         raise InputError(f"{name} must be numbers, not {array.dtype}.")

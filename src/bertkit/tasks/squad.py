@@ -1,6 +1,8 @@
-"""SQuAD scores by the official v2.0 evaluation script's rules: exact match and token F1 of normalised answers (lower
-case, no punctuation, no articles a/an/the, single spaces), the best over the gold answers, "" the only right answer
-to an unanswerable question; HasAns / NoAns splits; the no-answer threshold that maximises each score.
+"""SQuAD scores by the official v2.0 evaluation script's rules.
+
+Exact match and token F1 of normalised answers (lower case, no punctuation, no articles a/an/the, single spaces), the
+best over the gold answers, "" the only right answer to an unanswerable question; HasAns / NoAns splits; the
+no-answer threshold that maximises each score.
 
 Written out rather than taken from a package: torchmetrics' `SQuAD` follows the v1.1 script (no unanswerable
 questions, no thresholds) and Hugging Face `evaluate` fetches its script from the hub. tests/test_qa.py pins the
@@ -30,7 +32,7 @@ def exact_match(gold: str, predicted: str) -> int:
 
 
 def token_f1(gold: str, predicted: str) -> float:
-    """The F1 of the normalised answers' words; 1 when both are empty, 0 when one is."""
+    """Score the F1 of the normalised answers' words; 1 when both are empty, 0 when one is."""
     gold_tokens, predicted_tokens = normalize_answer(gold).split(), normalize_answer(predicted).split()
     if not gold_tokens or not predicted_tokens:
         return float(gold_tokens == predicted_tokens)
@@ -47,7 +49,7 @@ def squad_scores(
     na_probs: Mapping[str, float] | None = None,
     na_prob_thresh: float = 1.0,
 ) -> dict[str, float]:
-    """The official SQuAD v2.0 script's numbers (`evaluate-v2.0.py data pred [--na-prob-file] [--na-prob-thresh]`).
+    """Score as the official SQuAD v2.0 script (`evaluate-v2.0.py data pred [--na-prob-file] [--na-prob-thresh]`).
 
     Parameters
     ----------
@@ -106,7 +108,7 @@ def _summary(exact: dict, f1: dict, ids: list[str]) -> dict[str, float]:
 
 
 def _best_threshold(predictions: Mapping, scores: dict, probs: Mapping, has_answer: dict) -> tuple[float, float]:
-    """The official `find_best_thresh`: answer the questions in order of rising no-answer score, keep the best."""
+    """Find the best threshold as the official `find_best_thresh`: answer by rising no-answer score, keep the best."""
     current = best = sum(1 for k in has_answer if not has_answer[k])
     threshold = 0.0
     for qid in sorted(probs, key=lambda k: probs[k]):
@@ -119,7 +121,7 @@ def _best_threshold(predictions: Mapping, scores: dict, probs: Mapping, has_answ
 
 
 def format_squad_scores(scores: Mapping[str, float]) -> str:
-    """The scores as `bertkit evaluate` prints them: exact match and F1, then the HasAns / NoAns rows and thresholds."""
+    """Format the scores as `bertkit evaluate` prints them: exact match and F1, the HasAns / NoAns rows, thresholds."""
     lines = [f"{'':10} {'exact':>8} {'F1':>8} {'questions':>10}"]
     for prefix, name in (("", "all"), ("HasAns_", "HasAns"), ("NoAns_", "NoAns")):
         if f"{prefix}total" in scores:

@@ -105,7 +105,7 @@ class FineTunedTagger(FineTuned):
         return results
 
     def _pipeline_entities(self, texts: list[str], aggregation: str, batch_size: int) -> list[list[Entity]]:
-        """transformers' token-classification pipeline, its entities in bertkit's shape (the text is the input's)."""
+        """Run transformers' token-classification pipeline; its entities in bertkit's shape (the text: the input's)."""
         if aggregation not in AGGREGATIONS:
             raise InputError(
                 f"aggregation={aggregation!r}: valid values are {', '.join(AGGREGATIONS)} (or None for "

@@ -165,7 +165,7 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         return self
 
     def embed_options(self) -> EmbedOptions:
-        """The `EmbedOptions` these parameters make (not yet resolved against the model)."""
+        """Return the `EmbedOptions` these parameters make (not yet resolved against the model)."""
         values = {name: getattr(self, name) for name in FIELDS}
         if self.dimensions is not None:
             _deprecated("dimensions", "truncate_dim")
@@ -227,7 +227,7 @@ def _deprecated(name: str, instead: str) -> None:
     warnings.warn(f"BertVectorizer({name}=...) is deprecated: use {instead}.", DeprecationWarning, stacklevel=3)
 
 
-def _to_list(X) -> list:
+def _to_list(X: Any) -> list:
     """Texts as a list; one string is one text (the rule of every bertkit transform and predict)."""
     if isinstance(X, str):
         return [X]

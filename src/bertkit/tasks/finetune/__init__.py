@@ -1,5 +1,7 @@
-"""Fine-tuning, split by job: arguments, data preparation, transformers' Trainer with bertkit's hooks, the run
-directory, and `finetune()` tying them.
+"""Fine-tuning, split by job.
+
+Arguments, data preparation, transformers' Trainer with bertkit's hooks, the run directory, and `finetune()` tying
+them.
 
 `finetune` is imported on first use: `tasks.finetuned` (a saved run, at prediction time) imports this package's
 `examples`, and must not pull in the training loop, which imports `tasks.finetuned` back.
@@ -7,7 +9,7 @@ directory, and `finetune()` tying them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .arguments import FinetuneArguments
 
@@ -17,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["FinetuneArguments", "finetune"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name == "finetune":
         from .run import finetune
 

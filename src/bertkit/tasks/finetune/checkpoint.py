@@ -57,7 +57,7 @@ def check_output(output: Path, resume: bool, overwrite: bool) -> None:
 
 
 def last_checkpoint(output: Path) -> Path | None:
-    """The newest complete checkpoint of a run; newer ones a kill cut short are set aside (`.incomplete-*`)."""
+    """Find the newest complete checkpoint of a run; newer ones a kill cut short are set aside (`.incomplete-*`)."""
     found = sorted(
         (int(match[1]), path)
         for path in output.glob("checkpoint-*")

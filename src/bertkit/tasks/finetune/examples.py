@@ -5,11 +5,15 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from ...encoder.tokenize import TOKENIZER_LOCK, pad_ids
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 IGNORE_INDEX = -100  # positions the loss skips: special tokens, padding, and every sub-token after a word's first
 
@@ -36,10 +40,16 @@ class WordPiece:
 
 
 def text_examples(
-    tokenizer, texts: Sequence[str], labels: Sequence | None, max_length: int, pairs: Sequence[str] | None = None
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    labels: Sequence | None,
+    max_length: int,
+    pairs: Sequence[str] | None = None,
 ) -> tuple[list[Example], int]:
-    """Tokenize texts (or text pairs) for classification with the tokenizer's own truncation to `max_length`
-    (pairs: longest first); returns the examples and how many were cut."""
+    """Tokenize texts (or text pairs) for classification with the tokenizer's own truncation to `max_length`.
+
+    Pairs are cut longest first. Returns the examples and how many were cut.
+    """
     with TOKENIZER_LOCK:
         encoded = tokenizer(
             list(texts), list(pairs) if pairs is not None else None, truncation=True, max_length=max_length
@@ -51,7 +61,9 @@ def text_examples(
     return examples, sum(1 for encoding in encoded.encodings if encoding.overflowing)
 
 
-def word_pieces(tokenizer, sentences: Sequence[Sequence[str]], max_length: int) -> tuple[list[WordPiece], int]:
+def word_pieces(
+    tokenizer: PreTrainedTokenizerBase, sentences: Sequence[Sequence[str]], max_length: int
+) -> tuple[list[WordPiece], int]:
     """Split each word-tokenized sentence into pieces that fit max_length at word boundaries (never mid-word).
 
     Returns the pieces and how many sentences needed more than one. A single word longer than the budget is cut.
@@ -103,8 +115,11 @@ def token_examples(pieces: Sequence[WordPiece], tag_ids: Sequence[Sequence[int]]
 
 
 def collate(examples: Sequence[Example], pad_token_id: int, with_type_ids: bool) -> dict[str, torch.Tensor]:
-    """Pad a batch to its own longest example (per-batch padding); labels as the loss wants them: class indices
-    (int64), scores (float32), multi-hot rows (float32, one per example) or tag ids per token (int64, -100 ignored)."""
+    """Pad a batch to its own longest example (per-batch padding), with labels as the loss wants them.
+
+    Class indices (int64), scores (float32), multi-hot rows (float32, one per example) or tag ids per token (int64,
+    -100 ignored).
+    """
     ids, mask, type_ids = pad_ids([e.input_ids for e in examples], [e.token_type_ids for e in examples], pad_token_id)
     first = examples[0].labels
     if isinstance(first, list) and (not first or isinstance(first[0], float)):  # multi-hot rows
@@ -127,8 +142,10 @@ def collate(examples: Sequence[Example], pad_token_id: int, with_type_ids: bool)
 def length_grouped_batches(
     lengths: Sequence[int], batch_size: int, rng: np.random.Generator, group: int = 50
 ) -> list[list[int]]:
-    """Shuffle, sort within groups of `group` batches by length, then shuffle the batches: little padding, random
-    order."""
+    """Shuffle, sort within groups of `group` batches by length, then shuffle the batches.
+
+    Little padding, random order.
+    """
     order = rng.permutation(len(lengths))
     batches = []
     span = batch_size * group

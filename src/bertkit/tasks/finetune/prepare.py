@@ -5,15 +5,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from transformers import AutoTokenizer
 
 from ...errors import InputError
 from ...io.conll import TaggedData, read_labelled_text, read_tagged
-from ...io.readers import check_label_separator, file_sha256
+from ...io.readers import LabelledData, check_label_separator, file_sha256
 from ..labels import check_class_counts, check_known_labels, check_labels, split_holdout
 from .examples import Example, text_examples, token_examples, word_pieces
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from ...encoder.encode import Encoder
 
 SINGLE_LABEL = "single_label_classification"
 MULTI_LABEL = "multi_label_classification"
@@ -48,13 +54,25 @@ class Prepared:
     notes: list[str]
 
 
-def prepare(task, problem, tokenizer, train, dev, max_length, seed, dev_share, limit, columns: Columns) -> Prepared:
+def prepare(
+    task: str,
+    problem: str,
+    tokenizer: PreTrainedTokenizerBase,
+    train: str | Path,
+    dev: str | Path | None,
+    max_length: int,
+    seed: int,
+    dev_share: float,
+    limit: int | None,
+    columns: Columns,
+) -> Prepared:
+    """Read, check and hold out the data of a text, pair or token task, and turn it into model inputs."""
     if task == "token":
         return _prepare_token(tokenizer, train, dev, max_length, seed, dev_share, limit)
     return _prepare_sequences(task, problem, tokenizer, train, dev, max_length, seed, dev_share, limit, columns)
 
 
-def _read(path, task: str, problem: str | None, columns: Columns):
+def _read(path: str | Path, task: str, problem: str | None, columns: Columns) -> LabelledData:
     kind = {REGRESSION: "numeric", MULTI_LABEL: "multi"}.get(problem or "", "categorical")
     return read_labelled_text(
         path,
@@ -69,21 +87,34 @@ def _read(path, task: str, problem: str | None, columns: Columns):
 
 
 def _numbers_with_decimals(labels: list) -> bool:
-    """Labels that are mostly numbers, some of them not whole: scores to regress on, not classes (a stray word among
-    them is then refused at its line, not made a class of its own)."""
+    """Tell whether the labels are mostly numbers, some of them not whole: scores to regress on, not classes.
+
+    A stray word among them is then refused at its line, not made a class of its own.
+    """
     values = [_float(label) for label in labels]
     numbers = [value for value in values if value is not None]
     return len(numbers) * 2 > len(values) and any(not value.is_integer() for value in numbers if math.isfinite(value))
 
 
-def _float(label) -> float | None:
+def _float(label: Any) -> float | None:
     try:
         return float(label)
     except (TypeError, ValueError):
         return None
 
 
-def _prepare_sequences(task, problem, tokenizer, train, dev, max_length, seed, dev_share, limit, columns) -> Prepared:
+def _prepare_sequences(
+    task: str,
+    problem: str,
+    tokenizer: PreTrainedTokenizerBase,
+    train: str | Path,
+    dev: str | Path | None,
+    max_length: int,
+    seed: int,
+    dev_share: float,
+    limit: int | None,
+    columns: Columns,
+) -> Prepared:
     """Sentences or sentence pairs with a class, several classes, or a score."""
     data = _read(train, task, problem, columns)
     notes = []
@@ -134,7 +165,7 @@ def _prepare_sequences(task, problem, tokenizer, train, dev, max_length, seed, d
     return Prepared(problem, names, train_examples, dev_inputs, dev_labels, record, notes)
 
 
-def _label_names(problem: str, labels: list, dev_labels: list, dev, train) -> list[str]:
+def _label_names(problem: str, labels: list, dev_labels: list, dev: str | Path | None, train: str | Path) -> list[str]:
     if problem == REGRESSION:
         return ["score"]
     if problem == MULTI_LABEL:
@@ -148,8 +179,8 @@ def _label_names(problem: str, labels: list, dev_labels: list, dev, train) -> li
     return names
 
 
-def _target(problem: str, label, index: dict[str, int]):
-    """What the loss compares with: a class index, a float, or a multi-hot list."""
+def _target(problem: str, label: Any, index: dict[str, int]) -> int | float | list[float]:
+    """Return what the loss compares with: a class index, a float, or a multi-hot list."""
     if problem == REGRESSION:
         return float(label)
     if problem == MULTI_LABEL:
@@ -166,7 +197,15 @@ def _split_inputs(inputs: list) -> tuple[list[str], list[str] | None]:
     return list(inputs), None
 
 
-def _prepare_token(tokenizer, train, dev, max_length, seed, dev_share, limit) -> Prepared:
+def _prepare_token(
+    tokenizer: PreTrainedTokenizerBase,
+    train: str | Path,
+    dev: str | Path | None,
+    max_length: int,
+    seed: int,
+    dev_share: float,
+    limit: int | None,
+) -> Prepared:
     data = read_tagged(train)
     words, tags = data.words[:limit], data.tags[:limit]
     if dev is not None:
@@ -195,8 +234,8 @@ def _prepare_token(tokenizer, train, dev, max_length, seed, dev_share, limit) ->
     return Prepared(TOKENS, names, train_examples, dev_words, dev_tags, record, notes)
 
 
-def word_tokenizer(encoder):
-    """The tokenizer, able to take pre-split words: byte-level BPE (RoBERTa) needs add_prefix_space=True for that."""
+def word_tokenizer(encoder: Encoder) -> PreTrainedTokenizerBase:
+    """Return the tokenizer, able to take pre-split words: byte-level BPE (RoBERTa) needs add_prefix_space=True."""
     try:
         encoder.tokenizer([["a", "b"]], is_split_into_words=True)
         return encoder.tokenizer
@@ -205,7 +244,15 @@ def word_tokenizer(encoder):
         return AutoTokenizer.from_pretrained(source.path, add_prefix_space=True, local_files_only=source.kind != "hub")
 
 
-def _data_record(train, dev, train_rows, dev_rows, dev_share, seed, limit) -> dict:
+def _data_record(
+    train: str | Path,
+    dev: str | Path | None,
+    train_rows: int,
+    dev_rows: int,
+    dev_share: float,
+    seed: int,
+    limit: int | None,
+) -> dict:
     if dev_rows == 0:
         raise InputError(f"the dev set{f' {dev}' if dev else ''} is empty; give a dev file with examples.")
     record = {

@@ -1,9 +1,12 @@
-"""Fine-tuning for extractive question answering: run_qa.py's training features on bertkit's windows, its loss, and
-dev scoring by the official SQuAD rules with the no-answer threshold chosen there."""
+"""Fine-tuning for extractive question answering: run_qa.py's training features on bertkit's windows, its loss.
+
+Dev scoring follows the official SQuAD rules, with the no-answer threshold chosen there.
+"""
 
 from __future__ import annotations
 
 import bisect
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,8 +24,10 @@ QA = "question_answering"
 
 
 def span_labels(window: Any, example: QAExample, side: int, cls_id: int | None) -> tuple[int, int]:
-    """The first and last token of the example's (first) answer in this window, or [CLS] twice when the window does
-    not hold the whole answer, or the question has none (run_qa's labels)."""
+    """Return the first and last token of the example's (first) answer in this window (run_qa's labels).
+
+    [CLS] twice when the window does not hold the whole answer, or the question has none.
+    """
     cls = window.ids.index(cls_id) if cls_id in window.ids else 0
     if not example.answers:
         return cls, cls
@@ -51,7 +56,16 @@ def qa_examples(tokenizer: Any, examples: list[QAExample], max_length: int, doc_
     return found, split
 
 
-def prepare_qa(tokenizer, train, dev, max_length, seed, dev_share, limit, doc_stride) -> Prepared:
+def prepare_qa(
+    tokenizer: Any,
+    train: str | Path,
+    dev: str | Path | None,
+    max_length: int,
+    seed: int,
+    dev_share: float,
+    limit: int | None,
+    doc_stride: int | None,
+) -> Prepared:
     """SQuAD (or flat JSONL) training and dev questions as windows with answer labels, and the run's data record."""
     examples = read_squad(train).examples[:limit]
     if dev is not None:
@@ -76,8 +90,11 @@ def prepare_qa(tokenizer, train, dev, max_length, seed, dev_share, limit, doc_st
 
 
 def qa_loss(outputs: Any, labels: torch.Tensor, num_items_in_batch: Any = None) -> torch.Tensor:
-    """`Trainer`'s `compute_loss_func`: the start and end cross-entropies summed over the micro-batch, divided by the
-    step's labelled positions (two per example): transformers' QA loss, (start + end) / 2 averaged over the step."""
+    """Compute the QA loss: `Trainer`'s `compute_loss_func`.
+
+    The start and end cross-entropies summed over the micro-batch, divided by the step's labelled positions (two per
+    example): transformers' QA loss, (start + end) / 2 averaged over the step.
+    """
     loss = sum(
         torch.nn.functional.cross_entropy(logits.float(), labels[:, k], reduction="sum", ignore_index=IGNORE_INDEX)
         for k, logits in enumerate((outputs.start_logits, outputs.end_logits))
@@ -86,20 +103,24 @@ def qa_loss(outputs: Any, labels: torch.Tensor, num_items_in_batch: Any = None) 
 
 
 def qa_baseline(prepared: Prepared) -> dict:
-    """What answering "no answer" to every dev question scores (F1, in percent)."""
+    """Score answering "no answer" to every dev question (F1, in percent)."""
     unanswerable = sum(1 for answers in prepared.dev_gold if not answers)
     return {"what": "always answering 'no answer'", "score": 100.0 * unanswerable / max(len(prepared.dev_gold), 1)}
 
 
 class QAEvaluator(Evaluator):
-    """Dev scoring of a QA run after each epoch: the official SQuAD scores; with unanswerable questions, at the
-    no-answer threshold that maximises F1 on dev (saved with the run), which is the score that picks the epoch."""
+    """Dev scoring of a QA run after each epoch: the official SQuAD scores.
+
+    With unanswerable questions, at the no-answer threshold that maximises F1 on dev (saved with the run), which is
+    the score that picks the epoch.
+    """
 
     def __init__(self, task: str, network: Any, tokenizer: Any, max_length: int, prepared: Prepared) -> None:
         self.task, self.prepared, self.tokenizer, self.metric_name = task, prepared, tokenizer, "F1"
         self.runner = FineTunedQA(network, tokenizer, max_length, {"data": prepared.data_record})
 
     def evaluate(self) -> tuple[float, dict]:
+        """Return (F1 on dev, every score); with unanswerable questions, at the threshold best on dev."""
         examples: list[QAExample] = self.prepared.dev_inputs
         _, spans, null_diff = self.runner.predictions(examples)
         gold = {e.id: [text for text, _ in e.answers] for e in examples}

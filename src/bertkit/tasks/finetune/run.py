@@ -31,7 +31,7 @@ from ...io.writers import remove_bertkit_directory
 from .arguments import LOGS, PAIR_MAX_LENGTH, QA_MAX_LENGTH, TEXT_MAX_LENGTH, FinetuneArguments
 from .checkpoint import check_output, last_checkpoint, start_run, write_final
 from .examples import collate
-from .prepare import MULTI_LABEL, REGRESSION, SINGLE_LABEL, TOKENS, Columns, prepare, word_tokenizer
+from .prepare import MULTI_LABEL, REGRESSION, SINGLE_LABEL, TOKENS, Columns, Prepared, prepare, word_tokenizer
 from .qa import QA, QAEvaluator, prepare_qa, qa_baseline, qa_loss
 from .trainer import (
     Evaluator,
@@ -209,7 +209,16 @@ def finetune(
     return result
 
 
-def _trainer(args, output, network, evaluator, prepared, device, progress, processes) -> FinetuneTrainer:
+def _trainer(
+    args: FinetuneArguments,
+    output: Path,
+    network: Any,
+    evaluator: Evaluator,
+    prepared: Prepared,
+    device: torch.device,
+    progress: bool | None,
+    processes: int,
+) -> FinetuneTrainer:
     """`Trainer` for this run: bertkit's batches and loss, an epoch's dev score picks the best, early stopping."""
     from transformers import EarlyStoppingCallback, PrinterCallback, TrainingArguments
     from transformers.integrations import TensorBoardCallback
@@ -269,7 +278,7 @@ def _trainer(args, output, network, evaluator, prepared, device, progress, proce
 
 
 def _check_device(args: FinetuneArguments, device: str | None) -> torch.device:
-    """The device, with the mixed precision it can run (one line each that it cannot)."""
+    """Return the device, checked for the mixed precision asked for (one line each that it cannot run)."""
     wanted = resolve_device(device)
     if args.mixed_precision == "fp16" and wanted.type != "cuda":
         raise InputError(
@@ -294,7 +303,14 @@ def _where(state: Any, trainer: FinetuneTrainer) -> str:
     return f"in epoch {epoch + 1} of {epochs}, after its step {step} {overall}"
 
 
-def _say_start(args, prepared, trainer, output, checkpoint, device) -> None:
+def _say_start(
+    args: FinetuneArguments,
+    prepared: Prepared,
+    trainer: FinetuneTrainer,
+    output: Path,
+    checkpoint: Path | None,
+    device: torch.device,
+) -> None:
     parts = []
     if args.gradient_accumulation_steps > 1:
         parts.append(f"{args.gradient_accumulation_steps} micro-batches")
@@ -318,7 +334,7 @@ def _say_start(args, prepared, trainer, output, checkpoint, device) -> None:
 
 
 def _training_record(trainer: FinetuneTrainer, metric: str, args: FinetuneArguments) -> dict:
-    """What bertkit.json says of the training: epochs, the best one, each epoch's line, speed."""
+    """Record what bertkit.json says of the training: epochs, the best one, each epoch's line, speed."""
     epochs = history(trainer.state)
     best = max(epochs, key=lambda h: h["dev_score"]) if epochs else {"epoch": None, "dev_score": 0.0}
     seconds = sum(h["seconds"] for h in epochs)
@@ -362,8 +378,11 @@ def _with_keywords(args: FinetuneArguments, training: dict) -> FinetuneArguments
 
 
 def majority_baseline(prepared: Any) -> dict:
-    """What a model that learned nothing scores on dev: the most frequent training label; for a score, the training
-    mean (no correlation: 0); for several labels, none at all (micro-F1 0); for tags, 'O' everywhere (entity F1 0)."""
+    """Score on dev a model that learned nothing.
+
+    It predicts the most frequent training label; for a score, the training mean (no correlation: 0); for several
+    labels, none at all (micro-F1 0); for tags, 'O' everywhere (entity F1 0).
+    """
     if prepared.problem == REGRESSION:
         return {"what": "predicting the training mean (no correlation)", "score": 0.0}
     if prepared.problem == MULTI_LABEL:

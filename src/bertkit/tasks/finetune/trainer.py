@@ -53,8 +53,9 @@ EPOCH_KEY = "bertkit_epoch"  # bertkit's record of each epoch in Trainer's log h
 
 
 def build_model(encoder: Any, task: str, labels: list[str], problem: str = SINGLE_LABEL) -> Any:
-    """A `...ForSequence/TokenClassification` (or `...ForQuestionAnswering`) model whose encoder weights are the
-    loaded encoder's (head random).
+    """Build a `...ForSequence/TokenClassification` (or `...ForQuestionAnswering`) model on the loaded encoder.
+
+    Its encoder weights are the loaded encoder's (head random).
 
     Its config says what it does (`problem_type`; a regressor has one output), and how sentence-transformers'
     `CrossEncoder` should score with it: a regressor's output as it is, a classifier's logits (softmax for
@@ -82,8 +83,11 @@ def build_model(encoder: Any, task: str, labels: list[str], problem: str = SINGL
 
 
 def summed_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """The loss summed over its units (to be divided by the step's): cross-entropy (classes, tags), mean squared
-    error (a score), binary cross-entropy (several labels); labels of IGNORE_INDEX count nothing."""
+    """Sum the loss over its units (to be divided by the step's).
+
+    Cross-entropy (classes, tags), mean squared error (a score), binary cross-entropy (several labels); labels of
+    IGNORE_INDEX count nothing.
+    """
     logits = logits.float()
     if logits.dim() == 3:  # token classification: (batch, tokens, classes)
         logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
@@ -125,14 +129,20 @@ class Examples(torch.utils.data.Dataset):
 
 
 class StepBatches(torch.utils.data.Sampler):
-    """Micro-batches of this process: each step's length-grouped batch (order seeded by seed and epoch), split into
-    `accumulation` parts, each part split between the `world` processes."""
+    """Micro-batches of this process.
 
-    def __init__(self, lengths: Sequence[int], batch_size: int, accumulation: int, seed: int, rank: int, world: int):
+    Each step's length-grouped batch (order seeded by seed and epoch) is split into `accumulation` parts, each part
+    split between the `world` processes.
+    """
+
+    def __init__(
+        self, lengths: Sequence[int], batch_size: int, accumulation: int, seed: int, rank: int, world: int
+    ) -> None:
         self.lengths, self.batch_size, self.accumulation = list(lengths), batch_size, accumulation
         self.seed, self.rank, self.world, self.epoch = seed, rank, world, 0
 
     def set_epoch(self, epoch: int) -> None:
+        """Set the epoch that seeds the order."""
         self.epoch = epoch
 
     def __len__(self) -> int:
@@ -149,6 +159,7 @@ class StepLoader(torch.utils.data.DataLoader):
     """A DataLoader over `StepBatches` that `Trainer` can tell the epoch."""
 
     def set_epoch(self, epoch: int) -> None:
+        """Tell the batches the epoch (it seeds their order)."""
         self.batch_sampler.set_epoch(epoch)
 
 
@@ -167,7 +178,7 @@ class Evaluator:
         self.runner = runner_class(network, tokenizer, max_length)
 
     def evaluate(self) -> tuple[float, dict]:
-        """(the score that picks the best epoch, every metric)."""
+        """Score the dev set: return (the score that picks the best epoch, every metric)."""
         gold, problem = self.prepared.dev_gold, self.prepared.problem
         if problem == TOKENS:
             metrics = entity_scores(gold, self.runner.predict_word_tags(self.prepared.dev_inputs))
@@ -192,7 +203,7 @@ class FinetuneTrainer(Trainer):
         self.evaluator, self.global_batch = evaluator, batch_size
 
     def get_train_dataloader(self) -> StepLoader:
-        """This process's micro-batches of each step's global batch."""
+        """Load this process's micro-batches of each step's global batch."""
         lengths = [len(e.input_ids) for e in self.train_dataset.examples]
         batches = StepBatches(
             lengths,
@@ -205,7 +216,7 @@ class FinetuneTrainer(Trainer):
         return StepLoader(self.train_dataset, batch_sampler=batches, collate_fn=self.data_collator)
 
     def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
-        """The dev score of this epoch (`eval_score`, what picks the best epoch), every metric kept in the log."""
+        """Score this epoch on dev (`eval_score`, what picks the best epoch), every metric kept in the log."""
         score, metrics = self.evaluator.evaluate()
         self.model.train()
         result = {"eval_score": float(score)}
@@ -240,9 +251,11 @@ class RunCallback(TrainerCallback):
         self.started, self.first_step = time.perf_counter(), 0
 
     def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Start the epoch's clock and step count."""
         self.started, self.first_step = time.perf_counter(), state.global_step
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Call the user's callbacks; after a Ctrl-C (held or raised by one of them) save and stop at this step."""
         try:
             for callback in self.callbacks:
                 callback(state)
@@ -253,6 +266,7 @@ class RunCallback(TrainerCallback):
             control.should_save, control.should_training_stop = True, True
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+        """Write a logged step's training loss and learning rate to metrics.jsonl."""
         if logs and "loss" in logs:
             self._write(
                 {
@@ -264,6 +278,7 @@ class RunCallback(TrainerCallback):
             )
 
     def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict | None = None, **kwargs: Any) -> None:
+        """Record the epoch's line in the run's history, log it, and write it to metrics.jsonl."""
         entry = self._epoch_entry(args, state, (metrics or {}).get("eval_score", 0.0))
         state.log_history.append({"step": state.global_step, EPOCH_KEY: entry})
         best = max(h[EPOCH_KEY]["dev_score"] for h in state.log_history if EPOCH_KEY in h)
@@ -286,8 +301,11 @@ class RunCallback(TrainerCallback):
         )
 
     def _epoch_entry(self, args: Any, state: Any, score: float) -> dict:
-        """The epoch's line of the run's history: its mean training loss over all its steps (those logged before an
-        interruption too), dev score, and speed (of the steps this process ran)."""
+        """Make the epoch's line of the run's history.
+
+        Its mean training loss over all its steps (those logged before an interruption too), dev score, and speed (of
+        the steps this process ran).
+        """
         epoch = max(1, round(state.epoch or 1))
         steps_per_epoch = max(1, math.ceil(state.max_steps / max(self.epochs, 1)))
         first = (epoch - 1) * steps_per_epoch
@@ -321,7 +339,7 @@ def history(state: Any) -> list[dict]:
 
 
 def best_metrics(state: Any) -> dict:
-    """The dev metrics of the best epoch (the first of the best scores)."""
+    """Return the dev metrics of the best epoch (the first of the best scores)."""
     scored = [(h[EPOCH_KEY]["dev_score"], -h["step"], h["step"]) for h in state.log_history if EPOCH_KEY in h]
     best_step = max(scored)[2] if scored else None
     return next(
@@ -331,8 +349,10 @@ def best_metrics(state: Any) -> dict:
 
 @contextmanager
 def held_interrupt() -> Iterator[list]:
-    """The first Ctrl-C is held until the current step is done (the checkpoint then catches no half update); a
-    second one stops at once."""
+    """Hold the first Ctrl-C until the current step is done (the checkpoint then catches no half update).
+
+    A second one stops at once.
+    """
     requested: list[bool] = []
     if threading.current_thread() is not threading.main_thread():
         yield requested
