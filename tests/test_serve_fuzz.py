@@ -48,8 +48,9 @@ TALLY: Counter = Counter()  # (operation, phase, positive/negative, status) -> a
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """The service with a served reranker (a tiny pair regressor), so that /rerank and /v1/rerank really rank, and a
-    question-answering run (an untrained head: the shapes are what is fuzzed), so that /predict/qa really answers."""
+    """The service with a served reranker (a tiny pair regressor), so that /rerank and /v1/rerank really rank, a
+    question-answering run (an untrained head: the shapes are what is fuzzed), so that /predict/qa really answers, and
+    a vector index, so that /search really searches."""
     import tiny_models
     from test_finetune import tiny_args
     from test_pairs import COLOURS, pair_file
@@ -67,7 +68,7 @@ def server(tmp_path_factory):
         dev_share=0.25,
     )
     save_untrained_qa_run(model, root / "qa")
-    runs = ("--run", f"rr={root / 'rr'}", "--run", f"qa={root / 'qa'}")
+    runs = ("--run", f"rr={root / 'rr'}", "--run", f"qa={root / 'qa'}", "--index", f"reviews={reviews_index(root)}")
     server = Server("--max-inputs", str(MAX_INPUTS), "--max-body-bytes", str(MAX_BODY), *runs)
     yield server
     assert server.stop() == 0, server.output()[-3000:]
@@ -75,6 +76,18 @@ def server(tmp_path_factory):
         print(f"\nschemathesis: {sum(TALLY.values())} requests")
         for (label, phase, mode, status), count in sorted(TALLY.items()):
             print(f"  {label:24} {phase:9} {mode:9} {status}  {count}")
+
+
+def reviews_index(root):
+    """An index of bertkit's sample reviews embedded by the served (packaged) model, so that /search really searches."""
+    from bertkit import Encoder, build_index
+    from bertkit.io.readers import read_labelled, sample_path
+    from bertkit.io.stream import embed_file
+
+    (root / "reviews.txt").write_text("\n".join(read_labelled(sample_path("reviews.tsv"), "text", "label").texts))
+    embed_file(Encoder.from_pretrained(), root / "reviews.txt", root / "reviews.npz", output_type="int8")
+    build_index(root / "reviews.npz", root / "reviews.index")
+    return root / "reviews.index"
 
 
 def save_untrained_qa_run(model: str, directory) -> None:
@@ -175,7 +188,13 @@ def test_the_fuzzer_sent_enough_requests():
     if not TALLY:
         pytest.skip("the fuzzer did not run in this session (e.g. -k selected this test alone)")
     assert sum(TALLY.values()) >= MIN_REQUESTS, sum(TALLY.values())
-    assert {label for label, *_ in TALLY} >= {"POST /embed", "POST /rerank", "POST /v1/rerank", "GET /health"}
+    assert {label for label, *_ in TALLY} >= {
+        "POST /embed",
+        "POST /rerank",
+        "POST /v1/rerank",
+        "POST /search",
+        "GET /health",
+    }
 
 
 # ---- what the fuzzer found, pinned -------------------------------------------------------------------------------
@@ -199,7 +218,7 @@ def body_schema(server, path: str) -> dict:
 def test_every_route_publishes_its_request_body_and_answers(server):
     """Before: /explain had no request body, /health, /info and /explain `{}` answers, /metrics a JSON answer."""
     paths = document(server)["paths"]
-    for path in ("/embed", "/embed_all", "/tokenize", "/predict/{run}", "/v1/embeddings", "/explain"):
+    for path in ("/embed", "/embed_all", "/tokenize", "/predict/{run}", "/v1/embeddings", "/explain", "/search"):
         body = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
         assert body, path
         assert paths[path]["post"]["responses"]["200"]["content"]["application/json"]["schema"], path
