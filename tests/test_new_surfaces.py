@@ -158,11 +158,23 @@ def test_a_stray_word_among_decimal_scores_is_refused(tiny_dirs, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_words_with_one_decimal_stay_classes():
-    from bertkit.tasks.finetune.prepare import _numbers_with_decimals
+@pytest.mark.parametrize(
+    "labels, problem",
+    [
+        (["pos", "neg", "0.5", "neg"], "single_label_classification"),  # words dominate: classes, "0.5" one of them
+        (["1", "2", "3", "1"], "single_label_classification"),  # whole numbers are class names
+        (["0.1", "0.7", "0.25", "1"], "regression"),  # numbers with decimals are scores
+    ],
+)
+def test_what_the_labels_say_decides_classes_or_scores(encoder, tmp_path, labels, problem):
+    from bertkit.tasks.finetune.prepare import SINGLE_LABEL, Columns, prepare
 
-    assert not _numbers_with_decimals(["pos", "neg", "0.5", "neg"])  # words dominate: classes
-    assert _numbers_with_decimals(["0.1", "0.7", "x"]) and not _numbers_with_decimals(["1", "2", "3"])
+    path = tmp_path / "train.tsv"
+    path.write_text("".join(f"sentence number {i}\t{label}\n" for i, label in enumerate(labels * 3)))
+    prepared = prepare("text", SINGLE_LABEL, encoder.tokenizer, path, path, 16, 0, 0.25, None, Columns())
+    assert prepared.problem == problem
+    if problem != "regression":
+        assert sorted(prepared.labels) == sorted(set(labels))
 
 
 @pytest.mark.parametrize("task", ["text", "pair"])

@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from test_cli import run
 from test_finetune import conll_file, sentiment_file
 
@@ -42,13 +43,15 @@ def test_layer_choices_cover_every_state_and_the_papers_combinations():
 
 def test_probe_slices_equal_direct_embeddings():
     """The probe's per-layer vectors are exactly what Encoder.embed gives for that layer spec (default model)."""
-    from bertkit.tasks.probe import _pooler, _text_blocks
     from bertkit.tasks.vectorizer import BertVectorizer
 
     texts = ["I love Korea", "the movie was great , good film", "EU rejects German call"]
     vectorizer = BertVectorizer(layers="all:concat", pooling="cls+mean+max", cache=None).fit([])
-    blocks = _text_blocks(vectorizer, texts, ["cls", "mean", "max"], vectorizer.encoder_)
     encoder = vectorizer.encoder_
+    # what the probe computes once and slices: each pooling of every hidden state, side by side
+    width = encoder.hidden_size
+    stacked = vectorizer.transform(texts).reshape(len(texts), 3, encoder.num_layers + 1, width)
+    blocks = {pooling: stacked[:, k] for k, pooling in enumerate(("cls", "mean", "max"))}
     choices = {c.name: c for c in layer_choices(encoder.num_layers)}
     for pooling in ("cls", "mean", "max"):
         assert np.allclose(
@@ -65,7 +68,9 @@ def test_probe_slices_equal_direct_embeddings():
             encoder.embed(texts, layers="second_to_last", pooling=pooling),
             atol=1e-6,
         )
-    assert np.allclose(_pooler(encoder, blocks["cls"][:, -1]), encoder.embed(texts, pooling="pooler"), atol=1e-6)
+    with torch.no_grad():  # BERT's pooler over the last layer's [CLS] vectors: what pooling="pooler" gives
+        pooled = encoder.model.pooler(torch.from_numpy(blocks["cls"][:, -1].copy())[:, None, :]).numpy()
+    assert np.allclose(pooled, encoder.embed(texts, pooling="pooler"), atol=1e-6)
 
 
 def count_forwards(monkeypatch):
