@@ -5,8 +5,9 @@
 - tutorial loop: every sentence padded to the longest in the set, dataset order, torch AdamW (default foreach);
 - transformers Trainer: train_sampling_strategy='group_by_length', its default optimizer, no evaluation or
   saving;
-- bertkit: `finetune()` — length-grouped batches with per-batch padding, fused AdamW, accelerate underneath (dev
-  scoring excluded); once more with each step's batch in 2 micro-batches (gradient accumulation: same updates).
+- bertkit: `finetune()` — transformers' Trainer underneath with bertkit's length-grouped batches and per-batch
+  padding (dev scoring excluded); once more with each step's batch in 2 micro-batches (gradient accumulation: same
+  updates). Run it with `PYTHONPATH=<old tree>/src` to measure an older bertkit's own loop the same way.
 Same model (the packaged default + a sequence-classification head), batch 32, lr 1e-4, linear schedule.
 """
 
