@@ -244,14 +244,19 @@ def _restore_bare_cr(field: str) -> str:
     return field.replace(_CR_STAND_IN, "\r") if _CR_STAND_IN in field else field
 
 
-def _jsonl_rows(path: Path, fields: list[str | int]) -> Iterator[Row]:
+def jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
+    """Yield (line number, decoded value) of each non-blank line of a JSON Lines file; bad JSON is one line."""
     for number, text in decoded_lines(path):
         if not text.strip():
             continue
         try:
-            record = json.loads(text)
+            yield number, json.loads(text)
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}, line {number}: not valid JSON ({exc.msg}, column {exc.colno}).") from None
+
+
+def _jsonl_rows(path: Path, fields: list[str | int]) -> Iterator[Row]:
+    for number, record in jsonl_records(path):
         if not isinstance(record, dict):
             raise InputError(f"{path}, line {number}: each line must be a JSON object, got {type(record).__name__}.")
         values = []

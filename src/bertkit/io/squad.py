@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError, quoted
-from .readers import decoded_lines
+from .readers import decoded_lines, jsonl_records
 
 
 @dataclass(frozen=True)
@@ -84,13 +84,7 @@ def read_squad(path: str | Path) -> SquadData:
 
 
 def _jsonl_records(path: Path) -> Iterator[QAExample]:
-    for number, text in decoded_lines(path):
-        if not text.strip():
-            continue
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}, line {number}: not valid JSON ({exc.msg}, column {exc.colno}).") from None
+    for number, record in jsonl_records(path):
         yield _flat(record, path, number)
 
 
