@@ -18,7 +18,9 @@ pytest.importorskip("faiss", reason="the index extra (pip install 'bertkit[index
 from bertkit.encoder.compact import compact, int8_ranges  # noqa: E402
 from bertkit.errors import InputError  # noqa: E402
 from bertkit.tasks import index as index_module  # noqa: E402
-from bertkit.tasks.index import VectorIndex, build_index, load_index  # noqa: E402
+from bertkit.tasks import index_build  # noqa: E402
+from bertkit.tasks.index import VectorIndex, load_index  # noqa: E402
+from bertkit.tasks.index_build import build_index  # noqa: E402
 from bertkit.tasks.search import semantic_search  # noqa: E402
 
 OUTPUTS = ("float32", "float16", "int8", "binary")
@@ -126,7 +128,7 @@ def test_an_index_is_written_atomically_and_replaces_only_what_it_may(vector_fil
 def test_a_build_resumes_after_an_interruption_and_extends_with_new_rows(vector_files, monkeypatch, tmp_path):
     from bertkit.io.stream import read_vectors
 
-    monkeypatch.setattr(index_module, "ADD_ROWS", 16)
+    monkeypatch.setattr(index_build, "ADD_ROWS", 16)
     target = tmp_path / "corpus.index"
 
     def interrupt(done, total):

@@ -34,7 +34,7 @@ _LAZY = {
     "TextClassifier": "tasks.classify",
     "TokenEmbedding": "encoder.results",
     "VectorIndex": "tasks.index",
-    "build_index": "tasks.index",
+    "build_index": "tasks.index_build",
     "entity_scores": "tasks.tagging",
     "finetune": "tasks.finetune",
     "load_index": "tasks.index",
@@ -61,7 +61,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come fro
     from .tasks.classify import TextClassifier
     from .tasks.finetune import FinetuneArguments, finetune
     from .tasks.finetuned import FineTunedClassifier
-    from .tasks.index import VectorIndex, build_index, load_index
+    from .tasks.index import VectorIndex, load_index
+    from .tasks.index_build import build_index
     from .tasks.load import load_run
     from .tasks.probe import probe_text, probe_token
     from .tasks.qa import FineTunedQA

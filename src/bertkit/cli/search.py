@@ -130,7 +130,7 @@ def index_command(
     An index of the same vectors at -o is extended with the rows it lacks (an interrupted build resumes); anything
     else there is replaced only with --overwrite. Needs `pip install 'bertkit[index]'`.
     """
-    from ..tasks.index import build_index
+    from ..tasks.index_build import build_index
 
     def progress(done: int, total: int) -> None:
         say(f"{done}/{total} vectors indexed")

@@ -11,10 +11,8 @@ float builds, bertkit's int8 buckets compared with the float query, and exact se
 from __future__ import annotations
 
 import json
-import time
 import zipfile
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,12 +22,12 @@ from numpy.typing import ArrayLike
 from ..errors import InputError
 from ..io.writers import atomic_path, check_writable_location
 from . import search as exact
+from .top_k import TopK, results_of
 
 FORMAT, FORMAT_VERSION = "bertkit-index", 1
 META_MEMBER, IDS_MEMBER, ENGINE_MEMBER = "bertkit-index.json", "ids.npy", "engine.faiss"
 INDEX_METRICS = ("cosine", "dot", "euclidean")
 HNSW_M, EF_CONSTRUCTION, EF_SEARCH = 32, 100, 64  # graph links, build and search breadth: docs/benchmarks.md
-ADD_ROWS = 65_536  # vectors added between two looks at the clock (checkpoints)
 INSTALL = "approximate search needs faiss: pip install 'bertkit[index]' (or pip install faiss-cpu)."
 
 
@@ -183,7 +181,7 @@ class VectorIndex:
         list of lists of dict
             Per query, [{"corpus_id": row, "score": float}]; `ids[row]` is the row's id.
         """
-        return exact.results_of(*self.search_arrays(queries, top_k, metric, rescore_multiplier, ef_search))
+        return results_of(*self.search_arrays(queries, top_k, metric, rescore_multiplier, ef_search))
 
     def search_arrays(
         self,
@@ -208,7 +206,7 @@ class VectorIndex:
         multiplier = exact.rescore_multiplier_for(self.precision, rescore_multiplier)
         keep = top_k * max(1, multiplier)
         breadth = require_faiss().SearchParametersHNSW(efSearch=max(ef_search or self.meta["hnsw"]["ef_search"], keep))
-        best = exact.TopK(len(queries), top_k)
+        best = TopK(len(queries), top_k)
         step = max(1, exact.RESCORED_NUMBERS // (keep * self.dim))  # queries at once: their candidates' floats, bounded
         for start in range(0, len(queries) if self.rows else 0, step):
             chunk = queries[start : start + step]
@@ -339,109 +337,6 @@ def _damaged(path: Path, reason: object) -> InputError:
     return InputError(
         f"{path} is a damaged bertkit index ({reason}); rebuild it: bertkit index VECTORS -o {path} --overwrite"
     )
-
-
-@dataclass
-class IndexReport:
-    """What building an index did: the rows it holds, those added by this run and those it held before, seconds."""
-
-    rows: int  # vectors in the index now
-    added: int  # added by this run
-    resumed_from: int  # rows the index held before
-    seconds: float
-
-
-def build_index(
-    vectors_path: str | Path,
-    output: str | Path,
-    *,
-    metric: str = "cosine",
-    overwrite: bool = False,
-    m: int = HNSW_M,
-    ef_construction: int = EF_CONSTRUCTION,
-    ef_search: int = EF_SEARCH,
-    checkpoint_seconds: float = 300.0,
-    on_progress: Callable[[int, int], None] | None = None,
-) -> IndexReport:
-    """Index the vectors of a .npz/.parquet file of `bertkit embed` into `output`, or add the rows it lacks.
-
-    Parameters
-    ----------
-    vectors_path : str or Path
-        Vectors with their record (`bertkit embed -o FILE.npz`).
-    output : str or Path
-        The index file. An index of the same vectors there is extended with the rows after its own (an
-        interrupted build resumes); anything else there is replaced only with `overwrite`.
-    metric : str
-        'cosine', 'dot' or 'euclidean'.
-    overwrite : bool
-        Replace what is at `output` (an index is rebuilt from scratch).
-    m, ef_construction, ef_search : int
-        HNSW graph links per node, build breadth and default search breadth.
-    checkpoint_seconds : float
-        Write the index (atomically) at least this often while adding, so that a killed build resumes.
-    on_progress : callable, optional
-        Called with (rows in the index, rows in the file) after each step.
-
-    Returns
-    -------
-    IndexReport
-    """
-    from ..io.stream import read_vectors
-
-    started, vectors_path, output = time.perf_counter(), Path(vectors_path), Path(output)
-    if output.is_dir():
-        raise InputError(f"{output} is a directory; give the index a file name, e.g. {output / 'corpus.index'}.")
-    check_writable_location(output)
-    vectors, ids, meta = read_vectors(vectors_path)
-    if not meta.get("model"):
-        raise InputError(f"{vectors_path} does not say how its vectors were made; embed it again with bertkit embed.")
-    index = _existing(output, meta, ids, metric, overwrite) or VectorIndex.create(
-        meta, metric=metric, m=m, ef_construction=ef_construction, ef_search=ef_search
-    )
-    index.meta["source"] = vectors_path.name
-    done = before = index.rows
-    last_save = time.monotonic()
-    while done < len(vectors):
-        index.add(vectors[done : done + ADD_ROWS], ids[done : done + ADD_ROWS])
-        done = index.rows
-        if time.monotonic() - last_save > checkpoint_seconds and done < len(vectors):
-            index.save(output)
-            last_save = time.monotonic()
-        if on_progress is not None:
-            on_progress(done, len(vectors))
-    if done > before or not output.exists():
-        index.save(output)
-    return IndexReport(index.rows, done - before, before, time.perf_counter() - started)
-
-
-_SAME = ("model", "fingerprint", "layers", "pooling", "prompt", "truncate_dim", "normalize_embeddings", "output", "dim")
-
-
-def _existing(output: Path, meta: dict, ids: np.ndarray, metric: str, overwrite: bool) -> VectorIndex | None:
-    """Return the index at `output` to extend: None when there is none, or when `overwrite` says replace it."""
-    if not output.exists() or overwrite:
-        return None
-    if read_index_meta(output) is None:
-        raise InputError(
-            f"{output} exists and is not a bertkit index; nothing was touched. Choose another -o file, or pass "
-            "--overwrite to replace it."
-        )
-    index = load_index(output)
-    differs = [key for key in _SAME if index.meta.get(key) != meta.get(key)]
-    differs += ["metric"] if index.metric != metric else []
-    differs += ["ranges"] if index.meta.get("ranges") != meta.get("ranges") else []
-    if differs:
-        raise InputError(
-            f"{output} indexes other vectors ({', '.join(differs)} differ); pass --overwrite to rebuild it, or "
-            "choose another -o file."
-        )
-    if index.rows > len(ids) or not np.array_equal(index.ids, ids[: index.rows]):
-        raise InputError(
-            f"{output} holds rows that the vectors file does not have in the same order; pass --overwrite to "
-            "rebuild it, or choose another -o file."
-        )
-    return index
 
 
 def _set_buckets(faiss: Any, engine: Any, ranges: np.ndarray, dim: int) -> None:

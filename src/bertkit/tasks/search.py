@@ -15,18 +15,17 @@ from numpy.typing import ArrayLike
 
 from ..encoder.compact import dequantize, hamming_distances, integer_dots, squared_norms, unpack_binary, unsigned_bits
 from ..errors import InputError
+from .top_k import CORPUS_CHUNK, QUERY_CHUNK, Found, TopK, results_of, top_k_exact
 
 if TYPE_CHECKING:
     from ..encoder.encode import Encoder
     from ..encoder.options import EmbedOptions
 
 logger = logging.getLogger(__name__)
-Found = tuple[np.ndarray, np.ndarray]  # (n, k) scores and corpus rows, best first; row -1: none
 
 METRICS = ("cosine", "dot", "euclidean", "manhattan")
 PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
 EXACT_SEARCH_LIMIT = 5_000_000  # corpus vectors; past this, each query costs seconds: say which index to take
-QUERY_CHUNK, CORPUS_CHUNK = 1_000, 10_000  # at most 10M scores (40 MB) at once, in few BLAS calls (measured)
 RESCORED_NUMBERS = 4_000_000  # candidates' numbers made float at once while rescoring (16 MB)
 MANHATTAN_TILE = 2_000_000  # corpus numbers per cdist call (16 MB as float64)
 # Candidates per result rescored with the float query, by corpus type: the best measured trade-off of recall@10 and
@@ -179,14 +178,6 @@ def rescore_multiplier_for(precision: str, rescore_multiplier: int | None = None
     return RESCORE_MULTIPLIER.get(precision, 0) if rescore_multiplier is None else rescore_multiplier
 
 
-def results_of(scores: np.ndarray, ids: np.ndarray) -> list[list[dict]]:
-    """(n, k) scores and corpus ids (-1: no result) as sentence-transformers' lists of {"corpus_id", "score"}."""
-    return [
-        [{"corpus_id": i, "score": s} for s, i in zip(row_scores, row_ids) if i >= 0]
-        for row_scores, row_ids in zip(scores.tolist(), ids.tolist())
-    ]
-
-
 def check_encoder(encoder: Encoder, meta: dict, source: str) -> None:
     """Refuse, in one line, an encoder whose vectors would not compare with those `meta` records."""
     if not meta.get("model"):
@@ -281,33 +272,6 @@ def _binary_search(
     return _rescore(floats, found[1], top_k, metric, lambda rows: unpack_binary(corpus[rows], dim))
 
 
-def top_k_exact(
-    queries: np.ndarray,
-    corpus: np.ndarray,
-    top_k: int,
-    scores: Callable[[np.ndarray, Any], np.ndarray],
-    chunks: Sequence[int] = (QUERY_CHUNK, CORPUS_CHUNK),
-    prepare: Callable[[np.ndarray], Any] = lambda block: block,
-    finish: Callable[[np.ndarray], np.ndarray] | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Return (scores, ids) of each query's `top_k` highest-scoring corpus rows, best first.
-
-    An id is -1 where the corpus is shorter. `chunks` = (query rows, corpus rows) are compared at a time:
-    `scores(query_chunk, prepare(corpus_chunk))`; `finish` turns the kept (n, k) keys into scores (a rise in each row:
-    a query's own norm, left out of the keys).
-    """
-    query_chunk, corpus_chunk = chunks
-    best = TopK(len(queries), top_k)
-    for c in range(0, len(corpus), corpus_chunk):
-        block = prepare(corpus[c : c + corpus_chunk])
-        for q in range(0, len(queries), query_chunk):
-            found = np.asarray(scores(queries[q : q + query_chunk], block))
-            columns = _largest(found, top_k)
-            best.add(q, np.take_along_axis(found, columns, axis=1), columns + c)
-    kept, ids = best.result()
-    return (kept if finish is None else finish(kept)), ids
-
-
 def _int8_top_k(queries: np.ndarray, corpus: np.ndarray, top_k: int, metric: str, chunks: Sequence[int]) -> Found:
     """Score int8 vectors by exact integer products (int32 sums).
 
@@ -353,36 +317,6 @@ def _faiss() -> Any:
     except ImportError:
         return None
     return faiss
-
-
-class TopK:
-    """Each query's best `k` (score, id) pairs, folded in block by block (numpy's introselect: no threads)."""
-
-    def __init__(self, queries: int, k: int) -> None:
-        self.scores = np.full((queries, k), -np.inf)
-        self.ids = np.full((queries, k), -1, dtype=np.int64)
-
-    def add(self, first: int, scores: np.ndarray, ids: np.ndarray) -> None:
-        """Fold (rows, any) scores and corpus ids of the queries from `first` on into their best k."""
-        rows = slice(first, first + len(scores))
-        merged = np.concatenate((self.scores[rows], scores), axis=1)
-        merged_ids = np.concatenate((self.ids[rows], ids), axis=1)
-        kept = _largest(merged, self.scores.shape[1])
-        self.scores[rows] = np.take_along_axis(merged, kept, axis=1)
-        self.ids[rows] = np.take_along_axis(merged_ids, kept, axis=1)
-
-    def result(self) -> tuple[np.ndarray, np.ndarray]:
-        """(scores, ids), best first; id -1 where fewer than k were seen."""
-        order = np.argsort(-self.scores, axis=1, kind="stable")
-        scores, ids = np.take_along_axis(self.scores, order, 1), np.take_along_axis(self.ids, order, 1)
-        return scores, np.where(np.isneginf(scores), -1, ids)
-
-
-def _largest(scores: np.ndarray, k: int) -> np.ndarray:
-    """Columns of each row's `k` largest scores, in no order (all columns when a row has k or fewer)."""
-    if k >= scores.shape[1]:
-        return np.broadcast_to(np.arange(scores.shape[1]), scores.shape)
-    return np.argpartition(scores, scores.shape[1] - k, axis=1)[:, -k:]
 
 
 def _rescore(floats: np.ndarray, candidates: np.ndarray, top_k: int, metric: str, vectors_of: Callable) -> Found:

@@ -1,0 +1,122 @@
+"""Build an index (`bertkit index`): add the vectors of a `bertkit embed` file to a new index or to the one there.
+
+The index is written every few minutes while it grows, so that a killed build resumes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InputError
+from ..io.writers import check_writable_location
+from .index import EF_CONSTRUCTION, EF_SEARCH, HNSW_M, VectorIndex, load_index, read_index_meta
+
+ADD_ROWS = 65_536  # vectors added between two looks at the clock (checkpoints)
+
+
+@dataclass
+class IndexReport:
+    """What building an index did: the rows it holds, those added by this run and those it held before, seconds."""
+
+    rows: int  # vectors in the index now
+    added: int  # added by this run
+    resumed_from: int  # rows the index held before
+    seconds: float
+
+
+def build_index(
+    vectors_path: str | Path,
+    output: str | Path,
+    *,
+    metric: str = "cosine",
+    overwrite: bool = False,
+    m: int = HNSW_M,
+    ef_construction: int = EF_CONSTRUCTION,
+    ef_search: int = EF_SEARCH,
+    checkpoint_seconds: float = 300.0,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> IndexReport:
+    """Index the vectors of a .npz/.parquet file of `bertkit embed` into `output`, or add the rows it lacks.
+
+    Parameters
+    ----------
+    vectors_path : str or Path
+        Vectors with their record (`bertkit embed -o FILE.npz`).
+    output : str or Path
+        The index file. An index of the same vectors there is extended with the rows after its own (an
+        interrupted build resumes); anything else there is replaced only with `overwrite`.
+    metric : str
+        'cosine', 'dot' or 'euclidean'.
+    overwrite : bool
+        Replace what is at `output` (an index is rebuilt from scratch).
+    m, ef_construction, ef_search : int
+        HNSW graph links per node, build breadth and default search breadth.
+    checkpoint_seconds : float
+        Write the index (atomically) at least this often while adding, so that a killed build resumes.
+    on_progress : callable, optional
+        Called with (rows in the index, rows in the file) after each step.
+
+    Returns
+    -------
+    IndexReport
+    """
+    from ..io.stream import read_vectors
+
+    started, vectors_path, output = time.perf_counter(), Path(vectors_path), Path(output)
+    if output.is_dir():
+        raise InputError(f"{output} is a directory; give the index a file name, e.g. {output / 'corpus.index'}.")
+    check_writable_location(output)
+    vectors, ids, meta = read_vectors(vectors_path)
+    if not meta.get("model"):
+        raise InputError(f"{vectors_path} does not say how its vectors were made; embed it again with bertkit embed.")
+    index = _existing(output, meta, ids, metric, overwrite) or VectorIndex.create(
+        meta, metric=metric, m=m, ef_construction=ef_construction, ef_search=ef_search
+    )
+    index.meta["source"] = vectors_path.name
+    done = before = index.rows
+    last_save = time.monotonic()
+    while done < len(vectors):
+        index.add(vectors[done : done + ADD_ROWS], ids[done : done + ADD_ROWS])
+        done = index.rows
+        if time.monotonic() - last_save > checkpoint_seconds and done < len(vectors):
+            index.save(output)
+            last_save = time.monotonic()
+        if on_progress is not None:
+            on_progress(done, len(vectors))
+    if done > before or not output.exists():
+        index.save(output)
+    return IndexReport(index.rows, done - before, before, time.perf_counter() - started)
+
+
+_SAME = ("model", "fingerprint", "layers", "pooling", "prompt", "truncate_dim", "normalize_embeddings", "output", "dim")
+
+
+def _existing(output: Path, meta: dict, ids: np.ndarray, metric: str, overwrite: bool) -> VectorIndex | None:
+    """Return the index at `output` to extend: None when there is none, or when `overwrite` says replace it."""
+    if not output.exists() or overwrite:
+        return None
+    if read_index_meta(output) is None:
+        raise InputError(
+            f"{output} exists and is not a bertkit index; nothing was touched. Choose another -o file, or pass "
+            "--overwrite to replace it."
+        )
+    index = load_index(output)
+    differs = [key for key in _SAME if index.meta.get(key) != meta.get(key)]
+    differs += ["metric"] if index.metric != metric else []
+    differs += ["ranges"] if index.meta.get("ranges") != meta.get("ranges") else []
+    if differs:
+        raise InputError(
+            f"{output} indexes other vectors ({', '.join(differs)} differ); pass --overwrite to rebuild it, or "
+            "choose another -o file."
+        )
+    if index.rows > len(ids) or not np.array_equal(index.ids, ids[: index.rows]):
+        raise InputError(
+            f"{output} holds rows that the vectors file does not have in the same order; pass --overwrite to "
+            "rebuild it, or choose another -o file."
+        )
+    return index
