@@ -159,14 +159,13 @@ def max_length_from_config(config: Any, tokenizer: Any) -> int:  # transformers'
     return int(min(positions, tokenizer_max)) if tokenizer_max < _SANE_TOKENIZER_MAX else int(positions)
 
 
-def _tokenizer_config(path: str) -> dict:
-    file = Path(path) / "tokenizer_config.json"
-    if not file.is_file():
-        return {}
+def read_json_object(path: Path) -> dict:
+    """Return a JSON file's object, or {} when the file is absent, unreadable or not an object."""
     try:
-        return json.loads(file.read_text(encoding="utf-8"))
+        value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _lowercases(backend: Tokenizer) -> bool:
@@ -189,7 +188,7 @@ def fix_casing(backend: Tokenizer, path: str) -> tuple[bool, list[str]]:
     replaced by one that keeps case where the model is cased.
     """
     notes: list[str] = []
-    declared = _tokenizer_config(path).get("do_lower_case")
+    declared = read_json_object(Path(path) / "tokenizer_config.json").get("do_lower_case")
     if _lowercases(backend) and (declared is False or (declared is None and _vocab_is_cased(backend))):
         backend.normalizer = normalizers.BertNormalizer(
             clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=False

@@ -85,13 +85,6 @@ class Encoded:
         return len(self.given_spans) if self.given_spans is not None else len(self.text.split())
 
     @property
-    def num_pair_words(self) -> int:
-        """The words of the pair text (0 without one)."""
-        if self.pair_text is None:
-            return 0
-        return len(self.given_pair_spans) if self.given_pair_spans is not None else len(self.pair_text.split())
-
-    @property
     def parts(self) -> list[Any]:
         """What the model reads: the windows of a long input, else the encoding itself."""
         return self.windows or [self.encoding]

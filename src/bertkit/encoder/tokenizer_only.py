@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from . import tokenize as tok
-from .models import ModelSource, fix_casing, max_length_from_config, resolve_model
+from .models import ModelSource, fix_casing, max_length_from_config, read_json_object, resolve_model
 from .st_config import declared_max_length
 
 if TYPE_CHECKING:
@@ -79,13 +79,13 @@ class TokenizerOnly:
         folder = Path(source.path)
         if not (folder / "tokenizer.json").is_file():
             return None
-        settings = _json(folder / "tokenizer_config.json")
-        config = _json(folder / "config.json")
+        settings = read_json_object(folder / "tokenizer_config.json")
+        config = read_json_object(folder / "config.json")
         backend = Tokenizer.from_file(str(folder / "tokenizer.json"))
         _follow_config(backend, settings)
         fix_casing(backend, str(folder))
         pad_token = _token_text(settings.get("pad_token")) or _token_text(
-            _json(folder / "special_tokens_map.json").get("pad_token")
+            read_json_object(folder / "special_tokens_map.json").get("pad_token")
         )
         unk_token = _token_text(settings.get("unk_token"))
         if pad_token is None or backend.token_to_id(pad_token) is None or "max_position_embeddings" not in config:
@@ -173,14 +173,6 @@ def _follow_config(backend: Tokenizer, settings: dict) -> None:
     }
     if any(state.get(key) != value for key, value in wanted.items()):
         backend.normalizer = normalizers.BertNormalizer(clean_text=state.get("clean_text", True), **wanted)
-
-
-def _json(path: Path) -> dict:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _token_text(value: object) -> str | None:
