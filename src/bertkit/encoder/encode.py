@@ -10,37 +10,34 @@ import hashlib
 import inspect
 import json
 import logging
-import sys
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from .. import display
 from ..errors import InputError
 from . import tokenize as tok
 from .compact import RANGED, int8_ranges
 from .defaults import DEFAULT_BATCH_SIZE
-from .devices import OutOfDeviceMemory, describe, resolve_device, token_budget
+from .devices import describe, resolve_device, token_budget
 from .int8 import int8_model_for
 from .models import LoadedModel, ModelSource, load_model, resolve_model
 from .options import EmbedOptions, options_from
 from .pooling import pool_words
 from .precision import autocast, check_precision
 from .results import EmbedReport, EmbedResult, TokenEmbedding
-from .runner import Row, Runner
+from .runner import Runner
 from .st_config import SentenceConfig
 from .threads import set_threads, total_threads
-from .vectors import VectorHead, finish, stitch
+from .vectors import VectorHead, finish, token_states
 
 logger = logging.getLogger(__name__)
 
-PROGRESS_MIN_ROWS = 256
 _PATH_DEPENDENT_CONFIG = {"_name_or_path", "transformers_version", "_commit_hash", "name_or_path"}
 
 
@@ -576,14 +573,14 @@ class Encoder:
         vectors: Any
         if resolved.token_vectors:
             vectors = [None] * len(texts)
-            for rows, states, masks, _ in self._token_states(encoded, head, batch_size, progress, report):
+            for rows, states, masks, _ in token_states(self.runner(batch_size), encoded, head, report, progress):
                 for k, row in enumerate(rows):
                     length = int(masks[k].sum())
                     values = finish(states[k, :length].float().cpu().numpy(), resolved, token_vectors=True)
                     vectors[row] = TokenEmbedding(encoded[row].tokens, values, encoded[row].word_ids())
         else:
             pooled = np.zeros((len(texts), self._pooled_width(resolved)), dtype=np.float32)
-            for rows, states, masks, poolers in self._token_states(encoded, head, batch_size, progress, report):
+            for rows, states, masks, poolers in token_states(self.runner(batch_size), encoded, head, report, progress):
                 pooled[rows] = head.sentences(states, masks.to(states.device), poolers).cpu().numpy()
             if resolved.output_type in RANGED and ranges is None:
                 ranges = self.calibration_ranges(resolved)
@@ -664,7 +661,7 @@ class Encoder:
         head = VectorHead.of(resolved, 0, ())
         encoded, report = self._encode(list(sentences), None, resolved)
         result: list = [None] * len(sentences)
-        for rows, states, masks, _ in self._token_states(encoded, head, batch_size, progress, report):
+        for rows, states, masks, _ in token_states(self.runner(batch_size), encoded, head, report, progress):
             for k, row in enumerate(rows):
                 item = encoded[row]
                 word_ids = item.word_ids()  # windowed inputs are never truncated, so these cover the whole text
@@ -709,66 +706,6 @@ class Encoder:
         report.tokenize_seconds = time.perf_counter() - started
         return encoded, report
 
-    def _token_states(
-        self,
-        encoded: Sequence[tok.Encoded],
-        head: VectorHead,
-        batch_size: int | None,
-        progress: bool | None,
-        report: EmbedReport,
-    ) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor | None]]:
-        """Yield (texts, token vectors (b, seq, dim), mask (b, seq), pooler (b, hidden) or None), pass by pass.
-
-        A long text read in windows comes back stitched, once its last window has run: one vector per token.
-        """
-        runner = self.runner(batch_size)
-        rows, owners = [], []
-        for text, item in enumerate(encoded):
-            for part in item.parts:
-                rows.append(Row(part.ids, part.type_ids))
-                owners.append(text)
-        windows_left = {text: len(encoded[text].windows or ()) for text in report.windowed_rows}
-        pending: dict[int, list] = {}
-        bar = _progress_bar(len(encoded), progress)
-        try:
-            for group, inputs, out in runner.passes(rows):
-                report.forward_seconds = runner.stats.forward_seconds
-                states = head.tokens(out.hidden_states)
-                mask = inputs["attention_mask"]
-                whole = [k for k, row in enumerate(group) if owners[row] not in windows_left]
-                if whole:
-                    index = torch.tensor(whole, device=states.device)
-                    pooler = out.pooler_output[index] if out.pooler_output is not None else None
-                    yield [owners[group[k]] for k in whole], states[index], mask[whole], pooler
-                    bar.update(len(whole))
-                for k, row in enumerate(group):
-                    text = owners[row]
-                    if text not in windows_left:
-                        continue
-                    length = len(rows[row].ids)
-                    pooler = out.pooler_output[k].float().cpu() if out.pooler_output is not None else None
-                    pending.setdefault(text, []).append((row, states[k, :length].float().cpu().clone(), pooler))
-                    windows_left[text] -= 1
-                    if windows_left[text] == 0:
-                        parts = sorted(pending.pop(text), key=lambda part: part[0])
-                        item = encoded[text]
-                        stitched = stitch(
-                            item.encoding.special_tokens_mask, item.windows or [], item.stride, [p[1] for p in parts]
-                        )
-                        first_pooler = parts[0][2]
-                        yield (
-                            [text],
-                            stitched.unsqueeze(0),
-                            torch.ones((1, stitched.shape[0]), dtype=torch.long),
-                            None if first_pooler is None else first_pooler.unsqueeze(0),
-                        )
-                        bar.update(1)
-        except OutOfDeviceMemory as exc:
-            raise OutOfDeviceMemory(owners[exc.row], exc.tokens, exc.device) from None
-        finally:
-            report.forward_seconds = runner.stats.forward_seconds
-            bar.close()
-
 
 def _deprecated_threads(threads: int | None) -> None:
     if threads is None:
@@ -801,11 +738,6 @@ def _as_list(texts: Any) -> Any:
     if texts is None:
         return None
     return [texts] if isinstance(texts, str) else list(texts)
-
-
-def _progress_bar(total: int, progress: bool | None) -> tqdm:
-    show = progress if progress is not None else (total >= PROGRESS_MIN_ROWS and sys.stderr.isatty())
-    return tqdm(total=total, disable=not show, unit="text", desc="embedding", leave=False)
 
 
 def _with_prompt(texts: list, prompt: str) -> list:

@@ -6,17 +6,28 @@ one text, and last the Matryoshka cut, unit length and compact type.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from .compact import RANGED, compact
+from .devices import OutOfDeviceMemory
 from .layers import LayerSelection, parse_layers
 from .options import EmbedOptions
 from .pooling import parse_pooling, pool_sentences
+from .runner import Row, Runner
 from .st_config import DenseLayer
+
+if TYPE_CHECKING:
+    from .results import EmbedReport
+    from .tokenize import Encoded
+
+PROGRESS_MIN_ROWS = 256
 
 
 @dataclass(frozen=True)
@@ -133,3 +144,67 @@ def stitch(full_mask: Sequence[int], windows: Sequence, stride: int, vectors: Se
     last_end = content_bounds(windows[-1].special_tokens_mask)[1]
     out[end:] = last[last_end : last_end + full - end]
     return out
+
+
+def token_states(
+    runner: Runner,
+    encoded: Sequence[Encoded],
+    head: VectorHead,
+    report: EmbedReport,
+    progress: bool | None = None,
+) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+    """Yield (texts, token vectors (b, seq, dim), mask (b, seq), pooler (b, hidden) or None), pass by pass.
+
+    A long text read in windows comes back stitched, once its last window has run: one vector per token.
+    """
+    rows, owners = [], []
+    for text, item in enumerate(encoded):
+        for part in item.parts:
+            rows.append(Row(part.ids, part.type_ids))
+            owners.append(text)
+    windows_left = {text: len(encoded[text].windows or ()) for text in report.windowed_rows}
+    pending: dict[int, list] = {}
+    bar = _progress_bar(len(encoded), progress)
+    try:
+        for group, inputs, out in runner.passes(rows):
+            report.forward_seconds = runner.stats.forward_seconds
+            states = head.tokens(out.hidden_states)
+            mask = inputs["attention_mask"]
+            whole = [k for k, row in enumerate(group) if owners[row] not in windows_left]
+            if whole:
+                index = torch.tensor(whole, device=states.device)
+                pooler = out.pooler_output[index] if out.pooler_output is not None else None
+                yield [owners[group[k]] for k in whole], states[index], mask[whole], pooler
+                bar.update(len(whole))
+            for k, row in enumerate(group):
+                text = owners[row]
+                if text not in windows_left:
+                    continue
+                length = len(rows[row].ids)
+                pooler = out.pooler_output[k].float().cpu() if out.pooler_output is not None else None
+                pending.setdefault(text, []).append((row, states[k, :length].float().cpu().clone(), pooler))
+                windows_left[text] -= 1
+                if windows_left[text] == 0:
+                    parts = sorted(pending.pop(text), key=lambda part: part[0])
+                    item = encoded[text]
+                    stitched = stitch(
+                        item.encoding.special_tokens_mask, item.windows or [], item.stride, [p[1] for p in parts]
+                    )
+                    first_pooler = parts[0][2]
+                    yield (
+                        [text],
+                        stitched.unsqueeze(0),
+                        torch.ones((1, stitched.shape[0]), dtype=torch.long),
+                        None if first_pooler is None else first_pooler.unsqueeze(0),
+                    )
+                    bar.update(1)
+    except OutOfDeviceMemory as exc:
+        raise OutOfDeviceMemory(owners[exc.row], exc.tokens, exc.device) from None
+    finally:
+        report.forward_seconds = runner.stats.forward_seconds
+        bar.close()
+
+
+def _progress_bar(total: int, progress: bool | None) -> tqdm:
+    show = progress if progress is not None else (total >= PROGRESS_MIN_ROWS and sys.stderr.isatty())
+    return tqdm(total=total, disable=not show, unit="text", desc="embedding", leave=False)
