@@ -22,7 +22,7 @@ SENTENCE_BERT_CONFIG = "sentence_bert_config.json"
 SENTENCE_TRANSFORMERS_CONFIG = "config_sentence_transformers.json"
 MODULES = "modules.json"
 # sentence-transformers' pooling modes that bertkit's `pooling` option names, in the order it concatenates them
-ST_POOLING = {"cls": "cls", "max": "max", "mean": "mean"}
+ST_POOLING = ("cls", "max", "mean")
 OLD_POOLING_FLAGS = {
     "pooling_mode_cls_token": "cls",
     "pooling_mode_max_tokens": "max",
@@ -61,15 +61,7 @@ class DenseLayer:
         import torch
 
         out = torch.nn.functional.linear(vectors, self.weight.to(vectors.device, vectors.dtype), self.bias)
-        if self.activation == "tanh":
-            return torch.tanh(out)
-        if self.activation == "relu":
-            return torch.relu(out)
-        if self.activation == "gelu":
-            return torch.nn.functional.gelu(out)
-        if self.activation == "sigmoid":
-            return torch.sigmoid(out)
-        return out
+        return out if self.activation == "identity" else getattr(torch.nn.functional, self.activation)(out)
 
 
 @dataclass(frozen=True)
@@ -165,7 +157,7 @@ def _pooling(config: dict, path: str) -> tuple[str | None, bool]:
             ", ".join(unknown),
         )
         return None, bool(config.get("include_prompt", True))
-    ordered = [name for name in ("cls", "max", "mean") if name in modes]
+    ordered = [name for name in ST_POOLING if name in modes]
     return ("+".join(ordered) or None), bool(config.get("include_prompt", True))
 
 
