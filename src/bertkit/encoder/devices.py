@@ -155,7 +155,7 @@ def machine_facts() -> dict[str, str]:
         except PackageNotFoundError:
             return "not installed"
 
-    model, flags = _cpu()
+    model, flags = cpu_model_and_flags()
     bf16 = sorted(cpu_bf16_flags())
     int8 = [flag for flag in ("amx_int8", "avx512_vnni", "avx_vnni") if flag in flags]
     gpus = [f"cuda:{i} {torch.cuda.get_device_name(i)}" for i in range(torch.cuda.device_count())]
@@ -175,7 +175,7 @@ def machine_facts() -> dict[str, str]:
     }
 
 
-def _cpu() -> tuple[str, set[str]]:
+def cpu_model_and_flags() -> tuple[str, set[str]]:
     """Return the CPU's model name and feature flags, from /proc/cpuinfo (elsewhere: platform's name, no flags)."""
     import platform
 

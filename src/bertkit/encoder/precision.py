@@ -18,14 +18,9 @@ PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 
 def cpu_bf16_flags() -> set[str]:
     """Return the CPU's native bf16 features (AMX, AVX512-BF16) as /proc/cpuinfo lists them; empty elsewhere."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return {flag for flag in line.split(":", 1)[1].split() if flag in ("amx_bf16", "avx512_bf16")}
-    return set()
+    from .devices import cpu_model_and_flags
+
+    return cpu_model_and_flags()[1] & {"amx_bf16", "avx512_bf16"}
 
 
 def fast_bf16_cpu() -> bool:
