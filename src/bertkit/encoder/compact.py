@@ -1,11 +1,7 @@
 """Compact sentence vectors: float16, int8 / uint8 (per-dimension buckets) and binary / ubinary (one bit a dimension).
 
-They follow sentence-transformers' `quantize_embeddings` semantics and packing (tests hold the two equal).
-
-int8 and uint8 need each dimension's range. Computed from the vectors being compacted, as sentence-transformers
-does by default, a corpus and a query embedded apart would be bucketed differently; bertkit takes the ranges from
-the caller (`ranges=`, e.g. `int8_ranges(corpus_vectors)`) or from bertkit's packaged calibration sentences
-embedded with the same options, and records them with what it writes, so that later vectors share the mapping.
+Semantics and packing follow sentence-transformers' `quantize_embeddings`; int8/uint8 ranges come from the caller or
+from the packaged calibration sentences, so that vectors embedded apart share one mapping.
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
-"""precision='int8': the transformer layers' linear maps on int8 weights and int8 activations, with int32 products.
+"""precision='int8': int8 weights (per output channel) and activations (per token, smoothed), int32 products.
 
-Measured on SST-2 (benchmarks/int8_frontier.py): per-tensor activation scales (torch's or ONNX Runtime's dynamic
-quantisation) lose the vectors (min cosine to fp32 0.96), per-token scales keep more (median 0.997), and these
-choices keep them (min 0.995, median 0.9994) at about twice fp32's speed:
-
-- weights: symmetric int8 per output channel;
-- activations: asymmetric int8 per row (token), found in each pass, so no row depends on what shares its batch;
-- smoothing (SmoothQuant): where a linear reads a LayerNorm's output (the residual stream, whose outlier channels
-  reach 16-22x the median), the input is divided per channel by s = max|x|^a / max|W|^(1-a) and the weights
-  multiplied by it: the same product in real numbers, smaller rounding losses in int8. The channel maxima come from a
-  calibration pass over a few hundred sentences: the packaged ones (computed once per model and cached), or the
-  user's own through `bertkit quantize MODEL --calibration FILE -o DIR`. The strength a is the one of 0.3-0.8 whose
-  int8 copy keeps the calibration texts' per-layer mean vectors closest to fp32 (0.6 for the default model);
-- linears that read one tensor (query, key, value) share one quantised input.
-
-The products run in `torch._int_mm` (oneDNN's int8 kernels, VNNI where the CPU has it). Only the stack of
-transformer layers is quantised; embeddings, the pooler and task heads stay fp32.
+Only the stack of transformer layers is quantised, through `torch._int_mm`; the choices and their measured accuracy
+and speed are in docs/how-to/speed.md and benchmarks/int8_frontier.py.
 """
 
 from __future__ import annotations

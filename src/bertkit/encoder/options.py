@@ -1,10 +1,7 @@
 """`EmbedOptions`: every option of an embedding, one frozen value that every face builds and nothing else lists.
 
-Made with the caller's values, it checks what it can alone (a layer spec, a pooling, a policy, a number). Resolved
-against a model (`resolve`), it fills what the caller left to the model — pooling and normalization from a
-sentence-transformers folder (`modules.json`), the default prompt, the length limit — and checks what depends on the
-model (layers it has, a pooler, the width), without running it. Its `record()` is how every file, cache key and
-run record writes it.
+`resolve` fills what the caller left to the model and checks the rest against it, without running it; `record()` is
+how every file, cache key and run record writes the options.
 """
 
 from __future__ import annotations

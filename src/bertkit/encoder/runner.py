@@ -1,10 +1,6 @@
 """The one runner: tokenized rows → a token-budget plan → forward passes → out-of-memory split → input order.
 
-`Encoder.embed`, every fine-tuned run and the service's batcher run their model through a `Runner`. A pass costs
-about a fixed overhead plus its padded tokens (rows × longest row), so `plan_batches` groups the length-sorted rows
-to minimise the two together, each group within the token budget and the row limit. On a CPU two passes run at once
-on shares of the threads (one pass per core beats one pass split over cores on small CPUs: benchmarks/throughput.py);
-on a GPU a pass that runs out of memory is split in two and each half tried again.
+`Encoder.embed`, every fine-tuned run and the service's batcher run their model through a `Runner`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """What a sentence-transformers folder says about its sentence vectors: pooling, Dense, Normalize, prompts, length.
 
-`SentenceConfig.read(source)` reads `modules.json` and the files it points to (the Pooling config, each Dense
-module's config and safetensors weights, Normalize), `config_sentence_transformers.json` (prompts) and
-`sentence_bert_config.json` (max_seq_length), as sentence-transformers loads them. A plain transformers folder has
-none of these: its defaults are mean pooling, no Dense, no normalization.
+A plain transformers folder says none of it: mean pooling, no Dense, no normalization.
 """
 
 from __future__ import annotations
