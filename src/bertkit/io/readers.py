@@ -8,7 +8,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -19,8 +19,7 @@ from ..errors import InputError, brief, is_a_folder, no_such_path, quoted
 if TYPE_CHECKING:
     from importlib.abc import Traversable
 
-# Python's csv module refuses fields over 131,072 characters; a long document is a valid row. bertkit raises the
-# (process-wide) limit to this cap, never lowers it: a field over 50 MB is refused with its line number.
+# csv's own field limit (131,072 characters) is raised, process-wide, to this cap; a longer field is refused.
 MAX_FIELD_CHARS = 50 * 1024 * 1024
 TEXT_FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".txt": "text"}
 
@@ -49,7 +48,7 @@ def detect_format(path: Path, fmt: str | None = None) -> str:
     return TEXT_FORMATS.get(path.suffix.lower(), "text")
 
 
-BINARY_PROBE_BYTES = 8192  # how much of a file is looked at to tell text from a binary file
+BINARY_PROBE_BYTES = 8192
 _BINARY_KINDS = {
     b"\x89PNG": "a PNG image",
     b"\xff\xd8\xff": "a JPEG image",
@@ -66,14 +65,11 @@ _BINARY_KINDS = {
 
 
 def check_text(path: Path, head: bytes) -> None:
-    """Refuse a file whose first bytes show it is no text at all (an image, an archive, an array, UTF-16).
-
-    The refusal is one line that says what it is, before any line is taken for a text.
-    """
+    """Refuse, in one line that says what it is, a file whose first bytes show it is no text (image, archive...)."""
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise InputError(f"{path}: this is UTF-16 text; re-save it as UTF-8 (e.g. `iconv -f utf-16 -t utf-8`).")
     kind = next((name for magic, name in _BINARY_KINDS.items() if head.startswith(magic)), None)
-    if kind is None and b"\x00" in head and not _utf8(head):  # NUL in valid UTF-8 is odd but still text
+    if kind is None and b"\x00" in head and not _utf8(head):
         kind = "NUL bytes in what is not UTF-8 text"
     if kind is not None:
         raise InputError(
@@ -88,7 +84,6 @@ def check_text_file(path: Path) -> Path:
 
 
 def _utf8(head: bytes) -> bool:
-    """Whether `head` is UTF-8 (a character cut at its end allowed)."""
     try:
         codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
     except UnicodeDecodeError:
@@ -97,7 +92,7 @@ def _utf8(head: bytes) -> bool:
 
 
 def decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield (line number, text) decoding each line separately so a bad byte is reported with its line."""
+    """Yield (line number, text), each line decoded on its own so a bad byte is reported with its line."""
     try:
         handle = path.open("rb")
     except FileNotFoundError:
@@ -206,16 +201,13 @@ def _delimited_rows(
                 indices = _resolve_columns(
                     path, names, columns, len(names) if names else len(record), header_line or line
                 )
-            if ragged:
-                yield Row(line, tuple(_restore_bare_cr(record[i]) if i < len(record) else "" for i in indices))
-                continue
-            if max(indices) >= len(record):
+            if not ragged and max(indices) >= len(record):
                 raise InputError(
                     f"{path}, line {line}: {len(record)} fields, but column {max(indices)} was asked for"
                     + (f" (the header has {len(names)})." if names else ".")
                     + " Check the delimiter and quoting of that line."
                 )
-            yield Row(line, tuple(_restore_bare_cr(record[i]) for i in indices))
+            yield Row(line, tuple(_restore_bare_cr(record[i]) if i < len(record) else "" for i in indices))
     except csv.Error as exc:
         line = numbers[-1] if numbers else 1
         if "field larger than field limit" in str(exc):
@@ -226,10 +218,8 @@ def _delimited_rows(
         raise InputError(f"{path}, line {line}: cannot parse it as {kind.upper()} ({exc}).") from None
 
 
-# csv's reader takes a lone "\r" inside an unquoted field for a line break and fails, although a CSV written with
-# "\n" line ends (Python's csv.writer with lineterminator="\n", pandas) leaves such fields unquoted. Lines are already
-# split at "\n", so a "\r" not before the line end is data: it travels through the parser as U+FDD0, a noncharacter
-# Unicode reserves for such internal use (a line that already holds one is left as it is).
+# csv takes a lone "\r" in an unquoted field (as pandas writes them) for a line break; lines are already split at "\n",
+# so such a "\r" is data and passes the parser as the noncharacter U+FDD0 (a line that holds one is left as it is).
 _BARE_CR = re.compile(r"\r(?!\n?$)")
 _CR_STAND_IN = "\ufdd0"
 
@@ -301,10 +291,9 @@ class ColumnChoice:
 def choose_text_column(path: str | Path, fmt: str | None = None) -> ColumnChoice:
     """For a TSV/CSV read without --column: detect a header row and the column that holds the texts, or refuse.
 
-    Line 1 is a header when its fields are all names and a field is a usual text-column name, or some column below
-    it holds numbers, or sentences under a one-word name. The texts are the column with a usual name, else the one
-    of the longest values, which must hold letters and clearly outgrow the others. Anything less clear is refused
-    with the columns listed.
+    Line 1 is a header when its fields are all names and one is a usual text-column name, or a column below holds
+    numbers, or sentences under a one-word name. The texts are the column with a usual name, else the one of clearly
+    the longest values, holding letters. Anything less clear is refused with the columns listed.
     """
     path = Path(path)
     kind = detect_format(path, fmt)
@@ -352,7 +341,7 @@ def _names_above_sentences(first: list[str], body: list[tuple]) -> bool:
 def _sniff_rows(path: Path, kind: str) -> Iterator[Row]:
     if kind not in ("tsv", "csv"):
         raise InputError(f"{path}: only TSV and CSV files have columns to choose from.")
-    line = _first_line(path)
+    line = next((text.rstrip("\r\n") for _, text in decoded_lines(path) if text.strip()), "")
     if not line:
         return
     try:
@@ -362,13 +351,6 @@ def _sniff_rows(path: Path, kind: str) -> Iterator[Row]:
     yield from _delimited_rows(path, kind, list(range(width)), header=False, ragged=True)
 
 
-def _first_line(path: Path) -> str:
-    for _, text in decoded_lines(path):
-        if text.strip():
-            return text.rstrip("\r\n")
-    return ""
-
-
 def _csv_reader(lines: Iterable[str], kind: str) -> Iterator[list[str]]:
     """Return csv's reader for a TSV (no quoting) or CSV, with the field limit raised to bertkit's cap."""
     if csv.field_size_limit() < MAX_FIELD_CHARS:
@@ -376,10 +358,10 @@ def _csv_reader(lines: Iterable[str], kind: str) -> Iterator[list[str]]:
     return csv.reader(lines, **({"delimiter": "\t", "quoting": csv.QUOTE_NONE} if kind == "tsv" else {}))
 
 
-def _is_number(value: str) -> bool:
+def _is_number(value: Any) -> bool:
     try:
         float(value)
-    except ValueError:
+    except (TypeError, ValueError):
         return False
     return True
 
@@ -395,16 +377,20 @@ def iter_texts(
     """Stream (line, text, id) of one column; the id is the id column's value or the row number."""
     path = Path(path)
     kind = detect_format(path, fmt)
-    if column is None:
-        column = "text" if kind == "jsonl" else 0
-    columns = [column] + ([id_column] if id_column is not None else [])
+    columns = [_column(column, kind, "text", 0)] + ([id_column] if id_column is not None else [])
     for index, row in enumerate(iter_rows(path, columns, header=header, fmt=kind)):
-        text = row.values[0]
-        if not isinstance(text, str):
-            raise InputError(
-                f"{path}, line {row.line}: the text is a {type(text).__name__} ({quoted(text)}), not a string."
-            )
-        yield row.line, text, (row.values[1] if id_column is not None else index)
+        _check_string(path, row.line, row.values[0])
+        yield row.line, row.values[0], (row.values[1] if id_column is not None else index)
+
+
+def _column(column: str | int | None, kind: str, field: str, index: int) -> str | int:
+    """`column`, or by default the JSONL field `field` or the column at `index`."""
+    return (field if kind == "jsonl" else index) if column is None else column
+
+
+def _check_string(path: Path, line: int, value: object, what: str = "text", show: Callable = quoted) -> None:
+    if not isinstance(value, str):
+        raise InputError(f"{path}, line {line}: the {what} is a {type(value).__name__} ({show(value)}), not a string.")
 
 
 def read_texts(
@@ -433,21 +419,12 @@ def read_text_pairs(
     kind = detect_format(path, fmt)
     if kind == "text":
         raise InputError(f"{path}: text pairs come from TSV, CSV or JSONL (two text columns), not plain text.")
-    columns = [
-        ("text" if kind == "jsonl" else 0) if text_column is None else text_column,
-        ("text_pair" if kind == "jsonl" else 1) if pair_column is None else pair_column,
-    ]
-    texts, pairs, lines = [], [], []
-    for row in iter_rows(path, columns, header=header, fmt=kind):
+    columns = [_column(text_column, kind, "text", 0), _column(pair_column, kind, "text_pair", 1)]
+    rows = list(iter_rows(path, columns, header=header, fmt=kind))
+    for row in rows:
         for value, what in zip(row.values, ("text", "pair text")):
-            if not isinstance(value, str):
-                raise InputError(
-                    f"{path}, line {row.line}: the {what} is a {type(value).__name__} ({value!r}), not a string."
-                )
-        texts.append(row.values[0])
-        pairs.append(row.values[1])
-        lines.append(row.line)
-    return texts, pairs, lines
+            _check_string(path, row.line, value, what, repr)
+    return [row.values[0] for row in rows], [row.values[1] for row in rows], [row.line for row in rows]
 
 
 @dataclass
@@ -494,30 +471,22 @@ def read_labelled(
         raise InputError(f"label_kind={label_kind!r}: valid values are {', '.join(LABEL_KINDS)}.")
     check_label_separator(label_separator)
     paired = paired or pair_column is not None
-    text_column = ("text" if kind == "jsonl" else 0) if text_column is None else text_column
-    if paired and pair_column is None:
-        pair_column = "text_pair" if kind == "jsonl" else 1
-    label_column = ("label" if kind == "jsonl" else 2 if paired else 1) if label_column is None else label_column
-    columns = [text_column, label_column] + ([pair_column] if paired else [])
+    columns = [_column(text_column, kind, "text", 0), _column(label_column, kind, "label", 2 if paired else 1)]
+    columns += [_column(pair_column, kind, "text_pair", 1)] if paired else []
     texts, labels, lines, pairs = [], [], [], []
     for row in iter_rows(path, columns, header=header, fmt=kind):
-        text, label = row.values[0], row.values[1]
-        for value, what in [(text, "text")] + ([(row.values[2], "pair text")] if paired else []):
-            if not isinstance(value, str):
-                raise InputError(
-                    f"{path}, line {row.line}: the {what} is a {type(value).__name__} ({quoted(value)}), not a string."
-                )
+        for value, what in zip([row.values[0], *row.values[2:]], ("text", "pair text")):
+            _check_string(path, row.line, value, what)
             if not value.strip():
                 raise InputError(
                     f"{path}, line {row.line}: the {what} is blank; every example needs "
                     + ("both texts of its pair" if paired else "a text")
                     + " (fill it in or remove the row)."
                 )
-        texts.append(text)
-        labels.append(_label(label, label_kind, label_separator, path, row.line))
+        texts.append(row.values[0])
+        labels.append(_label(row.values[1], label_kind, label_separator, path, row.line))
         lines.append(row.line)
-        if paired:
-            pairs.append(row.values[2])
+        pairs += row.values[2:]
     if header is None and kind != "jsonl" and len(labels) >= 10 and lines[0] == 1 and _header_like(labels, label_kind):
         raise InputError(
             f"{path}, line 1: its label {quoted(labels[0])} appears nowhere else, so line 1 looks like a header. "
@@ -571,17 +540,9 @@ def _label(label: Any, kind: str, separator: str, path: Path, line: int) -> Any:
 
 
 def _header_like(labels: list, kind: str) -> bool:
-    if kind == "numeric" or _number(labels[0]):
+    if kind == "numeric" or _is_number(labels[0]):
         return False  # a header's label is no number (a numeric kind has refused one already)
     return labels.count(labels[0]) == 1
-
-
-def _number(value: Any) -> bool:
-    try:
-        float(value)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def file_sha256(path: str | Path) -> str:
