@@ -1,20 +1,7 @@
 """Embedding cache keyed by (model fingerprint, feature options, text): a text is embedded once per configuration.
 
-Two tiers, each with a size limit that holds as measured:
-
-- memory: one process-wide least-recently-used store of at most `DEFAULT_MEMORY_MB` ($BERTKIT_MEMORY_CACHE_MB),
-  a `cachetools.LRUCache` sized in bytes. Every entry is an owned copy (never a view into a larger array, which
-  would keep the whole array alive) and is counted with its bookkeeping overhead.
-- disk (given a directory): one SQLite database, `embeddings.sqlite3`, shared by every configuration, whose pages
-  in use never pass `DEFAULT_DISK_MB` ($BERTKIT_DISK_CACHE_MB, or `max_disk_bytes`). Opening it reads nothing;
-  vectors are looked up by key when asked for. To stay in the limit the least recently used vectors are deleted,
-  and the deletion is logged (logger `bertkit.io.cache`, INFO).
-
-Why SQLite (the standard library's sqlite3) rather than diskcache: diskcache (5.6.3, last released 2023) pickles
-values and unpickles what it finds in its folder (CVE-2025-69872, no fixed release), which bertkit's "no pickle"
-rule excludes, and it does not say what it evicts. SQLite gives what the cache needs: lookups by key without
-loading the rest, transactions (an interrupted run keeps every committed chunk, a reader never sees half a
-chunk), several processes sharing one cache, and deletion in least-recently-used order from an index.
+Two tiers, each with a size limit that holds as measured: a process-wide LRU in memory and, given a directory, one
+SQLite database (no pickle, unlike diskcache) from which the least recently used vectors are evicted, and logged.
 """
 
 from __future__ import annotations
@@ -45,8 +32,8 @@ CACHE_FORMAT = 1  # part of every configuration key: vectors, not storage (the d
 DISK_FORMAT = 1
 DEFAULT_CHUNK = 2048
 KEY_BYTES = 20  # SHA-1 digest
-DEFAULT_MEMORY_MB = 2048  # $BERTKIT_MEMORY_CACHE_MB overrides: the process-wide in-memory cache never grows past it
-DEFAULT_DISK_MB = 10240  # $BERTKIT_DISK_CACHE_MB overrides: one cache directory's database never holds more
+DEFAULT_MEMORY_MB = 2048  # $BERTKIT_MEMORY_CACHE_MB overrides
+DEFAULT_DISK_MB = 10240  # $BERTKIT_DISK_CACHE_MB overrides
 DATABASE = "embeddings.sqlite3"
 ENTRY_OVERHEAD = 512  # bytes an in-memory entry costs besides its vector (array object, key, LRU bookkeeping)
 ROW_OVERHEAD = 160  # bytes a database row costs besides its vector (key and configuration, twice with the index)
@@ -61,10 +48,7 @@ def entry_bytes(vector: np.ndarray) -> int:
 
 
 class MemoryStore:
-    """Process-wide vectors by (configuration, text) key, least recently used first out past `max_bytes`.
-
-    Thread-safe. Entries are private float32 copies, so what is counted is what is held.
-    """
+    """Process-wide, thread-safe vectors by (configuration, text) key, least recently used out past `max_bytes`."""
 
     def __init__(self, max_bytes: int) -> None:
         self._lru: cachetools.LRUCache = cachetools.LRUCache(maxsize=max_bytes, getsizeof=entry_bytes)
@@ -87,7 +71,7 @@ class MemoryStore:
 
     def put(self, config: str, key: bytes, vector: np.ndarray) -> None:
         """Store a private float32 copy of `vector`; one larger than `max_bytes` is not stored."""
-        owned = vector if _owned(vector) else np.array(vector, dtype=np.float32, order="C")  # never a view
+        owned = vector if _owned(vector) else np.array(vector, dtype=np.float32, order="C")
         if entry_bytes(owned) > self.max_bytes:
             return
         with self._lock:
@@ -103,10 +87,7 @@ class MemoryStore:
 
 
 def _owned(vector: np.ndarray) -> bool:
-    """Tell whether `vector` is a float32 array that owns its memory.
-
-    Storing it pins nothing else (a view would pin its base).
-    """
+    """Tell whether `vector` is a float32 array that owns its memory (a view would pin its base)."""
     return vector.dtype == np.float32 and vector.flags.c_contiguous and vector.flags.owndata
 
 
@@ -114,10 +95,7 @@ MEMORY = MemoryStore(int(float(os.environ.get("BERTKIT_MEMORY_CACHE_MB", DEFAULT
 
 
 def default_cache_dir() -> Path:
-    """Return the disk cache of `bertkit` commands: `embeddings/` under `cache_root()`.
-
-    `cache_root()`: $BERTKIT_CACHE, ~/.cache/bertkit.
-    """
+    """Return the disk cache of `bertkit` commands: `embeddings/` under `cache_root()`."""
     return cache_root() / "embeddings"
 
 
@@ -154,12 +132,9 @@ PRAGMA user_version = {DISK_FORMAT};
 class DiskStore:
     """Vectors of every configuration in one SQLite file whose pages in use never pass `max_bytes`.
 
-    The table is a queue in least-recently-used order: new vectors go to the end, a hit in the older half moves
-    to the end, eviction deletes from the front. So eviction frees whole pages, which new vectors reuse, and the
-    file stays within the limit as measured (SQLite's page count, indexes included) -- unlike a count of vector
-    bytes, which misses page overhead and the holes that scattered deletions leave. Opening it reads nothing but
-    the schema; a connection is opened per operation, so a store is safe across threads and processes, and its
-    owner can be pickled.
+    The table is a queue in least-recently-used order (new vectors and hits in its older half go to the end, eviction
+    deletes from the front), so eviction frees whole pages. A connection per operation makes it safe across threads
+    and processes.
     """
 
     def __init__(self, directory: str | Path, max_bytes: int | None = None) -> None:
@@ -173,7 +148,7 @@ class DiskStore:
                 raise InputError(
                     f"{self.path}: an embedding cache of another bertkit version; choose another cache directory."
                 )
-            if version == 0:  # a new database (the script is idempotent, should two processes both create it)
+            if version == 0:  # a new database (the script is idempotent)
                 db.executescript(_SCHEMA)
         for folder in sorted({shard.parent for shard in self.directory.glob("*/shard-*.npz")}):
             self._import_shards(folder)
@@ -199,13 +174,8 @@ class DiskStore:
         options.unlink(missing_ok=True)
         if not any(folder.iterdir()):
             folder.rmdir()
-        logger.info(
-            "embedding cache %s: moved %d shards of configuration %s into %s.",
-            self.directory,
-            len(shards),
-            folder.name,
-            DATABASE,
-        )
+        message = "embedding cache %s: moved %d shards of configuration %s into %s."
+        logger.info(message, self.directory, len(shards), folder.name, DATABASE)
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -302,29 +272,18 @@ def _used_bytes(db: sqlite3.Connection) -> int:
 
 
 def _requeue(db: sqlite3.Connection, config: str, keys: list[bytes]) -> None:
-    """Move those of `keys` that sit in the older half of the queue to its end.
-
-    The newer half stays put, so a steady working set is rewritten about once per turn of the queue, not on
-    every hit; nothing is written when nothing is old. Bookkeeping only: a cache that cannot be written to now
-    (read-only, or locked past the timeout) still serves its vectors.
-    """
+    """Move those of `keys` in the older half of the queue to its end; a cache not writable now still serves."""
     try:
-        _move_to_end(db, config, keys)
+        if keys and _old_rows(db, config, keys):
+            db.execute("BEGIN IMMEDIATE")
+            old = _old_rows(db, config, keys)  # again, inside the transaction: another process may have moved them
+            high = db.execute("SELECT MAX(id) FROM vectors").fetchone()[0]
+            moves = [(high + offset, row_id) for offset, row_id in enumerate(old, start=1)]
+            db.executemany("UPDATE vectors SET id = ? WHERE id = ?", moves)
+            db.execute("COMMIT")
     except sqlite3.OperationalError as exc:
         db.rollback()
         logger.debug("embedding cache: recency not recorded (%s)", exc)
-
-
-def _move_to_end(db: sqlite3.Connection, config: str, keys: list[bytes]) -> None:
-    if keys and _old_rows(db, config, keys):
-        db.execute("BEGIN IMMEDIATE")
-        old = _old_rows(db, config, keys)  # again, inside the transaction: another process may have moved them
-        high = db.execute("SELECT MAX(id) FROM vectors").fetchone()[0]
-        db.executemany(
-            "UPDATE vectors SET id = ? WHERE id = ?",
-            [(high + offset, row_id) for offset, row_id in enumerate(old, start=1)],
-        )
-        db.execute("COMMIT")
 
 
 def _old_rows(db: sqlite3.Connection, config: str, keys: list[bytes]) -> list[int]:
@@ -416,8 +375,9 @@ class EmbeddingCache:
         """
         keys = [text_key(t) for t in texts]
         found, missing = self._lookup(keys, texts)  # `found` holds them, so eviction during this call loses nothing
-        self.stats.misses += sum(1 for k in keys if k in missing)
-        self.stats.hits += len(texts) - sum(1 for k in keys if k in missing)
+        misses = sum(key in missing for key in keys)
+        self.stats.misses += misses
+        self.stats.hits += len(keys) - misses
         pending = list(missing.items())
         for start in range(0, len(pending), self.chunk_size):
             chunk = pending[start : start + self.chunk_size]
