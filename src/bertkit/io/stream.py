@@ -1,14 +1,12 @@
-"""Embed a file of any size in constant memory, resumably: read, embed and write chunk by chunk.
+"""Embed a file of any size in constant memory, chunk by chunk into `<output>.partial.npy`, resumably.
 
-Vectors go into a memory-mapped `.npy` beside the output (`<output>.partial.npy`) and a small progress record
-(`<output>.progress.json`) is replaced atomically after each chunk is flushed. A run killed at any point (SIGINT,
-SIGKILL) and started again with the same command continues after the last finished chunk; the finished output
-is renamed (.npy) or converted (.npz, .parquet) in slices, so it appears complete or not at all.
+`<output>.progress.json` records the finished chunks; the complete output appears at once (renamed or converted).
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -51,15 +49,6 @@ class StreamResult:
     truncated_lines: list[int] = field(default_factory=list)  # file lines of the texts cut to the limit
     poor_coverage_lines: list[int] = field(default_factory=list)  # file lines the vocabulary covers poorly
     coverage_message: str = ""  # what the poor rows' coverage looks like, with the model to try
-
-
-def _rows(
-    path: Path, column: str | int | None, id_column: str | int | None, header: bool | None, fmt: str | None
-) -> Iterator[tuple[str, object, int]]:
-    return (
-        (text, row_id, line)
-        for line, text, row_id in iter_texts(path, column, header=header, fmt=fmt, id_column=id_column)
-    )
 
 
 def _job_key(path: Path, options: dict) -> str:
@@ -141,11 +130,10 @@ def embed_file(
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(output.name + ".partial.npy")
     progress = output.with_name(output.name + ".progress.json")
-    total, done, offset = _open_partial(
-        partial, progress, key, dim, output, lambda: sum(1 for _ in _rows(input_path, column, id_column, header, fmt))
-    )
+    read_rows = functools.partial(iter_texts, input_path, column, header=header, fmt=fmt, id_column=id_column)
+    total, done, offset = _open_partial(partial, progress, key, dim, output, lambda: sum(1 for _ in read_rows()))
     result = StreamResult(total, dim, done, 0, 0, 0, 0)
-    rows = islice(_rows(input_path, column, id_column, header, fmt), done, None)
+    rows = islice(read_rows(), done, None)
     if output_type in RANGED and ranges is None:
         ranges = encoder.calibration_ranges(floats)
     handle = os.open(partial, os.O_WRONLY)
@@ -175,7 +163,7 @@ def embed_file(
         raise
     finally:
         os.close(handle)
-    ids = lambda: (i for _, i, _ in _rows(input_path, column, id_column, header, fmt))  # noqa: E731
+    ids = lambda: (i for _, _, i in read_rows())  # noqa: E731
     meta = vector_metadata(encoder, options_record, ranges, dim)
     _finish(partial, output, ids, total, "int64" if id_column is None else "string", output_type, ranges, meta)
     progress.unlink(missing_ok=True)
@@ -202,14 +190,14 @@ def _open_partial(
 
 def _embed_chunk(
     encoder: Encoder,
-    read: list[tuple[str, object, int]],
+    read: list[tuple[int, str, object]],
     input_path: Path,
     options: EmbedOptions,
     batch_size: int | None,
     result: StreamResult,
 ) -> np.ndarray:
-    """Embed one chunk of (text, id, line) rows and add what happened to `result`, by file line."""
-    texts, lines = [text for text, _, _ in read], [line for _, _, line in read]
+    """Embed one chunk of (line, text, id) rows and add what happened to `result`, by file line."""
+    texts, lines = [text for _, text, _ in read], [line for line, _, _ in read]
     try:
         chunk, report = encoder.embed_with_report(texts, options, batch_size=batch_size, progress=False, warn=False)
     except TextTooLong as exc:
@@ -250,8 +238,8 @@ def vector_metadata(encoder: Encoder, options_record: dict, ranges: np.ndarray |
     }
 
 
-_ARROW_TYPES = {"float32": "float32", "float16": "float16", "int8": "int8", "uint8": "uint8", "binary": "int8"}
-_ARROW_TYPES["ubinary"] = "uint8"  # each output type's element type
+_ARROW_TYPES = {"float32": "float32", "float16": "float16", "int8": "int8", "uint8": "uint8"}
+_ARROW_TYPES |= {"binary": "int8", "ubinary": "uint8"}  # packed bits
 
 
 def read_vectors(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -336,11 +324,6 @@ def _read_parquet(path: Path) -> tuple[np.ndarray, np.ndarray, dict]:
     return vectors, np.asarray(table.column("id").to_pylist()), meta
 
 
-def _record_metadata(record: str) -> dict[str, str]:
-    """Return the Parquet metadata entries of bertkit's record: the JSON, and its SHA-256 (read back and compared)."""
-    return {"bertkit": record, "bertkit-sha256": hashlib.sha256(record.encode()).hexdigest()}
-
-
 def _checked_record(vectors: np.ndarray, ids: np.ndarray, meta: dict) -> dict:
     """`meta`, after checking that it describes `vectors` (type, width, int8 ranges) and that ids match rows."""
     if not isinstance(meta, dict):
@@ -411,10 +394,9 @@ def _finish(
     else:
         pa, pq = require_pyarrow()
         element = getattr(pa, _ARROW_TYPES[output_type])()
-        schema = pa.schema(
-            [("id", getattr(pa, id_type)()), ("vector", pa.list_(element, width))],
-            metadata=_record_metadata(json.dumps(meta or {})),
-        )
+        record = json.dumps(meta or {})  # with its SHA-256, read back and compared: Parquet's footer has no checksum
+        metadata = {"bertkit": record, "bertkit-sha256": hashlib.sha256(record.encode()).hexdigest()}
+        schema = pa.schema([("id", getattr(pa, id_type)()), ("vector", pa.list_(element, width))], metadata=metadata)
         id_iter = ids()
         convert = int if id_type == "int64" else str
         with (
