@@ -22,10 +22,7 @@ DEFAULT_ROWS_PER_CALL = 1024  # rows handed to an actor at once: the unit of loa
 
 @dataclass(frozen=True)
 class Resources:
-    """How the actors share the cluster's CPUs (and GPUs).
-
-    A reserve is kept so read and write tasks are never starved.
-    """
+    """How the actors share the cluster's CPUs (and GPUs), with a reserve kept for read and write tasks."""
 
     actors: int
     cpus_per_actor: float  # logical CPUs each actor claims from Ray's scheduler
@@ -51,9 +48,8 @@ def plan_resources(
 ) -> Resources:
     """Plan actors so that actors × CPUs per actor leaves at least one whole CPU for Ray Data's own tasks.
 
-    Read, write and Ray Data's internal steps (column projection, re-blocking) are tasks that ask for CPUs too;
-    actors holding every CPU leave them unscheduled and the pipeline hangs (seen on 2 cores with 0.5 kept back).
-    With `gpus_per_actor`, actors are as many as the GPUs allow, each with one CPU for its host work (tokenizing).
+    Actors holding every CPU leave the read and write tasks unscheduled and the pipeline hangs. With
+    `gpus_per_actor`, actors are as many as the GPUs allow, each with one CPU for its host work (tokenizing).
     """
     reserve = 1.0 if cluster_cpus <= 16 else 2.0
     usable = cluster_cpus - reserve
@@ -101,36 +97,20 @@ def _gpu_actors(cluster_gpus: float, gpus_per_actor: float, actors: int | None) 
     return actors or fits
 
 
-@dataclass(frozen=True)
-class ClusterResources:
-    """What the connected Ray cluster has: CPUs in all, CPUs of its largest node, nodes with CPUs, GPUs in all."""
-
-    cpus: float
-    node_cpus: float
-    nodes: int
-    gpus: float
-
-
-def cluster_resources() -> ClusterResources:
-    """Count the CPUs and GPUs of the cluster this process is connected to."""
-    alive = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
-    cpus = [r.get("CPU", 0.0) for r in alive if r.get("CPU", 0.0) > 0]
-    gpus = sum(r.get("GPU", 0.0) for r in alive)
-    return ClusterResources(float(sum(cpus)), float(max(cpus, default=0.0)), len(cpus), float(gpus))
-
-
 def planned_resources(
     actors: int | None, cpus_per_actor: float | None, gpus_per_actor: float | None = None
 ) -> Resources:
-    """`plan_resources` for the cluster this process is connected to."""
-    found = cluster_resources()
+    """`plan_resources` for the CPUs (in all, of the largest node, nodes) and GPUs of the connected cluster."""
+    alive = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    cpus = [r.get("CPU", 0.0) for r in alive if r.get("CPU", 0.0) > 0]
+    gpus = float(sum(r.get("GPU", 0.0) for r in alive))
     return plan_resources(
-        found.cpus,
-        found.node_cpus,
-        found.nodes,
+        float(sum(cpus)),
+        float(max(cpus, default=0.0)),
+        len(cpus),
         actors,
         cpus_per_actor,
-        cluster_gpus=found.gpus,
+        cluster_gpus=gpus,
         gpus_per_actor=gpus_per_actor,
     )
 
