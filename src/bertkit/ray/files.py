@@ -1,14 +1,12 @@
 """Files → per-file Parquet outputs on Ray Data, with a manifest that makes a killed run resume file by file.
 
-One pipeline (one actor pool) covers all pending files: read (`rows.file_rows`, the local engine's reader, in Ray
-read tasks) → embed → a write stage that writes each block as one Parquet part. Ray's write_parquet reports nothing
-until the whole dataset is written, so it cannot say when one file is complete; these parts stream small counts
-back to the driver, which moves a file's folder into place and records it (rows, input SHA-256, options) as soon
-as all its rows are in.
+One pipeline reads, embeds and writes Parquet parts whose row counts stream back, so the driver records each file
+(rows, input SHA-256, options) as soon as it is complete (Ray's write_parquet says nothing until all are written).
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -124,13 +122,6 @@ def check_output(output: Path) -> None:
         )
 
 
-def check_columns(
-    path: Path, column: str | int | None, id_column: str | int | None, header: bool | None = None
-) -> bool:
-    """Refuse a missing text or id column, naming the file and its columns; True when the file has no rows."""
-    return not has_rows(path, column, id_column, header)
-
-
 def _write_parts(batch: pa.Table, staging: dict) -> pa.Table:
     """Write each input file's rows of this block as `<staging>/part-<first row>.parquet` (atomic); return counts."""
     paths, counts = [], []
@@ -143,20 +134,6 @@ def _write_parts(batch: pa.Table, staging: dict) -> pa.Table:
         paths.append(path)
         counts.append(part.num_rows)
     return pa.table({"path": pa.array(paths, pa.string()), "rows": pa.array(counts, pa.int64())})
-
-
-def _result_options(
-    encoder: Encoder, column: str | int | None, id_column: str | int | None, header: bool | None, options: EmbedOptions
-) -> dict:
-    """Return what the manifest records: the model's fingerprint, precision, the columns read and the options."""
-    return {
-        "fingerprint": encoder.fingerprint,
-        **encoder.precision_record(),
-        "column": column,
-        "id_column": id_column,
-        "header": header,
-        **options.record(),
-    }
 
 
 def _load_manifest(output: Path, options: dict, overwrite: bool) -> dict:
@@ -191,14 +168,14 @@ def _save_manifest(output: Path, manifest: dict) -> None:
         temporary.write_text(json.dumps(manifest, indent=1, sort_keys=True))
 
 
-def written_rows(directory: Path) -> int:
-    """Rows in the Parquet files of one output directory, from their footers."""
-    return sum(pq.ParquetFile(part).metadata.num_rows for part in sorted(directory.glob("*.parquet")))
-
-
 def _is_complete(output: Path, entry: dict) -> bool:
+    """Whether the footers of a file's Parquet parts count the rows its manifest entry says."""
+    folder = output / entry["output"]
     try:
-        return (output / entry["output"]).is_dir() and written_rows(output / entry["output"]) == entry["rows"]
+        return (
+            folder.is_dir()
+            and sum(pq.ParquetFile(p).metadata.num_rows for p in folder.glob("*.parquet")) == entry["rows"]
+        )
     except (OSError, pa.ArrowInvalid):
         return False
 
@@ -265,11 +242,13 @@ def embed_files(
             f"--id-column {id_column!r} is the text column; name another column, or leave it out for row numbers."
         )
     requested = options_from(options, kwargs)
-    for path in paths:  # every file's columns, before any work
-        check_columns(path, column, id_column, header)
+    for path in paths:  # refuses a missing text or id column of any file, before any work
+        has_rows(path, column, id_column, header)
     encoder = Encoder.from_pretrained(model, precision=driver_precision(precision, gpus_per_actor), device="cpu")
     resolved = check_options(encoder, requested)
-    recorded = {**_result_options(encoder, column, id_column, header, resolved), "precision": precision}
+    reading = {"column": column, "id_column": id_column, "header": header}
+    recorded = {"fingerprint": encoder.fingerprint, **encoder.precision_record(), **reading, **resolved.record()}
+    recorded["precision"] = precision
     job = _Job(output, _load_manifest(output, recorded, overwrite), RunSummary(output))
     for path in paths:
         _plan_file(job, path, lambda p: count_rows(p, column, id_column, header))
@@ -281,7 +260,7 @@ def embed_files(
     try:
         if work:
             job.summary.resources = planned_resources(actors, cpus_per_actor, gpus_per_actor)
-            reader = {"column": column, "id_column": id_column, "header": header, "rows_per_block": rows_per_call}
+            reader = {**reading, "rows_per_block": rows_per_call}
             _stream_files(job, work, reader, encoder, resolved, model, precision, batch_size)
     finally:
         if started_ray:
@@ -320,12 +299,8 @@ def _write_empty(job: _Job, dim: int, id_column: str | int | None) -> None:
 def connect(address: str | None = None, ray_logs: bool = True) -> bool:
     """Join the Ray cluster at `address` (default: RAY_ADDRESS, else a new local Ray); True when this call started it.
 
-    ray_logs=False keeps Ray's own messages (its INFO and WARNING lines, Ray Data's progress log, the workers'
-    output) off the terminal; they stay in Ray's session logs (/tmp/ray/session_latest/logs). The command line
-    passes it unless --verbose.
-
-    Ray (2.5x+) sends its token (~/.ray/auth_token) only in token mode, and never switches that on by itself for
-    an explicit address. A head on this machine gets this machine's token; any other needs RAY_AUTH_MODE=token.
+    ray_logs=False keeps Ray's own messages off the terminal (they stay in /tmp/ray/session_latest/logs). A head on
+    this machine gets this machine's token (~/.ray/auth_token); any other needs RAY_AUTH_MODE=token.
     """
     if ray.is_initialized():
         return False
@@ -333,8 +308,8 @@ def connect(address: str | None = None, ray_logs: bool = True) -> bool:
     if not ray_logs:
         quiet_ray()
     host = address.split("://")[-1].rsplit(":", 1)[0]
-    if host in ("127.0.0.1", "localhost", socket.gethostname()) or host in _own_addresses():
-        _use_local_token()
+    if maybe_enable_token_auth_if_token_available is not None and host in _local_hosts():
+        maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
     try:
         ray.init(address=address, include_dashboard=False, configure_logging=False, log_to_driver=ray_logs)
     except ConnectionError as exc:
@@ -346,16 +321,11 @@ def connect(address: str | None = None, ray_logs: bool = True) -> bool:
     return True
 
 
-def _own_addresses() -> set[str]:
-    try:
-        return {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None)}
-    except OSError:
-        return set()
-
-
-def _use_local_token() -> None:
-    if maybe_enable_token_auth_if_token_available is not None:
-        maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+def _local_hosts() -> set[str]:
+    hosts = {"127.0.0.1", "localhost", socket.gethostname()}
+    with contextlib.suppress(OSError):
+        hosts |= {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None)}
+    return hosts
 
 
 def _stream_files(

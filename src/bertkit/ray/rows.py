@@ -1,12 +1,7 @@
-r"""The rows of an input file, defined once for both engines, and a Ray Data datasource that reads them.
+"""The rows of an input file, defined once for both engines, and a Ray Data datasource that reads them.
 
-Text, TSV/CSV and JSONL rows come from `bertkit.io.readers.iter_texts`, the reader of the local engine, so a
-line, a header, a quoted field, a blank line and a row number mean the same on both engines (a line ends at `\n`
-or `\r\n`; `\x0c`, a lone `\r` and U+2028 are characters inside it). Parquet is read with pyarrow. Ray's own
-readers are not used: `read_text` splits with `str.splitlines` and drops blank lines, `read_csv` and
-`read_json` infer types and parse quotes their own way, and their path handling imports fsspec's HTTP filesystem,
-which fails without aiohttp (`ImportError: cannot import name 'HTTPFileSystem'`). Here a worker opens its file by
-path, nothing else.
+Text, TSV/CSV and JSONL come from the local engine's reader (`iter_texts`), so rows mean the same on both engines
+(Ray's own readers split lines, infer types and parse quotes their own way); Parquet is read with pyarrow.
 """
 
 from __future__ import annotations
@@ -15,6 +10,7 @@ import dataclasses
 import functools
 import os
 from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +36,6 @@ RAY_FORMATS = {
 NO_ROWS = "the file has no data rows."  # the local reader's words for an empty file, which Ray writes as empty
 
 
-def input_format(path: Path) -> str:
-    """Return the reader format of an input file, by its extension (`RAY_FORMATS`)."""
-    return RAY_FORMATS[path.suffix.lower()]
-
-
 def file_rows(
     path: Path, column: str | int | None = None, id_column: str | int | None = None, header: bool | None = None
 ) -> Iterator[tuple[str, object]]:
@@ -52,7 +43,7 @@ def file_rows(
 
     A file without rows yields nothing. Every problem is an InputError naming the file and line (or row).
     """
-    kind = input_format(path)
+    kind = RAY_FORMATS[path.suffix.lower()]
     if kind == "parquet":
         yield from _parquet_rows(path, column, id_column)
         return
@@ -75,17 +66,15 @@ def _parquet_rows(
     wanted = [_parquet_column(path, names, "text" if column is None else column)]
     if id_column is not None:
         wanted.append(_parquet_column(path, names, id_column))
-    number = 0
-    for batch in source.iter_batches(batch_size=batch_rows, columns=wanted):
-        values = [batch.column(i).to_pylist() for i in range(len(wanted))]
-        for offset, text in enumerate(values[0]):
-            row_id = values[1][offset] if id_column is not None else number
-            _check_value(path, number, wanted[0], text, str)
-            if id_column is not None:
-                _check_value(path, number, wanted[1], row_id, object)
-                row_id = str(row_id)
-            yield text, row_id
-            number += 1
+    batches = source.iter_batches(batch_size=batch_rows, columns=wanted)
+    rows = (row for batch in batches for row in zip(*(column.to_pylist() for column in batch.columns)))
+    for number, values in enumerate(rows):
+        _check_value(path, number, wanted[0], values[0], str)
+        if id_column is None:
+            yield values[0], number
+        else:
+            _check_value(path, number, wanted[1], values[1], object)
+            yield values[0], str(values[1])
 
 
 def _parquet_column(path: Path, names: list[str], column: str | int) -> str:
@@ -151,28 +140,18 @@ def read_blocks(
     name: str, column: str | int | None, id_column: str | int | None, header: bool | None, rows_per_block: int
 ) -> Iterator[pa.Table]:
     """One input's rows as Arrow tables of at most `rows_per_block` rows (runs in a Ray read task)."""
-    texts: list[str] = []
-    ids: list = []
+    rows = file_rows(Path(name), column, id_column, header)
     start = 0
-    for text, row_id in file_rows(Path(name), column, id_column, header):
-        texts.append(text)
-        ids.append(row_id)
-        if len(texts) == rows_per_block:
-            yield _block(name, start, texts, ids, id_column)
-            start, texts, ids = start + len(texts), [], []
-    if texts:
-        yield _block(name, start, texts, ids, id_column)
-
-
-def _block(name: str, start: int, texts: list[str], ids: list, id_column: str | int | None) -> pa.Table:
-    return pa.table(
-        {
-            "path": pa.array([name] * len(texts), pa.string()),
-            "row": pa.array(range(start, start + len(texts)), pa.int64()),
-            "id": pa.array(ids, pa.int64() if id_column is None else pa.string()),
-            "text": pa.array(texts, pa.string()),
-        }
-    )
+    while block := list(islice(rows, rows_per_block)):
+        yield pa.table(
+            {
+                "path": pa.array([name] * len(block), pa.string()),
+                "row": pa.array(range(start, start + len(block)), pa.int64()),
+                "id": pa.array([row_id for _, row_id in block], pa.int64() if id_column is None else pa.string()),
+                "text": pa.array([text for text, _ in block], pa.string()),
+            }
+        )
+        start += len(block)
 
 
 def _metadata(name: str, rows: int) -> BlockMetadata:
