@@ -1,7 +1,4 @@
-"""CoNLL-style word/tag files: the reader, IOB checks and IOB1→IOB2, and sniffing.
-
-The sniffing tells token data from sentence data.
-"""
+"""CoNLL-style word/tag files: the reader, IOB checks, IOB1→IOB2, and telling token data from sentence data."""
 
 from __future__ import annotations
 
@@ -57,26 +54,12 @@ def read_tagged(path: str | Path) -> TaggedData:
     words: list[list[str]] = []
     tags: list[list[str]] = []
     lines: list[int] = []
-    sentence_words: list[str] = []
-    sentence_tags: list[str] = []
-    start_line = 0
     columns = 0
-
-    def close() -> None:
-        if sentence_words:
-            words.append(list(sentence_words))
-            tags.append(list(sentence_tags))
-            lines.append(start_line)
-            sentence_words.clear()
-            sentence_tags.clear()
-
+    ended = True  # the next word starts a sentence
     for number, text in decoded_lines(path):
         fields = text.split()
-        if not fields:
-            close()
-            continue
-        if fields[0] == "-DOCSTART-":
-            close()
+        if not fields or fields[0] == "-DOCSTART-":
+            ended = True
             continue
         if not columns:
             _refuse_sentence_data(path, number, text)
@@ -92,20 +75,17 @@ def read_tagged(path: str | Path) -> TaggedData:
                 f"({text.strip()!r}). Each line needs the same columns (word … tag), separated by spaces or tabs."
             )
         check_tag(fields[-1], path, number)
-        if not sentence_words:
-            start_line = number
-        sentence_words.append(fields[0])
-        sentence_tags.append(fields[-1])
-    close()
+        if ended:
+            words.append([])
+            tags.append([])
+            lines.append(number)
+            ended = False
+        words[-1].append(fields[0])
+        tags[-1].append(fields[-1])
     if not words:
         raise InputError(f"{path}: no sentences found (only blank or -DOCSTART- lines).")
-    converted = False
-    for index, sentence in enumerate(tags):
-        fixed = to_iob2(sentence)
-        if fixed != sentence:
-            tags[index] = fixed
-            converted = True
-    return TaggedData(path, words, tags, lines, converted_from_iob1=converted, columns=columns)
+    fixed = [to_iob2(sentence) for sentence in tags]
+    return TaggedData(path, words, fixed, lines, converted_from_iob1=fixed != tags, columns=columns)
 
 
 def _refuse_sentence_data(path: Path, number: int, text: str) -> None:
@@ -156,10 +136,7 @@ def read_labelled_text(
     header: bool | None = None,
     **options: Any,
 ) -> LabelledData:
-    """Read as `read_labelled` does (its `options`: pair_column, label_kind, label_separator).
-
-    But a CoNLL-style word/tag file is refused with the advice to use the token task.
-    """
+    """Read as `read_labelled` does (its `options`), but refuse a CoNLL-style word/tag file: use the token task."""
     if looks_like_token_file(path):
         raise InputError(f"{path}: this is a word/tag (CoNLL) file, not sentence/label data; use --task token for it.")
     return read_labelled(path, text_column, label_column, header=header, **options)

@@ -1,11 +1,6 @@
 """Extractive question-answering data: SQuAD v1.1 / v2.0 JSON and the flat layout of Hugging Face datasets.
 
-SQuAD's JSON nests `data → paragraphs → qas`; the flat layout (`id, question, context, answers: {text,
-answer_start}`) comes as JSONL or a JSON list.
-
-Every question is checked where it is read: an id given twice, a missing context or question, an answer whose text
-is not at its `answer_start`, each refused in one line naming the file, the id and the line. A question without
-answers (v2's `is_impossible`, or empty answers) is unanswerable: its gold answer is "no answer".
+Every question is checked where it is read; one without answers (v2's `is_impossible`) is unanswerable.
 """
 
 from __future__ import annotations
@@ -67,7 +62,7 @@ def read_squad(path: str | Path) -> SquadData:
     """
     path = Path(path)
     if path.suffix.lower() in (".jsonl", ".ndjson"):
-        examples = list(_jsonl_records(path))
+        examples = [_flat(record, path, number) for number, record in jsonl_records(path)]
     else:
         examples = list(_json_records(path))
     if not examples:
@@ -81,11 +76,6 @@ def read_squad(path: str | Path) -> SquadData:
             )
         seen[example.id] = example.line
     return SquadData(path, examples)
-
-
-def _jsonl_records(path: Path) -> Iterator[QAExample]:
-    for number, record in jsonl_records(path):
-        yield _flat(record, path, number)
 
 
 def _json_records(path: Path) -> Iterator[QAExample]:
@@ -116,13 +106,9 @@ def _article(article: dict, path: Path, line_of: Callable[[str], int]) -> Iterat
             raise InputError(f"{path}: a paragraph without its list of questions (qas): {quoted(paragraph)}.")
         for qa in questions:
             qid = _id(qa, path, 0)
-            line = line_of(qid)
-            context = paragraph.get("context")
-            if qa.get("is_impossible"):
-                answers = []
-            else:
-                answers = [(a.get("text"), a.get("answer_start")) for a in qa.get("answers") or []]
-            yield _example(qid, qa.get("question"), context, answers, path, line)
+            answers = [] if qa.get("is_impossible") else qa.get("answers") or []
+            pairs = [(a.get("text"), a.get("answer_start")) for a in answers]
+            yield _example(qid, qa.get("question"), paragraph.get("context"), pairs, path, line_of(qid))
 
 
 def _flat(record: dict, path: Path, line: int) -> QAExample:
