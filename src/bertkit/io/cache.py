@@ -212,8 +212,8 @@ class DiskStore:
         """Return the stored vectors among `keys` (private copies), marked as just used."""
         found: dict[bytes, np.ndarray] = {}
         with self._connect() as db:
-            for batch in _batches(list(keys)):
-                query = f"SELECT key, rows, dim, data FROM vectors WHERE config = ? AND key IN ({_marks(batch)})"
+            for batch, marks in _batches(list(keys)):
+                query = f"SELECT key, rows, dim, data FROM vectors WHERE config = ? AND key IN ({marks})"
                 for key, rows, dim, data in db.execute(query, (config, *batch)):
                     shape = (dim,) if rows is None else (rows, dim)
                     found[bytes(key)] = np.frombuffer(data, dtype=np.float32).reshape(shape).copy()
@@ -291,8 +291,8 @@ def _old_rows(db: sqlite3.Connection, config: str, keys: list[bytes]) -> list[in
     if high is None:
         return []
     found = []
-    for batch in _batches(keys):
-        query = f"SELECT id FROM vectors WHERE config = ? AND key IN ({_marks(batch)}) AND id <= ?"
+    for batch, marks in _batches(keys):
+        query = f"SELECT id FROM vectors WHERE config = ? AND key IN ({marks}) AND id <= ?"
         found += [row_id for (row_id,) in db.execute(query, (config, *batch, (low + high) // 2))]
     return sorted(found)
 
@@ -302,13 +302,11 @@ def _row(config: str, key: bytes, vector: np.ndarray) -> tuple:
     return config, key, None if data.ndim == 1 else data.shape[0], data.shape[-1], data.tobytes()
 
 
-def _marks(batch: list) -> str:
-    return ",".join("?" * len(batch))
-
-
-def _batches(keys: list[bytes]) -> Iterator[list[bytes]]:
+def _batches(keys: list[bytes]) -> Iterator[tuple[list[bytes], str]]:
+    """Yield the keys `SQL_BATCH` at a time, each batch with its `?` placeholders."""
     for start in range(0, len(keys), SQL_BATCH):
-        yield keys[start : start + SQL_BATCH]
+        batch = keys[start : start + SQL_BATCH]
+        yield batch, ",".join("?" * len(batch))
 
 
 def _size(count: int) -> str:

@@ -144,7 +144,6 @@ def iter_rows(
     *,
     header: bool | None = None,
     fmt: str | None = None,
-    allow_missing: bool = False,
 ) -> Iterator[Row]:
     """Stream the requested columns (indices or names; JSONL: field names) of each record, validated.
 
@@ -163,10 +162,9 @@ def iter_rows(
         rows = _delimited_rows(path, kind, columns, header)
     for row in rows:
         empty = False
-        if not allow_missing:
-            for value, column in zip(row.values, columns):
-                if value is None or (isinstance(value, float) and math.isnan(value)):
-                    raise InputError(f"{path}, line {row.line}: {column!r} is empty (null/NaN); give a value.")
+        for value, column in zip(row.values, columns):
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                raise InputError(f"{path}, line {row.line}: {column!r} is empty (null/NaN); give a value.")
         yield row
     if empty:
         raise InputError(f"{path}: the file has no data rows.")

@@ -366,10 +366,7 @@ def _finish(
     meta: dict | None = None,
     slice_rows: int = 65536,
 ) -> None:
-    """Turn the finished partial .npy into the requested output, in slices (no memory map).
-
-    The vectors are compacted to `output_type`, with `meta` recorded (.npz: meta.npy; .parquet: the schema's metadata).
-    """
+    """Turn the finished partial .npy into the output, compacted to `output_type` with `meta`, in slices."""
     if output_type != "float32":
         partial = _compacted(partial, output_type, ranges, slice_rows)
     suffix = output.suffix.lower()

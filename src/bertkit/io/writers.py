@@ -1,7 +1,6 @@
-"""Writers for vectors (.npy, .npz, .parquet) that replace the target atomically: complete or absent, never half.
+"""Writers that replace their target atomically, with the modes of the caller's umask (a replaced file keeps its own).
 
-Every file and folder bertkit writes gets the mode that `open()` / `mkdir()` would give under the caller's umask (a
-replaced file keeps its mode), and `--overwrite` only ever replaces a folder that bertkit wrote, or an empty one.
+`--overwrite` only ever replaces a folder that bertkit wrote, or an empty one.
 """
 
 from __future__ import annotations
@@ -21,9 +20,7 @@ import numpy as np
 from ..errors import InputError, add_note
 
 VECTOR_FORMATS = (".npy", ".npz", ".parquet")
-# What a folder written by bertkit holds: a run record, an unfinished fine-tuning run's record (and the checkpoints of
-# bertkit 0.2's own loop), or a `bertkit quantize` calibration.
-# Only such a folder, or an empty one, may be replaced.
+# A run record, an unfinished fine-tuning run's record or checkpoint, or a `bertkit quantize` calibration.
 BERTKIT_MARKERS = (
     "bertkit.json",
     "bertkit-run.json",
@@ -115,10 +112,6 @@ def _temporary_prefix(target: Path) -> str:
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]+)\.[A-Za-z0-9_]+\.tmp")
 
 
-def _is_bertkit_temporary(path: Path) -> bool:
-    return _TEMPORARY.fullmatch(path.name) is not None
-
-
 def _process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -133,10 +126,7 @@ _SWEPT: set[Path] = set()  # targets already swept by this process (a progress r
 
 
 def sweep_stale_temporaries(target: Path) -> None:
-    """Remove the temporaries that a killed bertkit process left beside `target` (its PID is in their name).
-
-    Once a process per target, so a folder of many files is not listed again for every chunk.
-    """
+    """Remove, once per process, the temporaries that a killed bertkit process left beside `target` (PID in name)."""
     if target in _SWEPT:
         return
     _SWEPT.add(target)
@@ -167,7 +157,7 @@ def _check_replaceable(path: Path) -> None:
         raise InputError(
             f"{path} is a file, not a folder bertkit wrote; choose another -o directory (nothing was touched)."
         )
-    if any(not _is_bertkit_temporary(entry) for entry in path.iterdir()) and not written_by_bertkit(path):
+    if any(not _TEMPORARY.fullmatch(entry.name) for entry in path.iterdir()) and not written_by_bertkit(path):
         raise InputError(
             f"{path} is not a folder bertkit wrote (no bertkit.json or checkpoint in it), so --overwrite "
             "will not replace it and nothing in it was touched; choose another -o directory."
@@ -256,20 +246,20 @@ def written_by_bertkit_file(path: str | Path) -> bool:
             import pyarrow.parquet as pq
 
             return GENERATOR.encode() in (pq.read_schema(path).metadata or {})
-        if suffix == ".png":  # bertkit's figures carry a tEXt chunk "Software" = "bertkit"
+        if suffix in _HEAD_MARKS:  # a figure's PNG tEXt chunk "Software" = "bertkit", a page's <meta> generator
             with path.open("rb") as handle:
-                return b"Software\x00" + GENERATOR.encode() in handle.read(4096)
+                return _HEAD_MARKS[suffix] in handle.read(4096)
         if suffix == ".json":
             with path.open("rb") as handle:
                 record = json.loads(handle.read(1 << 20))
                 return isinstance(record, dict) and GENERATOR in record
-        if suffix in (".html", ".htm"):
-            with path.open("rb") as handle:
-                return f'<meta name="generator" content="{GENERATOR}'.encode() in handle.read(4096)
         with path.open("rb") as handle:  # a table bertkit wrote starts with one of its own header rows
             return handle.readline(4096).rstrip(b"\r\n").decode() in TABLE_HEADERS
     return False
 
+
+_HTML_MARK = f'<meta name="generator" content="{GENERATOR}'.encode()
+_HEAD_MARKS = {".png": b"Software\x00" + GENERATOR.encode(), ".html": _HTML_MARK, ".htm": _HTML_MARK}
 
 # The header rows of the TSVs bertkit writes (predict, rerank): a file that starts with one of them is bertkit's.
 TABLE_HEADERS = {
@@ -340,11 +330,7 @@ def write_token_vectors(
     meta: dict | None = None,
     overwrite: bool = False,
 ) -> Path:
-    """Write the token vectors of many texts in one .npz.
-
-    It holds `vectors` stacked, `offsets` (n + 1) where each text starts, `tokens`, `ids`, and `meta` (how they were
-    made, JSON).
-    """
+    """Write the token vectors of many texts in one .npz: `vectors` stacked, `offsets`, `tokens`, `ids`, `meta`."""
     path = Path(path)
     if path.suffix.lower() != ".npz":
         raise InputError(f"output {path}: token vectors (pooling='none') are written as .npz.")
@@ -359,10 +345,7 @@ def write_token_vectors(
 
 
 def package_version(package: str = "bertkit") -> str:
-    """Return the installed version of `package` (bertkit by default), recorded in what bertkit writes.
-
-    "unknown" when it is not installed as a package.
-    """
+    """Return the installed version of `package` (bertkit by default), or "unknown" when it is not installed."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:

@@ -218,10 +218,7 @@ def embed_dataset(
 
 
 def driver_precision(precision: str, gpus_per_actor: float | None) -> str:
-    """Return the precision the driver checks options with.
-
-    GPU actors' fp16/bf16 would be refused on the driver's CPU, and the options they check do not depend on it.
-    """
+    """Return the precision the driver checks options with: fp32 for GPU actors (fp16/bf16 fail on a CPU)."""
     import torch
 
     from ..encoder.precision import check_precision

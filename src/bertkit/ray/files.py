@@ -338,10 +338,7 @@ def _stream_files(
     precision: str,
     batch_size: int | None,
 ) -> None:
-    """Stream the files: read → embed (actor pool) → write parts.
-
-    The driver closes each file as soon as its rows are all written.
-    """
+    """Stream the files (read → embed → write parts), closing each as soon as its rows are all written."""
     plan = job.summary.resources
     for path in work.values():
         job.pending[path]["device"] = plan.device
