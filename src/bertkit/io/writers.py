@@ -205,9 +205,7 @@ GENERATOR = "bertkit"  # what bertkit's files say made them: .npz `meta`, .parqu
 
 
 def check_output_file(path: str | Path, overwrite: bool = False) -> Path:
-    """Check an output file: it may replace only a file bertkit wrote, or any file with `overwrite`.
-
-    bertkit must recognise the file as its own; anything else is refused, and nothing is touched.
+    """Check an output file: it may replace only a file bertkit recognises as its own, or any file with `overwrite`.
 
     Parameters
     ----------
@@ -233,8 +231,7 @@ def check_output_file(path: str | Path, overwrite: bool = False) -> Path:
 def written_by_bertkit_file(path: str | Path) -> bool:
     """Tell whether bertkit wrote `path`: a vectors file, an explainer page or a predictions/ranking TSV.
 
-    A vectors file is .npz with bertkit's `meta` or .parquet with bertkit's metadata; a plain .npy carries no mark and
-    is never taken for one.
+    A plain .npy carries no mark and is never taken for bertkit's.
     """
     path = Path(path)
     suffix = path.suffix.lower()

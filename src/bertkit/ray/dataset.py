@@ -170,10 +170,9 @@ def embed_dataset(
 ) -> ray.data.Dataset:
     """Add a `vector` column (FixedSizeList<float32>) to the dataset: the same numbers as `Encoder.embed`.
 
-    Options are resolved here, on the driver, against the model (nothing runs), so a bad layer, pooling or column
-    fails before any actor starts. Every node must reach `model` at the same path (the packaged default always
-    does). `gpus_per_actor` puts each actor on that many GPUs (Ray's `num_gpus`; 0.5 lets two share one); without
-    it the actors run on CPUs. `options` (and keyword options: layers, pooling, ...) are `EmbedOptions`.
+    Options (`EmbedOptions`, or keywords: layers, pooling, ...) are checked on the driver before any actor starts.
+    Every node must reach `model` at the same path. `gpus_per_actor` puts each actor on that many GPUs (Ray's
+    `num_gpus`; 0.5 lets two share one); without it the actors run on CPUs.
     """
     schema = ds.schema(fetch_if_missing=False)  # known without running anything, or not checked here
     names = schema.names if schema is not None else [column]

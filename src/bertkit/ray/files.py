@@ -13,7 +13,7 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from ..encoder.encode import Encoder
 from ..encoder.options import EmbedOptions, options_from
 from ..errors import BertkitError, InputError, no_such_path
 from ..io.readers import file_sha256
-from ..io.writers import atomic_path
+from ..io.writers import VECTOR_FORMATS, atomic_path
 from .dataset import (
     DEFAULT_ROWS_PER_CALL,
     Resources,
@@ -47,7 +47,6 @@ except ImportError:
     maybe_enable_token_auth_if_token_available = None
 
 MANIFEST = "manifest.json"
-FILE_OUTPUTS = (".npy", ".npz", ".parquet")  # what `-o` names for the local engine; Ray writes a folder
 
 
 @dataclass
@@ -114,7 +113,7 @@ def check_output(output: Path) -> None:
     """Refuse an `-o` that names a file: the Ray engine writes a folder of per-file Parquet folders."""
     if output.exists() and not output.is_dir():
         raise InputError(f"-o {output} is a file; the Ray engine writes a directory (one folder per input file).")
-    if output.suffix.lower() in FILE_OUTPUTS and not output.is_dir():
+    if output.suffix.lower() in VECTOR_FORMATS and not output.is_dir():
         raise InputError(
             f"-o {output}: the Ray engine writes a folder (one Parquet folder per input file), not a "
             f"{output.suffix} file; give a folder name such as {output.with_suffix('')}/, or use "
@@ -127,10 +126,9 @@ def _write_parts(batch: pa.Table, staging: dict) -> pa.Table:
     paths, counts = [], []
     for path in batch.column("path").unique().to_pylist():
         part = batch.filter(pc.equal(batch.column("path"), path))
-        ids = part.column("id")
         target = Path(staging[path]) / f"part-{part.column('row')[0].as_py():012d}.parquet"
         with atomic_path(target) as temporary:
-            pq.write_table(pa.table({"id": ids, "vector": part.column("vector")}), temporary)
+            pq.write_table(pa.table({"id": part.column("id"), "vector": part.column("vector")}), temporary)
         paths.append(path)
         counts.append(part.num_rows)
     return pa.table({"path": pa.array(paths, pa.string()), "rows": pa.array(counts, pa.int64())})
@@ -225,13 +223,10 @@ def embed_files(
 ) -> RunSummary:
     """Embed every row of every input into `<output_dir>/<file stem>/part-*.parquet` (id, vector), resumably.
 
-    Inputs are files, folders (their .parquet/.jsonl/.csv/.tsv/.txt files) or glob patterns. Rows, row numbers
-    and ids are those of `bertkit embed` on one machine: `column` (default: "text" for JSONL and Parquet, the
-    first column of TSV/CSV, the line of a text file), `header` and `id_column` mean what they mean there, and
-    ids of an id column are written as strings. One Ray Data pipeline (one actor pool) covers all pending files;
-    each file's folder is moved into place and recorded in the manifest as soon as all its rows are written, so
-    a killed run loses only unfinished files. `gpus_per_actor` runs the actors on GPUs (see `embed_dataset`);
-    `options` (and keyword options: layers, pooling, prompt, ...) are `EmbedOptions`.
+    Inputs are files, folders (their .parquet/.jsonl/.csv/.tsv/.txt files) or glob patterns. `column`, `header`
+    and `id_column` mean what they mean to `bertkit embed` (ids of an id column are written as strings). Each file is
+    recorded in the manifest as soon as all its rows are written, so a killed run loses only unfinished files.
+    `gpus_per_actor` runs the actors on GPUs (see `embed_dataset`); `options` (or keywords) are `EmbedOptions`.
     """
     started = time.perf_counter()
     paths = expand_inputs(inputs)
@@ -242,16 +237,16 @@ def embed_files(
             f"--id-column {id_column!r} is the text column; name another column, or leave it out for row numbers."
         )
     requested = options_from(options, kwargs)
+    reading = {"column": column, "id_column": id_column, "header": header}
     for path in paths:  # refuses a missing text or id column of any file, before any work
-        has_rows(path, column, id_column, header)
+        has_rows(path, **reading)
     encoder = Encoder.from_pretrained(model, precision=driver_precision(precision, gpus_per_actor), device="cpu")
     resolved = check_options(encoder, requested)
-    reading = {"column": column, "id_column": id_column, "header": header}
     recorded = {"fingerprint": encoder.fingerprint, **encoder.precision_record(), **reading, **resolved.record()}
     recorded["precision"] = precision
     job = _Job(output, _load_manifest(output, recorded, overwrite), RunSummary(output))
     for path in paths:
-        _plan_file(job, path, lambda p: count_rows(p, column, id_column, header))
+        _plan_file(job, path, reading)
     output.mkdir(parents=True, exist_ok=True)
     _save_manifest(output, job.manifest)
     _write_empty(job, encoder.output_dim(resolved), id_column)
@@ -269,7 +264,7 @@ def embed_files(
     return job.summary
 
 
-def _plan_file(job: _Job, path: Path, count: Callable[[Path], int]) -> None:
+def _plan_file(job: _Job, path: Path, reading: dict) -> None:
     """Skip a file the manifest records as complete and unchanged; otherwise queue it with its row count."""
     entry, digest = job.manifest["files"].get(path.stem), file_sha256(path)
     if entry is not None and entry["sha256"] != digest:
@@ -280,7 +275,12 @@ def _plan_file(job: _Job, path: Path, count: Callable[[Path], int]) -> None:
     if entry is not None and _is_complete(job.output, entry):
         job.summary.skipped.append(path.stem)
     else:
-        job.pending[path] = {"input": str(path.resolve()), "sha256": digest, "rows": count(path), "output": path.stem}
+        job.pending[path] = {
+            "input": str(path.resolve()),
+            "sha256": digest,
+            "rows": count_rows(path, **reading),
+            "output": path.stem,
+        }
 
 
 def _write_empty(job: _Job, dim: int, id_column: str | int | None) -> None:
