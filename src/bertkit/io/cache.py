@@ -71,11 +71,12 @@ class MemoryStore:
 
     def put(self, config: str, key: bytes, vector: np.ndarray) -> None:
         """Store a private float32 copy of `vector`; one larger than `max_bytes` is not stored."""
-        owned = vector if _owned(vector) else np.array(vector, dtype=np.float32, order="C")
-        if entry_bytes(owned) > self.max_bytes:
+        if not (vector.dtype == np.float32 and vector.flags.c_contiguous and vector.flags.owndata):
+            vector = np.array(vector, dtype=np.float32, order="C")  # a private copy: a view would pin its base
+        if entry_bytes(vector) > self.max_bytes:
             return
         with self._lock:
-            self._lru[(config, key)] = owned
+            self._lru[(config, key)] = vector
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -84,11 +85,6 @@ class MemoryStore:
         """Forget every entry."""
         with self._lock:
             self._lru.clear()
-
-
-def _owned(vector: np.ndarray) -> bool:
-    """Tell whether `vector` is a float32 array that owns its memory (a view would pin its base)."""
-    return vector.dtype == np.float32 and vector.flags.c_contiguous and vector.flags.owndata
 
 
 MEMORY = MemoryStore(int(float(os.environ.get("BERTKIT_MEMORY_CACHE_MB", DEFAULT_MEMORY_MB)) * 2**20))
@@ -395,13 +391,12 @@ class EmbeddingCache:
         """(vectors found in memory or on disk, {key: text} of the rest), each distinct key once."""
         found: dict[bytes, np.ndarray] = {}
         missing: dict[bytes, str] = {}
-        for key, text in zip(keys, texts):
-            if key not in found and key not in missing:
-                vector = MEMORY.get(self.key, key)
-                if vector is None:
-                    missing[key] = text
-                else:
-                    found[key] = vector
+        for key, text in dict(zip(keys, texts)).items():
+            vector = MEMORY.get(self.key, key)
+            if vector is None:
+                missing[key] = text
+            else:
+                found[key] = vector
         if self.disk is not None:
             self.disk.touch(self.key, list(found))
             for key, vector in self.disk.get_many(self.key, list(missing)).items():

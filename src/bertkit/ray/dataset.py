@@ -104,15 +104,8 @@ def planned_resources(
     alive = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
     cpus = [r.get("CPU", 0.0) for r in alive if r.get("CPU", 0.0) > 0]
     gpus = float(sum(r.get("GPU", 0.0) for r in alive))
-    return plan_resources(
-        float(sum(cpus)),
-        float(max(cpus, default=0.0)),
-        len(cpus),
-        actors,
-        cpus_per_actor,
-        cluster_gpus=gpus,
-        gpus_per_actor=gpus_per_actor,
-    )
+    cluster = (float(sum(cpus)), float(max(cpus, default=0.0)), len(cpus))
+    return plan_resources(*cluster, actors, cpus_per_actor, cluster_gpus=gpus, gpus_per_actor=gpus_per_actor)
 
 
 class _Embedder:
