@@ -223,13 +223,11 @@ _CR_STAND_IN = "\ufdd0"
 
 
 def _protect_bare_cr(text: str) -> str:
-    if "\r" not in text or _CR_STAND_IN in text:
-        return text
-    return _BARE_CR.sub(_CR_STAND_IN, text)
+    return _BARE_CR.sub(_CR_STAND_IN, text) if "\r" in text and _CR_STAND_IN not in text else text
 
 
 def _restore_bare_cr(field: str) -> str:
-    return field.replace(_CR_STAND_IN, "\r") if _CR_STAND_IN in field else field
+    return field.replace(_CR_STAND_IN, "\r")
 
 
 def jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
@@ -247,15 +245,13 @@ def _jsonl_rows(path: Path, fields: list[str | int]) -> Iterator[Row]:
     for number, record in jsonl_records(path):
         if not isinstance(record, dict):
             raise InputError(f"{path}, line {number}: each line must be a JSON object, got {type(record).__name__}.")
-        values = []
-        for field in fields:
-            key = str(field)
+        keys = [str(field) for field in fields]
+        for key in keys:
             if key not in record:
                 raise InputError(
                     f"{path}, line {number}: no field {quoted(key)}; the fields are {brief(sorted(record))}."
                 )
-            values.append(record[key])
-        yield Row(number, tuple(values))
+        yield Row(number, tuple(record[key] for key in keys))
 
 
 TEXT_COLUMN_NAMES = (
