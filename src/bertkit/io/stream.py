@@ -53,12 +53,8 @@ class StreamResult:
 
 def _job_key(path: Path, options: dict) -> str:
     stat = path.stat()
-    payload = json.dumps(
-        {"input": str(path.resolve()), "size": stat.st_size, "mtime": stat.st_mtime_ns, **options},
-        sort_keys=True,
-        default=str,
-    )
-    return hashlib.sha256(payload.encode()).hexdigest()
+    job = {"input": str(path.resolve()), "size": stat.st_size, "mtime": stat.st_mtime_ns, **options}
+    return hashlib.sha256(json.dumps(job, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def embed_file(
