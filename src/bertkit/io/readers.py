@@ -414,10 +414,11 @@ def read_text_pairs(
     if kind == "text":
         raise InputError(f"{path}: text pairs come from TSV, CSV or JSONL (two text columns), not plain text.")
     columns = [_column(text_column, kind, "text", 0), _column(pair_column, kind, "text_pair", 1)]
-    rows = list(iter_rows(path, columns, header=header, fmt=kind))
-    for row in rows:
+    rows = []
+    for row in iter_rows(path, columns, header=header, fmt=kind):
         for value, what in zip(row.values, ("text", "pair text")):
             _check_string(path, row.line, value, what, repr)
+        rows.append(row)
     return [row.values[0] for row in rows], [row.values[1] for row in rows], [row.line for row in rows]
 
 
