@@ -1,8 +1,6 @@
 """Layer probe: "which layer's vectors?" answered on the user's model and data, from one forward pass per batch.
 
-Every hidden state (h0 = embeddings … hL = last) is taken from a single `all:concat` embedding of the data; each
-feature choice (a single layer, sum / concat of the last four, mean of all, a learned scalar mix) is then a cheap
-slice of those cached vectors, scored with a linear classifier on the dev set.
+Every hidden state is embedded once; each layer choice is a cheap slice of those vectors, scored on dev.
 """
 
 from __future__ import annotations
@@ -70,10 +68,8 @@ def select(blocks: np.ndarray, choice: LayerChoice) -> np.ndarray:
     chosen = blocks[:, list(choice.layers)]
     if choice.combine == "single":
         return chosen[:, 0]
-    if choice.combine == "sum":
-        return chosen.sum(axis=1)
-    if choice.combine == "mean":
-        return chosen.mean(axis=1)
+    if choice.combine in ("sum", "mean"):
+        return getattr(chosen, choice.combine)(axis=1)
     if choice.combine == "concat":
         return chosen.reshape(len(blocks), -1)
     raise InputError(f"layer choice {choice.name!r} is fitted, not selected")
@@ -95,10 +91,7 @@ class ProbeRow:
 
 @dataclass(repr=False)
 class ProbeResult:
-    """Every layer choice × pooling scored by a linear probe on dev.
-
-    `rows`, `table()` for printing, the chart of scores by layer choice in Jupyter.
-    """
+    """Every layer choice × pooling scored by a linear probe on dev: `rows`, `table()`, a chart in Jupyter."""
 
     task: str
     metric: str
@@ -117,12 +110,8 @@ class ProbeResult:
         from ..display import html_table
         from .report import probe_files
 
-        picture = probe_files(self).get("probe.png")
-        image = (
-            f"<img src='data:image/png;base64,{base64.b64encode(picture).decode()}'/>"
-            if isinstance(picture, bytes)
-            else ""
-        )
+        picture = probe_files(self)["probe.png"]
+        image = f"<img src='data:image/png;base64,{base64.b64encode(picture).decode()}'/>"
         rows = self.table()
         return f"<div>{html_table(rows, list(rows[0]) if rows else [], repr(self))}{image}</div>"
 
@@ -142,7 +131,6 @@ class ProbeResult:
         ]
 
 
-# ---- text -----------------------------------------------------------------------------------------------------------
 def probe_text(
     train: str | Path,
     dev: str | Path,
@@ -161,8 +149,8 @@ def probe_text(
 ) -> ProbeResult:
     """Sentence classification probe: LogisticRegression (C by CV) per pooling × layer choice; accuracy, macro-F1.
 
-    Every text passes through the model once; each hidden state and the usual combinations (last, second-to-last,
-    sum and concatenation of the last four, mean of all, a learned scalar mix) are pooled each way and scored on dev.
+    Each hidden state and the usual combinations (sum and concatenation of the last four, mean of all, a learned
+    scalar mix) are pooled each way and scored on dev; every text passes through the model once.
 
     Parameters
     ----------
@@ -203,20 +191,15 @@ def probe_text(
     # Always the same three poolings (the pooler is computed from the last [CLS]): one cache entry serves every probe.
     token_poolings = ["cls", "mean", "max"]
     vectorizer = BertVectorizer(
-        model=model,
-        layers="all:concat",
-        pooling="+".join(token_poolings),
-        cache=cache,
-        progress=False,
-        device=device,
+        model=model, layers="all:concat", pooling="+".join(token_poolings), cache=cache, progress=False, device=device
     ).fit([])
     encoder = vectorizer.encoder_
     if "pooler" in poolings and not encoder.has_pooler:
         logger.info("%s has no pooler: the pooler rows are left out.", type(encoder.model).__name__)
         poolings = tuple(p for p in poolings if p != "pooler")
     started = time.perf_counter()
-    train_blocks = _text_blocks(vectorizer, texts, token_poolings, encoder)
-    dev_blocks = _text_blocks(vectorizer, dev_data.texts, token_poolings, encoder)
+    shape = (-1, len(token_poolings), encoder.num_layers + 1, encoder.hidden_size)
+    train_blocks, dev_blocks = (vectorizer.transform(t).reshape(shape) for t in (texts, dev_data.texts))
     embed_seconds = time.perf_counter() - started
     stats = vectorizer.cache_.stats if vectorizer.cache_ is not None else None
     said = (
@@ -227,42 +210,26 @@ def probe_text(
     rows = []
     for pooling in poolings:
         if pooling == "pooler":
-            pooled = _pooler(encoder, train_blocks["cls"][:, -1]), _pooler(encoder, dev_blocks["cls"][:, -1])
-            rows.append(
-                _fit_text(
-                    pooling, f"pooler(h{encoder.num_layers} [CLS])", pooled[0], pooled[1], labels, dev_labels, seed, cv
-                )
-            )
+            name = f"pooler(h{encoder.num_layers} [CLS])"
+            pooled = [_pooler(encoder, blocks[:, 0, -1]) for blocks in (train_blocks, dev_blocks)]
+            rows.append(_fit_text(pooling, name, *pooled, labels, dev_labels, seed, cv))
             logger.info(_row_line(rows[-1], "accuracy"))
             continue
+        k = token_poolings.index(pooling)
+        blocks, dev_pooled = train_blocks[:, k], dev_blocks[:, k]
         mean_all_C = 1.0
         for choice in layer_choices(encoder.num_layers):
             if choice.combine == "mix":
-                rows.append(
-                    _fit_text_mix(
-                        pooling,
-                        choice,
-                        train_blocks[pooling],
-                        dev_blocks[pooling],
-                        labels,
-                        dev_labels,
-                        mean_all_C,
-                        seed,
-                    )
-                )
+                started = time.perf_counter()
+                classes, codes = np.unique(np.array(labels), return_inverse=True)
+                predicted, weights = _fit_mix(blocks, dev_pooled, codes, mean_all_C, seed)
+                seconds = time.perf_counter() - started
+                found = classes[predicted]
+                rows.append(_text_row(pooling, choice.name, blocks.shape[2], found, dev_labels, seconds, mean_all_C))
+                rows[-1].layer_weights = weights
             else:
-                rows.append(
-                    _fit_text(
-                        pooling,
-                        choice.name,
-                        select(train_blocks[pooling], choice),
-                        select(dev_blocks[pooling], choice),
-                        labels,
-                        dev_labels,
-                        seed,
-                        cv,
-                    )
-                )
+                features, dev_features = select(blocks, choice), select(dev_pooled, choice)
+                rows.append(_fit_text(pooling, choice.name, features, dev_features, labels, dev_labels, seed, cv))
                 if choice.combine == "mean":
                     mean_all_C = rows[-1].C or mean_all_C
             logger.info(_row_line(rows[-1], "accuracy"))
@@ -273,16 +240,6 @@ def probe_text(
         note="max pooling: layers are combined after pooling each layer (sum/mean/concat of per-layer maxima)",
     )
     return ProbeResult("text", "accuracy", "macro_f1", rows, facts)
-
-
-def _text_blocks(
-    vectorizer: BertVectorizer, texts: list[str], token_poolings: Sequence[str], encoder: Encoder
-) -> dict[str, np.ndarray]:
-    """{pooling: (n, layers, hidden)} from the one all-layer, all-pooling embedding."""
-    vectors = vectorizer.transform(texts)
-    shape = (len(texts), len(token_poolings), encoder.num_layers + 1, encoder.hidden_size)
-    blocks = vectors.reshape(shape)
-    return {pooling: blocks[:, k] for k, pooling in enumerate(token_poolings)}
 
 
 def _pooler(encoder: Encoder, cls_last: np.ndarray) -> np.ndarray:
@@ -308,54 +265,28 @@ def _fit_text(
         head = feature_head(n_folds=max(2, min(cv, rarest)), random_state=seed).fit(features, labels)
         seconds = time.perf_counter() - started
         predicted = head.predict(dev_features)
-    return ProbeRow(
-        pooling,
-        name,
-        features.shape[1],
-        float(np.mean(predicted == np.array(dev_labels))),
-        float(f1_score(dev_labels, predicted, average="macro")),
-        seconds,
-        chosen_C(head)[0],
-    )
+    return _text_row(pooling, name, features.shape[1], predicted, dev_labels, seconds, chosen_C(head)[0])
 
 
-def _fit_text_mix(
-    pooling: str,
-    choice: LayerChoice,
-    blocks: np.ndarray,
-    dev_blocks: np.ndarray,
-    labels: list[str],
-    dev_labels: list[str],
-    C: float,
-    seed: int,
+def _text_row(
+    pooling: str, name: str, dim: int, predicted: np.ndarray, dev_labels: list[str], seconds: float, C: float | None
 ) -> ProbeRow:
-
-    classes, codes = np.unique(np.array(labels), return_inverse=True)
-    started = time.perf_counter()
-    scaled, dev_scaled = _scale_layers(blocks, dev_blocks)
-    mix = ScalarMixClassifier(C=C, random_state=seed).fit(scaled, codes)
-    predicted = classes[mix.predict(dev_scaled)]
-    return ProbeRow(
-        pooling,
-        choice.name,
-        blocks.shape[2],
-        float(np.mean(predicted == np.array(dev_labels))),
-        float(f1_score(dev_labels, predicted, average="macro")),
-        time.perf_counter() - started,
-        C,
-        [round(float(w), 4) for w in mix.layer_weights_],
-    )
+    accuracy = float(np.mean(predicted == np.array(dev_labels)))
+    return ProbeRow(pooling, name, dim, accuracy, float(f1_score(dev_labels, predicted, average="macro")), seconds, C)
 
 
-def _scale_layers(blocks: np.ndarray, dev_blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Standardise each layer on the training rows (as the per-choice probes do), so the mix weights compare layers."""
+def _fit_mix(
+    blocks: np.ndarray, dev_blocks: np.ndarray, codes: np.ndarray, C: float, seed: int
+) -> tuple[np.ndarray, list[float]]:
+    """Fit a scalar mix on each layer standardised on the training rows; its dev predictions and layer weights."""
     mean = blocks.mean(axis=0, keepdims=True)
     scale = blocks.std(axis=0, keepdims=True)
     scale[scale == 0] = 1.0
-    return ((blocks - mean) / scale).astype(np.float32), ((dev_blocks - mean) / scale).astype(np.float32)
+    scaled, dev_scaled = (((b - mean) / scale).astype(np.float32) for b in (blocks, dev_blocks))
+    mix = ScalarMixClassifier(C=C, random_state=seed).fit(scaled, codes)
+    return mix.predict(dev_scaled), [round(float(w), 4) for w in mix.layer_weights_]
 
 
-# ---- tokens ---------------------------------------------------------------------------------------------------------
 def probe_token(
     train: str | Path,
     dev: str | Path,
@@ -408,9 +339,8 @@ def probe_token(
         "max_length": encoder.max_length,
         "precision": encoder.precision,
     }
-    store = (
-        EmbeddingCache(options, directory=None if cache in (None, "memory") else cache) if cache is not None else None
-    )
+    directory = None if cache in (None, "memory") else cache
+    store = EmbeddingCache(options, directory=directory) if cache is not None else None
     started = time.perf_counter()
     train_blocks, dev_blocks = (
         _word_blocks(encoder, sentences, subtoken_pooling, store) for sentences in (words, dev_data.words)
@@ -428,13 +358,8 @@ def probe_token(
     for choice in layer_choices(encoder.num_layers):
         started = time.perf_counter()
         if choice.combine == "mix":
-            scaled, dev_scaled = _scale_layers(train_blocks, dev_blocks)
-            mix = ScalarMixClassifier(C=C, random_state=seed).fit(scaled, codes)
-            predicted, weights, dim = (
-                mix.predict(dev_scaled),
-                [round(float(w), 4) for w in mix.layer_weights_],
-                train_blocks.shape[2],
-            )
+            predicted, weights = _fit_mix(train_blocks, dev_blocks, codes, C, seed)
+            dim = train_blocks.shape[2]
         else:
             features, dev_features = select(train_blocks, choice), select(dev_blocks, choice)
             with threadpool_limits(1):
@@ -442,19 +367,11 @@ def probe_token(
                 classifier = LogisticRegression(C=C, max_iter=1000).fit(scaler.transform(features), codes)
                 predicted = classifier.predict(scaler.transform(dev_features))
             weights, dim = None, features.shape[1]
-        scores = _entity_scores(dev_data.tags, [names[i] for i in predicted])
-        rows.append(
-            ProbeRow(
-                "word:" + subtoken_pooling,
-                choice.name,
-                dim,
-                scores["f1"],
-                scores["token_accuracy"],
-                time.perf_counter() - started,
-                C,
-                weights,
-            )
-        )
+        flat = iter(predicted)
+        scores = entity_scores(dev_data.tags, [[names[next(flat)] for _ in sentence] for sentence in dev_data.tags])
+        seconds = time.perf_counter() - started
+        pooling = "word:" + subtoken_pooling
+        rows.append(ProbeRow(pooling, choice.name, dim, scores["f1"], scores["token_accuracy"], seconds, C, weights))
         logger.info(_row_line(rows[-1], "entity F1"))
     facts = _facts(encoder, train, dev, len(words), len(dev_data.words), limit, seed, embed_seconds)
     facts.update(
@@ -473,12 +390,9 @@ def _word_blocks(
     """(total words, layers, hidden): every word's vector in every hidden state, from one pass (cached per sentence)."""
 
     def compute(keys: list[str]) -> list[np.ndarray]:
+        words = [key.split("\x1f") for key in keys]
         return encoder.embed_words(
-            [key.split("\x1f") for key in keys],
-            layers="all:concat",
-            subtoken_pooling=subtoken_pooling,
-            long_text="window",
-            progress=False,
+            words, layers="all:concat", subtoken_pooling=subtoken_pooling, long_text="window", progress=False
         )
 
     keys = ["\x1f".join(s) for s in sentences]
@@ -487,15 +401,6 @@ def _word_blocks(
     return flat.reshape(len(flat), encoder.num_layers + 1, -1)
 
 
-def _entity_scores(gold: list[list[str]], flat_predictions: list[str]) -> dict:
-    predicted, start = [], 0
-    for sentence in gold:
-        predicted.append(flat_predictions[start : start + len(sentence)])
-        start += len(sentence)
-    return entity_scores(gold, predicted)
-
-
-# ---- shared ---------------------------------------------------------------------------------------------------------
 def _check_poolings(poolings: Sequence[str]) -> tuple[str, ...]:
     poolings = tuple(p.strip().lower() for p in poolings if p.strip())
     bad = [p for p in poolings if p not in TEXT_POOLINGS]
