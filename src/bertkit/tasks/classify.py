@@ -1,7 +1,4 @@
-"""Feature-based text classification: a scikit-learn `Pipeline` (BertVectorizer → StandardScaler → any classifier).
-
-It is saved without pickle (skops, with an explicit list of trusted types).
-"""
+"""Feature-based text classification: BertVectorizer → StandardScaler → any classifier, saved by skops (no pickle)."""
 
 from __future__ import annotations
 
@@ -60,20 +57,7 @@ TRUSTED_TYPES = (
 
 
 def default_classifier(n_folds: int = 5, random_state: int | None = 0) -> LogisticRegressionCV:
-    """Logistic regression with C chosen by stratified cross-validation over `C_GRID` (accuracy).
-
-    Parameters
-    ----------
-    n_folds : int
-        Cross-validation folds.
-    random_state : int or None
-        Seeds the shuffled folds.
-
-    Returns
-    -------
-    LogisticRegressionCV
-        Unfitted.
-    """
+    """Return an unfitted logistic regression choosing C by `n_folds`-fold stratified CV over `C_GRID` (accuracy)."""
     folds = StratifiedKFold(n_folds, shuffle=True, random_state=random_state)
     model = LogisticRegressionCV(
         Cs=list(C_GRID), cv=folds, scoring="accuracy", max_iter=3000, random_state=random_state
@@ -89,26 +73,10 @@ CLASSIFIER_NAMES = ("logreg", "linear-svm", "mlp")
 def named_classifier(
     name: str, C: float | None = None, *, cv: int = 5, n_samples: int = 0, random_state: int | None = 0
 ) -> Any:
-    """Make the command line's `--classifier NAME [--C C]` a scikit-learn classifier.
+    """Make the command line's `--classifier NAME [--C C]` a scikit-learn classifier (None: `default_classifier`).
 
-    Parameters
-    ----------
-    name : str
-        'logreg' (C by cross-validation unless given), 'linear-svm' (likewise; calibrated by `feature_head`) or
-        'mlp' (one hidden layer of 256, L2 penalty 0.01 / C, early stopping from 1,000 examples).
-    C : float, optional
-        Fixes the regularisation.
-    cv : int
-        Folds for choosing C.
-    n_samples : int
-        Training examples (the MLP holds out 10% for early stopping only when there are enough).
-    random_state : int or None
-        Seeds folds and initialisation.
-
-    Returns
-    -------
-    estimator or None
-        None stands for `default_classifier` (logreg without C).
+    'logreg' and 'linear-svm' choose C by `cv`-fold cross-validation unless it is given; 'mlp' has one hidden layer
+    of 256, L2 penalty 0.01 / C, and early stopping from 1,000 examples (`n_samples`).
     """
     from sklearn.linear_model import LogisticRegression
     from sklearn.neural_network import MLPClassifier
@@ -134,24 +102,10 @@ def named_classifier(
 def feature_head(
     classifier: Any = None, *, scale: bool = True, n_folds: int = 5, random_state: int | None = 0
 ) -> Pipeline:
-    """Build what follows the vectorizer: `StandardScaler` (or passthrough) → the classifier, with probabilities.
+    """Build what follows the vectorizer: an unfitted Pipeline of `scaler` (or passthrough) and `classifier`.
 
-    Parameters
-    ----------
-    classifier : scikit-learn classifier, optional
-        Cloned; None is `default_classifier`. One without `predict_proba` (e.g. `LinearSVC`) is wrapped in
-        `CalibratedClassifierCV` (sigmoid, `n_folds` folds) so that it gives probabilities.
-    scale : bool
-        Standardise the features first.
-    n_folds : int
-        Folds for choosing C (default classifier) and for calibration.
-    random_state : int or None
-        Seeds the folds.
-
-    Returns
-    -------
-    Pipeline
-        Unfitted, steps `scaler` and `classifier`.
+    The classifier is cloned (None: `default_classifier`); one without `predict_proba` is calibrated by
+    `CalibratedClassifierCV` so that it gives probabilities.
     """
     estimator = default_classifier(n_folds, random_state) if classifier is None else clone(classifier)
     if not hasattr(estimator, "predict_proba"):
@@ -161,18 +115,7 @@ def feature_head(
 
 
 def chosen_C(head: Pipeline) -> tuple[float | None, dict[float, float], int]:
-    """(C, {C: mean cross-validated accuracy}, folds) of a fitted head that chose C by cross-validation.
-
-    Parameters
-    ----------
-    head : Pipeline
-        A fitted `feature_head`.
-
-    Returns
-    -------
-    tuple
-        (None, {}, 0) when the classifier did not choose C itself.
-    """
+    """(C, {C: mean cross-validated accuracy}, folds) of a fitted `feature_head`; (None, {}, 0) if C was given."""
     estimator = head.named_steps["classifier"]
     if isinstance(estimator, CalibratedClassifierCV):
         estimator = estimator.calibrated_classifiers_[0].estimator
@@ -192,20 +135,7 @@ def chosen_C(head: Pipeline) -> tuple[float | None, dict[float, float], int]:
 def check_training_labels(y: Sequence, classifier: Any = None, cv: int = 5) -> np.ndarray:
     """Return the labels as an array; refuse missing labels, a single class, or classes too rare for cross-validation.
 
-    Parameters
-    ----------
-    y : list
-        The training labels.
-    classifier : scikit-learn classifier, optional
-        As given to `TextClassifier`: None, a search over C and a classifier to calibrate all need two examples
-        of every class.
-    cv : int
-        The folds asked for.
-
-    Returns
-    -------
-    numpy.ndarray
-        The labels.
+    `classifier` as given to `TextClassifier`: None, a search over C and a classifier to calibrate need `cv` folds.
     """
     labels = np.asarray(check_labels(y), dtype=object)
     classes, codes = np.unique(labels, return_inverse=True)
@@ -263,7 +193,6 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         self.cv = cv
         self.random_state = random_state
 
-    # ---- fitting ------------------------------------------------------------------------------------------------
     def fit(self, X: Sequence[str], y: Sequence) -> TextClassifier:
         """Embed `X` with a clone of `vectorizer`, then fit the scaler and the classifier on the vectors.
 
@@ -288,26 +217,19 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         started = time.perf_counter()
         features = vectorizer.fit(X).transform(X)
         self.embed_seconds_ = time.perf_counter() - started
-        head = self._fit_head(features, labels)
-        self.pipeline_ = Pipeline([("vectorizer", vectorizer), *head.steps])
-        return self
-
-    def _fit_head(self, features: np.ndarray, labels: np.ndarray) -> Pipeline:
         started = time.perf_counter()
-        rarest = int(np.unique(labels, return_counts=True)[1].min())
-        head = feature_head(
-            self.classifier, scale=self.scale, n_folds=max(2, min(self.cv, rarest)), random_state=self.random_state
-        )
+        values, counts = np.unique(labels, return_counts=True)
+        folds = max(2, min(self.cv, int(counts.min())))
+        head = feature_head(self.classifier, scale=self.scale, n_folds=folds, random_state=self.random_state)
         with threadpool_limits(1):  # one BLAS thread: faster on these small problems (README, performance)
             head.fit(features, labels)
         self.fit_seconds_ = time.perf_counter() - started
-        values, counts = np.unique(labels, return_counts=True)
         self.majority_class_ = values[counts.argmax()]
         self.C_, self.cv_scores_, self.cv_folds_ = chosen_C(head)
         self.classes_ = head.classes_
-        return head
+        self.pipeline_ = Pipeline([("vectorizer", vectorizer), *head.steps])
+        return self
 
-    # ---- the fitted parts ---------------------------------------------------------------------------------------
     @property
     def vectorizer_(self) -> BertVectorizer:
         """The fitted `BertVectorizer` (the pipeline's first step)."""
@@ -320,7 +242,6 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         check_is_fitted(self, "pipeline_")
         return self.pipeline_[1:]
 
-    # ---- prediction ---------------------------------------------------------------------------------------------
     def predict_proba(self, X: str | Sequence[str]) -> np.ndarray:
         """Class probabilities in `classes_` order.
 
@@ -357,8 +278,6 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
     def evaluate(self, X: Sequence[str], y: Sequence) -> EvaluationReport:
         """Score on (X, y): accuracy, macro-F1, per-class scores, the confusion matrix and the majority-class baseline.
 
-        What `bertkit evaluate` prints, drawn as a table and a picture in Jupyter.
-
         Parameters
         ----------
         X : list of str
@@ -382,7 +301,6 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         tags.input_tags.string = True
         return tags
 
-    # ---- persistence --------------------------------------------------------------------------------------------
     def save_pretrained(
         self, directory: str | Path, *, metrics: dict | None = None, extra: dict | None = None, overwrite: bool = False
     ) -> Path:
@@ -469,14 +387,13 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         Parameters
         ----------
         directory : str or Path
-            A run saved by `save` or `bertkit train` (bertkit 0.1's format too).
+            A run saved by `save_pretrained` or `bertkit train` (bertkit 0.1's format too).
         cache : str, Path or None
             The vectorizer's embedding cache ("memory", a directory, or None).
         threads : int, optional
             Deprecated: `bertkit.set_threads`.
         precision : str, optional
-            None uses the precision the run was trained with; another one works and warns, since its vectors
-            differ slightly from those the classifier learned on.
+            Default: the run's own; another one warns (its vectors differ slightly from those trained on).
         trusted : list of str
             Types in `head.skops` to load beyond scikit-learn's own (skops' fully qualified names).
         device : str
@@ -494,10 +411,8 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             warnings.warn("threads= is deprecated: call bertkit.set_threads(n).", DeprecationWarning, stacklevel=2)
             set_threads(threads)
         vectorizer = _saved_vectorizer(directory, record, cache, precision, device)
-        if record.get("format", 1) >= 2:
-            head = _load_head(Path(directory) / HEAD_FILE, trusted)
-        else:
-            head = head_from_safetensors(directory, record)
+        legacy = record.get("format", 1) < 2
+        head = head_from_safetensors(directory, record) if legacy else _load_head(Path(directory) / HEAD_FILE, trusted)
         params = record["params"]
         estimator = cls(
             vectorizer,
