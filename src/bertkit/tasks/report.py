@@ -49,18 +49,7 @@ def classification_metrics(
 
 
 def regression_metrics(y_true: Sequence[float], y_pred: Sequence[float]) -> dict:
-    """Pearson and Spearman correlation, mean squared and absolute error (STS-style scoring).
-
-    Parameters
-    ----------
-    y_true, y_pred : list of float
-        Gold and predicted scores.
-
-    Returns
-    -------
-    dict
-        n, pearson, spearman, mse, mae (a correlation is 0 where either side is constant).
-    """
+    """n, Pearson and Spearman correlation (0 where either side is constant), mean squared and absolute error."""
     from scipy.stats import pearsonr, spearmanr
 
     true, pred = np.asarray(y_true, dtype=np.float64), np.asarray(y_pred, dtype=np.float64)
@@ -80,25 +69,9 @@ THRESHOLDS = tuple(np.round(np.arange(0.05, 0.96, 0.05), 2))
 def multi_label_metrics(
     y_true: Sequence[Sequence[str]], probabilities: np.ndarray, labels: Sequence[str], threshold: float | None = None
 ) -> dict:
-    """Score a multi-label classifier: micro- and macro-F1 and per-label P/R/F1.
+    """Score (n, labels) probabilities: micro/macro-F1, exact match and per-label P/R/F1 at `threshold`.
 
-    At `threshold`, or at the threshold (0.05 to 0.95) that gives the best micro-F1 when none is given.
-
-    Parameters
-    ----------
-    y_true : list of label lists
-        Each text's gold labels.
-    probabilities : numpy.ndarray
-        (n, labels) sigmoid probabilities.
-    labels : list of str
-        The label of each column.
-    threshold : float, optional
-        A label is predicted when its probability reaches it.
-
-    Returns
-    -------
-    dict
-        threshold, micro_f1, macro_f1, samples (exact-match) accuracy, per_label {precision, recall, f1, support}.
+    Without a threshold, the one (0.05 to 0.95) that gives the best micro-F1.
     """
     from sklearn.metrics import accuracy_score, f1_score, precision_recall_fscore_support
     from sklearn.preprocessing import MultiLabelBinarizer
@@ -148,21 +121,20 @@ def format_multi_label_metrics(metrics: dict) -> str:
 
 
 def format_metrics(metrics: dict) -> str:
-    """Plain-text summary: the headline numbers, scikit-learn's `classification_report` table, the confusion matrix.
-
-    The matrix's rows are true, its columns predicted.
-    """
+    """Plain-text summary: the headline numbers, `classification_report`'s per-class table, the confusion matrix."""
     names = metrics["labels"]
-    per_class = metrics["per_class"]
-    report = {
-        name: {"precision": v["precision"], "recall": v["recall"], "f1-score": v["f1"], "support": v["support"]}
-        for name, v in per_class.items()
-    }
+    width = max([len("class")] + [len(name) for name in metrics["per_class"]])
     lines = [
         f"accuracy {metrics['accuracy']:.4f}   macro-F1 {metrics['macro_f1']:.4f}   n={metrics['n']}   "
         f"majority-class baseline {metrics['majority_baseline_accuracy']:.4f} (always {metrics['majority_class']!r})",
         "",
-        _report_table(report),
+        f"{'class':>{width}} {'precision':>9} {'recall':>9} {'f1-score':>9} {'support':>9}",
+        "",
+        *(
+            f"{name:>{width}} {v['precision']:9.4f} {v['recall']:9.4f} {v['f1']:9.4f} {v['support']:9d}"
+            for name, v in metrics["per_class"].items()
+        ),
+        "",
         "confusion matrix (rows: true, columns: predicted)",
     ]
     cells = [[str(v) for v in row] for row in metrics["confusion_matrix"]]
@@ -173,17 +145,6 @@ def format_metrics(metrics: dict) -> str:
     return "\n".join(lines)
 
 
-def _report_table(report: dict) -> str:
-    """Write the per-class lines of scikit-learn's `classification_report` text (4 digits), from its own dict form."""
-    width = max([len("class")] + [len(name) for name in report])
-    head = f"{'class':>{width}} {'precision':>9} {'recall':>9} {'f1-score':>9} {'support':>9}"
-    rows = [
-        f"{name:>{width}} {v['precision']:9.4f} {v['recall']:9.4f} {v['f1-score']:9.4f} {v['support']:9d}"
-        for name, v in report.items()
-    ]
-    return "\n".join([head, "", *rows, ""])
-
-
 def write_report(
     directory: str | Path,
     metrics: dict,
@@ -192,18 +153,12 @@ def write_report(
     title: str = "",
     overwrite: bool = False,
 ) -> list[Path]:
-    """metrics.json, confusion.png and (given vectors) pca.png: the guide's 2-D map of sentence vectors by label.
-
-    A file of those names that bertkit did not write is refused (`check_report_directory`) unless `overwrite`.
-    """
+    """Write metrics.json, confusion.png and (given vectors) pca.png, the 2-D map of sentence vectors by label."""
     directory = check_report_directory(directory, overwrite)
     directory.mkdir(parents=True, exist_ok=True)
-    written = []
     with atomic_path(directory / "metrics.json") as temporary:
         temporary.write_text(json.dumps({GENERATOR: package_version(), **metrics}, indent=2))
-    written.append(directory / "metrics.json")
-
-    written.append(_save_figure(confusion_figure(metrics, title), directory / "confusion.png"))
+    written = [directory / "metrics.json", _save_figure(confusion_figure(metrics, title), directory / "confusion.png")]
 
     if vectors is not None and labels is not None and len(vectors) >= 2:
         points = PCA(n_components=2, random_state=0).fit_transform(vectors)
@@ -236,9 +191,7 @@ def confusion_figure(metrics: dict, title: str = "") -> Figure:
 
 
 class EvaluationReport(dict):
-    """Evaluation metrics: a plain dict (JSON-ready), printed as `bertkit evaluate` prints them.
-
-    In Jupyter, a table with the confusion matrix drawn.
+    """Evaluation metrics: a plain dict, printed as `bertkit evaluate` prints them, drawn in Jupyter.
 
     `kind` is 'classification', 'regression', 'multi_label' or 'entities' (a tagger's entity scores).
     """
@@ -304,10 +257,13 @@ def probe_files(result: Any, title: str = "") -> dict[str, str | bytes]:  # a Pr
     """probe.md, probe.csv, probe.json and probe.png (score by layer choice, one line per pooling) as file contents."""
     table = result.table()
     columns = list(table[0])
+    facts = result.facts
     markdown = [
         f"# Layer probe: {title}".rstrip(": "),
         "",
-        _facts_line(result.facts),
+        f"model {facts.get('model')} ({facts.get('architecture')}, {facts.get('hidden_states')} hidden states); "
+        f"train {facts.get('train')} ({facts.get('train_rows')} rows); dev {facts.get('dev')} ({facts.get('dev_rows')} "
+        f"rows); seed {facts.get('seed')}",
         "",
         "| " + " | ".join(columns) + " |",
         "|" + "|".join("---" for _ in columns) + "|",
@@ -317,28 +273,15 @@ def probe_files(result: Any, title: str = "") -> dict[str, str | bytes]:  # a Pr
     if mixes:
         markdown += ["", "Learned mix weights (h0 … hL):"]
         markdown += [f"- {r.pooling}: {', '.join(f'{w:.3f}' for w in r.layer_weights)}" for r in mixes]
-    if result.facts.get("note"):
-        markdown += ["", f"Note: {result.facts['note']}."]
+    if facts.get("note"):
+        markdown += ["", f"Note: {facts['note']}."]
     buffer = io.StringIO()
-    writer = csv.DictWriter(
-        buffer,
-        fieldnames=["pooling", "choice", "dim", "score", "secondary", "fit_seconds", "C"],
-        extrasaction="ignore",
-        lineterminator="\n",
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["pooling", "choice", "dim", "score", "secondary", "fit_seconds", "C"])
+    writer.writerows(
+        [r.pooling, r.choice, r.dim, f"{r.score:.4f}", f"{r.secondary:.4f}", f"{r.fit_seconds:.2f}", r.C]
+        for r in result.rows
     )
-    writer.writeheader()
-    for row in result.rows:
-        writer.writerow(
-            {
-                "pooling": row.pooling,
-                "choice": row.choice,
-                "dim": row.dim,
-                "score": f"{row.score:.4f}",
-                "secondary": f"{row.secondary:.4f}",
-                "fit_seconds": f"{row.fit_seconds:.2f}",
-                "C": row.C,
-            }
-        )
 
     figure, axes = _figure(10, 5)
     poolings = list(dict.fromkeys(r.pooling for r in result.rows))
@@ -365,27 +308,15 @@ def probe_files(result: Any, title: str = "") -> dict[str, str | bytes]:  # a Pr
     return {
         "probe.md": "\n".join(markdown) + "\n",
         "probe.csv": buffer.getvalue(),
-        "probe.json": json.dumps(result_record(result), indent=2),
+        "probe.json": json.dumps(
+            {
+                "task": result.task,
+                "metric": result.metric,
+                "secondary_metric": result.secondary_metric,
+                "facts": facts,
+                "rows": [asdict(r) for r in result.rows],
+            },
+            indent=2,
+        ),
         "probe.png": image.getvalue(),
-    }
-
-
-def _facts_line(facts: dict) -> str:
-    parts = [
-        f"model {facts.get('model')} ({facts.get('architecture')}, {facts.get('hidden_states')} hidden states)",
-        f"train {facts.get('train')} ({facts.get('train_rows')} rows)",
-        f"dev {facts.get('dev')} ({facts.get('dev_rows')} rows)",
-        f"seed {facts.get('seed')}",
-    ]
-    return "; ".join(parts)
-
-
-def result_record(result: Any) -> dict:  # a ProbeResult
-    """Return a probe result as plain JSON: task, metrics, facts and every row."""
-    return {
-        "task": result.task,
-        "metric": result.metric,
-        "secondary_metric": result.secondary_metric,
-        "facts": result.facts,
-        "rows": [asdict(r) for r in result.rows],
     }
