@@ -1,8 +1,6 @@
-"""`bertkit quantize`: calibrate int8 on the user's own texts and write a copy of the model that carries it.
+"""`bertkit quantize`: calibrate int8 on the user's own texts; write a copy of the model that carries the calibration.
 
-The copy is an ordinary model (or fine-tuned run) directory plus `int8_calibration.safetensors`; loading it with
-precision='int8' smooths and quantises with that calibration instead of the one made from bertkit's own sentences.
-The report measures what the user gets: the copy loaded at int8 against the original at fp32, on the same texts.
+The report compares the copy loaded at int8 with the original at fp32, on the same texts.
 """
 
 from __future__ import annotations
@@ -51,34 +49,23 @@ def quantize(model: str | None, output: str | Path, texts: Sequence[str], *, ove
             f"{model} is a feature-classifier run: it embeds with its encoder, so quantize that model "
             "(bertkit quantize MODEL --calibration FILE -o DIR) and use the run with --precision int8."
         )
-    if kind in (KIND_TEXT, KIND_TOKEN):
-        loader = FineTunedClassifier if kind == KIND_TEXT else FineTunedTagger
-        fp32 = loader.from_pretrained(model, precision="fp32")
-        calibration = calibrate(
-            fp32.model, calibration_inputs(fp32.tokenizer, texts, fp32.max_length, fp32.takes_type_ids)
-        )
-        with staged_directory(output) as stage:
-            _copy_files(Path(model), stage)
-            calibration.save(stage / CALIBRATION_FILE)
-        int8 = loader.from_pretrained(output, precision="int8")
-        fidelity = _prediction_fidelity(fp32, int8, texts[:FIDELITY_TEXTS], kind)
+    run = kind in (KIND_TEXT, KIND_TOKEN)
+    loader = FineTunedClassifier if kind == KIND_TEXT else FineTunedTagger
+    fp32 = loader.from_pretrained(model, precision="fp32") if run else Encoder.from_pretrained(model)
+    calibration = calibrate(fp32.model, calibration_inputs(fp32.tokenizer, texts, fp32.max_length, fp32.takes_type_ids))
+    with staged_directory(output) as stage:
+        if run or fp32.source.kind in ("local", "default"):
+            _copy_files(Path(model if run else fp32.source.path), stage)
+        else:
+            fp32.model.save_pretrained(stage, safe_serialization=True)
+            fp32.tokenizer.save_pretrained(stage)
+        calibration.save(stage / CALIBRATION_FILE)
+    sample = texts[:FIDELITY_TEXTS]
+    if run:
+        fidelity = _prediction_fidelity(fp32, loader.from_pretrained(output, precision="int8"), sample, kind)
     else:
-        encoder = Encoder.from_pretrained(model)
-        calibration = calibrate(
-            encoder.model, calibration_inputs(encoder.tokenizer, texts, encoder.max_length, encoder.takes_type_ids)
-        )
-        with staged_directory(output) as stage:
-            source = encoder.source
-            if source.kind in ("local", "default"):
-                _copy_files(Path(source.path), stage)
-            else:
-                encoder.model.save_pretrained(stage, safe_serialization=True)
-                encoder.tokenizer.save_pretrained(stage)
-            calibration.save(stage / CALIBRATION_FILE)
         int8 = Encoder.from_pretrained(str(output), precision="int8")
-        sample = texts[:FIDELITY_TEXTS]
-        a, b = encoder.embed(sample, warn=False), int8.embed(sample, warn=False)
-        cosine = cosines(a, b)
+        cosine = cosines(fp32.embed(sample, warn=False), int8.embed(sample, warn=False))
         fidelity = (
             f"cosine to fp32 (mean of the last layer, {len(sample)} of these texts): min {cosine.min():.5f}, "
             f"median {np.median(cosine):.5f}"
