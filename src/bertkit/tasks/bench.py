@@ -1,8 +1,6 @@
-"""Throughput benchmark: the tutorial's naive loop, sentence-transformers, and bertkit, in one run on one model.
+"""Throughput benchmark (`bertkit bench`): the tutorial's naive loop, sentence-transformers and bertkit on one model.
 
-Prints sentences/s (median and range over repeats), ratios to sentence-transformers and to the naive loop,
-the fraction of the fp32 FLOP bound (matmul peak measured in the same run), and how far each result is from
-bertkit's fp32 vectors (max abs difference, min cosine). `benchmarks/throughput.py` and `bertkit bench` run it.
+Speed, share of the measured matmul peak, and distance from bertkit's fp32 vectors.
 """
 
 from __future__ import annotations
@@ -100,10 +98,7 @@ def sentence_transformers_encoder(encoder: Encoder) -> SentenceTransformer:
     from sentence_transformers import SentenceTransformer
 
     try:
-        from sentence_transformers.sentence_transformer.modules import (
-            Pooling,
-            Transformer,
-        )
+        from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
     except ImportError:  # sentence-transformers < 6
         from sentence_transformers.models import Pooling, Transformer
 
@@ -114,13 +109,14 @@ def sentence_transformers_encoder(encoder: Encoder) -> SentenceTransformer:
         return SentenceTransformer(modules=[transformer, pooling], device=str(encoder.device))
 
 
-def _time(function: Callable[[], np.ndarray], repeats: int, row: Row) -> None:
-    """One untimed warm-up call (first-call set-up, kernel selection), then `repeats` timed ones."""
+def _time(function: Callable[[], np.ndarray], repeats: int, row: Row) -> Row:
+    """One untimed warm-up call (first-call set-up, kernel selection), then `repeats` timed ones into `row`."""
     function()
     for _ in range(repeats):
         started = time.perf_counter()
         row.vectors = np.asarray(function(), dtype=np.float32)
         row.seconds.append(time.perf_counter() - started)
+    return row
 
 
 def cosines(reference: np.ndarray, vectors: np.ndarray) -> np.ndarray:
@@ -136,10 +132,7 @@ def compare(reference: np.ndarray, vectors: np.ndarray) -> tuple[float, float]:
 
 
 def where_time_goes(encoder: Encoder, texts: Sequence[str], batch_size: int) -> dict[str, float]:
-    """Time one fp32 embed call (warmed up): tokenizing, the model's forward passes, and everything else.
-
-    The seconds are the call's own report's.
-    """
+    """Time one warmed-up fp32 embed call: tokenizing, the model's forward passes (its own report), and the rest."""
     encoder.embed(texts[:batch_size], RAW_MEAN, batch_size=batch_size, progress=False, warn=False)  # warm-up
     started = time.perf_counter()
     report = encoder.embed_with_report(texts, RAW_MEAN, batch_size=batch_size, progress=False, warn=False).report
@@ -157,25 +150,19 @@ def parse_precisions(spec: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(["fp32", *names]))
 
 
-_PRECISION_ROWS = {
-    "bf16": "bertkit bf16 autocast (batch {})",
-    "fp16": "bertkit fp16 autocast (batch {})",
-    "int8": "bertkit int8 per-token, smoothed (batch {})",
-}
-
-
 def _precision_row(encoder: Encoder, texts: list[str], precision: str, repeats: int, batch_size: int) -> Row:
     """Time one non-fp32 precision on the same texts, or say why it cannot run here."""
-    name = _PRECISION_ROWS[precision].format(batch_size)
+    way = "per-token, smoothed" if precision == "int8" else "autocast"
     if precision == "bf16" and encoder.device.type == "cpu" and not fast_bf16_cpu():
         return Row(f"bertkit {precision}", note="refused: this CPU has no native bf16 (AMX / AVX512-BF16)")
     try:
         variant = encoder.with_options(precision=precision, concurrent_batches=encoder.concurrent_batches)
     except InputError as exc:
         return Row(f"bertkit {precision}", note=f"refused: {exc}")
-    row = Row(name)
-    _time(lambda: variant.embed(texts, RAW_MEAN, batch_size=batch_size, progress=False, warn=False), repeats, row)
-    return row
+    row = Row(f"bertkit {precision} {way} (batch {batch_size})")
+    return _time(
+        lambda: variant.embed(texts, RAW_MEAN, batch_size=batch_size, progress=False, warn=False), repeats, row
+    )
 
 
 def run_benchmark(
@@ -211,22 +198,17 @@ def run_benchmark(
     rows: list[Row] = []
     if include_peers:
         naive = Row("tutorial loop (pad to longest, batch 32, dataset order)")
-        _time(lambda: naive_loop(encoder, texts), repeats, naive)
-        rows.append(naive)
+        rows.append(_time(lambda: naive_loop(encoder, texts), repeats, naive))
         try:
             peer = sentence_transformers_encoder(encoder)
             st = Row("sentence-transformers encode (batch 32, mean)")
             encode = lambda: peer.encode(texts, batch_size=32, convert_to_numpy=True, show_progress_bar=False)  # noqa: E731
-            _time(encode, repeats, st)
-            rows.append(st)
+            rows.append(_time(encode, repeats, st))
         except ImportError:
             echo("sentence-transformers is not installed: its row is skipped (pip install sentence-transformers)")
     fp32 = Row(f"bertkit fp32 (length-sorted, batch {batch_size})")
     _time(lambda: encoder.embed(texts, RAW_MEAN, batch_size=batch_size, progress=False, warn=False), repeats, fp32)
-    rows.append(fp32)
-    for precision in precisions:
-        if precision != "fp32":
-            rows.append(_precision_row(encoder, texts, precision, repeats, batch_size))
+    rows += [fp32] + [_precision_row(encoder, texts, p, repeats, batch_size) for p in precisions if p != "fp32"]
 
     _print_table(rows, len(texts), bounds, fp32.vectors, echo)
     split = where_time_goes(encoder.with_options(concurrent_batches=1), texts, batch_size)
