@@ -1,11 +1,6 @@
-"""Approximate search past one machine's exact scan: an HNSW graph (faiss) over the vectors of `bertkit embed`.
+"""Approximate search: an HNSW graph (faiss) over the vectors of `bertkit embed`, saved as one CRC-checked zip.
 
-An index is one file, written atomically: a zip (stored, CRC-checked) of the faiss index, the rows' ids and a JSON
-record, the vectors file's own (model, fingerprint, layers, pooling, prompt, dimensions, output type, int8 ranges) plus
-the index's (engine, metric, HNSW settings). float32/float16 vectors are kept as they are, int8/uint8 in faiss's 8-bit
-quantizer with the file's own buckets, binary in a Hamming graph; int8 and binary candidates are rescored with the
-float query, as exact search does. Why faiss-cpu and not usearch: docs/benchmarks.md, "Approximate search" (faster
-float builds, bertkit's int8 buckets compared with the float query, and exact search's Hamming kernel).
+Why faiss and not usearch: docs/benchmarks.md, "Approximate search".
 """
 
 from __future__ import annotations
@@ -28,8 +23,8 @@ FORMAT, FORMAT_VERSION = "bertkit-index", 1
 META_MEMBER, IDS_MEMBER, ENGINE_MEMBER = "bertkit-index.json", "ids.npy", "engine.faiss"
 INDEX_METRICS = ("cosine", "dot", "euclidean")
 HNSW_M, EF_CONSTRUCTION, EF_SEARCH = 32, 100, 64  # graph links, build and search breadth: docs/benchmarks.md
+READ_ERRORS = (zipfile.BadZipFile, KeyError, ValueError, RuntimeError, EOFError, OSError)
 INSTALL = "approximate search needs faiss: pip install 'bertkit[index]' (or pip install faiss-cpu)."
-
 
 if TYPE_CHECKING:
     from ..encoder.encode import Encoder
@@ -83,10 +78,7 @@ class VectorIndex:
         ef_construction: int = EF_CONSTRUCTION,
         ef_search: int = EF_SEARCH,
     ) -> VectorIndex:
-        """Make an empty index for vectors recorded by `meta`.
-
-        `meta` is a vectors file's record: dim, output, ranges, model...
-        """
+        """Make an empty index for the vectors a vectors file's record `meta` describes (dim, output, ranges...)."""
         faiss = require_faiss()
         if metric not in INDEX_METRICS:
             raise InputError(f"metric={metric!r}: an index compares by {', '.join(INDEX_METRICS)}.")
@@ -241,10 +233,7 @@ class VectorIndex:
         return self._bits
 
     def _stored(self, vectors: np.ndarray) -> np.ndarray:
-        """Return vectors as faiss takes them: float32 (unit for cosine), int8 buckets as midpoints, bits unsigned.
-
-        faiss's 8-bit quantizer, given the same ranges, codes the bucket midpoints back to the same buckets.
-        """
+        """Return vectors as faiss takes them: float32 (unit for cosine), int8 buckets as midpoints, bits unsigned."""
         from ..encoder.compact import dequantize, unsigned_bits
 
         if self.precision in ("binary", "ubinary"):
@@ -300,7 +289,7 @@ def load_index(path: str | Path) -> VectorIndex:
                 engine = (faiss.read_index_binary if binary else faiss.read_index)(reader)
                 del reader
                 rest = member.read()
-    except (zipfile.BadZipFile, KeyError, ValueError, RuntimeError, EOFError, OSError) as exc:
+    except READ_ERRORS as exc:
         raise _damaged(path, exc) from None
     if rest or engine.ntotal != len(ids) or engine.ntotal != meta.get("rows"):
         raise _damaged(path, f"{engine.ntotal} vectors, {len(ids)} ids, {meta.get('rows')} rows recorded")
@@ -308,10 +297,7 @@ def load_index(path: str | Path) -> VectorIndex:
 
 
 def read_index_meta(path: str | Path) -> dict | None:
-    """Read the record of the bertkit index at `path` after checking every member's CRC.
-
-    None when `path` is not one (a damaged index is an InputError).
-    """
+    """Read the record of the bertkit index at `path`, every member's CRC checked; None when it is not an index."""
     path = Path(path)
     if not zipfile.is_zipfile(path):
         return None
@@ -324,7 +310,7 @@ def read_index_meta(path: str | Path) -> dict | None:
                     while member.read(16 << 20):  # reading a member whole checks its CRC
                         pass
             meta = json.loads(archive.read(META_MEMBER))
-    except (zipfile.BadZipFile, KeyError, ValueError, RuntimeError, EOFError, OSError) as exc:
+    except READ_ERRORS as exc:
         raise _damaged(path, exc) from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise _damaged(path, "its record is not a bertkit index's")
