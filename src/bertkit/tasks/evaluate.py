@@ -21,25 +21,11 @@ def evaluate(
     source: str = "the labels",
     model: str = "this model's training",
 ) -> EvaluationReport:
-    """Score `estimator` on `inputs` against `labels` the way its problem is scored.
+    """Score a fitted or loaded run on `inputs` against `labels` the way its problem is scored.
 
-    Parameters
-    ----------
-    estimator : TextClassifier, FineTunedClassifier or FineTunedTagger
-        A fitted or loaded run.
-    inputs : list
-        Texts, (text, pair) tuples for a pair model, or word lists for a tagger.
-    labels : list
-        A label per text; a score per text (regressor); a list of labels per text (multi-label); a tag list per
-        sentence (tagger).
-    source, model : str
-        What the labels and the model are called in an error (a file name, a run directory).
-
-    Returns
-    -------
-    EvaluationReport
-        Accuracy, macro-F1, per-class scores, the confusion matrix and the majority baseline; a regressor's
-        correlations and errors; a multi-label model's F1 at its threshold; a tagger's entity P/R/F1 per type.
+    Classifiers get accuracy, macro-F1, per-class scores, the confusion matrix and the majority baseline; regressors
+    correlations and errors; multi-label models F1 at their threshold; taggers entity P/R/F1. `source` and `model`
+    name the labels and the model in an error.
     """
     if hasattr(estimator, "predict_word_tags"):
         from .tagging import entity_scores

@@ -1,7 +1,6 @@
 """Similarity and exact semantic search as sentence-transformers' `util` computes them, in bounded memory.
 
-Each type costs its bytes (float: a matrix product; int8: an integer one; binary: popcount), compact candidates then
-rescored with the float query. Past a few million vectors, an approximate index (`bertkit.tasks.index`).
+Compact corpora are scanned in their own type (int8 products, binary popcount), candidates rescored in float.
 """
 
 from __future__ import annotations
@@ -200,10 +199,7 @@ def query_options(meta: dict, **prompts: str | None) -> EmbedOptions:
 def embed_queries(
     encoder: Encoder, texts: Sequence[str], meta: dict, *, source: str = "the vectors", **prompts: str | None
 ) -> np.ndarray:
-    """Embed `texts` as the vectors that `meta` records were (layers, pooling, dimensions, normalization), in float32.
-
-    `prompt` / `prompt_name` replace the recorded prompt (queries often take their own, e.g. 'query: ').
-    """
+    """Embed `texts` as the vectors `meta` records were, in float32; `prompt` / `prompt_name` replace its prompt."""
     check_encoder(encoder, meta, source)
     found = encoder.embed(list(texts), query_options(meta, **prompts), warn=False)
     if found.shape[1] != meta.get("dim"):
@@ -250,9 +246,8 @@ def _int8_search(
     if asked is None:  # float queries without ranges, not whole bucket numbers: compared as numbers, in float
         return _float_search(queries, corpus, top_k, metric, chunks, floats=lambda c: _signed(c).astype(np.float32))
     multiplier = rescore_multiplier_for(precision, multiplier) if floats is not None else 0
-    keep = top_k * max(1, multiplier)
-    found = _int8_top_k(asked, corpus, keep, metric, chunks)
-    if not multiplier or floats is None:
+    found = _int8_top_k(asked, corpus, top_k * max(1, multiplier), metric, chunks)
+    if not multiplier:
         return found
     return _rescore(floats, found[1], top_k, metric, lambda rows: dequantize(corpus[rows], precision, ranges))
 
@@ -264,20 +259,14 @@ def _binary_search(
     floats = queries.astype(np.float32, copy=False) if queries.dtype.kind == "f" else None
     bits = np.packbits(floats > 0, axis=-1) if floats is not None else unsigned_bits(queries)
     multiplier = rescore_multiplier_for("binary", multiplier) if floats is not None else 0
-    keep = top_k * max(1, multiplier)
-    found = _hamming_top_k(np.ascontiguousarray(bits), corpus, keep, chunks)
-    if not multiplier or floats is None:
+    found = _hamming_top_k(np.ascontiguousarray(bits), corpus, top_k * max(1, multiplier), chunks)
+    if not multiplier:
         return found
-    dim = floats.shape[1]
-    return _rescore(floats, found[1], top_k, metric, lambda rows: unpack_binary(corpus[rows], dim))
+    return _rescore(floats, found[1], top_k, metric, lambda rows: unpack_binary(corpus[rows], floats.shape[1]))
 
 
 def _int8_top_k(queries: np.ndarray, corpus: np.ndarray, top_k: int, metric: str, chunks: Sequence[int]) -> Found:
-    """Score int8 vectors by exact integer products (int32 sums).
-
-    Blocks are ranked by a key that orders each query's scores as `metric` does, the query's own norm applied to the
-    kept ones only.
-    """
+    """Score int8 vectors by exact integer products, ranked by a key that leaves the query's norm to the kept ones."""
     if metric == "manhattan":
         return _float_search(queries, corpus, top_k, metric, chunks, floats=lambda c: _signed(c).astype(np.float32))
     norms = squared_norms(queries)
@@ -294,10 +283,7 @@ def _int8_top_k(queries: np.ndarray, corpus: np.ndarray, top_k: int, metric: str
 
 
 def _hamming_top_k(bits: np.ndarray, corpus: np.ndarray, top_k: int, chunks: Sequence[int]) -> Found:
-    """Return minus the Hamming distances of the nearest bits.
-
-    By faiss's popcount kernel (fused with its heap) when faiss is installed (bertkit[index]), else numpy's popcount.
-    """
+    """Return minus the Hamming distances of the nearest bits, by faiss's popcount kernel when installed, else numpy."""
     faiss = _faiss()
     if faiss is None:
         return top_k_exact(bits, corpus, top_k, lambda q, c: -hamming_distances(q, c), chunks, prepare=unsigned_bits)
@@ -348,11 +334,7 @@ def rescored(queries: np.ndarray, candidates: np.ndarray, metric: str) -> np.nda
 
 
 def _float_scorer(metric: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """Return the scorer of `metric`: products by torch, whose threads are the encoder's.
-
-    numpy's BLAS and torch's threads on the same cores made a search after an embedding 1.5-2x slower. Cosine's
-    vectors come unit length.
-    """
+    """Return the scorer of `metric`; products by torch (numpy's BLAS threads beside torch's: 1.5-2x slower)."""
     if metric in ("cosine", "dot"):
         import torch
 

@@ -26,11 +26,7 @@ MAX_SHARED_ENCODERS = 4  # loaded models kept for reuse by vectorizer clones (gr
 
 
 def shared_encoder(model: str | None, precision: str = "fp32", device: str | None = "auto") -> Encoder:
-    """One loaded Encoder per (model, precision, device) in this process, so clones in a grid search reuse it.
-
-    At most MAX_SHARED_ENCODERS stay loaded (least recently used first out). A local directory is keyed on its
-    files' sizes and times too: a model replaced on disk is loaded afresh.
-    """
+    """One loaded Encoder per (model, precision, device, local files' sizes and times), shared by clones (LRU)."""
     name = str(model) if model is not None else None
     return _load_shared(name, precision, str(resolve_device(device)), _files_signature(model))
 
@@ -49,8 +45,7 @@ def _files_signature(model: str | None) -> tuple:
 class BertVectorizer(TransformerMixin, BaseEstimator):
     """Texts → sentence vectors from a frozen encoder (any layers, any pooling): a scikit-learn transformer.
 
-    Its embedding parameters are `EmbedOptions`' fields (a test holds the two equal), so that scikit-learn can set
-    each one (`vectorizer__layers` in a grid search); `options_` is the resolved value.
+    Its embedding parameters are `EmbedOptions`' fields, each settable by scikit-learn (`vectorizer__layers`).
 
     Parameters
     ----------
@@ -208,8 +203,7 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
     def _make_cache(self) -> EmbeddingCache | None:
         if self.cache is None or self.cache is False:
             return None
-        directory = None if self.cache == "memory" else Path(self.cache)
-        return EmbeddingCache(self.feature_options(), directory)
+        return EmbeddingCache(self.feature_options(), None if self.cache == "memory" else Path(self.cache))
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         return self.encoder_.embed(texts, self.options_, batch_size=self.batch_size, progress=self.progress)
