@@ -199,31 +199,27 @@ class VectorIndex:
         keep = top_k * max(1, multiplier)
         breadth = require_faiss().SearchParametersHNSW(efSearch=max(ef_search or self.meta["hnsw"]["ef_search"], keep))
         best = TopK(len(queries), top_k)
-        step = max(1, exact.RESCORED_NUMBERS // (keep * self.dim))  # queries at once: their candidates' floats, bounded
-        for start in range(0, len(queries) if self.rows else 0, step):
-            chunk = queries[start : start + step]
-            if self.precision in ("binary", "ubinary"):
-                distances, rows = self.engine.search(np.packbits(chunk > 0, axis=-1), keep, params=breadth)
-                scores = -distances.astype(np.float64)
-            else:
-                asked = np.ascontiguousarray(exact.unit_rows(chunk) if self.metric == "cosine" else chunk)
-                distances, rows = self.engine.search(asked, keep, params=breadth)
-                scores = -np.sqrt(np.maximum(distances, 0)) if self.metric == "euclidean" else distances
-            if multiplier and self.precision not in ("float32", "float16"):
-                scores = self._rescored(chunk, rows)
-            best.add(start, np.where(rows >= 0, scores, -np.inf), rows)
+        if not self.rows:
+            return best.result()
+        if self.precision in ("binary", "ubinary"):
+            distances, rows = self.engine.search(np.packbits(queries > 0, axis=-1), keep, params=breadth)
+            scores = -distances.astype(np.float64)
+        else:
+            asked = np.ascontiguousarray(exact.unit_rows(queries) if self.metric == "cosine" else queries)
+            distances, rows = self.engine.search(asked, keep, params=breadth)
+            scores = -np.sqrt(np.maximum(distances, 0)) if self.metric == "euclidean" else distances
+        if multiplier and self.precision not in ("float32", "float16"):
+            return exact.rescore(queries, rows, top_k, self.metric, self._floats)
+        best.add(0, np.where(rows >= 0, scores, -np.inf), rows)
         return best.result()
 
-    def _rescored(self, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Score the float queries by `metric` against each candidate made float again (±1 bits, bucket midpoints)."""
+    def _floats(self, rows: np.ndarray) -> np.ndarray:
+        """Return the rows made float again: ±1 bits, or int8 bucket midpoints."""
         from ..encoder.compact import unpack_binary
 
-        safe = np.maximum(rows, 0).ravel()
         if self.precision in ("binary", "ubinary"):
-            vectors = unpack_binary(self._binary_rows()[safe], self.dim)
-        else:
-            vectors = self.engine.reconstruct_batch(safe)
-        return exact.rescored(queries, vectors.reshape(*rows.shape, -1), self.metric)
+            return unpack_binary(self._binary_rows()[rows], self.dim)
+        return self.engine.reconstruct_batch(rows)
 
     def _binary_rows(self) -> np.ndarray:
         if self._bits is None:

@@ -249,7 +249,7 @@ def _int8_search(
     found = _int8_top_k(asked, corpus, top_k * max(1, multiplier), metric, chunks)
     if not multiplier:
         return found
-    return _rescore(floats, found[1], top_k, metric, lambda rows: dequantize(corpus[rows], precision, ranges))
+    return rescore(floats, found[1], top_k, metric, lambda rows: dequantize(corpus[rows], precision, ranges))
 
 
 def _binary_search(
@@ -262,7 +262,7 @@ def _binary_search(
     found = _hamming_top_k(np.ascontiguousarray(bits), corpus, top_k * max(1, multiplier), chunks)
     if not multiplier:
         return found
-    return _rescore(floats, found[1], top_k, metric, lambda rows: unpack_binary(corpus[rows], floats.shape[1]))
+    return rescore(floats, found[1], top_k, metric, lambda rows: unpack_binary(corpus[rows], floats.shape[1]))
 
 
 def _int8_top_k(queries: np.ndarray, corpus: np.ndarray, top_k: int, metric: str, chunks: Sequence[int]) -> Found:
@@ -305,7 +305,7 @@ def _faiss() -> Any:
     return faiss
 
 
-def _rescore(floats: np.ndarray, candidates: np.ndarray, top_k: int, metric: str, vectors_of: Callable) -> Found:
+def rescore(floats: np.ndarray, candidates: np.ndarray, top_k: int, metric: str, vectors_of: Callable) -> Found:
     """Rescore the candidates by `metric` between each float query and `vectors_of(rows)`, best `top_k` kept."""
     best = TopK(len(floats), top_k)
     query_chunk = max(1, RESCORED_NUMBERS // max(1, candidates.shape[1] * floats.shape[1]))
