@@ -224,9 +224,8 @@ def probe_text(
                 classes, codes = np.unique(np.array(labels), return_inverse=True)
                 predicted, weights = _fit_mix(blocks, dev_pooled, codes, mean_all_C, seed)
                 seconds = time.perf_counter() - started
-                found = classes[predicted]
-                rows.append(_text_row(pooling, choice.name, blocks.shape[2], found, dev_labels, seconds, mean_all_C))
-                rows[-1].layer_weights = weights
+                found, dim = classes[predicted], blocks.shape[2]
+                rows.append(_text_row(pooling, choice.name, dim, found, dev_labels, seconds, mean_all_C, weights))
             else:
                 features, dev_features = select(blocks, choice), select(dev_pooled, choice)
                 rows.append(_fit_text(pooling, choice.name, features, dev_features, labels, dev_labels, seed, cv))
@@ -269,10 +268,18 @@ def _fit_text(
 
 
 def _text_row(
-    pooling: str, name: str, dim: int, predicted: np.ndarray, dev_labels: list[str], seconds: float, C: float | None
+    pooling: str,
+    name: str,
+    dim: int,
+    predicted: np.ndarray,
+    dev_labels: list[str],
+    seconds: float,
+    C: float | None,
+    weights: list[float] | None = None,
 ) -> ProbeRow:
     accuracy = float(np.mean(predicted == np.array(dev_labels)))
-    return ProbeRow(pooling, name, dim, accuracy, float(f1_score(dev_labels, predicted, average="macro")), seconds, C)
+    macro_f1 = float(f1_score(dev_labels, predicted, average="macro"))
+    return ProbeRow(pooling, name, dim, accuracy, macro_f1, seconds, C, weights)
 
 
 def _fit_mix(
