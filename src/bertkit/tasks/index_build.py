@@ -1,7 +1,4 @@
-"""Build an index (`bertkit index`): add the vectors of a `bertkit embed` file to a new index or to the one there.
-
-The index is written every few minutes while it grows, so that a killed build resumes.
-"""
+"""Build an index (`bertkit index`) from a `bertkit embed` file, or resume one: it is saved every few minutes."""
 
 from __future__ import annotations
 
@@ -48,8 +45,8 @@ def build_index(
     vectors_path : str or Path
         Vectors with their record (`bertkit embed -o FILE.npz`).
     output : str or Path
-        The index file. An index of the same vectors there is extended with the rows after its own (an
-        interrupted build resumes); anything else there is replaced only with `overwrite`.
+        The index file. An index of the same vectors there is extended (a build resumes); anything else is
+        replaced only with `overwrite`.
     metric : str
         'cosine', 'dot' or 'euclidean'.
     overwrite : bool
