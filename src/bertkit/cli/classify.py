@@ -21,6 +21,7 @@ from .common import (
     app,
     cache_option,
     existing_text_file,
+    options_for,
     running_on,
     say,
 )
@@ -30,6 +31,7 @@ from .common import (
 
 @app.command()
 def train(
+    ctx: typer.Context,
     train_file: Path = typer.Argument(
         ..., callback=existing_text_file, help="Training data: TSV/CSV (text, label columns) or JSONL."
     ),
@@ -84,25 +86,18 @@ def train(
     check_new_directory(output, overwrite)
     if report is not None:
         check_report_directory(report, overwrite)
-    data = read_labelled(train_file, column_spec(text_column), column_spec(label_column), header=header)
+    columns = column_spec(text_column), column_spec(label_column)
+    data = read_labelled(train_file, *columns, header=header)
     texts, labels = data.texts[:limit], data.labels[:limit]
     if dev is not None:
-        dev_data = read_labelled(dev, column_spec(text_column), column_spec(label_column), header=header)
+        dev_data = read_labelled(dev, *columns, header=header)
         dev_texts, dev_labels, dev_source = dev_data.texts, dev_data.labels, str(dev.resolve())
         check_known_labels(dev, dev_labels, labels, train_file)
     else:
         texts, dev_texts, labels, dev_labels = split_holdout(texts, labels, test_size, seed)
         dev_source = f"{test_size:.0%} stratified split of {train_file} (seed {seed})"
-    vectorizer = BertVectorizer(
-        model=model,
-        layers=layers,
-        pooling=pooling,
-        max_length=max_length,
-        batch_size=batch_size,
-        cache=cache_option(no_cache, cache_dir),
-        precision=precision or "fp32",
-        device=device,
-    )
+    cache = cache_option(no_cache, cache_dir)
+    vectorizer = BertVectorizer(**options_for(ctx, BertVectorizer, cache=cache, precision=precision or "fp32"))
     head = named_classifier(classifier, c_value, cv=cv, n_samples=len(texts), random_state=seed)
     estimator = TextClassifier(vectorizer, head, scale=scale, cv=cv, random_state=seed)
     check_training_labels(labels, head, cv)

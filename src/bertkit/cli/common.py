@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
@@ -58,10 +59,9 @@ class _LineFormatter(logging.Formatter):
     """bertkit's log records as the command line says things: 'warning: ...' for warnings, the message otherwise."""
 
     def format(self, record: logging.LogRecord) -> str:
-        message = record.getMessage()
-        if record.levelno >= logging.ERROR:
-            return f"error: {message}"
-        return f"warning: {message}" if record.levelno >= logging.WARNING else message
+        if record.levelno >= logging.WARNING:
+            return f"{'error' if record.levelno >= logging.ERROR else 'warning'}: {record.getMessage()}"
+        return record.getMessage()
 
 
 def show_logs(level: str) -> None:
@@ -89,17 +89,9 @@ def stop_showing_logs() -> None:
 class _StderrHandler(logging.StreamHandler):
     """Writes to whatever `sys.stderr` is when a record comes (pytest's capsys and progress bars swap it)."""
 
-    def __init__(self) -> None:
-        super().__init__(sys.stderr)
-
-    @property  # type: ignore[override]
-    def stream(self) -> TextIO:
-        """The current `sys.stderr`."""
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: TextIO) -> None:
-        pass
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
 
 
 def verbosity() -> str:
@@ -159,10 +151,7 @@ def existing_text_file(value: Optional[Path]) -> Optional[Path]:
 
 
 def existing_inputs(value: Optional[Path]) -> Optional[Path]:
-    """Check embed's INPUT (a Typer callback): a file as `existing_text_file`.
-
-    A folder or glob pattern (Ray reads those) is checked where it is read.
-    """
+    """Typer callback for embed's INPUT: a file as `existing_text_file`; a folder or glob (for Ray) is checked later."""
     import glob
 
     if value is not None and not glob.has_magic(str(value)) and not Path(value).is_dir():
@@ -212,6 +201,24 @@ def existing_indexes(values: Optional[list[str]]) -> Optional[list[str]]:
 RunArgument = typer.Argument(
     ..., callback=existing_run, help="A run directory written by `bertkit train` or `bertkit finetune`."
 )
+
+
+def options_for(ctx: typer.Context, target: Callable, **values: Any) -> dict[str, Any]:
+    """Return the command's parameters that `target` (a function or class) takes by name, then `values`.
+
+    `--threads` is left out: its callback set it for the whole process (`apply_threads`).
+    """
+    import inspect
+
+    names = inspect.signature(target).parameters.keys() - {"threads"}
+    return {name: ctx.params[name] for name in names if name in ctx.params} | values
+
+
+def echo_facts(facts: dict) -> None:
+    """Print `facts` as aligned 'key  value' lines (info, env)."""
+    width = max(len(key) for key in facts)
+    for key, value in facts.items():
+        typer.echo(f"{key.ljust(width)}  {value}")
 
 
 def make_encoder(model: Optional[str], precision: str = "fp32", device: str = "auto") -> Encoder:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from ..display import text_table as format_table
+from ..errors import InputError
 from ..io.readers import column_spec
 from .common import (
     BatchSizeOption,
@@ -19,9 +20,11 @@ from .common import (
     PrecisionOption,
     ThreadsOption,
     app,
+    echo_facts,
     existing_inputs,
     existing_text_file,
     make_encoder,
+    options_for,
     running_on,
     say,
     verbosity,
@@ -39,10 +42,7 @@ if TYPE_CHECKING:
 @app.command()
 def info(model: Optional[str] = ModelOption) -> None:
     """Describe the model: architecture, layers, hidden size, max length, vocabulary, casing."""
-    facts = make_encoder(model).info()
-    width = max(len(k) for k in facts)
-    for key, value in facts.items():
-        typer.echo(f"{key.ljust(width)}  {value}")
+    echo_facts(make_encoder(model).info())
 
 
 @app.command()
@@ -72,6 +72,7 @@ def tokenize(
 
 @app.command()
 def embed(
+    ctx: typer.Context,
     input: Path = typer.Argument(
         ..., callback=existing_inputs, help="TSV/CSV/JSONL or plain-text file (one text per line)."
     ),
@@ -136,7 +137,7 @@ def embed(
     truncate_dim: Optional[int] = typer.Option(
         None, "--truncate-dim", "--dimensions", help="Keep the first N numbers of each vector (Matryoshka models)."
     ),
-    normalize: Optional[bool] = typer.Option(
+    normalize_embeddings: Optional[bool] = typer.Option(
         None,
         "--normalize/--no-normalize",
         help="Unit-length vectors (after --truncate-dim); default: as the model's sentence-transformers config says.",
@@ -161,30 +162,15 @@ def embed(
     so that `bertkit search` embeds a query the same way.
     """
     from ..encoder.options import EmbedOptions
-    from ..errors import InputError
     from ..io.writers import check_output_file, check_output_path, check_writable_location
 
     if engine not in ("local", "ray"):
         raise InputError(f"--engine {engine!r}: choose local or ray.")
-    options = EmbedOptions(  # every option mistake is reported before the input is read or the model loads
-        layers=layers,
-        pooling=pooling,
-        max_length=max_length,
-        long_text=long_text,
-        stride=stride,
-        truncation_direction=truncation_direction,
-        prompt=prompt,
-        prompt_name=prompt_name,
-        truncate_dim=truncate_dim,
-        normalize_embeddings=normalize,
-        output_type=output_type,
-    )
+    options = EmbedOptions(**options_for(ctx, EmbedOptions))  # option mistakes are refused before the input is read
     if engine == "ray":
         _check_ray_flags(output_type, calibration, device)
-        ray_options = dict(column=column_spec(column), id_column=column_spec(id_column), header=header)
-        ray_options.update(batch_size=batch_size, model=model, precision=precision, actors=actors)
-        ray_options.update(gpus_per_actor=gpus_per_actor, address=address, overwrite=overwrite)
-        _embed_on_ray(str(input), output, options, ray_options, quiet, chunk_rows)
+        reading = dict(column=column_spec(column), id_column=column_spec(id_column))
+        _embed_on_ray(ctx, str(input), output, options, reading, quiet, chunk_rows)
         return
     if gpus_per_actor is not None:
         raise InputError("--gpus-per-actor applies to --engine ray; with --engine local give --device cuda.")
@@ -209,8 +195,6 @@ def embed(
 
 
 def _check_ray_flags(output_type: str, calibration: Optional[Path], device: str) -> None:
-    from ..errors import InputError
-
     if output_type != "float32" or calibration is not None:
         raise InputError(
             "--output-type and --calibration apply to --engine local; the Ray engine writes float32 vectors."
@@ -257,7 +241,6 @@ def _embed_token_vectors(
 ) -> _Summary:
     """pooling='none': every token's vector, read whole and written as one .npz."""
     from ..encoder.tokenize import TextTooLong
-    from ..errors import InputError
     from ..io.readers import read_texts
     from ..io.writers import write_token_vectors
 
@@ -374,19 +357,14 @@ def _say_summary(summary: _Summary, output: Path, seconds: float, limit: int, en
 
 def _lines(numbers: list[int], shown: int = 5) -> str:
     """'lines 3, 9, 12' or 'lines 3, 9, 12, 15, 20 and 7 more' (file lines, 1-based)."""
-    head = ", ".join(map(str, numbers[:shown]))
-    return f"line{'s' if len(numbers) > 1 else ''} {head}" + (
-        f" and {len(numbers) - shown} more" if len(numbers) > shown else ""
-    )
+    more = f" and {len(numbers) - shown} more" if len(numbers) > shown else ""
+    return f"line{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers[:shown]))}{more}"
 
 
 def _text_column(
     input: Path, column: str | int | None, header: Optional[bool], fmt: Optional[str], quiet: bool
 ) -> tuple[str | int | None, Optional[bool]]:
-    """Choose the column and header to read.
-
-    As given, else detected for a TSV/CSV (and said), else the format's default.
-    """
+    """Choose the column and header to read: as given, else detected for a TSV/CSV (and said), else the default."""
     from ..io.readers import choose_text_column, detect_format
 
     if column is not None or header is not None or detect_format(Path(input), fmt) not in ("tsv", "csv"):
@@ -398,32 +376,31 @@ def _text_column(
 
 
 def _embed_on_ray(
-    pattern: str, output: Path, options: EmbedOptions, ray_options: dict, quiet: bool, chunk_rows: Optional[int]
+    ctx: typer.Context,
+    pattern: str,
+    output: Path,
+    options: EmbedOptions,
+    reading: dict,
+    quiet: bool,
+    chunk_rows: Optional[int],
 ) -> None:
     """`--engine ray`: Ray Data over every file the pattern names, one Parquet folder per file in `output`."""
     from ..ray import embed_files
     from ..ray.dataset import DEFAULT_ROWS_PER_CALL
 
-    summary = embed_files(
-        pattern,
-        output,
-        options,
-        ray_logs=verbosity() == "verbose",
-        rows_per_call=DEFAULT_ROWS_PER_CALL if chunk_rows is None else chunk_rows,
-        **ray_options,
+    rows_per_call = DEFAULT_ROWS_PER_CALL if chunk_rows is None else chunk_rows
+    settings = options_for(ctx, embed_files, **reading, ray_logs=verbosity() == "verbose", rows_per_call=rows_per_call)
+    summary = embed_files(pattern, output, options, **settings)
+    if quiet:
+        return
+    plan, skipped = summary.resources, f" ({', '.join(summary.skipped)})" if summary.skipped else ""
+    layout = ""
+    if plan:
+        per_actor = f"{plan.gpus_per_actor:g} GPU" if plan.gpus_per_actor else f"{plan.threads} thread(s)"
+        layout = f" on {plan.actors} actor(s) × {per_actor}"
+    say(
+        f"wrote {output}: {summary.rows} rows from {len(summary.files)} files in {summary.seconds:.1f} s "
+        f"({summary.rows_per_second:.0f} rows/s{layout}); skipped {len(summary.skipped)} complete files{skipped}."
     )
-    if not quiet:
-        plan = summary.resources
-        layout = ""
-        if plan:
-            layout = f" on {plan.actors} actor(s) × " + (
-                f"{plan.gpus_per_actor:g} GPU" if plan.gpus_per_actor else f"{plan.threads} thread(s)"
-            )
-        say(
-            f"wrote {output}: {summary.rows} rows from {len(summary.files)} files in {summary.seconds:.1f} s "
-            f"({summary.rows_per_second:.0f} rows/s{layout}); skipped {len(summary.skipped)} complete files"
-            + (f" ({', '.join(summary.skipped)})" if summary.skipped else "")
-            + "."
-        )
-        if summary.empty:
-            say(f"{len(summary.empty)} input files had no rows: {', '.join(summary.empty)}.")
+    if summary.empty:
+        say(f"{len(summary.empty)} input files had no rows: {', '.join(summary.empty)}.")

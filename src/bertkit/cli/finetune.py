@@ -22,6 +22,7 @@ from .common import (
     app,
     cache_option,
     existing_text_file,
+    options_for,
     say,
 )
 
@@ -30,13 +31,14 @@ from .common import (
 
 @app.command()
 def finetune(
+    ctx: typer.Context,
     train_file: Path = typer.Argument(
         ...,
         callback=existing_text_file,
         help="Training data: TSV/CSV/JSONL (text, label) for --task text, (text, pair, label) for --task pair; "
         "CoNLL or word/tag for --task token; SQuAD JSON or JSONL (id, question, context, answers) for --task qa.",
     ),
-    output: Path = typer.Option(
+    output_dir: Path = typer.Option(
         ..., "--output", "-o", help="Run directory: a transformers model + tokenizer + bertkit.json."
     ),
     task: str = typer.Option(
@@ -60,7 +62,7 @@ def finetune(
         callback=existing_text_file,
         help="Dev file scored after every epoch; without it 10% of train is held out.",
     ),
-    epochs: int = typer.Option(3, "--epochs"),
+    num_train_epochs: int = typer.Option(3, "--epochs"),
     learning_rate: float = typer.Option(1e-4, "--lr", help="Peak learning rate (linear warm-up, then linear decay)."),
     batch_size: int = typer.Option(32, "--batch-size", "-b"),
     max_length: Optional[int] = typer.Option(
@@ -69,7 +71,9 @@ def finetune(
     doc_stride: Optional[int] = typer.Option(
         None, "--doc-stride", help="qa: tokens two windows of a long context share (default 128, at most half)."
     ),
-    patience: int = typer.Option(2, "--patience", help="Stop after this many epochs without a better dev score."),
+    early_stopping_patience: int = typer.Option(
+        2, "--patience", help="Stop after this many epochs without a better dev score."
+    ),
     warmup_ratio: float = typer.Option(0.1, "--warmup-ratio"),
     weight_decay: float = typer.Option(0.01, "--weight-decay"),
     seed: int = typer.Option(0, "--seed"),
@@ -113,47 +117,20 @@ def finetune(
     from ..tasks.finetune import FinetuneArguments
     from ..tasks.finetune import finetune as run_finetune
 
-    args = FinetuneArguments(
-        task=task,
-        num_train_epochs=epochs,
-        learning_rate=learning_rate,
-        batch_size=batch_size,
-        max_length=max_length,
-        doc_stride=doc_stride,
-        early_stopping_patience=patience,
-        warmup_ratio=warmup_ratio,
-        weight_decay=weight_decay,
-        seed=seed,
-        regression=regression,
-        multi_label=multi_label,
-        gradient_accumulation_steps=gradient_accumulation_steps,
-        mixed_precision=mixed_precision,
-        report_to=[name.strip() for name in (report_to or "").split(",") if name.strip()],
-    )
+    trackers = [name.strip() for name in (report_to or "").split(",") if name.strip()]
+    args = FinetuneArguments(**options_for(ctx, FinetuneArguments, report_to=trackers))
+    columns = {
+        name: column_spec(value) for name, value in options_for(ctx, run_finetune).items() if name.endswith("_column")
+    }
     try:
-        run_finetune(
-            train_file,
-            dev,
-            output_dir=output,
-            task=task,
-            model=model,
-            args=args,
-            text_column=column_spec(text_column),
-            pair_column=column_spec(pair_column),
-            label_column=column_spec(label_column),
-            header=header,
-            label_separator=label_separator,
-            limit=limit,
-            resume=resume,
-            overwrite=overwrite,
-            device=device,
-        )
+        run_finetune(train_file, **options_for(ctx, run_finetune, args=args, **columns))
     except KeyboardInterrupt:
         sys.exit(130)
 
 
 @app.command()
 def probe(
+    ctx: typer.Context,
     train_file: Path = typer.Argument(
         ...,
         callback=existing_text_file,
@@ -197,31 +174,12 @@ def probe(
     check_new_directory(output, overwrite)
     cache = "memory" if no_cache else cache_option(no_cache, cache_dir)
     if task == "text":
+        columns = {"text_column": column_spec(text_column), "label_column": column_spec(label_column)}
         result = probe_text(
-            train_file,
-            dev,
-            model=model,
-            poolings=poolings.split(","),
-            limit=limit,
-            seed=seed,
-            cache=cache,
-            device=device,
-            text_column=column_spec(text_column),
-            label_column=column_spec(label_column),
-            header=header,
+            train_file, **options_for(ctx, probe_text, poolings=poolings.split(","), cache=cache, **columns)
         )
     elif task == "token":
-        result = probe_token(
-            train_file,
-            dev,
-            model=model,
-            subtoken_pooling=subtoken_pooling,
-            limit=limit,
-            seed=seed,
-            C=c_value,
-            cache=cache,
-            device=device,
-        )
+        result = probe_token(train_file, **options_for(ctx, probe_token, C=c_value, cache=cache))
     else:
         raise InputError(f"--task {task!r}: valid tasks are text and token.")
     typer.echo(format_table(result.table(), list(result.table()[0])))

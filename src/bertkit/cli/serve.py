@@ -11,7 +11,8 @@ from pathlib import Path
 import typer
 
 from ..encoder.defaults import GPU_BATCH_TOKENS, MAX_BATCH_TOKENS
-from .common import DeviceOption, ModelOption, app, existing_indexes, existing_runs, running_on, say
+from ..errors import InputError
+from .common import DeviceOption, ModelOption, app, existing_indexes, existing_runs, options_for, running_on, say
 
 # Library imports sit inside the command: `bertkit --help` loads neither torch nor the web stack (start-up speed).
 
@@ -25,8 +26,6 @@ def bound_socket(host: str, port: int) -> socket.socket:
 
     The port is checked (range, free, allowed) before anything loads, and nothing else can take it meanwhile.
     """
-    from ..errors import InputError
-
     if not 1 <= port <= 65535:
         raise InputError(f"--port {port}: give a port from 1 to 65535 (e.g. 8080).")
     try:
@@ -52,6 +51,7 @@ KEEP_ALIVE_S = 75  # seconds an idle keep-alive connection stays open (nginx's d
 
 @app.command()
 def serve(
+    ctx: typer.Context,
     model: str | None = ModelOption,
     run: list[str] = typer.Option(
         [],
@@ -146,18 +146,10 @@ def serve(
     from ..tasks.index import load_index
     from ..tasks.runs import parse_run_specs
 
-    settings = ServeSettings(
-        max_batch_tokens=max_batch_tokens,
-        max_queue_tokens=max_queue_tokens,
-        max_inputs=max_inputs,
-        max_body_bytes=max_body_bytes,
-        max_answer_numbers=max_answer_numbers,
-        concurrent_batches=concurrent_batches,
-        api_key=load_api_key(api_key_env, api_key_file),
-        allow_hosts=check_allow_hosts(allow_host),
-        allow_origins=check_allow_origins(allow_origin),
-        map_texts=map_texts,
-    ).check()
+    api_key = load_api_key(api_key_env, api_key_file)
+    hosts, origins = check_allow_hosts(allow_host), check_allow_origins(allow_origin)
+    given = options_for(ctx, ServeSettings, api_key=api_key, allow_hosts=hosts, allow_origins=origins)
+    settings = ServeSettings(**given).check()
     directories = parse_run_specs(run)
     # a `bertkit probe` output (probe.json, no bertkit.json) is shown on the explainer page, not served at /predict
     probes = {name: load_probe(str(d)) for name, d in directories.items() if not (d / "bertkit.json").is_file()}

@@ -16,6 +16,7 @@ from .common import (
     ModelOption,
     ThreadsOption,
     app,
+    echo_facts,
     existing_text_file,
     make_encoder,
 )
@@ -83,7 +84,4 @@ def env() -> None:
     """Show the machine as bertkit sees it: CPU features (bf16, int8), threads, GPUs, versions (for bug reports)."""
     from ..encoder.devices import machine_facts
 
-    facts = machine_facts()
-    width = max(len(k) for k in facts)
-    for key, value in facts.items():
-        typer.echo(f"{key.ljust(width)}  {value}")
+    echo_facts(machine_facts())
