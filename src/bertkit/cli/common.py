@@ -240,6 +240,18 @@ def say(message: str) -> None:
     typer.echo(message, err=True)
 
 
+def write_output(text: str, output: Optional[Path], done: str) -> None:
+    """Print `text` on stdout, or write it atomically to `output` and say `done`."""
+    from ..io.writers import atomic_path
+
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    with atomic_path(output) as temporary:
+        temporary.write_text(text, encoding="utf-8")
+    say(done)
+
+
 def cache_option(no_cache: bool, cache_dir: Optional[Path]) -> Optional[Path]:
     """Return the embedding cache directory: None with `no_cache`, else `cache_dir` or the default one."""
     from ..io.cache import default_cache_dir

@@ -6,13 +6,15 @@ from pathlib import Path
 
 import typer
 
-from .common import DeviceOption, FileOverwriteOption, ModelOption, app, existing_runs, say
+from ..errors import InputError
+from .common import DeviceOption, FileOverwriteOption, ModelOption, app, existing_runs, options_for, say
 
 # Library imports sit inside the command: `bertkit --help` loads only what it uses (start-up speed).
 
 
 @app.command()
 def explain(
+    ctx: typer.Context,
     text: str = typer.Argument(..., help="The sentence to explain."),
     output: Path = typer.Option(Path("explain.html"), "--output", "-o", help="The HTML file to write."),
     run: list[str] | None = typer.Option(
@@ -47,7 +49,6 @@ def explain(
     overwrite: bool = FileOverwriteOption,
 ) -> None:
     """Write the visual guide for TEXT as one HTML file: tokens, layers, attention, vector, map, prediction, probe."""
-    from ..errors import InputError
     from ..explain.explainer import Explainer, Settings
     from ..explain.page import offline_page
     from ..io.writers import atomic_path, check_output_file, check_writable_location
@@ -56,19 +57,8 @@ def explain(
     explainer = Explainer.from_paths(model, run or [], device=device)
     explainer.map_texts = map_texts
     # every layer, attention layer and head: the file switches between them with no server
-    settings = Settings.from_json(
-        {
-            "text": text,
-            "pad_to": max_length,
-            "layers": layers,
-            "pooling": pooling,
-            "compare": compare,
-            "pair": pair,
-            "layer": "all",
-            "attention_layer": "all",
-            "head": "all",
-        }
-    )
+    every = {"layer": "all", "attention_layer": "all", "head": "all"}
+    settings = Settings.from_json(options_for(ctx, Settings, pad_to=max_length, **every))
     result = explainer.explain(settings, bounded=False)
     for name, option in (
         ("tokenization", "--max-length"),

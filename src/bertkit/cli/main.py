@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import sys
 import warnings
+from importlib import import_module
 
-# Each module registers its commands on `app`; this order is the order of `bertkit --help`.
-from . import embed  # noqa: F401  (isort: skip)
-from . import search  # noqa: F401  (isort: skip)
-from . import classify  # noqa: F401  (isort: skip)
-from . import runs  # noqa: F401  (isort: skip)
-from . import finetune  # noqa: F401  (isort: skip)
-from . import qa  # noqa: F401  (isort: skip)
-from . import tools  # noqa: F401  (isort: skip)
-from . import quantize  # noqa: F401  (isort: skip)
-from . import serve  # noqa: F401  (isort: skip)
-from . import explain  # noqa: F401  (isort: skip)
 from .common import app, say, stop_showing_logs, verbosity
 from .errors import user_message
+
+# Each module registers its commands on `app`; this order is the order of `bertkit --help`.
+for _module in ("embed", "search", "classify", "runs", "finetune", "qa", "tools", "quantize", "serve", "explain"):
+    import_module(f".{_module}", __package__)
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from ..errors import InputError
-from .common import DeviceOption, RunArgument, ThreadsOption, app, say, texts_or_file
+from .common import DeviceOption, RunArgument, ThreadsOption, app, texts_or_file, write_output
 
 if TYPE_CHECKING:
     from ..tasks.qa import FineTunedQA
@@ -54,27 +54,16 @@ def answer(
         typer.echo(json.dumps(item, ensure_ascii=False))
 
 
-def evaluate_file(model: FineTunedQA, data_file: Path) -> str:
-    """Score a QA run as `bertkit evaluate` does: the official SQuAD scores of a SQuAD JSON / JSONL file."""
-    return model.evaluate(data_file).text()
-
-
 def write_predictions(model: FineTunedQA, inputs: list[str], output: Optional[Path]) -> None:
     """Predict with a QA run as `bertkit predict` does: a SQuAD file's answers in the official `{id: answer}` layout.
 
     "" for no answer; on stdout or written atomically to `output`.
     """
     from ..io.squad import read_squad
-    from ..io.writers import atomic_path
 
     if len(inputs) != 1 or not Path(inputs[0]).is_file():
         raise InputError("a question-answering run predicts a SQuAD file: give one .json or .jsonl file.")
     data = read_squad(inputs[0])
     answers, _, _ = model.predictions(data.examples)
-    text = json.dumps(answers, ensure_ascii=False, indent=1) + "\n"
-    if output is None:
-        typer.echo(text, nl=False)
-        return
-    with atomic_path(output) as temporary:
-        temporary.write_text(text, encoding="utf-8")
-    say(f"wrote the answers to {len(answers)} questions of {inputs[0]} to {output}")
+    done = f"wrote the answers to {len(answers)} questions of {inputs[0]} to {output}"
+    write_output(json.dumps(answers, ensure_ascii=False, indent=1) + "\n", output, done)

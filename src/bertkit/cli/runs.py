@@ -26,6 +26,7 @@ from .common import (
     existing_text_file,
     say,
     texts_or_file,
+    write_output,
 )
 
 # Library imports sit inside the commands: `bertkit --help` and each command load only what they use (start-up speed).
@@ -67,9 +68,7 @@ def evaluate(
 
     estimator = _load(run, no_cache, cache_dir, precision, device)
     if hasattr(estimator, "answer"):  # question answering: SQuAD's exact match and F1
-        from .qa import evaluate_file
-
-        typer.echo(evaluate_file(estimator, data_file))
+        typer.echo(estimator.evaluate(data_file).text())
         return
     if isinstance(estimator, FineTunedTagger):
         from ..io.conll import read_tagged
@@ -206,23 +205,19 @@ def _inputs(
 
 def _prediction_rows(estimator: Any, texts: list[str], pairs: list[str] | None) -> list[list]:
     inputs = list(zip(texts, pairs)) if pairs is not None else texts
+    shown = [list(item) for item in inputs] if pairs is not None else [[text] for text in texts]
     tail = ["text", "pair"] if pairs is not None else ["text"]
     problem = getattr(estimator, "problem", "single_label_classification")
     if problem == "regression":
-        scores = estimator.predict(inputs)
-        return [["score", *tail]] + [[f"{s:.4f}", *_row(i, texts, pairs)] for i, s in enumerate(scores)]
-    probabilities = estimator.predict_proba(inputs)
+        return [["score", *tail]] + [[f"{s:.4f}", *row] for s, row in zip(estimator.predict(inputs), shown)]
     if problem == "multi_label_classification":
         labels = estimator.predict(inputs)
-        return [["labels", *tail]] + [[",".join(found), *_row(i, texts, pairs)] for i, found in enumerate(labels)]
+        return [["labels", *tail]] + [[",".join(found), *row] for found, row in zip(labels, shown)]
+    probabilities = estimator.predict_proba(inputs)
     rows = [["label", "probability", *tail]]
-    for i, (index, row) in enumerate(zip(probabilities.argmax(axis=1), probabilities)):
-        rows.append([estimator.classes_[index], f"{row[index]:.4f}", *_row(i, texts, pairs)])
+    for index, probability, row in zip(probabilities.argmax(axis=1), probabilities, shown):
+        rows.append([estimator.classes_[index], f"{probability[index]:.4f}", *row])
     return rows
-
-
-def _row(i: int, texts: list[str], pairs: list[str] | None) -> list[str]:
-    return [texts[i], pairs[i]] if pairs is not None else [texts[i]]
 
 
 def _check_table_output(output: Optional[Path], overwrite: bool) -> None:
@@ -238,16 +233,9 @@ def _write_rows(rows: list[list], output: Optional[Path], done: str) -> None:
     import csv
     import io
 
-    from ..io.writers import atomic_path
-
     buffer = io.StringIO()
     csv.writer(buffer, delimiter="\t", lineterminator="\n", quoting=csv.QUOTE_MINIMAL).writerows(rows)
-    if output is None:
-        typer.echo(buffer.getvalue(), nl=False)
-        return
-    with atomic_path(output) as temporary:
-        temporary.write_text(buffer.getvalue(), encoding="utf-8")
-    say(done)
+    write_output(buffer.getvalue(), output, done)
 
 
 @app.command()

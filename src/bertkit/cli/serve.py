@@ -79,9 +79,8 @@ def serve(
     concurrent_batches: int | None = typer.Option(
         None,
         "--concurrent-batches",
-        help="Forward passes in flight at once, each on its share of the "
-        "threads (default: one per core, at most 2; 1: one pass at a time "
-        "on every thread).",
+        help="Forward passes in flight at once, each on its share of the threads (default: one per core, at most 2; "
+        "1: one pass at a time on every thread).",
     ),
     max_batch_tokens: int | None = typer.Option(
         None,
@@ -101,25 +100,23 @@ def serve(
     api_key_env: str | None = typer.Option(
         None,
         "--api-key-env",
-        help="Require this environment variable's value "
-        "as 'Authorization: Bearer <key>' (all but /health and the page).",
+        help="Require this environment variable's value as 'Authorization: Bearer <key>' (all but /health and the "
+        "page).",
     ),
     api_key_file: Path | None = typer.Option(None, "--api-key-file", help="The same, with the key read from a file."),
     allow_host: list[str] = typer.Option(
         [],
         "--allow-host",
         metavar="NAME",
-        help="Also answer requests whose Host header is NAME "
-        "(repeatable; NAME or NAME:PORT; '*' for any, e.g. behind a proxy that "
-        "checks it). Always answered: the bound address, 127.0.0.1, localhost, [::1].",
+        help="Also answer requests whose Host header is NAME (repeatable; NAME or NAME:PORT; '*' for any, e.g. behind "
+        "a proxy that checks it). Always answered: the bound address, 127.0.0.1, localhost, [::1].",
     ),
     allow_origin: list[str] = typer.Option(
         [],
         "--allow-origin",
         metavar="ORIGIN",
-        help="Admit browser requests from this web origin, "
-        "e.g. http://localhost:3000, with CORS answers (repeatable; '*' for any). "
-        "Other origins but the server's own get 403.",
+        help="Admit browser requests from this web origin, e.g. http://localhost:3000, with CORS answers (repeatable; "
+        "'*' for any). Other origins but the server's own get 403.",
     ),
     map_texts: bool = typer.Option(
         False,
