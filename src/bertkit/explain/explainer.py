@@ -1,7 +1,6 @@
 """The explainer's state: one encoder, the served runs and probe tables; `explain` answers every panel for one sentence.
 
-A panel whose options are wrong (an unknown layer spec, a run that cannot be mapped) carries its own error message;
-the other panels still draw. Only a bad sentence (empty, too long) fails the whole request.
+A panel whose options are wrong carries its own error message; only a bad sentence fails the whole request.
 """
 
 from __future__ import annotations
@@ -76,11 +75,7 @@ class Settings:
 
 @dataclass
 class MapData:
-    """A feature run's training sentences in 2-D.
-
-    The fitted PCA, the points, where they came from (in words, no path), and whether their texts may be shown
-    (bertkit's own sample reviews, or `map_texts`).
-    """
+    """A feature run's training sentences in 2-D: PCA, points, source (no path), whether the texts may be shown."""
 
     pca: PCA
     points: np.ndarray
@@ -115,10 +110,7 @@ class Explainer:
         device: str | None = "auto",
         **options: Any,
     ) -> Explainer:
-        """Load the encoder and each `[name=]DIR`, all on `device`.
-
-        A DIR is a run (`bertkit train` / `finetune`) or a `bertkit probe` output.
-        """
+        """Load the encoder and each `[name=]DIR` (a run, or a `bertkit probe` output), all on `device`."""
         explainer = cls(encoder or Encoder.from_pretrained(model, device=device))
         options = {"device": device, **options}
         for name, directory in parse_run_specs(list(run_dirs or [])).items():
@@ -166,21 +158,11 @@ class Explainer:
         text, encoder = settings.text, self.encoder
         map_run = self._map_run(settings)
         limits = (views.MAX_VECTOR_LAYERS, views.MAX_ATTENTION_MAPS) if bounded else (None, None)
+        shown = (settings.layer, settings.attention_layer, settings.head, *limits)
         return {
             "settings": {**settings.__dict__, "map_run": map_run},
             "tokenization": _panel(lambda: views.tokenization(encoder, text, settings.pad_to, settings.pair)),
-            "model": _panel(
-                lambda: views.through_model(
-                    encoder,
-                    text,
-                    settings.pad_to,
-                    settings.pair,
-                    settings.layer,
-                    settings.attention_layer,
-                    settings.head,
-                    *limits,
-                )
-            ),
+            "model": _panel(lambda: views.through_model(encoder, text, settings.pad_to, settings.pair, *shown)),
             "sentence": _panel(
                 lambda: views.sentence_vector(encoder, text, settings.layers, settings.pooling, settings.compare)
             ),
@@ -202,14 +184,13 @@ class Explainer:
         The sentence goes through the model for the token panels (twice: hidden states and attention), the sentence
         vector and each run; the second sentence once; a run's map is fitted on its first use.
         """
-        sentence = min(len(settings.text) // 4 + 2, self.encoder.max_length)
-        compare = min(len(settings.compare) // 4 + 2, self.encoder.max_length) if settings.compare else 0
-        compare += (
-            min(len(settings.pair) // 4 + 2, self.encoder.max_length) * (3 + len(self.runs)) if settings.pair else 0
+        sentence, pair, compare = (
+            min(len(text) // 4 + 2, self.encoder.max_length) if text else 0
+            for text in (settings.text, settings.pair, settings.compare)
         )
         map_run = self._map_run(settings)
         first_map = MAP_ROWS * 16 if map_run in self.runs and map_run not in self._maps else 0
-        return sentence * (3 + len(self.runs)) + compare + first_map
+        return (sentence + pair) * (3 + len(self.runs)) + compare + first_map
 
     def _map_run(self, settings: Settings) -> str | None:
         return settings.map_run or next(iter(self.info()["map_runs"]), None)
@@ -290,11 +271,7 @@ def _fit_map(run: TextClassifier, name: str, map_texts: bool = False) -> MapData
 
 
 def map_source(run: TextClassifier, name: str = "the run") -> tuple[list[str], list, str, bool]:
-    """Read the run's own training file when its record names one that is still there, else bertkit's sample reviews.
-
-    Returns the texts, the labels, where they come from in words (the run's name, never a path), and whether they
-    are bertkit's sample reviews.
-    """
+    """Return (texts, labels, source in words, is the sample): the run's training file if there, else the sample."""
     data = run.record_.get("data", {}) if hasattr(run, "record_") else {}
     train = data.get("train")
     if train and Path(train).is_file():
@@ -325,11 +302,7 @@ def load_probe(directory: str) -> dict | None:
 
 
 def run_kind(run: object) -> str:
-    """Name what a run is.
-
-    'feature classifier', 'fine-tuned classifier', 'pair classifier', 'regressor', 'pair regressor', 'tagger' or
-    'question answering'.
-    """
+    """Name what a run is: 'feature classifier', 'fine-tuned classifier', 'pair classifier', 'regressor', ...."""
     if isinstance(run, TextClassifier):
         return "feature classifier"
     if hasattr(run, "answer"):

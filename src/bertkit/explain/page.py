@@ -10,18 +10,16 @@ STATIC_FILES = {"page.js": "text/javascript", "page.css": "text/css", "plotly.mi
 STATIC_URL = "explain/static"  # relative: the page works under any prefix the server is mounted at
 
 
-def static_text(name: str) -> str:
-    """Read a static file: page.html / page.js / page.css from this package, plotly.min.js from the plotly wheel."""
-    if name == "plotly.min.js":
-        return (files("plotly") / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
-    return (files("bertkit.explain") / "static" / name).read_text(encoding="utf-8")
-
-
 def static_path(name: str) -> Path:
-    """Return the file behind a static name (for streaming it from disk)."""
+    """Return the file behind a static name: page.html / .js / .css in this package, plotly.min.js in plotly's wheel."""
     if name == "plotly.min.js":
         return Path(str(files("plotly") / "package_data" / "plotly.min.js"))
     return Path(str(files("bertkit.explain") / "static" / name))
+
+
+def static_text(name: str) -> str:
+    """Read a static file (`static_path`)."""
+    return static_path(name).read_text(encoding="utf-8")
 
 
 LIVE_TITLE = "the visual guide, live"

@@ -1,8 +1,4 @@
-"""Pure views of one sentence: JSON-able dicts built from the same library calls as the CLI.
-
-Each function takes loaded things (an `Encoder`, a run) and plain option values, and returns lists and dicts of
-numbers and strings that the page draws. Floats are rounded so that the JSON stays small.
-"""
+"""Pure views of one sentence: JSON-able dicts (floats rounded) built from the same library calls as the CLI."""
 
 from __future__ import annotations
 
@@ -37,10 +33,7 @@ _EAGER: weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module] = weakref.We
 
 
 def check_text(text: object, name: str = "text", allow_empty: bool = False) -> str:
-    """Return the sentence to explain, or refuse it in one clear message.
-
-    Refused: not a string, empty, or longer than MAX_CHARS.
-    """
+    """Return the sentence to explain; refuse one that is not a string, empty, or longer than MAX_CHARS."""
     if not isinstance(text, str):
         raise InputError(f"{name} must be a string, got {type(text).__name__}.")
     if not text.strip() and not allow_empty:
@@ -107,18 +100,10 @@ def through_model(
 
     Parameters
     ----------
-    encoder : Encoder
-        The model.
-    text : str
-        The sentence.
-    pad_to : int, optional
-        Pad the tokens to this length.
-    pair : str, optional
-        A second text, read as the pair `[CLS] text [SEP] pair [SEP]`.
-    layer : int, list of int, 'all' or None
-        The hidden states whose token vectors to send (None: the last).
-    attention_layer : int, list of int, 'all' or None
-        The layers whose attention to send (None: the last).
+    encoder, text, pad_to, pair
+        The model and the sentence, as `tokenization` takes them.
+    layer, attention_layer : int, list of int, 'all' or None
+        The hidden states whose token vectors, and the layers whose attention, to send (None: the last).
     head : int, list of int, 'all', 'mean' or None
         The heads of each of those layers ('mean' and None: their average).
     max_layers, max_maps : int, optional
@@ -254,16 +239,10 @@ def prediction(run: Any, text: str, features: np.ndarray | None = None, pair: st
         raise InputError("this run scores text pairs: type a second text under “Pair” to see its score.")
     item = (text, pair) if takes_pairs else text
     if getattr(run, "problem", None) == "regression":
-        return {
-            "kind": "score",
-            "pair": pair if takes_pairs else None,
-            "score": round(float(run.predict([item])[0]), DIGITS),
-        }
+        score = round(float(run.predict([item])[0]), DIGITS)
+        return {"kind": "score", "pair": pair if takes_pairs else None, "score": score}
     if hasattr(run, "predict_proba"):
-        if features is not None:
-            probabilities = run.head_.predict_proba(features)[0]
-        else:
-            probabilities = run.predict_proba([item])[0]
+        probabilities = (run.head_.predict_proba(features) if features is not None else run.predict_proba([item]))[0]
         best = int(np.argmax(probabilities))
         return {
             "kind": "classifier",
@@ -317,7 +296,6 @@ def probe_table(record: dict) -> dict:
     }
 
 
-# ---- helpers --------------------------------------------------------------------------------------------------------
 def _named(facts: dict) -> dict:
     """Return a probe record's facts with names, not paths: its data files' names, a local model's directory name."""
     named = dict(facts)
@@ -331,10 +309,7 @@ def _named(facts: dict) -> dict:
 
 
 def _batch(encoder: Encoder, text: str, pad_to: int | None, pair: str | None = None) -> Batch:
-    """Build what `bertkit tokenize --max-length [--pair]` builds: padded to `pad_to`, or to its own length.
-
-    Its own length is at most MAX_TOKENS; a pair is cut longest first.
-    """
+    """Build what `bertkit tokenize --max-length [--pair]` builds: padded to `pad_to`, or to its own (<= MAX_TOKENS)."""
     pad_to = check_padding(encoder, pad_to)
     limit = pad_to or min(MAX_TOKENS, encoder.max_length)
     pairs = [pair] if pair else None
