@@ -1,6 +1,7 @@
 """The cli wing: the `bertkit` command line, one module per command group, thin over the library.
 
-May import every other wing; nothing imports it.
+May import every other wing; nothing imports it. Library imports sit inside the commands: `bertkit --help` and each
+command load only what they use (start-up speed).
 """
 
 from typing import Any

@@ -26,8 +26,6 @@ from .common import (
     say,
 )
 
-# Library imports sit inside the commands: `bertkit --help` and each command load only what they use (start-up speed).
-
 
 @app.command()
 def train(

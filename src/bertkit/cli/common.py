@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from ..errors import InputError, brief
+from ..errors import InputError, brief, is_a_folder, no_such_path
 
 if TYPE_CHECKING:
     from ..encoder.encode import Encoder
@@ -159,18 +159,6 @@ def existing_inputs(value: Optional[Path]) -> Optional[Path]:
     return value
 
 
-def existing_file(value: Optional[Path]) -> Optional[Path]:
-    """Typer callback: a file (of any kind, e.g. saved vectors) must be there and be a file."""
-    if value is not None:
-        from ..errors import is_a_folder, no_such_path
-
-        if not Path(value).exists():
-            raise no_such_path(value)
-        if Path(value).is_dir():
-            raise is_a_folder(value)
-    return value
-
-
 def existing_run(value: Optional[Path]) -> Optional[Path]:
     """Typer callback: a run directory must be there and hold its bertkit.json."""
     if value is not None:
@@ -194,7 +182,10 @@ def existing_indexes(values: Optional[list[str]]) -> Optional[list[str]]:
     from ..tasks.runs import parse_run_specs
 
     for path in parse_run_specs(values or [], "--index").values():
-        existing_file(path)
+        if not path.exists():
+            raise no_such_path(path)
+        if path.is_dir():
+            raise is_a_folder(path)
     return values
 
 

@@ -43,13 +43,8 @@ def run_demo(model: str | None = None) -> None:
         "I love Korea",
     ]
     echo("\n3. Sentence vectors for 4 texts:")
-    for layers, pooling in [
-        ("last", "cls"),
-        ("last", "pooler"),
-        ("last", "mean"),
-        ("last4:sum", "mean"),
-        ("last4:concat", "mean"),
-    ]:
+    choices = [("last", "cls"), ("last", "pooler"), ("last", "mean"), ("last4:sum", "mean"), ("last4:concat", "mean")]
+    for layers, pooling in choices:
         vectors = encoder.embed(texts, layers=layers, pooling=pooling)
         echo(f"   layers={layers:<13} pooling={pooling:<7} → {vectors.shape} {vectors.dtype}")
     vectors = encoder.embed(texts, layers="last4:sum", pooling="mean")

@@ -6,7 +6,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
@@ -35,8 +35,6 @@ if TYPE_CHECKING:
 
     from ..encoder.encode import Encoder
     from ..encoder.options import EmbedOptions
-
-# Library imports sit inside the commands: `bertkit --help` and each command load only what they use (start-up speed).
 
 
 @app.command()
@@ -187,9 +185,8 @@ def embed(
         summary = _embed_token_vectors(encoder, input, output, reading, options, batch_size, quiet, overwrite)
     else:
         ranges = None if calibration is None else _calibration_ranges(encoder, calibration, options, batch_size)
-        summary = _embed_streamed(
-            encoder, input, output, reading, options, batch_size, ranges, quiet, chunk_rows, overwrite
-        )
+        chunks = dict(chunk_rows=4096 if chunk_rows is None else chunk_rows, ranges=ranges, overwrite=overwrite)
+        summary = _embed_streamed(encoder, input, output, options, quiet, **reading, **chunks, batch_size=batch_size)
     if not quiet:
         _say_summary(summary, output, time.perf_counter() - started, max_length or encoder.max_length, encoder)
 
@@ -270,18 +267,9 @@ def _embed_token_vectors(
 
 
 def _embed_streamed(
-    encoder: Encoder,
-    input: Path,
-    output: Path,
-    reading: dict,
-    options: EmbedOptions,
-    batch_size: Optional[int],
-    ranges: Optional[np.ndarray],
-    quiet: bool,
-    chunk_rows: Optional[int],
-    overwrite: bool,
+    encoder: Encoder, input: Path, output: Path, options: EmbedOptions, quiet: bool, **settings: Any
 ) -> _Summary:
-    """Sentence vectors, streamed chunk by chunk into the output (resumable)."""
+    """Sentence vectors, streamed chunk by chunk into the output (resumable); `settings` go to `embed_file`."""
     from tqdm.auto import tqdm
 
     from ..io.stream import embed_file
@@ -293,18 +281,7 @@ def _embed_streamed(
         bar.refresh()
 
     try:
-        result = embed_file(
-            encoder,
-            input,
-            output,
-            options,
-            **reading,
-            batch_size=batch_size,
-            ranges=ranges,
-            on_chunk=advance,
-            chunk_rows=4096 if chunk_rows is None else chunk_rows,
-            overwrite=overwrite,
-        )
+        result = embed_file(encoder, input, output, options, **settings, on_chunk=advance)
     except KeyboardInterrupt:
         say("interrupted: finished chunks are kept; run the same command again to continue.")
         raise

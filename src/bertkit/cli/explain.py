@@ -9,8 +9,6 @@ import typer
 from ..errors import InputError
 from .common import DeviceOption, FileOverwriteOption, ModelOption, app, existing_runs, options_for, say
 
-# Library imports sit inside the command: `bertkit --help` loads only what it uses (start-up speed).
-
 
 @app.command()
 def explain(

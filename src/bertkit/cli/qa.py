@@ -14,8 +14,6 @@ from .common import DeviceOption, RunArgument, ThreadsOption, app, texts_or_file
 if TYPE_CHECKING:
     from ..tasks.qa import FineTunedQA
 
-# Library imports sit inside the command: `bertkit --help` loads only what it uses (start-up speed).
-
 
 @app.command()
 def answer(

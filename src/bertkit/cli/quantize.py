@@ -10,8 +10,6 @@ import typer
 from ..io.readers import column_spec
 from .common import HeaderOption, OverwriteOption, ThreadsOption, app, existing_text_file, say
 
-# Library imports sit inside the command: `bertkit --help` loads neither torch nor transformers (start-up speed).
-
 
 @app.command()
 def quantize(

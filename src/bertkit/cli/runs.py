@@ -1,8 +1,4 @@
-"""Commands on saved runs: evaluate, predict, rerank.
-
-evaluate scores on labelled data, predict labels texts or pairs, rerank ranks documents for a query (with a pair
-model).
-"""
+"""Commands on saved runs: evaluate (on labelled data), predict (texts or pairs), rerank (documents for a query)."""
 
 from __future__ import annotations
 
@@ -29,7 +25,6 @@ from .common import (
     write_output,
 )
 
-# Library imports sit inside the commands: `bertkit --help` and each command load only what they use (start-up speed).
 RunPrecisionOption = typer.Option(None, "--precision", help="fp32 | bf16 | int8; default: the run's own.")
 
 

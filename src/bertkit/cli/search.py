@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import errno
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from ..errors import InputError
+from ..errors import InputError, no_such_path
 from .common import DeviceOption, ThreadsOption, app, say
 
 if TYPE_CHECKING:
     from ..encoder.encode import Encoder
-
-# Library imports sit inside the commands: `bertkit --help` loads none of them (start-up speed).
 
 
 @app.command()
@@ -53,7 +49,7 @@ def search(
     from ..tasks.search import embed_queries, rescore_multiplier_for, semantic_search
 
     if not index.exists():
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(index))
+        raise no_such_path(index)
     loaded = load_index(index) if read_index_meta(index) is not None else None
     if loaded is not None:
         vectors, ids, meta = None, loaded.ids, loaded.meta

@@ -14,8 +14,6 @@ from ..encoder.defaults import GPU_BATCH_TOKENS, MAX_BATCH_TOKENS
 from ..errors import InputError
 from .common import DeviceOption, ModelOption, app, existing_indexes, existing_runs, options_for, running_on, say
 
-# Library imports sit inside the command: `bertkit --help` loads neither torch nor the web stack (start-up speed).
-
 
 def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

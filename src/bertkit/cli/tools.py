@@ -21,8 +21,6 @@ from .common import (
     make_encoder,
 )
 
-# Library imports sit inside the commands: `bertkit --help` and each command load only what they use (start-up speed).
-
 
 @app.command()
 def bench(

@@ -10,7 +10,6 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from sklearn.decomposition import PCA
@@ -108,17 +107,15 @@ class Explainer:
         run_dirs: list[str] | None = None,
         encoder: Encoder | None = None,
         device: str | None = "auto",
-        **options: Any,
     ) -> Explainer:
         """Load the encoder and each `[name=]DIR` (a run, or a `bertkit probe` output), all on `device`."""
         explainer = cls(encoder or Encoder.from_pretrained(model, device=device))
-        options = {"device": device, **options}
         for name, directory in parse_run_specs(list(run_dirs or [])).items():
             probe = load_probe(directory)
             if probe is not None:
                 explainer.probes[name] = probe
             else:
-                explainer.runs[name] = load_run(directory, **options)
+                explainer.runs[name] = load_run(directory, device=device)
         return explainer
 
     def info(self) -> dict:

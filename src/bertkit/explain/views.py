@@ -32,11 +32,11 @@ ALL, MEAN = "all", "mean"
 _EAGER: weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module] = weakref.WeakKeyDictionary()
 
 
-def check_text(text: object, name: str = "text", allow_empty: bool = False) -> str:
+def check_text(text: object, name: str = "text") -> str:
     """Return the sentence to explain; refuse one that is not a string, empty, or longer than MAX_CHARS."""
     if not isinstance(text, str):
         raise InputError(f"{name} must be a string, got {type(text).__name__}.")
-    if not text.strip() and not allow_empty:
+    if not text.strip():
         raise InputError(f"{name} is empty: type a sentence to see how the model reads it.")
     if len(text) > MAX_CHARS:
         raise InputError(
