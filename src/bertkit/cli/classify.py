@@ -118,18 +118,10 @@ def train(
     predictions = estimator.predict(dev_texts)
     metrics = classification_metrics(dev_labels, predictions, estimator.classes_, estimator.majority_class_)
     typer.echo(format_metrics(metrics))
-    extra = {
-        "data": {
-            "train": str(train_file.resolve()),  # found from any folder (answers show names, never paths)
-            "train_rows": len(texts),
-            "dev": dev_source,
-            "dev_rows": len(dev_texts),
-            "text_column": text_column,
-            "label_column": label_column,
-            "header": header,
-        }
-    }
-    estimator.save_pretrained(output, metrics=metrics, extra=extra, overwrite=overwrite)
+    # the training file's absolute path: found from any folder (answers show names, never paths)
+    data = {"train": str(train_file.resolve()), "train_rows": len(texts), "dev": dev_source, "dev_rows": len(dev_texts)}
+    data.update(text_column=text_column, label_column=label_column, header=header)
+    estimator.save_pretrained(output, metrics=metrics, extra={"data": data}, overwrite=overwrite)
     say(f"saved {output}")
     if report is not None:
         vectors = estimator.vectorizer_.transform(dev_texts)

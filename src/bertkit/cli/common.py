@@ -44,10 +44,7 @@ def _root(
         False, "--verbose", "-v", help="Show debug messages, and what other libraries (Ray, transformers) say."
     ),
 ) -> None:
-    """Use pre-trained BERT-family encoders.
-
-    Inspect tokenization, extract embeddings, train classifiers, probe layers, fine-tune, serve.
-    """
+    """Set the root options (the app's `help` is what `bertkit --help` shows)."""
     show_logs("verbose" if verbose else "quiet" if quiet else "normal")
 
 
@@ -256,10 +253,10 @@ _PATH_LIKE = re.compile(r"\S*(/|\\)\S*|\S+\.(tsv|csv|jsonl|json|txt|text|parquet
 
 
 def texts_or_file(inputs: list[str], as_text: bool) -> Path | None:
-    """Return the file to read when `inputs` is one existing file; None when they are texts. A missing file is refused.
+    """Return the file to read when `inputs` is one existing file; None when they are texts.
 
-    A lone input that looks like a file name (an extension such as .tsv, or a path separator, and no spaces) but is
-    not there is a mistyped path far more often than a text: it is refused unless `--text` marks it as one.
+    An input that looks like a file name (an extension such as .tsv, or a path separator) but is not there is refused
+    unless `--text` marks it as a text: it is a mistyped path far more often.
     """
     if as_text:
         return None

@@ -15,11 +15,7 @@ for _module in ("embed", "search", "classify", "runs", "finetune", "qa", "tools"
 
 
 def main() -> None:
-    """Run the console entry point.
-
-    User mistakes (bad input, missing or unwritable files, damaged models) become one 'error:' line and exit status
-    2; what the library logs is shown as `--quiet` / `--verbose` say.
-    """
+    """Run the console entry point: a user's mistake becomes one 'error:' line and exit status 2."""
     with warnings.catch_warnings():
         warnings.simplefilter("default" if verbosity() == "verbose" else "ignore")  # other libraries' warnings
         try:

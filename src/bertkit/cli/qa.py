@@ -53,10 +53,7 @@ def answer(
 
 
 def write_predictions(model: FineTunedQA, inputs: list[str], output: Optional[Path]) -> None:
-    """Predict with a QA run as `bertkit predict` does: a SQuAD file's answers in the official `{id: answer}` layout.
-
-    "" for no answer; on stdout or written atomically to `output`.
-    """
+    """Write a SQuAD file's answers (official `{id: answer}` layout, "" for none) on stdout or to `output`."""
     from ..io.squad import read_squad
 
     if len(inputs) != 1 or not Path(inputs[0]).is_file():

@@ -64,11 +64,9 @@ class Settings:
             if payload.get(name) is not None and not isinstance(payload[name], str):
                 raise InputError(f"{name} must be a string or null.")
         settings = cls(**payload)
-        views.check_text(settings.text)
-        if settings.compare:
-            views.check_text(settings.compare, "compare")
-        if settings.pair:
-            views.check_text(settings.pair, "pair")
+        for name in ("text", "compare", "pair"):
+            if name == "text" or getattr(settings, name):
+                views.check_text(getattr(settings, name), name)
         return settings
 
 

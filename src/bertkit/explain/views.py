@@ -224,11 +224,8 @@ def sentence_vector(
 def prediction(run: Any, text: str, features: np.ndarray | None = None, pair: str | None = None) -> dict:
     """Predict as the CLI prints it: a classifier's label and probabilities, a regressor's score, a tagger's entities.
 
-    The probabilities come from `predict_proba`, the entities from `predict`; a pair run reads (text, pair); a QA run
-    answers the text from the pair.
-
-    `features`: the feature run's vectors of [text] when already computed (`predict_proba` is exactly
-    `head_.predict_proba(vectorizer_.transform(X))`), so the map and the prediction share one forward pass.
+    A pair run reads (text, pair); a QA run answers the text from the pair. `features`: a feature run's vectors of
+    [text] when already computed, so that the map and the prediction share one forward pass.
     """
     if hasattr(run, "explanation"):  # question answering: the sentence is the question, the pair its context
         if not pair:
