@@ -255,8 +255,8 @@ _PATH_LIKE = re.compile(r"\S*(/|\\)\S*|\S+\.(tsv|csv|jsonl|json|txt|text|parquet
 def texts_or_file(inputs: list[str], as_text: bool) -> Path | None:
     """Return the file to read when `inputs` is one existing file; None when they are texts.
 
-    An input that looks like a file name (an extension such as .tsv, or a path separator) but is not there is refused
-    unless `--text` marks it as a text: it is a mistyped path far more often.
+    An input that looks like a file name (an extension such as .tsv or a path separator, and no spaces) but is not
+    there is refused unless `--text` marks it as a text: it is a mistyped path far more often.
     """
     if as_text:
         return None

@@ -52,10 +52,7 @@ def quantize(
             "--precision fp16 or bf16 instead."
         )
 
-    if calibration is None:
-        texts = packaged_texts()
-    else:
-        texts = read_texts(calibration, column_spec(column), header=header)[0]
+    texts = packaged_texts() if calibration is None else read_texts(calibration, column_spec(column), header=header)[0]
     texts = texts[:limit] if limit else texts
     report = quantize_model(model, output, texts, overwrite=overwrite)
     say(

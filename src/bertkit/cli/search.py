@@ -93,11 +93,9 @@ def _compact_note(output: str, multiplier: int, top_k: int, meta: dict, encoder:
     """Say what a search of compact vectors did: the rescoring, and where int8 ranges came from."""
     if output in ("float32", "float16"):
         return ""
-    rescoring = (
-        f"top {top_k * multiplier} rescored with the float query (rescore multiplier {multiplier})"
-        if multiplier
-        else "no rescoring"
-    )
+    rescoring = "no rescoring"
+    if multiplier:
+        rescoring = f"top {top_k * multiplier} rescored with the float query (rescore multiplier {multiplier})"
     if output not in ("int8", "uint8"):
         return f"; binary candidates by Hamming distance, {rescoring}"
     import numpy as np
