@@ -131,6 +131,7 @@ def describe(device: torch.device) -> str:
     return str(device)
 
 
+BF16_FEATURES = {"amx_bf16", "avx512_bf16"}  # native bf16 on a CPU
 CPU_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "avx_vnni")
 
 
@@ -147,8 +148,6 @@ def machine_facts() -> dict[str, str]:
     """
     from importlib.metadata import PackageNotFoundError, version
 
-    from .precision import cpu_bf16_flags
-
     def package(name: str) -> str:
         try:
             return version(name)
@@ -156,7 +155,7 @@ def machine_facts() -> dict[str, str]:
             return "not installed"
 
     model, flags = cpu_model_and_flags()
-    bf16 = sorted(cpu_bf16_flags())
+    bf16 = sorted(flags & BF16_FEATURES)
     int8 = [flag for flag in ("amx_int8", "avx512_vnni", "avx_vnni") if flag in flags]
     gpus = [f"cuda:{i} {torch.cuda.get_device_name(i)}" for i in range(torch.cuda.device_count())]
     build = "CUDA " + torch.version.cuda if torch.version.cuda else "CPU-only build"

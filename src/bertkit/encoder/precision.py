@@ -12,15 +12,14 @@ from pathlib import Path
 import torch
 
 from ..errors import InputError
+from .devices import BF16_FEATURES, cpu_model_and_flags
 
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 
 
 def cpu_bf16_flags() -> set[str]:
     """Return the CPU's native bf16 features (AMX, AVX512-BF16) as /proc/cpuinfo lists them; empty elsewhere."""
-    from .devices import cpu_model_and_flags
-
-    return cpu_model_and_flags()[1] & {"amx_bf16", "avx512_bf16"}
+    return cpu_model_and_flags()[1] & BF16_FEATURES
 
 
 def fast_bf16_cpu() -> bool:
