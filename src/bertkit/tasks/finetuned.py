@@ -1,14 +1,11 @@
-"""Fine-tuned models loaded from a run directory, run through the one runner.
-
-`FineTuned` (what every task head shares) and `FineTunedClassifier` (texts or pairs → labels, scores, label sets,
-rankings).
-"""
+"""Fine-tuned models loaded from a run directory: `FineTuned` (what every head shares) and `FineTunedClassifier`."""
 
 from __future__ import annotations
 
 import inspect
 import json
 import logging
+import tempfile
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,11 +34,7 @@ EVAL_BATCH_SIZE = 64
 
 
 class FineTuned:
-    """A transformers `AutoModelFor...` and its tokenizer, run without gradients through the one `Runner`.
-
-    Every fine-tuned head (classifier, tagger, question answering) is one of these plus its own pre- and
-    post-processing.
-    """
+    """A transformers `AutoModelFor...` and its tokenizer, run without gradients through the one `Runner`."""
 
     KIND: str  # the run kind written in the run's config
     AUTO_CLASS: str  # the transformers auto class that loads the model
@@ -96,7 +89,7 @@ class FineTuned:
         long_text: str = "truncate",
         device: str | None = "auto",
     ) -> Any:
-        """Load a run with plain transformers from safetensors (what `bertkit finetune` saved), remote code off.
+        """Load a run (what `bertkit finetune` saved) with plain transformers from safetensors, remote code off.
 
         Parameters
         ----------
@@ -105,8 +98,7 @@ class FineTuned:
         threads : int, optional
             Deprecated: `bertkit.set_threads`.
         precision : str, optional
-            None runs at the precision the model was trained with; 'int8' quantises the encoder layers (with the
-            directory's own calibration when `bertkit quantize` wrote one), 'bf16'/'fp16' autocast where they run.
+            None: the trained precision; 'int8' quantises the encoder layers, 'bf16'/'fp16' autocast where they run.
         long_text : {'truncate', 'error', 'window'}
             What a text longer than the run's maximum length gets: cut (said), refused, or read in windows.
         device : str
@@ -154,8 +146,6 @@ class FineTuned:
         Path
             The directory.
         """
-        import tempfile
-
         with tempfile.TemporaryDirectory() as scratch, quiet_transformers():
             self.model.save_pretrained(scratch, safe_serialization=True)
             self.tokenizer.save_pretrained(scratch)
@@ -200,8 +190,7 @@ class FineTuned:
         inputs : list
             Texts, (text, pair) tuples for a pair model, or word lists for a tagger.
         labels : list
-            A label per text (a score for a regressor, a list of labels for a multi-label model), or a tag list per
-            sentence.
+            A label, score or list of labels per text, or a tag list per sentence.
 
         Returns
         -------
@@ -278,11 +267,9 @@ class FineTuned:
 
 
 class FineTunedClassifier(FineTuned):
-    """A fine-tuned sequence model (`AutoModelForSequenceClassification`) of texts or text pairs.
+    """A fine-tuned sequence model of texts or text pairs: a classifier, multi-label classifier or regressor.
 
-    A classifier (`predict`, `predict_proba`), a multi-label classifier (labels over a threshold chosen on dev) or a
-    regressor (a score per input); pair models also `rank` documents for a query, as sentence-transformers'
-    CrossEncoder does.
+    Pair models also `rank` documents for a query, as sentence-transformers' CrossEncoder does.
     """
 
     KIND = KIND_TEXT
@@ -301,14 +288,14 @@ class FineTunedClassifier(FineTuned):
         return None if task is None else task == "pair"
 
     def logits(self, inputs: Any, batch_size: int = EVAL_BATCH_SIZE) -> np.ndarray:
-        """Return the model's raw outputs, (n, outputs): texts, or (text, pair) tuples for a pair model.
+        """Return the model's raw outputs, (n, outputs).
 
         Parameters
         ----------
         inputs : str, (str, str) or list of them
-            One input is a list of one.
+            Texts, or (text, pair) tuples for a pair model; one input is a list of one.
         batch_size : int
-            Inputs per forward pass (length-sorted).
+            Inputs per forward pass.
 
         Returns
         -------
@@ -371,17 +358,14 @@ class FineTunedClassifier(FineTuned):
         self._threshold = float(value)
 
     def scores(self, pairs: Sequence, batch_size: int = EVAL_BATCH_SIZE, raw: bool = False) -> np.ndarray:
-        """Score each (query, document) pair's relevance.
-
-        A regressor's output, or a binary classifier's probability of its positive (last) class; `raw=True` gives that
-        class's logit margin instead.
+        """Score each (query, document) pair: a regressor's output, or a binary classifier's last-class probability.
 
         Parameters
         ----------
         pairs : sequence of (str, str)
             (query, document) pairs, in the order the run was trained on (text, pair).
         batch_size : int
-            Rows per forward pass (within the token budget).
+            Rows per forward pass.
         raw : bool
             The positive class's logit minus the other's, not its probability (TEI's `raw_scores`).
 
@@ -427,7 +411,7 @@ class FineTunedClassifier(FineTuned):
         documents = check_texts(documents, "documents")
         scores = self.scores([(query, document) for document in documents], batch_size)
         order = sorted(range(len(documents)), key=lambda i: -float(scores[i]))
-        return [(i, float(scores[i])) for i in order[: top_k if top_k is not None else None]]
+        return [(i, float(scores[i])) for i in order[:top_k]]
 
     def _averaged(self, inputs: Any, batch_size: int, transform: Any) -> np.ndarray:
         """`transform(logits)` of every input; the windows of a long text (long_text='window') averaged."""

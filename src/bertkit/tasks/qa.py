@@ -1,14 +1,7 @@
-"""`FineTunedQA`: extractive question answering (`AutoModelForQuestionAnswering`) on the one runner.
+"""`FineTunedQA`: extractive question answering on the one runner, with run_qa.py's pre- and post-processing.
 
-Pre-processing is run_qa.py's: the question first (second for a tokenizer that pads on the left), cut to
-`max_question_len` tokens; the context read in the tokenizer's overflow windows (`encoder.tokenize.encode`, the one
-window rule), `doc_stride` tokens shared by neighbouring windows. Every window of every question goes through the
-runner together, in token-budget passes. Post-processing is run_qa's too, across windows: each window's `N_BEST`
-start and end tokens make its candidate spans (start ≤ end, at most `max_answer_len` tokens, inside the context),
-scored by start logit + end logit; the same character span found in two windows keeps its best score; the null
-answer ("no answer") scores the smallest [CLS] start + end logit of the question's windows (SQuAD v2), less the
-threshold chosen on dev. An answer's `score` is its softmax share of the best `N_BEST` candidates (and the null
-answer, with `handle_impossible_answer`), so answers from different windows compare.
+Contexts are read in the tokenizer's overflow windows; each window's best `N_BEST` start and end tokens make the
+candidate spans, merged across windows; the null answer scores the smallest [CLS] start + end logit (SQuAD v2).
 """
 
 from __future__ import annotations
@@ -67,11 +60,7 @@ def qa_windows(
     doc_stride: int | None = None,
     max_question_len: int = QUESTION_TOKENS,
 ) -> Windows:
-    """Tokenize each (question, context) as the model reads it.
-
-    Whole when it fits `max_length` tokens, else in overflow windows sharing `doc_stride` tokens (default 128, at most
-    half the room a window has); the question cut to `max_question_len` tokens (at most half that room).
-    """
+    """Tokenize each (question, context) in overflow windows sharing `doc_stride` tokens, the question cut short."""
     questions, contexts = tok.check_texts(questions, "questions"), tok.check_texts(contexts, "contexts")
     if len(questions) != len(contexts):
         raise InputError(f"{len(questions)} questions but {len(contexts)} contexts; give one context per question.")
@@ -123,10 +112,7 @@ class Candidates:
 
 
 def window_spans(start: np.ndarray, end: np.ndarray, window: Any, side: int, max_answer_len: int) -> list[tuple]:
-    """Return (logit, first token, last token) of a window's candidate spans.
-
-    They are its best `N_BEST` start and end tokens inside the context, start ≤ end, at most `max_answer_len` tokens.
-    """
+    """Return (logit, first token, last token) of the spans of a window's best `N_BEST` start and end tokens."""
     context = np.flatnonzero(np.array([s == side for s in window.sequence_ids], dtype=bool))
     if context.size == 0:
         return []
@@ -318,11 +304,7 @@ class FineTunedQA(FineTuned):
         ]
 
     def explanation(self, question: str, context: str) -> dict:
-        """Explain one answer as the explainer page draws it.
-
-        The answer, the window it came from, that window's start and end probabilities over its context tokens
-        (softmax over them and [CLS]), and the null score.
-        """
+        """Explain one answer as the explainer page draws it: its window's start and end probabilities, null score."""
         windows = self.windows([question], [context])
         logits = self.outputs(windows.rows())
         found = self._merge(windows, logits, 30, True)[0]
@@ -351,11 +333,7 @@ class FineTunedQA(FineTuned):
     def predictions(
         self, examples: Sequence[QAExample], batch_size: int = EVAL_BATCH_SIZE
     ) -> tuple[dict[str, str], dict[str, str], dict[str, float]]:
-        """Predict, for each question id, the answer, the best span, and the no-answer score.
-
-        The answer as SQuAD's prediction file has it ("" for no answer), the best span whatever the null score, and
-        the null score minus the best span's (the official script's no-answer score).
-        """
+        """Predict per question id the answer ("" for none), the best span, and the null score less the span's."""
         windows = self.windows([e.question for e in examples], [e.context for e in examples])
         answers, spans, null_diff = {}, {}, {}
         for example, found in zip(examples, self.candidates(windows, batch_size=batch_size)):
@@ -368,8 +346,6 @@ class FineTunedQA(FineTuned):
 
     def evaluate(self, inputs: Any, labels: Any = None) -> Any:
         """Score exact match and F1 by the official SQuAD v2.0 rules: what `bertkit evaluate` prints.
-
-        With unanswerable questions, HasAns / NoAns and the best threshold too.
 
         Parameters
         ----------

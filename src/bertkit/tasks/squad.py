@@ -1,12 +1,6 @@
-"""SQuAD scores by the official v2.0 evaluation script's rules.
+"""SQuAD scores by the official v2.0 evaluation script's rules: exact match, token F1, HasAns / NoAns, thresholds.
 
-Exact match and token F1 of normalised answers (lower case, no punctuation, no articles a/an/the, single spaces), the
-best over the gold answers, "" the only right answer to an unanswerable question; HasAns / NoAns splits; the
-no-answer threshold that maximises each score.
-
-Written out rather than taken from a package: torchmetrics' `SQuAD` follows the v1.1 script (no unanswerable
-questions, no thresholds) and Hugging Face `evaluate` fetches its script from the hub. tests/test_qa.py pins the
-numbers the official script gives on hand-made cases.
+Written out because torchmetrics' `SQuAD` follows v1.1 (no unanswerable questions) and `evaluate` fetches its script.
 """
 
 from __future__ import annotations

@@ -112,19 +112,9 @@ def format_entity_scores(scores: dict) -> str:
     ]
     width = max([len("type"), len("overall")] + [len(k) for k in scores["per_type"]])
     lines.append(f"{'type'.ljust(width)}  precision  recall  f1      support  predicted")
-    rows = list(scores["per_type"].items()) + [
-        (
-            "overall",
-            {
-                "precision": scores["precision"],
-                "recall": scores["recall"],
-                "f1": scores["f1"],
-                "support": scores["n_gold_entities"],
-                "predicted": scores["n_predicted_entities"],
-            },
-        )
-    ]
-    for kind, row in rows:
+    overall = {k: scores[k] for k in ("precision", "recall", "f1")}
+    overall.update(support=scores["n_gold_entities"], predicted=scores["n_predicted_entities"])
+    for kind, row in [*scores["per_type"].items(), ("overall", overall)]:
         lines.append(
             f"{kind.ljust(width)}  {row['precision']:.4f}     {row['recall']:.4f}  {row['f1']:.4f}  "
             f"{str(row['support']).ljust(7)}  {row['predicted']}"

@@ -1,10 +1,6 @@
-"""The run directory while it trains and once it is done.
+"""The run directory: `bertkit-run.json` and `Trainer`'s checkpoints while training, the finished run after.
 
-While training it holds `bertkit-run.json` (what the run is: the command's data, model and arguments, checked on
-`--resume`) and `Trainer`'s checkpoints (`checkpoint-<step>/`, the newest and the best); a checkpoint is complete
-once its `trainer_state.json` is written (Trainer writes it last), so `--resume` takes the newest complete one and
-sets aside one a kill cut short. When training ends, the directory is replaced whole by the finished run: a plain
-transformers model (safetensors), its tokenizer, `bertkit.json` and `logs/`.
+A checkpoint is complete once its `trainer_state.json` is written (Trainer writes it last).
 """
 
 from __future__ import annotations

@@ -46,10 +46,7 @@ def text_examples(
     max_length: int,
     pairs: Sequence[str] | None = None,
 ) -> tuple[list[Example], int]:
-    """Tokenize texts (or text pairs) for classification with the tokenizer's own truncation to `max_length`.
-
-    Pairs are cut longest first. Returns the examples and how many were cut.
-    """
+    """Tokenize texts (or text pairs) with the tokenizer's truncation to `max_length`; also return how many were cut."""
     with TOKENIZER_LOCK:
         encoded = tokenizer(
             list(texts), list(pairs) if pairs is not None else None, truncation=True, max_length=max_length
@@ -64,10 +61,7 @@ def text_examples(
 def word_pieces(
     tokenizer: PreTrainedTokenizerBase, sentences: Sequence[Sequence[str]], max_length: int
 ) -> tuple[list[WordPiece], int]:
-    """Split each word-tokenized sentence into pieces that fit max_length at word boundaries (never mid-word).
-
-    Returns the pieces and how many sentences needed more than one. A single word longer than the budget is cut.
-    """
+    """Split sentences into pieces that fit max_length at word boundaries; also return how many needed several."""
     budget = max_length - tokenizer.num_special_tokens_to_add(pair=False)
     with TOKENIZER_LOCK:
         whole = tokenizer([list(s) for s in sentences], is_split_into_words=True, add_special_tokens=False)
@@ -115,24 +109,20 @@ def token_examples(pieces: Sequence[WordPiece], tag_ids: Sequence[Sequence[int]]
 
 
 def collate(examples: Sequence[Example], pad_token_id: int, with_type_ids: bool) -> dict[str, torch.Tensor]:
-    """Pad a batch to its own longest example (per-batch padding), with labels as the loss wants them.
+    """Pad a batch to its own longest example, with labels as the loss wants them.
 
-    Class indices (int64), scores (float32), multi-hot rows (float32, one per example) or tag ids per token (int64,
-    -100 ignored).
+    Class indices or tag ids per token (int64, -100 ignored), scores or multi-hot rows (float32).
     """
     ids, mask, type_ids = pad_ids([e.input_ids for e in examples], [e.token_type_ids for e in examples], pad_token_id)
     first = examples[0].labels
-    if isinstance(first, list) and (not first or isinstance(first[0], float)):  # multi-hot rows
-        labels = torch.tensor([e.labels for e in examples], dtype=torch.float32)
-    elif isinstance(first, list):  # one tag id per token
+    if isinstance(first, list) and first and not isinstance(first[0], float):  # one tag id per token
         rows = np.full((len(examples), ids.shape[1]), IGNORE_INDEX, dtype=np.int64)
         for row, example in enumerate(examples):
             rows[row, : len(example.labels)] = example.labels
         labels = torch.from_numpy(rows)
-    elif isinstance(first, float):
-        labels = torch.tensor([e.labels for e in examples], dtype=torch.float32)
     else:
-        labels = torch.tensor([e.labels for e in examples], dtype=torch.int64)
+        floats = isinstance(first, (float, list))  # a score, or multi-hot rows
+        labels = torch.tensor([e.labels for e in examples], dtype=torch.float32 if floats else torch.int64)
     batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
     if with_type_ids:
         batch["token_type_ids"] = type_ids
@@ -142,10 +132,7 @@ def collate(examples: Sequence[Example], pad_token_id: int, with_type_ids: bool)
 def length_grouped_batches(
     lengths: Sequence[int], batch_size: int, rng: np.random.Generator, group: int = 50
 ) -> list[list[int]]:
-    """Shuffle, sort within groups of `group` batches by length, then shuffle the batches.
-
-    Little padding, random order.
-    """
+    """Shuffle, sort within groups of `group` batches by length, then shuffle the batches: little padding."""
     order = rng.permutation(len(lengths))
     batches = []
     span = batch_size * group

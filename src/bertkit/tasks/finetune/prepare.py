@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ SINGLE_LABEL = "single_label_classification"
 MULTI_LABEL = "multi_label_classification"
 REGRESSION = "regression"
 TOKENS = "token_classification"
+QA = "question_answering"
 
 
 @dataclass
@@ -87,20 +89,12 @@ def _read(path: str | Path, task: str, problem: str | None, columns: Columns) ->
 
 
 def _numbers_with_decimals(labels: list) -> bool:
-    """Tell whether the labels are mostly numbers, some of them not whole: scores to regress on, not classes.
-
-    A stray word among them is then refused at its line, not made a class of its own.
-    """
-    values = [_float(label) for label in labels]
-    numbers = [value for value in values if value is not None]
-    return len(numbers) * 2 > len(values) and any(not value.is_integer() for value in numbers if math.isfinite(value))
-
-
-def _float(label: Any) -> float | None:
-    try:
-        return float(label)
-    except (TypeError, ValueError):
-        return None
+    """Tell whether most labels are numbers, some not whole: scores (a stray word is then refused at its line)."""
+    numbers = []
+    for label in labels:
+        with contextlib.suppress(TypeError, ValueError):
+            numbers.append(float(label))
+    return len(numbers) * 2 > len(labels) and any(not value.is_integer() for value in numbers if math.isfinite(value))
 
 
 def _prepare_sequences(

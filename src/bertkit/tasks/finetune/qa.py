@@ -1,7 +1,4 @@
-"""Fine-tuning for extractive question answering: run_qa.py's training features on bertkit's windows, its loss.
-
-Dev scoring follows the official SQuAD rules, with the no-answer threshold chosen there.
-"""
+"""Fine-tuning for extractive question answering: run_qa.py's training features on bertkit's windows, its loss."""
 
 from __future__ import annotations
 
@@ -14,13 +11,9 @@ import torch
 from ...errors import InputError
 from ...io.squad import QAExample, read_squad
 from ..labels import split_holdout
-from ..qa import FineTunedQA, qa_windows
-from ..squad import squad_scores
+from ..qa import qa_windows
 from .examples import IGNORE_INDEX, Example
-from .prepare import Prepared, _data_record
-from .trainer import Evaluator
-
-QA = "question_answering"
+from .prepare import QA, Prepared, _data_record
 
 
 def span_labels(window: Any, example: QAExample, side: int, cls_id: int | None) -> tuple[int, int]:
@@ -106,29 +99,3 @@ def qa_baseline(prepared: Prepared) -> dict:
     """Score answering "no answer" to every dev question (F1, in percent)."""
     unanswerable = sum(1 for answers in prepared.dev_gold if not answers)
     return {"what": "always answering 'no answer'", "score": 100.0 * unanswerable / max(len(prepared.dev_gold), 1)}
-
-
-class QAEvaluator(Evaluator):
-    """Dev scoring of a QA run after each epoch: the official SQuAD scores.
-
-    With unanswerable questions, at the no-answer threshold that maximises F1 on dev (saved with the run), which is
-    the score that picks the epoch.
-    """
-
-    def __init__(self, task: str, network: Any, tokenizer: Any, max_length: int, prepared: Prepared) -> None:
-        self.task, self.prepared, self.tokenizer, self.metric_name = task, prepared, tokenizer, "F1"
-        self.runner = FineTunedQA(network, tokenizer, max_length, {"data": prepared.data_record})
-
-    def evaluate(self) -> tuple[float, dict]:
-        """Return (F1 on dev, every score); with unanswerable questions, at the threshold best on dev."""
-        examples: list[QAExample] = self.prepared.dev_inputs
-        _, spans, null_diff = self.runner.predictions(examples)
-        gold = {e.id: [text for text, _ in e.answers] for e in examples}
-        if not self.runner.negatives:
-            metrics = squad_scores(gold, spans)
-            return metrics["f1"], metrics
-        finite = {k: min(v, 1e9) for k, v in null_diff.items()}
-        threshold = squad_scores(gold, spans, finite)["best_f1_thresh"]
-        self.runner.null_threshold = threshold
-        metrics = {**squad_scores(gold, spans, finite, threshold), "null_threshold": threshold}
-        return metrics["f1"], metrics

@@ -1,8 +1,4 @@
-"""`finetune()`: a head on the encoder, the whole model trained by transformers' `Trainer`, the best epoch saved.
-
-The saved directory is a plain transformers model (`AutoModelFor{Sequence,Token}Classification.from_pretrained`)
-plus `bertkit.json` with the arguments, data fingerprints, per-epoch history and dev metrics.
-"""
+"""`finetune()`: a head on the encoder, the whole model trained by transformers' `Trainer`, the best epoch saved."""
 
 from __future__ import annotations
 
@@ -10,6 +6,7 @@ import collections
 import copy
 import dataclasses
 import functools
+import json
 import logging
 import math
 import os
@@ -31,8 +28,8 @@ from ...io.writers import remove_bertkit_directory
 from .arguments import LOGS, PAIR_MAX_LENGTH, QA_MAX_LENGTH, TEXT_MAX_LENGTH, FinetuneArguments
 from .checkpoint import check_output, last_checkpoint, start_run, write_final
 from .examples import collate
-from .prepare import MULTI_LABEL, REGRESSION, SINGLE_LABEL, TOKENS, Columns, Prepared, prepare, word_tokenizer
-from .qa import QA, QAEvaluator, prepare_qa, qa_baseline, qa_loss
+from .prepare import MULTI_LABEL, QA, REGRESSION, SINGLE_LABEL, TOKENS, Columns, Prepared, prepare, word_tokenizer
+from .qa import prepare_qa, qa_baseline, qa_loss
 from .trainer import (
     Evaluator,
     Examples,
@@ -148,7 +145,9 @@ def finetune(
     )
     max_length = min(args.max_length or default_length, encoder.max_length)
     tokenizer = word_tokenizer(encoder) if task == "token" else encoder.tokenizer
-    problem = _problem(task, args)
+    problem = {"token": TOKENS, "qa": QA}.get(task) or (
+        REGRESSION if args.regression else MULTI_LABEL if args.multi_label else SINGLE_LABEL
+    )
     if task == "qa":
         prepared = prepare_qa(tokenizer, train, dev, max_length, args.seed, dev_share, limit, args.doc_stride)
     else:
@@ -173,7 +172,7 @@ def finetune(
 
     torch.manual_seed(args.seed)
     network = build_model(encoder, task, prepared.labels, prepared.problem)
-    evaluator = (QAEvaluator if task == "qa" else Evaluator)(task, network, tokenizer, max_length, prepared)
+    evaluator = Evaluator(task, network, tokenizer, max_length, prepared)
     del encoder
     trainer = _trainer(args, output, network, evaluator, prepared, wanted, progress, state.num_processes)
     checkpoint = last_checkpoint(output) if resume else None
@@ -181,22 +180,15 @@ def finetune(
         logger.info("%s stopped before its first checkpoint: starting it from the beginning", output)
     _say_start(args, prepared, trainer, output, checkpoint, wanted)
     with held_interrupt() as requested:
-        run = RunCallback(
-            output / LOGS,
-            evaluator.metric_name,
-            args.num_train_epochs,
-            args.batch_size,
-            state.is_main_process,
-            callbacks,
-            requested,
-        )
+        epochs, main = args.num_train_epochs, state.is_main_process
+        run = RunCallback(output / LOGS, evaluator.metric_name, epochs, args.batch_size, main, callbacks, requested)
         trainer.add_callback(run)
         with quiet_transformers():  # the trainer's own bar stays; its printed logs and save bars go
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if run.interrupted:
         logger.warning(
             "interrupted %s: checkpoint saved in %s; run the same command with --resume to continue.",
-            _where(trainer.state, trainer),
+            _where(trainer.state.global_step, trainer.state.max_steps, args.num_train_epochs),
             output / f"checkpoint-{trainer.state.global_step}",
         )
         raise KeyboardInterrupt
@@ -293,11 +285,10 @@ def _check_device(args: FinetuneArguments, device: str | None) -> torch.device:
     return wanted
 
 
-def _where(state: Any, trainer: FinetuneTrainer) -> str:
+def _where(global_step: int, max_steps: int, epochs: int) -> str:
     """'in epoch 2 of 3, after its step 3 (step 9 of 24)': one way to count, interrupted and resumed alike."""
-    epochs = int(trainer.args.num_train_epochs)
-    epoch, step = divmod(state.global_step, max(1, math.ceil(state.max_steps / max(epochs, 1))))
-    overall = f"(step {state.global_step} of {state.max_steps})"
+    epoch, step = divmod(global_step, max(1, math.ceil(max_steps / max(epochs, 1))))
+    overall = f"(step {global_step} of {max_steps})"
     if step == 0 and epoch:
         return f"after epoch {epoch} of {epochs} {overall}"
     return f"in epoch {epoch + 1} of {epochs}, after its step {step} {overall}"
@@ -318,11 +309,8 @@ def _say_start(
         parts.append(f"split over {trainer.args.world_size} processes")
     steps = math.ceil(len(prepared.train) / args.batch_size)
     if checkpoint is not None:
-        import json
-
         saved = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
-        state = type("Saved", (), {"global_step": saved["global_step"], "max_steps": saved["max_steps"]})
-        logger.info("resuming %s %s", output, _where(state, trainer))
+        logger.info("resuming %s %s", output, _where(saved["global_step"], saved["max_steps"], args.num_train_epochs))
     said = (
         f"fine-tuning {args.task} model on {len(prepared.train)} examples ({len(prepared.labels)} labels), "
         f"dev {len(prepared.dev_inputs)}; {args.num_train_epochs} epochs × {steps} steps of {args.batch_size}"
@@ -351,14 +339,13 @@ def _training_record(trainer: FinetuneTrainer, metric: str, args: FinetuneArgume
     }
 
 
-def _problem(task: str, args: FinetuneArguments) -> str:
-    if task in ("token", "qa"):
-        return TOKENS if task == "token" else QA
-    return REGRESSION if args.regression else MULTI_LABEL if args.multi_label else SINGLE_LABEL
-
-
 KEYWORD_ALIASES = {"lr": "learning_rate"}  # the command line's short name
 DEPRECATED_KEYWORDS = {"epochs": "num_train_epochs", "patience": "early_stopping_patience"}
+ZERO_BASELINES = {  # what a model that learned nothing does, scoring 0 (correlation, micro-F1, entity F1)
+    REGRESSION: "predicting the training mean (no correlation)",
+    MULTI_LABEL: "predicting no label",
+    TOKENS: "tagging every word 'O'",
+}
 
 
 def _with_keywords(args: FinetuneArguments, training: dict) -> FinetuneArguments:
@@ -378,17 +365,9 @@ def _with_keywords(args: FinetuneArguments, training: dict) -> FinetuneArguments
 
 
 def majority_baseline(prepared: Any) -> dict:
-    """Score on dev a model that learned nothing.
-
-    It predicts the most frequent training label; for a score, the training mean (no correlation: 0); for several
-    labels, none at all (micro-F1 0); for tags, 'O' everywhere (entity F1 0).
-    """
-    if prepared.problem == REGRESSION:
-        return {"what": "predicting the training mean (no correlation)", "score": 0.0}
-    if prepared.problem == MULTI_LABEL:
-        return {"what": "predicting no label", "score": 0.0}
-    if prepared.problem == TOKENS:
-        return {"what": "tagging every word 'O'", "score": 0.0}
+    """Score on dev a model that learned nothing: the majority label, the training mean, no labels, all 'O'."""
+    if prepared.problem in ZERO_BASELINES:
+        return {"what": ZERO_BASELINES[prepared.problem], "score": 0.0}
     if prepared.problem == QA:
         return qa_baseline(prepared)
     counts = collections.Counter(example.labels for example in prepared.train)

@@ -1,17 +1,7 @@
-"""Training on transformers' `Trainer`, with bertkit's hooks where it needs them.
+"""Training on transformers' `Trainer`, with bertkit's hooks: batches, dev scoring, held Ctrl-C, metrics.jsonl.
 
-`Trainer` does the loop, the optimizer and schedule, mixed precision, several processes (`torchrun` / `accelerate
-launch`: DDP, gloo on CPUs), checkpoints and their resumption, the best epoch and early stopping, and the trackers.
-bertkit adds, as a thin subclass and one callback:
-
-- the batches: length-grouped (little padding), each step's batch is `batch_size` examples whatever the processes and
-  accumulation steps — split into `gradient_accumulation_steps` micro-batches, each split between the processes;
-  every part's loss is summed and divided by the units of the whole step (examples, labelled tokens, labels), which
-  `Trainer` counts over the step and the processes (`num_items_in_batch`). So the same command gives the same updates
-  on 1 process or N, with or without accumulation (up to float rounding and dropout);
-- dev scoring by the run's own `predict` (the one runner), after every epoch;
-- Ctrl-C (and a callback's KeyboardInterrupt) held to a step boundary, then a checkpoint there;
-- `logs/metrics.jsonl`: one line per step and per epoch.
+Each step's batch is `batch_size` examples whatever the processes and accumulation steps; every part's summed loss is
+divided by the units of the whole step (`num_items_in_batch`), so 1 process or N give the same updates.
 """
 
 from __future__ import annotations
@@ -25,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +31,15 @@ from transformers import (
 
 from ...encoder.models import quiet_transformers
 from ...errors import ModelLoadError
+from ...io.squad import QAExample
 from ..finetuned import FineTunedClassifier
+from ..qa import FineTunedQA
 from ..report import classification_metrics, multi_label_metrics, regression_metrics
+from ..squad import squad_scores
 from ..tagger import FineTunedTagger
 from ..tagging import entity_scores
 from .examples import IGNORE_INDEX, Example, length_grouped_batches
-from .prepare import MULTI_LABEL, REGRESSION, SINGLE_LABEL, TOKENS, Prepared
+from .prepare import MULTI_LABEL, QA, REGRESSION, SINGLE_LABEL, TOKENS, Prepared
 
 logger = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"  # one JSON line per logged step and per epoch, in the run's logs/ folder
@@ -55,11 +49,7 @@ EPOCH_KEY = "bertkit_epoch"  # bertkit's record of each epoch in Trainer's log h
 def build_model(encoder: Any, task: str, labels: list[str], problem: str = SINGLE_LABEL) -> Any:
     """Build a `...ForSequence/TokenClassification` (or `...ForQuestionAnswering`) model on the loaded encoder.
 
-    Its encoder weights are the loaded encoder's (head random).
-
-    Its config says what it does (`problem_type`; a regressor has one output), and how sentence-transformers'
-    `CrossEncoder` should score with it: a regressor's output as it is, a classifier's logits (softmax for
-    probabilities), a multi-label classifier's through a sigmoid.
+    The head is random; the config holds `problem_type` and the activation sentence-transformers' `CrossEncoder` uses.
     """
     config = copy.deepcopy(encoder.model.config)
     config.num_labels = len(labels)
@@ -83,11 +73,7 @@ def build_model(encoder: Any, task: str, labels: list[str], problem: str = SINGL
 
 
 def summed_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Sum the loss over its units (to be divided by the step's).
-
-    Cross-entropy (classes, tags), mean squared error (a score), binary cross-entropy (several labels); labels of
-    IGNORE_INDEX count nothing.
-    """
+    """Sum cross-entropy, mean squared error or binary cross-entropy over the units; IGNORE_INDEX counts nothing."""
     logits = logits.float()
     if logits.dim() == 3:  # token classification: (batch, tokens, classes)
         logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
@@ -119,21 +105,18 @@ class Examples(torch.utils.data.Dataset):
         if index >= 0:
             return self.examples[index]
         first = self.examples[0]
-        labels = first.labels
-        ignored = [IGNORE_INDEX] * len(labels) if isinstance(labels, list) else IGNORE_INDEX
-        if isinstance(labels, tuple):  # a question's answer: (start, end)
-            ignored = (IGNORE_INDEX, IGNORE_INDEX)
-        if isinstance(labels, float) or (isinstance(labels, list) and labels and isinstance(labels[0], float)):
-            ignored = [float(IGNORE_INDEX)] * len(labels) if isinstance(labels, list) else float(IGNORE_INDEX)
-        return Example(first.input_ids, first.token_type_ids, ignored)
+        return Example(first.input_ids, first.token_type_ids, _ignored(first.labels))
+
+
+def _ignored(labels: Any) -> Any:
+    """Return the labels with each one IGNORE_INDEX of its own type (int or float, in a list or an answer's tuple)."""
+    if isinstance(labels, (list, tuple)):
+        return type(labels)(_ignored(label) for label in labels)
+    return type(labels)(IGNORE_INDEX)
 
 
 class StepBatches(torch.utils.data.Sampler):
-    """Micro-batches of this process.
-
-    Each step's length-grouped batch (order seeded by seed and epoch) is split into `accumulation` parts, each part
-    split between the `world` processes.
-    """
+    """Micro-batches of this process: each step's length-grouped batch in `accumulation` parts, split by process."""
 
     def __init__(
         self, lengths: Sequence[int], batch_size: int, accumulation: int, seed: int, rank: int, world: int
@@ -163,23 +146,29 @@ class StepLoader(torch.utils.data.DataLoader):
         self.batch_sampler.set_epoch(epoch)
 
 
-METRIC_NAMES = {SINGLE_LABEL: "accuracy", MULTI_LABEL: "micro-F1", REGRESSION: "Spearman", TOKENS: "entity F1"}
+METRIC_NAMES = {
+    SINGLE_LABEL: "accuracy",
+    MULTI_LABEL: "micro-F1",
+    REGRESSION: "Spearman",
+    TOKENS: "entity F1",
+    QA: "F1",
+}
 
 
 class Evaluator:
     """Dev-set scoring after each epoch, through the same predict code a saved model uses."""
 
     def __init__(self, task: str, network: Any, tokenizer: Any, max_length: int, prepared: Prepared) -> None:
-        self.task = task
         self.prepared = prepared
-        self.tokenizer = tokenizer
         self.metric_name = METRIC_NAMES[prepared.problem]
-        runner_class = FineTunedTagger if task == "token" else FineTunedClassifier
-        self.runner = runner_class(network, tokenizer, max_length)
+        runner_class = {"token": FineTunedTagger, "qa": FineTunedQA}.get(task, FineTunedClassifier)
+        self.runner = runner_class(network, tokenizer, max_length, {"data": prepared.data_record})
 
     def evaluate(self) -> tuple[float, dict]:
         """Score the dev set: return (the score that picks the best epoch, every metric)."""
         gold, problem = self.prepared.dev_gold, self.prepared.problem
+        if problem == QA:
+            return self._squad()
         if problem == TOKENS:
             metrics = entity_scores(gold, self.runner.predict_word_tags(self.prepared.dev_inputs))
             return metrics["f1"], metrics
@@ -193,6 +182,20 @@ class Evaluator:
             return metrics["micro_f1"], metrics
         metrics = classification_metrics(gold, self.runner.predict(self.prepared.dev_inputs), self.prepared.labels)
         return metrics["accuracy"], metrics
+
+    def _squad(self) -> tuple[float, dict]:
+        """Score SQuAD's F1; with unanswerable questions, at the no-answer threshold best on dev (saved)."""
+        examples: list[QAExample] = self.prepared.dev_inputs
+        _, spans, null_diff = self.runner.predictions(examples)
+        gold = {e.id: [text for text, _ in e.answers] for e in examples}
+        if not self.runner.negatives:
+            metrics = squad_scores(gold, spans)
+            return metrics["f1"], metrics
+        finite = {k: min(v, 1e9) for k, v in null_diff.items()}
+        threshold = squad_scores(gold, spans, finite)["best_f1_thresh"]
+        self.runner.null_threshold = threshold
+        metrics = {**squad_scores(gold, spans, finite, threshold), "null_threshold": threshold}
+        return metrics["f1"], metrics
 
 
 class FinetuneTrainer(Trainer):
@@ -225,30 +228,20 @@ class FinetuneTrainer(Trainer):
         return result
 
 
+@dataclass(eq=False)
 class RunCallback(TrainerCallback):
     """bertkit's part of the loop: metrics.jsonl, one line per epoch, callbacks, Ctrl-C held to a step boundary."""
 
-    def __init__(
-        self,
-        logs: Path,
-        metric_name: str,
-        epochs: int,
-        batch_size: int,
-        main: bool,
-        callbacks: Sequence[Callable],
-        requested: list,
-    ) -> None:
-        self.logs, self.metric_name, self.epochs, self.batch_size, self.main = (
-            logs,
-            metric_name,
-            epochs,
-            batch_size,
-            main,
-        )
-        self.callbacks = list(callbacks)
-        self.requested = requested  # a Ctrl-C puts True here (`held_interrupt`)
-        self.interrupted = False
-        self.started, self.first_step = time.perf_counter(), 0
+    logs: Path
+    metric_name: str
+    epochs: int
+    batch_size: int
+    main: bool
+    callbacks: Sequence[Callable]
+    requested: list  # a Ctrl-C puts True here (`held_interrupt`)
+    interrupted: bool = False
+    started: float = field(default_factory=time.perf_counter)
+    first_step: int = 0
 
     def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Start the epoch's clock and step count."""
@@ -301,11 +294,7 @@ class RunCallback(TrainerCallback):
         )
 
     def _epoch_entry(self, args: Any, state: Any, score: float) -> dict:
-        """Make the epoch's line of the run's history.
-
-        Its mean training loss over all its steps (those logged before an interruption too), dev score, and speed (of
-        the steps this process ran).
-        """
+        """Make the epoch's history line: mean loss of all its steps, dev score, speed of the steps run here."""
         epoch = max(1, round(state.epoch or 1))
         steps_per_epoch = max(1, math.ceil(state.max_steps / max(self.epochs, 1)))
         first = (epoch - 1) * steps_per_epoch
@@ -349,10 +338,7 @@ def best_metrics(state: Any) -> dict:
 
 @contextmanager
 def held_interrupt() -> Iterator[list]:
-    """Hold the first Ctrl-C until the current step is done (the checkpoint then catches no half update).
-
-    A second one stops at once.
-    """
+    """Hold the first Ctrl-C until the current step is done (no half update checkpointed); a second stops at once."""
     requested: list[bool] = []
     if threading.current_thread() is not threading.main_thread():
         yield requested
