@@ -243,12 +243,11 @@ class FineTunedQA(FineTuned):
         context : str or list of str
             The text each answer is found in: one per question, or one for all of them.
         top_k : int
-            Answers per question, best first (fewer when the context holds fewer candidates).
+            Answers per question, best first.
         max_answer_len : int
             Longest answer, in tokens.
         handle_impossible_answer : bool
-            Allow "no answer" (`{"answer": "", "start": 0, "end": 0}`), taken where the null score beats the best
-            span's by more than the run's threshold.
+            Allow "no answer" (`{"answer": "", "start": 0, "end": 0}`) where the null score wins.
         doc_stride : int, optional
             Tokens two windows of a long context share (default: the run's).
         max_question_len : int
@@ -258,13 +257,12 @@ class FineTunedQA(FineTuned):
         max_seq_len : int, optional
             Tokens per window (default and at most: the run's maximum length).
         batch_size : int
-            Windows per forward pass at most (within the token budget).
+            Windows per forward pass at most.
 
         Returns
         -------
         dict or list
-            `{answer, score, start, end}` (character offsets into the context) for one question and `top_k=1`; a
-            list of them for `top_k > 1`; for a list of questions, a list of those.
+            `{answer, score, start, end}` (character offsets) for one question and `top_k=1`; else lists of them.
         """
         single = isinstance(question, str)
         questions: list[str] = [question] if isinstance(question, str) else list(question)

@@ -24,8 +24,7 @@ AGGREGATIONS = ("none", "simple", "first", "average", "max")  # transformers' to
 class FineTunedTagger(FineTuned):
     """Token classification (`AutoModelForTokenClassification`): tags per word, entities with character spans.
 
-    A sentence longer than the run's maximum length is read in pieces cut at word boundaries, the pieces it was
-    trained on: every word stays whole in one piece, tagged at its first sub-token.
+    A sentence longer than the run's maximum length is read in pieces cut at word boundaries, as in training.
     """
 
     KIND = KIND_TOKEN
@@ -34,14 +33,14 @@ class FineTunedTagger(FineTuned):
     def predict_word_tags(
         self, sentences: Sequence[Sequence[str]], batch_size: int = EVAL_BATCH_SIZE, return_scores: bool = False
     ) -> Any:
-        """One tag per word, read at each word's first sub-token; long sentences run in pieces and are joined.
+        """One tag per word, read at each word's first sub-token.
 
         Parameters
         ----------
         sentences : sequence of list of str
             Pre-split words (CoNLL's); `predict` takes plain texts.
         batch_size : int
-            Rows per forward pass (within the token budget).
+            Rows per forward pass.
         return_scores : bool
             Also return each word's tag probability.
 
@@ -78,10 +77,8 @@ class FineTunedTagger(FineTuned):
         batch_size : int
             Texts per forward pass.
         aggregation : str, optional
-            None: bertkit's words (CoNLL-style: whitespace, then punctuation peeled off), each tagged at its first
-            sub-token as in training and `bertkit evaluate`, an entity's score the mean of its words'.
-            'none', 'simple', 'first', 'average' or 'max': transformers' token-classification pipeline with that
-            `aggregation_strategy` on the same model ('none': one entry per token, typed by its tag).
+            None: bertkit's CoNLL-style words, each tagged at its first sub-token as in training. 'none', 'simple',
+            'first', 'average' or 'max': transformers' token-classification pipeline with that `aggregation_strategy`.
 
         Returns
         -------
@@ -105,7 +102,7 @@ class FineTunedTagger(FineTuned):
         return results
 
     def _pipeline_entities(self, texts: list[str], aggregation: str, batch_size: int) -> list[list[Entity]]:
-        """Run transformers' token-classification pipeline; its entities in bertkit's shape (the text: the input's)."""
+        """Run transformers' token-classification pipeline; its entities in bertkit's shape."""
         if aggregation not in AGGREGATIONS:
             raise InputError(
                 f"aggregation={aggregation!r}: valid values are {', '.join(AGGREGATIONS)} (or None for "

@@ -1,10 +1,6 @@
-"""Fine-tuning, split by job.
+"""Fine-tuning: arguments, data preparation, transformers' Trainer with bertkit's hooks, the run directory.
 
-Arguments, data preparation, transformers' Trainer with bertkit's hooks, the run directory, and `finetune()` tying
-them.
-
-`finetune` is imported on first use: `tasks.finetuned` (a saved run, at prediction time) imports this package's
-`examples`, and must not pull in the training loop, which imports `tasks.finetuned` back.
+`finetune` is imported on first use: the training loop imports `tasks.finetuned`, which imports `examples` from here.
 """
 
 from __future__ import annotations

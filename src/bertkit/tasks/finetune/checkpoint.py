@@ -24,7 +24,7 @@ from ...io.writers import (
 )
 from ..finetuned import FineTunedClassifier
 from ..qa import FineTunedQA
-from ..runs import CONFIG_FILE, KIND_QA, KIND_TEXT, KIND_TOKEN
+from ..runs import CONFIG_FILE
 from ..tagger import FineTunedTagger
 from .arguments import LOGS
 
@@ -114,8 +114,9 @@ def learned_anything(baseline: dict | None, best: float | None, metric_name: str
 def write_final(output: Path, network: Any, tokenizer: Any, run_record: dict, training: dict, metrics: dict) -> Any:
     """Replace `output` by the best epoch's model + tokenizer + bertkit.json (checkpoints gone, logs kept)."""
     best = training["best_score"]
+    loader = {"token": FineTunedTagger, "qa": FineTunedQA}.get(run_record["task"], FineTunedClassifier)
     record = {
-        "kind": {"token": KIND_TOKEN, "qa": KIND_QA}.get(run_record["task"], KIND_TEXT),
+        "kind": loader.KIND,
         "precision": "fp32",  # trained and evaluated in fp32; loading at another precision warns
         "bertkit_version": package_version("bertkit"),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -133,5 +134,4 @@ def write_final(output: Path, network: Any, tokenizer: Any, run_record: dict, tr
         if (output / LOGS).is_dir():  # metrics.jsonl and the trackers' files stay with the run
             shutil.copytree(output / LOGS, staging / LOGS)
     logger.info("saved %s: best epoch %s (dev %s %.4f)", output, training["best_epoch"], training["metric"], best)
-    loader = {"token": FineTunedTagger, "qa": FineTunedQA}.get(run_record["task"], FineTunedClassifier)
     return loader.from_pretrained(output)

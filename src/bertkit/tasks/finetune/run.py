@@ -73,21 +73,17 @@ def finetune(
     Parameters
     ----------
     train, dev : str or Path
-        Text tasks: TSV/CSV/JSONL with text and label columns (pair: text, pair and label; JSONL fields text,
-        text_pair, label); token task: CoNLL (word ... tag) or two columns; qa task: SQuAD v1.1/v2.0 JSON or flat
-        JSONL (id, question, context, answers). Without `dev`, a seeded `dev_share` of the training data is held out.
+        Text and pair tasks: TSV/CSV/JSONL; token: CoNLL or two columns; qa: SQuAD JSON or flat JSONL. Without
+        `dev`, a seeded `dev_share` of the training data is held out.
     output_dir : str or Path
         The run directory: a plain transformers model, its tokenizer, `bertkit.json` and `logs/`.
     task : str
-        'text' (the default), 'pair' (sentence pairs: NLI, paraphrase, similarity, relevance), 'token' (tagging)
-        or 'qa' (extractive question answering: `max_length` 384, `doc_stride`), here or in `args.task` (a
-        contradiction is an error). Text and pair runs classify, or with `regression=True` (implied by labels with
-        decimals) score, or with `multi_label=True` give several labels.
+        'text' (the default), 'pair' (sentence pairs), 'token' (tagging) or 'qa' (extractive question answering),
+        here or in `args.task`. Text and pair runs classify, score (`regression`) or give several labels.
     model : str, optional
         The encoder to start from (None: the packaged default).
     args : FinetuneArguments, optional
-        Training settings; keywords (`num_train_epochs=1, lr=5e-5, batch_size=16`, any field, `lr` for
-        `learning_rate`) override them, as on the command line.
+        Training settings; keywords (any field, `lr` for `learning_rate`) override them.
     text_column, pair_column, label_column : str or int, optional
         Column names or indices (JSONL: field names).
     header : bool, optional
@@ -105,13 +101,11 @@ def finetune(
     threads : int, optional
         Deprecated: `bertkit.set_threads`.
     device : str
-        'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'. Launched by `accelerate launch` or `torchrun`, each process
-        takes its own GPU (or, on CPUs, a share of the cores with the gloo backend).
+        'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; under `accelerate launch` or `torchrun`, one per process.
     progress : bool, optional
         Show the trainer's progress bar (default: on a terminal).
     callbacks : list of callables
-        Called after every optimizer step with `Trainer`'s `TrainerState` (a KeyboardInterrupt there interrupts as
-        Ctrl-C does: at that step, with a checkpoint).
+        Called after every optimizer step with `Trainer`'s `TrainerState` (a KeyboardInterrupt stops with a checkpoint).
     **training
         `FinetuneArguments` fields.
 
