@@ -207,14 +207,9 @@ class FinetuneTrainer(Trainer):
 
     def get_train_dataloader(self) -> StepLoader:
         """Load this process's micro-batches of each step's global batch."""
-        lengths = [len(e.input_ids) for e in self.train_dataset.examples]
+        lengths, args = [len(e.input_ids) for e in self.train_dataset.examples], self.args
         batches = StepBatches(
-            lengths,
-            self.global_batch,
-            self.args.gradient_accumulation_steps,
-            self.args.seed,
-            self.args.process_index,
-            self.args.world_size,
+            lengths, self.global_batch, args.gradient_accumulation_steps, args.seed, args.process_index, args.world_size
         )
         return StepLoader(self.train_dataset, batch_sampler=batches, collate_fn=self.data_collator)
 
@@ -272,7 +267,7 @@ class RunCallback(TrainerCallback):
 
     def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict | None = None, **kwargs: Any) -> None:
         """Record the epoch's line in the run's history, log it, and write it to metrics.jsonl."""
-        entry = self._epoch_entry(args, state, (metrics or {}).get("eval_score", 0.0))
+        entry = self._epoch_entry(state, (metrics or {}).get("eval_score", 0.0))
         state.log_history.append({"step": state.global_step, EPOCH_KEY: entry})
         best = max(h[EPOCH_KEY]["dev_score"] for h in state.log_history if EPOCH_KEY in h)
         improved = entry["dev_score"] >= best
@@ -293,7 +288,7 @@ class RunCallback(TrainerCallback):
             }
         )
 
-    def _epoch_entry(self, args: Any, state: Any, score: float) -> dict:
+    def _epoch_entry(self, state: Any, score: float) -> dict:
         """Make the epoch's history line: mean loss of all its steps, dev score, speed of the steps run here."""
         epoch = max(1, round(state.epoch or 1))
         steps_per_epoch = max(1, math.ceil(state.max_steps / max(self.epochs, 1)))
@@ -301,13 +296,12 @@ class RunCallback(TrainerCallback):
         losses = [h["loss"] for h in state.log_history if "loss" in h and first < h["step"] <= state.global_step]
         ran = state.global_step - self.first_step
         seconds = time.perf_counter() - self.started
-        examples = ran * self.batch_size
         entry = {
             "epoch": epoch,
             "train_loss": float(np.mean(losses)) if losses else 0.0,
             "dev_score": float(score),
             "seconds": round(seconds, 1),
-            "examples_per_second": round(examples / max(seconds, 1e-9), 1),
+            "examples_per_second": round(ran * self.batch_size / max(seconds, 1e-9), 1),
         }
         if self.first_step > first:  # resumed inside this epoch: the speed is of the resumed part
             entry.update(resumed=True, steps=ran)
