@@ -1,7 +1,4 @@
-"""Label checks shared by every trainer, and the held-out split.
-
-The checks: present labels, enough classes, dev labels known to train.
-"""
+"""Label checks shared by every trainer (present, enough classes, dev labels known to train) and the held-out split."""
 
 from __future__ import annotations
 

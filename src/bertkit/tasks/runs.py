@@ -1,7 +1,6 @@
 """The run directory, one format for every kind of run: `bertkit.json` (what it is, how it was made) beside its weights.
 
-Feature classifiers store `classifier.safetensors`; fine-tuned runs are a transformers model directory. Everything is
-written into a staging directory and swapped into place, so a run is complete or absent, never half-written.
+Written into a staging directory and swapped into place, so a run is complete or absent, never half-written.
 """
 
 from __future__ import annotations

@@ -109,10 +109,7 @@ def token_examples(pieces: Sequence[WordPiece], tag_ids: Sequence[Sequence[int]]
 
 
 def collate(examples: Sequence[Example], pad_token_id: int, with_type_ids: bool) -> dict[str, torch.Tensor]:
-    """Pad a batch to its own longest example, with labels as the loss wants them.
-
-    Class indices or tag ids per token (int64, -100 ignored), scores or multi-hot rows (float32).
-    """
+    """Pad a batch to its longest example; labels int64 (classes, tags; -100 ignored) or float32 (scores, multi-hot)."""
     ids, mask, type_ids = pad_ids([e.input_ids for e in examples], [e.token_type_ids for e in examples], pad_token_id)
     first = examples[0].labels
     if isinstance(first, list) and first and not isinstance(first[0], float):  # one tag id per token

@@ -17,10 +17,7 @@ from .prepare import QA, Prepared, _data_record
 
 
 def span_labels(window: Any, example: QAExample, side: int, cls_id: int | None) -> tuple[int, int]:
-    """Return the first and last token of the example's (first) answer in this window (run_qa's labels).
-
-    [CLS] twice when the window does not hold the whole answer, or the question has none.
-    """
+    """Return the first and last token of the example's answer in this window; [CLS] twice when it holds none."""
     cls = window.ids.index(cls_id) if cls_id in window.ids else 0
     if not example.answers:
         return cls, cls
@@ -83,11 +80,7 @@ def prepare_qa(
 
 
 def qa_loss(outputs: Any, labels: torch.Tensor, num_items_in_batch: Any = None) -> torch.Tensor:
-    """Compute the QA loss: `Trainer`'s `compute_loss_func`.
-
-    The start and end cross-entropies summed over the micro-batch, divided by the step's labelled positions (two per
-    example): transformers' QA loss, (start + end) / 2 averaged over the step.
-    """
+    """`Trainer`'s `compute_loss_func`: start + end cross-entropy over the step's labelled positions (two each)."""
     loss = sum(
         torch.nn.functional.cross_entropy(logits.float(), labels[:, k], reduction="sum", ignore_index=IGNORE_INDEX)
         for k, logits in enumerate((outputs.start_logits, outputs.end_logits))

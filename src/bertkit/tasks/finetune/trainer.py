@@ -47,10 +47,7 @@ EPOCH_KEY = "bertkit_epoch"  # bertkit's record of each epoch in Trainer's log h
 
 
 def build_model(encoder: Any, task: str, labels: list[str], problem: str = SINGLE_LABEL) -> Any:
-    """Build a `...ForSequence/TokenClassification` (or `...ForQuestionAnswering`) model on the loaded encoder.
-
-    The head is random; the config holds `problem_type` and the activation sentence-transformers' `CrossEncoder` uses.
-    """
+    """Build a `...ForSequence/TokenClassification` or `...ForQuestionAnswering` model on the encoder (head random)."""
     config = copy.deepcopy(encoder.model.config)
     config.num_labels = len(labels)
     config.id2label = dict(enumerate(labels))
