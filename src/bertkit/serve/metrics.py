@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -18,39 +18,24 @@ class Metrics:
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self) -> None:
-        r = self.registry = CollectorRegistry()
-        self.requests = Counter(
-            "bertkit_requests", "HTTP requests by endpoint and status", ["endpoint", "status"], registry=r
-        )
-        self.latency = Histogram(
-            "bertkit_request_seconds",
-            "Request latency (receipt to response start)",
-            ["endpoint"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.batch_size = Histogram("bertkit_batch_size", "Inputs per forward pass", buckets=SIZE_BUCKETS, registry=r)
-        self.batch_tokens = Histogram(
-            "bertkit_batch_tokens", "Padded tokens per forward pass", buckets=TOKEN_BUCKETS, registry=r
-        )
-        self.forward_seconds = Histogram(
-            "bertkit_forward_seconds", "Time of one forward pass with pooling", buckets=LATENCY_BUCKETS, registry=r
-        )
-        self.tokens = Counter("bertkit_tokens", "Real (unpadded) tokens through the model", registry=r)
-        self.tokens_per_second = Gauge(
-            "bertkit_tokens_per_second", "Tokens per second of the latest forward pass", registry=r
-        )
-        self.queue_requests = Gauge("bertkit_queue_requests", "Requests waiting for the model", registry=r)
-        self.queue_tokens = Gauge("bertkit_queue_tokens", "Tokens waiting for the model", registry=r)
-        self.rejected = Counter("bertkit_rejected", "Requests refused with 429 because the queue was full", registry=r)
-        self.dropped = Counter(
-            "bertkit_dropped", "Requests dropped before the forward pass: the client had gone", registry=r
-        )
-        self.failed_batches = Counter(
-            "bertkit_failed_batches", "Forward passes that raised (their requests got 500)", registry=r
-        )
-        self.started = Gauge("bertkit_start_time_seconds", "When this server started (Unix time)", registry=r)
-        self.started.set(time.time())
+        self.registry = CollectorRegistry()
+        counter, gauge, histogram = (partial(kind, registry=self.registry) for kind in (Counter, Gauge, Histogram))
+        self.requests = counter("bertkit_requests", "HTTP requests by endpoint and status", ["endpoint", "status"])
+        latency = "Request latency (receipt to response start)"
+        self.latency = histogram("bertkit_request_seconds", latency, ["endpoint"], buckets=LATENCY_BUCKETS)
+        self.batch_size = histogram("bertkit_batch_size", "Inputs per forward pass", buckets=SIZE_BUCKETS)
+        self.batch_tokens = histogram("bertkit_batch_tokens", "Padded tokens per forward pass", buckets=TOKEN_BUCKETS)
+        forward = "Time of one forward pass with pooling"
+        self.forward_seconds = histogram("bertkit_forward_seconds", forward, buckets=LATENCY_BUCKETS)
+        self.tokens = counter("bertkit_tokens", "Real (unpadded) tokens through the model")
+        self.tokens_per_second = gauge("bertkit_tokens_per_second", "Tokens per second of the latest forward pass")
+        self.queue_requests = gauge("bertkit_queue_requests", "Requests waiting for the model")
+        self.queue_tokens = gauge("bertkit_queue_tokens", "Tokens waiting for the model")
+        self.rejected = counter("bertkit_rejected", "Requests refused with 429 because the queue was full")
+        self.dropped = counter("bertkit_dropped", "Requests dropped before the forward pass: the client had gone")
+        self.failed_batches = counter("bertkit_failed_batches", "Forward passes that raised (their requests got 500)")
+        self.started = gauge("bertkit_start_time_seconds", "When this server started (Unix time)")
+        self.started.set_to_current_time()
 
     def observe_batch(
         self, rows: int, padded_tokens: int, real_tokens: int, seconds: float, tokens_per_second: float

@@ -14,11 +14,7 @@ from ..tasks.runs import KIND_FEATURES, KIND_QA, KIND_TOKEN, read_run_config
 
 @dataclass
 class ServedRun:
-    """A loaded run under its URL name.
-
-    `predict(inputs)` gives JSON-ready labels, scores, label sets or entities; a pair run (a cross-encoder) also
-    reranks.
-    """
+    """A loaded run under its URL name: `predict` gives JSON answers; a pair run (a cross-encoder) also reranks."""
 
     name: str
     kind: str
@@ -37,22 +33,13 @@ class ServedRun:
     @property
     def problem(self) -> str:
         """What the run does: a sequence model's `problem`, token_classification or question_answering."""
-        if self.kind in (KIND_TOKEN, KIND_QA):
-            return "token_classification" if self.kind == KIND_TOKEN else "question_answering"
-        return getattr(self.model, "problem", "single_label_classification")
+        problems = {KIND_TOKEN: "token_classification", KIND_QA: "question_answering"}
+        return problems.get(self.kind) or getattr(self.model, "problem", "single_label_classification")
 
     @property
     def takes_pairs(self) -> bool:
         """Whether the run reads text pairs (a cross-encoder)."""
         return getattr(self.model, "takes_pairs", False) is True
-
-    @property
-    def max_length(self) -> int | None:
-        """Tokens a text (or pair) is cut to: a fine-tuned run's own length, a feature classifier's encoder's."""
-        if self.kind != KIND_FEATURES:
-            return self.model.max_length
-        vectorizer = self.model.vectorizer_
-        return vectorizer.max_length or vectorizer.encoder_.max_length
 
     @property
     def ranks(self) -> bool:
@@ -99,17 +86,10 @@ class ServedRun:
                 }
                 for row in probabilities
             ]
-        results = []
-        for row in probabilities:
-            order = np.argsort(-row)
-            results.append(
-                {
-                    "label": classes[int(order[0])],
-                    "score": round(float(row[order[0]]), 6),
-                    "probabilities": [{"label": classes[int(k)], "score": round(float(row[k]), 6)} for k in order],
-                }
-            )
-        return results
+        ranked = [
+            [{"label": classes[k], "score": round(float(row[k]), 6)} for k in np.argsort(-row)] for row in probabilities
+        ]
+        return [{**labels[0], "probabilities": labels} for labels in ranked]
 
     def rerank(self, query: str, documents: list[str], raw: bool = False) -> list[tuple[int, float]]:
         """(index, score) of every document for `query`, best first: the run's `rank` (raw: the logit margin)."""

@@ -1,14 +1,8 @@
 """Who may talk to the service: the API key, the Host names it answers to, and the web origins it admits.
 
-A server on 127.0.0.1 is reachable from every web page the user opens: a page may POST to it, and with DNS
-rebinding (a name of the attacker's that resolves to 127.0.0.1) read the answers. The defences, checked on every
-request before any other work:
-
-- the `Host` header must name this server: the address the request arrived on, `127.0.0.1`, `localhost` or
-  `[::1]` (with this server's port, or none), or a name given with `--allow-host` (`*`: any);
-- a browser's `Origin` header, when present, must be this server's own origin or one given with `--allow-origin`
-  (`*`: any), which then get CORS answers (preflight included);
-- request bodies must be `application/json`, so that a plain HTML form (a "simple" cross-site request) cannot post.
+A server on 127.0.0.1 is reachable from every web page the user opens (and, with DNS rebinding, readable). So the
+`Host` must name this server (its address, `127.0.0.1`, `localhost`, `[::1]`, or `--allow-host`), a browser's
+`Origin` must be its own or one `--allow-origin` admits, and bodies must be `application/json` (no plain HTML form).
 """
 
 from __future__ import annotations
@@ -22,9 +16,6 @@ from ..errors import InputError
 
 LOCAL_NAMES = ("127.0.0.1", "localhost", "[::1]")
 BODY_METHODS = frozenset({"POST"})  # the only method with a body here; PUT/PATCH get 405 from routing
-# No data behind these, so a browser can load them without the key (it cannot add a header to a page load);
-# the page then asks for the key and sends it with its API calls.
-_KEYLESS_PAGES = ("/", "/explain/static/")
 
 
 def load_api_key(env_name: str | None = None, key_file: str | Path | None = None) -> str | None:
@@ -53,12 +44,12 @@ def authorized(header: bytes | None, key: bytes) -> bool:
 
 
 def needs_key(method: str, path: str) -> bool:
-    """Every request needs the key but /health and GETs of the page and its static files (they hold no data)."""
-    if path == "/health":
-        return False
-    if method in ("GET", "HEAD"):
-        return not (path == _KEYLESS_PAGES[0] or path.startswith(_KEYLESS_PAGES[1]))
-    return True
+    """Every request needs the key but /health and GETs of the page and its static files (they hold no data).
+
+    A browser cannot add a header to a page load: the page asks for the key and sends it with its API calls.
+    """
+    page = method in ("GET", "HEAD") and (path == "/" or path.startswith("/explain/static/"))
+    return path != "/health" and not page
 
 
 def split_host(host: str) -> tuple[str, str | None]:

@@ -19,9 +19,8 @@ class ServeSettings:
     max_body_bytes: int = 2_000_000  # request body limit
     # numbers one answer may hold (token vectors: tokens × width); 2**23 floats are ~90 MB of JSON
     max_answer_numbers: int = 1 << 23
-    concurrent_batches: int | None = (
-        None  # passes in flight at once, each on its share of the threads (None: the encoder's)
-    )
+    # passes in flight at once, each on its share of the threads (None: the encoder's)
+    concurrent_batches: int | None = None
     api_key: str | None = None  # when set, every endpoint but /health and the page needs `Authorization: Bearer <key>`
     allow_hosts: tuple[str, ...] = ()  # Host names answered besides this server's address and localhost ('*': any)
     allow_origins: tuple[str, ...] = ()  # web origins admitted cross-origin, with CORS answers ('*': any)
@@ -29,18 +28,11 @@ class ServeSettings:
 
     def check(self) -> ServeSettings:
         """Refuse non-positive limits with the flag's name, and malformed `--allow-host` / `--allow-origin` values."""
-        for name in (
-            "max_batch_tokens",
-            "max_queue_tokens",
-            "max_inputs",
-            "max_body_bytes",
-            "max_answer_numbers",
-            "concurrent_batches",
-        ):
+        limits = ("max_batch_tokens", "max_queue_tokens", "max_inputs", "max_body_bytes", "max_answer_numbers")
+        for name in (*limits, "concurrent_batches"):
             value = getattr(self, name)
-            if value is None and name in ("concurrent_batches", "max_batch_tokens"):
-                continue
-            if not isinstance(value, int) or value < 1:
+            unset = value is None and name in ("max_batch_tokens", "concurrent_batches")
+            if not unset and (not isinstance(value, int) or value < 1):
                 raise InputError(f"--{name.replace('_', '-')}={value!r}: give a positive whole number.")
         check_allow_hosts(self.allow_hosts)
         check_allow_origins(self.allow_origins)
