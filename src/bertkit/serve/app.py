@@ -1,9 +1,7 @@
 """`create_app`: the FastAPI app of `bertkit serve` — JSON errors, middleware, the batcher's lifespan, the routes.
 
-Request bodies are typed (serve/schemas.py, made for this server by `request_models`): FastAPI parses them and the
-OpenAPI document comes from them. JSON is read strictly (orjson: no NaN, no 1e400, no lone surrogates). Other faces
-extend the app: `create_app(..., routers=[...])` or `app.include_router(...)` after it returns; the shared state
-(encoder, runs, batcher, metrics, settings) is `app.state.service`. `GET /` is left for the explainer page.
+Other faces extend the app with `create_app(..., routers=[...])` or `app.include_router(...)`; the shared state
+(encoder, runs, batcher, metrics, settings) is `app.state.service`.
 """
 
 from __future__ import annotations
@@ -41,6 +39,7 @@ from .middleware import (
 from .routes import service_routes
 from .runs import ServedRun
 from .schemas import Vocabulary
+from .security import check_allow_hosts, check_allow_origins
 from .service import ClientGone, ServeError, Service
 from .settings import ServeSettings
 
@@ -55,7 +54,8 @@ OPTION_FORMS = {
     "pooling": "give, in lower case, cls, mean, max (pooler where the model has one), several joined with '+', or none",
 }
 TOO_MANY = ("inputs", "input", "texts", "documents", "sentences")
-NOT_SERVED = {("path", "run"): (404, "unknown_run"), ("body", "model"): (404, "model_not_found")}
+NOT_SERVED = (("path", "run"), ("body", "model"))
+HTTP_KINDS = {404: "not_found", 405: "method_not_allowed"}
 
 
 def vocabulary(service: Service) -> Vocabulary:
@@ -91,13 +91,12 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # The model and the web stack are half a million long-lived objects: a full collection of them is a stall of
-        # a few hundred milliseconds in some request's latency. Frozen, they are never scanned again.
+        # the model and the web stack are half a million long-lived objects: frozen, a full collection never scans
+        # them (a stall of a few hundred milliseconds in some request's latency)
         gc.collect()
         gc.freeze()
-        # The model runs on the batcher's threads. The main thread's OpenMP team, left from loading, makes libgomp
-        # stop spin-waiting (more threads than cores), so each parallel op pays a wake-up: int8, with its many small
-        # ops, pays it most (README, serving). fp32 was faster with the team kept.
+        # the main thread's OpenMP team, left from loading, makes libgomp's workers stop spin-waiting: int8's many
+        # small ops pay a wake-up each (README, serving); fp32 was faster with the team kept
         if service.encoder.precision == "int8":
             release_openmp_threads()
         service.batcher.start()
@@ -129,8 +128,6 @@ def _add_middleware(app: FastAPI, settings: ServeSettings, metrics: Any) -> None
     Metrics see every answer; Host and Origin are checked before anything else, CORS answers (preflight included)
     come before the key check, and the key before the body is read.
     """
-    from .security import check_allow_hosts, check_allow_origins
-
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_middleware(JsonBodyMiddleware, routes=app.router.routes)
     if settings.api_key:
@@ -246,61 +243,38 @@ def _http_message(request: Request, exc: StarletteHTTPException) -> str:
     return str(exc.detail)
 
 
-def _add_error_handlers(app: FastAPI) -> None:
-    def answer(
-        request: Request,
-        status: int,
-        kind: str,
-        message: str,
-        headers: dict | None = None,
-        param: str | None = None,
-    ) -> JSONResponse:
-        return error_response(status, kind, message, request.url.path, headers, param)
-
-    @app.exception_handler(ServeError)
-    async def serve_error(request: Request, exc: ServeError) -> JSONResponse:
-        return answer(request, exc.status, exc.error_type, str(exc), exc.headers, exc.param)
-
-    @app.exception_handler(BertkitError)
-    async def bertkit_error(request: Request, exc: BertkitError) -> JSONResponse:
-        return answer(request, 422, "invalid_input", brief(exc, 500))
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+def _error_answer(request: Request, exc: Exception) -> tuple[int, str, str, dict | None, str | None]:
+    """Return (status, kind, message, headers, field) of the answer to an error."""
+    if isinstance(exc, ServeError):
+        return exc.status, exc.error_type, str(exc), None, exc.param
+    if isinstance(exc, BertkitError):
+        return 422, "invalid_input", brief(exc, 500), None, None
+    if isinstance(exc, RequestValidationError):
         status, kind, message, field = _validation_answer(request, exc)
-        return answer(request, status, kind, message, param=field)
+        return status, kind, message, None, field
+    if isinstance(exc, StarletteHTTPException):
+        kind = HTTP_KINDS.get(exc.status_code, "http_error")
+        return exc.status_code, kind, _http_message(request, exc), exc.headers, None
+    if isinstance(exc, Overloaded):
+        return 429, "overloaded", str(exc), {"Retry-After": str(exc.retry_after)}, None
+    if isinstance(exc, ShuttingDown):
+        return 503, "shutting_down", str(exc), {"Retry-After": "5"}, None
+    if isinstance(exc, BodyTooLarge):
+        return 413, "payload_too_large", str(exc), None, None
+    if isinstance(exc, (ClientGone, ClientDisconnect)):  # ClientDisconnect: gone while its body was being read
+        return 499, "client_closed_request", "the client closed the connection; the request was dropped.", None, None
+    log.error("request %s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, brief(exc))
+    message = "the server failed on this request (it keeps serving others); the server log has the details."
+    return 500, "internal_error", message, None, None
 
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        kinds = {404: "not_found", 405: "method_not_allowed"}
-        kind = kinds.get(exc.status_code, "http_error")
-        return answer(request, exc.status_code, kind, _http_message(request, exc), exc.headers)
 
-    @app.exception_handler(Overloaded)
-    async def overloaded(request: Request, exc: Overloaded) -> JSONResponse:
-        return answer(request, 429, "overloaded", str(exc), {"Retry-After": str(exc.retry_after)})
+def _add_error_handlers(app: FastAPI) -> None:
+    """Answer every error in the service's JSON error shape (serve/errors.py)."""
 
-    @app.exception_handler(ShuttingDown)
-    async def shutting_down(request: Request, exc: ShuttingDown) -> JSONResponse:
-        return answer(request, 503, "shutting_down", str(exc), {"Retry-After": "5"})
+    async def answer(request: Request, exc: Exception) -> JSONResponse:
+        status, kind, message, headers, field = _error_answer(request, exc)
+        return error_response(status, kind, message, request.url.path, headers, field)
 
-    @app.exception_handler(BodyTooLarge)
-    async def too_large(request: Request, exc: BodyTooLarge) -> JSONResponse:
-        return answer(request, 413, "payload_too_large", str(exc))
-
-    @app.exception_handler(ClientGone)
-    @app.exception_handler(ClientDisconnect)  # the client left while its body was being read (not a server error)
-    async def client_gone(request: Request, exc: Exception) -> JSONResponse:
-        return answer(
-            request, 499, "client_closed_request", "the client closed the connection; the request was dropped."
-        )
-
-    @app.exception_handler(Exception)
-    async def internal(request: Request, exc: Exception) -> JSONResponse:
-        log.error("request %s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, brief(exc))
-        return answer(
-            request,
-            500,
-            "internal_error",
-            "the server failed on this request (it keeps serving others); the server log has the details.",
-        )
+    handled = (ServeError, BertkitError, RequestValidationError, StarletteHTTPException, Overloaded, ShuttingDown)
+    for error in (*handled, BodyTooLarge, ClientGone, ClientDisconnect, Exception):
+        app.add_exception_handler(error, answer)

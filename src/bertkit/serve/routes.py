@@ -1,7 +1,4 @@
-"""The service's routes: status, embeddings and served runs.
-
-Status: /health, /info, /metrics; embeddings: TEI's /embed, /embed_all, /similarity, /tokenize, OpenAI's
-/v1/embeddings; served runs: /predict/{run}, TEI's /rerank, Cohere's /v1/rerank.
+"""The service's routes: status, embeddings, served runs and search.
 
 Each route turns its typed body into the library's own options and calls the `Service`; none computes a vector
 its own way.
@@ -50,6 +47,14 @@ TRUNCATED = {
 }
 
 
+# request fields → `EmbedOptions` fields
+OPTION_FIELDS = {
+    **{name: name for name in ("layers", "pooling", "truncation_direction", "prompt", "prompt_name", "output_type")},
+    "dimensions": "truncate_dim",
+    "normalize": "normalize_embeddings",
+}
+
+
 def service_routes(service: Service, vocabulary: Vocabulary) -> APIRouter:
     """Every route of the service, with this server's request models (its limits, its model's options)."""
     router = APIRouter(route_class=StrictJSONRoute)
@@ -66,6 +71,10 @@ def _service(request: Request) -> Service:
     return request.app.state.service
 
 
+def _texts(inputs: str | list[str]) -> list[str]:
+    return [inputs] if isinstance(inputs, str) else list(inputs)
+
+
 def _disconnected(request: Request) -> Any:
     """Make a coroutine factory that returns once the client has closed the connection (the body is read by then)."""
 
@@ -74,6 +83,10 @@ def _disconnected(request: Request) -> Any:
             pass
 
     return wait
+
+
+async def _embed(request: Request, texts: list[str], options: EmbedOptions, truncate: bool) -> EmbedResult:
+    return await _service(request).embed(texts, options, truncate, _disconnected(request))
 
 
 def _truncation_headers(result: EmbedResult) -> dict[str, str]:
@@ -85,18 +98,8 @@ def _truncation_headers(result: EmbedResult) -> dict[str, str]:
 
 def _options(body: Any, **fixed: Any) -> EmbedOptions:
     """Read the `EmbedOptions` a request body asks for (field names are TEI's and OpenAI's: dimensions, normalize)."""
-    fields = body.model_dump(exclude_unset=True)
-    options = {
-        "layers": fields.get("layers", "last"),
-        "pooling": fields.get("pooling"),
-        "truncation_direction": fields.get("truncation_direction", "right").lower(),
-        "prompt": fields.get("prompt"),
-        "prompt_name": fields.get("prompt_name"),
-        "truncate_dim": fields.get("dimensions"),
-        "normalize_embeddings": fields.get("normalize"),
-        "output_type": fields.get("output_type", "float32"),
-    }
-    return EmbedOptions(**{**options, **fixed})
+    fields = body.model_dump(include=set(OPTION_FIELDS), exclude_unset=True)
+    return EmbedOptions(**{**{OPTION_FIELDS[name]: value for name, value in fields.items()}, **fixed})
 
 
 def _status_routes(router: APIRouter, key: bool) -> None:
@@ -140,9 +143,8 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
     @router.post("/embed", responses=embed_answers, summary="Sentence vectors (TEI's /embed), or token vectors")
     @router.post("/", include_in_schema=False)  # TEI answers POST / too; huggingface_hub's InferenceClient posts there
     async def embed(body: models.EmbedRequest, request: Request) -> Response:
-        service = _service(request)
         options = _options(body)
-        result = await service.embed(service.texts(body.inputs), options, body.truncate, _disconnected(request))
+        result = await _embed(request, _texts(body.inputs), options, body.truncate)
         if options.token_vectors:
             content: Any = [
                 {"tokens": e.tokens, "word_ids": e.word_ids(), "vectors": v}
@@ -158,9 +160,8 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
         summary="TEI's /embed_all: every token's vector of the chosen layers",
     )
     async def embed_all(body: models.EmbedAllRequest, request: Request) -> Response:
-        service = _service(request)
-        options = _options(body).replace(pooling="none", normalize_embeddings=body.normalize)
-        result = await service.embed(service.texts(body.inputs), options, body.truncate, _disconnected(request))
+        options = _options(body, pooling="none", normalize_embeddings=body.normalize)
+        result = await _embed(request, _texts(body.inputs), options, body.truncate)
         return await json_answer(result.vectors, headers=_truncation_headers(result))
 
     @router.post(
@@ -169,24 +170,19 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
         summary="OpenAI's embeddings API",
     )
     async def openai_embeddings(body: models.OpenAIEmbeddingRequest, request: Request) -> Response:
-        service = _service(request)
-        inputs = body.input
-        if not isinstance(inputs, str) and inputs and not all(isinstance(x, str) for x in inputs):
-            raise ServeError(
-                422,
-                "invalid_input",
-                "input: token ids are not accepted; send a string or a list of strings.",
-                param="input",
-            )
+        texts = _texts(body.input)
+        if not all(isinstance(x, str) for x in texts):
+            message = "input: token ids are not accepted; send a string or a list of strings."
+            raise ServeError(422, "invalid_input", message, param="input")
         options = _options(body, normalize_embeddings=True)  # unit length, as OpenAI's (after dimensions)
-        result = await service.embed(service.texts(inputs, "input"), options, True, _disconnected(request))
-        data = []
-        for index, vector in enumerate(result.vectors):
-            if body.encoding_format == "base64":
-                value: Any = base64.b64encode(vector.astype(vector.dtype.newbyteorder("<")).tobytes()).decode("ascii")
-            else:
-                value = vector
-            data.append({"object": "embedding", "index": index, "embedding": value})
+        result = await _embed(request, texts, options, True)
+        if body.encoding_format == "base64":
+            vectors: list[Any] = [
+                base64.b64encode(v.astype(v.dtype.newbyteorder("<")).tobytes()).decode() for v in result.vectors
+            ]
+        else:
+            vectors = result.vectors
+        data = [{"object": "embedding", "index": k, "embedding": v} for k, v in enumerate(vectors)]
         usage = {"prompt_tokens": result.tokens, "total_tokens": result.tokens}
         content = {"object": "list", "data": data, "model": body.model, "usage": usage}
         return await json_answer(content, headers=_truncation_headers(result))
@@ -197,14 +193,9 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
         summary="TEI's /similarity: cosine of the source sentence's vector with each sentence's",
     )
     async def similarity(body: models.SimilarityRequest, request: Request) -> Response:
-        service = _service(request)
         texts = [body.inputs.source_sentence, *body.inputs.sentences]
-        options = EmbedOptions(
-            prompt_name=body.prompt_name,
-            normalize_embeddings=True,
-            truncation_direction=body.truncation_direction.lower(),
-        )
-        result = await service.embed(texts, options, body.truncate, _disconnected(request))
+        options = _options(body, normalize_embeddings=True)
+        result = await _embed(request, texts, options, body.truncate)
         vectors = np.stack(result.vectors)
         return await json_answer((vectors[1:] @ vectors[0]).tolist(), headers=_truncation_headers(result))
 
@@ -215,7 +206,7 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
     )
     async def tokenize(body: models.TokenizeRequest, request: Request) -> Response:
         service = _service(request)
-        texts = service.texts(body.inputs)
+        texts = _texts(body.inputs)
         limit = service.encoder.max_length if body.truncate else None
         estimate = token_estimate(map(len, texts), limit)
         encoded, truncated = await service.off_loop(lambda: service.encode(texts, body.truncate), estimate)
@@ -238,14 +229,9 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
 def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rerankers: tuple[str, ...]) -> None:
     """/predict/{run}, /rerank (TEI), /v1/rerank (Cohere v1, Jina) and /v2/rerank (Cohere v2)."""
     run_name = Literal[tuple(runs)] if runs else str  # type: ignore[valid-type]
+    answers = Answer | list[Answer] | list[list[Answer]]
     predictions = (
-        list[ClassPrediction]
-        | list[ScorePrediction]
-        | list[LabelSetPrediction]
-        | list[TagPrediction]
-        | Answer
-        | list[Answer]
-        | list[list[Answer]]
+        list[ClassPrediction] | list[ScorePrediction] | list[LabelSetPrediction] | list[TagPrediction] | answers
     )
 
     @router.post(
@@ -266,7 +252,7 @@ def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rera
         )
         if questions or body.parameters is not None:
             return await json_answer(await service.answer(run, body.inputs, body.parameters, _disconnected(request)))
-        return await json_answer(await service.predict(run, service.texts(body.inputs), _disconnected(request)))
+        return await json_answer(await service.predict(run, _texts(body.inputs), _disconnected(request)))
 
     ranks = bool(rerankers)
 
@@ -278,9 +264,8 @@ def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rera
     )
     async def rerank(body: models.RerankRequest, request: Request) -> Response:
         service = _service(request)
-        run = service.reranker(body.model)
         ranked, _ = await service.rerank(
-            run, body.query, body.texts, body.raw_scores, body.truncate, _disconnected(request)
+            body.model, body.query, body.texts, body.raw_scores, body.truncate, _disconnected(request)
         )
         items = [{"index": i, "score": s, **({"text": body.texts[i]} if body.return_text else {})} for i, s in ranked]
         return await json_answer(items)
@@ -293,10 +278,9 @@ def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rera
     )
     @router.post("/v2/rerank", include_in_schema=False)  # Cohere's v2 client; the same body and answer
     async def cohere_rerank(body: models.CohereRerankRequest, request: Request) -> Response:
-        service = _service(request)
         documents = [d if isinstance(d, str) else d.text for d in body.documents]
-        run = service.reranker(body.model)
-        ranked, tokens = await service.rerank(run, body.query, documents, disconnected=_disconnected(request))
+        service = _service(request)
+        ranked, tokens = await service.rerank(body.model, body.query, documents, disconnected=_disconnected(request))
         results = [
             {
                 "index": i,
@@ -322,6 +306,6 @@ def _search_routes(router: APIRouter, models: Any, key: bool, loaded: bool) -> N
     async def search(body: models.SearchRequest, request: Request) -> Response:
         service = _service(request)
         hits, result = await service.search(
-            body.index, service.texts(body.query), body.top_k, body.prompt, _disconnected(request)
+            body.index, _texts(body.query), body.top_k, body.prompt, _disconnected(request)
         )
         return await json_answer(hits[0] if isinstance(body.query, str) else hits, headers=_truncation_headers(result))

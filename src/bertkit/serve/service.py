@@ -1,11 +1,7 @@
 """What the endpoints do, apart from HTTP: check inputs, tokenize off the event loop, queue for the batcher, finish.
 
-`Service` is `app.state.service`; other faces (the explainer routes) call it too, so every vector the server
-returns comes from the same options, tokenizer, forward pass and vector head as `Encoder.embed`.
-
-The event loop never does work that grows with the input: tokenization runs on a small pool of threads, admitted
-first under the queue's token budget (a request estimated past it is a 429 at once), and every model call runs on
-the batcher's threads.
+`Service` is `app.state.service`; every vector it returns comes from the same options, tokenizer, forward pass and
+vector head as `Encoder.embed`. The event loop never does work that grows with the input.
 """
 
 from __future__ import annotations
@@ -44,16 +40,9 @@ CHARS_PER_TOKEN = 4  # what a request's characters are estimated to cost in toke
 class ServeError(Exception):
     """An error with its HTTP status and machine-readable type; the message says what to change."""
 
-    def __init__(
-        self,
-        status: int,
-        error_type: str,
-        message: str,
-        headers: dict[str, str] | None = None,
-        param: str | None = None,
-    ) -> None:
+    def __init__(self, status: int, error_type: str, message: str, param: str | None = None) -> None:
         super().__init__(message)
-        self.status, self.error_type, self.headers, self.param = status, error_type, headers or {}, param
+        self.status, self.error_type, self.param = status, error_type, param
 
 
 class ClientGone(Exception):
@@ -112,11 +101,6 @@ class Service:
         """Stop the tokenizing thread (after the batcher has drained)."""
         self._tokenizers.shutdown(wait=True)
 
-    # ---- checks -----------------------------------------------------------------------------------------------
-    def texts(self, inputs: str | list[str], name: str = "inputs") -> list[str]:
-        """One text or a list (the request schema has refused an empty or too long one already)."""
-        return [inputs] if isinstance(inputs, str) else list(inputs)
-
     def encode(self, texts: list[str], truncate: bool, direction: str = "right") -> tuple[list[Encoded], list[int]]:
         """Tokenize with the library; too long with truncate=false is a 413 naming the input and its length."""
         limit = self.encoder.max_length
@@ -125,29 +109,18 @@ class Service:
         too_long = [i for i, e in enumerate(encoded) if len(e.ids) > limit]
         if too_long:
             first = too_long[0]
-            raise ServeError(
-                413,
-                "input_too_long",
-                f"inputs[{first}] has {encoded[first].full_length} tokens, more than this model's "
-                f"{limit}; {len(too_long)} input(s) are too long. Send truncate=true to cut them, or "
-                "shorten them.",
+            message = (
+                f"inputs[{first}] has {encoded[first].full_length} tokens, more than this model's {limit}; "
+                f"{len(too_long)} input(s) are too long. Send truncate=true to cut them, or shorten them."
             )
+            raise ServeError(413, "input_too_long", message)
         return encoded, [i for i, e in enumerate(encoded) if e.truncated]
 
     async def off_loop(self, work: Callable[[], Any], estimate: int) -> Any:
         """Run `work` (tokenizing a request) on the tokenizing thread, admitted under the queue's budget.
 
-        Parameters
-        ----------
-        work : callable
-            What to run.
-        estimate : int
-            The tokens the request will cost the model, estimated before it is tokenized (`token_estimate`).
-
-        Returns
-        -------
-        Any
-            What `work` returned.
+        `estimate` is the tokens the request will cost the model (`token_estimate`); a request past the budget is a
+        429 at once.
         """
         estimate = max(1, estimate)
         queued = self.batcher.queue_depth()[1] + self._tokenizing
@@ -160,7 +133,6 @@ class Service:
         finally:
             self._tokenizing -= estimate
 
-    # ---- work ---------------------------------------------------------------------------------------------------
     async def embed(
         self,
         texts: list[str],
@@ -193,18 +165,14 @@ class Service:
         return EmbedResult(list(finish(np.stack(found), resolved, ranges)), encoded, truncated)
 
     def check_answer_size(self, numbers: int) -> None:
-        """Refuse (413) an answer of more numbers than `max_answer_numbers`, before the model runs.
-
-        Its JSON would take seconds to write and hundreds of megabytes to hold.
-        """
+        """Refuse (413) an answer of more numbers than `max_answer_numbers` (seconds of JSON), before the model runs."""
         limit = self.settings.max_answer_numbers
         if numbers > limit:
-            raise ServeError(
-                413,
-                "answer_too_large",
+            message = (
                 f"the answer would hold {numbers:,} numbers (every token's vector), more than this server's limit of "
-                f"{limit:,} (--max-answer-numbers); send fewer or shorter inputs, or ask for sentence vectors.",
+                f"{limit:,} (--max-answer-numbers); send fewer or shorter inputs, or ask for sentence vectors."
             )
+            raise ServeError(413, "answer_too_large", message)
 
     async def predict(self, name: str, inputs: list, disconnected: Disconnected | None = None) -> list[dict]:
         """Run a served run's own predict on the model thread: of texts, or of [text, pair] pairs for a pair run."""
@@ -224,11 +192,9 @@ class Service:
     async def answer(
         self, name: str, inputs: Any, parameters: Any = None, disconnected: Disconnected | None = None
     ) -> Any:
-        """Answer Hugging Face's question-answering task on a served QA run.
+        """Answer Hugging Face's question-answering task on a served QA run: one answer, or lists.
 
-        `inputs` (one `{question, context}`, or a list) are tokenized into windows off the event loop, refused (413)
-        past the windows the queue holds, answered on the model thread with `parameters`; one `{answer, score, start,
-        end}` for one question and `top_k` 1, else lists.
+        The contexts are cut into windows off the event loop, refused (413) past the windows the queue holds.
         """
         run = self.run(name)
         if run.kind != KIND_QA:
@@ -245,13 +211,12 @@ class Service:
         windows = await self.off_loop(lambda: run.model.windows(questions, contexts, **read), estimate)
         most = max(1, self.settings.max_queue_tokens // run.model.max_length)
         if windows.count > most:
-            raise ServeError(
-                413,
-                "input_too_long",
+            message = (
                 f"the contexts make {windows.count} windows of up to {run.model.max_length} tokens, more than this "
                 f"server takes in one request ({most}: --max-queue-tokens / the run's length); send shorter contexts "
-                "or a smaller doc_stride.",
+                "or a smaller doc_stride."
             )
+            raise ServeError(413, "input_too_long", message)
         found = await self.call(lambda: run.model.ranked(windows, top_k, **options), windows.tokens, disconnected)
         self.metrics.tokens.inc(windows.tokens)
         shaped = [answers[0] if top_k == 1 else answers for answers in found]
@@ -262,45 +227,38 @@ class Service:
         if name is not None:
             run = self.run(name)
             if not run.ranks:
-                what = "text pairs" if run.takes_pairs else "single texts"
-                raise ServeError(
-                    422,
-                    "not_a_reranker",
-                    f"run {name!r} does not rerank: it is a {run.problem} model of {what}. Reranking takes a pair run "
-                    "(bertkit finetune --task pair) that gives one score: a regressor or a two-class classifier.",
-                    param="model",
+                message = (
+                    f"run {name!r} does not rerank: it is a {run.problem} model of "
+                    f"{'text pairs' if run.takes_pairs else 'single texts'}. Reranking takes a pair run "
+                    "(bertkit finetune --task pair) that gives one score: a regressor or a two-class classifier."
                 )
+                raise ServeError(422, "not_a_reranker", message, param="model")
             return run
         rankers = sorted(name for name, run in self.runs.items() if run.ranks)
         if not rankers:
-            raise ServeError(
-                404,
-                "no_reranker",
-                "this server serves no reranker; start it with --run NAME=DIR of a run fine-tuned with --task pair.",
+            message = (
+                "this server serves no reranker; start it with --run NAME=DIR of a run fine-tuned with --task pair."
             )
+            raise ServeError(404, "no_reranker", message)
         if len(rankers) > 1:
-            raise ServeError(
-                422,
-                "model_required",
-                f"several rerankers are served ({', '.join(rankers)}); name one with the model field.",
-                param="model",
-            )
+            message = f"several rerankers are served ({', '.join(rankers)}); name one with the model field."
+            raise ServeError(422, "model_required", message, param="model")
         return self.runs[rankers[0]]
 
     async def rerank(
         self,
-        run: ServedRun,
+        name: str | None,
         query: str,
         documents: list[str],
         raw: bool = False,
         truncate: bool = True,
         disconnected: Disconnected | None = None,
     ) -> tuple[list, int]:
-        """(index, score) of every document for `query`, best first, and the tokens the pairs took.
+        """(index, score) of every document for `query` by reranker `name`, best first, and the tokens the pairs took.
 
-        The query is cut to the run's length once, off the event loop, before it is paired with each document: a
-        long query costs one tokenization, not one per document.
+        The query is cut to the run's length once, off the event loop, before it is paired with each document.
         """
+        run = self.reranker(name)
         model = run.model
 
         def lengths() -> tuple[str, list[int]]:
@@ -315,13 +273,12 @@ class Service:
         too_long = [i for i, n in enumerate(counts) if n > model.max_length]
         if too_long and not truncate:
             first = too_long[0]
-            raise ServeError(
-                413,
-                "input_too_long",
-                f"the query with texts[{first}] has {counts[first]} tokens, more than this run's "
-                f"{model.max_length}; {len(too_long)} pair(s) are too long. Send truncate=true to cut them (longest "
-                "first), or shorten them.",
+            message = (
+                f"the query with texts[{first}] has {counts[first]} tokens, more than this run's {model.max_length}; "
+                f"{len(too_long)} pair(s) are too long. Send truncate=true to cut them (longest first), or shorten "
+                "them."
             )
+            raise ServeError(413, "input_too_long", message)
         tokens = sum(min(n, model.max_length) for n in counts)
         ranked = await self.call(lambda: run.rerank(kept, documents, raw), tokens, disconnected)
         return ranked, tokens
@@ -329,11 +286,7 @@ class Service:
     async def search(
         self, name: str | None, queries: list[str], top_k: int, prompt: str | None, disconnected: Disconnected | None
     ) -> tuple[list[list[dict]], EmbedResult]:
-        """Find the `top_k` nearest rows of index `name` to each query.
-
-        The queries are embedded as the index's vectors were (through the batcher, like every model call), the index
-        searched on the model thread.
-        """
+        """Find the `top_k` nearest rows of index `name` to each query, embedded as the index's vectors were."""
         index = self.index(name)
         options = query_options(index.meta, **({"prompt": prompt} if prompt is not None else {}))
         result = await self.embed(queries, options, True, disconnected)
@@ -348,10 +301,9 @@ class Service:
         if name is None and len(self.indexes) == 1:
             return next(iter(self.indexes.values()))
         if name is None:
-            status, kind = (404, "unknown_index") if not self.indexes else (422, "invalid_input")
-            raise ServeError(
-                status, kind, f"say which index to search (index); loaded indexes: {loaded}.", param="index"
-            )
+            status, kind = (422, "invalid_input") if self.indexes else (404, "unknown_index")
+            message = f"say which index to search (index); loaded indexes: {loaded}."
+            raise ServeError(status, kind, message, param="index")
         if name not in self.indexes:
             raise ServeError(404, "unknown_index", f"no index named {name!r}; loaded indexes: {loaded}.", param="index")
         return self.indexes[name]
@@ -359,8 +311,7 @@ class Service:
     async def call(self, work: Callable[[], Any], tokens: int, disconnected: Disconnected | None = None) -> Any:
         """Run `work` on the model thread, alone (no pass in flight), under the queue's admission control.
 
-        Every model call of the service goes through the batcher: the embedding passes, the served runs' predicts
-        and the explainer. A model or tokenizer is then never used by two threads at once, and a full queue
+        Every model call goes through the batcher, so a model is never used by two threads at once and a full queue
         answers 429 whatever the endpoint.
 
         Parameters
@@ -415,13 +366,7 @@ class Service:
             **facts,
             "runs": [run.describe() for run in self.runs.values()],
             "indexes": [
-                {
-                    "name": name,
-                    "rows": index.rows,
-                    "dim": index.dim,
-                    "precision": index.precision,
-                    "metric": index.metric,
-                }
+                {"name": name, **{k: getattr(index, k) for k in ("rows", "dim", "precision", "metric")}}
                 for name, index in self.indexes.items()
             ],
             "limits": {
@@ -444,21 +389,13 @@ PREFIX_MARGIN = 16  # tokens kept past the limit when a long text is cut to a pr
 
 
 def token_estimate(lengths: Iterable[int], limit: int | None = None) -> int:
-    """Estimate the tokens the model will spend on texts of these lengths (characters), before they are tokenized.
-
-    About one per `CHARS_PER_TOKEN` characters and the special tokens, each text at most `limit` (what truncation
-    keeps).
-    """
+    """Estimate the tokens of texts of these lengths (characters), each at most `limit`, before they are tokenized."""
     per_text = (length // CHARS_PER_TOKEN + 2 for length in lengths)
     return sum(per_text) if limit is None else sum(min(tokens, limit) for tokens in per_text)
 
 
 def _prefix(tokenizer: Any, text: str, max_length: int) -> str:
-    """Cut `text` to the beginning that holds its first `max_length` tokens (and a margin).
-
-    Truncation of a pair keeps a prefix of each text, so the pair is cut the same, and a long text is not tokenized
-    once per pair.
-    """
+    """Cut `text` to the beginning that holds its first `max_length` tokens (and a margin): a pair is cut the same."""
     if len(text) <= 4 * max_length:
         return text
     offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
