@@ -1,10 +1,7 @@
 """Request and response shapes: TEI's (`/embed`, `/tokenize`), OpenAI's (`/v1/embeddings`) and bertkit's own fields.
 
-Request bodies are pydantic models that FastAPI parses and publishes; `request_models` makes them for one server,
-with its limits and its model's option values (patterns and enums), so that the schema says exactly what the
-service takes. They validate strictly (no silent coercion of numbers into text): a wrong type is a clear 422.
-Responses are built as plain JSON for speed; the models below document them in the OpenAPI schema, which
-`tests/test_serve_fuzz.py` holds to what a real server answers (schemathesis).
+`request_models` makes one server's request bodies, strict and with its limits and option values, so that the schema
+says exactly what the service takes. Responses are built as plain JSON; the models below document them.
 """
 
 import itertools
@@ -13,16 +10,7 @@ from types import SimpleNamespace
 from typing import Annotated, Any, Literal
 
 from annotated_types import Ge, Le
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictInt,
-    StrictStr,
-    WithJsonSchema,
-)
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr, WithJsonSchema
 
 LAYERS_DESCRIPTION = (
     "Hidden states to use, as in the library: 'last', '-2', '0,3', 'last4:sum|mean|concat', 'all:sum|mean|concat'. "
@@ -32,6 +20,12 @@ POOLING_DESCRIPTION = (
     "cls, pooler (last layer only), mean, max, several joined with '+' ('cls+mean'), or 'none' for token vectors. "
     "An unknown or ill-fitting pooling is a 422 (invalid_input)."
 )
+
+
+class Strict(BaseModel):
+    """A JSON object of these fields only: an unknown field is a 422 that names it."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 def _whole(value: Any) -> Any:
@@ -58,11 +52,7 @@ NOT_BLANK = "[^\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\u0085\\u00a0\\u1680\\u2000-\\u20
 
 @dataclass(frozen=True)
 class Vocabulary:
-    """What one server's requests may say: its limits and the option values its model takes.
-
-    The request schemas publish them, so that a schema-valid request is one the service serves, and the other way
-    round.
-    """
+    """What one server's requests may say: its limits and its model's option values (its schemas publish them)."""
 
     max_inputs: int
     hidden_states: int  # the model's layers + 1
@@ -113,22 +103,14 @@ def request_models(vocabulary: Vocabulary) -> SimpleNamespace:
 
 def _types(v: Vocabulary) -> SimpleNamespace:
     """Make the field types of one server's requests: its limits and its model's option values."""
+    text = {"type": "string", "maxLength": v.max_chars}
     texts_schema = {
-        "anyOf": [
-            {"type": "string", "maxLength": v.max_chars},
-            {
-                "type": "array",
-                "items": {"type": "string", "maxLength": v.max_chars},
-                "minItems": 1,
-                "maxItems": v.max_inputs,
-            },
-        ],
+        "anyOf": [text, {"type": "array", "items": text, "minItems": 1, "maxItems": v.max_inputs}],
         "description": f"One text, or a list of 1 to {v.max_inputs} (--max-inputs).",
     }
     Text = Annotated[StrictStr, Field(max_length=v.max_chars)]
-    Texts = Annotated[
-        Text | Annotated[list[Text], Field(min_length=1, max_length=v.max_inputs)], WithJsonSchema(texts_schema)
-    ]
+    TextList = Annotated[list[Text], Field(min_length=1, max_length=v.max_inputs)]
+    Texts = Annotated[Text | TextList, WithJsonSchema(texts_schema)]
     Layers = Annotated[
         StrictStr, Field(pattern=v.layer_specs(), description=LAYERS_DESCRIPTION, examples=["last4:sum"])
     ]
@@ -152,21 +134,20 @@ def _types(v: Vocabulary) -> SimpleNamespace:
         },
         "then": {"properties": {"layers": {"enum": v.last_layer_specs()}}},
     }
-    strict = ConfigDict(extra="forbid", json_schema_extra=pooler_rule if v.has_pooler else None)
+    pooler_rule_config = ConfigDict(json_schema_extra=pooler_rule if v.has_pooler else None)
     Pair = Annotated[list[Text], Field(min_length=2, max_length=2)]
     Reranker = Literal[tuple(v.rerankers)] if v.rerankers else StrictStr  # type: ignore[valid-type]
-    Documents = Annotated[list[Text], Field(min_length=1, max_length=v.max_inputs)]
     found = dict(locals())
-    return SimpleNamespace(**{name: kind for name, kind in found.items() if name != "v"})
+    return SimpleNamespace(**{name: kind for name, kind in found.items() if name not in ("v", "text")})
 
 
 def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseModel]]:
     """/embed, /embed_all, /v1/embeddings, /similarity and /tokenize bodies."""
 
-    class EmbedRequest(BaseModel):
+    class EmbedRequest(Strict):
         """TEI's `/embed` body plus bertkit's `layers`, `pooling`, `prompt` and `output_type` (as `Encoder.embed`)."""
 
-        model_config = t.strict
+        model_config = t.pooler_rule_config
         inputs: t.Texts
         truncate: StrictBool = True
         normalize: StrictBool | None = Field(None, description="unit length (default: as the model says)")
@@ -178,10 +159,9 @@ def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseM
         layers: t.Layers = "last"
         pooling: t.Pooling = None
 
-    class EmbedAllRequest(BaseModel):
+    class EmbedAllRequest(Strict):
         """TEI's `/embed_all` body: every token's vector of the chosen layers."""
 
-        model_config = ConfigDict(extra="forbid")
         inputs: t.Texts
         truncate: StrictBool = True
         normalize: StrictBool = False
@@ -191,14 +171,14 @@ def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseM
         layers: t.Layers = "last"
         pooling: Literal["mean", "none"] = Field("mean", description="token vectors: 'none' (or TEI's 'mean')")
 
-    class OpenAIEmbeddingRequest(BaseModel):
+    class OpenAIEmbeddingRequest(Strict):
         """OpenAI's `/v1/embeddings` body; `layers`/`pooling` may come as extra fields (the client's `extra_body`)."""
 
-        model_config = t.strict
+        model_config = t.pooler_rule_config
         # token ids are parsed so that the answer can say they are not accepted (422 invalid_input, param "input")
         input: Annotated[
             t.Text
-            | Annotated[list[t.Text], Field(min_length=1, max_length=v.max_inputs)]
+            | t.TextList
             | Annotated[list[StrictInt], Field(min_length=1)]
             | Annotated[list[list[StrictInt]], Field(min_length=1)],
             WithJsonSchema(
@@ -220,53 +200,43 @@ def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseM
         output_type: OutputType = "float32"
         truncation_direction: Direction = "right"
 
-    class SimilarityInputs(BaseModel):
+    class SimilarityInputs(Strict):
         """The sentence every other one is compared with, and those others."""
 
-        model_config = ConfigDict(extra="forbid")
         source_sentence: t.Text
-        sentences: Annotated[list[t.Text], Field(min_length=1, max_length=v.max_inputs)]
+        sentences: t.TextList
 
-    class SimilarityRequest(BaseModel):
+    class SimilarityRequest(Strict):
         """TEI's `/similarity` body: the cosine of a source sentence's vector with each of the others'."""
 
-        model_config = ConfigDict(extra="forbid")
         inputs: SimilarityInputs
         truncate: StrictBool = True
         truncation_direction: Direction = "right"
         prompt_name: t.PromptName = None
 
-    class TokenizeRequest(BaseModel):
+    class TokenizeRequest(Strict):
         """TEI's `/tokenize` body: one text or a list."""
 
-        model_config = ConfigDict(extra="forbid")
         inputs: t.Texts
         truncate: StrictBool = True
         add_special_tokens: Literal[True] = True
 
-    return {
-        "EmbedRequest": EmbedRequest,
-        "EmbedAllRequest": EmbedAllRequest,
-        "OpenAIEmbeddingRequest": OpenAIEmbeddingRequest,
-        "SimilarityRequest": SimilarityRequest,
-        "TokenizeRequest": TokenizeRequest,
-    }
+    bodies = (EmbedRequest, EmbedAllRequest, OpenAIEmbeddingRequest, SimilarityRequest, TokenizeRequest)
+    return {body.__name__: body for body in bodies}
 
 
 def _run_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseModel]]:
     """/predict/{run}, /rerank and /v1/rerank bodies."""
 
-    class QuestionInput(BaseModel):
+    class QuestionInput(Strict):
         """A question and the text its answer is in (Hugging Face's question-answering inputs)."""
 
-        model_config = ConfigDict(extra="forbid")
         question: t.Text
         context: t.Text
 
-    class QuestionParameters(BaseModel):
+    class QuestionParameters(Strict):
         """Hugging Face's question-answering parameters (a QA run's `answer`); null or absent: its default."""
 
-        model_config = ConfigDict(extra="forbid")
         top_k: Whole(1, 100) | None = Field(None, description="answers per question (1)")
         doc_stride: Annotated[StrictInt, Ge(0), BeforeValidator(_whole)] | None = Field(
             None, description="tokens two windows share (the run's; at most half a window: else 422)"
@@ -277,38 +247,35 @@ def _run_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseModel]]
         handle_impossible_answer: StrictBool | None = Field(None, description='allow "no answer" (false)')
         align_to_words: StrictBool | None = Field(None, description="widen answers to whole words (true)")
 
-    class PredictRequest(BaseModel):
-        """t.Texts (or [text, pair] pairs, for a pair run) for a served run, as TEI's /predict.
+    class PredictRequest(Strict):
+        """Texts (or [text, pair] pairs, for a pair run) for a served run, as TEI's /predict.
 
         For a question-answering run, Hugging Face's shape: `{"inputs": {"question", "context"}, "parameters": {...}}`.
         """
 
-        model_config = ConfigDict(extra="forbid")
         inputs: (
             t.Text
-            | Annotated[list[t.Text], Field(min_length=1, max_length=v.max_inputs)]
+            | t.TextList
             | Annotated[list[t.Pair], Field(min_length=1, max_length=v.max_inputs)]
             | QuestionInput
             | Annotated[list[QuestionInput], Field(min_length=1, max_length=v.max_inputs)]
         )
         parameters: QuestionParameters | None = Field(None, description="question answering only")
 
-    class RerankRequest(BaseModel):
+    class RerankRequest(Strict):
         """TEI's `/rerank` body, plus bertkit's `model`: which served pair run, when there are several."""
 
-        model_config = ConfigDict(extra="forbid")
         query: t.Text
-        texts: t.Documents
+        texts: t.TextList
         raw_scores: StrictBool = Field(False, description="the model's logit (margin) instead of its score")
         return_text: StrictBool = False
         truncate: StrictBool = Field(False, description="false: a pair longer than the run's max length is a 413")
         truncation_direction: Literal["right", "Right"] = "right"
         model: t.Reranker | None = Field(None, description="the served pair run to use (see /info)")  # type: ignore
 
-    class CohereRerankRequest(BaseModel):
+    class CohereRerankRequest(Strict):
         """Cohere's and Jina's `/v1/rerank` body (Cohere's v2 at `/v2/rerank`); `model` names a served pair run."""
 
-        model_config = ConfigDict(extra="forbid")
         model: t.Reranker = Field(description="a served pair run's name (see /info)")  # type: ignore[valid-type]
         query: t.Text
         documents: Annotated[list[t.Text | TextObject], Field(min_length=1, max_length=v.max_inputs)]
@@ -318,27 +285,20 @@ def _run_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseModel]]
 
     IndexName = Literal[tuple(v.indexes)] if v.indexes else StrictStr  # type: ignore[valid-type]
 
-    class SearchRequest(BaseModel):
+    class SearchRequest(Strict):
         """bertkit's `/search` body: one query or a list, answered from a loaded vector index."""
 
-        model_config = ConfigDict(extra="forbid")
         query: t.Texts
         top_k: Whole(1, MAX_SEARCH_TOP_K) = Field(10, description=f"rows per query (1 to {MAX_SEARCH_TOP_K})")
         index: IndexName | None = Field(None, description="the loaded index to search (see /info); one: that one")  # type: ignore[valid-type]
         prompt: t.Prompt = Field(None, description="put before each query instead of the prompt the vectors record")
 
-    return {
-        "SearchRequest": SearchRequest,
-        "PredictRequest": PredictRequest,
-        "RerankRequest": RerankRequest,
-        "CohereRerankRequest": CohereRerankRequest,
-    }
+    return {body.__name__: body for body in (SearchRequest, PredictRequest, RerankRequest, CohereRerankRequest)}
 
 
-class TextObject(BaseModel):
+class TextObject(Strict):
     """Cohere's structured document: an object with one field, 'text'."""
 
-    model_config = ConfigDict(extra="forbid")
     text: StrictStr
 
 
@@ -355,14 +315,13 @@ OutputType = Annotated[
 ]
 
 
-class ExplainRequest(BaseModel):
+class ExplainRequest(Strict):
     """The explainer's `POST /explain` body (parsed by `explain.explainer.Settings.from_json`; documentation only).
 
     Out-of-range `pad_to`, `layer`, `attention_layer`, `head`, `layers` or `pooling` do not fail the request: the
     panel they concern carries `{"error": message}` instead of its data.
     """
 
-    model_config = ConfigDict(extra="forbid")
     text: str = Field(min_length=1, max_length=2000, pattern=NOT_BLANK, description="The sentence (not blank).")
     # any JSON is taken for these four: a value the model cannot show is reported in its panel, not refused
     pad_to: Any = Field(None, description="Pad the tokens to this length (3 to 128), or null.")
@@ -437,11 +396,9 @@ class LabelScore(BaseModel):
     score: float
 
 
-class ClassPrediction(BaseModel):
+class ClassPrediction(LabelScore):
     """A classifier's answer: the most probable label, its probability and every label's."""
 
-    label: str
-    score: float
     probabilities: list[LabelScore]
 
 
@@ -625,19 +582,15 @@ class ExplainResponse(BaseModel):
     probes: dict[str, dict[str, Any]]
 
 
-class ErrorResponse(BaseModel):
+class ErrorResponse(Strict):
     """bertkit's error answer (serve/errors.py): one line that says what to do, and a machine-readable kind."""
-
-    model_config = ConfigDict(extra="forbid")
 
     error: str
     error_type: str
 
 
-class OpenAIError(BaseModel):
+class OpenAIError(Strict):
     """OpenAI's error object: message, kind, the field it is about and bertkit's own kind."""
-
-    model_config = ConfigDict(extra="forbid")
 
     message: str
     type: str = Field(description="OpenAI's kind: invalid_request_error, authentication_error, ...")
@@ -645,9 +598,7 @@ class OpenAIError(BaseModel):
     code: str = Field(description="bertkit's own kind (error_type)")
 
 
-class OpenAIErrorResponse(BaseModel):
+class OpenAIErrorResponse(Strict):
     """The error answer under `/v1/`: OpenAI's shape, so that the `openai` client's exception carries the message."""
-
-    model_config = ConfigDict(extra="forbid")
 
     error: OpenAIError
