@@ -1,14 +1,9 @@
 """The one queue and the model threads: requests → rows → length-grouped passes → forwards → each its rows.
 
-The event loop only appends to the queue and awaits a future. A dispatcher thread takes queued rows first-come
-first-served (up to `max_batch_tokens` real tokens per worker), and the encoder's one runner plans them into passes
-that waste little padding (encoder/runner.py), pads them and splits a pass that runs out of GPU memory. With several
-workers (`concurrent_batches`, one per core by default), each pass runs on a worker with its share of the torch
-threads, several at once: small passes do not keep two threads busy, and one-thread passes never wait on each other
-at a thread barrier. A lone pass with every worker idle
-(light load) runs on the dispatcher with all the threads, for the lowest latency.
-Layer selection and pooling then run per request with the library's own `VectorHead`, so a request's vectors do not
-depend on its batch mates.
+A dispatcher thread takes queued rows first come first served (up to `max_batch_tokens` real tokens per worker) and
+the encoder's runner plans them into passes (encoder/runner.py). With several workers (`concurrent_batches`) each
+pass runs on a worker with its share of the torch threads; a lone pass with every worker idle runs on the dispatcher
+with all of them. Layers and pooling run per request (`VectorHead`): a request's vectors do not depend on its batch.
 """
 
 from __future__ import annotations
@@ -67,17 +62,16 @@ class EmbedJob:
 
     @property
     def tokens(self) -> int:
-        """The job's tokens, every row."""
-        return sum(len(row) for row in self.ids)
-
-    def tokens_left(self) -> int:
-        """Count the tokens of the rows not yet taken."""
+        """The tokens of the rows not yet taken (every row, when queued)."""
         return sum(len(row) for row in self.ids[self.next_row :])
 
 
 @dataclass(eq=False)
 class CallJob:
-    """Other work that must run on the model thread (a served run's own predict), with its estimated token count."""
+    """Other work that must run on the model thread (a served run's own predict), with its estimated token count.
+
+    It is taken whole: its `tokens` are all left until then.
+    """
 
     call: Callable[[], Any]
     tokens: int
@@ -85,10 +79,6 @@ class CallJob:
     loop: asyncio.AbstractEventLoop
     cancelled: bool = False
     failed: bool = False
-
-    def tokens_left(self) -> int:
-        """Count the job's tokens (it is taken whole)."""
-        return self.tokens
 
 
 def _settle(future: asyncio.Future, result: Any = None, error: BaseException | None = None) -> None:
@@ -118,7 +108,6 @@ class Batcher:
         max_queue_tokens: int,
         concurrent_batches: int = 1,
     ) -> None:
-        self.encoder = encoder
         self.metrics = metrics
         self.max_batch_tokens = max_batch_tokens
         self.max_queue_tokens = max_queue_tokens
@@ -199,7 +188,7 @@ class Batcher:
         """Pop jobs at the head whose client left (or that failed). Caller holds the lock."""
         while self._queue and (self._queue[0].cancelled or self._queue[0].failed):
             job = self._queue.popleft()
-            self._queued_tokens -= job.tokens_left()
+            self._queued_tokens -= job.tokens
             if job.cancelled:
                 self.metrics.dropped.inc()
 

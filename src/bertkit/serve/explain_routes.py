@@ -1,9 +1,7 @@
 """HTTP routes of the explainer: GET / (the page), its static files, GET /explain/info and POST /explain (all panels).
 
-The routes read the server's shared state (`app.state.service`: encoder, runs and the batcher), so the page explains
-with the very model and runs that `/embed` and `/predict` serve, and `POST /explain` runs on the service's model
-thread under its queue limit like every other model call. Errors are raised, and answered by the app's handlers in
-the service's one JSON error shape. A probe record can be added with `add_routes(app, probes)`.
+The page explains with the very model and runs that `/embed` and `/predict` serve (`app.state.service`), and
+`POST /explain` runs on the service's model thread under its queue limit like every other model call.
 """
 
 import threading
@@ -33,12 +31,8 @@ def explainer_of(app: FastAPI) -> Explainer:
         if getattr(app.state, "explainer", None) is None:
             service = app.state.service
             runs = {name: getattr(run, "model", run) for name, run in service.runs.items()}
-            app.state.explainer = Explainer(
-                service.encoder,
-                runs,
-                dict(getattr(app.state, "explain_probes", {})),
-                map_texts=service.settings.map_texts,
-            )
+            probes = dict(getattr(app.state, "explain_probes", {}))
+            app.state.explainer = Explainer(service.encoder, runs, probes, map_texts=service.settings.map_texts)
         return app.state.explainer
 
 

@@ -9,6 +9,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from starlette.routing import Match
+
 from .errors import error_response
 from .metrics import Metrics
 from .security import BODY_METHODS, authorized, host_allowed, is_json, needs_key, origin_allowed, same_origin
@@ -78,17 +80,11 @@ class ApiKeyMiddleware:
         if scope["type"] != "http" or not needs_key(scope["method"], scope["path"]):
             return await self.app(scope, receive, send)
         header = dict(scope["headers"]).get(b"authorization")
-        if not authorized(header, self.key):
-            message = "missing API key" if header is None else "wrong API key"
-            response = error_response(
-                401,
-                "unauthorized",
-                f"{message}: send the header 'Authorization: Bearer <key>'.",
-                scope["path"],
-                {"WWW-Authenticate": "Bearer"},
-            )
-            return await response(scope, receive, send)
-        return await self.app(scope, receive, send)
+        if authorized(header, self.key):
+            return await self.app(scope, receive, send)
+        message = f"{'missing' if header is None else 'wrong'} API key: send the header 'Authorization: Bearer <key>'."
+        response = error_response(401, "unauthorized", message, scope["path"], {"WWW-Authenticate": "Bearer"})
+        return await response(scope, receive, send)
 
 
 class JsonBodyMiddleware:
@@ -118,8 +114,6 @@ class JsonBodyMiddleware:
 
     def _takes_body(self, scope: Scope) -> bool:
         """Tell whether a route answers this method at this path (Starlette's own matching)."""
-        from starlette.routing import Match
-
         return any(route.matches(scope)[0] == Match.FULL for route in self.routes)
 
 
@@ -164,15 +158,11 @@ class MetricsMiddleware:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         started = time.perf_counter()
-        status = 500
 
         async def timed_send(message: Message) -> None:
-            nonlocal status
             if message["type"] == "http.response.start":
-                status = message["status"]
-                route = scope.get("route")
-                endpoint = getattr(route, "path", None) or "unmatched"
-                self.metrics.observe_request(endpoint, status, time.perf_counter() - started)
+                endpoint = getattr(scope.get("route"), "path", None) or "unmatched"
+                self.metrics.observe_request(endpoint, message["status"], time.perf_counter() - started)
             await send(message)
 
         await self.app(scope, receive, timed_send)
