@@ -370,7 +370,8 @@ def _embed_on_ray(
     summary = embed_files(pattern, output, options, **settings)
     if quiet:
         return
-    plan, skipped = summary.resources, f" ({', '.join(summary.skipped)})" if summary.skipped else ""
+    plan = summary.resources
+    skipped = f" ({', '.join(summary.skipped)})" if summary.skipped else ""
     layout = ""
     if plan:
         per_actor = f"{plan.gpus_per_actor:g} GPU" if plan.gpus_per_actor else f"{plan.threads} thread(s)"

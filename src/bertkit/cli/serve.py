@@ -142,7 +142,8 @@ def serve(
     from ..tasks.runs import parse_run_specs
 
     api_key = load_api_key(api_key_env, api_key_file)
-    hosts, origins = check_allow_hosts(allow_host), check_allow_origins(allow_origin)
+    hosts = check_allow_hosts(allow_host)
+    origins = check_allow_origins(allow_origin)
     given = options_for(ctx, ServeSettings, api_key=api_key, allow_hosts=hosts, allow_origins=origins)
     settings = ServeSettings(**given).check()
     directories = parse_run_specs(run)

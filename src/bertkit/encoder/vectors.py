@@ -1,7 +1,8 @@
 """From hidden states to vectors.
 
-Layer selection, pooling (prompt tokens left out where asked), the model's Dense modules, windows stitched back into
-one text, and last the Matryoshka cut, unit length and compact type.
+The passes of a call (`token_states`: the runner's passes, a long text's windows stitched back into one), layer
+selection, pooling (prompt tokens left out where asked), the model's Dense modules, and last the Matryoshka cut, unit
+length and compact type.
 """
 
 from __future__ import annotations

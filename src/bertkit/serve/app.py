@@ -246,7 +246,7 @@ def _http_message(request: Request, exc: StarletteHTTPException) -> str:
 def _error_answer(request: Request, exc: Exception) -> tuple[int, str, str, dict | None, str | None]:
     """Return (status, kind, message, headers, field) of the answer to an error."""
     if isinstance(exc, ServeError):
-        return exc.status, exc.error_type, str(exc), None, exc.param
+        return exc.status, exc.error_type, str(exc), exc.headers, exc.param
     if isinstance(exc, BertkitError):
         return 422, "invalid_input", brief(exc, 500), None, None
     if isinstance(exc, RequestValidationError):

@@ -40,9 +40,16 @@ CHARS_PER_TOKEN = 4  # what a request's characters are estimated to cost in toke
 class ServeError(Exception):
     """An error with its HTTP status and machine-readable type; the message says what to change."""
 
-    def __init__(self, status: int, error_type: str, message: str, param: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        error_type: str,
+        message: str,
+        headers: dict[str, str] | None = None,
+        param: str | None = None,
+    ) -> None:
         super().__init__(message)
-        self.status, self.error_type, self.param = status, error_type, param
+        self.status, self.error_type, self.headers, self.param = status, error_type, headers or {}, param
 
 
 class ClientGone(Exception):

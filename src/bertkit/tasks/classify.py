@@ -278,6 +278,8 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
     def evaluate(self, X: Sequence[str], y: Sequence) -> EvaluationReport:
         """Score on (X, y): accuracy, macro-F1, per-class scores, the confusion matrix and the majority-class baseline.
 
+        What `bertkit evaluate` prints, drawn as a table and a picture in Jupyter.
+
         Parameters
         ----------
         X : list of str
@@ -393,7 +395,8 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         threads : int, optional
             Deprecated: `bertkit.set_threads`.
         precision : str, optional
-            Default: the run's own; another one warns (its vectors differ slightly from those trained on).
+            None uses the precision the run was trained with; another one works and warns, since its vectors
+            differ slightly from those the classifier learned on.
         trusted : list of str
             Types in `head.skops` to load beyond scikit-learn's own (skops' fully qualified names).
         device : str

@@ -34,7 +34,11 @@ EVAL_BATCH_SIZE = 64
 
 
 class FineTuned:
-    """A transformers `AutoModelFor...` and its tokenizer, run without gradients through the one `Runner`."""
+    """A transformers `AutoModelFor...` and its tokenizer, run without gradients through the one `Runner`.
+
+    Every fine-tuned head (classifier, tagger, question answering) is one of these plus its own pre- and
+    post-processing.
+    """
 
     KIND: str  # the run kind written in the run's config
     AUTO_CLASS: str  # the transformers auto class that loads the model
@@ -89,7 +93,7 @@ class FineTuned:
         long_text: str = "truncate",
         device: str | None = "auto",
     ) -> Any:
-        """Load a run (what `bertkit finetune` saved) with plain transformers from safetensors, remote code off.
+        """Load a run with plain transformers from safetensors (what `bertkit finetune` saved), remote code off.
 
         Parameters
         ----------
@@ -98,7 +102,8 @@ class FineTuned:
         threads : int, optional
             Deprecated: `bertkit.set_threads`.
         precision : str, optional
-            None: the trained precision; 'int8' quantises the encoder layers, 'bf16'/'fp16' autocast where they run.
+            None runs at the precision the model was trained with; 'int8' quantises the encoder layers (with the
+            directory's own calibration when `bertkit quantize` wrote one), 'bf16'/'fp16' autocast where they run.
         long_text : {'truncate', 'error', 'window'}
             What a text longer than the run's maximum length gets: cut (said), refused, or read in windows.
         device : str
@@ -190,7 +195,8 @@ class FineTuned:
         inputs : list
             Texts, (text, pair) tuples for a pair model, or word lists for a tagger.
         labels : list
-            A label, score or list of labels per text, or a tag list per sentence.
+            A label per text (a score for a regressor, a list of labels for a multi-label model), or a tag list per
+            sentence.
 
         Returns
         -------
@@ -267,9 +273,11 @@ class FineTuned:
 
 
 class FineTunedClassifier(FineTuned):
-    """A fine-tuned sequence model of texts or text pairs: a classifier, multi-label classifier or regressor.
+    """A fine-tuned sequence model (`AutoModelForSequenceClassification`) of texts or text pairs.
 
-    Pair models also `rank` documents for a query, as sentence-transformers' CrossEncoder does.
+    A classifier (`predict`, `predict_proba`), a multi-label classifier (labels over a threshold chosen on dev) or a
+    regressor (a score per input); pair models also `rank` documents for a query, as sentence-transformers'
+    CrossEncoder does.
     """
 
     KIND = KIND_TEXT
@@ -288,14 +296,14 @@ class FineTunedClassifier(FineTuned):
         return None if task is None else task == "pair"
 
     def logits(self, inputs: Any, batch_size: int = EVAL_BATCH_SIZE) -> np.ndarray:
-        """Return the model's raw outputs, (n, outputs).
+        """Return the model's raw outputs, (n, outputs): texts, or (text, pair) tuples for a pair model.
 
         Parameters
         ----------
         inputs : str, (str, str) or list of them
-            Texts, or (text, pair) tuples for a pair model; one input is a list of one.
+            One input is a list of one.
         batch_size : int
-            Inputs per forward pass.
+            Inputs per forward pass (length-sorted).
 
         Returns
         -------
@@ -358,14 +366,17 @@ class FineTunedClassifier(FineTuned):
         self._threshold = float(value)
 
     def scores(self, pairs: Sequence, batch_size: int = EVAL_BATCH_SIZE, raw: bool = False) -> np.ndarray:
-        """Score each (query, document) pair: a regressor's output, or a binary classifier's last-class probability.
+        """Score each (query, document) pair's relevance.
+
+        A regressor's output, or a binary classifier's probability of its positive (last) class; `raw=True` gives that
+        class's logit margin instead.
 
         Parameters
         ----------
         pairs : sequence of (str, str)
             (query, document) pairs, in the order the run was trained on (text, pair).
         batch_size : int
-            Rows per forward pass.
+            Rows per forward pass (within the token budget).
         raw : bool
             The positive class's logit minus the other's, not its probability (TEI's `raw_scores`).
 

@@ -78,7 +78,10 @@ class VectorIndex:
         ef_construction: int = EF_CONSTRUCTION,
         ef_search: int = EF_SEARCH,
     ) -> VectorIndex:
-        """Make an empty index for the vectors a vectors file's record `meta` describes (dim, output, ranges...)."""
+        """Make an empty index for vectors recorded by `meta`.
+
+        `meta` is a vectors file's record: dim, output, ranges, model...
+        """
         faiss = require_faiss()
         if metric not in INDEX_METRICS:
             raise InputError(f"metric={metric!r}: an index compares by {', '.join(INDEX_METRICS)}.")

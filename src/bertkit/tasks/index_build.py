@@ -45,8 +45,8 @@ def build_index(
     vectors_path : str or Path
         Vectors with their record (`bertkit embed -o FILE.npz`).
     output : str or Path
-        The index file. An index of the same vectors there is extended (a build resumes); anything else is
-        replaced only with `overwrite`.
+        The index file. An index of the same vectors there is extended with the rows after its own (an
+        interrupted build resumes); anything else there is replaced only with `overwrite`.
     metric : str
         'cosine', 'dot' or 'euclidean'.
     overwrite : bool

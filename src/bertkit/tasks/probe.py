@@ -149,8 +149,8 @@ def probe_text(
 ) -> ProbeResult:
     """Sentence classification probe: LogisticRegression (C by CV) per pooling × layer choice; accuracy, macro-F1.
 
-    Each hidden state and the usual combinations (sum and concatenation of the last four, mean of all, a learned
-    scalar mix) are pooled each way and scored on dev; every text passes through the model once.
+    Every text passes through the model once; each hidden state and the usual combinations (last, second-to-last,
+    sum and concatenation of the last four, mean of all, a learned scalar mix) are pooled each way and scored on dev.
 
     Parameters
     ----------
@@ -224,8 +224,10 @@ def probe_text(
                 classes, codes = np.unique(np.array(labels), return_inverse=True)
                 predicted, weights = _fit_mix(blocks, dev_pooled, codes, mean_all_C, seed)
                 seconds = time.perf_counter() - started
-                found, dim = classes[predicted], blocks.shape[2]
-                rows.append(_text_row(pooling, choice.name, dim, found, dev_labels, seconds, mean_all_C, weights))
+                found = classes[predicted]
+                rows.append(
+                    _text_row(pooling, choice.name, blocks.shape[2], found, dev_labels, seconds, mean_all_C, weights)
+                )
             else:
                 features, dev_features = select(blocks, choice), select(dev_pooled, choice)
                 rows.append(_fit_text(pooling, choice.name, features, dev_features, labels, dev_labels, seed, cv))

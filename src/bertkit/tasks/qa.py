@@ -243,11 +243,12 @@ class FineTunedQA(FineTuned):
         context : str or list of str
             The text each answer is found in: one per question, or one for all of them.
         top_k : int
-            Answers per question, best first.
+            Answers per question, best first (fewer when the context holds fewer candidates).
         max_answer_len : int
             Longest answer, in tokens.
         handle_impossible_answer : bool
-            Allow "no answer" (`{"answer": "", "start": 0, "end": 0}`) where the null score wins.
+            Allow "no answer" (`{"answer": "", "start": 0, "end": 0}`), taken where the null score beats the best
+            span's by more than the run's threshold.
         doc_stride : int, optional
             Tokens two windows of a long context share (default: the run's).
         max_question_len : int
@@ -257,12 +258,13 @@ class FineTunedQA(FineTuned):
         max_seq_len : int, optional
             Tokens per window (default and at most: the run's maximum length).
         batch_size : int
-            Windows per forward pass at most.
+            Windows per forward pass at most (within the token budget).
 
         Returns
         -------
         dict or list
-            `{answer, score, start, end}` (character offsets) for one question and `top_k=1`; else lists of them.
+            `{answer, score, start, end}` (character offsets into the context) for one question and `top_k=1`; a
+            list of them for `top_k > 1`; for a list of questions, a list of those.
         """
         single = isinstance(question, str)
         questions: list[str] = [question] if isinstance(question, str) else list(question)
@@ -302,7 +304,11 @@ class FineTunedQA(FineTuned):
         ]
 
     def explanation(self, question: str, context: str) -> dict:
-        """Explain one answer as the explainer page draws it: its window's start and end probabilities, null score."""
+        """Explain one answer as the explainer page draws it.
+
+        The answer, the window it came from, that window's start and end probabilities over its context tokens
+        (softmax over them and [CLS]), and the null score.
+        """
         windows = self.windows([question], [context])
         logits = self.outputs(windows.rows())
         found = self._merge(windows, logits, 30, True)[0]
@@ -331,7 +337,11 @@ class FineTunedQA(FineTuned):
     def predictions(
         self, examples: Sequence[QAExample], batch_size: int = EVAL_BATCH_SIZE
     ) -> tuple[dict[str, str], dict[str, str], dict[str, float]]:
-        """Predict per question id the answer ("" for none), the best span, and the null score less the span's."""
+        """Predict, for each question id, the answer, the best span, and the no-answer score.
+
+        The answer as SQuAD's prediction file has it ("" for no answer), the best span whatever the null score, and
+        the null score minus the best span's (the official script's no-answer score).
+        """
         windows = self.windows([e.question for e in examples], [e.context for e in examples])
         answers, spans, null_diff = {}, {}, {}
         for example, found in zip(examples, self.candidates(windows, batch_size=batch_size)):
@@ -344,6 +354,8 @@ class FineTunedQA(FineTuned):
 
     def evaluate(self, inputs: Any, labels: Any = None) -> Any:
         """Score exact match and F1 by the official SQuAD v2.0 rules: what `bertkit evaluate` prints.
+
+        With unanswerable questions, HasAns / NoAns and the best threshold too.
 
         Parameters
         ----------

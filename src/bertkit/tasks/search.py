@@ -88,8 +88,8 @@ def semantic_search(
     queries : array-like
         (n, dim) float query vectors (one vector is one query); or queries already in the corpus's compact type.
     corpus : array-like, optional
-        (m, dim) float vectors, int8/uint8 buckets (`compact`), or binary/ubinary bits (m × dim/8 bytes; score:
-        minus the Hamming distance).
+        (m, dim) float vectors; int8/uint8 buckets (`compact`: compared by integer products, uint8 shifted by 128);
+        or binary/ubinary bits (m × dim/8 bytes), compared by Hamming distance (score: minus the distance).
     top_k : int
         Results per query.
     metric : str, optional
@@ -97,11 +97,12 @@ def semantic_search(
     query_chunk_size, corpus_chunk_size : int
         Compared at once: the memory bound.
     rescore_multiplier : int, optional
-        Compact corpus and float queries: the best `top_k * rescore_multiplier` candidates are rescored with the
-        float query (None: `RESCORE_MULTIPLIER` of the corpus type; 0: no rescoring).
+        Compact corpus and float queries: the best `top_k * rescore_multiplier` candidates are rescored by `metric`
+        between the float query and each candidate made float again (±1 bits; int8 buckets' lower edges, which needs
+        `ranges`). None: `RESCORE_MULTIPLIER` of the corpus type; 0: no rescoring.
     ranges : array-like, optional
-        int8/uint8 corpus: the (2, dim) ranges it was bucketed with, to bucket float queries (without: they are
-        taken as bucket numbers).
+        int8/uint8 corpus: the (2, dim) ranges it was bucketed with; float queries are bucketed the same way.
+        Without them, float queries are taken as bucket numbers already.
     corpus_precision : str, optional
         'float32', 'int8', 'uint8', 'binary' or 'ubinary' (default: told by the corpus's type and width).
     index : VectorIndex, optional

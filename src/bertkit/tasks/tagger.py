@@ -24,7 +24,8 @@ AGGREGATIONS = ("none", "simple", "first", "average", "max")  # transformers' to
 class FineTunedTagger(FineTuned):
     """Token classification (`AutoModelForTokenClassification`): tags per word, entities with character spans.
 
-    A sentence longer than the run's maximum length is read in pieces cut at word boundaries, as in training.
+    A sentence longer than the run's maximum length is read in pieces cut at word boundaries, the pieces it was
+    trained on: every word stays whole in one piece, tagged at its first sub-token.
     """
 
     KIND = KIND_TOKEN
@@ -33,14 +34,14 @@ class FineTunedTagger(FineTuned):
     def predict_word_tags(
         self, sentences: Sequence[Sequence[str]], batch_size: int = EVAL_BATCH_SIZE, return_scores: bool = False
     ) -> Any:
-        """One tag per word, read at each word's first sub-token.
+        """One tag per word, read at each word's first sub-token; long sentences run in pieces and are joined.
 
         Parameters
         ----------
         sentences : sequence of list of str
             Pre-split words (CoNLL's); `predict` takes plain texts.
         batch_size : int
-            Rows per forward pass.
+            Rows per forward pass (within the token budget).
         return_scores : bool
             Also return each word's tag probability.
 
@@ -77,8 +78,10 @@ class FineTunedTagger(FineTuned):
         batch_size : int
             Texts per forward pass.
         aggregation : str, optional
-            None: bertkit's CoNLL-style words, each tagged at its first sub-token as in training. 'none', 'simple',
-            'first', 'average' or 'max': transformers' token-classification pipeline with that `aggregation_strategy`.
+            None: bertkit's words (CoNLL-style: whitespace, then punctuation peeled off), each tagged at its first
+            sub-token as in training and `bertkit evaluate`, an entity's score the mean of its words'.
+            'none', 'simple', 'first', 'average' or 'max': transformers' token-classification pipeline with that
+            `aggregation_strategy` on the same model ('none': one entry per token, typed by its tag).
 
         Returns
         -------

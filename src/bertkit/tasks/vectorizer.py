@@ -45,7 +45,8 @@ def _files_signature(model: str | None) -> tuple:
 class BertVectorizer(TransformerMixin, BaseEstimator):
     """Texts → sentence vectors from a frozen encoder (any layers, any pooling): a scikit-learn transformer.
 
-    Its embedding parameters are `EmbedOptions`' fields, each settable by scikit-learn (`vectorizer__layers`).
+    Its embedding parameters are `EmbedOptions`' fields (a test holds the two equal), so that scikit-learn can set
+    each one (`vectorizer__layers` in a grid search); `options_` is the resolved value.
 
     Parameters
     ----------

@@ -19,9 +19,12 @@ MIXED_PRECISIONS = ("no", "fp16", "bf16")
 class FinetuneArguments:
     """Training settings; the defaults are the ones measured in benchmarks/finetune.py.
 
-    The names are `TrainingArguments`' (and `EarlyStoppingCallback`'s) where they mean the same. bertkit's own:
-    `batch_size` is one optimizer step's batch over all processes and accumulation steps; `mixed_precision` is
-    accelerate's option; `max_length` the tokenizer's. `epochs` and `patience` (bertkit 0.2) still work, with a warning.
+    The names are `transformers.TrainingArguments`' where they mean the same (`num_train_epochs`, `learning_rate`,
+    `weight_decay`, `warmup_ratio`, `max_grad_norm`, `seed`, `gradient_accumulation_steps`, `report_to`) and
+    `EarlyStoppingCallback`'s for `early_stopping_patience`. Three are bertkit's: `batch_size` is the batch of one
+    optimizer step, whatever the processes and accumulation steps (TrainingArguments counts per device);
+    `mixed_precision` is accelerate's one option ('no', 'fp16', 'bf16') for TrainingArguments' two flags;
+    `max_length` is the tokenizer's name. `epochs` and `patience` (bertkit 0.2) still work, with a warning.
     """
 
     task: str | None = None  # "text", "pair", "token" or "qa"; None: the `task` given to finetune(), else "text"

@@ -73,17 +73,21 @@ def finetune(
     Parameters
     ----------
     train, dev : str or Path
-        Text and pair tasks: TSV/CSV/JSONL; token: CoNLL or two columns; qa: SQuAD JSON or flat JSONL. Without
-        `dev`, a seeded `dev_share` of the training data is held out.
+        Text tasks: TSV/CSV/JSONL with text and label columns (pair: text, pair and label; JSONL fields text,
+        text_pair, label); token task: CoNLL (word ... tag) or two columns; qa task: SQuAD v1.1/v2.0 JSON or flat
+        JSONL (id, question, context, answers). Without `dev`, a seeded `dev_share` of the training data is held out.
     output_dir : str or Path
         The run directory: a plain transformers model, its tokenizer, `bertkit.json` and `logs/`.
     task : str
-        'text' (the default), 'pair' (sentence pairs), 'token' (tagging) or 'qa' (extractive question answering),
-        here or in `args.task`. Text and pair runs classify, score (`regression`) or give several labels.
+        'text' (the default), 'pair' (sentence pairs: NLI, paraphrase, similarity, relevance), 'token' (tagging)
+        or 'qa' (extractive question answering: `max_length` 384, `doc_stride`), here or in `args.task` (a
+        contradiction is an error). Text and pair runs classify, or with `regression=True` (implied by labels with
+        decimals) score, or with `multi_label=True` give several labels.
     model : str, optional
         The encoder to start from (None: the packaged default).
     args : FinetuneArguments, optional
-        Training settings; keywords (any field, `lr` for `learning_rate`) override them.
+        Training settings; keywords (`num_train_epochs=1, lr=5e-5, batch_size=16`, any field, `lr` for
+        `learning_rate`) override them, as on the command line.
     text_column, pair_column, label_column : str or int, optional
         Column names or indices (JSONL: field names).
     header : bool, optional
@@ -101,11 +105,13 @@ def finetune(
     threads : int, optional
         Deprecated: `bertkit.set_threads`.
     device : str
-        'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'; under `accelerate launch` or `torchrun`, one per process.
+        'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'. Launched by `accelerate launch` or `torchrun`, each process
+        takes its own GPU (or, on CPUs, a share of the cores with the gloo backend).
     progress : bool, optional
         Show the trainer's progress bar (default: on a terminal).
     callbacks : list of callables
-        Called after every optimizer step with `Trainer`'s `TrainerState` (a KeyboardInterrupt stops with a checkpoint).
+        Called after every optimizer step with `Trainer`'s `TrainerState` (a KeyboardInterrupt there interrupts as
+        Ctrl-C does: at that step, with a checkpoint).
     **training
         `FinetuneArguments` fields.
 
@@ -174,15 +180,22 @@ def finetune(
         logger.info("%s stopped before its first checkpoint: starting it from the beginning", output)
     _say_start(args, prepared, trainer, output, checkpoint, wanted)
     with held_interrupt() as requested:
-        epochs, main = args.num_train_epochs, state.is_main_process
-        run = RunCallback(output / LOGS, evaluator.metric_name, epochs, args.batch_size, main, callbacks, requested)
+        run = RunCallback(
+            output / LOGS,
+            evaluator.metric_name,
+            args.num_train_epochs,
+            args.batch_size,
+            state.is_main_process,
+            list(callbacks),
+            requested,
+        )
         trainer.add_callback(run)
         with quiet_transformers():  # the trainer's own bar stays; its printed logs and save bars go
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if run.interrupted:
         logger.warning(
             "interrupted %s: checkpoint saved in %s; run the same command with --resume to continue.",
-            _where(trainer.state.global_step, trainer.state.max_steps, args.num_train_epochs),
+            _where(trainer.state.global_step, trainer.state.max_steps, int(args.num_train_epochs)),
             output / f"checkpoint-{trainer.state.global_step}",
         )
         raise KeyboardInterrupt
@@ -304,7 +317,9 @@ def _say_start(
     steps = math.ceil(len(prepared.train) / args.batch_size)
     if checkpoint is not None:
         saved = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
-        logger.info("resuming %s %s", output, _where(saved["global_step"], saved["max_steps"], args.num_train_epochs))
+        logger.info(
+            "resuming %s %s", output, _where(saved["global_step"], saved["max_steps"], int(args.num_train_epochs))
+        )
     said = (
         f"fine-tuning {args.task} model on {len(prepared.train)} examples ({len(prepared.labels)} labels), "
         f"dev {len(prepared.dev_inputs)}; {args.num_train_epochs} epochs × {steps} steps of {args.batch_size}"

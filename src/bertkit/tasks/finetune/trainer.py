@@ -204,7 +204,8 @@ class FinetuneTrainer(Trainer):
 
     def get_train_dataloader(self) -> StepLoader:
         """Load this process's micro-batches of each step's global batch."""
-        lengths, args = [len(e.input_ids) for e in self.train_dataset.examples], self.args
+        lengths = [len(e.input_ids) for e in self.train_dataset.examples]
+        args = self.args
         batches = StepBatches(
             lengths, self.global_batch, args.gradient_accumulation_steps, args.seed, args.process_index, args.world_size
         )
