@@ -110,8 +110,12 @@ class ProbeResult:
         from ..display import html_table
         from .report import probe_files
 
-        picture = probe_files(self)["probe.png"]
-        image = f"<img src='data:image/png;base64,{base64.b64encode(picture).decode()}'/>"
+        picture = probe_files(self).get("probe.png")
+        image = (
+            f"<img src='data:image/png;base64,{base64.b64encode(picture).decode()}'/>"
+            if isinstance(picture, bytes)
+            else ""
+        )
         rows = self.table()
         return f"<div>{html_table(rows, list(rows[0]) if rows else [], repr(self))}{image}</div>"
 
@@ -211,8 +215,8 @@ def probe_text(
     for pooling in poolings:
         if pooling == "pooler":
             name = f"pooler(h{encoder.num_layers} [CLS])"
-            pooled = [_pooler(encoder, blocks[:, 0, -1]) for blocks in (train_blocks, dev_blocks)]
-            rows.append(_fit_text(pooling, name, *pooled, labels, dev_labels, seed, cv))
+            features, dev_features = _pooler(encoder, train_blocks[:, 0, -1]), _pooler(encoder, dev_blocks[:, 0, -1])
+            rows.append(_fit_text(pooling, name, features, dev_features, labels, dev_labels, seed, cv))
             logger.info(_row_line(rows[-1], "accuracy"))
             continue
         k = token_poolings.index(pooling)

@@ -247,7 +247,7 @@ def _int8_search(
         return _float_search(queries, corpus, top_k, metric, chunks, floats=lambda c: _signed(c).astype(np.float32))
     multiplier = rescore_multiplier_for(precision, multiplier) if floats is not None else 0
     found = _int8_top_k(asked, corpus, top_k * max(1, multiplier), metric, chunks)
-    if not multiplier:
+    if not multiplier or floats is None:
         return found
     return rescore(floats, found[1], top_k, metric, lambda rows: dequantize(corpus[rows], precision, ranges))
 
@@ -260,7 +260,7 @@ def _binary_search(
     bits = np.packbits(floats > 0, axis=-1) if floats is not None else unsigned_bits(queries)
     multiplier = rescore_multiplier_for("binary", multiplier) if floats is not None else 0
     found = _hamming_top_k(np.ascontiguousarray(bits), corpus, top_k * max(1, multiplier), chunks)
-    if not multiplier:
+    if not multiplier or floats is None:
         return found
     return rescore(floats, found[1], top_k, metric, lambda rows: unpack_binary(corpus[rows], floats.shape[1]))
 
