@@ -70,7 +70,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     from bertkit import Encoder
-    from bertkit.encoder.tokenize import coverage, encode
+    from bertkit.encoder.coverage import coverage
+    from bertkit.encoder.tokenize import encode
 
     encoder = Encoder.from_pretrained(args.model)
     tokenizer, unk = encoder.tokenizer, encoder.tokenizer.unk_token_id

@@ -25,7 +25,7 @@ from sklearn.model_selection import train_test_split
 
 from bertkit import Encoder
 from bertkit.io.readers import read_labelled
-from bertkit.tasks.classify import chosen_C, feature_head
+from bertkit.tasks.heads import chosen_C, feature_head
 
 POOLS = ("cls", "mean", "max")
 

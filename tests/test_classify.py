@@ -21,7 +21,7 @@ from sklearn.utils import estimator_checks
 
 from bertkit import BertVectorizer, InputError, ModelLoadError, TextClassifier
 from bertkit.io.readers import read_labelled, sample_path
-from bertkit.tasks.classify import C_GRID, named_classifier
+from bertkit.tasks.heads import C_GRID, named_classifier
 
 FIXTURES = Path(__file__).parent / "fixtures" / "runs-0.1"
 

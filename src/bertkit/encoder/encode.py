@@ -23,6 +23,7 @@ from .. import display
 from ..errors import InputError
 from . import tokenize as tok
 from .compact import RANGED, int8_ranges
+from .coverage import Coverage, coverage
 from .defaults import DEFAULT_BATCH_SIZE
 from .devices import describe, resolve_device, token_budget
 from .int8 import int8_model_for
@@ -33,7 +34,7 @@ from .precision import autocast, check_precision
 from .results import EmbedReport, EmbedResult, TokenEmbedding
 from .runner import Runner
 from .st_config import SentenceConfig
-from .threads import set_threads, total_threads
+from .threads import deprecated_threads, total_threads
 from .vectors import VectorHead, finish, token_states
 
 logger = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ class Encoder:
         concurrent_batches: int | None = None,
         device: str | torch.device | None = "auto",
     ) -> None:
-        _deprecated_threads(threads)
+        deprecated_threads(threads)
         self.loaded = loaded
         self.device = resolve_device(device)
         self.precision = check_precision(precision, device=self.device)
@@ -125,7 +126,7 @@ class Encoder:
         -------
         Encoder
         """
-        _deprecated_threads(threads)
+        deprecated_threads(threads)
         wanted = resolve_device(device)
         check_precision(precision, device=wanted)
         return cls(
@@ -373,11 +374,11 @@ class Encoder:
             encoded, self.tokenizer.pad_token_id, self.tokenizer.pad_token, limit if padding == "max_length" else None
         )
 
-    def coverage(self, texts: Sequence[tok.Text]) -> tok.Coverage:
+    def coverage(self, texts: Sequence[tok.Text]) -> Coverage:
         """Share of [UNK] tokens and other signs that the vocabulary does not fit the text's language."""
         texts = _as_list(texts)
         encoded = tok.encode(self.tokenizer, texts, max_length=self.max_length, long_text="keep")
-        return tok.coverage(encoded, texts, self.tokenizer.unk_token_id)
+        return coverage(encoded, texts, self.tokenizer.unk_token_id)
 
     def check_max_length(self, max_length: int | None) -> int:
         """`max_length`, or the model's limit for None; refused past what the position table takes."""
@@ -702,21 +703,9 @@ class Encoder:
         )
         report.truncated_rows = [i for i, e in enumerate(encoded) if e.truncated]
         report.windowed_rows = [i for i, e in enumerate(encoded) if e.windows]
-        report.coverage = tok.coverage(encoded, texts, self.tokenizer.unk_token_id)
+        report.coverage = coverage(encoded, texts, self.tokenizer.unk_token_id)
         report.tokenize_seconds = time.perf_counter() - started
         return encoded, report
-
-
-def _deprecated_threads(threads: int | None) -> None:
-    if threads is None:
-        return
-    warnings.warn(
-        "threads= on a constructor is deprecated: it changes torch's threads for the whole process. Call "
-        "bertkit.set_threads(n) once instead.",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    set_threads(threads)
 
 
 def _renamed(old_name: str, old: Any, new_name: str, new: Any) -> Any:

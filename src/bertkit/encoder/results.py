@@ -11,7 +11,7 @@ import numpy as np
 from .. import display
 
 if TYPE_CHECKING:
-    from .tokenize import Coverage
+    from .coverage import Coverage
 
 
 @dataclass(repr=False)

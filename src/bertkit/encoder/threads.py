@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +45,19 @@ def set_threads(threads: int | None) -> None:
     # that first, or a thread that sets its own count before any op would later be reset to the process-wide one.
     torch.get_num_threads()
     torch.set_num_threads(threads)
+
+
+def deprecated_threads(threads: int | None) -> None:
+    """Honour a deprecated `threads=` argument (bertkit 0.2) with a warning: it sets threads for the whole process."""
+    if threads is None:
+        return
+    warnings.warn(
+        "threads= is deprecated: it changes torch's threads for the whole process. Call bertkit.set_threads(n) once "
+        "instead.",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    set_threads(threads)
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-"""Tokenization: texts (or pre-split words) → unpadded encodings → padded `Batch`, plus coverage diagnostics."""
+"""Tokenization: texts (or pre-split words) → unpadded encodings (long-text policy applied) → padded `Batch`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import html
 import math
 import re
 import threading
-import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -370,69 +369,6 @@ def pad_ids(
     return torch.from_numpy(input_ids), torch.from_numpy(mask), torch.from_numpy(type_ids)
 
 
-# The words a WordPiece vocabulary is asked to cover: runs of letters and digits, and each punctuation mark on its own
-# (BERT's pre-tokenizer splits there first; "20-6-70-2" is seven of them, each in the vocabulary).
-_PIECES_OF_WORDS = re.compile(r"\w+|[^\w\s]")
-UNKNOWN_SHARE = 0.05  # [UNK] tokens, of all tokens, that make coverage poor
-PIECES_PER_WORD = 3.0  # sub-tokens a word, on average, that make coverage poor...
-SPLIT_MIN_WORDS = 8  # ...over at least this many words of a Latin-script text (short English phrases of rare words)
-
-
-@dataclass
-class Coverage:
-    """How well the vocabulary covers some text: share of [UNK], pieces per word, letters broken into parts."""
-
-    n_tokens: int
-    n_unknown: int
-    n_words: int
-    scripts: list[str]  # non-Latin scripts present in the text
-    decomposed: bool  # the tokenizer broke syllables into letter parts (uncased BERT: Hangul → jamo)
-    poor_rows: list[int] = field(default_factory=list)  # rows whose own coverage is poor
-
-    @property
-    def unknown_share(self) -> float:
-        """The share of the tokens that are [UNK]."""
-        return self.n_unknown / self.n_tokens if self.n_tokens else 0.0
-
-    @property
-    def tokens_per_word(self) -> float:
-        """Tokens per word."""
-        return self.n_tokens / self.n_words if self.n_words else 0.0
-
-    @property
-    def poor(self) -> bool:
-        """Whether the vocabulary covers the text poorly.
-
-        Letters broken into parts; [UNK]s (5% of the tokens: two or more, or any in a non-Latin script); or 3+ pieces a
-        word, in a non-Latin script or over 8+ words: a few rare English words split into pieces ("dis ##jo ##int
-        ##ed") are not it, nor one emoji's [UNK].
-        """
-        many_unknown = self.unknown_share >= UNKNOWN_SHARE and (self.n_unknown >= 2 or bool(self.scripts))
-        split = self.tokens_per_word >= PIECES_PER_WORD and (bool(self.scripts) or self.n_words >= SPLIT_MIN_WORDS)
-        return self.decomposed or many_unknown or split
-
-    def message(self) -> str:
-        """Describe the coverage in a line: [UNK]s and tokens per word; when poor, why, and which model to use."""
-        head = (
-            f"[UNK] {self.n_unknown} of {self.n_tokens} tokens ({self.unknown_share:.1%}); "
-            f"{self.tokens_per_word:.2f} tokens per word"
-        )
-        if not self.poor:
-            return head
-        why = []
-        if self.decomposed:
-            why.append("syllables are broken into letter pieces (jamo)")
-        if self.unknown_share >= UNKNOWN_SHARE and (self.n_unknown >= 2 or self.scripts):
-            why.append("many tokens are [UNK] and their meaning is lost")
-        if self.tokens_per_word >= PIECES_PER_WORD:
-            why.append("words are split into many sub-tokens")
-        hint = _MODEL_HINTS.get(self.scripts[0] if self.scripts else "", _MODEL_HINTS[""])
-        return (
-            f"{head}. WARNING: this model's vocabulary covers the text poorly: {'; '.join(why)}. "
-            f"Use a model made for that language, {hint}."
-        )
-
-
 class TextTooLong(InputError):
     """long_text='error' met a text longer than the limit; `row` is its index in the call's texts."""
 
@@ -442,47 +378,3 @@ class TextTooLong(InputError):
             f"text {row} has {tokens} tokens, more than max_length={max_length} ({count} texts are too "
             "long). Use long_text='truncate' or 'window', or shorten it."
         )
-
-
-_MODEL_HINTS = {
-    "HANGUL": "e.g. beomi/kcbert-base or klue/bert-base for Korean",
-    "CJK": "e.g. bert-base-chinese, or a Japanese BERT",
-    "ARABIC": "e.g. aubmindlab/bert-base-arabertv2 for Arabic",
-    "CYRILLIC": "e.g. DeepPavlov/rubert-base-cased for Russian",
-    "": "or a multilingual one such as bert-base-multilingual-cased",
-}
-_JAMO = re.compile(r"[\u1100-\u11ff\u3130-\u318f]")
-
-
-def _scripts_in(text: str) -> list[str]:
-    found: list[str] = []
-    for char in text:
-        if ord(char) > 0x24F and char.isalpha():
-            script = unicodedata.name(char, "?").split(" ")[0]
-            if script not in found:
-                found.append(script)
-    return found
-
-
-def coverage(encoded: Sequence[Encoded], texts: Sequence[Text], unk_token_id: int | None) -> Coverage:
-    """Count [UNK] tokens and words, and notice when the vocabulary decomposes a script's syllables."""
-    n_tokens = n_unknown = n_words = 0
-    scripts: list[str] = []
-    decomposed = False
-    poor_rows: list[int] = []
-    for row, (item, text) in enumerate(zip(encoded, texts)):
-        ids = item.ids
-        tokens = len(ids) - sum(item.encoding.special_tokens_mask)
-        unknown = sum(1 for i in ids if i == unk_token_id)
-        words = len(_PIECES_OF_WORDS.findall(item.text)) + len(_PIECES_OF_WORDS.findall(item.pair_text or ""))
-        n_tokens, n_unknown, n_words = n_tokens + tokens, n_unknown + unknown, n_words + words
-        joined = text if isinstance(text, str) else " ".join(text)
-        row_decomposed, row_scripts = False, []
-        if not joined.isascii():
-            row_scripts = _scripts_in(joined)
-            scripts += [s for s in row_scripts if s not in scripts]
-            row_decomposed = "HANGUL" in row_scripts and any(_JAMO.search(t) for t in item.tokens)
-            decomposed = decomposed or row_decomposed
-        if Coverage(tokens, unknown, words, row_scripts, row_decomposed).poor:
-            poor_rows.append(row)
-    return Coverage(n_tokens, n_unknown, n_words, scripts, decomposed, poor_rows)

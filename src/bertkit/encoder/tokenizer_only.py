@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from . import tokenize as tok
+from .coverage import coverage
 from .models import ModelSource, fix_casing, max_length_from_config, read_json_object, resolve_model
 from .st_config import declared_max_length
 
@@ -150,7 +151,7 @@ class TokenizerOnly:
         ]
         texts = [text] + ([pair] if pair else [])
         everything = tok.encode(self.call, texts, max_length=self.max_length, long_text="keep")
-        return rows, item.truncated, tok.coverage(everything, texts, self.unk_id).message()
+        return rows, item.truncated, coverage(everything, texts, self.unk_id).message()
 
 
 def _follow_config(backend: Tokenizer, settings: dict) -> None:

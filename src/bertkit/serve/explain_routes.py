@@ -12,7 +12,8 @@ from starlette.exceptions import HTTPException
 
 from ..explain import page
 from ..explain.explainer import Explainer, Settings, load_probe
-from .schemas import ExplainInfo, ExplainRequest, ExplainResponse
+from .responses import ExplainInfo, ExplainResponse
+from .schemas import ExplainRequest
 from .web import GET_ERRORS, POST_ERRORS, StrictJSONRoute, json_answer, responses
 
 _BUILD = threading.Lock()

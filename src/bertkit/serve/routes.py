@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel
 
 from ..encoder.options import EmbedOptions
-from .schemas import (
+from .responses import (
     Answer,
     ClassPrediction,
     CohereRerankResponse,
@@ -28,9 +28,8 @@ from .schemas import (
     TagPrediction,
     TokenVectors,
     TokenView,
-    Vocabulary,
-    request_models,
 )
+from .schemas import Vocabulary, request_models
 from .service import EmbedResult, ServeError, Service, token_estimate
 from .web import GET_ERRORS, POST_ERRORS, StrictJSONRoute, json_answer, responses
 

@@ -12,7 +12,7 @@ from fastapi.responses import Response
 from fastapi.routing import APIRoute
 
 from .errors import OPENAI_PREFIX
-from .schemas import ErrorResponse, OpenAIErrorResponse
+from .responses import ErrorResponse, OpenAIErrorResponse
 
 # ---- the OpenAPI document: every status a route can answer, with its JSON shape ----------------------------------
 ERROR_CODES = {

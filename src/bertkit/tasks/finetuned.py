@@ -23,7 +23,7 @@ from ..encoder.int8 import calibration_for, quantize_model
 from ..encoder.models import quiet_transformers, refuse_model_code
 from ..encoder.precision import autocast, check_precision
 from ..encoder.runner import Row, Runner
-from ..encoder.threads import set_threads, total_threads
+from ..encoder.threads import deprecated_threads, total_threads
 from ..encoder.tokenize import LONG_TEXT_POLICIES, check_texts
 from ..errors import InputError, ModelLoadError, brief
 from .runs import CONFIG_FILE, KIND_TEXT, read_run_config, write_run_directory
@@ -54,9 +54,7 @@ class FineTuned:
         long_text: str = "truncate",
         directory: str | Path | None = None,
     ) -> None:
-        if threads is not None:
-            warnings.warn("threads= is deprecated: call bertkit.set_threads(n).", DeprecationWarning, stacklevel=2)
-            set_threads(threads)
+        deprecated_threads(threads)
         if long_text not in LONG_TEXT_POLICIES:
             raise InputError(f"long_text={long_text!r}: valid values are {', '.join(LONG_TEXT_POLICIES)}.")
         self.long_text = long_text

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,11 +19,11 @@ from sklearn.metrics import f1_score
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
-from ..encoder.threads import set_threads
+from ..encoder.threads import deprecated_threads
 from ..errors import InputError
 from ..io.cache import EmbeddingCache
 from ..io.conll import read_labelled_text, read_tagged
-from .classify import chosen_C, feature_head
+from .heads import chosen_C, feature_head
 from .labels import check_known_labels
 from .scalar_mix import ScalarMixClassifier
 from .tagging import entity_scores
@@ -186,7 +185,7 @@ def probe_text(
         Jupyter.
     """
     poolings = _check_poolings(poolings)
-    _deprecated_threads(threads)
+    deprecated_threads(threads)
     data = read_labelled_text(train, text_column, label_column, header)
     dev_data = read_labelled_text(dev, text_column, label_column, header)
     texts, labels = data.texts[:limit], [str(v) for v in data.labels[:limit]]
@@ -341,7 +340,7 @@ def probe_token(
     words, tags = data.words[:limit], data.tags[:limit]
     names = sorted({t for s in tags for t in s})
     check_known_labels(dev, [t for s in dev_data.tags for t in s], names, "the training sentences used")
-    _deprecated_threads(threads)
+    deprecated_threads(threads)
     encoder = shared_encoder(model, device=device)
     options = {
         "model": encoder.fingerprint,
@@ -452,9 +451,3 @@ def _row_line(row: ProbeRow, metric: str) -> str:
     mix = f"  weights {row.layer_weights}" if row.layer_weights else ""
     score = f"{metric} {100 * row.score:5.1f}"
     return f"{row.pooling:>8}  {row.choice:<26} dim {row.dim:>5}  {score}  ({row.fit_seconds:.1f}s){mix}"
-
-
-def _deprecated_threads(threads: int | None) -> None:
-    if threads is not None:
-        warnings.warn("threads= is deprecated: call bertkit.set_threads(n).", DeprecationWarning, stacklevel=3)
-        set_threads(threads)

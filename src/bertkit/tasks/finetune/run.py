@@ -22,7 +22,7 @@ from ...encoder.devices import describe, resolve_device
 from ...encoder.encode import Encoder
 from ...encoder.models import quiet_transformers
 from ...encoder.precision import check_precision
-from ...encoder.threads import set_threads
+from ...encoder.threads import deprecated_threads
 from ...errors import InputError
 from ...io.writers import remove_bertkit_directory
 from .arguments import LOGS, PAIR_MAX_LENGTH, QA_MAX_LENGTH, TEXT_MAX_LENGTH, FinetuneArguments
@@ -125,9 +125,7 @@ def finetune(
         raise InputError(f"task={task!r} but args.task={args.task!r}: they contradict each other; give the task once.")
     task = args.task = task or args.task or "text"
     args.check()
-    if threads is not None:
-        warnings.warn("threads= is deprecated: call bertkit.set_threads(n).", DeprecationWarning, stacklevel=2)
-        set_threads(threads)
+    deprecated_threads(threads)
     output = Path(output_dir)
     columns = Columns(text_column, label_column, pair_column, header, label_separator)
     wanted = _check_device(args, device)
