@@ -10,7 +10,8 @@ from test_finetune import conll_file, sentiment_file
 
 from bertkit.encoder.encode import Encoder
 from bertkit.errors import InputError
-from bertkit.tasks.probe import layer_choices, probe_text, probe_token, select
+from bertkit.tasks.layer_choices import layer_choices, select
+from bertkit.tasks.probe import probe_text, probe_token
 from bertkit.tasks.scalar_mix import ScalarMixClassifier
 
 

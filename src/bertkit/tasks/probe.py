@@ -25,6 +25,7 @@ from ..io.cache import EmbeddingCache
 from ..io.conll import read_labelled_text, read_tagged
 from .heads import chosen_C, feature_head
 from .labels import check_known_labels
+from .layer_choices import layer_choices, select
 from .scalar_mix import ScalarMixClassifier
 from .tagging import entity_scores
 from .vectorizer import BertVectorizer, shared_encoder
@@ -36,42 +37,6 @@ logger = logging.getLogger(__name__)
 
 TEXT_POOLINGS = ("cls", "mean", "max", "pooler")
 TOKEN_C = 1.0
-
-
-@dataclass(frozen=True)
-class LayerChoice:
-    """A way to turn the stack of hidden states into one vector: which layers, and how to combine them."""
-
-    name: str
-    combine: str  # "single" (one layer), "sum", "concat", "mean" (as LayerSelection.combine), or "mix" (learned)
-    layers: tuple[int, ...]
-
-
-def layer_choices(num_layers: int) -> list[LayerChoice]:
-    """h0 … hL one by one, then the BERT paper's combinations and a learned weighted sum of all layers."""
-    last = num_layers
-    names = {0: "h0 (embeddings)", last - 1: f"h{last - 1} (second-to-last)", last: f"h{last} (last)"}
-    choices = [LayerChoice(names.get(i, f"h{i}"), "single", (i,)) for i in range(last + 1)]
-    last4 = tuple(range(max(0, last - 3), last + 1))
-    every = tuple(range(last + 1))
-    return choices + [
-        LayerChoice(f"sum of last {len(last4)}", "sum", last4),
-        LayerChoice(f"concat of last {len(last4)}", "concat", last4),
-        LayerChoice(f"mean of all {last + 1}", "mean", every),
-        LayerChoice(f"learned mix of all {last + 1}", "mix", every),
-    ]
-
-
-def select(blocks: np.ndarray, choice: LayerChoice) -> np.ndarray:
-    """blocks: (n, layers, dim) → (n, dim) or (n, 4·dim) for the concat; the mix is fitted, not selected."""
-    chosen = blocks[:, list(choice.layers)]
-    if choice.combine == "single":
-        return chosen[:, 0]
-    if choice.combine in ("sum", "mean"):
-        return getattr(chosen, choice.combine)(axis=1)
-    if choice.combine == "concat":
-        return chosen.reshape(len(blocks), -1)
-    raise InputError(f"layer choice {choice.name!r} is fitted, not selected")
 
 
 @dataclass

@@ -17,7 +17,7 @@ from ..encoder import tokenize as tok
 from ..encoder.runner import Row
 from ..errors import InputError
 from ..io.squad import QAExample, read_squad
-from .finetuned import EVAL_BATCH_SIZE, FineTuned
+from .finetuned_model import EVAL_BATCH_SIZE, FineTuned
 from .report import EvaluationReport
 from .runs import KIND_QA
 from .squad import format_squad_scores, squad_scores

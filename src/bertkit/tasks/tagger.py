@@ -14,7 +14,7 @@ from ..encoder.runner import Row
 from ..encoder.tokenize import TOKENIZER_LOCK, check_texts
 from ..errors import InputError
 from .finetune.examples import split_words, word_pieces
-from .finetuned import EVAL_BATCH_SIZE, FineTuned
+from .finetuned_model import EVAL_BATCH_SIZE, FineTuned
 from .runs import KIND_TOKEN
 from .tagging import Entity, entity_spans
 

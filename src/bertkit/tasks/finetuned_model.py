@@ -1,0 +1,270 @@
+"""`FineTuned`: a fine-tuned transformers model and its tokenizer loaded from a run, run through the one runner."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import tempfile
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import transformers
+from transformers import AutoTokenizer
+
+from ..display import facts_table
+from ..encoder import tokenize as tok
+from ..encoder.devices import describe, resolve_device, token_budget
+from ..encoder.int8 import calibration_for, quantize_model
+from ..encoder.models import quiet_transformers, refuse_model_code
+from ..encoder.precision import autocast, check_precision
+from ..encoder.runner import Row, Runner
+from ..encoder.threads import deprecated_threads, total_threads
+from ..encoder.tokenize import LONG_TEXT_POLICIES
+from ..errors import InputError, ModelLoadError, brief
+from .runs import CONFIG_FILE, read_run_config, write_run_directory
+
+logger = logging.getLogger(__name__)
+
+EVAL_BATCH_SIZE = 64
+
+
+class FineTuned:
+    """A transformers `AutoModelFor...` and its tokenizer, run without gradients through the one `Runner`.
+
+    Every fine-tuned head (classifier, tagger, question answering) is one of these plus its own pre- and
+    post-processing.
+    """
+
+    KIND: str  # the run kind written in the run's config
+    AUTO_CLASS: str  # the transformers auto class that loads the model
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        max_length: int,
+        record: dict | None = None,
+        threads: int | None = None,
+        precision: str | None = None,
+        long_text: str = "truncate",
+        directory: str | Path | None = None,
+    ) -> None:
+        deprecated_threads(threads)
+        if long_text not in LONG_TEXT_POLICIES:
+            raise InputError(f"long_text={long_text!r}: valid values are {', '.join(LONG_TEXT_POLICIES)}.")
+        self.long_text = long_text
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.record_ = record or {}
+        trained = self.record_.get("precision", "fp32")
+        self.precision = check_precision(precision or trained, what="fine-tuned models", device=self.device)
+        if self.precision != trained:
+            logger.warning(
+                "this model was fine-tuned and evaluated at %s and is now used at %s: its predictions may "
+                "differ slightly from the evaluated ones.",
+                trained,
+                self.precision,
+            )
+        labels = getattr(model.config, "id2label", None) or {}
+        self.classes_ = np.array([labels.get(i, str(i)) for i in range(model.config.num_labels)])
+        self.takes_type_ids = "token_type_ids" in inspect.signature(model.forward).parameters
+        self.network = model  # what runs: the model, or its int8 copy (the head stays fp32)
+        if self.precision == "int8":
+            calibration = calibration_for(
+                model, tokenizer, max_length, self.takes_type_ids, str(directory) if directory else None, None
+            )
+            self.network = quantize_model(model.eval(), calibration).eval()
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        directory: str | Path,
+        *,
+        threads: int | None = None,
+        precision: str | None = None,
+        long_text: str = "truncate",
+        device: str | None = "auto",
+    ) -> Any:
+        """Load a run with plain transformers from safetensors (what `bertkit finetune` saved), remote code off.
+
+        Parameters
+        ----------
+        directory : str or Path
+            The run directory.
+        threads : int, optional
+            Deprecated: `bertkit.set_threads`.
+        precision : str, optional
+            None runs at the precision the model was trained with; 'int8' quantises the encoder layers (with the
+            directory's own calibration when `bertkit quantize` wrote one), 'bf16'/'fp16' autocast where they run.
+        long_text : {'truncate', 'error', 'window'}
+            What a text longer than the run's maximum length gets: cut (said), refused, or read in windows.
+        device : str
+            'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'.
+
+        Returns
+        -------
+        FineTuned
+            Of the class it is called on.
+        """
+        record = read_run_config(directory, expected_kind=cls.KIND)
+        refuse_model_code(directory)
+        auto = getattr(transformers, cls.AUTO_CLASS)
+        try:
+            with quiet_transformers():
+                model = auto.from_pretrained(
+                    str(directory), use_safetensors=True, trust_remote_code=False, local_files_only=True
+                )
+                tokenizer = AutoTokenizer.from_pretrained(
+                    str(directory), trust_remote_code=False, local_files_only=True
+                )
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"{directory}: cannot load the fine-tuned model ({brief(exc)}).") from None
+        model.eval().to(resolve_device(device))
+        return cls(model, tokenizer, int(record["max_length"]), record, threads, precision, long_text, directory)
+
+    @classmethod
+    def load(cls, directory: str | Path, **options: Any) -> Any:
+        """Load a run: the deprecated name of `from_pretrained`."""
+        warnings.warn(f"{cls.__name__}.load is now from_pretrained.", DeprecationWarning, stacklevel=2)
+        return cls.from_pretrained(directory, **options)
+
+    def save_pretrained(self, directory: str | Path, *, overwrite: bool = False) -> Path:
+        """Write this run (model, tokenizer, `bertkit.json`) as a new directory, complete or absent.
+
+        Parameters
+        ----------
+        directory : str or Path
+            The run directory to create; plain transformers loads it.
+        overwrite : bool
+            Replace a run bertkit wrote there (never a folder it did not write).
+
+        Returns
+        -------
+        Path
+            The directory.
+        """
+        with tempfile.TemporaryDirectory() as scratch, quiet_transformers():
+            self.model.save_pretrained(scratch, safe_serialization=True)
+            self.tokenizer.save_pretrained(scratch)
+            files: dict[str, str | bytes] = {
+                path.name: path.read_bytes() for path in Path(scratch).iterdir() if path.is_file()
+            }
+        files[CONFIG_FILE] = json.dumps({"kind": self.KIND, **self.record_, "max_length": self.max_length}, indent=2)
+        return write_run_directory(directory, files, overwrite)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model's weights are (inputs go there)."""
+        return next(self.model.parameters()).device
+
+    @property
+    def with_type_ids(self) -> bool:
+        """Deprecated name of `takes_type_ids`."""
+        return self.takes_type_ids
+
+    def facts(self) -> dict[str, str]:
+        """Say what this run is, in a few lines: what `repr` and Jupyter show."""
+        record = self.record_
+        metrics = {k: v for k, v in record.get("metrics", {}).items() if isinstance(v, float) and "baseline" not in k}
+        facts = {
+            "task": str(record.get("task", "text")),
+            "base model": str(record.get("base_model", {}).get("spec", "?")),
+            "labels": ", ".join(map(str, self.classes_[:12])) + (" …" if len(self.classes_) > 12 else ""),
+            "dev": ", ".join(f"{k} {v:.4f}" for k, v in list(metrics.items())[:4]) or "not evaluated",
+            "max_length": str(self.max_length),
+            "runs": f"{self.precision} on {describe(self.device)}",
+        }
+        if record.get("training"):
+            training = record["training"]
+            facts["trained"] = f"{training.get('epochs_run')} epochs (best {training.get('best_epoch')})"
+        return facts
+
+    def evaluate(self, inputs: Sequence, labels: Sequence) -> Any:
+        """Score this run on labelled data the way its problem is scored: what `bertkit evaluate` prints.
+
+        Parameters
+        ----------
+        inputs : list
+            Texts, (text, pair) tuples for a pair model, or word lists for a tagger.
+        labels : list
+            A label per text (a score for a regressor, a list of labels for a multi-label model), or a tag list per
+            sentence.
+
+        Returns
+        -------
+        EvaluationReport
+            A dict of the metrics; a table (and the confusion matrix drawn) in Jupyter.
+        """
+        from .evaluate import evaluate
+
+        return evaluate(self, inputs, labels)
+
+    def __repr__(self) -> str:
+        facts = self.facts()
+        described = f"{facts['task']} on {facts['base model']}; labels {facts['labels']}; dev {facts['dev']}"
+        return f"{type(self).__name__}({described})"
+
+    def _repr_html_(self) -> str:
+        return facts_table(self.facts(), type(self).__name__)
+
+    def runner(self, batch_size: int = EVAL_BATCH_SIZE) -> Runner:
+        """Return the one runner over this model: token-budget passes, two at once on a CPU, split on out-of-memory."""
+        return Runner(
+            self._forward,
+            self.tokenizer.pad_token_id,
+            self.device,
+            token_budget(self.model, self.device, self.max_length),
+            batch_size,
+            min(2, total_threads()) if self.device.type == "cpu" else 1,
+            self.takes_type_ids,
+            max_width=self.max_length,
+        )
+
+    def outputs(self, rows: Sequence[Row], batch_size: int = EVAL_BATCH_SIZE) -> list[Any]:
+        """Each row's output (`_take` of its pass), in the order of `rows`."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return self.runner(batch_size).run(rows, self._take) if rows else []
+        finally:
+            self.model.train(was_training)
+
+    def _forward(self, inputs: dict[str, torch.Tensor]) -> Any:
+        inputs = {name: tensor.to(self.device) for name, tensor in inputs.items()}
+        with torch.inference_mode(), autocast(self.precision, self.device):
+            return self.network(**inputs)
+
+    def _take(self, group: list[int], inputs: dict, out: Any) -> list[torch.Tensor]:
+        """Per row of a pass: its logits (a class row, or one row per real token)."""
+        logits = out.logits.float().cpu()
+        lengths = inputs["attention_mask"].sum(1).tolist()
+        return [logits[k, : lengths[k]] if logits.dim() == 3 else logits[k] for k in range(len(group))]
+
+    def encode(self, texts: list[str], pairs: list[str] | None = None) -> list[tok.Encoded]:
+        """Tokenized inputs under the run's long-text policy (the tokenizer's truncation or overflow windows)."""
+        policy = "truncate" if self.long_text == "window" and pairs is not None else self.long_text
+        try:
+            encoded = tok.encode(self.tokenizer, texts, pairs, max_length=self.max_length, long_text=policy)
+        except tok.TextTooLong as exc:
+            what = "pairs" if pairs is not None else "texts"
+            raise InputError(
+                f"{what}[{exc.row}] has {exc.tokens} tokens, more than this model's maximum of {self.max_length}; "
+                "use long_text='truncate'" + (" or 'window'." if pairs is None else ".")
+            ) from None
+        cut = [i for i, e in enumerate(encoded) if e.truncated]
+        if cut:
+            logger.warning(
+                "%d of %d %s were longer than %d tokens and were truncated%s.",
+                len(cut),
+                len(texts),
+                "pairs" if pairs is not None else "texts",
+                self.max_length,
+                " (longest first)" if pairs is not None else "; use long_text='window' to read all of them",
+            )
+        return encoded
