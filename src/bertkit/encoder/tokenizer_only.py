@@ -7,52 +7,19 @@ the two tables equal); models without a `tokenizer.json`, and hub names, go thro
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from . import tokenize as tok
 from .coverage import coverage
-from .models import ModelSource, fix_casing, max_length_from_config, read_json_object, resolve_model
+from .models import ModelSource, fix_casing, max_length_in_force, read_json_object, resolve_model
 from .st_config import declared_max_length
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
-
-
-class _BackendCall:
-    """The slice of a transformers fast tokenizer's `__call__` that `tokenize.encode` uses, on a bare backend."""
-
-    def __init__(self, backend: Tokenizer) -> None:
-        self.backend = backend
-        self._lock = threading.Lock()
-
-    @property
-    def backend_tokenizer(self) -> Tokenizer:
-        """The Rust tokenizer, as transformers' fast tokenizers name it."""
-        return self.backend
-
-    def __call__(
-        self,
-        texts: Sequence[str],
-        pairs: Sequence[str] | None = None,
-        *,
-        truncation: bool = False,
-        max_length: int | None = None,
-        **_options: Any,
-    ) -> SimpleNamespace:
-        with self._lock:  # truncation is the backend's state
-            if truncation:
-                self.backend.enable_truncation(max_length, strategy="longest_first")
-            else:
-                self.backend.no_truncation()
-            self.backend.no_padding()
-            inputs = list(zip(texts, pairs)) if pairs is not None else list(texts)
-            return SimpleNamespace(encodings=self.backend.encode_batch(inputs, add_special_tokens=True))
 
 
 @dataclass
@@ -60,7 +27,7 @@ class TokenizerOnly:
     """A model's tokenizer with the facts `tokenize` needs: max length, pad and [UNK] tokens, casing."""
 
     source: ModelSource
-    call: Any  # _BackendCall
+    backend_tokenizer: Tokenizer  # named as transformers' fast tokenizers name it: `tokenize.encode` reads it
     max_length: int
     position_limit: int
     pad_token: str
@@ -91,15 +58,14 @@ class TokenizerOnly:
         unk_token = _token_text(settings.get("unk_token"))
         if pad_token is None or backend.token_to_id(pad_token) is None or "max_position_embeddings" not in config:
             return None
-        positions = max_length_from_config(
+        max_length, positions, _ = max_length_in_force(
+            declared_max_length(source.path),
             SimpleNamespace(**{"pad_token_id": None, **config}),
             SimpleNamespace(model_max_length=settings.get("model_max_length")),
         )
-        declared = declared_max_length(source.path, hub=source.kind == "hub")
-        max_length = declared if declared is not None and declared < positions else positions
         return cls(
             source,
-            _BackendCall(backend),
+            backend,
             max_length,
             positions,
             pad_token,
@@ -127,30 +93,22 @@ class TokenizerOnly:
         if max_length is not None and not 2 < max_length <= self.position_limit:
             raise InputError(f"max_length={max_length}: this model takes between 3 and {self.position_limit} tokens.")
         limit = max_length or self.max_length
-        encoded = tok.encode(self.call, [text], [pair] if pair is not None else None, max_length=limit)
+        encoded = tok.encode(self, [text], [pair] if pair is not None else None, max_length=limit)
         item = encoded[0]
-        width = max(len(item.ids), max_length or 0)
-        padding = width - len(item.ids)
+        kept = len(item.ids)
+        padding = max(kept, max_length or 0) - kept
+        columns = zip(
+            item.tokens + [self.pad_token] * padding,
+            item.ids + [self.pad_id] * padding,
+            item.type_ids + [0] * padding,
+            item.word_ids() + [None] * padding,
+        )
         rows = [
-            {
-                "position": position,
-                "token": token,
-                "id": token_id,
-                "mask": 1 if position < len(item.ids) else 0,
-                "type_id": type_id,
-                "word": word,
-            }
-            for position, (token, token_id, type_id, word) in enumerate(
-                zip(
-                    item.tokens + [self.pad_token] * padding,
-                    item.ids + [self.pad_id] * padding,
-                    item.type_ids + [0] * padding,
-                    item.word_ids() + [None] * padding,
-                )
-            )
+            {"position": at, "token": token, "id": token_id, "mask": int(at < kept), "type_id": type_id, "word": word}
+            for at, (token, token_id, type_id, word) in enumerate(columns)
         ]
         texts = [text] + ([pair] if pair else [])
-        everything = tok.encode(self.call, texts, max_length=self.max_length, long_text="keep")
+        everything = tok.encode(self, texts, max_length=self.max_length, long_text="keep")
         return rows, item.truncated, coverage(everything, texts, self.unk_id).message()
 
 
