@@ -17,13 +17,6 @@ DTYPES["ubinary"] = "uint8"  # what each output type's array holds
 BIT_TILE = 8192  # corpus rows per popcount pass: a query chunk's 64-bit scratch stays within a few MB
 
 
-def check_output_type(output: str) -> str:
-    """`output` if it is one of OUTPUT_TYPES, else an InputError listing them."""
-    if output not in OUTPUT_TYPES:
-        raise InputError(f"output={output!r}: valid values are {', '.join(OUTPUT_TYPES)}.")
-    return output
-
-
 def int8_ranges(vectors: np.ndarray) -> np.ndarray:
     """Each dimension's [minimum, maximum] over `vectors`: the (2, dim) ranges int8/uint8 buckets are cut from.
 
@@ -61,7 +54,8 @@ def compact(vectors: np.ndarray, output: str = "float32", ranges: np.ndarray | N
     numpy.ndarray
         float32/float16 (n, dim), int8/uint8 (n, dim), or int8/uint8 (n, ceil(dim / 8)) for the binary types.
     """
-    check_output_type(output)
+    if output not in OUTPUT_TYPES:
+        raise InputError(f"output={output!r}: valid values are {', '.join(OUTPUT_TYPES)}.")
     vectors = np.asarray(vectors, dtype=np.float32)
     if output == "float32":
         return vectors

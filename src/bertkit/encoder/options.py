@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -272,7 +272,7 @@ def _check_pooler(encoder: Model, last_only: bool, layers: str) -> None:
         )
 
 
-def options_from(options: EmbedOptions | None, kwargs: Mapping[str, Any], names: Sequence[str] = ()) -> EmbedOptions:
-    """`EmbedOptions.from_kwargs` over the entries of `kwargs` that are embedding options (`names` to restrict)."""
-    wanted = set(names) or set(FIELDS) | set(DEPRECATED_NAMES)
+def options_from(options: EmbedOptions | None, kwargs: Mapping[str, Any]) -> EmbedOptions:
+    """`EmbedOptions.from_kwargs` over the entries of `kwargs` that are embedding options."""
+    wanted = set(FIELDS) | set(DEPRECATED_NAMES)
     return EmbedOptions.from_kwargs(options, **{k: v for k, v in kwargs.items() if k in wanted})

@@ -17,35 +17,23 @@ from .devices import BF16_FEATURES, cpu_model_and_flags
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 
 
-def cpu_bf16_flags() -> set[str]:
-    """Return the CPU's native bf16 features (AMX, AVX512-BF16) as /proc/cpuinfo lists them; empty elsewhere."""
-    return cpu_model_and_flags()[1] & BF16_FEATURES
-
-
 def fast_bf16_cpu() -> bool:
-    """Tell whether this CPU does bf16 natively (AMX or AVX512-BF16)."""
-    flags = cpu_bf16_flags()
-    if flags:
+    """Tell whether this CPU does bf16 natively (AMX or AVX512-BF16, as /proc/cpuinfo lists them)."""
+    if cpu_model_and_flags()[1] & BF16_FEATURES:
         return True
     if Path("/proc/cpuinfo").exists():
         return False
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-def check_precision(
-    precision: str, supported: tuple[str, ...] = PRECISIONS, what: str = "", device: torch.device | None = None
-) -> str:
+def check_precision(precision: str, device: torch.device | None = None) -> str:
     """Validate `precision` for `device` (default the CPU).
 
     bf16 only where it is native, fp16 only on a GPU, int8 only on a CPU with torch's int8 matrix product.
     """
     device = device or torch.device("cpu")
-    if precision in PRECISIONS and precision not in supported:
-        raise InputError(
-            f"precision={precision!r} is not available for {what or 'this'}: use one of {', '.join(supported)}."
-        )
     if precision not in PRECISIONS:
-        raise InputError(f"precision={precision!r}: valid values are {', '.join(supported)}.")
+        raise InputError(f"precision={precision!r}: valid values are {', '.join(PRECISIONS)}.")
     if precision == "int8" and device.type != "cpu":
         raise InputError(
             f"precision='int8' is a CPU option (int8 matrix products through oneDNN's VNNI/AMX kernels); on "

@@ -63,7 +63,7 @@ class FineTuned:
         self.max_length = max_length
         self.record_ = record or {}
         trained = self.record_.get("precision", "fp32")
-        self.precision = check_precision(precision or trained, what="fine-tuned models", device=self.device)
+        self.precision = check_precision(precision or trained, device=self.device)
         if self.precision != trained:
             logger.warning(
                 "this model was fine-tuned and evaluated at %s and is now used at %s: its predictions may "
