@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..errors import InputError, quoted
+from .defaults import GPU_BATCH_TOKENS, MAX_BATCH_TOKENS
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -87,8 +88,6 @@ def token_budget(model: PreTrainedModel, device: torch.device, position_limit: i
     int
         Padded tokens a batch may hold.
     """
-    from .defaults import GPU_BATCH_TOKENS, MAX_BATCH_TOKENS
-
     if device.type != "cuda":
         return MAX_BATCH_TOKENS
     config = model.config

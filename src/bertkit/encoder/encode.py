@@ -26,7 +26,7 @@ from .compact import RANGED, int8_ranges
 from .coverage import Coverage, coverage
 from .defaults import DEFAULT_BATCH_SIZE
 from .devices import describe, resolve_device, token_budget
-from .int8 import int8_model_for
+from .int8 import int8_model_for, packaged_texts
 from .models import LoadedModel, ModelSource, load_model, resolve_model
 from .options import EmbedOptions, options_from
 from .pooling import pool_words
@@ -608,8 +608,6 @@ class Encoder:
         resolved = options_from(options, kwargs).resolve(self).replace(output_type="float32")
         key = json.dumps(resolved.record(), sort_keys=True, default=str)
         if key not in self._ranges:
-            from .int8 import packaged_texts
-
             self._ranges[key] = int8_ranges(self.embed(packaged_texts(), resolved, progress=False, warn=False))
         return self._ranges[key]
 

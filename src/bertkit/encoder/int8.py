@@ -128,7 +128,6 @@ def calibrate(model: torch.nn.Module, inputs: Iterable[dict]) -> Calibration:
     hooks = [m.register_forward_hook(on_norm) for m in norms]
     hooks += [m.register_forward_pre_hook(on_linear(name)) for name, m in linears.items()]
     groups: list[list[str]] | None = None
-    count = 0
     feeds: list[dict] = []
     try:
         with torch.inference_mode():
@@ -137,13 +136,12 @@ def calibrate(model: torch.nn.Module, inputs: Iterable[dict]) -> Calibration:
                 norm_outputs.clear()
                 seen.clear()
                 model(**feed)
-                count += 1
                 if groups is None:
                     groups = [names for _, names in seen.values()]
     finally:
         for hook in hooks:
             hook.remove()
-    if not count:
+    if not feeds:
         raise InputError("int8 calibration needs at least one text.")
     leaders = {group[0]: group for group in groups or []}
     merged = {
@@ -151,7 +149,7 @@ def calibrate(model: torch.nn.Module, inputs: Iterable[dict]) -> Calibration:
         for leader, group in leaders.items()
         if all(n in fed_by_norm for n in group)
     }
-    calibration = Calibration(groups or [], merged, count)
+    calibration = Calibration(groups or [], merged, len(feeds))
     errors = alpha_errors(model, calibration, feeds, ALPHA_GRID)
     calibration.alpha = min(errors, key=errors.get)
     return calibration
@@ -282,9 +280,8 @@ def quantize_model(model: torch.nn.Module, calibration: Calibration, alpha: floa
         inverse = None
         if group[0] in calibration.absmax:
             weight_max = torch.stack([w.abs().amax(0) for w in weights]).amax(0).clamp(min=1e-5)
-            smooth = (calibration.absmax[group[0]].clamp(min=1e-5) ** alpha / weight_max ** (1 - alpha)).clamp(
-                1e-3, 1e3
-            )
+            activation_max = calibration.absmax[group[0]].clamp(min=1e-5)
+            smooth = (activation_max**alpha / weight_max ** (1 - alpha)).clamp(1e-3, 1e3)
             weights = [w * smooth[None, :] for w in weights]
             inverse = 1.0 / smooth
         quantizer = _InputQuantizer(inverse)

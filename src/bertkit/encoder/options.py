@@ -223,16 +223,12 @@ class EmbedOptions:
             raise InputError(
                 f"truncate_dim={self.truncate_dim}: these vectors have {width} numbers; give 1 to {width}."
             )
-        max_length = encoder.check_max_length(self.max_length)
-        prompt = self._prompt(config)
-        normalize = self.normalize_embeddings
-        if normalize is None:
-            normalize = config.normalize and own_vector
+        normalize = config.normalize and own_vector if self.normalize_embeddings is None else self.normalize_embeddings
         return dataclasses.replace(
             self,
             pooling=pooling,
-            max_length=max_length,
-            prompt=prompt,
+            max_length=encoder.check_max_length(self.max_length),
+            prompt=self._prompt(config),
             prompt_name=None,
             include_prompt=config.include_prompt if self.include_prompt is None else self.include_prompt,
             normalize_embeddings=bool(normalize),

@@ -17,6 +17,7 @@ import torch
 
 from .devices import OutOfDeviceMemory
 from .threads import forward_in_parallel, total_threads
+from .tokenize import pad_ids
 
 logger = logging.getLogger(__name__)
 
@@ -61,11 +62,7 @@ def plan_batches(
     starts = np.arange(n + 1, dtype=np.int64)
     for j in range(1, n + 1):
         longest = padded_width(width[j - 1], multiple=multiple)
-        most = (
-            max(1, max_batch_tokens // longest)
-            if max_rows is None
-            else max(1, min(max_batch_tokens // longest, max_rows))
-        )
+        most = max(1, max_batch_tokens // longest if max_rows is None else min(max_batch_tokens // longest, max_rows))
         first = max(0, j - most)
         # a group [start, j) costs overhead + (j - start) * longest; on a tie the later start (the smaller group) wins
         costs = best[first:j] - starts[first:j] * longest
@@ -137,8 +134,6 @@ class Runner:
 
     def inputs(self, rows: Sequence[Row]) -> dict[str, torch.Tensor]:
         """Right-padded inputs of `rows` (the one padding routine): input_ids, attention_mask, token_type_ids."""
-        from .tokenize import pad_ids
-
         width = padded_width(max(len(row.ids) for row in rows), self.max_width, self.pad_multiple)
         ids, mask, types = pad_ids([row.ids for row in rows], [row.type_ids for row in rows], self.pad_token_id, width)
         inputs = {"input_ids": ids, "attention_mask": mask}

@@ -24,6 +24,9 @@ OLD_POOLING_FLAGS = {
     "pooling_mode_cls_token": "cls",
     "pooling_mode_max_tokens": "max",
     "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
 }
 # Dense activations by the name sentence-transformers saves (`fullname` of the module); no other name is imported
 ACTIVATIONS = {
@@ -142,10 +145,8 @@ def _pooling(config: dict, path: str) -> tuple[str | None, bool]:
     modes = [mode] if isinstance(mode, str) else list(mode) if isinstance(mode, list) else []
     if not modes:
         modes = [name for flag, name in OLD_POOLING_FLAGS.items() if config.get(flag)]
-        modes += ["mean_sqrt_len_tokens"] if config.get("pooling_mode_mean_sqrt_len_tokens") else []
-        modes += ["weightedmean"] if config.get("pooling_mode_weightedmean_tokens") else []
-        modes += ["lasttoken"] if config.get("pooling_mode_lasttoken") else []
     unknown = [m for m in modes if m not in ST_POOLING]
+    include = bool(config.get("include_prompt", True))
     if unknown:
         logger.warning(
             "%s: its sentence-transformers Pooling uses %s, which bertkit does not compute; bertkit's default is "
@@ -153,9 +154,8 @@ def _pooling(config: dict, path: str) -> tuple[str | None, bool]:
             path,
             ", ".join(unknown),
         )
-        return None, bool(config.get("include_prompt", True))
-    ordered = [name for name in ST_POOLING if name in modes]
-    return ("+".join(ordered) or None), bool(config.get("include_prompt", True))
+        return None, include
+    return "+".join(name for name in ST_POOLING if name in modes) or None, include
 
 
 def _dense(files: _Files, folder: str, path: str) -> DenseLayer:

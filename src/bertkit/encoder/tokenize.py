@@ -285,12 +285,7 @@ def _encodings(backend: Any, texts: list[str], pairs: list[str] | None, max_leng
 TOKENIZER_LOCK = threading.RLock()
 
 
-def pad(
-    encoded: Sequence[Encoded],
-    pad_token_id: int,
-    pad_token: str,
-    pad_to: int | None = None,
-) -> Batch:
+def pad(encoded: Sequence[Encoded], pad_token_id: int, pad_token: str, pad_to: int | None = None) -> Batch:
     """Right-pad a list of encodings into tensors; `pad_to` fixes the width (padding='max_length')."""
     input_ids, mask, type_ids = pad_ids([e.ids for e in encoded], [e.type_ids for e in encoded], pad_token_id, pad_to)
     width = input_ids.shape[1]

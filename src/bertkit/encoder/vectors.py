@@ -158,11 +158,8 @@ def token_states(
 
     A long text read in windows comes back stitched, once its last window has run: one vector per token.
     """
-    rows, owners = [], []
-    for text, item in enumerate(encoded):
-        for part in item.parts:
-            rows.append(Row(part.ids, part.type_ids))
-            owners.append(text)
+    rows = [Row(part.ids, part.type_ids) for item in encoded for part in item.parts]
+    owners = [text for text, item in enumerate(encoded) for _ in item.parts]
     windows_left = {text: len(encoded[text].windows or ()) for text in report.windowed_rows}
     pending: dict[int, list] = {}
     bar = _progress_bar(len(encoded), progress)
