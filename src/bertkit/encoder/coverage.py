@@ -85,13 +85,8 @@ _JAMO = re.compile(r"[\u1100-\u11ff\u3130-\u318f]")
 
 
 def _scripts_in(text: str) -> list[str]:
-    found: list[str] = []
-    for char in text:
-        if ord(char) > 0x24F and char.isalpha():
-            script = unicodedata.name(char, "?").split(" ")[0]
-            if script not in found:
-                found.append(script)
-    return found
+    scripts = (unicodedata.name(char, "?").split(" ")[0] for char in text if ord(char) > 0x24F and char.isalpha())
+    return list(dict.fromkeys(scripts))  # each once, in order of appearance
 
 
 def coverage(encoded: Sequence[Encoded], texts: Sequence[Text], unk_token_id: int | None) -> Coverage:
