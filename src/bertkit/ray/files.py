@@ -37,7 +37,7 @@ from .dataset import (
     embed_dataset,
     planned_resources,
 )
-from .rows import RAY_FORMATS, count_rows, has_rows, read_inputs
+from .rows import RAY_FORMATS, FileRowsDatasource, file_rows
 
 try:  # Ray's own switch to token mode (what `ray.init(address="auto")` uses); absent in Rays without token auth
     from ray._private.authentication.authentication_token_setup import (
@@ -238,8 +238,8 @@ def embed_files(
         )
     requested = options_from(options, kwargs)
     reading = {"column": column, "id_column": id_column, "header": header}
-    for path in paths:  # refuses a missing text or id column of any file, before any work
-        has_rows(path, **reading)
+    for path in paths:  # refuses a missing text or id column of any file before any work, reading up to its first row
+        next(file_rows(path, **reading), None)
     encoder = Encoder.from_pretrained(model, precision=driver_precision(precision, gpus_per_actor), device="cpu")
     resolved = check_options(encoder, requested)
     recorded = {"fingerprint": encoder.fingerprint, **encoder.precision_record(), **reading, **resolved.record()}
@@ -278,7 +278,7 @@ def _plan_file(job: _Job, path: Path, reading: dict) -> None:
         job.pending[path] = {
             "input": str(path.resolve()),
             "sha256": digest,
-            "rows": count_rows(path, **reading),
+            "rows": sum(1 for _ in file_rows(path, **reading)),  # all checked: the written rows must match it
             "output": path.stem,
         }
 
@@ -343,7 +343,7 @@ def _stream_files(
     for path in work.values():
         job.pending[path]["device"] = plan.device
     counts = {name: job.pending[path]["rows"] for name, path in work.items()}
-    ds = read_inputs(counts, io_cpus=plan.io_cpus, **reader)
+    ds = ray.data.read_datasource(FileRowsDatasource(counts, **reader), num_cpus=plan.io_cpus)
     ds = embed_dataset(
         ds,
         "text",

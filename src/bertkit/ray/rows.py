@@ -16,7 +16,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import ray.data
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
@@ -96,16 +95,6 @@ def _check_value(path: Path, row: int, column: str, value: object, kind: type) -
         raise InputError(f"{path}, row {row}: the text is a {type(value).__name__} ({value!r}), not a string.")
 
 
-def count_rows(path: Path, column: str | int | None, id_column: str | int | None, header: bool | None) -> int:
-    """Rows of one input, counted (and every row checked) on the driver: the figure the written rows must match."""
-    return sum(1 for _ in file_rows(path, column, id_column, header))
-
-
-def has_rows(path: Path, column: str | int | None, id_column: str | int | None, header: bool | None) -> bool:
-    """Whether an input has rows, reading only up to its first one (so a missing column is refused at once)."""
-    return next(file_rows(path, column, id_column, header), None) is not None
-
-
 class FileRowsDatasource(Datasource):
     """One read task per input file, yielding blocks of `path`, `row`, `id` and `text` (the rows of `file_rows`).
 
@@ -160,16 +149,3 @@ def _metadata(name: str, rows: int) -> BlockMetadata:
     if "schema" in fields:  # Ray before 2.40 kept the schema in the metadata
         values["schema"] = None
     return BlockMetadata(**{k: v for k, v in values.items() if k in fields})
-
-
-def read_inputs(
-    files: dict[str, int],
-    column: str | int | None,
-    id_column: str | int | None,
-    header: bool | None,
-    rows_per_block: int,
-    io_cpus: float,
-) -> ray.data.Dataset:
-    """Read the rows of `files` (absolute path → row count) as a Ray Dataset, by `file_rows` in Ray tasks."""
-    source = FileRowsDatasource(files, column, id_column, header, rows_per_block)
-    return ray.data.read_datasource(source, num_cpus=io_cpus)
