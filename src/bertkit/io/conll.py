@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -101,20 +102,12 @@ def _refuse_sentence_data(path: Path, number: int, text: str) -> None:
 
 def looks_like_token_file(path: str | Path, lines: int = 20) -> bool:
     """Tell whether the file's first lines read as 'word … IOB-tag' columns (CoNLL), i.e. data for --task token."""
-    seen = 0
     try:
-        for _, text in decoded_lines(Path(path)):
-            fields = text.split()
-            if not fields or fields[0] == "-DOCSTART-":
-                continue
-            if len(fields) < 2 or not (fields[-1] == "O" or fields[-1][:2] in ("B-", "I-")):
-                return False
-            seen += 1
-            if seen >= lines:
-                break
+        rows = (text.split() for _, text in decoded_lines(Path(path)))
+        first = list(islice((fields for fields in rows if fields and fields[0] != "-DOCSTART-"), lines))
     except InputError:
         return False
-    return seen > 0
+    return bool(first) and all(len(f) >= 2 and (f[-1] == "O" or f[-1][:2] in ("B-", "I-")) for f in first)
 
 
 def to_iob2(tags: Sequence[str]) -> list[str]:
