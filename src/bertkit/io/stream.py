@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import hashlib
@@ -170,7 +171,9 @@ def _open_partial(
     partial: Path, progress: Path, key: str, dim: int, output: Path, count_rows: Callable[[], int]
 ) -> tuple[int, int, int]:
     """(rows, rows done, data offset) of the partial .npy: the one a run of this job left, or a new sparse one."""
-    state = _read_progress(progress)
+    state: dict | None = None
+    with contextlib.suppress(OSError, ValueError):  # no record, or a damaged one: the job starts over
+        state = json.loads(progress.read_text())
     if state is not None and state.get("key") == key and partial.exists():
         existing = np.load(partial, mmap_mode="r")
         if existing.shape != (state["rows"], dim) or existing.dtype != np.float32:
@@ -427,13 +430,6 @@ def _compacted(partial: Path, output_type: str, ranges: np.ndarray | None, slice
 def _discard(partial: Path, progress: Path) -> None:
     partial.unlink(missing_ok=True)
     progress.unlink(missing_ok=True)
-
-
-def _read_progress(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def _write_progress(path: Path, state: dict) -> None:
