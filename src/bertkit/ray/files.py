@@ -74,9 +74,7 @@ def expand_inputs(patterns: str | Path | Sequence[str | Path]) -> list[Path]:
     """
     if isinstance(patterns, (str, Path)):
         patterns = [patterns]
-    found: list[Path] = []
-    for pattern in map(str, patterns):
-        found += [path for path in _expand_one(pattern) if path not in found]
+    found = list(dict.fromkeys(path for pattern in map(str, patterns) for path in _expand_one(pattern)))
     for path in found:
         if path.suffix.lower() not in RAY_FORMATS:
             raise InputError(f"{path}: the Ray engine reads {', '.join(RAY_FORMATS)} files (by extension).")
@@ -393,8 +391,6 @@ def _bertkit_cause(exc: BaseException) -> BertkitError | None:
 def quiet_ray() -> None:
     """Ray's Python loggers to errors only, Ray Data's console to warnings (its log file keeps everything)."""
     import logging
-
-    import ray.data  # noqa: F401  (sets up Ray Data's logging, which is then adjusted)
 
     logging.getLogger("ray").setLevel(logging.ERROR)
     for handler in logging.getLogger("ray.data").handlers:
