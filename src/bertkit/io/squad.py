@@ -142,7 +142,6 @@ def _example(qid: str, question: object, context: object, answers: list, path: P
         raise InputError(f"{where}: the question has no context (a string to find the answer in).")
     if not isinstance(question, str) or not question.strip():
         raise InputError(f"{where}: the question is missing or blank.")
-    checked = []
     for text, start in answers:
         if not isinstance(text, str) or isinstance(start, bool) or not isinstance(start, int):
             raise InputError(
@@ -155,5 +154,4 @@ def _example(qid: str, question: object, context: object, answers: list, path: P
                 f"{where}: answer {quoted(text)} is not at answer_start {start} (the context there reads "
                 f"{quoted(context[start : start + len(text)])}){hint}."
             )
-        checked.append((text, start))
-    return QAExample(qid, question, context, tuple(checked), line)
+    return QAExample(qid, question, context, tuple(answers), line)
