@@ -5,6 +5,7 @@ Every hidden state is embedded once; each layer choice is a cheap slice of those
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -16,7 +17,6 @@ import numpy as np
 import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score
-from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 from ..encoder.threads import deprecated_threads
@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 TEXT_POOLINGS = ("cls", "mean", "max", "pooler")
 TOKEN_C = 1.0
+MAX_POOLING_NOTE = "max pooling: layers are combined after pooling each layer (sum/mean/concat of per-layer maxima)"
 
 
 @dataclass
@@ -149,7 +150,9 @@ def probe_text(
         `rows` (pooling, layer choice, width, dev accuracy, macro-F1, fit seconds, C), `table()`, a chart in
         Jupyter.
     """
-    poolings = _check_poolings(poolings)
+    poolings = tuple(p.strip().lower() for p in poolings if p.strip())
+    if not poolings or set(poolings) - set(TEXT_POOLINGS):
+        raise InputError(f"poolings {list(poolings)}: choose from {', '.join(TEXT_POOLINGS)}.")
     deprecated_threads(threads)
     data = read_labelled_text(train, text_column, label_column, header)
     dev_data = read_labelled_text(dev, text_column, label_column, header)
@@ -175,12 +178,12 @@ def probe_text(
         f"poolings {'+'.join(token_poolings)}) in {embed_seconds:.1f}s" + (f" ({stats})" if stats else "")
     )
     logger.info(said)
+    fit = functools.partial(_fit_text, labels=labels, dev_labels=dev_labels, seed=seed, cv=cv)
     rows = []
     for pooling in poolings:
         if pooling == "pooler":
-            name = f"pooler(h{encoder.num_layers} [CLS])"
             features, dev_features = _pooler(encoder, train_blocks[:, 0, -1]), _pooler(encoder, dev_blocks[:, 0, -1])
-            rows.append(_fit_text(pooling, name, features, dev_features, labels, dev_labels, seed, cv))
+            rows.append(fit(pooling, f"pooler(h{encoder.num_layers} [CLS])", features, dev_features))
             logger.info(_row_line(rows[-1], "accuracy"))
             continue
         k = token_poolings.index(pooling)
@@ -188,26 +191,14 @@ def probe_text(
         mean_all_C = 1.0
         for choice in layer_choices(encoder.num_layers):
             if choice.combine == "mix":
-                started = time.perf_counter()
-                classes, codes = np.unique(np.array(labels), return_inverse=True)
-                predicted, weights = _fit_mix(blocks, dev_pooled, codes, mean_all_C, seed)
-                seconds = time.perf_counter() - started
-                found = classes[predicted]
-                rows.append(
-                    _text_row(pooling, choice.name, blocks.shape[2], found, dev_labels, seconds, mean_all_C, weights)
-                )
+                rows.append(fit(pooling, choice.name, blocks, dev_pooled, mix_C=mean_all_C))
             else:
-                features, dev_features = select(blocks, choice), select(dev_pooled, choice)
-                rows.append(_fit_text(pooling, choice.name, features, dev_features, labels, dev_labels, seed, cv))
+                rows.append(fit(pooling, choice.name, select(blocks, choice), select(dev_pooled, choice)))
                 if choice.combine == "mean":
                     mean_all_C = rows[-1].C or mean_all_C
             logger.info(_row_line(rows[-1], "accuracy"))
     facts = _facts(encoder, train, dev, len(texts), len(dev_labels), limit, seed, embed_seconds)
-    facts.update(
-        cv_folds=cv,
-        poolings=list(poolings),
-        note="max pooling: layers are combined after pooling each layer (sum/mean/concat of per-layer maxima)",
-    )
+    facts.update(cv_folds=cv, poolings=list(poolings), note=MAX_POOLING_NOTE)
     return ProbeResult("text", "accuracy", "macro_f1", rows, facts)
 
 
@@ -227,29 +218,27 @@ def _fit_text(
     dev_labels: list[str],
     seed: int,
     cv: int,
+    mix_C: float | None = None,
 ) -> ProbeRow:
+    """Fit a logistic regression choosing C by CV (or, given `mix_C`, a scalar mix on layer blocks); score it on dev."""
     started = time.perf_counter()
-    rarest = int(np.unique(labels, return_counts=True)[1].min())
-    with threadpool_limits(1):
-        head = feature_head(n_folds=max(2, min(cv, rarest)), random_state=seed).fit(features, labels)
+    if mix_C is None:
+        rarest = int(np.unique(labels, return_counts=True)[1].min())
+        with threadpool_limits(1):
+            head = feature_head(n_folds=max(2, min(cv, rarest)), random_state=seed).fit(features, labels)
+            seconds = time.perf_counter() - started
+            predicted = head.predict(dev_features)
+        C = chosen_C(head)[0]
+        weights = None
+    else:
+        classes, codes = np.unique(np.array(labels), return_inverse=True)
+        found, weights = _fit_mix(features, dev_features, codes, mix_C, seed)
         seconds = time.perf_counter() - started
-        predicted = head.predict(dev_features)
-    return _text_row(pooling, name, features.shape[1], predicted, dev_labels, seconds, chosen_C(head)[0])
-
-
-def _text_row(
-    pooling: str,
-    name: str,
-    dim: int,
-    predicted: np.ndarray,
-    dev_labels: list[str],
-    seconds: float,
-    C: float | None,
-    weights: list[float] | None = None,
-) -> ProbeRow:
+        predicted = classes[found]
+        C = mix_C
     accuracy = float(np.mean(predicted == np.array(dev_labels)))
     macro_f1 = float(f1_score(dev_labels, predicted, average="macro"))
-    return ProbeRow(pooling, name, dim, accuracy, macro_f1, seconds, C, weights)
+    return ProbeRow(pooling, name, features.shape[-1], accuracy, macro_f1, seconds, C, weights)
 
 
 def _fit_mix(
@@ -340,9 +329,8 @@ def probe_token(
         else:
             features, dev_features = select(train_blocks, choice), select(dev_blocks, choice)
             with threadpool_limits(1):
-                scaler = StandardScaler().fit(features)
-                classifier = LogisticRegression(C=C, max_iter=1000).fit(scaler.transform(features), codes)
-                predicted = classifier.predict(scaler.transform(dev_features))
+                head = feature_head(LogisticRegression(C=C, max_iter=1000)).fit(features, codes)
+                predicted = head.predict(dev_features)
             weights, dim = None, features.shape[1]
         flat = iter(predicted)
         scores = entity_scores(dev_data.tags, [[names[next(flat)] for _ in sentence] for sentence in dev_data.tags])
@@ -352,11 +340,7 @@ def probe_token(
         logger.info(_row_line(rows[-1], "entity F1"))
     facts = _facts(encoder, train, dev, len(words), len(dev_data.words), limit, seed, embed_seconds)
     facts.update(
-        train_words=int(len(train_blocks)),
-        dev_words=int(len(dev_blocks)),
-        labels=names,
-        subtoken_pooling=subtoken_pooling,
-        C=C,
+        train_words=len(train_blocks), dev_words=len(dev_blocks), labels=names, subtoken_pooling=subtoken_pooling, C=C
     )
     return ProbeResult("token", "entity_f1", "token_accuracy", rows, facts)
 
@@ -376,14 +360,6 @@ def _word_blocks(
     vectors = store.get_or_compute(keys, compute, stack=False) if store is not None else compute(keys)
     flat = np.concatenate(vectors)
     return flat.reshape(len(flat), encoder.num_layers + 1, -1)
-
-
-def _check_poolings(poolings: Sequence[str]) -> tuple[str, ...]:
-    poolings = tuple(p.strip().lower() for p in poolings if p.strip())
-    bad = [p for p in poolings if p not in TEXT_POOLINGS]
-    if bad or not poolings:
-        raise InputError(f"poolings {list(poolings)}: choose from {', '.join(TEXT_POOLINGS)}.")
-    return poolings
 
 
 def _facts(
