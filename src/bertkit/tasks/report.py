@@ -138,7 +138,6 @@ def format_metrics(metrics: dict) -> str:
         "confusion matrix (rows: true, columns: predicted)",
     ]
     cells = [[str(v) for v in row] for row in metrics["confusion_matrix"]]
-    width = max([len("class")] + [len(n) for n in names])
     column = max([len(n) for n in names] + [len(c) for row in cells for c in row])
     lines.append(" " * (width + 2) + " ".join(n.rjust(column) for n in names))
     lines += [f"{name.ljust(width)}  " + " ".join(c.rjust(column) for c in row) for name, row in zip(names, cells)]
