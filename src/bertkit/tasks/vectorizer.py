@@ -185,7 +185,7 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
             In `output_type` (float32 by default).
         """
         check_is_fitted(self, "encoder_")
-        texts = check_texts(_to_list(X), "X")
+        texts = check_texts(_column(X), "X")
         if self.cache_ is None:
             return self._embed(texts)
         vectors = self.cache_.get_or_compute(texts, self._embed)  # the cache keeps float32: exact for every type
@@ -222,10 +222,8 @@ def _deprecated(name: str, instead: str) -> None:
     warnings.warn(f"BertVectorizer({name}=...) is deprecated: use {instead}.", DeprecationWarning, stacklevel=3)
 
 
-def _to_list(X: Any) -> list:
-    """Texts as a list; one string is one text (the rule of every bertkit transform and predict)."""
-    if isinstance(X, str):
-        return [X]
+def _column(X: Any) -> Any:
+    """Unwrap an array or a one-column DataFrame of texts; anything else passes as given (check_texts lists it)."""
     if isinstance(X, np.ndarray):
         if X.ndim == 2 and X.shape[1] == 1:
             X = X[:, 0]
@@ -235,5 +233,5 @@ def _to_list(X: Any) -> list:
     if hasattr(X, "iloc") and getattr(X, "ndim", 1) == 2:  # one-column DataFrame
         if X.shape[1] != 1:
             raise InputError(f"X has {X.shape[1]} columns; give the text column only.")
-        X = X.iloc[:, 0]
-    return list(X)
+        return X.iloc[:, 0]
+    return X
