@@ -358,10 +358,7 @@ def _saved_vectorizer(
         )
     model = record["encoder"]["model"]
     vectorizer = BertVectorizer(
-        **{**options, "model": None if model == "default" else model},
-        cache=cache,
-        precision=precision,
-        device=device,
+        **{**options, "model": None if model == "default" else model}, cache=cache, precision=precision, device=device
     ).fit([])
     found = vectorizer.encoder_.fingerprint
     if found != record["encoder"]["fingerprint"]:

@@ -6,12 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .labels import check_known_labels
-from .report import (
-    EvaluationReport,
-    classification_metrics,
-    multi_label_metrics,
-    regression_metrics,
-)
+from .report import EvaluationReport, classification_metrics, multi_label_metrics, regression_metrics
 
 
 def evaluate(
