@@ -251,7 +251,8 @@ def _print_table(
         ratio = functools.partial(_ratio, median, n)
         diff, cosine = compare(reference, row.vectors)
         found = cosines(reference, row.vectors)
-        bound = bounds.get(_row_precision(row.name), bounds.get("fp32"))
+        precision = next((p for p in ("bf16", "int8") if f" {p} " in f" {row.name} "), "fp32")
+        bound = bounds.get(precision, bounds.get("fp32"))
         share = "     -" if bound is None else f"{median / bound:6.0%}" if median <= bound else "  >pk*"
         above_peak = above_peak or (bound is not None and median > bound)
         echo(
@@ -267,10 +268,6 @@ def _print_table(
             "(e.g. --limit 2000 on a larger file)."
         )
     echo("bound: the share of the matmul peak of the row's own precision (fp32 for the peers).")
-
-
-def _row_precision(name: str) -> str:
-    return next((p for p in ("bf16", "int8") if f" {p} " in f" {name} "), "fp32")
 
 
 def _ratio(median: float, n: int, peer: Row | None) -> str:

@@ -19,7 +19,7 @@ from ..errors import InputError
 from ..io.writers import check_new_directory, staged_directory
 from .bench import cosines
 from .finetuned import FineTunedClassifier
-from .runs import KIND_FEATURES, KIND_TEXT, KIND_TOKEN, read_run_config
+from .runs import CONFIG_FILE, KIND_FEATURES, KIND_TEXT, KIND_TOKEN, read_run_config
 from .tagger import FineTunedTagger
 
 FIDELITY_TEXTS = 256  # texts the report compares fp32 and int8 on
@@ -43,7 +43,9 @@ def quantize(model: str | None, output: str | Path, texts: Sequence[str], *, ove
     texts = [t for t in texts if t.strip()]
     if not texts:
         raise InputError("no calibration texts: give a file with a few hundred sentences like the ones you will embed.")
-    kind = _run_kind(model)
+    kind = None
+    if model is not None and (Path(model) / CONFIG_FILE).is_file():
+        kind = read_run_config(model).get("kind")
     if kind == KIND_FEATURES:
         raise InputError(
             f"{model} is a feature-classifier run: it embeds with its encoder, so quantize that model "
@@ -72,12 +74,6 @@ def quantize(model: str | None, output: str | Path, texts: Sequence[str], *, ove
         )
         kind = "encoder"
     return QuantizeReport(output, kind, calibration.texts, len(calibration.absmax), calibration.alpha, fidelity)
-
-
-def _run_kind(model: str | None) -> str | None:
-    if model is None or not (Path(model) / "bertkit.json").is_file():
-        return None
-    return read_run_config(model).get("kind")
 
 
 def _copy_files(source: Path, target: Path) -> None:
