@@ -8,10 +8,12 @@ from typing import Any
 import numpy as np
 from sklearn.base import clone
 from sklearn.calibration import CalibratedClassifierCV
-from sklearn.linear_model import LogisticRegressionCV
+from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
 from sklearn.model_selection import GridSearchCV, StratifiedKFold
+from sklearn.neural_network import MLPClassifier
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
+from sklearn.svm import LinearSVC
 
 from ..errors import InputError
 from .labels import check_class_counts, check_labels
@@ -41,10 +43,6 @@ def named_classifier(
     'logreg' and 'linear-svm' choose C by `cv`-fold cross-validation unless it is given; 'mlp' has one hidden layer
     of 256, L2 penalty 0.01 / C, and early stopping from 1,000 examples (`n_samples`).
     """
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.neural_network import MLPClassifier
-    from sklearn.svm import LinearSVC
-
     if name not in CLASSIFIER_NAMES:
         raise InputError(f"classifier {name!r}: valid values are {', '.join(CLASSIFIER_NAMES)}.")
     folds = StratifiedKFold(cv, shuffle=True, random_state=random_state)

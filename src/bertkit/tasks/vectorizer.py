@@ -214,7 +214,6 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.two_d_array = False
         tags.input_tags.string = True
-        tags.requires_fit = True
         return tags
 
 
