@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -34,18 +33,16 @@ def train(
         ..., callback=existing_text_file, help="Training data: TSV/CSV (text, label columns) or JSONL."
     ),
     output: Path = typer.Option(..., "--output", "-o", help="Run directory to create (config, classifier, metrics)."),
-    dev: Optional[Path] = typer.Option(
+    dev: Path | None = typer.Option(
         None,
         "--dev",
         callback=existing_text_file,
         help="Evaluation file; without it a stratified split of the training file.",
     ),
     test_size: float = typer.Option(0.25, "--test-size", help="Share held out for evaluation when there is no --dev."),
-    text_column: Optional[str] = typer.Option(None, "--text-column", help="Index or name (default 0; JSONL 'text')."),
-    label_column: Optional[str] = typer.Option(
-        None, "--label-column", help="Index or name (default 1; JSONL 'label')."
-    ),
-    header: Optional[bool] = HeaderOption,
+    text_column: str | None = typer.Option(None, "--text-column", help="Index or name (default 0; JSONL 'text')."),
+    label_column: str | None = typer.Option(None, "--label-column", help="Index or name (default 1; JSONL 'label')."),
+    header: bool | None = HeaderOption,
     layers: str = typer.Option(
         DEFAULT_FEATURE_LAYERS, "--layers", "-l", help="Layer spec (default: every layer, concatenated)."
     ),
@@ -53,22 +50,22 @@ def train(
         DEFAULT_FEATURE_POOLING, "--pooling", "-p", help="cls, pooler, mean, max or a '+' combination."
     ),
     classifier: str = typer.Option("logreg", "--classifier", help="logreg | linear-svm | mlp"),
-    c_value: Optional[float] = typer.Option(
+    c_value: float | None = typer.Option(
         None, "--C", help="Fix the regularisation C (default: chosen by cross-validation)."
     ),
     cv: int = typer.Option(5, "--cv", help="Cross-validation folds for choosing C."),
     scale: bool = typer.Option(True, "--scale/--no-scale", help="Standardise features before the classifier."),
     seed: int = typer.Option(0, "--seed"),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N training rows."),
-    report: Optional[Path] = typer.Option(None, "--report", help="Write metrics.json, confusion.png and pca.png here."),
-    cache_dir: Optional[Path] = CacheDirOption,
+    limit: int | None = typer.Option(None, "--limit", help="Use only the first N training rows."),
+    report: Path | None = typer.Option(None, "--report", help="Write metrics.json, confusion.png and pca.png here."),
+    cache_dir: Path | None = CacheDirOption,
     no_cache: bool = NoCacheOption,
-    batch_size: Optional[int] = BatchSizeOption,
-    max_length: Optional[int] = typer.Option(None, "--max-length"),
+    batch_size: int | None = BatchSizeOption,
+    max_length: int | None = typer.Option(None, "--max-length"),
     overwrite: bool = OverwriteOption,
-    model: Optional[str] = ModelOption,
-    threads: Optional[int] = ThreadsOption,
-    precision: Optional[str] = typer.Option(
+    model: str | None = ModelOption,
+    threads: int | None = ThreadsOption,
+    precision: str | None = typer.Option(
         None, "--precision", help="fp32 | bf16 | fp16 (GPUs) | int8 (CPUs); default fp32."
     ),
     device: str = DeviceOption,

@@ -7,7 +7,7 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -104,7 +104,7 @@ ModelOption = typer.Option(
 )
 
 
-def apply_threads(threads: Optional[int]) -> Optional[int]:
+def apply_threads(threads: int | None) -> int | None:
     """`--threads N`: torch's CPU threads for this process, set once, explicitly (`bertkit.set_threads`)."""
     if threads is not None:
         from ..encoder.threads import set_threads
@@ -138,7 +138,7 @@ DeviceOption = typer.Option("auto", "--device", help="auto (a GPU when there is 
 
 
 # Paths are checked as the command line is parsed, before torch or a model loads: a mistyped path costs no seconds.
-def existing_text_file(value: Optional[Path]) -> Optional[Path]:
+def existing_text_file(value: Path | None) -> Path | None:
     """Typer callback: a file of texts must be there, be a file, and hold text (not a binary file)."""
     if value is not None:
         from ..io.readers import check_text_file
@@ -147,7 +147,7 @@ def existing_text_file(value: Optional[Path]) -> Optional[Path]:
     return value
 
 
-def existing_inputs(value: Optional[Path]) -> Optional[Path]:
+def existing_inputs(value: Path | None) -> Path | None:
     """Typer callback for embed's INPUT: a file as `existing_text_file`; a folder or glob (for Ray) is checked later."""
     import glob
 
@@ -156,7 +156,7 @@ def existing_inputs(value: Optional[Path]) -> Optional[Path]:
     return value
 
 
-def existing_run(value: Optional[Path]) -> Optional[Path]:
+def existing_run(value: Path | None) -> Path | None:
     """Typer callback: a run directory must be there and hold its bertkit.json."""
     if value is not None:
         from ..tasks.runs import read_run_config
@@ -165,7 +165,7 @@ def existing_run(value: Optional[Path]) -> Optional[Path]:
     return value
 
 
-def existing_runs(values: Optional[list[str]]) -> Optional[list[str]]:
+def existing_runs(values: list[str] | None) -> list[str] | None:
     """Typer callback for the repeatable `--run [NAME=]DIR`: well-formed, and every directory a run or a probe."""
     from ..tasks.runs import check_run_or_probe, parse_run_specs
 
@@ -174,7 +174,7 @@ def existing_runs(values: Optional[list[str]]) -> Optional[list[str]]:
     return values
 
 
-def existing_indexes(values: Optional[list[str]]) -> Optional[list[str]]:
+def existing_indexes(values: list[str] | None) -> list[str] | None:
     """Typer callback for serve's repeatable `--index [NAME=]FILE`: well-formed, and every file there."""
     from ..tasks.runs import parse_run_specs
 
@@ -209,7 +209,7 @@ def echo_facts(facts: dict) -> None:
         typer.echo(f"{key.ljust(width)}  {value}")
 
 
-def make_encoder(model: Optional[str], precision: str = "fp32", device: str = "auto") -> Encoder:
+def make_encoder(model: str | None, precision: str = "fp32", device: str = "auto") -> Encoder:
     """Load `model` (None: the packaged default) as an `Encoder` at `precision` on `device`."""
     from ..encoder.encode import Encoder
 
@@ -228,7 +228,7 @@ def say(message: str) -> None:
     typer.echo(message, err=True)
 
 
-def write_output(text: str, output: Optional[Path], done: str) -> None:
+def write_output(text: str, output: Path | None, done: str) -> None:
     """Print `text` on stdout, or write it atomically to `output` and say `done`."""
     from ..io.writers import atomic_path
 
@@ -240,7 +240,7 @@ def write_output(text: str, output: Optional[Path], done: str) -> None:
     say(done)
 
 
-def cache_option(no_cache: bool, cache_dir: Optional[Path]) -> Optional[Path]:
+def cache_option(no_cache: bool, cache_dir: Path | None) -> Path | None:
     """Return the embedding cache directory: None with `no_cache`, else `cache_dir` or the default one."""
     from ..io.cache import default_cache_dir
 

@@ -6,7 +6,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 
 @app.command()
-def info(model: Optional[str] = ModelOption) -> None:
+def info(model: str | None = ModelOption) -> None:
     """Describe the model: architecture, layers, hidden size, max length, vocabulary, casing."""
     echo_facts(make_encoder(model).info())
 
@@ -46,9 +46,9 @@ def info(model: Optional[str] = ModelOption) -> None:
 @app.command()
 def tokenize(
     text: str = typer.Argument(..., help="The text to tokenize."),
-    pair: Optional[str] = typer.Option(None, "--pair", help="A second sentence (token type id 1)."),
-    max_length: Optional[int] = typer.Option(None, "--max-length", help="Pad to this many tokens (and truncate)."),
-    model: Optional[str] = ModelOption,
+    pair: str | None = typer.Option(None, "--pair", help="A second sentence (token type id 1)."),
+    max_length: int | None = typer.Option(None, "--max-length", help="Pad to this many tokens (and truncate)."),
+    model: str | None = ModelOption,
 ) -> None:
     """Show the tutorial's table: each token with its id, attention mask and token type id."""
     from ..encoder.tokenizer_only import TokenizerOnly
@@ -75,35 +75,35 @@ def embed(
         ..., callback=existing_inputs, help="TSV/CSV/JSONL or plain-text file (one text per line)."
     ),
     output: Path = typer.Option(..., "--output", "-o", help="Output .npy, .npz (vectors + ids) or .parquet."),
-    column: Optional[str] = typer.Option(
+    column: str | None = typer.Option(
         None, "--column", "-c", help="Text column: index or name (JSONL: field; default 0 / 'text')."
     ),
-    header: Optional[bool] = typer.Option(
+    header: bool | None = typer.Option(
         None, "--header/--no-header", help="First line is a header (default: only when --column is a name)."
     ),
-    id_column: Optional[str] = typer.Option(
+    id_column: str | None = typer.Option(
         None, "--id-column", help="Column whose values are stored as row ids (.npz/.parquet)."
     ),
     layers: str = typer.Option(
         "last", "--layers", "-l", help="e.g. last, -2, 0, last4:sum, last4:concat, all:mean, '-1,-2'."
     ),
-    pooling: Optional[str] = typer.Option(
+    pooling: str | None = typer.Option(
         None,
         "--pooling",
         "-p",
         help="cls, pooler, mean, max, 'cls+mean', or none (token vectors, .npz); default: the model's, else mean.",
     ),
-    batch_size: Optional[int] = BatchSizeOption,
-    max_length: Optional[int] = typer.Option(None, "--max-length"),
+    batch_size: int | None = BatchSizeOption,
+    max_length: int | None = typer.Option(None, "--max-length"),
     long_text: str = typer.Option("truncate", "--long-text", help="truncate | error | window"),
-    stride: Optional[int] = typer.Option(None, "--stride", help="Overlap of windows in tokens (long-text window)."),
-    fmt: Optional[str] = typer.Option(
+    stride: int | None = typer.Option(None, "--stride", help="Overlap of windows in tokens (long-text window)."),
+    fmt: str | None = typer.Option(
         None, "--format", help="Input format if the extension does not say: tsv, csv, jsonl, text."
     ),
-    model: Optional[str] = ModelOption,
-    threads: Optional[int] = ThreadsOption,
+    model: str | None = ModelOption,
+    threads: int | None = ThreadsOption,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
-    chunk_rows: Optional[int] = typer.Option(
+    chunk_rows: int | None = typer.Option(
         None,
         "--chunk-rows",
         help="Rows read, embedded and written per chunk (memory and resume granularity; default 4096). "
@@ -113,10 +113,10 @@ def embed(
     engine: str = typer.Option(
         "local", "--engine", help="local (this process) | ray (Ray Data; INPUT may be a glob, -o is a directory)."
     ),
-    address: Optional[str] = typer.Option(
+    address: str | None = typer.Option(
         None, "--address", help="Ray cluster to join (e.g. ray://head:10001; default: RAY_ADDRESS or a local Ray)."
     ),
-    actors: Optional[int] = typer.Option(
+    actors: int | None = typer.Option(
         None, "--actors", help="Ray: model replicas (default: one per CPU, one CPU kept for reading and writing)."
     ),
     overwrite: bool = typer.Option(
@@ -125,17 +125,17 @@ def embed(
         help="Replace an output file bertkit did not write (a plain .npy, another program's file); "
         "Ray: start the output directory over instead of resuming it.",
     ),
-    gpus_per_actor: Optional[float] = typer.Option(
+    gpus_per_actor: float | None = typer.Option(
         None, "--gpus-per-actor", help="Ray: GPUs each actor holds (e.g. 1, or 0.5 to share one); default: CPU actors."
     ),
-    prompt: Optional[str] = typer.Option(None, "--prompt", help="Text put before every input, e.g. 'passage: '."),
-    prompt_name: Optional[str] = typer.Option(
+    prompt: str | None = typer.Option(None, "--prompt", help="Text put before every input, e.g. 'passage: '."),
+    prompt_name: str | None = typer.Option(
         None, "--prompt-name", help="One of the model's named prompts (bertkit info lists them)."
     ),
-    truncate_dim: Optional[int] = typer.Option(
+    truncate_dim: int | None = typer.Option(
         None, "--truncate-dim", "--dimensions", help="Keep the first N numbers of each vector (Matryoshka models)."
     ),
-    normalize_embeddings: Optional[bool] = typer.Option(
+    normalize_embeddings: bool | None = typer.Option(
         None,
         "--normalize/--no-normalize",
         help="Unit-length vectors (after --truncate-dim); default: as the model's sentence-transformers config says.",
@@ -143,7 +143,7 @@ def embed(
     output_type: str = typer.Option(
         "float32", "--output-type", help="float32 | float16 | int8 | uint8 | binary | ubinary (compact vectors)."
     ),
-    calibration: Optional[Path] = typer.Option(
+    calibration: Path | None = typer.Option(
         None,
         "--calibration",
         callback=existing_text_file,
@@ -191,7 +191,7 @@ def embed(
         _say_summary(summary, output, time.perf_counter() - started, max_length or encoder.max_length, encoder)
 
 
-def _check_ray_flags(output_type: str, calibration: Optional[Path], device: str) -> None:
+def _check_ray_flags(output_type: str, calibration: Path | None, device: str) -> None:
     if output_type != "float32" or calibration is not None:
         raise InputError(
             "--output-type and --calibration apply to --engine local; the Ray engine writes float32 vectors."
@@ -202,7 +202,7 @@ def _check_ray_flags(output_type: str, calibration: Optional[Path], device: str)
         )
 
 
-def _calibration_ranges(encoder: Encoder, path: Path, options: EmbedOptions, batch_size: Optional[int]) -> np.ndarray:
+def _calibration_ranges(encoder: Encoder, path: Path, options: EmbedOptions, batch_size: int | None) -> np.ndarray:
     """Compute int8/uint8 ranges from the vectors of a file of texts, embedded with this command's options."""
     from ..encoder.compact import int8_ranges
     from ..io.readers import read_texts
@@ -232,7 +232,7 @@ def _embed_token_vectors(
     output: Path,
     reading: dict,
     options: EmbedOptions,
-    batch_size: Optional[int],
+    batch_size: int | None,
     quiet: bool,
     overwrite: bool,
 ) -> _Summary:
@@ -339,8 +339,8 @@ def _lines(numbers: list[int], shown: int = 5) -> str:
 
 
 def _text_column(
-    input: Path, column: str | int | None, header: Optional[bool], fmt: Optional[str], quiet: bool
-) -> tuple[str | int | None, Optional[bool]]:
+    input: Path, column: str | int | None, header: bool | None, fmt: str | None, quiet: bool
+) -> tuple[str | int | None, bool | None]:
     """Choose the column and header to read: as given, else detected for a TSV/CSV (and said), else the default."""
     from ..io.readers import choose_text_column, detect_format
 
@@ -359,7 +359,7 @@ def _embed_on_ray(
     options: EmbedOptions,
     reading: dict,
     quiet: bool,
-    chunk_rows: Optional[int],
+    chunk_rows: int | None,
 ) -> None:
     """`--engine ray`: Ray Data over every file the pattern names, one Parquet folder per file in `output`."""
     from ..ray import embed_files

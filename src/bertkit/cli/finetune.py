@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -54,7 +53,7 @@ def finetune(
         False, "--multi-label", help="Text/pair: several labels a row (separated by --label-separator; JSONL: a list)."
     ),
     label_separator: str = typer.Option(",", "--label-separator", help="Multi-label: what separates a row's labels."),
-    dev: Optional[Path] = typer.Option(
+    dev: Path | None = typer.Option(
         None,
         "--dev",
         callback=existing_text_file,
@@ -63,10 +62,10 @@ def finetune(
     num_train_epochs: int = typer.Option(3, "--epochs"),
     learning_rate: float = typer.Option(1e-4, "--lr", help="Peak learning rate (linear warm-up, then linear decay)."),
     batch_size: int = typer.Option(32, "--batch-size", "-b"),
-    max_length: Optional[int] = typer.Option(
+    max_length: int | None = typer.Option(
         None, "--max-length", help="Tokens per example (text: 128; pair: 256; qa: 384; token: the model's maximum)."
     ),
-    doc_stride: Optional[int] = typer.Option(
+    doc_stride: int | None = typer.Option(
         None, "--doc-stride", help="qa: tokens two windows of a long context share (default 128, at most half)."
     ),
     early_stopping_patience: int = typer.Option(
@@ -75,17 +74,17 @@ def finetune(
     warmup_ratio: float = typer.Option(0.1, "--warmup-ratio"),
     weight_decay: float = typer.Option(0.01, "--weight-decay"),
     seed: int = typer.Option(0, "--seed"),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N training examples."),
-    text_column: Optional[str] = typer.Option(
+    limit: int | None = typer.Option(None, "--limit", help="Use only the first N training examples."),
+    text_column: str | None = typer.Option(
         None, "--text-column", "--column", help="Text/pair: index or name (default 0; JSONL 'text')."
     ),
-    pair_column: Optional[str] = typer.Option(
+    pair_column: str | None = typer.Option(
         None, "--pair-column", help="Pair: the second text's column (default 1; JSONL 'text_pair')."
     ),
-    label_column: Optional[str] = typer.Option(
+    label_column: str | None = typer.Option(
         None, "--label-column", help="Text/pair: index or name (default: the next column; JSONL 'label')."
     ),
-    header: Optional[bool] = HeaderOption,
+    header: bool | None = HeaderOption,
     gradient_accumulation_steps: int = typer.Option(
         1,
         "--gradient-accumulation-steps",
@@ -94,15 +93,15 @@ def finetune(
     mixed_precision: str = typer.Option(
         "no", "--mixed-precision", help="no | fp16 (CUDA) | bf16 (CUDA, or a CPU with native bf16)."
     ),
-    report_to: Optional[str] = typer.Option(
+    report_to: str | None = typer.Option(
         None,
         "--report-to",
         help="Experiment trackers, comma-separated: tensorboard, mlflow, wandb, ... (logs in OUTPUT/logs).",
     ),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run from its last checkpoint."),
     overwrite: bool = OverwriteOption,
-    model: Optional[str] = ModelOption,
-    threads: Optional[int] = ThreadsOption,
+    model: str | None = ModelOption,
+    threads: int | None = ThreadsOption,
     device: str = DeviceOption,
 ) -> None:
     """Fine-tune the whole encoder with a classification, tagging or span head.
@@ -139,7 +138,7 @@ def probe(
         ..., "--output", "-o", help="Directory for probe.md, probe.csv, probe.json and probe.png."
     ),
     task: str = typer.Option("text", "--task", help="text (sentence classification) | token (tagging, e.g. NER)."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N training rows / sentences."),
+    limit: int | None = typer.Option(None, "--limit", help="Use only the first N training rows / sentences."),
     poolings: str = typer.Option(
         ",".join(("cls", "mean", "max", "pooler")), "--poolings", help="Text task: poolings to compare."
     ),
@@ -150,14 +149,14 @@ def probe(
         1.0, "--C", help="Token task: regularisation of the per-word classifier (text: chosen by CV)."
     ),
     seed: int = typer.Option(0, "--seed"),
-    text_column: Optional[str] = typer.Option(None, "--text-column"),
-    label_column: Optional[str] = typer.Option(None, "--label-column"),
-    header: Optional[bool] = HeaderOption,
-    cache_dir: Optional[Path] = CacheDirOption,
+    text_column: str | None = typer.Option(None, "--text-column"),
+    label_column: str | None = typer.Option(None, "--label-column"),
+    header: bool | None = HeaderOption,
+    cache_dir: Path | None = CacheDirOption,
     no_cache: bool = NoCacheOption,
     overwrite: bool = OverwriteOption,
-    model: Optional[str] = ModelOption,
-    threads: Optional[int] = ThreadsOption,
+    model: str | None = ModelOption,
+    threads: int | None = ThreadsOption,
     device: str = DeviceOption,
 ) -> None:
     """Score every hidden state, the paper's combinations and a learned mix with a linear probe.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -25,11 +25,11 @@ def answer(
     handle_impossible_answer: bool = typer.Option(
         False, "--handle-impossible-answer", help="Allow 'no answer' ({answer: '', start: 0, end: 0})."
     ),
-    doc_stride: Optional[int] = typer.Option(
+    doc_stride: int | None = typer.Option(
         None, "--doc-stride", help="Tokens two windows of a long context share (default: the run's)."
     ),
-    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | bf16 | int8; default: the run's own."),
-    threads: Optional[int] = ThreadsOption,
+    precision: str | None = typer.Option(None, "--precision", help="fp32 | bf16 | int8; default: the run's own."),
+    threads: int | None = ThreadsOption,
     device: str = DeviceOption,
 ) -> None:
     """Answer questions from a context with a question-answering run (fine-tuned with --task qa).
@@ -52,7 +52,7 @@ def answer(
         typer.echo(json.dumps(item, ensure_ascii=False))
 
 
-def write_predictions(model: FineTunedQA, inputs: list[str], output: Optional[Path]) -> None:
+def write_predictions(model: FineTunedQA, inputs: list[str], output: Path | None) -> None:
     """Write a SQuAD file's answers (official `{id: answer}` layout, "" for none) on stdout or to `output`."""
     from ..io.squad import read_squad
 

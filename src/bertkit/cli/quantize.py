@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -13,26 +12,26 @@ from .common import HeaderOption, OverwriteOption, ThreadsOption, app, existing_
 
 @app.command()
 def quantize(
-    model: Optional[str] = typer.Argument(
+    model: str | None = typer.Argument(
         None,
         help="A model directory or hub name (omit for the packaged default), or a `bertkit finetune` run directory.",
     ),
     output: Path = typer.Option(
         ..., "--output", "-o", help="New directory: a copy of MODEL with its int8 calibration."
     ),
-    calibration: Optional[Path] = typer.Option(
+    calibration: Path | None = typer.Option(
         None,
         "--calibration",
         callback=existing_text_file,
         help="Texts to calibrate on (TSV/CSV/JSONL/text), "
         "like the ones you will embed; default: bertkit's packaged sentences.",
     ),
-    column: Optional[str] = typer.Option(None, "--column", "-c", help="Text column of --calibration."),
-    header: Optional[bool] = HeaderOption,
+    column: str | None = typer.Option(None, "--column", "-c", help="Text column of --calibration."),
+    header: bool | None = HeaderOption,
     limit: int = typer.Option(512, "--limit", help="Calibrate on the first N texts (0 = all)."),
     overwrite: bool = OverwriteOption,
-    threads: Optional[int] = ThreadsOption,
-    device: Optional[str] = typer.Option(
+    threads: int | None = ThreadsOption,
+    device: str | None = typer.Option(
         None, "--device", help="Refused unless cpu: int8 is a CPU precision, calibrated and run on the CPU."
     ),
 ) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -28,7 +28,7 @@ from .common import (
 RunPrecisionOption = typer.Option(None, "--precision", help="fp32 | bf16 | int8; default: the run's own.")
 
 
-def _load(run: Path, no_cache: bool, cache_dir: Optional[Path], precision: Optional[str], device: str) -> Any:
+def _load(run: Path, no_cache: bool, cache_dir: Path | None, precision: str | None, device: str) -> Any:
     from ..tasks.load import load_run
 
     return load_run(run, cache=cache_option(no_cache, cache_dir), precision=precision, device=device)
@@ -43,14 +43,14 @@ def evaluate(
         help="Labelled file: TSV/CSV/JSONL for text and pair models, CoNLL / word-tag for taggers, SQuAD JSON / JSONL "
         "for question answering.",
     ),
-    text_column: Optional[str] = typer.Option(None, "--text-column"),
-    pair_column: Optional[str] = typer.Option(None, "--pair-column"),
-    label_column: Optional[str] = typer.Option(None, "--label-column"),
-    header: Optional[bool] = HeaderOption,
-    cache_dir: Optional[Path] = CacheDirOption,
+    text_column: str | None = typer.Option(None, "--text-column"),
+    pair_column: str | None = typer.Option(None, "--pair-column"),
+    label_column: str | None = typer.Option(None, "--label-column"),
+    header: bool | None = HeaderOption,
+    cache_dir: Path | None = CacheDirOption,
     no_cache: bool = NoCacheOption,
-    threads: Optional[int] = ThreadsOption,
-    precision: Optional[str] = RunPrecisionOption,
+    threads: int | None = ThreadsOption,
+    precision: str | None = RunPrecisionOption,
     device: str = DeviceOption,
 ) -> None:
     """Score a saved model on labelled data.
@@ -83,10 +83,10 @@ def _score(
     estimator: Any,  # a loaded run (`load_run`)
     run: Path,
     data_file: Path,
-    text_column: Optional[str],
-    pair_column: Optional[str],
-    label_column: Optional[str],
-    header: Optional[bool],
+    text_column: str | None,
+    pair_column: str | None,
+    label_column: str | None,
+    header: bool | None,
 ) -> str:
     """Return the evaluation table of a text or pair model on a labelled file (columns as the run recorded them)."""
     from ..io.readers import read_labelled
@@ -115,29 +115,29 @@ def predict(
     inputs: list[str] = typer.Argument(
         ..., help="Texts to label, or one file (TSV/CSV/JSONL/text; a SQuAD file for question answering)."
     ),
-    pair: Optional[str] = typer.Option(None, "--pair", help="Pair models: the second text of the one text given."),
+    pair: str | None = typer.Option(None, "--pair", help="Pair models: the second text of the one text given."),
     as_text: bool = typer.Option(False, "--text", help="Take the inputs as texts, even one that names a file."),
-    output: Optional[Path] = typer.Option(
+    output: Path | None = typer.Option(
         None,
         "--output",
         "-o",
         help="Write a TSV here (label, probability, text; taggers: one row per entity; question answering: JSON, "
         "{id: answer}).",
     ),
-    column: Optional[str] = typer.Option(None, "--column", "-c", help="Text column of the input file."),
-    pair_column: Optional[str] = typer.Option(None, "--pair-column", help="Pair models: the file's second text."),
-    aggregation: Optional[str] = typer.Option(
+    column: str | None = typer.Option(None, "--column", "-c", help="Text column of the input file."),
+    pair_column: str | None = typer.Option(None, "--pair-column", help="Pair models: the file's second text."),
+    aggregation: str | None = typer.Option(
         None,
         "--aggregation",
         help="Taggers: none | simple | first | average | max, as transformers' token-classification pipeline "
         "defines them (default: bertkit's words, tagged at their first sub-token as in training).",
     ),
-    header: Optional[bool] = HeaderOption,
+    header: bool | None = HeaderOption,
     overwrite: bool = FileOverwriteOption,
-    cache_dir: Optional[Path] = CacheDirOption,
+    cache_dir: Path | None = CacheDirOption,
     no_cache: bool = NoCacheOption,
-    threads: Optional[int] = ThreadsOption,
-    precision: Optional[str] = RunPrecisionOption,
+    threads: int | None = ThreadsOption,
+    precision: str | None = RunPrecisionOption,
     device: str = DeviceOption,
 ) -> None:
     """Label texts, text pairs or every row of a file with a saved model.
@@ -168,11 +168,11 @@ def predict(
 
 def _inputs(
     inputs: list[str],
-    pair: Optional[str],
+    pair: str | None,
     as_text: bool,
-    column: Optional[str],
-    pair_column: Optional[str],
-    header: Optional[bool],
+    column: str | None,
+    pair_column: str | None,
+    header: bool | None,
     paired: bool,
 ) -> tuple[list[str], list[str] | None]:
     """(texts, pairs or None) from the command line: texts with --pair, or a file's columns."""
@@ -215,7 +215,7 @@ def _prediction_rows(estimator: Any, texts: list[str], pairs: list[str] | None) 
     return rows
 
 
-def _check_table_output(output: Optional[Path], overwrite: bool) -> None:
+def _check_table_output(output: Path | None, overwrite: bool) -> None:
     """Before the model loads: `-o` names a place that can be written, and no file bertkit did not write."""
     from ..io.writers import check_output_file, check_writable_location
 
@@ -223,7 +223,7 @@ def _check_table_output(output: Optional[Path], overwrite: bool) -> None:
         check_output_file(check_writable_location(output), overwrite)
 
 
-def _write_rows(rows: list[list], output: Optional[Path], done: str) -> None:
+def _write_rows(rows: list[list], output: Path | None, done: str) -> None:
     """Write the rows as TSV: on stdout, or atomically to `output`."""
     import csv
     import io
@@ -238,14 +238,14 @@ def rerank(
     run: Path = RunArgument,
     documents: list[str] = typer.Argument(..., help="Documents to rank, or one file (text lines, or a column)."),
     query: str = typer.Option(..., "--query", "-q", help="The query every document is scored against."),
-    top_k: Optional[int] = typer.Option(None, "--top-k", "-k", help="Show the best K only."),
+    top_k: int | None = typer.Option(None, "--top-k", "-k", help="Show the best K only."),
     as_text: bool = typer.Option(False, "--text", help="Take the inputs as texts, even one that names a file."),
-    column: Optional[str] = typer.Option(None, "--column", "-c", help="Text column of the documents file."),
-    header: Optional[bool] = HeaderOption,
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the ranked TSV here."),
+    column: str | None = typer.Option(None, "--column", "-c", help="Text column of the documents file."),
+    header: bool | None = HeaderOption,
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write the ranked TSV here."),
     overwrite: bool = FileOverwriteOption,
-    threads: Optional[int] = ThreadsOption,
-    precision: Optional[str] = RunPrecisionOption,
+    threads: int | None = ThreadsOption,
+    precision: str | None = RunPrecisionOption,
     device: str = DeviceOption,
 ) -> None:
     """Rank documents for a query with a pair model (a cross-encoder: --task pair), best first.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -21,20 +21,20 @@ def search(
     ),
     queries: list[str] = typer.Argument(..., help="One or more queries."),
     top_k: int = typer.Option(10, "--top-k", "-k", help="Results per query."),
-    metric: Optional[str] = typer.Option(
+    metric: str | None = typer.Option(
         None, "--metric", help="cosine (default) | dot | euclidean | manhattan; an index answers by its own."
     ),
-    rescore_multiplier: Optional[int] = typer.Option(
+    rescore_multiplier: int | None = typer.Option(
         None,
         "--rescore-multiplier",
         help="int8/binary vectors: rescore top-k × this many candidates with the float query (0: none; default: "
         "the measured best trade-off, 4).",
     ),
-    prompt: Optional[str] = typer.Option(None, "--prompt", help="Text put before each query, e.g. 'query: '."),
-    prompt_name: Optional[str] = typer.Option(
+    prompt: str | None = typer.Option(None, "--prompt", help="Text put before each query, e.g. 'query: '."),
+    prompt_name: str | None = typer.Option(
         None, "--prompt-name", help="One of the model's named prompts for the queries (e.g. query)."
     ),
-    threads: Optional[int] = ThreadsOption,
+    threads: int | None = ThreadsOption,
     device: str = DeviceOption,
 ) -> None:
     """Run a similarity search of each query against a vectors file (exact) or an index (approximate, HNSW).

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -24,19 +23,19 @@ from .common import (
 
 @app.command()
 def bench(
-    input: Optional[Path] = typer.Argument(
+    input: Path | None = typer.Argument(
         None, callback=existing_text_file, help="Texts to time (TSV/CSV/JSONL/text); default: bertkit's sample."
     ),
-    column: Optional[str] = typer.Option(None, "--column", "-c"),
-    header: Optional[bool] = HeaderOption,
-    limit: Optional[int] = typer.Option(2000, "--limit", help="Use the first N texts (0 = all)."),
+    column: str | None = typer.Option(None, "--column", "-c"),
+    header: bool | None = HeaderOption,
+    limit: int | None = typer.Option(2000, "--limit", help="Use the first N texts (0 = all)."),
     repeats: int = typer.Option(3, "--repeats"),
-    batch_size: Optional[int] = BatchSizeOption,
+    batch_size: int | None = BatchSizeOption,
     peers: bool = typer.Option(
         True, "--peers/--no-peers", help="Also time the tutorial loop and sentence-transformers."
     ),
-    model: Optional[str] = ModelOption,
-    threads: Optional[int] = ThreadsOption,
+    model: str | None = ModelOption,
+    threads: int | None = ThreadsOption,
     device: str = DeviceOption,
     precision: str = typer.Option(
         "fp32,bf16",
@@ -70,7 +69,7 @@ def bench(
 
 
 @app.command()
-def demo(model: Optional[str] = ModelOption) -> None:
+def demo(model: str | None = ModelOption) -> None:
     """Run a short tour on the packaged default model: tokenization table, embeddings and their shapes."""
     from .demo import run_demo
 
