@@ -52,24 +52,13 @@ _VERBOSITY = {"level": "normal"}
 _LEVELS = {"quiet": logging.WARNING, "normal": logging.INFO, "verbose": logging.DEBUG}
 
 
-class _LineFormatter(logging.Formatter):
-    """bertkit's log records as the command line says things: 'warning: ...' for warnings, the message otherwise."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        if record.levelno >= logging.WARNING:
-            return f"{'error' if record.levelno >= logging.ERROR else 'warning'}: {record.getMessage()}"
-        return record.getMessage()
-
-
 def show_logs(level: str) -> None:
     """Print the library's log records (logger `bertkit`) on stderr at `level`: quiet, normal or verbose."""
     _VERBOSITY["level"] = level
     logger = logging.getLogger("bertkit")
     logger.setLevel(_LEVELS[level])
     if not any(isinstance(handler, _StderrHandler) for handler in logger.handlers):
-        handler = _StderrHandler()
-        handler.setFormatter(_LineFormatter())
-        logger.addHandler(handler)
+        logger.addHandler(_StderrHandler())
         logger.propagate = False
 
 
@@ -84,11 +73,19 @@ def stop_showing_logs() -> None:
 
 
 class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever `sys.stderr` is when a record comes (pytest's capsys and progress bars swap it)."""
+    """Writes to whatever `sys.stderr` is when a record comes (pytest's capsys and progress bars swap it).
+
+    Records read as the command line says things: 'warning: ...' for warnings, the message otherwise.
+    """
 
     def emit(self, record: logging.LogRecord) -> None:
         self.stream = sys.stderr
         super().emit(record)
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.levelno >= logging.WARNING:
+            return f"{'error' if record.levelno >= logging.ERROR else 'warning'}: {record.getMessage()}"
+        return record.getMessage()
 
 
 def verbosity() -> str:
@@ -189,6 +186,7 @@ def existing_indexes(values: list[str] | None) -> list[str] | None:
 RunArgument = typer.Argument(
     ..., callback=existing_run, help="A run directory written by `bertkit train` or `bertkit finetune`."
 )
+RunPrecisionOption = typer.Option(None, "--precision", help="fp32 | bf16 | int8; default: the run's own.")
 
 
 def options_for(ctx: typer.Context, target: Callable, **values: Any) -> dict[str, Any]:

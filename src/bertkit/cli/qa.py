@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..errors import InputError
-from .common import DeviceOption, RunArgument, ThreadsOption, app, texts_or_file, write_output
+from .common import DeviceOption, RunArgument, RunPrecisionOption, ThreadsOption, app, texts_or_file, write_output
 
 if TYPE_CHECKING:
     from ..tasks.qa import FineTunedQA
@@ -28,7 +28,7 @@ def answer(
     doc_stride: int | None = typer.Option(
         None, "--doc-stride", help="Tokens two windows of a long context share (default: the run's)."
     ),
-    precision: str | None = typer.Option(None, "--precision", help="fp32 | bf16 | int8; default: the run's own."),
+    precision: str | None = RunPrecisionOption,
     threads: int | None = ThreadsOption,
     device: str = DeviceOption,
 ) -> None:

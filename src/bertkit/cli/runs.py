@@ -16,6 +16,7 @@ from .common import (
     HeaderOption,
     NoCacheOption,
     RunArgument,
+    RunPrecisionOption,
     ThreadsOption,
     app,
     cache_option,
@@ -24,8 +25,6 @@ from .common import (
     texts_or_file,
     write_output,
 )
-
-RunPrecisionOption = typer.Option(None, "--precision", help="fp32 | bf16 | int8; default: the run's own.")
 
 
 def _load(run: Path, no_cache: bool, cache_dir: Path | None, precision: str | None, device: str) -> Any:
