@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..errors import InputError, no_such_path
-from .common import DeviceOption, ThreadsOption, app, say
+from .common import DeviceOption, ThreadsOption, app, options_for, say
 
 if TYPE_CHECKING:
     from ..encoder.encode import Encoder
@@ -109,6 +109,7 @@ def _compact_note(output: str, multiplier: int, top_k: int, meta: dict, encoder:
 
 @app.command("index")
 def index_command(
+    ctx: typer.Context,
     vectors: Path = typer.Argument(..., help="A .npz or .parquet file written by `bertkit embed`."),
     output: Path = typer.Option(..., "--output", "-o", help="The index file to write (or extend)."),
     metric: str = typer.Option("cosine", "--metric", help="cosine | dot | euclidean"),
@@ -129,15 +130,6 @@ def index_command(
     def progress(done: int, total: int) -> None:
         say(f"{done}/{total} vectors indexed")
 
-    report = build_index(
-        vectors,
-        output,
-        metric=metric,
-        overwrite=overwrite,
-        m=m,
-        ef_construction=ef_construction,
-        ef_search=ef_search,
-        on_progress=progress,
-    )
+    report = build_index(vectors, **options_for(ctx, build_index, on_progress=progress))
     resumed = f", after the {report.resumed_from} already there" if report.resumed_from else ""
     say(f"{output}: {report.rows} vectors ({report.added} added{resumed}) in {report.seconds:.1f} s")
