@@ -1,4 +1,4 @@
-"""Helper commands: bench (throughput against peers) and demo (the guided tour)."""
+"""Helper commands: bench (throughput against peers), demo (the guided tour: the README's main job) and env."""
 
 from __future__ import annotations
 
@@ -18,11 +18,13 @@ from .common import (
     echo_facts,
     existing_text_file,
     make_encoder,
+    options_for,
 )
 
 
 @app.command()
 def bench(
+    ctx: typer.Context,
     input: Path | None = typer.Argument(
         None, callback=existing_text_file, help="Texts to time (TSV/CSV/JSONL/text); default: bertkit's sample."
     ),
@@ -49,7 +51,6 @@ def bench(
     from ..tasks.bench import parse_precisions, run_benchmark
 
     precisions = parse_precisions(precision)
-
     if input is None:
         texts = read_texts(sample_path("reviews.tsv"), "text")[0]
     else:
@@ -57,23 +58,89 @@ def bench(
     texts = texts[:limit] if limit else texts
     if repeats < 1:
         raise InputError("--repeats must be at least 1 (3 or more for a median worth reporting).")
-    run_benchmark(
-        make_encoder(model, device=device),
-        texts,
-        repeats=repeats,
-        batch_size=batch_size,
-        include_peers=peers,
-        echo=typer.echo,
-        precisions=precisions,
-    )
+    settings = options_for(ctx, run_benchmark, include_peers=peers, echo=typer.echo, precisions=precisions)
+    run_benchmark(make_encoder(model, device=device), texts, **settings)
 
 
 @app.command()
 def demo(model: str | None = ModelOption) -> None:
     """Run a short tour on the packaged default model: tokenization table, embeddings and their shapes."""
-    from .demo import run_demo
+    from ..display import text_table as format_table
+    from ..encoder.encode import Encoder
+    from ..io.readers import read_labelled, sample_path
+    from ..tasks.classify import TextClassifier
+    from ..tasks.labels import split_holdout
+    from ..tasks.report import classification_metrics
+    from ..tasks.vectorizer import BertVectorizer
 
-    run_demo(model)
+    echo = typer.echo
+    encoder = Encoder.from_pretrained(model)
+    facts = encoder.info()
+    echo(
+        f"model: {facts['model']} ({facts['architecture']}, {facts['layers']} layers, hidden {facts['hidden_size']}, "
+        f"max length {facts['max_length']} from {facts['max_length_source']}, vocab {facts['vocab_size']}, "
+        f"{'cased' if facts['cased'] else 'uncased'})"
+    )
+
+    echo("\n1. Tokenization of 'I love Korea', padded to 7 tokens:")
+    batch = encoder.tokenize(["I love Korea"], max_length=7, padding="max_length")
+    echo(format_table(batch.table(0), ["position", "token", "id", "mask", "type_id"]))
+
+    echo("\n2. One forward pass:")
+    out = encoder.forward(batch)
+    echo(
+        f"   last_hidden_state {tuple(out.last_hidden_state.shape)}   pooler_output "
+        f"{tuple(out.pooler_output.shape) if out.pooler_output is not None else None}   "
+        f"hidden_states: {len(out.hidden_states)} tensors (embeddings + {encoder.num_layers} layers)"
+    )
+
+    texts = [
+        "a visually stunning rumination on love",
+        "the plot is a mess and the acting is worse",
+        "an enchanting , funny film",
+        "I love Korea",
+    ]
+    echo("\n3. Sentence vectors for 4 texts:")
+    choices = [("last", "cls"), ("last", "pooler"), ("last", "mean"), ("last4:sum", "mean"), ("last4:concat", "mean")]
+    for layers, pooling in choices:
+        vectors = encoder.embed(texts, layers=layers, pooling=pooling)
+        echo(f"   layers={layers:<13} pooling={pooling:<7} → {vectors.shape} {vectors.dtype}")
+    vectors = encoder.embed(texts, layers="last4:sum", pooling="mean")
+    unit = vectors / (vectors**2).sum(axis=1, keepdims=True) ** 0.5
+    echo("   cosine similarity (last4:sum, mean):")
+    for i, text in enumerate(texts):
+        echo(f"     {text[:42]:<42} " + " ".join(f"{unit[i] @ unit[j]:5.2f}" for j in range(len(texts))))
+
+    echo("\n4. Word vectors (sub-tokens pooled back onto words):")
+    words = ["EU", "rejects", "German", "call", "to", "boycott", "British", "lamb"]
+    vecs = encoder.embed_words([words], layers="last4:concat", subtoken_pooling="first")[0]
+    echo(f"   {len(words)} words → {vecs.shape}; sub-tokens: {encoder.tokenize([words]).tokens[0][1:-1]}")
+
+    echo("\n5. Vocabulary coverage check on Korean text:")
+    echo(f"   '이 영화 재미없네요' → {encoder.tokenize(['이 영화 재미없네요']).tokens[0]}")
+    echo(f"   {encoder.coverage(['이 영화 재미없네요']).message()}")
+
+    echo("\n6. The visual guide's pipeline on bertkit's own sample (80 labelled reviews):")
+    sample = read_labelled(sample_path("reviews.tsv"), "text", "label")
+    train_x, test_x, train_y, test_y = split_holdout(sample.texts, sample.labels, 0.25, seed=0)
+    classifier = TextClassifier(BertVectorizer(model=model)).fit(train_x, train_y)
+    metrics = classification_metrics(
+        test_y, classifier.predict(test_x), classifier.classes_, classifier.majority_class_
+    )
+    features = classifier.vectorizer_
+    echo(
+        f"   features: layers={features.layers} pooling={features.pooling} → {features.n_features_out_} dims, "
+        f"{'standardised' if classifier.scale else 'not scaled'}; "
+        f"logistic regression with C={classifier.C_:g} chosen by {classifier.cv_folds_}-fold CV"
+    )
+    echo(
+        f"   held-out accuracy {metrics['accuracy']:.3f} on {metrics['n']} reviews "
+        f"(majority baseline {metrics['majority_baseline_accuracy']:.3f})"
+    )
+    for text in ["a visually stunning rumination on love", "an hour and a half of my life i will never get back"]:
+        probabilities = classifier.predict_proba([text])[0]
+        echo(f"   {text!r} → {classifier.classes_[probabilities.argmax()]} ({probabilities.max():.2f})")
+    echo("\nOn SST-2: bertkit train ../shared/data/sst2/train.tsv --dev ../shared/data/sst2/dev.tsv -o runs/sst2")
 
 
 @app.command()
