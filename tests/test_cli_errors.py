@@ -9,7 +9,7 @@ import shutil
 import pytest
 from conftest import run_cli
 
-from bertkit.cli.errors import describe_os_error, user_message
+from bertkit.cli.main import describe_os_error, user_message
 from bertkit.encoder.models import default_model_dir
 
 run = run_cli

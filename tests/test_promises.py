@@ -212,7 +212,7 @@ def test_full_disk_keeps_the_finished_chunks_and_resumes(encoder, tmp_path, monk
     monkeypatch.setattr(stream.os, "pwrite", pwrite_until_full)
     with pytest.raises(OSError) as raised:
         stream.embed_file(encoder, texts, output, chunk_rows=4)
-    from bertkit.cli.errors import user_message
+    from bertkit.cli.main import user_message
 
     assert user_message(raised.value) == (
         f"{output}: no space left on the device; free some space or write somewhere "
