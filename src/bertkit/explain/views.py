@@ -46,16 +46,6 @@ def check_text(text: object, name: str = "text") -> str:
     return text
 
 
-def check_padding(encoder: Encoder, pad_to: int | None) -> int | None:
-    """None (no padding) or a length between 3 and the panel limit."""
-    if pad_to is None:
-        return None
-    limit = min(MAX_TOKENS, encoder.max_length)
-    if isinstance(pad_to, bool) or not isinstance(pad_to, int) or not 3 <= pad_to <= limit:
-        raise InputError(f"padding {pad_to!r}: give a whole number of tokens from 3 to {limit}, or leave it empty.")
-    return pad_to
-
-
 def tokenization(encoder: Encoder, text: str, pad_to: int | None = None, pair: str | None = None) -> dict:
     """Build the guide's table (tokens, ids, mask, type ids, word ids) padded to `pad_to`, with the CLI's coverage line.
 
@@ -306,11 +296,12 @@ def _named(facts: dict) -> dict:
 
 
 def _batch(encoder: Encoder, text: str, pad_to: int | None, pair: str | None = None) -> Batch:
-    """Build what `bertkit tokenize --max-length [--pair]` builds: padded to `pad_to`, or to its own (<= MAX_TOKENS)."""
-    pad_to = check_padding(encoder, pad_to)
-    limit = pad_to or min(MAX_TOKENS, encoder.max_length)
+    """Build what `bertkit tokenize --max-length [--pair]` builds: padded to `pad_to` (3 to the limit), or unpadded."""
+    limit = min(MAX_TOKENS, encoder.max_length)
+    if pad_to is not None and (isinstance(pad_to, bool) or not isinstance(pad_to, int) or not 3 <= pad_to <= limit):
+        raise InputError(f"padding {pad_to!r}: give a whole number of tokens from 3 to {limit}, or leave it empty.")
     pairs = [pair] if pair else None
-    return encoder.tokenize([text], pairs, max_length=limit, padding="max_length" if pad_to else "longest")
+    return encoder.tokenize([text], pairs, max_length=pad_to or limit, padding="max_length" if pad_to else "longest")
 
 
 def _segments(rows: list[dict]) -> list[dict]:
