@@ -166,7 +166,14 @@ def embed(
         raise InputError(f"--engine {engine!r}: choose local or ray.")
     options = EmbedOptions(**options_for(ctx, EmbedOptions))  # option mistakes are refused before the input is read
     if engine == "ray":
-        _check_ray_flags(output_type, calibration, device)
+        if output_type != "float32" or calibration is not None:
+            raise InputError(
+                "--output-type and --calibration apply to --engine local; the Ray engine writes float32 vectors."
+            )
+        if device != "auto":
+            raise InputError(
+                "--device applies to --engine local; Ray actors run on the CPU, or on GPUs with --gpus-per-actor."
+            )
         reading = dict(column=column_spec(column), id_column=column_spec(id_column))
         _embed_on_ray(ctx, str(input), output, options, reading, quiet, chunk_rows)
         return
@@ -189,17 +196,6 @@ def embed(
         summary = _embed_streamed(encoder, input, output, options, quiet, **reading, **chunks, batch_size=batch_size)
     if not quiet:
         _say_summary(summary, output, time.perf_counter() - started, max_length or encoder.max_length, encoder)
-
-
-def _check_ray_flags(output_type: str, calibration: Path | None, device: str) -> None:
-    if output_type != "float32" or calibration is not None:
-        raise InputError(
-            "--output-type and --calibration apply to --engine local; the Ray engine writes float32 vectors."
-        )
-    if device != "auto":
-        raise InputError(
-            "--device applies to --engine local; Ray actors run on the CPU, or on GPUs with --gpus-per-actor."
-        )
 
 
 def _calibration_ranges(encoder: Encoder, path: Path, options: EmbedOptions, batch_size: int | None) -> np.ndarray:
