@@ -57,6 +57,7 @@ def evaluate(
     Accuracy, macro-F1, per-class table, confusion matrix; a regressor's correlations; a multi-label model's F1 per
     label; a tagger's entity P/R/F1 per type.
     """
+    from ..io.readers import read_labelled
     from ..tasks.evaluate import evaluate as evaluate_run
     from ..tasks.tagger import FineTunedTagger
 
@@ -75,23 +76,7 @@ def evaluate(
             ) from None
         typer.echo(evaluate_run(estimator, data.words, data.tags).text())
         return
-    typer.echo(_score(estimator, run, data_file, text_column, pair_column, label_column, header))
-
-
-def _score(
-    estimator: Any,  # a loaded run (`load_run`)
-    run: Path,
-    data_file: Path,
-    text_column: str | None,
-    pair_column: str | None,
-    label_column: str | None,
-    header: bool | None,
-) -> str:
-    """Return the evaluation table of a text or pair model on a labelled file (columns as the run recorded them)."""
-    from ..io.readers import read_labelled
-    from ..tasks.evaluate import evaluate as evaluate_run
-
-    stored = estimator.record_.get("data", {})
+    stored = estimator.record_.get("data", {})  # columns as the run recorded them, unless given
     problem = getattr(estimator, "problem", "single_label_classification")
     paired = getattr(estimator, "takes_pairs", False) is True
     data = read_labelled(
@@ -105,7 +90,7 @@ def _score(
         label_separator=stored.get("label_separator", ","),
     )
     inputs = list(zip(data.texts, data.pairs)) if paired else data.texts
-    return evaluate_run(estimator, inputs, data.labels, str(data_file), str(run)).text()
+    typer.echo(evaluate_run(estimator, inputs, data.labels, str(data_file), str(run)).text())
 
 
 @app.command()
