@@ -58,11 +58,8 @@ def explain(
     every = {"layer": "all", "attention_layer": "all", "head": "all"}
     settings = Settings.from_json(options_for(ctx, Settings, pad_to=max_length, **every))
     result = explainer.explain(settings, bounded=False)
-    for name, option in (
-        ("tokenization", "--max-length"),
-        ("model", "--max-length"),
-        ("sentence", "--layers/--pooling"),
-    ):
+    option_of = {"tokenization": "--max-length", "model": "--max-length", "sentence": "--layers/--pooling"}
+    for name, option in option_of.items():
         if "error" in result[name]:  # an option the user gave is wrong: say so, write nothing
             raise InputError(f"{option}: {result[name]['error']}")
     if explainer.info()["map_runs"] and "error" in result["map"]:
