@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from cachetools import FIFOCache
 from sklearn.decomposition import PCA
 
 from ..encoder.encode import Encoder
@@ -95,7 +96,7 @@ class Explainer:
     probes: dict = field(default_factory=dict)
     map_texts: bool = False
     _maps: dict = field(default_factory=dict)
-    _recent: dict = field(default_factory=dict)  # (run, text) → features, the last few sentences
+    _recent: FIFOCache = field(default_factory=lambda: FIFOCache(RECENT))  # (run, text) → features, the last few
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
@@ -248,8 +249,6 @@ class Explainer:
         features = run.vectorizer_.transform([text])
         with self._lock:
             self._recent[(name, text)] = features
-            while len(self._recent) > RECENT:
-                self._recent.pop(next(iter(self._recent)))
         return features
 
 
