@@ -123,7 +123,6 @@ def train(
     say(f"saved {output}")
     if report is not None:
         vectors = estimator.vectorizer_.transform(dev_texts)
-        for path in write_report(
-            report, metrics, vectors, dev_labels, title=f"{layers} / {pooling} / {classifier}", overwrite=overwrite
-        ):
+        title = f"{layers} / {pooling} / {classifier}"
+        for path in write_report(report, metrics, vectors, dev_labels, title=title, overwrite=overwrite):
             say(f"wrote {path}")
