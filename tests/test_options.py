@@ -11,6 +11,7 @@ from tiny_models import tiny_bert
 from bertkit import BertVectorizer, EmbedOptions, Encoder, InputError
 from bertkit.encoder.models import default_model_dir
 from bertkit.encoder.options import FIELDS
+from bertkit.io.stream import embed_file
 
 TEXTS = ["I love Korea", "the movie was great", "EU rejects German call to boycott British lamb ."]
 
@@ -81,6 +82,27 @@ def test_options_are_checked_against_the_model_without_running_it(encoder, monke
         EmbedOptions(long_text="chop")  # what needs no model is refused when the value is made
     with pytest.raises(InputError, match="truncate_dim applies to sentence vectors"):
         EmbedOptions(pooling="none", truncate_dim=8)
+
+
+def test_a_misspelled_option_is_refused_not_dropped(encoder, tmp_path):
+    def no_forward(*_):
+        raise AssertionError("the model ran")
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("I love Korea\n")
+    faces = {
+        "embed": lambda **kw: encoder.embed(TEXTS, **kw),
+        "embed_tokens": lambda **kw: encoder.embed_tokens(TEXTS, **kw),
+        "embed_with_report": lambda **kw: encoder.embed_with_report(TEXTS, **kw),
+        "calibration_ranges": lambda **kw: encoder.calibration_ranges(**kw),
+        "embed_file": lambda **kw: embed_file(encoder, texts, tmp_path / "out.npy", **kw),
+    }
+    for face, call in faces.items():
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(encoder, "forward_inputs", no_forward)
+            with pytest.raises(InputError, match="unknown embedding option 'poolng'; the options are layers, pooling"):
+                call(poolng="cls")
+        assert not (tmp_path / "out.npy").exists(), face
 
 
 def test_resolved_options_record_themselves_one_way(encoder):

@@ -269,6 +269,5 @@ def _check_pooler(encoder: Model, last_only: bool, layers: str) -> None:
 
 
 def options_from(options: EmbedOptions | None, kwargs: Mapping[str, Any]) -> EmbedOptions:
-    """`EmbedOptions.from_kwargs` over the entries of `kwargs` that are embedding options."""
-    wanted = set(FIELDS) | set(DEPRECATED_NAMES)
-    return EmbedOptions.from_kwargs(options, **{k: v for k, v in kwargs.items() if k in wanted})
+    """`EmbedOptions.from_kwargs(options, **kwargs)`: a name that is not an option (a typo) is refused, not dropped."""
+    return EmbedOptions.from_kwargs(options, **kwargs)
