@@ -27,7 +27,6 @@ from ..encoder.threads import release_openmp_threads
 from ..errors import BertkitError, brief
 from .batcher import Overloaded, ShuttingDown
 from .errors import OPENAI_PREFIX, error_response
-from .explain_routes import add_routes as add_explainer_routes
 from .middleware import (
     ApiKeyMiddleware,
     BodyLimitMiddleware,
@@ -114,8 +113,7 @@ def create_app(
     )
     app.state.service = service
     _add_error_handlers(app)
-    app.include_router(service_routes(service, vocabulary(service)))
-    add_explainer_routes(app)  # GET / (the visual guide, live), /explain/info, POST /explain
+    app.include_router(service_routes(service, vocabulary(service)))  # the explainer page's routes too, at GET /
     for router in routers:
         app.include_router(router)
     _add_middleware(app, service.settings, service.metrics)

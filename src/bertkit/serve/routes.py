@@ -1,23 +1,30 @@
-"""The service's routes: status, embeddings, served runs and search.
+"""The service's routes: status, embeddings, served runs, search and the explainer page.
 
 Each route turns its typed body into the library's own options and calls the `Service`; none computes a vector
-its own way.
+its own way. The page explains with the very model and runs that `/embed` and `/predict` serve, and `POST /explain`
+runs on the service's model thread under its queue limit like every other model call.
 """
 
 import base64
+import threading
 import uuid
 from typing import Any, Literal
 
 import numpy as np
-from fastapi import APIRouter, Path, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi import APIRouter, FastAPI, Path, Request
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 
 from ..encoder.options import EmbedOptions
+from ..explain import page
+from ..explain.explainer import Explainer, Settings
 from .responses import (
     Answer,
     ClassPrediction,
     CohereRerankResponse,
+    ExplainInfo,
+    ExplainResponse,
     Health,
     LabelSetPrediction,
     OpenAIEmbeddingResponse,
@@ -29,7 +36,7 @@ from .responses import (
     TokenVectors,
     TokenView,
 )
-from .schemas import Vocabulary, request_models
+from .schemas import ExplainRequest, Vocabulary, request_models
 from .service import EmbedResult, ServeError, Service, token_estimate
 from .web import GET_ERRORS, POST_ERRORS, StrictJSONRoute, json_answer, responses
 
@@ -52,6 +59,7 @@ OPTION_FIELDS = {
     "dimensions": "truncate_dim",
     "normalize": "normalize_embeddings",
 }
+_BUILD = threading.Lock()
 
 
 def service_routes(service: Service, vocabulary: Vocabulary) -> APIRouter:
@@ -63,6 +71,7 @@ def service_routes(service: Service, vocabulary: Vocabulary) -> APIRouter:
     _embedding_routes(router, models, key)
     _run_routes(router, models, key, sorted(service.runs), vocabulary.rerankers)
     _search_routes(router, models, key, bool(service.indexes))
+    _explainer_routes(router)
     return router
 
 
@@ -308,3 +317,49 @@ def _search_routes(router: APIRouter, models: Any, key: bool, loaded: bool) -> N
             body.index, _texts(body.query), body.top_k, body.prompt, _disconnected(request)
         )
         return await json_answer(hits[0] if isinstance(body.query, str) else hits, headers=_truncation_headers(result))
+
+
+def explainer_of(app: FastAPI) -> Explainer:
+    """Return the app's Explainer, built once from its service's encoder and runs (or set as app.state.explainer)."""
+    with _BUILD:
+        if getattr(app.state, "explainer", None) is None:
+            service = app.state.service
+            runs = {name: getattr(run, "model", run) for name, run in service.runs.items()}
+            probes = dict(getattr(app.state, "explain_probes", {}))
+            app.state.explainer = Explainer(service.encoder, runs, probes, map_texts=service.settings.map_texts)
+        return app.state.explainer
+
+
+def _explainer_routes(router: APIRouter) -> None:
+    """GET / (the page), its static files, GET /explain/info and POST /explain (all panels)."""
+
+    @router.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def explainer_page() -> HTMLResponse:
+        return HTMLResponse(page.live_page())
+
+    @router.get("/explain/static/{name}", include_in_schema=False)
+    def explainer_static(name: str) -> FileResponse:
+        if name not in page.STATIC_FILES:
+            raise HTTPException(404, f"no static file {name!r}; the page uses {', '.join(page.STATIC_FILES)}.")
+        return FileResponse(
+            page.static_path(name), media_type=page.STATIC_FILES[name], headers={"Cache-Control": "max-age=3600"}
+        )
+
+    @router.get(
+        "/explain/info",
+        summary="Explainer: model facts, served runs and probes (the page's menus)",
+        responses=responses("/explain/info", ExplainInfo, GET_ERRORS),
+    )
+    def explainer_info(request: Request) -> JSONResponse:
+        return JSONResponse(explainer_of(request.app).info())
+
+    @router.post(
+        "/explain",
+        summary="Explainer: every panel for one sentence (tokens, layers, attention, vector, map, predictions, probes)",
+        responses=responses("/explain", ExplainResponse, POST_ERRORS),
+    )
+    async def explain(body: ExplainRequest, request: Request) -> JSONResponse:
+        settings = Settings.from_json(body.model_dump(exclude_unset=True))
+        explainer = explainer_of(request.app)
+        result = await _service(request).call(lambda: explainer.explain(settings), explainer.work_tokens(settings))
+        return await json_answer(result)  # written off the loop (FastAPI's encoder would walk every float)
