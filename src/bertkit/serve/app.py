@@ -38,7 +38,6 @@ from .middleware import (
 from .routes import service_routes
 from .runs import ServedRun
 from .schemas import Vocabulary
-from .security import check_allow_hosts, check_allow_origins
 from .service import ClientGone, ServeError, Service
 from .settings import ServeSettings
 
@@ -130,19 +129,16 @@ def _add_middleware(app: FastAPI, settings: ServeSettings, metrics: Any) -> None
     app.add_middleware(JsonBodyMiddleware, routes=app.router.routes)
     if settings.api_key:
         app.add_middleware(ApiKeyMiddleware, key=settings.api_key)
-    origins = check_allow_origins(settings.allow_origins)
-    if origins:
+    if settings.allow_origins:
         app.add_middleware(
             CORSMiddleware,
-            allow_origins=list(origins),
+            allow_origins=list(settings.allow_origins),
             allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "Content-Type"],
             max_age=600,
             expose_headers=["Retry-After", "X-Bertkit-Truncated", "X-Bertkit-Truncated-Inputs"],
         )
-    app.add_middleware(
-        LocalAccessMiddleware, allow_hosts=check_allow_hosts(settings.allow_hosts), allow_origins=origins
-    )
+    app.add_middleware(LocalAccessMiddleware, allow_hosts=settings.allow_hosts, allow_origins=settings.allow_origins)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
 
 
