@@ -25,12 +25,10 @@ from .. import __version__
 from ..encoder.encode import Encoder
 from ..encoder.threads import release_openmp_threads
 from ..errors import BertkitError, brief
-from .batcher import Overloaded, ShuttingDown
-from .errors import OPENAI_PREFIX, error_response
+from .errors import OPENAI_PREFIX, ServeError, error_response
 from .middleware import (
     ApiKeyMiddleware,
     BodyLimitMiddleware,
-    BodyTooLarge,
     JsonBodyMiddleware,
     LocalAccessMiddleware,
     MetricsMiddleware,
@@ -38,7 +36,7 @@ from .middleware import (
 from .routes import service_routes
 from .runs import ServedRun
 from .schemas import Vocabulary
-from .service import ClientGone, ServeError, Service
+from .service import ClientGone, Service
 from .settings import ServeSettings
 
 if TYPE_CHECKING:
@@ -239,7 +237,7 @@ def _http_message(request: Request, exc: StarletteHTTPException) -> str:
 
 def _error_answer(request: Request, exc: Exception) -> tuple[int, str, str, dict | None, str | None]:
     """Return (status, kind, message, headers, field) of the answer to an error."""
-    if isinstance(exc, ServeError):
+    if isinstance(exc, ServeError):  # the batcher's Overloaded and ShuttingDown, the body limit's BodyTooLarge too
         return exc.status, exc.error_type, str(exc), exc.headers, exc.param
     if isinstance(exc, BertkitError):
         return 422, "invalid_input", brief(exc, 500), None, None
@@ -249,12 +247,6 @@ def _error_answer(request: Request, exc: Exception) -> tuple[int, str, str, dict
     if isinstance(exc, StarletteHTTPException):
         kind = HTTP_KINDS.get(exc.status_code, "http_error")
         return exc.status_code, kind, _http_message(request, exc), exc.headers, None
-    if isinstance(exc, Overloaded):
-        return 429, "overloaded", str(exc), {"Retry-After": str(exc.retry_after)}, None
-    if isinstance(exc, ShuttingDown):
-        return 503, "shutting_down", str(exc), {"Retry-After": "5"}, None
-    if isinstance(exc, BodyTooLarge):
-        return 413, "payload_too_large", str(exc), None, None
     if isinstance(exc, (ClientGone, ClientDisconnect)):  # ClientDisconnect: gone while its body was being read
         return 499, "client_closed_request", "the client closed the connection; the request was dropped.", None, None
     log.error("request %s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, brief(exc))
@@ -269,6 +261,6 @@ def _add_error_handlers(app: FastAPI) -> None:
         status, kind, message, headers, field = _error_answer(request, exc)
         return error_response(status, kind, message, request.url.path, headers, field)
 
-    handled = (ServeError, BertkitError, RequestValidationError, StarletteHTTPException, Overloaded, ShuttingDown)
-    for error in (*handled, BodyTooLarge, ClientGone, ClientDisconnect, Exception):
+    handled = (ServeError, BertkitError, RequestValidationError, StarletteHTTPException, ClientGone, ClientDisconnect)
+    for error in (*handled, Exception):
         app.add_exception_handler(error, answer)

@@ -25,21 +25,27 @@ from ..encoder.encode import Encoder
 from ..encoder.runner import Row
 from ..encoder.threads import set_threads, total_threads
 from ..encoder.vectors import VectorHead
+from .errors import ServeError
 from .metrics import Metrics
 
 log = logging.getLogger("bertkit.serve")
 
 
-class Overloaded(Exception):
+class Overloaded(ServeError):
     """The queue holds `max_queue_tokens` already: answer 429 and ask the client to retry after `retry_after` s."""
 
     def __init__(self, queued_tokens: int, retry_after: int) -> None:
-        super().__init__(f"the server is busy ({queued_tokens} tokens are waiting); retry after {retry_after} s")
+        message = f"the server is busy ({queued_tokens} tokens are waiting); retry after {retry_after} s"
+        super().__init__(429, "overloaded", message, {"Retry-After": str(retry_after)})
         self.retry_after = retry_after
 
 
-class ShuttingDown(Exception):
-    """The server is stopping and takes no new work."""
+class ShuttingDown(ServeError):
+    """The server is stopping and takes no new work: 503, retry after 5 s."""
+
+    def __init__(self) -> None:
+        message = "the server is shutting down and takes no new requests"
+        super().__init__(503, "shutting_down", message, {"Retry-After": "5"})
 
 
 @dataclass(eq=False)
@@ -164,7 +170,7 @@ class Batcher:
         tokens = job.tokens
         with self._cond:
             if self._stopping:
-                raise ShuttingDown("the server is shutting down and takes no new requests")
+                raise ShuttingDown()
             if self._queue and self._queued_tokens + tokens > self.max_queue_tokens:
                 self.metrics.rejected.inc()
                 rate = self._tokens_per_second or 1000.0

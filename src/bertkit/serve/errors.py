@@ -1,4 +1,4 @@
-"""The service's one JSON error shape, for route handlers and middleware alike.
+"""The service's errors and their one JSON shape, for route handlers and middleware alike.
 
 bertkit's own routes answer `{"error": "<what to do>", "error_type": "<kind>"}`; under `/v1/` the answer is OpenAI's
 `{"error": {"message", "type", "param", "code"}}`, so that the `openai` client's exception carries the message.
@@ -10,6 +10,21 @@ from fastapi.responses import JSONResponse
 
 OPENAI_PREFIX = "/v1/"
 OPENAI_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
+
+
+class ServeError(Exception):
+    """An error with its HTTP status and machine-readable type; the message says what to change."""
+
+    def __init__(
+        self,
+        status: int,
+        error_type: str,
+        message: str,
+        headers: dict[str, str] | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.error_type, self.headers, self.param = status, error_type, headers or {}, param
 
 
 def error_response(

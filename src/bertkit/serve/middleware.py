@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from starlette.routing import Match
 
-from .errors import error_response
+from .errors import ServeError, error_response
 from .metrics import Metrics
 from .security import BODY_METHODS, authorized, host_allowed, is_json, needs_key, origin_allowed, same_origin
 
@@ -25,13 +25,12 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return value.decode("latin-1") if value is not None else None
 
 
-class BodyTooLarge(Exception):
-    """The request body passed `--max-body-bytes`."""
+class BodyTooLarge(ServeError):
+    """The request body passed `--max-body-bytes`: 413."""
 
     def __init__(self, limit: int) -> None:
-        super().__init__(
-            f"the request body is larger than {limit} bytes (--max-body-bytes); send fewer or shorter texts."
-        )
+        message = f"the request body is larger than {limit} bytes (--max-body-bytes); send fewer or shorter texts."
+        super().__init__(413, "payload_too_large", message)
 
 
 class LocalAccessMiddleware:

@@ -24,6 +24,7 @@ from ..explain.explainer import model_name
 from ..tasks.runs import KIND_QA
 from ..tasks.search import query_options
 from .batcher import Batcher, CallJob, EmbedJob, Overloaded
+from .errors import ServeError
 from .metrics import Metrics
 from .runs import ServedRun
 from .settings import ServeSettings
@@ -35,21 +36,6 @@ logger = logging.getLogger(__name__)
 
 Disconnected = Callable[[], Awaitable[None]]  # returns when the client has gone away
 CHARS_PER_TOKEN = 4  # what a request's characters are estimated to cost in tokens before it is tokenized
-
-
-class ServeError(Exception):
-    """An error with its HTTP status and machine-readable type; the message says what to change."""
-
-    def __init__(
-        self,
-        status: int,
-        error_type: str,
-        message: str,
-        headers: dict[str, str] | None = None,
-        param: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status, self.error_type, self.headers, self.param = status, error_type, headers or {}, param
 
 
 class ClientGone(Exception):
