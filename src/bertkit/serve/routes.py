@@ -289,14 +289,9 @@ def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rera
         documents = [d if isinstance(d, str) else d.text for d in body.documents]
         service = _service(request)
         ranked, tokens = await service.rerank(body.model, body.query, documents, disconnected=_disconnected(request))
-        results = [
-            {
-                "index": i,
-                "relevance_score": s,
-                **({"document": {"text": documents[i]}} if body.return_documents else {}),
-            }
-            for i, s in ranked[: body.top_n]
-        ]
+        results = [{"index": i, "relevance_score": s} for i, s in ranked[: body.top_n]]
+        if body.return_documents:
+            results = [{**result, "document": {"text": documents[result["index"]]}} for result in results]
         meta = {"api_version": {"version": "1"}, "billed_units": {"search_units": 1}}
         content = {"id": str(uuid.uuid4()), "model": body.model, "results": results, "meta": meta}
         return await json_answer({**content, "usage": {"total_tokens": tokens}})

@@ -78,11 +78,8 @@ class Service:
         if encoder.device.type != "cpu" and self.concurrent_batches > 1:
             # passes in flight at once share a CPU's threads; a GPU runs one pass at a time, and the host work
             # (tokenizing, answering) already overlaps it on the request threads
-            logger.warning(
-                "--concurrent-batches %d: on %s one pass runs at a time; using 1.",
-                self.concurrent_batches,
-                encoder.device,
-            )
+            message = "--concurrent-batches %d: on %s one pass runs at a time; using 1."
+            logger.warning(message, self.concurrent_batches, encoder.device)
             self.concurrent_batches = 1
         self.batcher = Batcher(
             encoder, self.metrics, self.max_batch_tokens, self.settings.max_queue_tokens, self.concurrent_batches
@@ -177,9 +174,8 @@ class Service:
             wanted = "[text, pair] pairs: send a list of two-text lists" if run.takes_pairs else "texts, not pairs"
             raise ServeError(422, "invalid_input", f"run {name!r} takes {wanted}.", param="inputs")
         items = [tuple(x) for x in inputs] if pairs else inputs
-        estimate = token_estimate(
-            (len(" ".join(x) if pairs else x) for x in inputs), getattr(run.model, "max_length", None)
-        )
+        lengths = (len(" ".join(x) if pairs else x) for x in inputs)
+        estimate = token_estimate(lengths, getattr(run.model, "max_length", None))
         return await self.call(lambda: run.predict(items), estimate, disconnected)
 
     async def answer(
