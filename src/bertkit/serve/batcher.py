@@ -247,21 +247,19 @@ class Batcher:
         """Wait for work: a call, or taken rows to plan; None once stopping with nothing queued."""
         with self._cond:
             while True:
-                while not self._ready() and not (self._stopping and not self._queue):
-                    self._cond.wait()
+                self._cond.wait_for(lambda: self._ready() or (self._stopping and not self._queue))
                 self._drop_gone()
                 if self._queue:
                     break
                 if self._stopping:
                     return None  # everything queued has been taken
             if isinstance(self._queue[0], CallJob):
-                call = self._queue.popleft()
-                self._queued_tokens -= call.tokens
-                self._gauges()
-                return call
-            taken = self._take()
+                work = self._queue.popleft()
+                self._queued_tokens -= work.tokens
+            else:
+                work = self._take()
             self._gauges()
-            return taken
+            return work
 
     def _dispatch(self, passes: list[list[tuple[EmbedJob, int]]]) -> list[list[tuple[EmbedJob, int]]]:
         """Hand planned passes to the workers, or return them for this thread (one pass, every worker idle)."""
@@ -279,8 +277,7 @@ class Batcher:
         ready.set()
         while True:
             with self._cond:
-                while not self._pending and not self._closed:
-                    self._cond.wait()
+                self._cond.wait_for(lambda: self._pending or self._closed)
                 if not self._pending:
                     return
                 taken = self._pending.popleft()
