@@ -55,8 +55,7 @@ class EmbedJob:
     ids: list[list[int]]
     type_ids: list[list[int]]
     head: VectorHead
-    future: asyncio.Future
-    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future  # of the event loop the request waits on
     cancelled: bool = False  # the client went away: rows not yet taken are dropped
     failed: bool = False
     next_row: int = 0
@@ -82,7 +81,6 @@ class CallJob:
     call: Callable[[], Any]
     tokens: int
     future: asyncio.Future
-    loop: asyncio.AbstractEventLoop
     cancelled: bool = False
     failed: bool = False
 
@@ -98,7 +96,7 @@ def _settle(future: asyncio.Future, result: Any = None, error: BaseException | N
 
 def _deliver(job: EmbedJob | CallJob, result: Any = None, error: BaseException | None = None) -> None:
     try:
-        job.loop.call_soon_threadsafe(_settle, job.future, result, error)
+        job.future.get_loop().call_soon_threadsafe(_settle, job.future, result, error)
     except RuntimeError:  # the event loop is closed: nobody is waiting any more
         pass
 

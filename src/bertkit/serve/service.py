@@ -144,8 +144,8 @@ class Service:
         encoded, truncated, head = await self.off_loop(tokenize, estimate)
         if resolved.token_vectors:
             self.check_answer_size(sum(len(e.ids) for e in encoded) * encoder.output_dim(resolved))
-        loop = asyncio.get_running_loop()
-        job = EmbedJob([e.ids for e in encoded], [e.type_ids for e in encoded], head, loop.create_future(), loop)
+        future = asyncio.get_running_loop().create_future()
+        job = EmbedJob([e.ids for e in encoded], [e.type_ids for e in encoded], head, future)
         found = await self._wait(job, disconnected)
         if resolved.token_vectors:
             return EmbedResult([finish(v, resolved, token_vectors=True) for v in found], encoded, truncated)
@@ -317,8 +317,8 @@ class Service:
         Any
             What `work` returned.
         """
-        loop = asyncio.get_running_loop()
-        return await self._wait(CallJob(work, max(1, tokens), loop.create_future(), loop), disconnected)
+        future = asyncio.get_running_loop().create_future()
+        return await self._wait(CallJob(work, max(1, tokens), future), disconnected)
 
     def run(self, name: str) -> ServedRun:
         """Return the served run `name`, or a 404 that lists the served ones."""
