@@ -43,11 +43,9 @@ def responses(
     shape = OpenAIErrorResponse if path.startswith(OPENAI_PREFIX) else ErrorResponse
     documented: dict[int | str, dict] = {}
     if model is not None:
-        documented[200] = {
-            "model": model,
-            "description": "Successful Response",
-            **({"headers": headers} if headers else {}),
-        }
+        documented[200] = {"model": model, "description": "Successful Response"}
+        if headers:
+            documented[200]["headers"] = headers
     for code in sorted({*codes, *([401] if key else [])}):
         documented[code] = {"model": shape, "description": ERROR_CODES[code]}
         if model is None:  # a route whose own answer is not JSON (/metrics): its errors still are
