@@ -124,11 +124,7 @@ class Service:
             self._tokenizing -= estimate
 
     async def embed(
-        self,
-        texts: list[str],
-        options: EmbedOptions,
-        truncate: bool = True,
-        disconnected: Disconnected | None = None,
+        self, texts: list[str], options: EmbedOptions, truncate: bool = True, disconnected: Disconnected | None = None
     ) -> EmbedResult:
         """Vectors for `texts` exactly as `Encoder.embed(texts, options)` gives them (token vectors for 'none')."""
         encoder = self.encoder
