@@ -123,20 +123,18 @@ class FineTunedTagger(FineTuned):
             )
         with TOKENIZER_LOCK, torch.inference_mode(), autocast(self.precision):
             found = tagger(texts, batch_size=batch_size) if texts else []
-        results = []
-        for text, entities in zip(texts, found):
-            results.append(
-                [
-                    Entity(
-                        str(e.get("entity_group", e.get("entity"))),
-                        e.get("index"),  # type: ignore[arg-type]  # the pipeline's int token index, or None
-                        None,
-                        text[int(e["start"]) : int(e["end"])],
-                        int(e["start"]),
-                        int(e["end"]),
-                        round(float(e["score"]), 4),
-                    )
-                    for e in entities
-                ]
-            )
-        return results
+        return [
+            [
+                Entity(
+                    str(e.get("entity_group", e.get("entity"))),
+                    e.get("index"),  # type: ignore[arg-type]  # the pipeline's int token index, or None
+                    None,
+                    text[int(e["start"]) : int(e["end"])],
+                    int(e["start"]),
+                    int(e["end"]),
+                    round(float(e["score"]), 4),
+                )
+                for e in entities
+            ]
+            for text, entities in zip(texts, found)
+        ]

@@ -22,10 +22,7 @@ from ...io.writers import (
     recover_interrupted_replace,
     staged_directory,
 )
-from ..finetuned import FineTunedClassifier
-from ..qa import FineTunedQA
 from ..runs import CONFIG_FILE
-from ..tagger import FineTunedTagger
 from .arguments import LOGS
 
 logger = logging.getLogger(__name__)
@@ -111,12 +108,11 @@ def learned_anything(baseline: dict | None, best: float | None, metric_name: str
     return {**baseline, "learned": learned}
 
 
-def write_final(output: Path, network: Any, tokenizer: Any, run_record: dict, training: dict, metrics: dict) -> Any:
-    """Replace `output` by the best epoch's model + tokenizer + bertkit.json (checkpoints gone, logs kept)."""
+def write_final(output: Path, runner: Any, run_record: dict, training: dict, metrics: dict) -> Any:
+    """Replace `output` by the runner's model (the best epoch) + tokenizer + bertkit.json; checkpoints go, logs stay."""
     best = training["best_score"]
-    loader = {"token": FineTunedTagger, "qa": FineTunedQA}.get(run_record["task"], FineTunedClassifier)
     record = {
-        "kind": loader.KIND,
+        "kind": runner.KIND,
         "precision": "fp32",  # trained and evaluated in fp32; loading at another precision warns
         "bertkit_version": package_version("bertkit"),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -128,10 +124,10 @@ def write_final(output: Path, network: Any, tokenizer: Any, run_record: dict, tr
     }
     with staged_directory(output) as staging:
         with quiet_transformers():
-            network.save_pretrained(str(staging), safe_serialization=True)
-            tokenizer.save_pretrained(str(staging))
+            runner.model.save_pretrained(str(staging), safe_serialization=True)
+            runner.tokenizer.save_pretrained(str(staging))
         (staging / CONFIG_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
         if (output / LOGS).is_dir():  # metrics.jsonl and the trackers' files stay with the run
             shutil.copytree(output / LOGS, staging / LOGS)
     logger.info("saved %s: best epoch %s (dev %s %.4f)", output, training["best_epoch"], training["metric"], best)
-    return loader.from_pretrained(output)
+    return type(runner).from_pretrained(output)

@@ -95,15 +95,12 @@ def word_pieces(
     return pieces, split_sentences
 
 
-def token_examples(pieces: Sequence[WordPiece], tag_ids: Sequence[Sequence[int]] | None) -> list[Example]:
+def token_examples(pieces: Sequence[WordPiece], tag_ids: Sequence[Sequence[int]]) -> list[Example]:
     """Label the first sub-token of each word with its tag id; every other position is ignored by the loss."""
     examples = []
     for piece in pieces:
-        if tag_ids is None:
-            labels = [IGNORE_INDEX] * len(piece.input_ids)
-        else:
-            tags = tag_ids[piece.sentence]
-            labels = [IGNORE_INDEX if w is None else tags[piece.first_word + w] for w in piece.word_starts]
+        tags = tag_ids[piece.sentence]
+        labels = [IGNORE_INDEX if w is None else tags[piece.first_word + w] for w in piece.word_starts]
         examples.append(Example(piece.input_ids, piece.token_type_ids, labels))
     return examples
 
@@ -113,10 +110,8 @@ def collate(examples: Sequence[Example], pad_token_id: int, with_type_ids: bool)
     ids, mask, type_ids = pad_ids([e.input_ids for e in examples], [e.token_type_ids for e in examples], pad_token_id)
     first = examples[0].labels
     if isinstance(first, list) and first and not isinstance(first[0], float):  # one tag id per token
-        rows = np.full((len(examples), ids.shape[1]), IGNORE_INDEX, dtype=np.int64)
-        for row, example in enumerate(examples):
-            rows[row, : len(example.labels)] = example.labels
-        labels = torch.from_numpy(rows)
+        tags = [torch.tensor(e.labels, dtype=torch.int64) for e in examples]
+        labels = torch.nn.utils.rnn.pad_sequence(tags, batch_first=True, padding_value=IGNORE_INDEX)
     else:
         floats = isinstance(first, (float, list))  # a score, or multi-hot rows
         labels = torch.tensor([e.labels for e in examples], dtype=torch.float32 if floats else torch.int64)

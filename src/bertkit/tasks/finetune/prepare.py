@@ -56,24 +56,6 @@ class Prepared:
     notes: list[str]
 
 
-def prepare(
-    task: str,
-    problem: str,
-    tokenizer: PreTrainedTokenizerBase,
-    train: str | Path,
-    dev: str | Path | None,
-    max_length: int,
-    seed: int,
-    dev_share: float,
-    limit: int | None,
-    columns: Columns,
-) -> Prepared:
-    """Read, check and hold out the data of a text, pair or token task, and turn it into model inputs."""
-    if task == "token":
-        return _prepare_token(tokenizer, train, dev, max_length, seed, dev_share, limit)
-    return _prepare_sequences(task, problem, tokenizer, train, dev, max_length, seed, dev_share, limit, columns)
-
-
 def _read(path: str | Path, task: str, problem: str | None, columns: Columns) -> LabelledData:
     kind = {REGRESSION: "numeric", MULTI_LABEL: "multi"}.get(problem or "", "categorical")
     return read_labelled_text(
@@ -97,7 +79,7 @@ def _numbers_with_decimals(labels: list) -> bool:
     return len(numbers) * 2 > len(labels) and any(not value.is_integer() for value in numbers if math.isfinite(value))
 
 
-def _prepare_sequences(
+def prepare(
     task: str,
     problem: str,
     tokenizer: PreTrainedTokenizerBase,
@@ -109,7 +91,9 @@ def _prepare_sequences(
     limit: int | None,
     columns: Columns,
 ) -> Prepared:
-    """Sentences or sentence pairs with a class, several classes, or a score."""
+    """Read, check and hold out the data of a text, pair or token task, and turn it into model inputs."""
+    if task == "token":
+        return _prepare_token(tokenizer, train, dev, max_length, seed, dev_share, limit)
     data = _read(train, task, problem, columns)
     notes = []
     if problem == SINGLE_LABEL and _numbers_with_decimals(data.labels):

@@ -201,7 +201,7 @@ def finetune(
     run_record.update(device=describe(trainer.args.device), processes=state.num_processes)
     result = None
     if state.is_main_process:
-        result = write_final(output, trainer.model, tokenizer, run_record, training, best_metrics(trainer.state))
+        result = write_final(output, evaluator.runner, run_record, training, best_metrics(trainer.state))
     state.wait_for_everyone()
     return result
 

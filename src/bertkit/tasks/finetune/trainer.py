@@ -69,24 +69,23 @@ def build_model(encoder: Any, task: str, labels: list[str], problem: str = SINGL
     return network
 
 
-def summed_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Sum cross-entropy, mean squared error or binary cross-entropy over the units; IGNORE_INDEX counts nothing."""
-    logits = logits.float()
+def step_loss(outputs: Any, labels: torch.Tensor, num_items_in_batch: Any = None) -> torch.Tensor:
+    """`Trainer`'s `compute_loss_func`: this micro-batch's summed loss over the units of the whole step.
+
+    Cross-entropy, mean squared error or binary cross-entropy, summed over the units; IGNORE_INDEX counts nothing.
+    """
+    units = num_items_in_batch or max(1, int(labels.ne(IGNORE_INDEX).sum()))
+    logits = outputs.logits.float()
     if logits.dim() == 3:  # token classification: (batch, tokens, classes)
         logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
     if not labels.is_floating_point():
-        return torch.nn.functional.cross_entropy(logits, labels, reduction="sum", ignore_index=IGNORE_INDEX)
+        return torch.nn.functional.cross_entropy(logits, labels, reduction="sum", ignore_index=IGNORE_INDEX) / units
     kept = labels.ne(IGNORE_INDEX)
     if labels.dim() == 2:  # multi-hot rows
         losses = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels, reduction="none")
     else:  # one score per example
         losses = torch.nn.functional.mse_loss(logits.squeeze(-1), labels, reduction="none")
-    return (losses * kept).sum()
-
-
-def step_loss(outputs: Any, labels: torch.Tensor, num_items_in_batch: Any = None) -> torch.Tensor:
-    """`Trainer`'s `compute_loss_func`: this micro-batch's summed loss over the units of the whole step."""
-    return summed_loss(outputs.logits, labels) / (num_items_in_batch or max(1, int(labels.ne(IGNORE_INDEX).sum())))
+    return (losses * kept).sum() / units
 
 
 class Examples(torch.utils.data.Dataset):
