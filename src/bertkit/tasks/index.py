@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ..encoder.compact import dequantize, unpack_binary, unsigned_bits
 from ..errors import InputError
 from ..io.writers import atomic_path, check_writable_location
 from . import search as exact
@@ -218,8 +219,6 @@ class VectorIndex:
 
     def _floats(self, rows: np.ndarray) -> np.ndarray:
         """Return the rows made float again: ±1 bits, or int8 bucket midpoints."""
-        from ..encoder.compact import unpack_binary
-
         if self.precision in ("binary", "ubinary"):
             return unpack_binary(self._binary_rows()[rows], self.dim)
         return self.engine.reconstruct_batch(rows)
@@ -233,8 +232,6 @@ class VectorIndex:
 
     def _stored(self, vectors: np.ndarray) -> np.ndarray:
         """Return vectors as faiss takes them: float32 (unit for cosine), int8 buckets as midpoints, bits unsigned."""
-        from ..encoder.compact import dequantize, unsigned_bits
-
         if self.precision in ("binary", "ubinary"):
             return np.ascontiguousarray(unsigned_bits(vectors))
         if self.precision in ("int8", "uint8"):

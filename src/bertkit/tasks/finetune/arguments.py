@@ -8,9 +8,8 @@ from dataclasses import InitVar, dataclass, field
 from ...errors import InputError
 
 LOGS = "logs"  # metrics.jsonl and the trackers' files (TensorBoard, ...), kept in the finished run
-TEXT_MAX_LENGTH = 128
-PAIR_MAX_LENGTH = 256  # a query and a passage
-QA_MAX_LENGTH = 384  # a question and a window of its context (run_qa's max_seq_length)
+# max_length by task (token: the model's maximum); pair: a query and a passage; qa: run_qa's max_seq_length
+MAX_LENGTHS = {"text": 128, "pair": 256, "qa": 384}
 TASKS = ("text", "pair", "token", "qa")
 MIXED_PRECISIONS = ("no", "fp16", "bf16")
 

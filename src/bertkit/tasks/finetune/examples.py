@@ -40,17 +40,14 @@ class WordPiece:
 
 
 def text_examples(
-    tokenizer: PreTrainedTokenizerBase,
-    texts: Sequence[str],
-    labels: Sequence | None,
-    max_length: int,
-    pairs: Sequence[str] | None = None,
+    tokenizer: PreTrainedTokenizerBase, inputs: Sequence, labels: Sequence | None, max_length: int
 ) -> tuple[list[Example], int]:
-    """Tokenize texts (or text pairs) with the tokenizer's truncation to `max_length`; also return how many were cut."""
+    """Tokenize texts or (text, pair) tuples, cut to `max_length` by the tokenizer; also return how many were cut."""
+    paired = bool(inputs) and isinstance(inputs[0], tuple)
+    texts = [text for text, _ in inputs] if paired else list(inputs)
+    pairs = [pair for _, pair in inputs] if paired else None
     with TOKENIZER_LOCK:
-        encoded = tokenizer(
-            list(texts), list(pairs) if pairs is not None else None, truncation=True, max_length=max_length
-        )
+        encoded = tokenizer(texts, pairs, truncation=True, max_length=max_length)
     examples = []
     for row, ids in enumerate(encoded["input_ids"]):
         type_ids = encoded["token_type_ids"][row] if "token_type_ids" in encoded else [0] * len(ids)

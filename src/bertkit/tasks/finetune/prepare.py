@@ -123,10 +123,8 @@ def prepare(
     names = _label_names(problem, labels, dev_labels, dev, train)
     index = {name: i for i, name in enumerate(names)}
     targets = [_target(problem, label, index) for label in labels]
-    texts, pairs = _split_inputs(inputs)
-    train_examples, cut = text_examples(tokenizer, texts, targets, max_length, pairs)
-    dev_texts, dev_pairs = _split_inputs(dev_inputs)
-    _, dev_cut = text_examples(tokenizer, dev_texts, None, max_length, dev_pairs)
+    train_examples, cut = text_examples(tokenizer, inputs, targets, max_length)
+    _, dev_cut = text_examples(tokenizer, dev_inputs, None, max_length)
     what = "pairs" if task == "pair" else "texts"
     how = " (longest first)" if task == "pair" else ""
     notes += [
@@ -167,12 +165,6 @@ def _target(problem: str, label: Any, index: dict[str, int]) -> int | float | li
             hot[index[name]] = 1.0
         return hot
     return index[label]
-
-
-def _split_inputs(inputs: list) -> tuple[list[str], list[str] | None]:
-    if inputs and isinstance(inputs[0], tuple):
-        return [a for a, _ in inputs], [b for _, b in inputs]
-    return list(inputs), None
 
 
 def _prepare_token(

@@ -25,7 +25,7 @@ from ...encoder.precision import check_precision
 from ...encoder.threads import deprecated_threads
 from ...errors import InputError
 from ...io.writers import remove_bertkit_directory
-from .arguments import LOGS, PAIR_MAX_LENGTH, QA_MAX_LENGTH, TEXT_MAX_LENGTH, FinetuneArguments
+from .arguments import LOGS, MAX_LENGTHS, FinetuneArguments
 from .checkpoint import check_output, last_checkpoint, start_run, write_final
 from .examples import collate
 from .prepare import MULTI_LABEL, QA, REGRESSION, SINGLE_LABEL, TOKENS, Columns, Prepared, prepare, word_tokenizer
@@ -138,10 +138,7 @@ def finetune(
         check_output(output, resume, overwrite)
 
     encoder = Encoder.from_pretrained(model, device="cpu")
-    default_length = {"text": TEXT_MAX_LENGTH, "pair": PAIR_MAX_LENGTH, "qa": QA_MAX_LENGTH}.get(
-        task, encoder.max_length
-    )
-    max_length = min(args.max_length or default_length, encoder.max_length)
+    max_length = min(args.max_length or MAX_LENGTHS.get(task, encoder.max_length), encoder.max_length)
     tokenizer = word_tokenizer(encoder) if task == "token" else encoder.tokenizer
     problem = {"token": TOKENS, "qa": QA}.get(task) or (
         REGRESSION if args.regression else MULTI_LABEL if args.multi_label else SINGLE_LABEL
