@@ -22,7 +22,7 @@ from test_finetune import tiny_args
 from bertkit.errors import InputError
 from bertkit.io.squad import read_squad
 from bertkit.tasks.finetune import finetune
-from bertkit.tasks.finetune.qa import span_labels
+from bertkit.tasks.finetune.prepare import span_labels
 from bertkit.tasks.load import load_run
 from bertkit.tasks.qa import FineTunedQA, qa_windows
 from bertkit.tasks.squad import normalize_answer, squad_scores, token_f1

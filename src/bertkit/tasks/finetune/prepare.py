@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import math
 from dataclasses import dataclass
@@ -14,7 +15,9 @@ from transformers import AutoTokenizer
 from ...errors import InputError
 from ...io.conll import TaggedData, read_labelled_text, read_tagged
 from ...io.readers import LabelledData, check_label_separator, file_sha256
+from ...io.squad import QAExample, read_squad
 from ..labels import check_class_counts, check_known_labels, check_labels, split_holdout
+from ..qa import qa_windows
 from .examples import Example, text_examples, token_examples, word_pieces
 
 if TYPE_CHECKING:
@@ -90,10 +93,13 @@ def prepare(
     dev_share: float,
     limit: int | None,
     columns: Columns,
+    doc_stride: int | None = None,
 ) -> Prepared:
-    """Read, check and hold out the data of a text, pair or token task, and turn it into model inputs."""
+    """Read, check and hold out the data of a text, pair, token or qa task, and turn it into model inputs."""
     if task == "token":
         return _prepare_token(tokenizer, train, dev, max_length, seed, dev_share, limit)
+    if task == "qa":
+        return _prepare_qa(tokenizer, train, dev, max_length, seed, dev_share, limit, doc_stride)
     data = _read(train, task, problem, columns)
     notes = []
     if problem == SINGLE_LABEL and _numbers_with_decimals(data.labels):
@@ -202,6 +208,69 @@ def _prepare_token(
     record = _data_record(train, dev, len(words), len(dev_words), dev_share, seed, limit)
     record["columns"] = data.columns
     return Prepared(TOKENS, names, train_examples, dev_words, dev_tags, record, notes)
+
+
+def span_labels(window: Any, example: QAExample, side: int, cls_id: int | None) -> tuple[int, int]:
+    """Return the first and last token of the example's answer in this window; [CLS] twice when it holds none."""
+    cls = window.ids.index(cls_id) if cls_id in window.ids else 0
+    if not example.answers:
+        return cls, cls
+    text, start_char = example.answers[0]
+    end_char = start_char + len(text)
+    context = [i for i, s in enumerate(window.sequence_ids) if s == side]
+    offsets = [window.offsets[i] for i in context]
+    if not context or offsets[0][0] > start_char or offsets[-1][1] < end_char:
+        return cls, cls
+    first = bisect.bisect_right([o[0] for o in offsets], start_char) - 1  # the last token starting at or before it
+    last = bisect.bisect_left([o[1] for o in offsets], end_char)  # the first token ending at or after its end
+    return context[first], context[max(first, last)]
+
+
+def qa_examples(tokenizer: Any, examples: list[QAExample], max_length: int, doc_stride: int) -> tuple[list, int]:
+    """One training example per window, labelled with its answer's tokens; and how many contexts needed windows."""
+    windows = qa_windows(
+        tokenizer, [e.question for e in examples], [e.context for e in examples], max_length, doc_stride
+    )
+    found, split = [], 0
+    for example, parts in zip(examples, windows.parts):
+        split += len(parts) > 1
+        for window in parts:
+            labels = span_labels(window, example, windows.context_side, tokenizer.cls_token_id)
+            found.append(Example(window.ids, window.type_ids, labels))
+    return found, split
+
+
+def _prepare_qa(
+    tokenizer: Any,
+    train: str | Path,
+    dev: str | Path | None,
+    max_length: int,
+    seed: int,
+    dev_share: float,
+    limit: int | None,
+    doc_stride: int | None,
+) -> Prepared:
+    """SQuAD (or flat JSONL) questions as windows with answer labels (run_qa.py's training features), a data record."""
+    examples = read_squad(train).examples[:limit]
+    if dev is not None:
+        dev_examples = read_squad(dev).examples
+    else:
+        examples, dev_examples, _, _ = split_holdout(examples, [0] * len(examples), dev_share, seed, stratify=False)
+    room = max_length - tokenizer.num_special_tokens_to_add(pair=True)
+    stride = min(128, room // 2) if doc_stride is None else doc_stride
+    train_examples, split = qa_examples(tokenizer, examples, max_length, stride)
+    if not any(e.answerable for e in examples):
+        raise InputError(f"{train}: no question has an answer; a reader needs answers to learn where they are.")
+    notes = []
+    if split:
+        notes.append(
+            f"{split} training contexts did not fit {max_length} tokens with their question and were read in windows "
+            f"sharing {stride} tokens (--doc-stride); a window without the whole answer learns 'no answer' ([CLS])."
+        )
+    record = _data_record(train, dev, len(examples), len(dev_examples), dev_share, seed, limit)
+    record.update(doc_stride=stride, negatives=any(not e.answerable for e in examples + dev_examples))
+    gold = [[text for text, _ in e.answers] for e in dev_examples]
+    return Prepared(QA, ["start", "end"], train_examples, dev_examples, gold, record, notes)
 
 
 def word_tokenizer(encoder: Encoder) -> PreTrainedTokenizerBase:

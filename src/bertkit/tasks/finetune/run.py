@@ -29,7 +29,6 @@ from .arguments import LOGS, MAX_LENGTHS, FinetuneArguments
 from .checkpoint import check_output, last_checkpoint, start_run, write_final
 from .examples import collate
 from .prepare import MULTI_LABEL, QA, REGRESSION, SINGLE_LABEL, TOKENS, Columns, Prepared, prepare, word_tokenizer
-from .qa import prepare_qa, qa_baseline, qa_loss
 from .trainer import (
     Evaluator,
     Examples,
@@ -39,6 +38,7 @@ from .trainer import (
     build_model,
     held_interrupt,
     history,
+    qa_loss,
     step_loss,
 )
 
@@ -143,10 +143,9 @@ def finetune(
     problem = {"token": TOKENS, "qa": QA}.get(task) or (
         REGRESSION if args.regression else MULTI_LABEL if args.multi_label else SINGLE_LABEL
     )
-    if task == "qa":
-        prepared = prepare_qa(tokenizer, train, dev, max_length, args.seed, dev_share, limit, args.doc_stride)
-    else:
-        prepared = prepare(task, problem, tokenizer, train, dev, max_length, args.seed, dev_share, limit, columns)
+    prepared = prepare(
+        task, problem, tokenizer, train, dev, max_length, args.seed, dev_share, limit, columns, args.doc_stride
+    )
     run_record = {
         "task": task,
         "problem": prepared.problem,
@@ -369,11 +368,12 @@ def _with_keywords(args: FinetuneArguments, training: dict) -> FinetuneArguments
 
 
 def majority_baseline(prepared: Any) -> dict:
-    """Score on dev a model that learned nothing: the majority label, the training mean, no labels, all 'O'."""
+    """Score on dev a model that learned nothing: majority label, training mean, no labels, all 'O', no answer."""
     if prepared.problem in ZERO_BASELINES:
         return {"what": ZERO_BASELINES[prepared.problem], "score": 0.0}
     if prepared.problem == QA:
-        return qa_baseline(prepared)
+        unanswerable = sum(1 for answers in prepared.dev_gold if not answers)
+        return {"what": "always answering 'no answer'", "score": 100.0 * unanswerable / max(len(prepared.dev_gold), 1)}
     counts = collections.Counter(example.labels for example in prepared.train)
     majority = prepared.labels[counts.most_common(1)[0][0]]
     score = sum(gold == majority for gold in prepared.dev_gold) / max(len(prepared.dev_gold), 1)

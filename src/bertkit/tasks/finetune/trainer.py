@@ -88,6 +88,15 @@ def step_loss(outputs: Any, labels: torch.Tensor, num_items_in_batch: Any = None
     return (losses * kept).sum() / units
 
 
+def qa_loss(outputs: Any, labels: torch.Tensor, num_items_in_batch: Any = None) -> torch.Tensor:
+    """`Trainer`'s `compute_loss_func`: start + end cross-entropy over the step's labelled positions (two each)."""
+    loss = sum(
+        torch.nn.functional.cross_entropy(logits.float(), labels[:, k], reduction="sum", ignore_index=IGNORE_INDEX)
+        for k, logits in enumerate((outputs.start_logits, outputs.end_logits))
+    )
+    return loss / (num_items_in_batch or max(1, int(labels.ne(IGNORE_INDEX).sum())))
+
+
 class Examples(torch.utils.data.Dataset):
     """The training examples; index -1 is a padding example whose labels count nothing (an empty share)."""
 
