@@ -21,13 +21,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import (
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-    Trainer,
-    TrainerCallback,
-)
+import transformers
+from transformers import Trainer, TrainerCallback
 
 from ...encoder.models import quiet_transformers
 from ...errors import ModelLoadError
@@ -44,6 +39,7 @@ from .prepare import MULTI_LABEL, QA, REGRESSION, SINGLE_LABEL, TOKENS, Prepared
 logger = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"  # one JSON line per logged step and per epoch, in the run's logs/ folder
 EPOCH_KEY = "bertkit_epoch"  # bertkit's record of each epoch in Trainer's log history (saved with each checkpoint)
+RUN_CLASSES = {"text": FineTunedClassifier, "pair": FineTunedClassifier, "token": FineTunedTagger, "qa": FineTunedQA}
 
 
 def build_model(encoder: Any, task: str, labels: list[str], problem: str = SINGLE_LABEL) -> Any:
@@ -58,9 +54,7 @@ def build_model(encoder: Any, task: str, labels: list[str], problem: str = SINGL
             "torch.nn.modules.activation.Sigmoid" if problem == MULTI_LABEL else "torch.nn.modules.linear.Identity"
         )
         config.sentence_transformers = {"activation_fn": activation}
-    auto = {"token": AutoModelForTokenClassification, "qa": AutoModelForQuestionAnswering}.get(
-        task, AutoModelForSequenceClassification
-    )
+    auto = getattr(transformers, RUN_CLASSES[task].AUTO_CLASS)
     with quiet_transformers():
         network = auto.from_config(config)
     missing, _unexpected = network.base_model.load_state_dict(encoder.model.state_dict(), strict=False)
@@ -151,12 +145,12 @@ class StepLoader(torch.utils.data.DataLoader):
         self.batch_sampler.set_epoch(epoch)
 
 
-METRIC_NAMES = {
-    SINGLE_LABEL: "accuracy",
-    MULTI_LABEL: "micro-F1",
-    REGRESSION: "Spearman",
-    TOKENS: "entity F1",
-    QA: "F1",
+SCORES = {  # problem: the dev score's name in the epoch lines, and its key in the metrics
+    SINGLE_LABEL: ("accuracy", "accuracy"),
+    MULTI_LABEL: ("micro-F1", "micro_f1"),
+    REGRESSION: ("Spearman", "spearman"),
+    TOKENS: ("entity F1", "f1"),
+    QA: ("F1", "f1"),
 }
 
 
@@ -165,42 +159,36 @@ class Evaluator:
 
     def __init__(self, task: str, network: Any, tokenizer: Any, max_length: int, prepared: Prepared) -> None:
         self.prepared = prepared
-        self.metric_name = METRIC_NAMES[prepared.problem]
-        runner_class = {"token": FineTunedTagger, "qa": FineTunedQA}.get(task, FineTunedClassifier)
-        self.runner = runner_class(network, tokenizer, max_length, {"data": prepared.data_record})
+        self.metric_name, self.score_key = SCORES[prepared.problem]
+        self.runner = RUN_CLASSES[task](network, tokenizer, max_length, {"data": prepared.data_record})
 
     def evaluate(self) -> tuple[float, dict]:
         """Score the dev set: return (the score that picks the best epoch, every metric)."""
-        gold, problem = self.prepared.dev_gold, self.prepared.problem
+        gold, inputs, problem = self.prepared.dev_gold, self.prepared.dev_inputs, self.prepared.problem
         if problem == QA:
-            return self._squad()
-        if problem == TOKENS:
-            metrics = entity_scores(gold, self.runner.predict_word_tags(self.prepared.dev_inputs))
-            return metrics["f1"], metrics
-        if problem == REGRESSION:
-            metrics = regression_metrics(gold, self.runner.predict(self.prepared.dev_inputs))
-            return metrics["spearman"], metrics
-        if problem == MULTI_LABEL:
-            probabilities = self.runner.predict_proba(self.prepared.dev_inputs)
-            metrics = multi_label_metrics(gold, probabilities, self.prepared.labels)
+            metrics = self._squad()
+        elif problem == TOKENS:
+            metrics = entity_scores(gold, self.runner.predict_word_tags(inputs))
+        elif problem == REGRESSION:
+            metrics = regression_metrics(gold, self.runner.predict(inputs))
+        elif problem == MULTI_LABEL:
+            metrics = multi_label_metrics(gold, self.runner.predict_proba(inputs), self.prepared.labels)
             self.runner.threshold = metrics["threshold"]  # the one chosen on dev, saved with the best epoch
-            return metrics["micro_f1"], metrics
-        metrics = classification_metrics(gold, self.runner.predict(self.prepared.dev_inputs), self.prepared.labels)
-        return metrics["accuracy"], metrics
+        else:
+            metrics = classification_metrics(gold, self.runner.predict(inputs), self.prepared.labels)
+        return metrics[self.score_key], metrics
 
-    def _squad(self) -> tuple[float, dict]:
-        """Score SQuAD's F1; with unanswerable questions, at the no-answer threshold best on dev (saved)."""
+    def _squad(self) -> dict:
+        """Score SQuAD; with unanswerable questions, at the no-answer threshold best on dev (saved)."""
         examples: list[QAExample] = self.prepared.dev_inputs
         _, spans, null_diff = self.runner.predictions(examples)
         gold = {e.id: [text for text, _ in e.answers] for e in examples}
         if not self.runner.negatives:
-            metrics = squad_scores(gold, spans)
-            return metrics["f1"], metrics
+            return squad_scores(gold, spans)
         finite = {k: min(v, 1e9) for k, v in null_diff.items()}
         threshold = squad_scores(gold, spans, finite)["best_f1_thresh"]
         self.runner.null_threshold = threshold
-        metrics = {**squad_scores(gold, spans, finite, threshold), "null_threshold": threshold}
-        return metrics["f1"], metrics
+        return {**squad_scores(gold, spans, finite, threshold), "null_threshold": threshold}
 
 
 class FinetuneTrainer(Trainer):
