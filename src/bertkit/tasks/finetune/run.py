@@ -168,7 +168,7 @@ def finetune(
     network = build_model(encoder, task, prepared.labels, prepared.problem)
     evaluator = Evaluator(task, network, tokenizer, max_length, prepared)
     del encoder
-    trainer = _trainer(args, output, network, evaluator, prepared, wanted, progress, state.num_processes)
+    trainer = _trainer(args, output, evaluator, wanted, progress, state.num_processes)
     checkpoint = last_checkpoint(output) if resume else None
     if resume and checkpoint is None:
         logger.info("%s stopped before its first checkpoint: starting it from the beginning", output)
@@ -205,14 +205,12 @@ def finetune(
 def _trainer(
     args: FinetuneArguments,
     output: Path,
-    network: Any,
     evaluator: Evaluator,
-    prepared: Prepared,
     device: torch.device,
     progress: bool | None,
     processes: int,
 ) -> FinetuneTrainer:
-    """`Trainer` for this run: bertkit's batches and loss, an epoch's dev score picks the best, early stopping."""
+    """`Trainer` of the dev scorer's model and data: bertkit's batches and loss, best epoch on dev, early stopping."""
     from transformers import EarlyStoppingCallback, PrinterCallback, TrainingArguments
     from transformers.integrations import TensorBoardCallback
 
@@ -254,10 +252,10 @@ def _trainer(
         )
         runner = evaluator.runner
         trainer = FinetuneTrainer(
-            model=network,
+            model=runner.model,
             args=training_args,
-            train_dataset=Examples(prepared.train),
-            eval_dataset=Examples(prepared.train[:1]),  # dev is scored by the run's own predict (`evaluate`)
+            train_dataset=Examples(evaluator.prepared.train),
+            eval_dataset=Examples(evaluator.prepared.train[:1]),  # dev is scored by the run's own predict (`evaluate`)
             data_collator=functools.partial(
                 collate, pad_token_id=runner.tokenizer.pad_token_id, with_type_ids=runner.takes_type_ids
             ),
