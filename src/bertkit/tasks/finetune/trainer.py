@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +103,7 @@ class Examples(torch.utils.data.Dataset):
     def __getitem__(self, index: int) -> Example:
         if index >= 0:
             return self.examples[index]
-        first = self.examples[0]
-        return Example(first.input_ids, first.token_type_ids, _ignored(first.labels))
+        return replace(self.examples[0], labels=_ignored(self.examples[0].labels))
 
 
 def _ignored(labels: Any) -> Any:
