@@ -202,3 +202,26 @@ def test_the_library_leaves_matplotlib_and_transformers_logging_alone(sample, tm
         assert transformers.utils.logging.is_progress_bar_enabled()
     finally:
         transformers.utils.logging.set_verbosity_warning()
+
+
+def test_the_majority_class_of_a_tie_does_not_depend_on_the_hash_seed():
+    """On a tie the report names the class seen first, in every process (not whichever `set` order hashing gives)."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "from bertkit.tasks.report import classification_metrics as m; "
+        "print(m(['neg', 'pos', 'pos', 'neg'], ['pos'] * 4, ['neg', 'pos'])['majority_class'])"
+    )
+    named = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for seed in range(4)
+    }
+    assert named == {"neg"}

@@ -172,3 +172,18 @@ def test_a_device_the_machine_lacks_is_one_line(tiny_dirs, tmp_path, monkeypatch
     )
     assert code == 2 and err.strip().splitlines()[-1].startswith("error: device='cuda': this machine has no CUDA GPU")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_batch_pads_each_kind_of_label_to_the_input_width():
+    from bertkit.tasks.finetune.examples import Example, collate
+
+    tags = [Example([101, 7, 8, 102], [0] * 4, [-100, 3, -100]), Example([101, 9, 102], [0] * 3, [-100, 2])]
+    batch = collate(tags, pad_token_id=0, with_type_ids=False)
+    assert batch["input_ids"].tolist() == [[101, 7, 8, 102], [101, 9, 102, 0]]
+    assert batch["labels"].tolist() == [[-100, 3, -100, -100], [-100, 2, -100, -100]]  # as wide as the inputs
+    assert batch["labels"].dtype == torch.int64 and "token_type_ids" not in batch
+    classes = collate([Example([101, 102], [0, 0], 1), Example([101, 5, 102], [0, 0, 0], 0)], 0, True)
+    assert classes["labels"].tolist() == [1, 0] and classes["labels"].dtype == torch.int64
+    assert classes["token_type_ids"].shape == (2, 3)
+    scores = collate([Example([101, 102], [0, 0], 0.5)], 0, False)
+    assert scores["labels"].dtype == torch.float32 and scores["labels"].tolist() == [0.5]

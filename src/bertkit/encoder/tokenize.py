@@ -208,8 +208,10 @@ def encode(
     The policies: 'truncate' (the tokenizer's own truncation, longest first for pairs; `direction='right'` keeps a
     text's beginning, 'left' its end), 'error', 'window' (the tokenizer's overflow windows, `stride` tokens shared;
     for pairs, windows over the `window_side` text, the other one whole in each), or 'keep' (no limit). Callers pass
-    checked values (`EmbedOptions` checks the user's).
+    checked values (`EmbedOptions` checks the user's); an unknown policy is still refused, never taken for 'window'.
     """
+    if long_text not in (*LONG_TEXT_POLICIES, "keep"):
+        raise InputError(f"long_text={long_text!r}: valid values are {', '.join(LONG_TEXT_POLICIES)}.")
     texts = check_texts(texts)
     joined = [word_spans_of(text) for text in texts]
     strings = [s for s, _ in joined]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -32,7 +33,7 @@ def classification_metrics(
     true, pred = [str(v) for v in y_true], [str(v) for v in y_pred]
     names = [str(c) for c in classes]
     report = classification_report(true, pred, labels=names, output_dict=True, zero_division=0)
-    majority = str(majority_class) if majority_class is not None else max(set(true), key=true.count)
+    majority = str(majority_class) if majority_class is not None else Counter(true).most_common(1)[0][0]
     return {
         "n": len(true),
         "accuracy": float(accuracy_score(true, pred)),

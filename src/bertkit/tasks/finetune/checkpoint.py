@@ -108,8 +108,11 @@ def learned_anything(baseline: dict | None, best: float | None, metric_name: str
     return {**baseline, "learned": learned}
 
 
-def write_final(output: Path, runner: Any, run_record: dict, training: dict, metrics: dict) -> Any:
-    """Replace `output` by the runner's model (the best epoch) + tokenizer + bertkit.json; checkpoints go, logs stay."""
+def write_final(output: Path, network: Any, runner: Any, run_record: dict, training: dict, metrics: dict) -> Any:
+    """Replace `output` by the trained `network` (the best epoch) + the runner's tokenizer + bertkit.json.
+
+    Checkpoints go, logs stay; the run loads back as the runner's class.
+    """
     best = training["best_score"]
     record = {
         "kind": runner.KIND,
@@ -124,7 +127,7 @@ def write_final(output: Path, runner: Any, run_record: dict, training: dict, met
     }
     with staged_directory(output) as staging:
         with quiet_transformers():
-            runner.model.save_pretrained(str(staging), safe_serialization=True)
+            network.save_pretrained(str(staging), safe_serialization=True)
             runner.tokenizer.save_pretrained(str(staging))
         (staging / CONFIG_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
         if (output / LOGS).is_dir():  # metrics.jsonl and the trackers' files stay with the run

@@ -107,8 +107,9 @@ def collate(examples: Sequence[Example], pad_token_id: int, with_type_ids: bool)
     ids, mask, type_ids = pad_ids([e.input_ids for e in examples], [e.token_type_ids for e in examples], pad_token_id)
     first = examples[0].labels
     if isinstance(first, list) and first and not isinstance(first[0], float):  # one tag id per token
-        tags = [torch.tensor(e.labels, dtype=torch.int64) for e in examples]
-        labels = torch.nn.utils.rnn.pad_sequence(tags, batch_first=True, padding_value=IGNORE_INDEX)
+        labels = torch.full(ids.shape, IGNORE_INDEX, dtype=torch.int64)  # as wide as the inputs, whatever the labels
+        for row, example in enumerate(examples):
+            labels[row, : len(example.labels)] = torch.tensor(example.labels, dtype=torch.int64)
     else:
         floats = isinstance(first, (float, list))  # a score, or multi-hot rows
         labels = torch.tensor([e.labels for e in examples], dtype=torch.float32 if floats else torch.int64)

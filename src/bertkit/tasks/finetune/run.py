@@ -197,7 +197,8 @@ def finetune(
     run_record.update(device=describe(trainer.args.device), processes=state.num_processes)
     result = None
     if state.is_main_process:
-        result = write_final(output, evaluator.runner, run_record, training, best_metrics(trainer.state))
+        metrics = best_metrics(trainer.state)
+        result = write_final(output, trainer.model, evaluator.runner, run_record, training, metrics)
     state.wait_for_everyone()
     return result
 
