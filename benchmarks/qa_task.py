@@ -30,7 +30,7 @@ import random
 from pathlib import Path
 
 from bertkit.io.conll import read_tagged
-from bertkit.io.readers import decoded_lines
+from bertkit.io.text_files import decoded_lines
 from bertkit.tasks.tagging import entity_spans
 
 DATA = Path(os.environ.get("BERTKIT_DATA", Path(__file__).resolve().parents[2] / "shared" / "data")) / "conll2003"

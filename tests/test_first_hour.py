@@ -7,7 +7,7 @@ import pytest
 from conftest import run_cli
 
 from bertkit.errors import InputError
-from bertkit.io.readers import choose_text_column
+from bertkit.io.columns import choose_text_column
 
 
 def test_embed_a_csv_with_a_header_reads_the_text_column_and_says_so(monkeypatch, capsys, tmp_path, encoder):

@@ -215,7 +215,8 @@ def test_an_empty_label_separator_is_refused(monkeypatch, capsys, tmp_path):
 
 # ---- a chapter in one cell (csv's 131,072-character field limit) -------------------------------------------------
 def test_a_300k_character_cell_is_read_without_a_column_given(monkeypatch, capsys, tmp_path):
-    from bertkit.io.readers import choose_text_column, read_texts
+    from bertkit.io.columns import choose_text_column
+    from bertkit.io.readers import read_texts
 
     chapter = "word " * 60_000
     (tmp_path / "book.tsv").write_text(f"ch1\t{chapter}\nch2\tshort text\n")

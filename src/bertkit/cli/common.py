@@ -138,7 +138,7 @@ DeviceOption = typer.Option("auto", "--device", help="auto (a GPU when there is 
 def existing_text_file(value: Path | None) -> Path | None:
     """Typer callback: a file of texts must be there, be a file, and hold text (not a binary file)."""
     if value is not None:
-        from ..io.readers import check_text_file
+        from ..io.text_files import check_text_file
 
         check_text_file(Path(value))
     return value

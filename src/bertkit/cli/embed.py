@@ -338,7 +338,8 @@ def _text_column(
     input: Path, column: str | int | None, header: bool | None, fmt: str | None, quiet: bool
 ) -> tuple[str | int | None, bool | None]:
     """Choose the column and header to read: as given, else detected for a TSV/CSV (and said), else the default."""
-    from ..io.readers import choose_text_column, detect_format
+    from ..io.columns import choose_text_column
+    from ..io.text_files import detect_format
 
     if column is not None or header is not None or detect_format(Path(input), fmt) not in ("tsv", "csv"):
         return column, header

@@ -41,7 +41,7 @@ def answer(
 
     source = texts_or_file([context], as_text=False)
     if source is not None:
-        from ..io.readers import decoded_lines
+        from ..io.text_files import decoded_lines
 
         context = "".join(line for _, line in decoded_lines(source))
     model = load_run(run, precision=precision, device=device)

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from .readers import LabelledData, decoded_lines, read_labelled
+from .readers import LabelledData, read_labelled
+from .text_files import decoded_lines
 
 
 @dataclass

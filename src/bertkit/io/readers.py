@@ -1,10 +1,11 @@
-"""Readers for TSV/CSV/JSONL/plain-text inputs that stream rows and name the file and line of any problem."""
+"""Readers for TSV/CSV/JSONL/plain-text inputs that stream rows and name the file and line of any problem.
+
+The file as text (format, binaries refused, lines decoded) is `text_files`; which column holds the texts, `columns`.
+"""
 
 from __future__ import annotations
 
-import codecs
 import csv
-import hashlib
 import json
 import math
 import re
@@ -14,14 +15,14 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InputError, brief, is_a_folder, no_such_path, quoted
+from ..errors import InputError, brief, quoted
+from .text_files import decoded_lines, detect_format
 
 if TYPE_CHECKING:
     from importlib.abc import Traversable
 
 # csv's own field limit (131,072 characters) is raised, process-wide, to this cap; a longer field is refused.
 MAX_FIELD_CHARS = 50 * 1024 * 1024
-TEXT_FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".txt": "text"}
 
 
 @dataclass(frozen=True)
@@ -37,83 +38,6 @@ def column_spec(value: str | int | None) -> str | int | None:
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         return int(value)
     return value
-
-
-def detect_format(path: Path, fmt: str | None = None) -> str:
-    """Return the text format: `fmt` when given (checked), else the one the file's extension names, else 'text'."""
-    if fmt:
-        if fmt not in set(TEXT_FORMATS.values()):
-            raise InputError(f"format {fmt!r}: valid formats are tsv, csv, jsonl, text.")
-        return fmt
-    return TEXT_FORMATS.get(path.suffix.lower(), "text")
-
-
-BINARY_PROBE_BYTES = 8192
-_BINARY_KINDS = {
-    b"\x89PNG": "a PNG image",
-    b"\xff\xd8\xff": "a JPEG image",
-    b"GIF8": "a GIF image",
-    b"%PDF": "a PDF",
-    b"\x7fELF": "an executable",
-    b"MZ": "a Windows executable",
-    b"\x93NUMPY": "a NumPy .npy array",
-    b"PK\x03\x04": "a zip archive (.npz, .xlsx, .docx, ...)",
-    b"\x1f\x8b": "a gzip archive",
-    b"PAR1": "a Parquet file",
-    b"SQLite format 3": "an SQLite database",
-}
-
-
-def check_text(path: Path, head: bytes) -> None:
-    """Refuse, in one line that says what it is, a file whose first bytes show it is no text (image, archive...)."""
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise InputError(f"{path}: this is UTF-16 text; re-save it as UTF-8 (e.g. `iconv -f utf-16 -t utf-8`).")
-    kind = next((name for magic, name in _BINARY_KINDS.items() if head.startswith(magic)), None)
-    if kind is None and b"\x00" in head and not _utf8(head):
-        kind = "NUL bytes in what is not UTF-8 text"
-    if kind is not None:
-        raise InputError(
-            f"{path}: this is a binary file ({kind}), not text; give a TSV, CSV, JSONL or plain-text file."
-        )
-
-
-def check_text_file(path: Path) -> Path:
-    """Before any work: the file is there, is a file, holds text, and its first line decodes."""
-    next(decoded_lines(Path(path)), None)
-    return Path(path)
-
-
-def _utf8(head: bytes) -> bool:
-    try:
-        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield (line number, text), each line decoded on its own so a bad byte is reported with its line."""
-    try:
-        handle = path.open("rb")
-    except FileNotFoundError:
-        raise no_such_path(path) from None
-    except IsADirectoryError:
-        raise is_a_folder(path) from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read it ({exc.strerror}).") from None
-    with handle:
-        check_text(path, handle.read(BINARY_PROBE_BYTES))
-        handle.seek(0)
-        for number, raw in enumerate(handle, start=1):
-            try:
-                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(
-                    f"{path}, line {number}: bytes that are not UTF-8 at column {exc.start + 1} "
-                    f"({raw[max(0, exc.start - 10) : exc.start + 10]!r}). Re-save the file as UTF-8 "
-                    "(e.g. `iconv -f latin1 -t utf-8`)."
-                ) from None
-            yield number, text
 
 
 def _resolve_columns(path: Path, header: list[str] | None, wanted: list[str | int], width: int, line: int) -> list[int]:
@@ -159,7 +83,7 @@ def iter_rows(
             raise InputError(f"{path}: a plain-text file has one text per line; there are no columns to choose.")
         rows = (Row(n, (line.rstrip("\r\n"),)) for n, line in decoded_lines(path))
     else:
-        rows = _delimited_rows(path, kind, columns, header)
+        rows = delimited_rows(path, kind, columns, header)
     for row in rows:
         empty = False
         for value, column in zip(row.values, columns):
@@ -170,9 +94,10 @@ def iter_rows(
         raise InputError(f"{path}: the file has no data rows.")
 
 
-def _delimited_rows(
+def delimited_rows(
     path: Path, kind: str, columns: list[str | int], header: bool | None, ragged: bool = False
 ) -> Iterator[Row]:
+    """Yield the `columns` of each record of a TSV/CSV file (`ragged`: short rows padded with '', not refused)."""
     if header is None:
         header = any(isinstance(c, str) and not c.lstrip("-").isdigit() for c in columns)
     lines = decoded_lines(path)
@@ -184,7 +109,7 @@ def _delimited_rows(
             numbers.append(number)
             yield _protect_bare_cr(text)
 
-    reader = _csv_reader(text_lines(), kind)
+    reader = csv_reader(text_lines(), kind)
     names: list[str] | None = None
     indices: list[int] | None = None
     try:
@@ -254,105 +179,15 @@ def _jsonl_rows(path: Path, fields: list[str | int]) -> Iterator[Row]:
         yield Row(number, tuple(record[key] for key in keys))
 
 
-TEXT_COLUMN_NAMES = (
-    "text",
-    "sentence",
-    "sentences",
-    "review",
-    "document",
-    "content",
-    "body",
-    "question",
-    "query",
-    "passage",
-    "comment",
-    "tweet",
-    "title",
-)
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_ .-]{0,63}")
-SNIFF_ROWS = 50
-
-
-@dataclass(frozen=True)
-class ColumnChoice:
-    """Which column of a table holds the texts, whether line 1 is a header, and why bertkit thinks so."""
-
-    column: str | int
-    header: bool
-    reason: str
-
-
-def choose_text_column(path: str | Path, fmt: str | None = None) -> ColumnChoice:
-    """For a TSV/CSV read without --column: detect a header row and the column that holds the texts, or refuse.
-
-    Line 1 is a header when its fields are all names and one is a usual text-column name, or a column below holds
-    numbers, or sentences under a one-word name. The texts are the column with a usual name, else the one of clearly
-    the longest values, holding letters. Anything less clear is refused with the columns listed.
-    """
-    path = Path(path)
-    kind = detect_format(path, fmt)
-    rows = [row.values for _, row in zip(range(SNIFF_ROWS + 1), _sniff_rows(path, kind))]
-    if not rows:
-        raise InputError(f"{path}: the file has no data rows.")
-    first, body = [field.strip() for field in rows[0]], rows[1:]
-    width = len(first)
-    if width == 1:
-        return ColumnChoice(0, False, "one column")
-    named = all(_NAME.fullmatch(field) for field in first)
-    numeric_below = any(
-        _is_number(row[i]) and not _is_number(first[i]) for row in body for i in range(min(width, len(row)))
-    )
-    usual = [i for i, field in enumerate(first) if field.lower() in TEXT_COLUMN_NAMES]
-    header = named and (bool(usual) or numeric_below or _names_above_sentences(first, body))
-    data = body if header else rows
-    if header and usual:
-        return ColumnChoice(first[usual[0]], True, f"column {first[usual[0]]!r} (line 1 is a header)")
-    lengths = [sum(len(row[i]) for row in data if i < len(row)) / max(len(data), 1) for i in range(width)]
-    best = max(range(width), key=lengths.__getitem__)
-    others = max((length for i, length in enumerate(lengths) if i != best), default=0.0)
-    wordy = all(any(c.isalpha() for c in row[best]) for row in data if best < len(row) and row[best].strip())
-    if wordy and lengths[best] >= 2 * others:
-        name = first[best] if header else best
-        return ColumnChoice(
-            name, header, f"column {name!r}, the one of the longest texts" + (" (line 1 is a header)" if header else "")
-        )
-    described = f"the header has {first}" if header else f"line 1 has {width} fields: {first}"
-    raise InputError(
-        f"{path}: which column holds the texts? {described}; pass --column NAME or --column INDEX "
-        "(and --header or --no-header)."
-    )
-
-
-def _names_above_sentences(first: list[str], body: list[tuple]) -> bool:
-    """Tell whether some column holds sentences (3+ words on average) below a one-word field: a header over texts."""
-    for i, name in enumerate(first):
-        words = [len(row[i].split()) for row in body if i < len(row)]
-        if words and sum(words) / len(words) >= 3 and len(name.split()) == 1:
-            return True
-    return False
-
-
-def _sniff_rows(path: Path, kind: str) -> Iterator[Row]:
-    if kind not in ("tsv", "csv"):
-        raise InputError(f"{path}: only TSV and CSV files have columns to choose from.")
-    line = next((text.rstrip("\r\n") for _, text in decoded_lines(path) if text.strip()), "")
-    if not line:
-        return
-    try:
-        width = len(next(_csv_reader([line], kind)))
-    except csv.Error:
-        width = 1  # the first line's own reading (below) says what is wrong with it, with its line number
-    yield from _delimited_rows(path, kind, list(range(width)), header=False, ragged=True)
-
-
-def _csv_reader(lines: Iterable[str], kind: str) -> Iterator[list[str]]:
+def csv_reader(lines: Iterable[str], kind: str) -> Iterator[list[str]]:
     """Return csv's reader for a TSV (no quoting) or CSV, with the field limit raised to bertkit's cap."""
     if csv.field_size_limit() < MAX_FIELD_CHARS:
         csv.field_size_limit(MAX_FIELD_CHARS)
     return csv.reader(lines, **({"delimiter": "\t", "quoting": csv.QUOTE_NONE} if kind == "tsv" else {}))
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """Tell whether `float(value)` reads it."""
     try:
         float(value)
     except (TypeError, ValueError):
@@ -535,18 +370,9 @@ def _label(label: Any, kind: str, separator: str, path: Path, line: int) -> Any:
 
 
 def _header_like(labels: list, kind: str) -> bool:
-    if kind == "numeric" or _is_number(labels[0]):
+    if kind == "numeric" or is_number(labels[0]):
         return False  # a header's label is no number (a numeric kind has refused one already)
     return labels.count(labels[0]) == 1
-
-
-def file_sha256(path: str | Path) -> str:
-    """SHA-256 of a file's bytes, read in 1 MiB blocks (runs record it to notice changed data)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def sample_path(name: str) -> Traversable:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError, quoted
-from .readers import decoded_lines, jsonl_records
+from .readers import jsonl_records
+from .text_files import decoded_lines
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import ray.data
 from ..encoder.encode import Encoder
 from ..encoder.options import EmbedOptions, options_from
 from ..errors import BertkitError, InputError, no_such_path
-from ..io.readers import file_sha256
+from ..io.text_files import file_sha256
 from ..io.writers import VECTOR_FORMATS, atomic_path
 from .dataset import (
     DEFAULT_ROWS_PER_CALL,

@@ -14,8 +14,9 @@ from transformers import AutoTokenizer
 
 from ...errors import InputError
 from ...io.conll import TaggedData, read_labelled_text, read_tagged
-from ...io.readers import LabelledData, check_label_separator, file_sha256
+from ...io.readers import LabelledData, check_label_separator
 from ...io.squad import QAExample, read_squad
+from ...io.text_files import file_sha256
 from ..labels import check_class_counts, check_known_labels, check_labels, split_holdout
 from ..qa import qa_windows
 from .examples import Example, text_examples, token_examples, word_pieces
