@@ -16,8 +16,9 @@ def public_docstring_tests() -> list[doctest.DocTest]:
     for name in bertkit.__all__:
         obj = getattr(bertkit, name)
         members = [(name, obj)]
-        if inspect.isclass(obj):
-            members += [(f"{name}.{m}", v) for m, v in vars(obj).items() if not m.startswith("_")]
+        if inspect.isclass(obj):  # its own members first, then those it inherits from bertkit's classes
+            owners = [klass for klass in obj.__mro__ if klass.__module__.startswith("bertkit")]
+            members += [(f"{name}.{m}", v) for klass in owners for m, v in vars(klass).items() if not m.startswith("_")]
         for qualified, member in members:
             member = getattr(member, "__func__", member)
             module = inspect.getmodule(member) or inspect.getmodule(obj)

@@ -29,7 +29,7 @@ _LAZY = {
     "FineTunedQA": "tasks.qa",
     "FineTunedTagger": "tasks.tagger",
     "FinetuneArguments": "tasks.finetune",
-    "ForwardOutput": "encoder.encode",
+    "ForwardOutput": "encoder.base",
     "LayerSelection": "encoder.layers",
     "TextClassifier": "tasks.classify",
     "TokenEmbedding": "encoder.results",
@@ -50,7 +50,8 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come from __getattr__
-    from .encoder.encode import Encoder, ForwardOutput
+    from .encoder.base import ForwardOutput
+    from .encoder.encode import Encoder
     from .encoder.layers import LayerSelection, parse_layers
     from .encoder.options import EmbedOptions
     from .encoder.results import EmbedReport, EmbedResult, TokenEmbedding
