@@ -150,3 +150,52 @@ def test_env_prints_the_machine_as_bertkit_sees_it(monkeypatch, capsys):
         assert all(
             flag in flags for flag in facts["cpu features"].split() if not facts["cpu features"].startswith("none")
         )
+
+
+def test_every_command_parameter_reaches_the_code():
+    """A command's value is used in its body (beyond an `if` that checks it) or taken by an `options_for` target.
+
+    `options_for(ctx, target)` passes the values whose names `target` takes, so renaming a parameter on one side
+    only would drop the user's value silently; this reads every command's source (and that of the helpers it hands
+    `ctx` to) and names any value left behind.
+    """
+    import ast
+    import importlib
+    import inspect
+    import textwrap
+
+    from bertkit.cli.common import options_for
+    from bertkit.cli.main import app
+
+    def nodes_of(function):
+        body = ast.parse(textwrap.dedent(inspect.getsource(function))).body[0].body
+        return [node for statement in body for node in ast.walk(statement)]
+
+    def names_and_targets(function):
+        """Names `function` (and each helper it passes `ctx`) reads, and the parameters its targets take."""
+        nodes, namespace = nodes_of(function), dict(function.__globals__)
+        for node in (node for node in nodes if isinstance(node, ast.ImportFrom)):
+            package = importlib.import_module(function.__module__).__package__
+            module = importlib.import_module("." * node.level + (node.module or ""), package)
+            namespace.update({alias.asname or alias.name: getattr(module, alias.name) for alias in node.names})
+        in_tests = {id(part) for node in nodes if isinstance(node, ast.If) for part in ast.walk(node.test)}
+        used = {node.id for node in nodes if isinstance(node, ast.Name) and id(node) not in in_tests}
+        taken = set()
+        for call in (node for node in nodes if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            callee = namespace.get(call.func.id)
+            if callee is options_for:
+                target = eval(compile(ast.Expression(call.args[1]), "<target>", "eval"), namespace)
+                taken |= set(inspect.signature(target).parameters)
+            elif any(getattr(arg, "id", None) == "ctx" for arg in call.args):
+                helper_used, helper_taken = names_and_targets(callee)
+                used, taken = used | helper_used, taken | helper_taken
+        return used, taken
+
+    left_behind = {}
+    for command in app.registered_commands:
+        used, taken = names_and_targets(command.callback)
+        parameters = set(inspect.signature(command.callback).parameters) - {"ctx", "threads"}  # threads: its callback
+        if parameters - used - taken:
+            left_behind[command.callback.__name__] = sorted(parameters - used - taken)
+    assert len(app.registered_commands) >= 18
+    assert not left_behind, f"command values that reach no code: {left_behind}"
