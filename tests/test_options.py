@@ -1,11 +1,17 @@
 """`EmbedOptions`: one value for every embedding option, the model's sentence-transformers defaults, checks that run
 nothing, one record, and the old names kept for a release."""
 
+import contextlib
 import dataclasses
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
+from sklearn.linear_model import LogisticRegression
 from tiny_models import tiny_bert
 
 from bertkit import BertVectorizer, EmbedOptions, Encoder, InputError
@@ -138,6 +144,52 @@ def test_old_names_work_for_one_release_with_a_warning(encoder):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert encoder.embed(TEXTS).shape == (3, 384)  # today's names: no warning
+
+
+def test_every_old_name_warns_at_the_callers_line(encoder, tmp_path):
+    """The warning names the user's file, at any depth inside bertkit: Python shows deprecations in `__main__` only."""
+    import torch
+
+    from bertkit import TextClassifier, finetune
+    from bertkit.tasks.finetune import FinetuneArguments
+
+    texts_file = tmp_path / "texts.txt"
+    texts_file.write_text("\n".join(TEXTS) + "\n")
+    threads = torch.get_num_threads()  # the count it already has: the warning, without changing the process
+    classifier = TextClassifier(BertVectorizer(layers="last"), LogisticRegression()).fit(TEXTS, ["a", "b", "a"])
+    run = classifier.save_pretrained(tmp_path / "run")
+    uses = {
+        "embed(dimensions=)": lambda: encoder.embed(TEXTS, dimensions=64),
+        "embed(text_pairs=)": lambda: encoder.embed(TEXTS[:1], text_pairs=["x"]),
+        "embed(return_report=)": lambda: encoder.embed(TEXTS, return_report=True),
+        "tokenize(text_pairs=)": lambda: encoder.tokenize(TEXTS[:1], text_pairs=["x"]),
+        "embed_file(normalize=)": lambda: embed_file(encoder, texts_file, tmp_path / "v.npy", normalize=True),
+        "Encoder.from_pretrained(threads=)": lambda: Encoder.from_pretrained(threads=threads),
+        "BertVectorizer(dimensions=)": lambda: BertVectorizer(dimensions=64).fit([]),
+        "FinetuneArguments(epochs=)": lambda: FinetuneArguments(epochs=2),
+        "finetune(patience=)": lambda: finetune(tmp_path / "missing.tsv", output_dir=tmp_path / "out", patience=1),
+        "TextClassifier.load": lambda: TextClassifier.load(run),
+    }
+    for name, use in uses.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with contextlib.suppress(InputError):  # finetune stops at the missing file, after the warning
+                use()
+        places = {Path(w.filename).name for w in caught if issubclass(w.category, DeprecationWarning)}
+        assert places == {Path(__file__).name}, f"{name} warned at {places or 'no place'}"
+
+
+def test_a_script_shows_the_warning_under_pythons_default_filters(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(
+        "from bertkit import BertVectorizer, Encoder\n"
+        "Encoder.from_pretrained().embed(['a text'], dimensions=64)\n"
+        "BertVectorizer(normalize=True).fit([])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    shown = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, check=True).stderr
+    assert "script.py:2: DeprecationWarning: dimensions= is now truncate_dim=" in shown, shown
+    assert "script.py:3: DeprecationWarning: BertVectorizer(normalize=...) is deprecated" in shown, shown
 
 
 def test_the_vectorizer_takes_every_option_and_resolves_them_once():

@@ -1,8 +1,10 @@
-"""Exceptions bertkit raises for user mistakes: the CLI prints their message, never a traceback."""
+"""What bertkit says about user mistakes: exceptions (the CLI prints their message) and deprecation warnings."""
 
 from __future__ import annotations
 
 import os
+import sys
+import warnings
 
 
 class BertkitError(Exception):
@@ -44,3 +46,15 @@ def brief(value: object, limit: int = 200) -> str:
 def quoted(value: object, limit: int = 80) -> str:
     """`repr(value)`, cut like `brief`: how a message shows a user's text, label or field."""
     return brief(repr(value), limit)
+
+
+def warn_deprecated(message: str) -> None:
+    """Warn (`DeprecationWarning`) that a name is deprecated, at the first caller outside bertkit.
+
+    A fixed `stacklevel` is right at one call depth only; the warning must point at the user's line, or Python's
+    default filters (which show deprecations in `__main__` only) hide it.
+    """
+    frame, level = sys._getframe(1), 2
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "bertkit":
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, DeprecationWarning, stacklevel=level)

@@ -9,7 +9,6 @@ import hashlib
 import inspect
 import json
 import logging
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -18,7 +17,7 @@ import numpy as np
 import torch
 
 from .. import display
-from ..errors import InputError
+from ..errors import InputError, warn_deprecated
 from . import tokenize as tok
 from .coverage import Coverage, coverage
 from .defaults import DEFAULT_BATCH_SIZE
@@ -380,7 +379,7 @@ def renamed(old_name: str, old: Any, new_name: str, new: Any) -> Any:
     """Return `new`, or `old` with a warning that its name is deprecated (it goes in the next release)."""
     if old is None:
         return new
-    warnings.warn(f"{old_name}= is now {new_name}=; {old_name}= goes in the next release.", DeprecationWarning, 3)
+    warn_deprecated(f"{old_name}= is now {new_name}=; {old_name}= goes in the next release.")
     return old
 
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import logging
 import time
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, warn_deprecated
 from . import tokenize as tok
 from .base import EncoderBase, as_list, renamed
 from .compact import RANGED, int8_ranges
@@ -146,11 +145,9 @@ class Encoder(EncoderBase):
         if return_report or isinstance(result.vectors, list):
             what = "return_report=True" if return_report else "pooling='none'"
             instead = "embed_with_report" if return_report else "embed_tokens"
-            warnings.warn(
+            warn_deprecated(
                 f"embed(..., {what}) is deprecated: use {instead}(), which returns one type; embed() will return "
-                "sentence vectors only.",
-                DeprecationWarning,
-                stacklevel=2,
+                "sentence vectors only."
             )
             return (result.vectors, result.report) if return_report else result.vectors  # type: ignore[return-value]
         return result.vectors

@@ -7,12 +7,11 @@ how every file, cache key and run record writes the options.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import InputError
+from ..errors import InputError, warn_deprecated
 from .compact import OUTPUT_TYPES
 from .layers import parse_layers
 from .pooling import parse_pooling
@@ -152,11 +151,9 @@ class EmbedOptions:
         changes = {}
         for name, value in kwargs.items():
             if name in DEPRECATED_NAMES:
-                warnings.warn(
+                warn_deprecated(
                     f"{name}= is now {DEPRECATED_NAMES[name]}= (sentence-transformers' name); {name}= goes in the "
-                    "next release.",
-                    DeprecationWarning,
-                    stacklevel=3,
+                    "next release."
                 )
                 name = DEPRECATED_NAMES[name]
             if name not in FIELDS:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import InputError
+from ..errors import InputError, warn_deprecated
 
 _layout_lock = threading.Lock()
 _layout_users = 0
@@ -51,11 +50,9 @@ def deprecated_threads(threads: int | None) -> None:
     """Honour a deprecated `threads=` argument (bertkit 0.2) with a warning: it sets threads for the whole process."""
     if threads is None:
         return
-    warnings.warn(
+    warn_deprecated(
         "threads= is deprecated: it changes torch's threads for the whole process. Call bertkit.set_threads(n) once "
-        "instead.",
-        DeprecationWarning,
-        stacklevel=3,
+        "instead."
     )
     set_threads(threads)
 

@@ -6,7 +6,6 @@ import io
 import json
 import logging
 import time
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +20,7 @@ from threadpoolctl import threadpool_limits
 from ..encoder.devices import describe
 from ..encoder.options import EmbedOptions
 from ..encoder.threads import deprecated_threads
-from ..errors import InputError, ModelLoadError
+from ..errors import InputError, ModelLoadError, warn_deprecated
 
 if TYPE_CHECKING:
     from sklearn.utils import Tags
@@ -271,13 +270,13 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
 
     def save(self, directory: str | Path, **kwargs: Any) -> Path:
         """Save the classifier: the deprecated name of `save_pretrained`."""
-        warnings.warn("TextClassifier.save is now save_pretrained.", DeprecationWarning, stacklevel=2)
+        warn_deprecated("TextClassifier.save is now save_pretrained.")
         return self.save_pretrained(directory, **kwargs)
 
     @classmethod
     def load(cls, directory: str | Path, **kwargs: Any) -> TextClassifier:
         """Load a saved classifier: the deprecated name of `from_pretrained`."""
-        warnings.warn("TextClassifier.load is now from_pretrained.", DeprecationWarning, stacklevel=2)
+        warn_deprecated("TextClassifier.load is now from_pretrained.")
         return cls.from_pretrained(directory, **kwargs)
 
     @classmethod

@@ -6,7 +6,6 @@ import inspect
 import json
 import logging
 import tempfile
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from ..encoder.precision import autocast, check_precision
 from ..encoder.runner import Row, Runner
 from ..encoder.threads import deprecated_threads, total_threads
 from ..encoder.tokenize import LONG_TEXT_POLICIES
-from ..errors import InputError, ModelLoadError, brief
+from ..errors import InputError, ModelLoadError, brief, warn_deprecated
 from .runs import CONFIG_FILE, read_run_config, write_run_directory
 
 logger = logging.getLogger(__name__)
@@ -131,7 +130,7 @@ class FineTuned:
     @classmethod
     def load(cls, directory: str | Path, **options: Any) -> Any:
         """Load a run: the deprecated name of `from_pretrained`."""
-        warnings.warn(f"{cls.__name__}.load is now from_pretrained.", DeprecationWarning, stacklevel=2)
+        warn_deprecated(f"{cls.__name__}.load is now from_pretrained.")
         return cls.from_pretrained(directory, **options)
 
     def save_pretrained(self, directory: str | Path, *, overwrite: bool = False) -> Path:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from ..encoder.encode import Encoder
 from ..encoder.options import FIELDS, EmbedOptions
 from ..encoder.threads import set_threads
 from ..encoder.tokenize import check_texts
-from ..errors import InputError
+from ..errors import InputError, warn_deprecated
 from ..io.cache import EmbeddingCache
 
 MAX_SHARED_ENCODERS = 4  # loaded models kept for reuse by vectorizer clones (grid searches); least recent goes
@@ -152,7 +151,7 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
                 "Encoder.embed_tokens."
             )
         if self.threads is not None:
-            _deprecated("threads", "bertkit.set_threads(n)")
+            warn_deprecated("BertVectorizer(threads=...) is deprecated: use bertkit.set_threads(n).")
             set_threads(self.threads)
         self.encoder_ = shared_encoder(self.model, self.precision, self.device)
         self.options_ = options.resolve(self.encoder_)  # refuses options this model cannot serve, before any work
@@ -164,10 +163,10 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         """Return the `EmbedOptions` these parameters make (not yet resolved against the model)."""
         values = {name: getattr(self, name) for name in FIELDS}
         if self.dimensions is not None:
-            _deprecated("dimensions", "truncate_dim")
+            warn_deprecated("BertVectorizer(dimensions=...) is deprecated: use truncate_dim.")
             values["truncate_dim"] = self.dimensions
         if self.normalize is not None:
-            _deprecated("normalize", "normalize_embeddings")
+            warn_deprecated("BertVectorizer(normalize=...) is deprecated: use normalize_embeddings.")
             values["normalize_embeddings"] = self.normalize
         return EmbedOptions(**values)
 
@@ -215,10 +214,6 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         tags.input_tags.two_d_array = False
         tags.input_tags.string = True
         return tags
-
-
-def _deprecated(name: str, instead: str) -> None:
-    warnings.warn(f"BertVectorizer({name}=...) is deprecated: use {instead}.", DeprecationWarning, stacklevel=3)
 
 
 def _column(X: Any) -> Any:

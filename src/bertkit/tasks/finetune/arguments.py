@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import InitVar, dataclass, field
 
-from ...errors import InputError
+from ...errors import InputError, warn_deprecated
 
 LOGS = "logs"  # metrics.jsonl and the trackers' files (TensorBoard, ...), kept in the finished run
 # max_length by task (token: the model's maximum); pair: a query and a passage; qa: run_qa's max_seq_length
 MAX_LENGTHS = {"text": 128, "pair": 256, "qa": 384}
 TASKS = ("text", "pair", "token", "qa")
 MIXED_PRECISIONS = ("no", "fp16", "bf16")
+RENAMED = {"epochs": "num_train_epochs", "patience": "early_stopping_patience"}  # bertkit 0.2 -> transformers
 
 
 @dataclass
@@ -46,13 +46,9 @@ class FinetuneArguments:
     patience: InitVar[int | None] = None
 
     def __post_init__(self, epochs: int | None, patience: int | None) -> None:
-        for old, new, value in (
-            ("epochs", "num_train_epochs", epochs),
-            ("patience", "early_stopping_patience", patience),
-        ):
+        for old, value in (("epochs", epochs), ("patience", patience)):
             if value is not None:
-                warnings.warn(f"{old}= is now {new}= (transformers' name).", DeprecationWarning, stacklevel=3)
-                setattr(self, new, value)
+                setattr(self, renamed_argument(old), value)
 
     def check(self) -> None:
         """Refuse impossible settings (an unknown task, epochs below 1, ...) with one `InputError` line each."""
@@ -82,3 +78,11 @@ class FinetuneArguments:
             )
         if not 0 <= self.warmup_ratio < 1:
             raise InputError(f"warmup_ratio={self.warmup_ratio}: give a share between 0 and 1.")
+
+
+def renamed_argument(name: str) -> str:
+    """Return today's name of a setting, with a warning when `name` is its bertkit 0.2 name."""
+    if name not in RENAMED:
+        return name
+    warn_deprecated(f"{name}= is now {RENAMED[name]}= (transformers' name); {name}= goes in the next release.")
+    return RENAMED[name]

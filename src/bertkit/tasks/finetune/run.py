@@ -10,7 +10,6 @@ import json
 import logging
 import math
 import os
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -25,7 +24,7 @@ from ...encoder.precision import check_precision
 from ...encoder.threads import deprecated_threads
 from ...errors import InputError
 from ...io.writers import remove_bertkit_directory
-from .arguments import LOGS, MAX_LENGTHS, FinetuneArguments
+from .arguments import LOGS, MAX_LENGTHS, FinetuneArguments, renamed_argument
 from .checkpoint import check_output, last_checkpoint, start_run, write_final
 from .examples import collate
 from .prepare import MULTI_LABEL, QA, REGRESSION, SINGLE_LABEL, TOKENS, Columns, Prepared, prepare, word_tokenizer
@@ -342,7 +341,6 @@ def _training_record(trainer: FinetuneTrainer, metric: str, args: FinetuneArgume
 
 
 KEYWORD_ALIASES = {"lr": "learning_rate"}  # the command line's short name
-DEPRECATED_KEYWORDS = {"epochs": "num_train_epochs", "patience": "early_stopping_patience"}
 ZERO_BASELINES = {  # what a model that learned nothing does, scoring 0 (correlation, micro-F1, entity F1)
     REGRESSION: "predicting the training mean (no correlation)",
     MULTI_LABEL: "predicting no label",
@@ -353,10 +351,7 @@ ZERO_BASELINES = {  # what a model that learned nothing does, scoring 0 (correla
 def _with_keywords(args: FinetuneArguments, training: dict) -> FinetuneArguments:
     fields = {f.name for f in dataclasses.fields(FinetuneArguments)}
     for key, value in training.items():
-        name = KEYWORD_ALIASES.get(key, key)
-        if name in DEPRECATED_KEYWORDS:
-            warnings.warn(f"{name}= is now {DEPRECATED_KEYWORDS[name]}=.", DeprecationWarning, stacklevel=3)
-            name = DEPRECATED_KEYWORDS[name]
+        name = renamed_argument(KEYWORD_ALIASES.get(key, key))
         if name not in fields:
             raise InputError(
                 f"finetune() got an unknown setting {key!r}; the settings are {', '.join(sorted(fields))} "
