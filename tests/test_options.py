@@ -111,6 +111,36 @@ def test_a_misspelled_option_is_refused_not_dropped(encoder, tmp_path):
         assert not (tmp_path / "out.npy").exists(), face
 
 
+def test_a_stride_and_a_name_given_twice_are_refused_whatever_the_texts(encoder, tmp_path):
+    """Short texts need no window, but a stride that no window could take is refused before the model runs."""
+    texts = tmp_path / "texts.txt"
+    texts.write_text("I love Korea\n")
+    faces = {
+        "embed": lambda **kw: encoder.embed(TEXTS, **kw),
+        "embed_tokens": lambda **kw: encoder.embed_tokens(TEXTS, **kw),
+        "embed_file": lambda **kw: embed_file(encoder, texts, tmp_path / "out.npy", **kw),
+        "BertVectorizer": lambda **kw: BertVectorizer(cache=None, **kw).fit(TEXTS),
+    }
+    for bad, message in [
+        ({"long_text": "window", "stride": 500}, "stride=500: give a number of overlapping tokens from 0 to 253"),
+        ({"long_text": "window", "max_length": 10, "stride": 8}, "stride=8: give .* from 0 to 7"),
+        ({"stride": 8}, "stride=8 is the overlap of long_text='window'; with long_text='truncate' no text is cut"),
+        ({"truncate_dim": 32, "dimensions": 16}, "dimensions= and truncate_dim= are one option under two names"),
+    ]:
+        for face, call in faces.items():
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(encoder, "forward_inputs", lambda *_, face=face: pytest.fail(f"{face} ran the model"))
+                with pytest.raises(InputError, match=message), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    call(**bad)
+            assert not (tmp_path / "out.npy").exists(), face
+    assert encoder.embed(TEXTS, long_text="window", max_length=10, stride=7).shape == (3, 384)  # the largest
+    with pytest.raises(InputError, match="text_pairs= and text_pair= are one argument under two names"):
+        encoder.embed(TEXTS[:1], text_pair=["a"], text_pairs=["b"])
+    with pytest.raises(InputError, match="give an EmbedOptions, or the options as keywords"):
+        encoder.embed(TEXTS, "last4:sum")
+
+
 def test_resolved_options_record_themselves_one_way(encoder):
     resolved = encoder.resolve(layers="last4:sum", prompt="query: ", truncate_dim=64)
     record = resolved.record()
@@ -182,20 +212,26 @@ def test_every_old_name_warns_at_the_callers_line(encoder, tmp_path):
 def test_a_script_shows_the_warning_under_pythons_default_filters(tmp_path):
     script = tmp_path / "script.py"
     script.write_text(
+        "from sklearn.linear_model import LogisticRegression\n"
+        "from sklearn.pipeline import make_pipeline\n"
         "from bertkit import BertVectorizer, Encoder\n"
         "Encoder.from_pretrained().embed(['a text'], dimensions=64)\n"
         "BertVectorizer(normalize=True).fit([])\n"
+        "make_pipeline(BertVectorizer(dimensions=32), LogisticRegression()).fit(['good', 'bad'], [1, 0])\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
     shown = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, check=True).stderr
-    assert "script.py:2: DeprecationWarning: dimensions= is now truncate_dim=" in shown, shown
-    assert "script.py:3: DeprecationWarning: BertVectorizer(normalize=...) is deprecated" in shown, shown
+    assert "script.py:4: DeprecationWarning: dimensions= is now truncate_dim=" in shown, shown
+    assert "script.py:5: DeprecationWarning: normalize= is now normalize_embeddings=" in shown, shown
+    assert "script.py:6: DeprecationWarning: dimensions= is now truncate_dim=" in shown, shown  # in a Pipeline
 
 
 def test_the_vectorizer_takes_every_option_and_resolves_them_once():
     params = set(BertVectorizer().get_params())
     assert set(FIELDS) <= params, set(FIELDS) - params
-    vectorizer = BertVectorizer(layers="last", pooling="cls", stride=8, include_prompt=False, output_type="float16")
+    vectorizer = BertVectorizer(
+        layers="last", pooling="cls", long_text="window", stride=8, include_prompt=False, output_type="float16"
+    )
     vectorizer.fit([])
     assert vectorizer.options_ == vectorizer.encoder_.resolve(vectorizer.embed_options())
     assert vectorizer.transform(TEXTS).dtype == np.float16

@@ -48,13 +48,17 @@ def quoted(value: object, limit: int = 80) -> str:
     return brief(repr(value), limit)
 
 
-def warn_deprecated(message: str) -> None:
-    """Warn (`DeprecationWarning`) that a name is deprecated, at the first caller outside bertkit.
+ON_BEHALF = ("bertkit", "sklearn", "joblib")  # packages whose frames call bertkit for the user's code
 
-    A fixed `stacklevel` is right at one call depth only; the warning must point at the user's line, or Python's
-    default filters (which show deprecations in `__main__` only) hide it.
+
+def warn_deprecated(message: str) -> None:
+    """Warn (`DeprecationWarning`) that a name is deprecated, at the first caller outside bertkit and scikit-learn.
+
+    A fixed `stacklevel` is right at one call depth only; the warning must point at the user's line (scikit-learn,
+    through joblib, calls a vectorizer's `fit` for the user's Pipeline), or Python's default filters, which show
+    deprecations in `__main__` only, hide it.
     """
     frame, level = sys._getframe(1), 2
-    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "bertkit":
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] in ON_BEHALF:
         frame, level = frame.f_back, level + 1
     warnings.warn(message, DeprecationWarning, stacklevel=level)

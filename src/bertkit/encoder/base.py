@@ -379,6 +379,8 @@ def renamed(old_name: str, old: Any, new_name: str, new: Any) -> Any:
     """Return `new`, or `old` with a warning that its name is deprecated (it goes in the next release)."""
     if old is None:
         return new
+    if new is not None:
+        raise InputError(f"{old_name}= and {new_name}= are one argument under two names; give {new_name}= only.")
     warn_deprecated(f"{old_name}= is now {new_name}=; {old_name}= goes in the next release.")
     return old
 

@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import InputError, warn_deprecated
+from ..errors import InputError, quoted, warn_deprecated
 from .compact import OUTPUT_TYPES
 from .layers import parse_layers
 from .pooling import parse_pooling
-from .tokenize import DIRECTIONS, LONG_TEXT_POLICIES
+from .tokenize import DIRECTIONS, LONG_TEXT_POLICIES, check_stride
 
 if TYPE_CHECKING:
     from .st_config import SentenceConfig
@@ -25,6 +25,7 @@ class Model(Protocol):
     """What `EmbedOptions.resolve` reads of a model (an `Encoder` has it all)."""
 
     model: Any
+    tokenizer: Any
 
     @property
     def sentence_config(self) -> Any:
@@ -148,14 +149,23 @@ class EmbedOptions:
         -------
         EmbedOptions
         """
+        if options is not None and not isinstance(options, EmbedOptions):
+            raise InputError(
+                f"options={quoted(options)}: give an EmbedOptions, or the options as keywords (layers=..., "
+                "pooling=...)."
+            )
         changes = {}
         for name, value in kwargs.items():
+            if name in DEPRECATED_NAMES and value is None:
+                continue
             if name in DEPRECATED_NAMES:
+                new_name = DEPRECATED_NAMES[name]
+                if kwargs.get(new_name) is not None:
+                    raise InputError(f"{name}= and {new_name}= are one option under two names; give {new_name}= only.")
                 warn_deprecated(
-                    f"{name}= is now {DEPRECATED_NAMES[name]}= (sentence-transformers' name); {name}= goes in the "
-                    "next release."
+                    f"{name}= is now {new_name}= (sentence-transformers' name); {name}= goes in the next release."
                 )
-                name = DEPRECATED_NAMES[name]
+                name = new_name
             if name not in FIELDS:
                 raise InputError(f"unknown embedding option {name!r}; the options are {', '.join(FIELDS)}.")
             if value is not None:
@@ -221,10 +231,18 @@ class EmbedOptions:
                 f"truncate_dim={self.truncate_dim}: these vectors have {width} numbers; give 1 to {width}."
             )
         normalize = config.normalize and own_vector if self.normalize_embeddings is None else self.normalize_embeddings
+        max_length = encoder.check_max_length(self.max_length)
+        if self.stride is not None:
+            if self.long_text != "window":
+                raise InputError(
+                    f"stride={self.stride} is the overlap of long_text='window'; with long_text={self.long_text!r} "
+                    "no text is cut into windows. Add long_text='window', or leave stride out."
+                )
+            check_stride(self.stride, max_length - encoder.tokenizer.backend_tokenizer.num_special_tokens_to_add(False))
         return dataclasses.replace(
             self,
             pooling=pooling,
-            max_length=encoder.check_max_length(self.max_length),
+            max_length=max_length,
             prompt=self._prompt(config),
             prompt_name=None,
             include_prompt=config.include_prompt if self.include_prompt is None else self.include_prompt,

@@ -192,6 +192,13 @@ def check_texts(texts: str | Sequence, name: str = "texts") -> list:
     return checked
 
 
+def check_stride(stride: int, budget: int) -> int:
+    """Return `stride`, refused unless two windows of `budget` content tokens can share that many."""
+    if not 0 <= stride < budget:
+        raise InputError(f"stride={stride}: give a number of overlapping tokens from 0 to {budget - 1}.")
+    return stride
+
+
 def encode(
     tokenizer: Any,  # a transformers fast tokenizer, or anything with its `backend_tokenizer`
     texts: Sequence[Text],
@@ -251,9 +258,7 @@ def encode(
         return encoded
     truncation = "longest_first" if second_part is None else f"only_{window_side}"
     budget = max_length - backend.num_special_tokens_to_add(second is not None)
-    overlap = budget // 4 if stride is None else stride
-    if not 0 <= overlap < budget:
-        raise InputError(f"stride={overlap}: give a number of overlapping tokens from 0 to {budget - 1}.")
+    overlap = budget // 4 if stride is None else check_stride(stride, budget)
     with TOKENIZER_LOCK:
         try:
             windows = _encodings(backend, first_part, second_part, max_length, strategy=truncation, stride=overlap)

@@ -16,9 +16,9 @@ from ..encoder.defaults import DEFAULT_FEATURE_LAYERS, DEFAULT_FEATURE_POOLING
 from ..encoder.devices import resolve_device
 from ..encoder.encode import Encoder
 from ..encoder.options import FIELDS, EmbedOptions
-from ..encoder.threads import set_threads
+from ..encoder.threads import deprecated_threads
 from ..encoder.tokenize import check_texts
-from ..errors import InputError, warn_deprecated
+from ..errors import InputError
 from ..io.cache import EmbeddingCache
 
 MAX_SHARED_ENCODERS = 4  # loaded models kept for reuse by vectorizer clones (grid searches); least recent goes
@@ -150,9 +150,7 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
                 "BertVectorizer makes one vector per text; pooling='none' gives token vectors: use "
                 "Encoder.embed_tokens."
             )
-        if self.threads is not None:
-            warn_deprecated("BertVectorizer(threads=...) is deprecated: use bertkit.set_threads(n).")
-            set_threads(self.threads)
+        deprecated_threads(self.threads)
         self.encoder_ = shared_encoder(self.model, self.precision, self.device)
         self.options_ = options.resolve(self.encoder_)  # refuses options this model cannot serve, before any work
         self.n_features_out_ = self.encoder_.output_dim(self.options_)
@@ -162,13 +160,7 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
     def embed_options(self) -> EmbedOptions:
         """Return the `EmbedOptions` these parameters make (not yet resolved against the model)."""
         values = {name: getattr(self, name) for name in FIELDS}
-        if self.dimensions is not None:
-            warn_deprecated("BertVectorizer(dimensions=...) is deprecated: use truncate_dim.")
-            values["truncate_dim"] = self.dimensions
-        if self.normalize is not None:
-            warn_deprecated("BertVectorizer(normalize=...) is deprecated: use normalize_embeddings.")
-            values["normalize_embeddings"] = self.normalize
-        return EmbedOptions(**values)
+        return EmbedOptions.from_kwargs(None, **values, dimensions=self.dimensions, normalize=self.normalize)
 
     def transform(self, X: str | Sequence[str]) -> np.ndarray:
         """(n_texts, n_features) vectors; a single string is one text and gives one row.
