@@ -120,6 +120,18 @@ def test_runs_record_precision_and_warn_when_used_at_another(feature_run, finetu
     assert caplog.records == []
 
 
+def test_runs_refuse_a_bad_batch_size_or_precision_in_one_line_before_warning(feature_run, finetuned_run, caplog):
+    model, run = finetuned_run
+    for bad in (0, -1, True, 1.5, "8"):  # the one runner's check, as Encoder.embed has it
+        with pytest.raises(InputError, match=f"batch_size={bad!r}: give a positive batch size"):
+            model.predict(["a good film"], batch_size=bad)
+    for directory in (feature_run[1], run):
+        caplog.clear()
+        with pytest.raises(InputError, match="precision='fp16' runs on a GPU"):
+            load_run(directory, precision="fp16")
+        assert caplog.records == [], directory  # no "used at fp16" warning for a precision that is refused
+
+
 def test_finetuned_classifier_follows_long_text(finetuned_run, caplog):
     _, run = finetuned_run
     long_text = "a good film " * 40  # 120 words, far over max_length=16

@@ -152,6 +152,9 @@ def test_resolved_options_record_themselves_one_way(encoder):
     assert EmbedOptions.from_record(old) == EmbedOptions(
         pooling="mean", truncate_dim=64, normalize_embeddings=True, output_type="int8", dense=False
     )
+    # a stride recorded without windows changed nothing: files and runs that have one still load, without it
+    assert EmbedOptions.from_record({"stride": 8}).stride is None
+    assert EmbedOptions.from_record({"stride": 8, "long_text": "window"}).stride == 8
     # a record from before the model decided normalization made none, whatever the model says now
     assert EmbedOptions.from_record({"layers": "last", "pooling": "mean"}).normalize_embeddings is False
 

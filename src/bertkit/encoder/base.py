@@ -359,15 +359,12 @@ class EncoderBase:
 
     def runner(self, batch_size: int | None = None, pad_multiple: int = 1) -> Runner:
         """Return the runner of this encoder's forward passes (`batch_size` rows at most; None: the default)."""
-        batch_size = self.default_batch_size if batch_size is None else batch_size
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InputError(f"batch_size={batch_size}: give a positive batch size.")
         return Runner(
             self.forward_inputs,
             self.tokenizer.pad_token_id,
             self.device,
             self.max_batch_tokens,
-            batch_size,
+            self.default_batch_size if batch_size is None else batch_size,
             self.concurrent_batches,
             self.takes_type_ids,
             pad_multiple,

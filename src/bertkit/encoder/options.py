@@ -178,6 +178,8 @@ class EmbedOptions:
         renamed = {DEPRECATED_NAMES.get(k, k): v for k, v in record.items()}
         # records written before normalization and Dense came from the model made neither unless they say so
         renamed = {"normalize_embeddings": False, "dense": False, **renamed}
+        if renamed.get("long_text") != "window":
+            renamed["stride"] = None  # a stride recorded without windows changed nothing
         return cls(**{k: v for k, v in renamed.items() if k in FIELDS and k != "prompt_name"})
 
     def replace(self, **changes: Any) -> EmbedOptions:

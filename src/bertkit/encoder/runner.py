@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..errors import InputError
 from .devices import OutOfDeviceMemory
 from .threads import forward_in_parallel, total_threads
 from .tokenize import pad_ids
@@ -125,6 +126,11 @@ class Runner:
     max_width: int | None = None
     stats: RunnerStats = field(default_factory=RunnerStats)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        size = self.batch_size
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise InputError(f"batch_size={size!r}: give a positive batch size.")
 
     def plan(self, rows: Sequence[Row]) -> list[list[int]]:
         """Plan the passes for `rows`: indices grouped by `plan_batches`."""

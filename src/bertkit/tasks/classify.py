@@ -347,14 +347,6 @@ def _saved_vectorizer(
     options = {**EmbedOptions.from_record(recorded).record(), "batch_size": saved.get("batch_size")}
     trained_precision = record.get("features", {}).get("precision", "fp32")
     precision = precision or trained_precision
-    if precision != trained_precision:
-        logger.warning(
-            "%s was trained on %s vectors and is now used at %s: its predictions may differ slightly "
-            "from the evaluated ones.",
-            directory,
-            trained_precision,
-            precision,
-        )
     model = record["encoder"]["model"]
     vectorizer = BertVectorizer(
         **{**options, "model": None if model == "default" else model}, cache=cache, precision=precision, device=device
@@ -365,6 +357,14 @@ def _saved_vectorizer(
             f"{directory} was trained on encoder {model!r} with fingerprint {record['encoder']['fingerprint']}, "
             f"but that model now has fingerprint {found}: the weights or tokenizer changed, so its vectors would "
             "not match the classifier. Retrain with `bertkit train`, or restore the original model directory."
+        )
+    if precision != trained_precision:
+        logger.warning(
+            "%s was trained on %s vectors and is now used at %s: its predictions may differ slightly "
+            "from the evaluated ones.",
+            directory,
+            trained_precision,
+            precision,
         )
     trained_calibration = record.get("features", {}).get("int8_calibration")
     calibration = vectorizer.encoder_.int8_calibration
