@@ -430,7 +430,13 @@ def test_openai_dimensions_and_the_embed_options_match_the_library(server, encod
         == encoder.embed(texts, truncate_dim=64, normalize_embeddings=True, output_type="binary").tolist()
     )
     too_wide = server.post("/embed", {"inputs": texts, "dimensions": 999})
-    assert too_wide.status_code == 422 and "dimensions=999" in too_wide.json()["error"]
+    assert too_wide.status_code == 422
+    assert too_wide.json()["error"] == "dimensions=999: these vectors have 384 numbers; give 1 to 384."  # its name
+    wide = server.post("/embed", {"inputs": texts, "layers": "last4:concat", "dimensions": 999})  # 1,536 numbers
+    assert wide.status_code == 200
+    np.testing.assert_allclose(wide.json(), encoder.embed(texts, layers="last4:concat", truncate_dim=999), atol=1e-5)
+    openai_named = server.post("/v1/embeddings", {"model": "default", "input": "x", "dimensions": 999})
+    assert openai_named.json()["error"]["param"] == "dimensions"
     unknown = server.post("/embed", {"inputs": texts, "prompt_name": "query"})
     assert unknown.status_code == 422 and "prompt_name='query'" in unknown.json()["error"]
 

@@ -23,6 +23,7 @@ from starlette.requests import ClientDisconnect
 
 from .. import __version__
 from ..encoder.encode import Encoder
+from ..encoder.options import EmbedOptions
 from ..encoder.threads import release_openmp_threads
 from ..errors import BertkitError, brief
 from .errors import OPENAI_PREFIX, ServeError, error_response
@@ -33,7 +34,7 @@ from .middleware import (
     LocalAccessMiddleware,
     MetricsMiddleware,
 )
-from .routes import service_routes
+from .routes import OPTION_FIELDS, service_routes
 from .runs import ServedRun
 from .schemas import Vocabulary
 from .service import ClientGone, Service
@@ -47,7 +48,8 @@ log = logging.getLogger("bertkit.serve")
 OPTION_FORMS = {
     "layers": "give, in lower case, an index of its hidden states (see /info), 'last', 'second_to_last', "
     "'embeddings', a list ('-1,-2'), 'lastN:sum|mean|concat' or 'all:sum|mean|concat'",
-    "pooling": "give, in lower case, cls, mean, max (pooler where the model has one), several joined with '+', or none",
+    "pooling": "give, in lower case, cls, mean, max (pooler where the model has one) or several joined with '+'; "
+    "none (token vectors) only where the route's schema lists it",
 }
 TOO_MANY = ("inputs", "input", "texts", "documents", "sentences")
 NOT_SERVED = (("path", "run"), ("body", "model"))
@@ -57,12 +59,12 @@ HTTP_KINDS = {404: "not_found", 405: "method_not_allowed"}
 def vocabulary(service: Service) -> Vocabulary:
     """List what this server's requests may say: its limits and its model's option values."""
     encoder, sentence = service.encoder, service.encoder.sentence_config
-    widths = [encoder.hidden_size] + [d.out_features for d in sentence.dense]
+    widest = encoder.output_dim(EmbedOptions(layers="all:concat", pooling="cls+mean+max", dense=False))
     return Vocabulary(
         max_inputs=service.settings.max_inputs,
         hidden_states=encoder.num_layers + 1,
         has_pooler=encoder.has_pooler,
-        max_dimensions=min(widths),
+        max_dimensions=max([widest] + [d.out_features for d in sentence.dense]),
         model_names=tuple(sorted(service.model_names)),
         prompt_names=tuple(sorted(sentence.prompts)),
         rerankers=tuple(sorted(name for name, run in service.runs.items() if run.ranks)),
@@ -216,7 +218,7 @@ def _option_message(service: Any, field: str, value: Any) -> str:
     """Say what the library says of this option value on this model, in the request's own field name."""
     if field == "dimensions":
         most = vocabulary(service).max_dimensions
-        return f"dimensions={brief(value)}: these vectors keep at most {most} numbers; give 1 to {most}."
+        return f"dimensions={brief(value)}: give a whole number from 1 to the vectors' width (at most {most})."
     try:
         service.encoder.resolve(**{field: value})
     except (BertkitError, TypeError) as exc:
@@ -239,8 +241,11 @@ def _error_answer(request: Request, exc: Exception) -> tuple[int, str, str, dict
     """Return (status, kind, message, headers, field) of the answer to an error."""
     if isinstance(exc, ServeError):  # the batcher's Overloaded and ShuttingDown, the body limit's BodyTooLarge too
         return exc.status, exc.error_type, str(exc), exc.headers, exc.param
-    if isinstance(exc, BertkitError):
-        return 422, "invalid_input", brief(exc, 500), None, None
+    if isinstance(exc, BertkitError):  # an option the library refused is named as the request names it
+        message = brief(exc, 500)
+        field = next((name for name, option in OPTION_FIELDS.items() if message.startswith(f"{option}=")), None)
+        message = message if field is None else field + message.removeprefix(OPTION_FIELDS[field])
+        return 422, "invalid_input", message, None, field
     if isinstance(exc, RequestValidationError):
         status, kind, message, field = _validation_answer(request, exc)
         return status, kind, message, None, field

@@ -57,7 +57,7 @@ class Vocabulary:
     max_inputs: int
     hidden_states: int  # the model's layers + 1
     has_pooler: bool
-    max_dimensions: int  # the narrowest sentence vector: what `dimensions` may keep whatever the layers
+    max_dimensions: int  # the widest sentence vector (all layers, three poolings): each request is checked exactly
     model_names: tuple[str, ...] = ("default",)
     prompt_names: tuple[str, ...] = ()
     rerankers: tuple[str, ...] = ()
@@ -125,7 +125,7 @@ def _types(v: Vocabulary) -> SimpleNamespace:
     Prompt = Annotated[StrictStr | None, Field(max_length=v.max_chars, description="a text put before every input")]
     Dimensions = Annotated[
         Annotated[PositiveWhole, Le(v.max_dimensions)] | None,
-        Field(description=f"keep the first N numbers of each vector (1 to {v.max_dimensions})"),
+        Field(description=f"keep the first N numbers of each vector (1 to its width, at most {v.max_dimensions})"),
     ]
     pooler_rule = {
         "if": {
