@@ -157,6 +157,28 @@ def test_finetuned_classifier_follows_long_text(finetuned_run, caplog):
     np.testing.assert_allclose(windowed[1], np.mean(each, axis=0), atol=1e-5)
 
 
+def test_a_long_text_policy_a_run_cannot_follow_is_refused(finetuned_run, tmp_path):
+    from transformers import AutoModelForQuestionAnswering, AutoModelForTokenClassification, AutoTokenizer
+
+    from bertkit import FineTunedQA, FineTunedTagger
+
+    assert finetuned_run[0].long_text == "truncate"  # a classifier's default
+    encoder_dir = tiny_models.tiny_bert(tmp_path / "enc")
+    tokenizer = AutoTokenizer.from_pretrained(encoder_dir)
+    pairs_model = FineTunedClassifier(
+        AutoModelForSequenceClassification.from_pretrained(encoder_dir), tokenizer, 16, long_text="window"
+    )
+    with pytest.raises(InputError, match="long_text='window' reads one long text in windows; pairs are cut"):
+        pairs_model.predict([("a query", "a long document " * 20)])  # it truncated them, saying so in a log line
+    heads = {FineTunedTagger: AutoModelForTokenClassification, FineTunedQA: AutoModelForQuestionAnswering}
+    for head, auto in heads.items():
+        network = auto.from_pretrained(encoder_dir)
+        assert head(network, tokenizer, 16).long_text == "window"  # every token read, as it always was
+        for policy in ("truncate", "error"):  # accepted and ignored before
+            with pytest.raises(InputError, match=f"long_text='{policy}': {head.__name__} takes 'window'"):
+                head(network, tokenizer, 16, long_text=policy)
+
+
 def test_one_held_out_split_for_every_trainer():
     texts = [f"t{i}" for i in range(20)]
     labels = ["a"] * 10 + ["b"] * 10

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from ..encoder.runner import Row
-from ..encoder.tokenize import check_texts
+from ..encoder.tokenize import LONG_TEXT_POLICIES, check_texts
 from ..errors import InputError
 from .finetuned_model import EVAL_BATCH_SIZE, FineTuned
 from .runs import KIND_TEXT
@@ -25,6 +25,7 @@ class FineTunedClassifier(FineTuned):
 
     KIND = KIND_TEXT
     AUTO_CLASS = "AutoModelForSequenceClassification"
+    LONG_TEXTS = LONG_TEXT_POLICIES
     _threshold: float | None = None
 
     @property

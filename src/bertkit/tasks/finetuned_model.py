@@ -23,7 +23,6 @@ from ..encoder.models import quiet_transformers, refuse_model_code
 from ..encoder.precision import autocast, check_precision
 from ..encoder.runner import Row, Runner
 from ..encoder.threads import deprecated_threads, total_threads
-from ..encoder.tokenize import LONG_TEXT_POLICIES
 from ..errors import InputError, ModelLoadError, brief, warn_deprecated
 from .runs import CONFIG_FILE, read_run_config, write_run_directory
 
@@ -41,6 +40,7 @@ class FineTuned:
 
     KIND: str  # the run kind written in the run's config
     AUTO_CLASS: str  # the transformers auto class that loads the model
+    LONG_TEXTS: tuple[str, ...] = ("window",)  # the long-text policies it honours, its default first
 
     def __init__(
         self,
@@ -50,13 +50,17 @@ class FineTuned:
         record: dict | None = None,
         threads: int | None = None,
         precision: str | None = None,
-        long_text: str = "truncate",
+        long_text: str | None = None,
         directory: str | Path | None = None,
     ) -> None:
         deprecated_threads(threads)
-        if long_text not in LONG_TEXT_POLICIES:
-            raise InputError(f"long_text={long_text!r}: valid values are {', '.join(LONG_TEXT_POLICIES)}.")
-        self.long_text = long_text
+        self.long_text = long_text or self.LONG_TEXTS[0]
+        if self.long_text not in self.LONG_TEXTS:
+            honoured = ", ".join(map(repr, self.LONG_TEXTS))
+            raise InputError(
+                f"long_text={long_text!r}: {type(self).__name__} takes {honoured}"
+                + ("." if len(self.LONG_TEXTS) > 1 else " (it reads every token of a long text, in windows).")
+            )
         self.model = model
         self.tokenizer = tokenizer
         self.max_length = max_length
@@ -87,7 +91,7 @@ class FineTuned:
         *,
         threads: int | None = None,
         precision: str | None = None,
-        long_text: str = "truncate",
+        long_text: str | None = None,
         device: str | None = "auto",
     ) -> Any:
         """Load a run with plain transformers from safetensors (what `bertkit finetune` saved), remote code off.
@@ -101,8 +105,10 @@ class FineTuned:
         precision : str, optional
             None runs at the precision the model was trained with; 'int8' quantises the encoder layers (with the
             directory's own calibration when `bertkit quantize` wrote one), 'bf16'/'fp16' autocast where they run.
-        long_text : {'truncate', 'error', 'window'}
-            What a text longer than the run's maximum length gets: cut (said), refused, or read in windows.
+        long_text : {'truncate', 'error', 'window'}, optional
+            A classifier's text longer than the run's maximum length: cut (said; the default), refused, or read in
+            windows. Taggers and question answering read every token of a long text, in windows, and take only
+            'window'.
         device : str
             'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'.
 
@@ -247,9 +253,13 @@ class FineTuned:
 
     def encode(self, texts: list[str], pairs: list[str] | None = None) -> list[tok.Encoded]:
         """Tokenized inputs under the run's long-text policy (the tokenizer's truncation or overflow windows)."""
-        policy = "truncate" if self.long_text == "window" and pairs is not None else self.long_text
+        if self.long_text == "window" and pairs is not None:
+            raise InputError(
+                "long_text='window' reads one long text in windows; pairs are cut longest first: load the run with "
+                "long_text='truncate' (the default) to score pairs."
+            )
         try:
-            encoded = tok.encode(self.tokenizer, texts, pairs, max_length=self.max_length, long_text=policy)
+            encoded = tok.encode(self.tokenizer, texts, pairs, max_length=self.max_length, long_text=self.long_text)
         except tok.TextTooLong as exc:
             what = "pairs" if pairs is not None else "texts"
             raise InputError(
