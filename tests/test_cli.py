@@ -199,3 +199,23 @@ def test_every_command_parameter_reaches_the_code():
             left_behind[command.callback.__name__] = sorted(parameters - used - taken)
     assert len(app.registered_commands) >= 18
     assert not left_behind, f"command values that reach no code: {left_behind}"
+
+
+def test_embed_takes_every_embedding_option_and_the_prompt_switch_works(monkeypatch, capsys, tmp_path, encoder):
+    import inspect
+
+    from bertkit.cli.embed import embed
+    from bertkit.encoder.options import FIELDS
+
+    assert set(FIELDS) <= set(inspect.signature(embed).parameters)  # what EmbedOptions holds, the command sets
+    source = tmp_path / "s.txt"
+    source.write_text("a stirring , funny film\nthe plot is a mess\n", encoding="utf-8")
+    args = ("embed", source, "--prompt", "query: ", "--exclude-prompt", "--no-dense", "-o", tmp_path / "v.npy")
+    code, _, err = run(monkeypatch, capsys, *args)
+    assert code == 0, err
+    texts = ["a stirring , funny film", "the plot is a mess"]
+    expected = encoder.embed(texts, prompt="query: ", include_prompt=False)
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), expected, atol=1e-6)
+    assert not np.allclose(expected, encoder.embed(texts, prompt="query: "), atol=1e-3)  # the switch matters
+    code, _, err = run(monkeypatch, capsys, "embed", source, "--dense", "-o", tmp_path / "w.npy")
+    assert code != 0 and "dense=True: this model has no sentence-transformers Dense module" in err

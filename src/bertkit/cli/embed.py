@@ -140,6 +140,16 @@ def embed(
         "--normalize/--no-normalize",
         help="Unit-length vectors (after --truncate-dim); default: as the model's sentence-transformers config says.",
     ),
+    include_prompt: bool | None = typer.Option(
+        None,
+        "--include-prompt/--exclude-prompt",
+        help="Pool over the prompt's tokens too; default: as the model's sentence-transformers config says.",
+    ),
+    dense: bool | None = typer.Option(
+        None,
+        "--dense/--no-dense",
+        help="Apply the model's sentence-transformers Dense module; default: to the model's own sentence vector.",
+    ),
     output_type: str = typer.Option(
         "float32", "--output-type", help="float32 | float16 | int8 | uint8 | binary | ubinary (compact vectors)."
     ),
