@@ -86,6 +86,8 @@ def test_options_are_checked_against_the_model_without_running_it(encoder, monke
             encoder.resolve(**bad)
     with pytest.raises(InputError, match="long_text='chop'"):
         EmbedOptions(long_text="chop")  # what needs no model is refused when the value is made
+    upper = EmbedOptions(pooling="MEAN", long_text="Window", truncation_direction="Left", output_type="FLOAT16")
+    assert upper == EmbedOptions(pooling="mean", long_text="window", truncation_direction="left", output_type="float16")
     with pytest.raises(InputError, match="truncate_dim applies to sentence vectors"):
         EmbedOptions(pooling="none", truncate_dim=8)
 

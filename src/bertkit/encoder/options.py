@@ -110,14 +110,15 @@ class EmbedOptions:
         set_field("layers", parse_layers(self.layers).spec)
         if self.pooling is not None:
             set_field("pooling", "+".join(parse_pooling(self.pooling)))
-        if self.long_text not in LONG_TEXT_POLICIES:
-            raise InputError(f"long_text={self.long_text!r}: valid values are {', '.join(LONG_TEXT_POLICIES)}.")
-        direction = str(self.truncation_direction).lower()
-        if direction not in DIRECTIONS:
-            raise InputError(f"truncation_direction={self.truncation_direction!r}: valid values are right, left.")
-        set_field("truncation_direction", direction)
-        if self.output_type not in OUTPUT_TYPES:
-            raise InputError(f"output_type={self.output_type!r}: valid values are {', '.join(OUTPUT_TYPES)}.")
+        for name, choices in (
+            ("long_text", LONG_TEXT_POLICIES),
+            ("truncation_direction", DIRECTIONS),
+            ("output_type", OUTPUT_TYPES),
+        ):  # any case, as pooling takes it
+            value = str(getattr(self, name)).lower()
+            if value not in choices:
+                raise InputError(f"{name}={getattr(self, name)!r}: valid values are {', '.join(choices)}.")
+            set_field(name, value)
         _check_whole("max_length", self.max_length, 3)
         _check_whole("stride", self.stride, 0)
         _check_whole("truncate_dim", self.truncate_dim, 1)
