@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from types import FrameType
 
 
 class BertkitError(Exception):
@@ -58,7 +59,8 @@ def warn_deprecated(message: str) -> None:
     through joblib, calls a vectorizer's `fit` for the user's Pipeline), or Python's default filters, which show
     deprecations in `__main__` only, hide it.
     """
-    frame, level = sys._getframe(1), 2
+    frame: FrameType | None = sys._getframe(1)
+    level = 2
     while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] in ON_BEHALF:
         frame, level = frame.f_back, level + 1
     warnings.warn(message, DeprecationWarning, stacklevel=level)
