@@ -157,10 +157,10 @@ class EmbedOptions:
             )
         changes = {}
         for name, value in kwargs.items():
-            if name in DEPRECATED_NAMES and value is None:
-                continue
-            if name in DEPRECATED_NAMES:
-                new_name = DEPRECATED_NAMES[name]
+            new_name = DEPRECATED_NAMES.get(name)
+            if new_name is not None:
+                if value is None:
+                    continue
                 if kwargs.get(new_name) is not None:
                     raise InputError(f"{name}= and {new_name}= are one option under two names; give {new_name}= only.")
                 warn_deprecated(
