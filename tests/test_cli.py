@@ -218,4 +218,4 @@ def test_embed_takes_every_embedding_option_and_the_prompt_switch_works(monkeypa
     np.testing.assert_allclose(np.load(tmp_path / "v.npy"), expected, atol=1e-6)
     assert not np.allclose(expected, encoder.embed(texts, prompt="query: "), atol=1e-3)  # the switch matters
     code, _, err = run(monkeypatch, capsys, "embed", source, "--dense", "-o", tmp_path / "w.npy")
-    assert code != 0 and "dense=True: this model has no sentence-transformers Dense module" in err
+    assert code != 0 and "error: --dense: this model has no sentence-transformers Dense module" in err

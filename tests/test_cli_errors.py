@@ -9,7 +9,7 @@ import shutil
 import pytest
 from conftest import run_cli
 
-from bertkit.cli.main import describe_os_error, user_message
+from bertkit.cli.main import describe_os_error, in_flags, user_message
 from bertkit.encoder.models import default_model_dir
 
 run = run_cli
@@ -48,6 +48,35 @@ def test_input_that_is_a_directory(monkeypatch, capsys, tmp_path):
     code, _, err = run(monkeypatch, capsys, "embed", tmp_path / "folder", "-o", tmp_path / "v.npy")
     assert code == 2 and "folder: is a directory; give a file path" in error_line(err)
     assert leftovers(tmp_path) == ["folder"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (
+            ["--stride", "5"],
+            "error: --stride 5 is the overlap of --long-text window; with --long-text truncate no text",
+        ),
+        (["--dimensions", "9999"], "error: --dimensions 9999: these vectors have 384 numbers; give 1 to 384."),
+        (["--truncate-dim=9999"], "error: --truncate-dim 9999: these vectors have 384 numbers"),
+        (["--prompt-name", "nope"], "error: --prompt-name nope: this model's prompts are none"),
+    ],
+)
+def test_option_mistakes_are_worded_in_the_flags_the_user_typed(monkeypatch, capsys, tmp_path, texts, flags, expected):
+    code, _, err = run(monkeypatch, capsys, "embed", texts, "-o", tmp_path / "v.npy", *flags)
+    line = error_line(err)
+    assert code == 2 and line.startswith(expected), line
+    assert not any(f"{name}=" in line for name in ("stride", "long_text", "truncate_dim", "prompt_name", "prompt"))
+    assert leftovers(tmp_path) == ["in.txt"]
+
+
+def test_only_the_commands_own_options_become_flags():
+    said = "label='x' and stride=5, prompt='query: ' with normalize_embeddings=False; see pooling=."
+    assert in_flags(said, ["embed", "in.txt"]) == (
+        "label='x' and --stride 5, --prompt 'query: ' with --no-normalize; see --pooling."
+    )
+    assert in_flags(said, ["tokenize", "a text"]) == said  # not that command's options: the library's words stay
+    assert in_flags("path/stride=5.txt", ["embed"]) == "path/stride=5.txt"
 
 
 def test_output_whose_folder_is_a_file(monkeypatch, capsys, tmp_path, texts):

@@ -170,7 +170,7 @@ def test_a_device_the_machine_lacks_is_one_line(tiny_dirs, tmp_path, monkeypatch
         "--model",
         tiny_dirs["bert_cased"],
     )
-    assert code == 2 and err.strip().splitlines()[-1].startswith("error: device='cuda': this machine has no CUDA GPU")
+    assert code == 2 and err.strip().splitlines()[-1].startswith("error: --device cuda: this machine has no CUDA GPU")
     assert not (tmp_path / "run").exists()
 
 

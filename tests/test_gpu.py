@@ -73,7 +73,7 @@ def test_cuda_indices_are_checked_against_the_gpus_there(monkeypatch):
 
 
 def test_precisions_are_refused_where_they_do_not_run():
-    with pytest.raises(InputError, match="int8' is a CPU option.*fp16' or 'bf16'"):
+    with pytest.raises(InputError, match="int8' is a CPU option.*fp16' or precision='bf16'"):
         check_precision("int8", device=torch.device("cuda", 0))
     with pytest.raises(InputError, match="fp16' runs on a GPU"):
         check_precision("fp16", device=torch.device("cpu"))
@@ -117,7 +117,7 @@ def test_every_model_command_refuses_a_missing_gpu_in_one_line_and_writes_nothin
     args = [part.format(**values) for part in COMMANDS[command]]
     code, out, err = run_cli(monkeypatch, capsys, *args, "--device", "cuda")
     assert code == 2, (out, err)
-    assert err.strip().splitlines()[-1].startswith("error: device='cuda': this machine has no CUDA GPU"), err
+    assert err.strip().splitlines()[-1].startswith("error: --device cuda: this machine has no CUDA GPU"), err
     assert not (tmp_path / "out").exists()
 
 
@@ -125,7 +125,7 @@ def test_serve_refuses_a_missing_gpu_before_binding(monkeypatch, capsys):
     if HAS_CUDA:
         pytest.skip("this machine has a CUDA GPU")
     code, _, err = run_cli(monkeypatch, capsys, "serve", "--device", "cuda", "--port", "1")
-    assert code == 2 and "device='cuda': this machine has no CUDA GPU" in err
+    assert code == 2 and "error: --device cuda: this machine has no CUDA GPU" in err
 
 
 def test_quantize_refuses_a_gpu_saying_why(tmp_path, monkeypatch, capsys):

@@ -439,7 +439,7 @@ def test_finetune_qa_on_the_command_line_warns_when_it_learns_nothing(coloured, 
     record = json.loads((tmp_path / "run" / "bertkit.json").read_text())
     assert record["args"]["doc_stride"] == 4 and record["data"]["doc_stride"] == 4 and not record["baseline"]["learned"]
     code, _, err = run_cli(monkeypatch, capsys, *args, "--overwrite", "--doc-stride", "50", "--max-length", "24")
-    assert code == 2 and "doc_stride=50: give 0 to 10" in err
+    assert code == 2 and "--doc-stride 50: give 0 to 10" in err
 
 
 # ---- the HTTP service and the explainer page ----------------------------------------------------------------------

@@ -220,7 +220,7 @@ def test_embed_writes_compact_vectors_with_their_options_and_search_reads_them(m
     code, _, err = run_cli(monkeypatch, capsys, "embed", source, "-o", tmp_path / "v.npy", "--output-type", "int8")
     assert code == 2 and "write .npz or .parquet" in err
     code, _, err = run_cli(monkeypatch, capsys, "embed", source, "-o", tmp_path / "p.npz", "--prompt-name", "query")
-    assert code == 2 and "prompt_name='query'" in err
+    assert code == 2 and "error: --prompt-name query: this model's prompts are none" in err
 
 
 @pytest.fixture(scope="module")

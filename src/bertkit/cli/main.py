@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 import os
+import re
+import shlex
 import sys
 import warnings
 from importlib import import_module
@@ -56,6 +58,34 @@ def user_message(exc: BaseException) -> str | None:
     return None
 
 
+# `name=value` as the library words an option: a value quoted, or running to a space, comma, colon or sentence end
+_ASSIGNMENT = re.compile(r"(?<![\w/.=-])([a-z][a-z0-9_]*)=('[^']*'|\"[^\"]*\"|[^\s,;:)'\"]*?)(?=[\s,;:)]|\.?$|\.\s)")
+
+
+def in_flags(message: str, argv: list[str]) -> str:
+    """Word the library's `name=value` as the command line says it: `--long-text window`, `--dimensions 9999`.
+
+    Only names that are options of the command in `argv` change; a flag given under an alias keeps the user's spelling.
+    """
+    import typer.main
+
+    name = next((argument for argument in argv if not argument.startswith("-")), None)
+    command = getattr(typer.main.get_command(app), "commands", {}).get(name)
+    options = {param.name: param for param in getattr(command, "params", ()) if param.param_type_name == "option"}
+
+    def as_flag(match: re.Match) -> str:
+        option, value = options.get(match[1]), match[2].strip("'\"")
+        if option is None:
+            return match[0]
+        if option.is_bool_flag and option.secondary_opts and value in ("True", "False"):
+            return (option.opts if value == "True" else option.secondary_opts)[0]
+        spellings = [flag for flag in option.opts if flag.startswith("--")] or option.opts
+        typed = next((flag for flag in spellings if any(a.split("=")[0] == flag for a in argv)), spellings[0])
+        return f"{typed} {shlex.quote(value)}" if value else typed
+
+    return _ASSIGNMENT.sub(as_flag, message)
+
+
 def main() -> None:
     """Run the console entry point: a user's mistake becomes one 'error:' line and exit status 2."""
     with warnings.catch_warnings():
@@ -69,7 +99,7 @@ def main() -> None:
             message = user_message(exc)
             if message is None:
                 raise
-            say(f"error: {message}")
+            say(f"error: {in_flags(message, sys.argv[1:])}")
             sys.exit(2)
         finally:
             stop_showing_logs()

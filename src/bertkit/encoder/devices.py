@@ -43,7 +43,7 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
         return torch.device("cpu")
     if name == "mps":
         if not _mps_available():
-            raise InputError("device='mps': this machine has no Apple GPU (MPS); use device='cpu' or 'auto'.")
+            raise InputError("device='mps': this machine has no Apple GPU (MPS); use device='cpu' or device='auto'.")
         return torch.device("mps")
     if name == "cuda" or name.startswith("cuda:"):
         return _cuda(name)
@@ -104,8 +104,8 @@ def _cuda(name: str) -> torch.device:
     if not torch.cuda.is_available():
         build = f"torch {torch.__version__}" + (" (a CPU-only build)" if torch.version.cuda is None else "")
         raise InputError(
-            f"device={name!r}: this machine has no CUDA GPU that {build} can use; use device='cpu' "
-            "or 'auto' (which picks a GPU when there is one)."
+            f"device={name!r}: this machine has no CUDA GPU that {build} can use; use device='cpu' or "
+            "device='auto' (which picks a GPU when there is one)."
         )
     index_text = name.partition(":")[2]
     if index_text and not index_text.isdigit():

@@ -260,7 +260,8 @@ class EmbedOptions:
         if self.prompt_name is not None and self.prompt_name not in config.prompts:
             known = ", ".join(sorted(config.prompts)) or "none (its config_sentence_transformers.json names none)"
             raise InputError(
-                f"prompt_name={self.prompt_name!r}: this model's prompts are {known}; or give prompt='...'."
+                f"prompt_name={self.prompt_name!r}: this model's prompts are {known}; "
+                "or give the prompt's own text as prompt=."
             )
         return config.prompts.get(self.prompt_name or config.default_prompt_name or "", "")
 

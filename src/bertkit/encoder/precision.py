@@ -37,7 +37,7 @@ def check_precision(precision: str, device: torch.device | None = None) -> str:
     if precision == "int8" and device.type != "cpu":
         raise InputError(
             f"precision='int8' is a CPU option (int8 matrix products through oneDNN's VNNI/AMX kernels); on "
-            f"{device} use precision='fp16' or 'bf16', which GPUs run natively."
+            f"{device} use precision='fp16' or precision='bf16', which GPUs run natively."
         )
     if precision == "fp16" and device.type == "cpu":
         raise InputError(

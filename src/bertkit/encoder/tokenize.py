@@ -339,5 +339,5 @@ class TextTooLong(InputError):
         self.row, self.tokens, self.max_length, self.count = row, tokens, max_length, count
         super().__init__(
             f"text {row} has {tokens} tokens, more than max_length={max_length} ({count} texts are too "
-            "long). Use long_text='truncate' or 'window', or shorten it."
+            "long). Use long_text='truncate' or long_text='window', or shorten it."
         )
