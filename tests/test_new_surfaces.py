@@ -83,6 +83,45 @@ def test_predict_keeps_a_users_table(monkeypatch, capsys, tmp_path, features_run
     assert notes.read_text().startswith("label\tprobability\ttext\n")
 
 
+@pytest.mark.parametrize("header", ["labels\ttext", "score\ttext", "score\ttext\tpair"])
+def test_predict_keeps_a_users_multi_label_or_regression_file(monkeypatch, capsys, tmp_path, features_run, header):
+    """A user's training data for those tasks starts with the header bertkit's own predictions have."""
+    data = tmp_path / "data.tsv"
+    data.write_text(f"{header}\nsports,politics\tthe minister played golf\tx\n")
+    before = data.read_text()
+    for args in ([data, "-c", "text"], ["a fine film"]):
+        code, _, err = run_cli(monkeypatch, capsys, "predict", features_run, *args, "-o", data)
+        assert code == 2 and "bertkit did not write it" in err and data.read_text() == before, err
+
+
+def test_predict_never_writes_over_its_input(monkeypatch, capsys, tmp_path, features_run):
+    table = tmp_path / "predictions.tsv"
+    assert run_cli(monkeypatch, capsys, "predict", features_run, "a fine film", "-o", table)[0] == 0
+    before = table.read_text()
+    code, _, err = run_cli(monkeypatch, capsys, "predict", features_run, table, "-c", "text", "-o", table)
+    assert code == 2 and "is also the input file" in err and table.read_text() == before, err
+    assert (
+        run_cli(monkeypatch, capsys, "predict", features_run, table, "-c", "text", "-o", table, "--overwrite")[0] == 0
+    )
+
+
+def test_a_long_text_on_the_command_line_is_a_text_and_bytes_that_are_not_utf8_are_one_line(
+    monkeypatch, capsys, features_run
+):
+    review = " ".join(["a fine film with a great cast"] * 12)
+    assert len(review) > 255  # longer than a file name may be
+    code, out, err = run_cli(monkeypatch, capsys, "predict", features_run, review)
+    assert code == 0 and out.splitlines()[1].endswith(review), err
+    for args in (
+        ["tokenize", "caf\udce9"],
+        ["predict", features_run, "caf\udce9 good"],
+        ["search", "v.npz", "caf\udce9"],
+    ):
+        code, out, err = run_cli(monkeypatch, capsys, *args)
+        assert code == 2 and err.startswith("error: caf\\xe9") and "is a byte that is not UTF-8" in err, err
+        assert "Traceback" not in err and len(err.splitlines()) == 1
+
+
 def test_explain_keeps_a_users_page(monkeypatch, capsys, tmp_path):
     page = tmp_path / "mypage.html"
     page.write_text("<html><body>my page</body></html>")

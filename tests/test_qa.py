@@ -416,6 +416,10 @@ def test_answer_evaluate_and_predict_on_the_command_line(qa_run, qa, tmp_path, m
     assert json.loads(out) == qa.answer(QUESTION, "the movie was blue and great", top_k=2)
     code, out, _ = run_cli(monkeypatch, capsys, "answer", qa_run, "-q", QUESTION, "-q", QUESTION, "-c", "a red film")
     assert [json.loads(line)["answer"] for line in out.splitlines()] == ["red", "red"]
+    long = "red " + " ".join(["the movie was great"] * 8) + " a blue film " + " ".join(["good"] * 20) + " green"
+    assert len(long) > 255  # longer than a file name may be: a context, not a missing file
+    code, out, err = run_cli(monkeypatch, capsys, "answer", qa_run, "-q", QUESTION, "-c", long, "--top-k", "3")
+    assert code == 0 and json.loads(out) == qa.answer(QUESTION, long, top_k=3), err
     dev = write_jsonl(tmp_path / "dev.jsonl", qa_records(16, seed=3))
     code, out, _ = run_cli(monkeypatch, capsys, "evaluate", qa_run, dev)
     assert code == 0 and "HasAns" in out and "NoAns" in out and "best threshold here" in out

@@ -250,6 +250,34 @@ def cache_option(no_cache: bool, cache_dir: Path | None) -> Path | None:
 _PATH_LIKE = re.compile(r"\S*(/|\\)\S*|\S+\.(tsv|csv|jsonl|json|txt|text|parquet|conll|iob|gz)", re.IGNORECASE)
 
 
+def path_kind(given: str) -> str | None:
+    """'file' or 'folder' when a command-line argument names one, else None (a text too long for a path names none)."""
+    try:
+        path = Path(given)
+        return "file" if path.is_file() else "folder" if path.is_dir() else None
+    except (OSError, ValueError):
+        return None
+
+
+def utf8_texts(value: str | list[str] | None) -> str | list[str] | None:
+    """Typer callback for texts typed on the command line: bytes the locale could not decode are refused in one line.
+
+    An argument that names an existing file is left to the command (a file name need not be UTF-8).
+    """
+    for text in [value] if isinstance(value, str) else value or []:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            if path_kind(text) == "file":
+                continue
+            shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise InputError(
+                f"{brief(shown)}: character {exc.start + 1} is a byte that is not UTF-8 (this terminal's encoding "
+                "is not UTF-8?); set a UTF-8 locale such as LANG=C.UTF-8, or put the text in a UTF-8 file."
+            ) from None
+    return value
+
+
 def texts_or_file(inputs: list[str], as_text: bool) -> Path | None:
     """Return the file to read when `inputs` is one existing file; None when they are texts.
 
@@ -258,10 +286,10 @@ def texts_or_file(inputs: list[str], as_text: bool) -> Path | None:
     """
     if as_text:
         return None
-    if len(inputs) == 1 and Path(inputs[0]).is_file():
+    if len(inputs) == 1 and path_kind(inputs[0]) == "file":
         return Path(inputs[0])
     for given in inputs:
-        if Path(given).is_dir():
+        if path_kind(given) == "folder":
             raise InputError(f"{brief(given)} is a folder; give one file, or pass --text to take it as a text.")
         if _PATH_LIKE.fullmatch(given.strip()):
             raise InputError(f"{brief(given)}: no such file. Check the path; to take it as a text, pass --text.")

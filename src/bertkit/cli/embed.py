@@ -27,6 +27,7 @@ from .common import (
     options_for,
     running_on,
     say,
+    utf8_texts,
     verbosity,
 )
 
@@ -45,8 +46,8 @@ def info(model: str | None = ModelOption) -> None:
 
 @app.command()
 def tokenize(
-    text: str = typer.Argument(..., help="The text to tokenize."),
-    pair: str | None = typer.Option(None, "--pair", help="A second sentence (token type id 1)."),
+    text: str = typer.Argument(..., callback=utf8_texts, help="The text to tokenize."),
+    pair: str | None = typer.Option(None, "--pair", callback=utf8_texts, help="A second sentence (token type id 1)."),
     max_length: int | None = typer.Option(None, "--max-length", help="Pad to this many tokens (and truncate)."),
     model: str | None = ModelOption,
 ) -> None:

@@ -7,13 +7,13 @@ from pathlib import Path
 import typer
 
 from ..errors import InputError
-from .common import DeviceOption, FileOverwriteOption, ModelOption, app, existing_runs, options_for, say
+from .common import DeviceOption, FileOverwriteOption, ModelOption, app, existing_runs, options_for, say, utf8_texts
 
 
 @app.command()
 def explain(
     ctx: typer.Context,
-    text: str = typer.Argument(..., help="The sentence to explain."),
+    text: str = typer.Argument(..., callback=utf8_texts, help="The sentence to explain."),
     output: Path = typer.Option(Path("explain.html"), "--output", "-o", help="The HTML file to write."),
     run: list[str] | None = typer.Option(
         None,
@@ -35,7 +35,10 @@ def explain(
         None, "--compare", help="A second sentence: the page shows the cosine of the two vectors."
     ),
     pair: str | None = typer.Option(
-        None, "--pair", help="A second text read with TEXT as one input (a pair run's pair; a QA run's context)."
+        None,
+        "--pair",
+        callback=utf8_texts,
+        help="A second text read with TEXT as one input (a pair run's pair; a QA run's context).",
     ),
     map_texts: bool = typer.Option(
         False,

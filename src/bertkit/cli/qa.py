@@ -9,7 +9,17 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..errors import InputError
-from .common import DeviceOption, RunArgument, RunPrecisionOption, ThreadsOption, app, texts_or_file, write_output
+from .common import (
+    DeviceOption,
+    RunArgument,
+    RunPrecisionOption,
+    ThreadsOption,
+    app,
+    path_kind,
+    texts_or_file,
+    utf8_texts,
+    write_output,
+)
 
 if TYPE_CHECKING:
     from ..tasks.qa import FineTunedQA
@@ -18,8 +28,12 @@ if TYPE_CHECKING:
 @app.command()
 def answer(
     run: Path = RunArgument,
-    question: list[str] = typer.Option(..., "--question", "-q", metavar="TEXT", help="The question; repeatable."),
-    context: str = typer.Option(..., "--context", "-c", help="The text to find the answer in, or a file holding it."),
+    question: list[str] = typer.Option(
+        ..., "--question", "-q", metavar="TEXT", callback=utf8_texts, help="The question; repeatable."
+    ),
+    context: str = typer.Option(
+        ..., "--context", "-c", callback=utf8_texts, help="The text to find the answer in, or a file holding it."
+    ),
     top_k: int = typer.Option(1, "--top-k", "-k", help="Answers per question, best first."),
     max_answer_len: int = typer.Option(30, "--max-answer-len", help="Longest answer, in tokens."),
     handle_impossible_answer: bool = typer.Option(
@@ -56,7 +70,7 @@ def write_predictions(model: FineTunedQA, inputs: list[str], output: Path | None
     """Write a SQuAD file's answers (official `{id: answer}` layout, "" for none) on stdout or to `output`."""
     from ..io.squad import read_squad
 
-    if len(inputs) != 1 or not Path(inputs[0]).is_file():
+    if len(inputs) != 1 or path_kind(inputs[0]) != "file":
         raise InputError("a question-answering run predicts a SQuAD file: give one .json or .jsonl file.")
     data = read_squad(inputs[0])
     answers, _, _ = model.predictions(data.examples)

@@ -21,8 +21,10 @@ from .common import (
     app,
     cache_option,
     existing_text_file,
+    path_kind,
     say,
     texts_or_file,
+    utf8_texts,
     write_output,
 )
 
@@ -97,9 +99,13 @@ def evaluate(
 def predict(
     run: Path = RunArgument,
     inputs: list[str] = typer.Argument(
-        ..., help="Texts to label, or one file (TSV/CSV/JSONL/text; a SQuAD file for question answering)."
+        ...,
+        callback=utf8_texts,
+        help="Texts to label, or one file (TSV/CSV/JSONL/text; a SQuAD file for question answering).",
     ),
-    pair: str | None = typer.Option(None, "--pair", help="Pair models: the second text of the one text given."),
+    pair: str | None = typer.Option(
+        None, "--pair", callback=utf8_texts, help="Pair models: the second text of the one text given."
+    ),
     as_text: bool = typer.Option(False, "--text", help="Take the inputs as texts, even one that names a file."),
     output: Path | None = typer.Option(
         None,
@@ -130,7 +136,7 @@ def predict(
     """
     from ..tasks.tagger import FineTunedTagger
 
-    _check_table_output(output, overwrite)
+    _check_table_output(output, overwrite, inputs)
     estimator = _load(run, no_cache, cache_dir, precision, device)
     if hasattr(estimator, "answer"):  # question answering: a SQuAD file's answers, {id: answer}
         from .qa import write_predictions
@@ -199,12 +205,17 @@ def _prediction_rows(estimator: Any, texts: list[str], pairs: list[str] | None) 
     return rows
 
 
-def _check_table_output(output: Path | None, overwrite: bool) -> None:
-    """Before the model loads: `-o` names a place that can be written, and no file bertkit did not write."""
+def _check_table_output(output: Path | None, overwrite: bool, inputs: list[str]) -> None:
+    """Before the model loads: `-o` can be written, and is not the input or a file bertkit did not write."""
     from ..io.writers import check_output_file, check_writable_location
 
-    if output is not None:
-        check_output_file(check_writable_location(output), overwrite)
+    if output is None:
+        return
+    check_output_file(check_writable_location(output), overwrite)
+    if overwrite or not output.is_file():
+        return
+    if any(path_kind(given) == "file" and output.samefile(given) for given in inputs):
+        raise InputError(f"-o {output} is also the input file; choose another output (nothing was touched).")
 
 
 def _write_rows(rows: list[list], output: Path | None, done: str) -> None:
@@ -220,8 +231,12 @@ def _write_rows(rows: list[list], output: Path | None, done: str) -> None:
 @app.command()
 def rerank(
     run: Path = RunArgument,
-    documents: list[str] = typer.Argument(..., help="Documents to rank, or one file (text lines, or a column)."),
-    query: str = typer.Option(..., "--query", "-q", help="The query every document is scored against."),
+    documents: list[str] = typer.Argument(
+        ..., callback=utf8_texts, help="Documents to rank, or one file (text lines, or a column)."
+    ),
+    query: str = typer.Option(
+        ..., "--query", "-q", callback=utf8_texts, help="The query every document is scored against."
+    ),
     top_k: int | None = typer.Option(None, "--top-k", "-k", help="Show the best K only."),
     as_text: bool = typer.Option(False, "--text", help="Take the inputs as texts, even one that names a file."),
     column: str | None = typer.Option(None, "--column", "-c", help="Text column of the documents file."),
@@ -238,7 +253,7 @@ def rerank(
     """
     from ..io.readers import read_texts
 
-    _check_table_output(output, overwrite)
+    _check_table_output(output, overwrite, documents)
     estimator = _load(run, True, None, precision, device)
     if not hasattr(estimator, "rank"):
         raise InputError(f"{run} is not a text-pair model; rerank needs a run fine-tuned with --task pair.")

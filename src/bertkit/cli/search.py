@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..errors import InputError, no_such_path
-from .common import DeviceOption, ThreadsOption, app, options_for, say
+from .common import DeviceOption, ThreadsOption, app, options_for, say, utf8_texts
 
 if TYPE_CHECKING:
     from ..encoder.encode import Encoder
@@ -19,7 +19,7 @@ def search(
     index: Path = typer.Argument(
         ..., help="A .npz or .parquet file written by `bertkit embed`, or an index written by `bertkit index`."
     ),
-    queries: list[str] = typer.Argument(..., help="One or more queries."),
+    queries: list[str] = typer.Argument(..., callback=utf8_texts, help="One or more queries."),
     top_k: int = typer.Option(10, "--top-k", "-k", help="Results per query."),
     metric: str | None = typer.Option(
         None, "--metric", help="cosine (default) | dot | euclidean | manhattan; an index answers by its own."

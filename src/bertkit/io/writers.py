@@ -259,16 +259,14 @@ _HTML_MARK = f'<meta name="generator" content="{GENERATOR}'.encode()
 _HEAD_MARKS = {".png": b"Software\x00" + GENERATOR.encode(), ".html": _HTML_MARK, ".htm": _HTML_MARK}
 
 # The header rows of the TSVs bertkit writes (predict, rerank): a file that starts with one of them is bertkit's.
+# Regression and multi-label predictions ("score\ttext", "labels\ttext") are left out: users' training files for those
+# tasks start with the same rows, so bertkit cannot tell its own from them and asks for --overwrite.
 TABLE_HEADERS = {
     "\t".join(columns)
     for columns in (
         ("row", "type", "start", "end", "score", "entity"),
         ("label", "probability", "text"),
         ("label", "probability", "text", "pair"),
-        ("score", "text"),
-        ("score", "text", "pair"),
-        ("labels", "text"),
-        ("labels", "text", "pair"),
         ("rank", "line", "score", "document"),
         ("rank", "index", "score", "document"),
     )
