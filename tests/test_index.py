@@ -123,6 +123,17 @@ def test_an_index_is_written_atomically_and_replaces_only_what_it_may(vector_fil
     assert load_index(mine).rows > 0 and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
     code, _, err = run_cli(monkeypatch, capsys, "index", vector_files["int8"], "-o", mine)
     assert code == 2 and "indexes other vectors (output, ranges differ)" in err and "--overwrite" in err
+    index, theirs = load_index(mine), tmp_path / "theirs.txt"
+    theirs.write_text("their notes")
+    with pytest.raises(InputError, match="theirs.txt exists and is not a bertkit index; nothing was touched"):
+        index.save(theirs)
+    assert theirs.read_text() == "their notes"
+    assert load_index(index.save(mine)).rows == load_index(index.save(theirs, overwrite=True)).rows == index.rows
+    (tmp_path / "notes.tsv").write_text("my\tnotes\n")
+    code, _, err = run_cli(monkeypatch, capsys, "search", tmp_path / "notes.tsv", "a film")
+    assert (
+        code == 2 and "nor an index of `bertkit index`" in err and "--overwrite" not in err
+    )  # a user's file in the index's place: no advice to replace it
 
 
 def test_a_build_resumes_after_an_interruption_and_extends_with_new_rows(vector_files, monkeypatch, tmp_path):

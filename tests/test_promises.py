@@ -48,6 +48,35 @@ def test_overwrite_replaces_an_empty_folder_or_a_bertkit_run(tmp_path):
     assert json.loads((run / "bertkit.json").read_text()) == {"new": 1}
 
 
+def test_replacing_a_run_never_removes_a_folder_that_was_beside_it(tmp_path):
+    """Users' own `.run.old` (a backup) was deleted by every directory writer: the set-aside name is now bertkit's."""
+    backup = tmp_path / ".run.old"
+    backup.mkdir()
+    (backup / "bertkit.json").write_text('{"mine": 1}')
+    for version in (1, 2):  # a new run, then a replaced one
+        with staged_directory(tmp_path / "run") as staging:
+            (staging / "bertkit.json").write_text(json.dumps({"version": version}))
+    assert json.loads((tmp_path / "run" / "bertkit.json").read_text()) == {"version": 2}
+    assert json.loads((backup / "bertkit.json").read_text()) == {"mine": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".run.old", "run"]
+
+
+def test_a_run_killed_between_the_two_renames_is_put_back_or_swept(tmp_path):
+    dead = 2**22 + 1  # above Linux's default pid_max: no live process has it
+    run, aside = tmp_path / "run", tmp_path / f".run.{dead}.x1y2.old"
+    aside.mkdir()
+    (aside / "bertkit.json").write_text('{"version": 1}')
+    with pytest.raises(InputError, match="run already exists"):  # killed after the old one went aside: it is back
+        check_new_directory(run, overwrite=False)
+    assert json.loads((run / "bertkit.json").read_text()) == {"version": 1} and not aside.exists()
+    aside.mkdir()
+    (aside / "bertkit.json").write_text('{"version": 0}')
+    with staged_directory(run) as staging:  # killed after the new version was in place: the old one is swept
+        (staging / "bertkit.json").write_text('{"version": 2}')
+    assert json.loads((run / "bertkit.json").read_text()) == {"version": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
 def test_cli_train_overwrite_keeps_a_users_folder(monkeypatch, capsys, tmp_path):
     data = sentiment_file(tmp_path / "train.tsv", n=24)
     mine = tmp_path / "mine"

@@ -150,3 +150,20 @@ def test_a_file_name_for_the_ray_output_is_refused_in_one_line(monkeypatch, caps
         )
         assert code == 2 and err.count("\n") == 1 and err.startswith("error: ")
         assert "writes a folder" in err and not (tmp_path / name).exists()
+
+
+def test_overwrite_never_removes_what_bertkit_did_not_write_in_the_output_folder(monkeypatch, capsys, tmp_path):
+    (tmp_path / "inputs").mkdir()
+    (tmp_path / "inputs" / "texts.txt").write_text("a\nb\n")
+    results = tmp_path / "results"
+    (results / "texts").mkdir(parents=True)
+    (results / "texts" / "analysis.md").write_text("my analysis")
+    for extra in ([], ["--overwrite"]):
+        args = ["embed", tmp_path / "inputs" / "texts.txt", "--engine", "ray", "-o", results, *extra]
+        code, _, err = run_cli(monkeypatch, capsys, *args)
+        assert code == 2 and "bertkit did not write it: nothing in it was touched" in err, err
+    assert (results / "texts" / "analysis.md").read_text() == "my analysis"
+    (results / "manifest.json").write_text(json.dumps({"version": 1, "options": {}, "files": {}}))
+    code, _, err = run_cli(monkeypatch, capsys, *args)  # bertkit's folder, but texts/ is not its own
+    assert code == 2 and "holds something bertkit did not write there" in err, err
+    assert (results / "texts" / "analysis.md").read_text() == "my analysis"

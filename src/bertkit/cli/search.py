@@ -57,8 +57,8 @@ def search(
         vectors, ids, meta = read_vectors(index)
     else:
         raise InputError(
-            f"{index} is neither a vectors file of `bertkit embed` (.npz, .parquet) nor a bertkit index (one cut "
-            f"short is not); build the index again with `bertkit index VECTORS -o {index} --overwrite`."
+            f"{index} is neither a vectors file of `bertkit embed` (.npz, .parquet) nor an index of `bertkit index`; "
+            "give one of those (build an index with `bertkit index VECTORS -o NAME.index`)."
         )
     if not meta.get("model"):
         raise InputError(

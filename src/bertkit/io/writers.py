@@ -73,8 +73,9 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
 def staged_directory(target: str | Path) -> Iterator[Path]:
     """Yield an empty directory beside `target`; on success it replaces `target` whole, on failure it is removed.
 
-    `target` must be absent, empty or written by bertkit (`check_new_directory`). A crash between the two renames
-    leaves the previous version at `previous_version(target)`.
+    `target` must be absent, empty or written by bertkit (`check_new_directory`). The previous version is set aside
+    under a name of this process's own (`.NAME.PID.XXXX.old`), so no folder that was there before is removed; a crash
+    between the two renames leaves it there, and `recover_interrupted_replace` puts it back.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -84,13 +85,15 @@ def staged_directory(target: str | Path) -> Iterator[Path]:
         yield staging
         _modes_like_open(staging)
         os.chmod(staging, _mode_like_open(target, directory=True))
-        old = previous_version(target)
-        shutil.rmtree(old, ignore_errors=True)
+        old = None
         if target.exists():
             _check_replaceable(target)
+            old = Path(tempfile.mkdtemp(prefix=_temporary_prefix(target), suffix=".old", dir=target.parent))
+            old.rmdir()  # the name is this process's; the folder itself is the previous version, renamed
             target.rename(old)
         staging.rename(target)
-        shutil.rmtree(old, ignore_errors=True)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -110,6 +113,7 @@ def _temporary_prefix(target: Path) -> str:
 
 
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]+)\.[A-Za-z0-9_]+\.tmp")
+_SET_ASIDE = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]+)\.[A-Za-z0-9_]+\.old")
 
 
 def _process_alive(pid: int) -> bool:
@@ -138,12 +142,20 @@ def sweep_stale_temporaries(target: Path) -> None:
                     shutil.rmtree(entry, ignore_errors=True)
                 else:
                     entry.unlink(missing_ok=True)
+    if target.is_dir():  # the new version is in place: a previous one set aside by a killed process can go
+        for previous in _set_aside(target):
+            shutil.rmtree(previous, ignore_errors=True)
 
 
-def previous_version(target: str | Path) -> Path:
-    """Where `staged_directory` keeps the replaced directory until the new one is in place."""
-    target = Path(target)
-    return target.with_name(f".{target.name}.old")
+def _set_aside(target: Path) -> list[Path]:
+    """Find the previous versions of `target` a killed `staged_directory` set aside (bertkit's, newest last)."""
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in target.parent.iterdir():
+            match = _SET_ASIDE.fullmatch(entry.name)
+            if match and match["name"] == target.name and not _process_alive(int(match["pid"])):
+                found += [entry] if written_by_bertkit(entry) else []
+    return sorted(found, key=lambda entry: entry.stat().st_mtime)
 
 
 def written_by_bertkit(path: str | Path) -> bool:
@@ -165,10 +177,11 @@ def _check_replaceable(path: Path) -> None:
 
 
 def recover_interrupted_replace(path: str | Path) -> None:
-    """Put back the previous version that a process killed between `staged_directory`'s two renames left aside."""
-    path, old = Path(path), previous_version(path)
-    if not path.exists() and written_by_bertkit(old):
-        old.rename(path)
+    """Put back the previous version that a process killed between `staged_directory`'s two renames set aside."""
+    path = Path(path)
+    previous = _set_aside(path)
+    if previous and not path.exists():
+        previous[-1].rename(path)
 
 
 def check_new_directory(path: str | Path, overwrite: bool) -> Path:

@@ -135,9 +135,10 @@ def _write_parts(batch: pa.Table, staging: dict) -> pa.Table:
 def _load_manifest(output: Path, options: dict, overwrite: bool) -> dict:
     path = output / MANIFEST
     if not path.exists():
-        if output.exists() and any(output.iterdir()) and not overwrite:
+        if output.exists() and any(output.iterdir()):
             raise InputError(
-                f"{output} is not empty and has no {MANIFEST}; choose an empty -o directory or pass --overwrite."
+                f"{output} is not empty and has no {MANIFEST}, so bertkit did not write it: nothing in it was touched "
+                "(--overwrite replaces only bertkit's own output). Choose a new or empty -o directory."
             )
         return {"version": 1, "options": options, "files": {}}
     manifest = json.loads(path.read_text())
@@ -265,6 +266,11 @@ def embed_files(
 def _plan_file(job: _Job, path: Path, reading: dict) -> None:
     """Skip a file the manifest records as complete and unchanged; otherwise queue it with its row count."""
     entry, digest = job.manifest["files"].get(path.stem), file_sha256(path)
+    if entry is None and (job.output / path.stem).exists():
+        raise InputError(
+            f"{job.output / path.stem} is where {path.name}'s vectors go, and it holds something bertkit did not "
+            "write there (nothing was touched); move it, or choose another -o directory."
+        )
     if entry is not None and entry["sha256"] != digest:
         raise InputError(
             f"{path} changed since {job.output / path.stem} was written from it (its SHA-256 differs); "

@@ -248,9 +248,26 @@ class VectorIndex:
         """`texts` embedded as the index's vectors were (float32), ready for `search`."""
         return exact.embed_queries(encoder, texts, self.meta, source=self.name, **prompts)
 
-    def save(self, path: str | Path) -> Path:
-        """Write the index to `path` atomically (complete or absent, never half)."""
+    def save(self, path: str | Path, overwrite: bool = False) -> Path:
+        """Write the index to `path` atomically (complete or absent, never half).
+
+        Parameters
+        ----------
+        path : str or Path
+            The index file; one already there is replaced when it is a bertkit index.
+        overwrite : bool
+            Replace whatever file is at `path` (without it, a file that is not an index is refused untouched).
+
+        Returns
+        -------
+        Path
+        """
         faiss, path = require_faiss(), check_writable_location(path)
+        if path.exists() and not overwrite and not _is_index(path):
+            raise InputError(
+                f"{path} exists and is not a bertkit index; nothing was touched. Save to another file, or pass "
+                "overwrite=True to replace it."
+            )
         meta = {**self.meta, "rows": self.rows}
         binary = self.precision in ("binary", "ubinary")
         with atomic_path(path) as temporary, zipfile.ZipFile(temporary, "w", zipfile.ZIP_STORED) as archive:
@@ -290,6 +307,15 @@ def load_index(path: str | Path) -> VectorIndex:
     if rest or engine.ntotal != len(ids) or engine.ntotal != meta.get("rows"):
         raise _damaged(path, f"{engine.ntotal} vectors, {len(ids)} ids, {meta.get('rows')} rows recorded")
     return VectorIndex(engine, ids, meta, path)
+
+
+def _is_index(path: Path) -> bool:
+    """Tell, from its table of contents alone, whether `path` is a bertkit index (damaged or whole)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return META_MEMBER in archive.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def read_index_meta(path: str | Path) -> dict | None:

@@ -81,12 +81,12 @@ def build_index(
         index.add(vectors[done : done + ADD_ROWS], ids[done : done + ADD_ROWS])
         done = index.rows
         if time.monotonic() - last_save > checkpoint_seconds and done < len(vectors):
-            index.save(output)
+            index.save(output, overwrite=overwrite)
             last_save = time.monotonic()
         if on_progress is not None:
             on_progress(done, len(vectors))
     if done > before or not output.exists():
-        index.save(output)
+        index.save(output, overwrite=overwrite)
     return IndexReport(index.rows, done - before, before, time.perf_counter() - started)
 
 
