@@ -27,6 +27,21 @@ def test_csv_with_header_by_name_and_ids(tmp_path):
     assert texts == ["hello, world", "bye"] and ids == ["x1", "x2"] and lines == [2, 4]
 
 
+def test_a_csv_quote_never_closed_names_the_line_it_opens_on(tmp_path):
+    """csv's lenient reading took a stray quote's line and every line after it for one text, without a word."""
+    path = write(tmp_path / "a.csv", 'a,b\n"x, y",1\n"two\nlines",2\n"unterminated,0\nz,1\nw,0\n')
+    with pytest.raises(InputError, match=r'a.csv, line 5: a quote opened in this record is never closed.*""'):
+        read_texts(path, "a")
+    path = write(tmp_path / "b.csv", 'a,b\n"ok" ,1\n')
+    with pytest.raises(InputError, match="b.csv, line 2: text follows a closing quote"):
+        read_texts(path, "a")
+    assert read_texts(write(tmp_path / "c.csv", 'a,b\n"x, y",1\n"two\nlines",2\n"say ""hi""",3\n'), "a")[0] == [
+        "x, y",
+        "two\nlines",
+        'say "hi"',
+    ]
+
+
 def test_jsonl_and_plain_text(tmp_path):
     jsonl = write(tmp_path / "a.jsonl", '{"text": "one"}\n\n{"text": "", "x": 1}\n')
     assert read_texts(jsonl)[0] == ["one", ""]

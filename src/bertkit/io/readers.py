@@ -112,9 +112,10 @@ def delimited_rows(
     reader = csv_reader(text_lines(), kind)
     names: list[str] | None = None
     indices: list[int] | None = None
+    read = 0  # lines of the records read whole: the next record starts at numbers[read]
     try:
         for record in reader:
-            line = numbers[-1]
+            line, read = numbers[-1], len(numbers)
             if not record:  # blank line
                 continue
             if header and names is None:
@@ -132,7 +133,17 @@ def delimited_rows(
                 )
             yield Row(line, tuple(_restore_bare_cr(record[i]) if i < len(record) else "" for i in indices))
     except csv.Error as exc:
-        line = numbers[-1] if numbers else 1
+        line = numbers[read] if read < len(numbers) else numbers[-1] if numbers else 1
+        if "unexpected end of data" in str(exc):
+            raise InputError(
+                f"{path}, line {line}: a quote opened in this record is never closed, so the rest of the file would "
+                'be one text; close it, or double a quote that is part of the text ("").'
+            ) from None
+        if "expected after" in str(exc):
+            raise InputError(
+                f"{path}, line {line}: text follows a closing quote ({exc}); quote the whole field, or double a "
+                'quote that is part of the text ("").'
+            ) from None
         if "field larger than field limit" in str(exc):
             raise InputError(
                 f"{path}, line {line}: a field is longer than bertkit's cap of {MAX_FIELD_CHARS:,} "
@@ -180,10 +191,13 @@ def _jsonl_rows(path: Path, fields: list[str | int]) -> Iterator[Row]:
 
 
 def csv_reader(lines: Iterable[str], kind: str) -> Iterator[list[str]]:
-    """Return csv's reader for a TSV (no quoting) or CSV, with the field limit raised to bertkit's cap."""
+    """Return csv's reader for a TSV (no quoting) or a CSV, with the field limit raised to bertkit's cap.
+
+    A CSV is read strictly: a quote never closed is an error, not the rest of the file read as one field.
+    """
     if csv.field_size_limit() < MAX_FIELD_CHARS:
         csv.field_size_limit(MAX_FIELD_CHARS)
-    return csv.reader(lines, **({"delimiter": "\t", "quoting": csv.QUOTE_NONE} if kind == "tsv" else {}))
+    return csv.reader(lines, **({"delimiter": "\t", "quoting": csv.QUOTE_NONE} if kind == "tsv" else {"strict": True}))
 
 
 def is_number(value: Any) -> bool:
