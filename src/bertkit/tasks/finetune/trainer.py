@@ -246,6 +246,11 @@ class RunCallback(TrainerCallback):
         if self.interrupted:  # the step is whole: save here, then stop
             control.should_save, control.should_training_stop = True, True
 
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """After an interrupt, neither score nor save the cut epoch (its step saved it; a resumed run finishes it)."""
+        if self.interrupted:
+            control.should_evaluate = control.should_save = False
+
     def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
         """Write a logged step's training loss and learning rate to metrics.jsonl."""
         if logs and "loss" in logs:
