@@ -156,6 +156,31 @@ def test_damaged_model_directory(monkeypatch, capsys, tmp_path, texts, damaged_m
     assert not (tmp_path / "v.npy").exists()
 
 
+def test_ctrl_c_says_so_in_one_line_with_status_130(monkeypatch, capsys, tmp_path, texts):
+    """Typer ended a Ctrl-C with status 130 and no word (train, explain, ...); embed says what it kept, once."""
+    from bertkit.encoder.encode import Encoder
+    from bertkit.io import stream
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    labelled = tmp_path / "labelled.tsv"
+    labelled.write_text("a good film\t1\na bad film\t0\n" * 4)
+    monkeypatch.setattr(Encoder, "from_pretrained", interrupt)
+    for args in (["train", labelled, "-o", tmp_path / "run"], ["explain", "a text", "-o", tmp_path / "page.html"]):
+        code, _, err = run(monkeypatch, capsys, *args)
+        assert code == 130 and err.endswith("\ninterrupted.\n" if args[0] == "train" else "interrupted.\n"), err
+        assert err.count("interrupted") == 1
+    monkeypatch.undo()
+    monkeypatch.setattr(stream, "embed_file", interrupt)
+    code, _, err = run(monkeypatch, capsys, "embed", texts, "-o", tmp_path / "v.npz")
+    assert (
+        code == 130
+        and err.splitlines()[-1].startswith("interrupted: finished chunks are kept")
+        and ("interrupted." not in err)
+    ), err
+
+
 def test_bugs_keep_their_traceback():
     assert user_message(RuntimeError("a bug")) is None
     assert user_message(ZeroDivisionError()) is None

@@ -291,7 +291,7 @@ def _embed_streamed(
         result = embed_file(encoder, input, output, options, **settings, on_chunk=advance)
     except KeyboardInterrupt:
         say("interrupted: finished chunks are kept; run the same command again to continue.")
-        raise
+        sys.exit(130)
     finally:
         bar.close()
     if result.blank_lines and not quiet:

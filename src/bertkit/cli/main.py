@@ -95,6 +95,10 @@ def main() -> None:
         except KeyboardInterrupt:
             say("interrupted.")
             sys.exit(130)
+        except SystemExit as exc:  # Typer ends a Ctrl-C with status 130 and no word; commands with more to say exit
+            if exc.code == 130 and isinstance(getattr(exc.__context__, "__cause__", None), KeyboardInterrupt):
+                say("interrupted.")
+            raise
         except Exception as exc:  # the one CLI boundary: user-fixable errors become one line, bugs keep their traceback
             message = user_message(exc)
             if message is None:
