@@ -187,13 +187,15 @@ def test_cli_probe_writes_table_and_files(tiny_dirs, tmp_path, monkeypatch, caps
         "--poolings",
         "mean",
         "-o",
-        tmp_path / "probe2",
+        tmp_path / "probe",
+        "--overwrite",  # a probe's own output is bertkit's to replace
         "--model",
         tiny_dirs["bert_cased"],
         "--cache-dir",
         tmp_path / "cache",
     )
-    assert code == 0 and "0 embedded" in err  # the second probe reuses the cached hidden states
+    assert code == 0 and "0 embedded" in err, err  # the second probe reuses the cached hidden states
+    assert len(json.loads((tmp_path / "probe" / "probe.json").read_text())["rows"]) == 7
 
 
 @pytest.mark.parametrize(

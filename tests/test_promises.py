@@ -196,6 +196,10 @@ def test_a_second_interrupt_inside_a_step_keeps_the_last_checkpoint(tiny_dirs, t
         finetune(data, output_dir=tmp_path / "run", **options)
     [saved] = [json.loads(p.read_text()) for p in (tmp_path / "run").glob("checkpoint-*/trainer_state.json")]
     assert saved["global_step"] == 6 and saved["epoch"] == 1.0  # the end-of-epoch-1 checkpoint, nothing after it
+    umask = os.umask(0)
+    os.umask(umask)
+    files = [p for p in (tmp_path / "run").glob("checkpoint-*/**/*") if p.is_file()]
+    assert files and {oct(mode(p)) for p in files} == {oct(0o666 & ~umask)}  # safetensors writes 0600
     monkeypatch.setattr(torch.optim.AdamW, "step", original_step)
     finetune(data, output_dir=tmp_path / "run", resume=True, **options)
     finetune(data, output_dir=tmp_path / "whole", **options)

@@ -29,6 +29,7 @@ BERTKIT_MARKERS = (
     ".checkpoint.old/optimizer.safetensors",
     "int8_calibration.safetensors",
 )
+MARKED_RECORDS = ("probe.json",)  # bertkit's only when they say so (a `bertkit probe` output)
 
 
 def caller_umask() -> int:
@@ -83,7 +84,7 @@ def staged_directory(target: str | Path) -> Iterator[Path]:
     staging = Path(tempfile.mkdtemp(prefix=_temporary_prefix(target), suffix=".tmp", dir=target.parent))
     try:
         yield staging
-        _modes_like_open(staging)
+        modes_like_open(staging)
         os.chmod(staging, _mode_like_open(target, directory=True))
         old = None
         if target.exists():
@@ -98,7 +99,7 @@ def staged_directory(target: str | Path) -> Iterator[Path]:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _modes_like_open(folder: Path) -> None:
+def modes_like_open(folder: Path) -> None:
     """Give what a library wrote into `folder` the modes of the caller's umask (safetensors writes files 0600)."""
     files, folders = 0o666 & ~caller_umask(), 0o777 & ~caller_umask()
     for root, directories, names in os.walk(folder):
@@ -159,9 +160,12 @@ def _set_aside(target: Path) -> list[Path]:
 
 
 def written_by_bertkit(path: str | Path) -> bool:
-    """Tell whether `path` is a folder that holds a bertkit run record, checkpoint or int8 calibration."""
+    """Tell whether `path` is a folder that holds a bertkit run record, checkpoint, int8 calibration or probe."""
     path = Path(path)
-    return path.is_dir() and any((path / marker).is_file() for marker in BERTKIT_MARKERS)
+    return path.is_dir() and (
+        any((path / marker).is_file() for marker in BERTKIT_MARKERS)
+        or any(written_by_bertkit_file(path / record) for record in MARKED_RECORDS)
+    )
 
 
 def _check_replaceable(path: Path) -> None:

@@ -310,6 +310,7 @@ def probe_files(result: Any, title: str = "") -> dict[str, str | bytes]:  # a Pr
         "probe.csv": buffer.getvalue(),
         "probe.json": json.dumps(
             {
+                GENERATOR: package_version(),
                 "task": result.task,
                 "metric": result.metric,
                 "secondary_metric": result.secondary_metric,

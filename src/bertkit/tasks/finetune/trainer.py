@@ -27,6 +27,7 @@ from transformers import Trainer, TrainerCallback
 from ...encoder.models import quiet_transformers
 from ...errors import ModelLoadError
 from ...io.squad import QAExample
+from ...io.writers import modes_like_open
 from ..finetuned import FineTunedClassifier
 from ..qa import FineTunedQA
 from ..report import classification_metrics, multi_label_metrics, regression_metrics
@@ -245,6 +246,12 @@ class RunCallback(TrainerCallback):
         self.interrupted = self.interrupted or bool(self.requested)
         if self.interrupted:  # the step is whole: save here, then stop
             control.should_save, control.should_training_stop = True, True
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Give the checkpoint just written the modes of the caller's umask (safetensors writes files 0600)."""
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if self.main and checkpoint.is_dir():
+            modes_like_open(checkpoint)
 
     def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """After an interrupt, neither score nor save the cut epoch (its step saved it; a resumed run finishes it)."""
