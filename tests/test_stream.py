@@ -74,6 +74,22 @@ def test_user_error_midway_leaves_nothing(encoder, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
 
+def test_a_run_left_with_other_options_is_not_resumed_and_says_so(encoder, tmp_path, caplog):
+    source = make_lines(tmp_path / "in.tsv", 30)
+
+    def stop_after_the_first_chunk(done, total):
+        if done < total:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        embed_file(encoder, source, tmp_path / "v.npy", column=1, chunk_rows=10, on_chunk=stop_after_the_first_chunk)
+    with caplog.at_level("WARNING", logger="bertkit"):
+        result = embed_file(encoder, source, tmp_path / "v.npy", column=1, chunk_rows=10, pooling="cls")
+    assert result.resumed_from == 0 and "embedded 10 of 30 rows with other options" in caplog.text
+    expected = encoder.embed(texts_of(source), pooling="cls")
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), expected, atol=1e-5)
+
+
 def cli(model_dir, source, output, *extra):
     return [
         sys.executable,

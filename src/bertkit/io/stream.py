@@ -10,6 +10,7 @@ import errno
 import functools
 import hashlib
 import json
+import logging
 import os
 import shutil
 import sys
@@ -31,6 +32,8 @@ from ..encoder.tokenize import TextTooLong
 from ..errors import BertkitError, InputError, add_note
 from .readers import iter_texts
 from .writers import GENERATOR, atomic_path, check_output_path, package_version, require_pyarrow
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_ROWS = 4096
 
@@ -179,6 +182,14 @@ def _open_partial(
         if existing.shape != (state["rows"], dim) or existing.dtype != np.float32:
             raise InputError(f"{partial} does not match this job; delete it and {progress} to start over.")
         return state["rows"], state["done"], existing.offset
+    if state is not None and state.get("done") and partial.exists():
+        logger.warning(
+            "%s: the unfinished run there embedded %s of %s rows with other options or another input; they are not "
+            "reused and the run starts over (the same options resume it instead).",
+            output,
+            state["done"],
+            state.get("rows", "?"),
+        )
     total = count_rows()  # reads (and validates) the whole file before any work
     created = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(total, dim))  # sparse file
     offset = created.offset
