@@ -189,3 +189,14 @@ def test_bugs_keep_their_traceback():
 def test_describe_os_error_names_both_paths_of_a_rename():
     exc = OSError(errno.EXDEV, "Invalid cross-device link", "/a/x.tmp", None, "/b/x")
     assert describe_os_error(exc) == "/a/x.tmp → /b/x: Invalid cross-device link; check the path and try again."
+
+
+def test_a_cache_directory_that_is_a_users_file_is_left_as_it_is(monkeypatch, capsys, tmp_path, texts):
+    mine = tmp_path / "notes.txt"
+    mine.write_text("my notes")
+    labelled = tmp_path / "labelled.tsv"
+    labelled.write_text("a good film\t1\na bad film\t0\n" * 4)
+    code, _, err = run(monkeypatch, capsys, "train", labelled, "-o", tmp_path / "run", "--cache-dir", mine)
+    line = error_line(err)
+    assert code == 2 and "notes.txt: already exists; choose another name" in line and "remove" not in line, line
+    assert mine.read_text() == "my notes"

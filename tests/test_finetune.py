@@ -218,7 +218,9 @@ def test_length_grouped_batches_cover_each_example_once_and_group_lengths():
         ("empty_dev", "no data rows"),
         ("tsv_as_token", "looks like sentence/label data"),
         ("conll_as_text", "word/tag \\(CoNLL\\) file.*use --task token"),
-        ("exists", "already exists; choose another -o directory or pass --overwrite"),
+        ("exists", "run is not a folder bertkit wrote .*; choose another -o directory"),  # no --overwrite offered
+        ("bertkit_run", "already exists; choose another -o directory or pass --overwrite"),
+        ("a_file", "run is a file, not a folder bertkit wrote; choose another -o directory"),
         ("bad_column_count", "line 3: 2 columns, but the file started with 4"),
         ("not_iob", "line 2: tag 'PER' is not IOB"),
     ],
@@ -235,9 +237,11 @@ def test_bad_input_is_refused_before_anything_is_written(tiny_dirs, tmp_path, ca
         task = "token"
     elif case == "conll_as_text":
         train = conll_file(tmp_path / "train.txt")
-    elif case == "exists":
+    elif case in ("exists", "bertkit_run"):
         output.mkdir()
-        (output / "keep.txt").write_text("mine")
+        (output / ("keep.txt" if case == "exists" else "bertkit.json")).write_text("mine")
+    elif case == "a_file":
+        output.write_text("mine")
     elif case == "bad_column_count":
         task, train = "token", tmp_path / "train.txt"
         train.write_text("EU NNP B-NP B-ORG\nrejects VBZ B-VP O\nGerman B-MISC\n")
@@ -246,8 +250,8 @@ def test_bad_input_is_refused_before_anything_is_written(tiny_dirs, tmp_path, ca
         train.write_text("Peter O\nBlackburn PER\n")
     with pytest.raises(InputError, match=message):
         finetune(train, dev, task=task, output_dir=output, model=str(tiny_dirs["bert_cased"]), args=tiny_args())
-    if case == "exists":
-        assert (output / "keep.txt").read_text() == "mine"
+    if case in ("exists", "bertkit_run", "a_file"):
+        assert (output if case == "a_file" else next(output.iterdir())).read_text() == "mine"
     else:
         assert not output.exists()
 

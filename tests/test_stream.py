@@ -72,6 +72,11 @@ def test_user_error_midway_leaves_nothing(encoder, tmp_path):
     with pytest.raises(InputError, match=r"in.txt, line 31: 602 tokens, more than the limit of 256; pass --long-text"):
         embed_file(encoder, source, tmp_path / "out.npy", long_text="error", chunk_rows=10)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n{"text": \n', encoding="utf-8")
+    with pytest.raises(InputError, match=r"bad.jsonl, line 2: not valid JSON"):
+        embed_file(encoder, bad, tmp_path / "new" / "deep" / "out.npz")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl", "in.txt"]  # no folder made for nothing
 
 
 def test_a_run_left_with_other_options_is_not_resumed_and_says_so(encoder, tmp_path, caplog):

@@ -29,7 +29,7 @@ _OS_ADVICE = {
     errno.EDQUOT: ("disk quota exceeded", "free some space or write somewhere else"),
     errno.EROFS: ("read-only file system", "write somewhere else"),
     errno.ENAMETOOLONG: ("file name too long", "use a shorter name"),
-    errno.EEXIST: ("already exists", "choose another name or remove it"),
+    errno.EEXIST: ("already exists", "choose another name (bertkit leaves what is there as it is)"),
 }
 
 

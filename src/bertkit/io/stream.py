@@ -127,7 +127,6 @@ def embed_file(
     options_record = {"fingerprint": encoder.fingerprint, **resolved.record(), **encoder.precision_record()}
     reading = {"column": column, "id_column": id_column, "header": header, "chunk_rows": chunk_rows}
     key = _job_key(input_path, {**options_record, **reading})
-    output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(output.name + ".partial.npy")
     progress = output.with_name(output.name + ".progress.json")
     read_rows = functools.partial(iter_texts, input_path, column, header=header, fmt=fmt, id_column=id_column)
@@ -190,7 +189,8 @@ def _open_partial(
             state["done"],
             state.get("rows", "?"),
         )
-    total = count_rows()  # reads (and validates) the whole file before any work
+    total = count_rows()  # reads (and validates) the whole file before any work, or any folder is made
+    partial.parent.mkdir(parents=True, exist_ok=True)
     created = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(total, dim))  # sparse file
     offset = created.offset
     del created

@@ -192,10 +192,10 @@ def check_new_directory(path: str | Path, overwrite: bool) -> Path:
     """Check an output directory: it must not exist yet, or with --overwrite be an empty folder or one bertkit wrote."""
     path = Path(path)
     recover_interrupted_replace(path)
+    if path.exists():
+        _check_replaceable(path)  # what --overwrite may not replace is refused first, without offering it
     if path.exists() and not overwrite:
         raise InputError(f"{path} already exists; choose another -o directory or pass --overwrite.")
-    if path.exists():
-        _check_replaceable(path)
     return path
 
 
