@@ -205,13 +205,13 @@ def test_existing_run_directory_is_kept(sample, tmp_path):
     classifier = TextClassifier(BertVectorizer(layers="last"), logreg()).fit(texts[:10], labels[:10])
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "mine.txt").write_text("keep me")
-    with pytest.raises(InputError, match="already exists.*--overwrite"):
-        classifier.save(tmp_path / "run")
-    assert (tmp_path / "run" / "mine.txt").read_text() == "keep me"
-    with pytest.raises(InputError, match="not a folder bertkit wrote"):
-        classifier.save(tmp_path / "run", overwrite=True)
+    for overwrite in (False, True):  # not offered --overwrite, which would be refused too
+        with pytest.raises(InputError, match="not a folder bertkit wrote"):
+            classifier.save(tmp_path / "run", overwrite=overwrite)
     assert (tmp_path / "run" / "mine.txt").read_text() == "keep me"
     classifier.save(tmp_path / "run2")
+    with pytest.raises(InputError, match="already exists.*--overwrite"):
+        classifier.save(tmp_path / "run2")
     classifier.save(tmp_path / "run2", overwrite=True)  # a run bertkit wrote may be replaced
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "run2"]
 

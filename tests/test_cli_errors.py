@@ -158,6 +158,7 @@ def test_damaged_model_directory(monkeypatch, capsys, tmp_path, texts, damaged_m
 
 def test_ctrl_c_says_so_in_one_line_with_status_130(monkeypatch, capsys, tmp_path, texts):
     """Typer ended a Ctrl-C with status 130 and no word (train, explain, ...); embed says what it kept, once."""
+    from bertkit import TextClassifier
     from bertkit.encoder.encode import Encoder
     from bertkit.io import stream
 
@@ -167,7 +168,11 @@ def test_ctrl_c_says_so_in_one_line_with_status_130(monkeypatch, capsys, tmp_pat
     labelled = tmp_path / "labelled.tsv"
     labelled.write_text("a good film\t1\na bad film\t0\n" * 4)
     monkeypatch.setattr(Encoder, "from_pretrained", interrupt)
-    for args in (["train", labelled, "-o", tmp_path / "run"], ["explain", "a text", "-o", tmp_path / "page.html"]):
+    monkeypatch.setattr(TextClassifier, "fit", interrupt)  # train may find its model loaded and its vectors cached
+    for args in (
+        ["train", labelled, "-o", tmp_path / "run", "--no-cache"],
+        ["explain", "a text", "-o", tmp_path / "page.html"],
+    ):
         code, _, err = run(monkeypatch, capsys, *args)
         assert code == 130 and err.endswith("\ninterrupted.\n" if args[0] == "train" else "interrupted.\n"), err
         assert err.count("interrupted") == 1
