@@ -76,7 +76,14 @@ def test_only_the_commands_own_options_become_flags():
         "label='x' and --stride 5, --prompt 'query: ' with --no-normalize; see --pooling."
     )
     assert in_flags(said, ["tokenize", "a text"]) == said  # not that command's options: the library's words stay
-    assert in_flags("path/stride=5.txt", ["embed"]) == "path/stride=5.txt"
+    for inside_a_path in (
+        "path/stride=5.txt",
+        "runs/lr=1e-4,seed=1/run: x",
+        "seed=1/a.tsv, line 3",
+        "http://h/?model=x",
+    ):
+        assert in_flags(inside_a_path, ["finetune", "in.tsv"]) == inside_a_path
+    assert in_flags("prompt='' is empty; overwrite=False", ["embed"]) == "--prompt '' is empty; overwrite=False"
 
 
 def test_output_whose_folder_is_a_file(monkeypatch, capsys, tmp_path, texts):

@@ -1,5 +1,8 @@
 """Input readers: formats, headers, columns by index or name, and clear messages naming file and line."""
 
+import csv
+import io
+
 import pytest
 
 from bertkit import InputError
@@ -32,9 +35,9 @@ def test_a_csv_quote_never_closed_names_the_line_it_opens_on(tmp_path):
     path = write(tmp_path / "a.csv", 'a,b\n"x, y",1\n"two\nlines",2\n"unterminated,0\nz,1\nw,0\n')
     with pytest.raises(InputError, match=r'a.csv, line 5: a quote opened in this record is never closed.*""'):
         read_texts(path, "a")
-    path = write(tmp_path / "b.csv", 'a,b\n"ok" ,1\n')
-    with pytest.raises(InputError, match="b.csv, line 2: text follows a closing quote"):
-        read_texts(path, "a")
+    lenient = 'a,b\n"ok" ,1\n"x","y" \n"He said \\"hi\\"",2\n5" screen,3\n'  # sloppy, but each quote closes
+    expected = [row[0] for row in csv.reader(io.StringIO(lenient))][1:]
+    assert read_texts(write(tmp_path / "b.csv", lenient), "a")[0] == expected and expected[0] == "ok "
     assert read_texts(write(tmp_path / "c.csv", 'a,b\n"x, y",1\n"two\nlines",2\n"say ""hi""",3\n'), "a")[0] == [
         "x, y",
         "two\nlines",

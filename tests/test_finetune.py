@@ -93,7 +93,8 @@ def final_weights(directory):
     return load_file(str(directory / "model.safetensors"))
 
 
-def test_same_seed_same_weights_and_resume_matches_an_uninterrupted_run(tiny_dirs, tmp_path):
+@pytest.mark.parametrize("stop", [7, 6])  # early in epoch 2 (Trainer's epoch reads 1.17), or epoch 1's last step
+def test_same_seed_same_weights_and_resume_matches_an_uninterrupted_run(tiny_dirs, tmp_path, stop):
     data = sentiment_file(tmp_path / "train.tsv")
     model = str(tiny_dirs["bert_cased"])
     options = dict(model=model, args=tiny_args(num_train_epochs=2), dev_share=0.25)
@@ -101,13 +102,13 @@ def test_same_seed_same_weights_and_resume_matches_an_uninterrupted_run(tiny_dir
     finetune(data, output_dir=tmp_path / "b", **options)
 
     def interrupt(state):
-        if state.global_step == 7:  # early in epoch 2 (6 batches per epoch): Trainer's epoch reads 1.17
+        if state.global_step == stop:  # 6 batches per epoch
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         finetune(data, output_dir=tmp_path / "c", callbacks=[interrupt], **options)
-    saved = json.loads((tmp_path / "c" / "checkpoint-7" / "trainer_state.json").read_text())
-    assert saved["global_step"] == 7 and saved["epoch"] == pytest.approx(7 / 6)  # the step it was interrupted after
+    saved = json.loads((tmp_path / "c" / f"checkpoint-{stop}" / "trainer_state.json").read_text())
+    assert saved["global_step"] == stop and saved["epoch"] == pytest.approx(stop / 6)  # the step it stopped after
     assert not (tmp_path / "c" / "bertkit.json").exists()
     with pytest.raises(InputError, match="unfinished run; pass --resume"):
         finetune(data, output_dir=tmp_path / "c", **options)

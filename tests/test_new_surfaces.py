@@ -116,6 +116,8 @@ def test_a_long_text_on_the_command_line_is_a_text_and_bytes_that_are_not_utf8_a
         ["tokenize", "caf\udce9"],
         ["predict", features_run, "caf\udce9 good"],
         ["search", "v.npz", "caf\udce9"],
+        ["search", "v.npz", "a query", "--prompt", "caf\udce9"],
+        ["explain", "a text", "--compare", "caf\udce9"],
     ):
         code, out, err = run_cli(monkeypatch, capsys, *args)
         assert code == 2 and err.startswith("error: caf\\xe9") and "is a byte that is not UTF-8" in err, err

@@ -61,17 +61,17 @@ def test_replacing_a_run_never_removes_a_folder_that_was_beside_it(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [".run.old", "run"]
 
 
-def test_a_run_killed_between_the_two_renames_is_put_back_or_swept(tmp_path):
-    dead = 2**22 + 1  # above Linux's default pid_max: no live process has it
-    run, aside = tmp_path / "run", tmp_path / f".run.{dead}.x1y2.old"
+@pytest.mark.parametrize("pid", [2**22 + 1, os.getpid()])  # no live process; this one (a restarted container's)
+def test_a_run_killed_between_the_two_renames_is_put_back_or_swept(tmp_path, pid):
+    run, aside = tmp_path / "run", tmp_path / f".run.{pid}.x1y2ab34.old"
     aside.mkdir()
     (aside / "bertkit.json").write_text('{"version": 1}')
     with pytest.raises(InputError, match="run already exists"):  # killed after the old one went aside: it is back
         check_new_directory(run, overwrite=False)
     assert json.loads((run / "bertkit.json").read_text()) == {"version": 1} and not aside.exists()
-    aside.mkdir()
-    (aside / "bertkit.json").write_text('{"version": 0}')
-    with staged_directory(run) as staging:  # killed after the new version was in place: the old one is swept
+    aside.mkdir()  # killed after the new version was in place, even while removing the old one: it is swept
+    (aside / "half-removed.bin").write_text("no record left")
+    with staged_directory(run) as staging:
         (staging / "bertkit.json").write_text('{"version": 2}')
     assert json.loads((run / "bertkit.json").read_text()) == {"version": 2}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

@@ -129,7 +129,9 @@ def embed(
     gpus_per_actor: float | None = typer.Option(
         None, "--gpus-per-actor", help="Ray: GPUs each actor holds (e.g. 1, or 0.5 to share one); default: CPU actors."
     ),
-    prompt: str | None = typer.Option(None, "--prompt", help="Text put before every input, e.g. 'passage: '."),
+    prompt: str | None = typer.Option(
+        None, "--prompt", callback=utf8_texts, help="Text put before every input, e.g. 'passage: '."
+    ),
     prompt_name: str | None = typer.Option(
         None, "--prompt-name", help="One of the model's named prompts (bertkit info lists them)."
     ),

@@ -32,7 +32,7 @@ def explain(
         None, "--max-length", help="Pad (and truncate) the token table to this many tokens."
     ),
     compare: str | None = typer.Option(
-        None, "--compare", help="A second sentence: the page shows the cosine of the two vectors."
+        None, "--compare", callback=utf8_texts, help="A second sentence: the page shows the cosine of the two vectors."
     ),
     pair: str | None = typer.Option(
         None,

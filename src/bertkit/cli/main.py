@@ -58,8 +58,11 @@ def user_message(exc: BaseException) -> str | None:
     return None
 
 
-# `name=value` as the library words an option: a value quoted, or running to a space, comma, colon or sentence end
-_ASSIGNMENT = re.compile(r"(?<![\w/.=-])([a-z][a-z0-9_]*)=('[^']*'|\"[^\"]*\"|[^\s,;:)'\"]*?)(?=[\s,;:)]|\.?$|\.\s)")
+# `name=value` as the library words an option, as a word of its own (not inside a path or URL): a value quoted, or
+# running (without a slash) to a space, comma, colon or sentence end
+_ASSIGNMENT = re.compile(
+    r"(?:^|(?<=[\s(]))([a-z][a-z0-9_]*)=('[^']*'|\"[^\"]*\"|[^\s,;:)'\"/]*?)(?=[\s,;:)]|\.?$|\.\s)"
+)
 
 
 def in_flags(message: str, argv: list[str]) -> str:
@@ -74,14 +77,16 @@ def in_flags(message: str, argv: list[str]) -> str:
     options = {param.name: param for param in getattr(command, "params", ()) if param.param_type_name == "option"}
 
     def as_flag(match: re.Match) -> str:
-        option, value = options.get(match[1]), match[2].strip("'\"")
+        option, quoted = options.get(match[1]), match[2][:1] in ("'", '"')
+        value = match[2][1:-1] if quoted else match[2]
         if option is None:
             return match[0]
-        if option.is_bool_flag and option.secondary_opts and value in ("True", "False"):
-            return (option.opts if value == "True" else option.secondary_opts)[0]
+        if option.is_bool_flag:  # True: the flag; False: its --no- form, where it has one
+            switch = option.opts if value == "True" else option.secondary_opts if value == "False" else []
+            return switch[0] if switch else match[0]
         spellings = [flag for flag in option.opts if flag.startswith("--")] or option.opts
         typed = next((flag for flag in spellings if any(a.split("=")[0] == flag for a in argv)), spellings[0])
-        return f"{typed} {shlex.quote(value)}" if value else typed
+        return f"{typed} {shlex.quote(value)}" if value or quoted else typed
 
     return _ASSIGNMENT.sub(as_flag, message)
 

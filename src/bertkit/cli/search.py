@@ -30,7 +30,9 @@ def search(
         help="int8/binary vectors: rescore top-k × this many candidates with the float query (0: none; default: "
         "the measured best trade-off, 4).",
     ),
-    prompt: str | None = typer.Option(None, "--prompt", help="Text put before each query, e.g. 'query: '."),
+    prompt: str | None = typer.Option(
+        None, "--prompt", callback=utf8_texts, help="Text put before each query, e.g. 'query: '."
+    ),
     prompt_name: str | None = typer.Option(
         None, "--prompt-name", help="One of the model's named prompts for the queries (e.g. query)."
     ),

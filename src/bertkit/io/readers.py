@@ -104,20 +104,25 @@ def delimited_rows(
     numbers: list[int] = []
     header_line = 0
 
+    quotes: list[int] = []  # '"' on each line: a record that ends the file with an odd count never closed its quote
+
     def text_lines() -> Iterator[str]:
         for number, text in lines:
             numbers.append(number)
+            quotes.append(text.count('"'))
             yield _protect_bare_cr(text)
 
     reader = csv_reader(text_lines(), kind)
     names: list[str] | None = None
     indices: list[int] | None = None
     read = 0  # lines of the records read whole: the next record starts at numbers[read]
+    unclosed = 0  # the first line of the last record, when it spans lines with an odd count of quotes
     try:
         for record in reader:
-            line, read = numbers[-1], len(numbers)
+            start, line, read = read, numbers[-1], len(numbers)
             if not record:  # blank line
                 continue
+            unclosed = numbers[start] if read - start > 1 and sum(quotes[start:read]) % 2 else 0
             if header and names is None:
                 names, header_line = [_restore_bare_cr(name).strip() for name in record], line
                 continue
@@ -134,22 +139,17 @@ def delimited_rows(
             yield Row(line, tuple(_restore_bare_cr(record[i]) if i < len(record) else "" for i in indices))
     except csv.Error as exc:
         line = numbers[read] if read < len(numbers) else numbers[-1] if numbers else 1
-        if "unexpected end of data" in str(exc):
-            raise InputError(
-                f"{path}, line {line}: a quote opened in this record is never closed, so the rest of the file would "
-                'be one text; close it, or double a quote that is part of the text ("").'
-            ) from None
-        if "expected after" in str(exc):
-            raise InputError(
-                f"{path}, line {line}: text follows a closing quote ({exc}); quote the whole field, or double a "
-                'quote that is part of the text ("").'
-            ) from None
         if "field larger than field limit" in str(exc):
             raise InputError(
                 f"{path}, line {line}: a field is longer than bertkit's cap of {MAX_FIELD_CHARS:,} "
                 "characters; split that text into smaller rows."
             ) from None
         raise InputError(f"{path}, line {line}: cannot parse it as {kind.upper()} ({exc}).") from None
+    if unclosed and kind == "csv":  # csv reads an unclosed quote's field to the end of the file, without a word
+        raise InputError(
+            f"{path}, line {unclosed}: a quote opened in this record is never closed, so the rest of the file would "
+            'be one text; close it, or double a quote that is part of the text ("").'
+        )
 
 
 # csv takes a lone "\r" in an unquoted field (as pandas writes them) for a line break; lines are already split at "\n",
@@ -191,13 +191,10 @@ def _jsonl_rows(path: Path, fields: list[str | int]) -> Iterator[Row]:
 
 
 def csv_reader(lines: Iterable[str], kind: str) -> Iterator[list[str]]:
-    """Return csv's reader for a TSV (no quoting) or a CSV, with the field limit raised to bertkit's cap.
-
-    A CSV is read strictly: a quote never closed is an error, not the rest of the file read as one field.
-    """
+    """Return csv's reader for a TSV (no quoting) or a CSV, with the field limit raised to bertkit's cap."""
     if csv.field_size_limit() < MAX_FIELD_CHARS:
         csv.field_size_limit(MAX_FIELD_CHARS)
-    return csv.reader(lines, **({"delimiter": "\t", "quoting": csv.QUOTE_NONE} if kind == "tsv" else {"strict": True}))
+    return csv.reader(lines, **({"delimiter": "\t", "quoting": csv.QUOTE_NONE} if kind == "tsv" else {}))
 
 
 def is_number(value: Any) -> bool:

@@ -181,6 +181,7 @@ def _open_partial(
         if existing.shape != (state["rows"], dim) or existing.dtype != np.float32:
             raise InputError(f"{partial} does not match this job; delete it and {progress} to start over.")
         return state["rows"], state["done"], existing.offset
+    total = count_rows()  # reads (and validates) the whole file before any work, or any folder is made
     if state is not None and state.get("done") and partial.exists():
         logger.warning(
             "%s: the unfinished run there embedded %s of %s rows with other options or another input; they are not "
@@ -189,7 +190,6 @@ def _open_partial(
             state["done"],
             state.get("rows", "?"),
         )
-    total = count_rows()  # reads (and validates) the whole file before any work, or any folder is made
     partial.parent.mkdir(parents=True, exist_ok=True)
     created = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(total, dim))  # sparse file
     offset = created.offset

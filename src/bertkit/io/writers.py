@@ -82,14 +82,15 @@ def staged_directory(target: str | Path) -> Iterator[Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     sweep_stale_temporaries(target)
     staging = Path(tempfile.mkdtemp(prefix=_temporary_prefix(target), suffix=".tmp", dir=target.parent))
+    old: Path | None = None
     try:
         yield staging
         modes_like_open(staging)
         os.chmod(staging, _mode_like_open(target, directory=True))
-        old = None
         if target.exists():
             _check_replaceable(target)
             old = Path(tempfile.mkdtemp(prefix=_temporary_prefix(target), suffix=".old", dir=target.parent))
+            _SETTING_ASIDE.add(old)
             old.rmdir()  # the name is this process's; the folder itself is the previous version, renamed
             target.rename(old)
         staging.rename(target)
@@ -97,6 +98,7 @@ def staged_directory(target: str | Path) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        _SETTING_ASIDE.discard(old)
 
 
 def modes_like_open(folder: Path) -> None:
@@ -114,7 +116,13 @@ def _temporary_prefix(target: Path) -> str:
 
 
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]+)\.[A-Za-z0-9_]+\.tmp")
-_SET_ASIDE = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]+)\.[A-Za-z0-9_]+\.old")
+_SET_ASIDE = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]+)\.[a-z0-9_]{8}\.old")  # mkdtemp's eight characters
+_SETTING_ASIDE: set[Path] = set()  # the previous versions this process is replacing right now
+
+
+def is_temporary(name: str) -> bool:
+    """Tell whether a file name is one of `atomic_path`'s or `staged_directory`'s temporaries."""
+    return bool(_TEMPORARY.fullmatch(name))
 
 
 def _process_alive(pid: int) -> bool:
@@ -143,20 +151,27 @@ def sweep_stale_temporaries(target: Path) -> None:
                     shutil.rmtree(entry, ignore_errors=True)
                 else:
                     entry.unlink(missing_ok=True)
-    if target.is_dir():  # the new version is in place: a previous one set aside by a killed process can go
-        for previous in _set_aside(target):
+    if target.is_dir():  # the new version is in place: what a killed process set aside can go, whole or cut short
+        for previous in _set_aside(target, whole=False):
             shutil.rmtree(previous, ignore_errors=True)
 
 
-def _set_aside(target: Path) -> list[Path]:
-    """Find the previous versions of `target` a killed `staged_directory` set aside (bertkit's, newest last)."""
-    found = []
+def _set_aside(target: Path, whole: bool = True) -> list[Path]:
+    """Find the previous versions of `target` a killed `staged_directory` set aside (`whole`: a run still; newest last).
+
+    One named with this process's own PID (a restarted container's process often has its predecessor's) is stale
+    unless this process is replacing it now.
+    """
+    found: list[tuple[float, Path]] = []
     with contextlib.suppress(OSError):
         for entry in target.parent.iterdir():
             match = _SET_ASIDE.fullmatch(entry.name)
-            if match and match["name"] == target.name and not _process_alive(int(match["pid"])):
-                found += [entry] if written_by_bertkit(entry) else []
-    return sorted(found, key=lambda entry: entry.stat().st_mtime)
+            if not match or match["name"] != target.name or entry in _SETTING_ASIDE:
+                continue
+            pid = int(match["pid"])
+            if (pid == os.getpid() or not _process_alive(pid)) and (not whole or written_by_bertkit(entry)):
+                found.append((entry.stat().st_mtime, entry))
+    return [entry for _, entry in sorted(found)]
 
 
 def written_by_bertkit(path: str | Path) -> bool:
@@ -173,7 +188,7 @@ def _check_replaceable(path: Path) -> None:
         raise InputError(
             f"{path} is a file, not a folder bertkit wrote; choose another -o directory (nothing was touched)."
         )
-    if any(not _TEMPORARY.fullmatch(entry.name) for entry in path.iterdir()) and not written_by_bertkit(path):
+    if any(not is_temporary(entry.name) for entry in path.iterdir()) and not written_by_bertkit(path):
         raise InputError(
             f"{path} is not a folder bertkit wrote (no bertkit.json or checkpoint in it), so --overwrite "
             "will not replace it and nothing in it was touched; choose another -o directory."

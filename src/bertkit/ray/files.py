@@ -10,6 +10,7 @@ import contextlib
 import glob
 import json
 import os
+import re
 import shutil
 import socket
 import time
@@ -28,7 +29,7 @@ from ..encoder.encode import Encoder
 from ..encoder.options import EmbedOptions, options_from
 from ..errors import BertkitError, InputError, no_such_path
 from ..io.text_files import file_sha256
-from ..io.writers import VECTOR_FORMATS, atomic_path
+from ..io.writers import VECTOR_FORMATS, atomic_path, is_temporary
 from .dataset import (
     DEFAULT_ROWS_PER_CALL,
     Resources,
@@ -132,16 +133,35 @@ def _write_parts(batch: pa.Table, staging: dict) -> pa.Table:
     return pa.table({"path": pa.array(paths, pa.string()), "rows": pa.array(counts, pa.int64())})
 
 
-def _load_manifest(output: Path, options: dict, overwrite: bool) -> dict:
+_PART = re.compile(r"part-[0-9]{12}\.parquet")
+
+
+def _check_not_users(output: Path, stems: list[str], listed: dict) -> None:
+    """Refuse, before anything is removed, a per-file folder that is not bertkit's to replace.
+
+    bertkit's are those the manifest lists and those holding only Parquet parts (killed before their entry was saved).
+    """
+    for stem in stems:
+        folder = output / stem
+        if stem not in listed and folder.exists():  # noqa: SIM102 (the second test reads the folder)
+            if not folder.is_dir() or any(not _PART.fullmatch(entry.name) for entry in folder.iterdir()):
+                raise InputError(
+                    f"{folder} is where {stem}'s vectors go, and it holds something bertkit did not write there "
+                    "(nothing was touched); move it, or choose another -o directory."
+                )
+
+
+def _load_manifest(output: Path, options: dict, overwrite: bool, stems: list[str]) -> dict:
     path = output / MANIFEST
     if not path.exists():
-        if output.exists() and any(output.iterdir()):
+        if output.exists() and any(not is_temporary(entry.name) for entry in output.iterdir()):
             raise InputError(
                 f"{output} is not empty and has no {MANIFEST}, so bertkit did not write it: nothing in it was touched "
                 "(--overwrite replaces only bertkit's own output). Choose a new or empty -o directory."
             )
         return {"version": 1, "options": options, "files": {}}
     manifest = json.loads(path.read_text())
+    _check_not_users(output, stems, manifest.get("files", {}))
     saved = manifest.get("options", {})
     if "model" in saved and "fingerprint" not in saved:  # bertkit 0.2 called the fingerprint "model"
         saved["fingerprint"] = saved.pop("model")
@@ -243,7 +263,7 @@ def embed_files(
     resolved = check_options(encoder, requested)
     recorded = {"fingerprint": encoder.fingerprint, **encoder.precision_record(), **reading, **resolved.record()}
     recorded["precision"] = precision
-    job = _Job(output, _load_manifest(output, recorded, overwrite), RunSummary(output))
+    job = _Job(output, _load_manifest(output, recorded, overwrite, [p.stem for p in paths]), RunSummary(output))
     for path in paths:
         _plan_file(job, path, reading)
     output.mkdir(parents=True, exist_ok=True)
@@ -266,11 +286,6 @@ def embed_files(
 def _plan_file(job: _Job, path: Path, reading: dict) -> None:
     """Skip a file the manifest records as complete and unchanged; otherwise queue it with its row count."""
     entry, digest = job.manifest["files"].get(path.stem), file_sha256(path)
-    if entry is None and (job.output / path.stem).exists():
-        raise InputError(
-            f"{job.output / path.stem} is where {path.name}'s vectors go, and it holds something bertkit did not "
-            "write there (nothing was touched); move it, or choose another -o directory."
-        )
     if entry is not None and entry["sha256"] != digest:
         raise InputError(
             f"{path} changed since {job.output / path.stem} was written from it (its SHA-256 differs); "

@@ -321,12 +321,10 @@ def _is_index(path: Path) -> bool:
 def read_index_meta(path: str | Path) -> dict | None:
     """Read the record of the bertkit index at `path`, every member's CRC checked; None when it is not an index."""
     path = Path(path)
-    if not zipfile.is_zipfile(path):
+    if not _is_index(path):
         return None
     try:
         with zipfile.ZipFile(path) as archive:
-            if META_MEMBER not in archive.namelist():
-                return None
             for name in (META_MEMBER, IDS_MEMBER, ENGINE_MEMBER):
                 with archive.open(name) as member:
                     while member.read(16 << 20):  # reading a member whole checks its CRC

@@ -254,8 +254,11 @@ class RunCallback(TrainerCallback):
             modes_like_open(checkpoint)
 
     def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """After an interrupt, neither score nor save the cut epoch (its step saved it; a resumed run finishes it)."""
-        if self.interrupted:
+        """After an interrupt inside an epoch, neither score nor save the cut epoch.
+
+        Its step saved it, and a resumed run finishes it; an epoch interrupted at its last step is whole, and scored.
+        """
+        if self.interrupted and not float(state.epoch or 0).is_integer():
             control.should_evaluate = control.should_save = False
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
