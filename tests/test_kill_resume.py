@@ -91,7 +91,12 @@ def test_embed_killed_anywhere_resumes_to_the_same_vectors(model_dir, tmp_path, 
     texts = corpus(tmp_path / "in.txt")
     command = ["embed", texts, "--model", model_dir, "--chunk-rows", "16", "--quiet"]
     reference = tmp_path / f"reference{suffix}"
-    finish(start([*command, "-o", reference], tmp_path))
+    process = start([*command, "-o", reference], tmp_path)
+    while not reference.with_name(reference.name + ".progress.json").exists() and process.poll() is None:
+        time.sleep(0.005)
+    began = time.monotonic()
+    finish(process)
+    working = time.monotonic() - began  # how long a run works once its progress record is there: where kills land
     expected = np.load(reference)
     expected = expected["vectors"] if suffix == ".npz" else expected
 
@@ -101,7 +106,8 @@ def test_embed_killed_anywhere_resumes_to_the_same_vectors(model_dir, tmp_path, 
     kills = attempts = 0
     while kills < EMBED_KILLS and attempts < 2 * EMBED_KILLS:  # a run that finished before its kill does not count
         attempts += 1
-        kills += kill_after(start([*command, "-o", output], tmp_path), rng.uniform(0.0, 1.5), wait_for=progress)
+        delay = rng.uniform(0.0, 0.9 * working)  # a fixed range let a fast machine finish most runs before it
+        kills += kill_after(start([*command, "-o", output], tmp_path), delay, wait_for=progress)
         if output.exists():  # whatever exists under the output name is the whole, finished result
             got = np.load(output)
             np.testing.assert_array_equal(got["vectors"] if suffix == ".npz" else got, expected)
