@@ -104,12 +104,14 @@ def delimited_rows(
     numbers: list[int] = []
     header_line = 0
 
-    quotes: list[int] = []  # '"' on each line: a record that ends the file with an odd count never closed its quote
+    quotes: list[int] = []  # CSV: '"' on each line; a record ending the file with an odd count never closed its quote
+    quoted = kind == "csv"  # a TSV is read without quoting: nothing to count on its lines
 
     def text_lines() -> Iterator[str]:
         for number, text in lines:
             numbers.append(number)
-            quotes.append(text.count('"'))
+            if quoted:
+                quotes.append(text.count('"'))
             yield _protect_bare_cr(text)
 
     reader = csv_reader(text_lines(), kind)
@@ -122,7 +124,7 @@ def delimited_rows(
             start, line, read = read, numbers[-1], len(numbers)
             if not record:  # blank line
                 continue
-            unclosed = numbers[start] if read - start > 1 and sum(quotes[start:read]) % 2 else 0
+            unclosed = numbers[start] if quoted and read - start > 1 and sum(quotes[start:read]) % 2 else 0
             if header and names is None:
                 names, header_line = [_restore_bare_cr(name).strip() for name in record], line
                 continue
@@ -145,7 +147,7 @@ def delimited_rows(
                 "characters; split that text into smaller rows."
             ) from None
         raise InputError(f"{path}, line {line}: cannot parse it as {kind.upper()} ({exc}).") from None
-    if unclosed and kind == "csv":  # csv reads an unclosed quote's field to the end of the file, without a word
+    if unclosed:  # csv reads an unclosed quote's field to the end of the file, without a word
         raise InputError(
             f"{path}, line {unclosed}: a quote opened in this record is never closed, so the rest of the file would "
             'be one text; close it, or double a quote that is part of the text ("").'

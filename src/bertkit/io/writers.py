@@ -198,8 +198,8 @@ def _check_replaceable(path: Path) -> None:
 def recover_interrupted_replace(path: str | Path) -> None:
     """Put back the previous version that a process killed between `staged_directory`'s two renames set aside."""
     path = Path(path)
-    previous = _set_aside(path)
-    if previous and not path.exists():
+    previous = [] if path.exists() else _set_aside(path)
+    if previous:
         previous[-1].rename(path)
 
 
