@@ -155,6 +155,18 @@ def test_is_impossible_makes_a_question_unanswerable_whatever_its_plausible_answ
         ),
         ([{"id": "y", "question": " ", "context": "a"}], ["line 1", "'y'", "question is missing or blank"]),
         ([{"question": "q?", "context": "a"}], ["line 1", "without an id"]),
+        (
+            [{"id": "s", "question": "q?", "context": "a red film", "answers": {"text": "red", "answer_start": 2}}],
+            ["line 1", "'s'", "answers must be {text: [...], answer_start: [...]}"],
+        ),
+        (
+            [{"id": "t", "question": "q?", "context": "a red film", "answers": {"text": "red", "answer_start": [2]}}],
+            ["line 1", "'t'", "two lists"],
+        ),
+        (
+            [{"id": "u", "question": "q?", "context": "a", "answers": [{"text": "a", "answer_start": 0}]}],
+            ["line 1", "'u'", "answers must be"],
+        ),
     ],
 )
 def test_bad_questions_are_refused_in_one_line_naming_file_id_and_line(tmp_path, records, words):
@@ -173,6 +185,37 @@ def test_a_nested_file_names_the_line_of_the_bad_question(tmp_path):
     line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if '"q0-2"' in text)
     with pytest.raises(InputError, match=f"line {line}, id 'q0-2': answer"):
         read_squad(path)
+
+
+def test_a_nested_file_names_the_line_of_each_id_however_it_is_spelled(tmp_path):
+    data = as_squad(qa_records(6, long_every=0, negatives=0.0))
+    qas = [p["qas"][0] for p in data["data"][0]["paragraphs"]]
+    qas[1]["id"], qas[2]["id"], qas[4]["id"] = 777, "é-1", "q0-0"  # an integer, a non-ASCII id, a duplicate
+    qas[2]["question"] = ""
+    path = tmp_path / "v2.json"
+    for ascii_only in (True, False):
+        path.write_text(json.dumps(data, indent=1, ensure_ascii=ascii_only), encoding="utf-8")
+        lines = path.read_text(encoding="utf-8").splitlines()
+        line_of = [n for n, text in enumerate(lines, 1) if text.strip().startswith('"id"')]
+        with pytest.raises(InputError, match=f"line {line_of[2]}, id 'é-1': the question is missing"):
+            read_squad(path)
+    qas[2]["question"] = QUESTION
+    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    with pytest.raises(
+        InputError, match=f"line {line_of[4]}: id 'q0-0' is given twice \\(first on line {line_of[0]}\\)"
+    ):
+        read_squad(path)
+    qas[4]["id"], qas[1]["question"] = "q-new", " "
+    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    with pytest.raises(InputError, match=f"line {line_of[1]}, id '777': the question is missing"):
+        read_squad(path)
+    qas[1]["question"], qas[3]["answers"] = QUESTION, ["red"]
+    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    with pytest.raises(InputError, match=f"line {line_of[3]}, id 'q0-3': answers must be a list of {{text"):
+        read_squad(path)
+    lines_file = write_jsonl(tmp_path / "flat.json", qa_records(3))  # datasets' to_json("x.json") writes JSON Lines
+    with pytest.raises(InputError, match="line 2: not valid JSON .*one record a line \\(JSON Lines\\): name it .jsonl"):
+        read_squad(lines_file)
 
 
 # ---- the official v2.0 scores -------------------------------------------------------------------------------------
@@ -198,8 +241,24 @@ def test_scores_equal_the_official_scripts_on_hand_made_cases():
     assert scores["exact"] == pytest.approx(20.0) and scores["f1"] == pytest.approx(700 / 15)
     assert scores["HasAns_f1"] == pytest.approx(400 / 9) and scores["NoAns_exact"] == 50.0
     assert (scores["best_f1"], scores["best_f1_thresh"]) == (pytest.approx(160 / 3), -2.0)
-    assert (scores["best_exact"], scores["best_exact_thresh"]) == (pytest.approx(40.0), 0.0)
+    # the best exact is "no answer anywhere": the script's 0.0 is below every probability, not every logit difference
+    assert (scores["best_exact"], scores["best_exact_thresh"]) == (pytest.approx(40.0), -3.0)
+    probabilities = {k: 1 / (1 + np.exp(-v)) for k, v in null_diff.items()}  # the script's own kind of score
+    assert squad_scores(GOLD, raw, probabilities)["best_exact_thresh"] == 0.0
     assert "q6" not in squad_scores(GOLD, {**predictions, "q6": "x"}) and squad_scores(GOLD, {"q1": "x"})["total"] == 1
+
+
+def test_the_best_thresholds_give_the_best_scores_whatever_the_sign_of_the_null_scores():
+    rng = random.Random(0)
+    for case in range(300):
+        ids = [f"q{i}" for i in range(rng.randint(1, 6))]
+        gold = {k: rng.choice([[], ["red"], ["a blue film"]]) for k in ids}
+        spans = {k: rng.choice(["red", "blue film", "green"]) for k in ids}
+        null_diff = {k: rng.choice([-3.0, -1.5, -0.5, 0.0, 0.5, 2.0]) + rng.random() for k in ids}
+        scores = squad_scores(gold, spans, null_diff)
+        for name in ("exact", "f1"):
+            at = squad_scores(gold, spans, null_diff, scores[f"best_{name}_thresh"])
+            assert at[name] == pytest.approx(scores[f"best_{name}"]), (case, name, gold, spans, null_diff)
 
 
 # ---- windows and labels -------------------------------------------------------------------------------------------
@@ -393,6 +452,23 @@ def test_the_null_answer_follows_squad_v2_and_the_threshold_saved_in_the_run(qa)
         qa.answer(QUESTION, answerable, doc_stride=99)
 
 
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        (dict(max_seq_len=1), "max_seq_len=1: give 8 or more tokens"),
+        (dict(max_question_len=0), "max_question_len=0: give 1 or more tokens"),
+        (dict(max_answer_len=-2), "max_answer_len=-2: give 1 or more tokens"),
+        (dict(handle_impossible_answer="no"), "handle_impossible_answer='no': give True or False"),
+        (dict(align_to_words=1), "align_to_words=1: give True or False"),
+        (dict(question=None), "question=None: give a string, or a list of them"),
+    ],
+)
+def test_answers_parameters_are_refused_in_one_line_not_changed(qa, options, words):
+    texts = {"question": options.pop("question", QUESTION), "context": "the movie was red"}
+    with pytest.raises(InputError, match=words.replace("(", "\\(")):
+        qa.answer(**texts, **options)
+
+
 def test_evaluate_is_squad_on_the_runs_own_predictions(qa_run, qa, tmp_path):
     records = qa_records(24, seed=1)
     dev = write_jsonl(tmp_path / "dev.jsonl", records)
@@ -420,6 +496,10 @@ def test_answer_evaluate_and_predict_on_the_command_line(qa_run, qa, tmp_path, m
     assert len(long) > 255  # longer than a file name may be: a context, not a missing file
     code, out, err = run_cli(monkeypatch, capsys, "answer", qa_run, "-q", QUESTION, "-c", long, "--top-k", "3")
     assert code == 0 and json.loads(out) == qa.answer(QUESTION, long, top_k=3), err
+    code, _, err = run_cli(monkeypatch, capsys, "answer", qa_run, "-q", QUESTION, "-c", "red/blue")
+    assert code == 2 and "no such file" in err and "pass --text" in err
+    code, out, err = run_cli(monkeypatch, capsys, "answer", qa_run, "-q", QUESTION, "-c", "red/blue", "--text")
+    assert code == 0 and json.loads(out) == qa.answer(QUESTION, "red/blue"), err
     dev = write_jsonl(tmp_path / "dev.jsonl", qa_records(16, seed=3))
     code, out, _ = run_cli(monkeypatch, capsys, "evaluate", qa_run, dev)
     assert code == 0 and "HasAns" in out and "NoAns" in out and "best threshold here" in out
@@ -436,10 +516,23 @@ def test_finetune_qa_on_the_command_line_warns_when_it_learns_nothing(coloured, 
     dev = write_jsonl(tmp_path / "dev.jsonl", qa_records(12, seed=4, negatives=0.5, long_every=1))
     args = ["finetune", train, "--dev", dev, "--task", "qa", "-o", tmp_path / "run", "--model", coloured]
     code, _, err = run_cli(
-        monkeypatch, capsys, *args, "--epochs", "1", "--lr", "1e-9", "--max-length", "24", "--doc-stride", "4"
+        monkeypatch, capsys, *args, "--epochs", "2", "--lr", "1e-9", "--max-length", "24", "--doc-stride", "4"
     )
     assert code == 0, err
     assert "no better than always answering 'no answer'" in err and "dev F1" in err
+    windows = sum(
+        len(p)
+        for p in qa_windows(
+            load_run(tmp_path / "run").tokenizer,
+            *zip(*[(r["question"], r["context"]) for r in qa_records(24, seed=2, long_every=0)]),
+            24,
+            4,
+        ).parts
+    )
+    assert f"fine-tuning qa model on 24 questions ({windows} windows), dev 12;" in err
+    epochs = [line for line in err.splitlines() if line.startswith("epoch ")]
+    scores = [line.split("dev F1 ")[1].split()[0].rstrip(",") for line in epochs]
+    assert scores[0] == scores[1] and "(best)" in epochs[0] and "(best)" not in epochs[1], epochs  # a tie keeps 1
     record = json.loads((tmp_path / "run" / "bertkit.json").read_text())
     assert record["args"]["doc_stride"] == 4 and record["data"]["doc_stride"] == 4 and not record["baseline"]["learned"]
     code, _, err = run_cli(monkeypatch, capsys, *args, "--overwrite", "--doc-stride", "50", "--max-length", "24")
@@ -503,6 +596,30 @@ def test_served_qa_answers_hugging_faces_client_and_bounds_long_contexts(qa_run,
         assert fits.status_code == 200 and fits.json()["answer"]
     finally:
         assert server.stop() == 0, server.output()[-3000:]
+
+
+@pytest.mark.parametrize(
+    "inputs, words",
+    [
+        ({"question": QUESTION}, "inputs.context: Field required"),
+        ({"question": 5, "context": "a red film"}, "inputs.question: must be a string, not int"),
+        ([{"question": QUESTION, "context": "a"}, {"context": "b"}], "inputs.1.question: Field required"),
+        (
+            {"question": QUESTION, "context": "a", "contxt": "b"},
+            "inputs.contxt: unknown field 'contxt'; check its spelling",
+        ),
+        (5, "inputs: must be a string or a list of strings, not int"),
+    ],
+)
+def test_a_question_with_a_field_missing_or_wrong_is_named_by_that_field(qa_run, inputs, words):
+    from fastapi.testclient import TestClient
+
+    from bertkit.serve.app import create_app
+    from bertkit.serve.runs import load_runs
+
+    with TestClient(create_app(runs=load_runs({"qa": qa_run}))) as client:
+        response = client.post("/predict/qa", json={"inputs": inputs})
+    assert response.status_code == 422 and response.json()["error"] == words + ".", response.text
 
 
 def test_the_explainer_view_of_a_qa_run_is_its_answer_with_the_window_and_null_score(qa):

@@ -316,7 +316,7 @@ def test_every_endpoint_but_health_needs_the_key(server):
     [
         ("/embed", b'{"inputs": ["a"', 400, "invalid_json", "not valid JSON"),
         ("/embed", {"inputs": 5}, 422, "validation_error", "inputs: must be a string or a list of strings, not int"),
-        ("/embed", {"inputs": ["a", 3]}, 422, "validation_error", "inputs.1"),
+        ("/embed", {"inputs": ["a", 3]}, 422, "validation_error", "inputs.1: must be a string, not int"),
         ("/embed", {"inputs": ["a"], "truncate": "yes"}, 422, "validation_error", "truncate"),
         ("/embed", {"input": ["a"]}, 422, "validation_error", "input: unknown field"),
         ("/embed", {"inputs": []}, 422, "invalid_input", "empty list"),

@@ -34,6 +34,7 @@ def answer(
     context: str = typer.Option(
         ..., "--context", "-c", callback=utf8_texts, help="The text to find the answer in, or a file holding it."
     ),
+    as_text: bool = typer.Option(False, "--text", help="Take --context as the text, even one that names a file."),
     top_k: int = typer.Option(1, "--top-k", "-k", help="Answers per question, best first."),
     max_answer_len: int = typer.Option(30, "--max-answer-len", help="Longest answer, in tokens."),
     handle_impossible_answer: bool = typer.Option(
@@ -53,7 +54,7 @@ def answer(
     """
     from ..tasks.load import load_run
 
-    source = texts_or_file([context], as_text=False)
+    source = texts_or_file([context], as_text)
     if source is not None:
         from ..io.text_files import decoded_lines
 

@@ -57,7 +57,8 @@ def evaluate(
     """Score a saved model on labelled data.
 
     Accuracy, macro-F1, per-class table, confusion matrix; a regressor's correlations; a multi-label model's F1 per
-    label; a tagger's entity P/R/F1 per type.
+    label; a tagger's entity P/R/F1 per type; a question-answering run's exact match and F1 on a SQuAD file (v2:
+    HasAns / NoAns and the best no-answer threshold).
     """
     from ..io.readers import read_labelled
     from ..tasks.evaluate import evaluate as evaluate_run

@@ -6,6 +6,7 @@ Every question is checked where it is read; one without answers (v2's `is_imposs
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,20 +85,38 @@ def _json_records(path: Path) -> Iterator[QAExample]:
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{path}, line {exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno}).") from None
+        lines = exc.msg == "Extra data" and exc.colno == 1  # a second value at a line's start: JSON Lines
+        hint = "; it holds one record a line (JSON Lines): name it .jsonl" if lines else ""
+        raise InputError(f"{path}, line {exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno}){hint}.") from None
     items = document.get("data") if isinstance(document, dict) else document
     if not isinstance(items, list):
         raise InputError(
             f'{path}: expected SQuAD JSON ({{"data": [articles]}}) or a list of records, got '
             f"{type(document).__name__} without a 'data' list."
         )
-    line_of = lambda qid: text.count("\n", 0, max(0, text.find(json.dumps(qid)))) + 1  # noqa: E731
+    line_of = _IdLines(text)
     for article in items:
         if isinstance(article, dict) and "paragraphs" in article:
             yield from _article(article, path, line_of)
         else:
             record = article if isinstance(article, dict) else {}
             yield _flat(record, path, line_of(_id(record, path, 0)))
+
+
+class _IdLines:
+    """The line of each question's id, found in file order: one pass over the text, however many questions."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.position, self.line = text, 0, 1
+
+    def __call__(self, qid: str) -> int:
+        spellings = {json.dumps(qid), json.dumps(qid, ensure_ascii=False), qid if qid.isdigit() else json.dumps(qid)}
+        pattern = '"id"\\s*:\\s*(?:' + "|".join(re.escape(s) for s in spellings) + r")(?!\d)"
+        found = re.compile(pattern).search(self.text, self.position)
+        if found is not None:  # else a spelling JSON allows but this misses (escapes): the last line found
+            self.line += self.text.count("\n", self.position, found.start())
+            self.position = found.end()
+        return self.line
 
 
 def _article(article: dict, path: Path, line_of: Callable[[str], int]) -> Iterator[QAExample]:
@@ -107,9 +126,15 @@ def _article(article: dict, path: Path, line_of: Callable[[str], int]) -> Iterat
             raise InputError(f"{path}: a paragraph without its list of questions (qas): {quoted(paragraph)}.")
         for qa in questions:
             qid = _id(qa, path, 0)
+            line = line_of(qid)
             answers = [] if qa.get("is_impossible") else qa.get("answers") or []
+            if not isinstance(answers, list) or not all(isinstance(a, dict) for a in answers):
+                raise InputError(
+                    f"{path}, line {line}, id {quoted(qid)}: answers must be a list of {{text, answer_start}} "
+                    f"objects, got {quoted(answers)}."
+                )
             pairs = [(a.get("text"), a.get("answer_start")) for a in answers]
-            yield _example(qid, qa.get("question"), paragraph.get("context"), pairs, path, line_of(qid))
+            yield _example(qid, qa.get("question"), paragraph.get("context"), pairs, path, line)
 
 
 def _flat(record: dict, path: Path, line: int) -> QAExample:
@@ -117,11 +142,14 @@ def _flat(record: dict, path: Path, line: int) -> QAExample:
         raise InputError(f"{path}, line {line}: each record must be a JSON object, got {type(record).__name__}.")
     qid = _id(record, path, line)
     answers = record.get("answers") or {}
-    if not isinstance(answers, dict):
+    texts, starts = (None, None)
+    if isinstance(answers, dict):
+        texts, starts = answers.get("text") or [], answers.get("answer_start") or []
+    if not isinstance(texts, list) or not isinstance(starts, list):
         raise InputError(
-            f"{path}, line {line}, id {quoted(qid)}: answers must be {{text: [...], answer_start: [...]}}."
+            f"{path}, line {line}, id {quoted(qid)}: answers must be {{text: [...], answer_start: [...]}} (two lists, "
+            f"empty for no answer), got {quoted(answers)}."
         )
-    texts, starts = answers.get("text") or [], answers.get("answer_start") or []
     if len(texts) != len(starts):
         raise InputError(
             f"{path}, line {line}, id {quoted(qid)}: answers has {len(texts)} texts but {len(starts)} answer_starts."

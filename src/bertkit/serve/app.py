@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from http import HTTPStatus
@@ -158,24 +159,62 @@ def _validation_answer(request: Request, exc: RequestValidationError) -> tuple[i
         if answer is not None:
             return answer
     parts: dict[str, str] = {}
-    for error in sorted(errors, key=lambda e: e.get("type") != "extra_forbidden"):  # an unknown field first
+    for error in sorted(_closest_branch(errors), key=lambda e: e.get("type") != "extra_forbidden"):  # unknown first
         where = _where(error)
         if where not in parts:
             message = error.get("msg", "invalid")
             if error.get("type") == "extra_forbidden":
                 message = f"unknown field {str(error['loc'][-1])!r}; check its spelling"
             elif where.split(".")[0] in ("inputs", "input") and error.get("type") == "string_type":
-                message = f"must be a string or a list of strings, not {type(error.get('input')).__name__}"
+                shape = "a string" if "." in where else "a string or a list of strings"
+                message = f"must be {shape}, not {type(error.get('input')).__name__}"
             parts[where] = message
     text = "; ".join(f"{where}: {brief(message)}" for where, message in list(parts.items())[:4])
     first = next((str(e["loc"][1]) for e in errors if len(e.get("loc", ())) > 1), None)
     return 422, "validation_error", f"{text}.", first
 
 
+_FIELD = re.compile(r"[a-z_][a-z0-9_]*")
+_TYPE_TAGS = {"str", "int", "float", "bool", "none", "list", "dict"}
+
+
+def _tags(error: dict) -> list[bool]:
+    """Which parts of an error's location are pydantic's names for a union's member (`list[constrained-str]`).
+
+    An unknown field's name (the last part of `extra_forbidden`) is the client's, whatever its spelling.
+    """
+    loc = error.get("loc", ())
+    user = len(loc) - 1 if error.get("type") == "extra_forbidden" else -1
+    return [
+        i != user and isinstance(p, str) and (not _FIELD.fullmatch(p) or p in _TYPE_TAGS) for i, p in enumerate(loc)
+    ]
+
+
+def _closest_branch(errors: list[dict]) -> list[dict]:
+    """Keep, of a union's members, the errors of the one the value came closest to fitting.
+
+    A value that fits a member's shape fails deeper inside it (`inputs.0.context` missing) than one of another shape
+    (`inputs` is not a string); the deepest wins, then the one with fewest errors, then the first.
+    """
+    branches: dict[tuple, dict[tuple, list[dict]]] = {}
+    kept = []
+    for error in errors:
+        loc = tuple(error.get("loc", ()))
+        tag = next((i for i, is_tag in enumerate(_tags(error)) if is_tag), None)
+        if tag is None:
+            kept.append(error)
+        else:
+            branches.setdefault(loc[:tag], {}).setdefault(loc[tag], []).append(error)
+    for members in branches.values():
+        depth = {tag: max(len(e["loc"]) for e in found) for tag, found in members.items()}
+        best = min(members, key=lambda tag: (-depth[tag], len(members[tag])))
+        kept.extend(members[best])
+    return kept
+
+
 def _where(error: dict) -> str:
-    """Name the field an error is about as the request does: `inputs.1`, `documents.0` (not pydantic's union tags)."""
-    loc = [str(p) for p in error.get("loc", ()) if p != "body"]
-    kept = loc[:1] + [p for p in loc[1:] if p.isdigit()]
+    """Name the field an error is about as the request does: `inputs.1`, `inputs.context` (no union tags)."""
+    kept = [str(p) for p, is_tag in zip(error.get("loc", ()), _tags(error)) if p != "body" and not is_tag]
     return ".".join(kept) or "body"
 
 

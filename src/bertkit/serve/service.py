@@ -196,10 +196,11 @@ class Service:
         windows = await self.off_loop(lambda: run.model.windows(questions, contexts, **read), estimate)
         most = max(1, self.settings.max_queue_tokens // run.model.max_length)
         if windows.count > most:
+            longest = max(len(w.ids) for part in windows.parts for w in part)
             message = (
-                f"the contexts make {windows.count} windows of up to {run.model.max_length} tokens, more than this "
-                f"server takes in one request ({most}: --max-queue-tokens / the run's length); send shorter contexts "
-                "or a smaller doc_stride."
+                f"the contexts make {windows.count} windows of up to {longest} tokens, more than this server takes in "
+                f"one request ({most}: --max-queue-tokens / the run's length of {run.model.max_length}); send shorter "
+                "contexts, or fewer windows: a smaller doc_stride, a max_seq_len nearer the run's length."
             )
             raise ServeError(413, "input_too_long", message)
         found = await self.call(lambda: run.model.ranked(windows, top_k, **options), windows.tokens, disconnected)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..encoder import tokenize as tok
 from ..encoder.runner import Row
-from ..errors import InputError
+from ..errors import InputError, quoted
 from ..io.squad import QAExample, read_squad
 from .finetuned_model import EVAL_BATCH_SIZE, FineTuned
 from .report import EvaluationReport
@@ -50,6 +50,18 @@ class Windows:
     def rows(self) -> list[Row]:
         """Return every window as a runner row (ids and type ids), in order."""
         return [Row(w.ids, w.type_ids) for p in self.parts for w in p]
+
+
+def check_whole(name: str, value: object, least: int, what: str) -> None:
+    """Refuse a parameter that is not a whole number of at least `least`, in one line."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise InputError(f"{name}={value!r}: give {least} or more {what}.")
+
+
+def check_flag(name: str, value: object) -> None:
+    """Refuse a switch that is not True or False (a string such as "no" would count as True)."""
+    if not isinstance(value, bool):
+        raise InputError(f"{name}={value!r}: give True or False.")
 
 
 def qa_windows(
@@ -189,7 +201,10 @@ class FineTunedQA(FineTuned):
         max_seq_len: int | None = None,
     ) -> Windows:
         """Tokenize the windows the model reads (`qa_windows` at this run's length and stride), and nothing more."""
-        length = self.max_length if max_seq_len is None else min(max(8, max_seq_len), self.max_length)
+        check_whole("max_question_len", max_question_len, 1, "tokens")
+        if max_seq_len is not None:
+            check_whole("max_seq_len", max_seq_len, 8, "tokens (a window holds the question, context and special ones)")
+        length = self.max_length if max_seq_len is None else min(max_seq_len, self.max_length)
         stride = doc_stride
         if stride is None and self.doc_stride is not None:  # the run's, within a shorter window's half
             stride = min(self.doc_stride, (length - self.tokenizer.num_special_tokens_to_add(pair=True)) // 2)
@@ -199,8 +214,8 @@ class FineTunedQA(FineTuned):
         self, windows: Windows, max_answer_len: int = 30, align_to_words: bool = True, batch_size: int = EVAL_BATCH_SIZE
     ) -> list[Candidates]:
         """Every window through the runner in token-budget passes; each question's spans merged over its windows."""
-        if isinstance(max_answer_len, bool) or not isinstance(max_answer_len, int) or max_answer_len < 1:
-            raise InputError(f"max_answer_len={max_answer_len!r}: give 1 or more tokens.")
+        check_whole("max_answer_len", max_answer_len, 1, "tokens")
+        check_flag("align_to_words", align_to_words)
         return self._merge(windows, self.outputs(windows.rows(), batch_size), max_answer_len, align_to_words)
 
     def _merge(self, windows: Windows, logits: list, max_answer_len: int, align: bool) -> list[Candidates]:
@@ -266,11 +281,14 @@ class FineTunedQA(FineTuned):
             `{answer, score, start, end}` (character offsets into the context) for one question and `top_k=1`; a
             list of them for `top_k > 1`; for a list of questions, a list of those.
         """
+        for name, given in (("question", question), ("context", context)):
+            if not isinstance(given, (str, Sequence)):
+                raise InputError(f"{name}={quoted(given)}: give a string, or a list of them.")
         single = isinstance(question, str)
         questions: list[str] = [question] if isinstance(question, str) else list(question)
         contexts = [context] * len(questions) if isinstance(context, str) else list(context)
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise InputError(f"top_k={top_k!r}: give 1 or more answers.")
+        check_whole("top_k", top_k, 1, "answers")
+        check_flag("handle_impossible_answer", handle_impossible_answer)
         windows = self.windows(questions, contexts, doc_stride, max_question_len, max_seq_len)
         found = self.ranked(windows, top_k, max_answer_len, handle_impossible_answer, align_to_words, batch_size)
         shaped = [answers[0] if top_k == 1 else answers for answers in found]

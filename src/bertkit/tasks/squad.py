@@ -104,7 +104,10 @@ def _summary(exact: dict, f1: dict, ids: list[str]) -> dict[str, float]:
 def _best_threshold(predictions: Mapping, scores: dict, probs: Mapping, has_answer: dict) -> tuple[float, float]:
     """Find the best threshold as the official `find_best_thresh`: answer by rising no-answer score, keep the best."""
     current = best = sum(1 for k in has_answer if not has_answer[k])
-    threshold = 0.0
+    # the script starts from "no answer anywhere" at 0.0, below every probability; bertkit's scores are logit
+    # differences and may be negative, so that start is put below the lowest score
+    lowest = min((probs[k] for k in scores), default=0.0)
+    threshold = 0.0 if lowest > 0 else lowest - 1.0
     for qid in sorted(probs, key=lambda k: probs[k]):
         if qid not in scores:
             continue

@@ -312,8 +312,11 @@ def _say_start(
         logger.info(
             "resuming %s %s", output, _where(saved["global_step"], saved["max_steps"], int(args.num_train_epochs))
         )
+    read = f"{len(prepared.train)} examples ({len(prepared.labels)} labels)"
+    if args.task == "qa":  # an example is a window of a context; the labels, its start and end
+        read = f"{prepared.data_record['train_rows']} questions ({len(prepared.train)} windows)"
     said = (
-        f"fine-tuning {args.task} model on {len(prepared.train)} examples ({len(prepared.labels)} labels), "
+        f"fine-tuning {args.task} model on {read}, "
         f"dev {len(prepared.dev_inputs)}; {args.num_train_epochs} epochs × {steps} steps of {args.batch_size}"
         f"{f' ({chr(44).join(parts)})' if parts else ''}, lr {args.learning_rate:g}, on {describe(device)}"
         f"{'' if device.type != 'cpu' else f' ({torch.get_num_threads()} threads)'}"

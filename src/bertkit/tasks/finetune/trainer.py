@@ -276,9 +276,9 @@ class RunCallback(TrainerCallback):
     def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict | None = None, **kwargs: Any) -> None:
         """Record the epoch's line in the run's history, log it, and write it to metrics.jsonl."""
         entry = self._epoch_entry(state, (metrics or {}).get("eval_score", 0.0))
+        earlier = [h[EPOCH_KEY]["dev_score"] for h in state.log_history if EPOCH_KEY in h]
+        improved = not earlier or entry["dev_score"] > max(earlier)  # a tie keeps the earlier epoch, as Trainer does
         state.log_history.append({"step": state.global_step, EPOCH_KEY: entry})
-        best = max(h[EPOCH_KEY]["dev_score"] for h in state.log_history if EPOCH_KEY in h)
-        improved = entry["dev_score"] >= best
         resumed = f" (the {entry['steps']} steps run since resuming)" if entry.get("resumed") else ""
         line = (
             f"epoch {entry['epoch']}/{self.epochs}: train loss {entry['train_loss']:.4f}{resumed}, dev "
