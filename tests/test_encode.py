@@ -150,6 +150,14 @@ def test_sentence_pairs_use_type_ids(encoder, hf_default):
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
 
 
+def test_a_long_pair_is_cut_with_advice_that_pairs_can_follow(encoder, caplog):
+    encoder.embed(["how old are you?"], text_pair=["I am six. " * 20], max_length=16)
+    assert "1 of 1 pairs were longer than 16 tokens and were truncated; shorten them" in caplog.text
+    assert "to keep all of them" not in caplog.text  # windows are refused for pairs
+    with pytest.raises(InputError, match="not sentence pairs"):
+        encoder.embed(["how old are you?"], text_pair=["I am six."], long_text="window")
+
+
 def test_long_text_policies(encoder, hf_default, caplog):
     model, tokenizer = hf_default
     long_text = " ".join(f"word{i % 50}" for i in range(120))  # ~ 2 tokens a word

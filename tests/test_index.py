@@ -96,6 +96,13 @@ def test_int8_indexes_keep_bertkits_buckets_and_rescore_with_the_float_query():
         np.testing.assert_allclose(
             [h["score"] for h in hits], midpoints[[h["corpus_id"] for h in hits]] @ query, rtol=1e-4
         )
+    cosine = VectorIndex.create({"dim": 32, "output": "int8", "ranges": ranges.tolist()}, metric="cosine")
+    cosine.add(compact(vectors, "int8", ranges), np.arange(300))  # vectors of length about 5.6, not 1
+    for multiplier in (0, 4):
+        for hits, query in zip(cosine.search(queries, top_k=3, rescore_multiplier=multiplier), queries):
+            rows = midpoints[[h["corpus_id"] for h in hits]]
+            want = rows @ query / np.linalg.norm(rows, axis=1) / np.linalg.norm(query)
+            np.testing.assert_allclose([h["score"] for h in hits], want, rtol=1e-4)
 
 
 def test_bertkit_index_and_search_on_the_command_line(vector_files, monkeypatch, capsys, tmp_path):
@@ -106,7 +113,11 @@ def test_bertkit_index_and_search_on_the_command_line(vector_files, monkeypatch,
     assert code == 0, err
     assert "approximate search (HNSW, cosine)" in err and "rescore multiplier 4" in err
     assert len(out.splitlines()) == 4 and out.startswith("query\trank\tid\tscore")
-    code, out, err = run_cli(monkeypatch, capsys, "search", target, "a dull film", "--metric", "dot")
+    code, quiet, err = run_cli(monkeypatch, capsys, "-q", "search", target, "a dull, lifeless film", "-k", "3")
+    assert code == 0 and quiet == out and err == ""  # -q: warnings and errors only
+    code, _, err = run_cli(monkeypatch, capsys, "-q", "index", vector_files["binary"], "-o", target)
+    assert code == 0 and err == ""
+    code, out, err = run_cli(monkeypatch, capsys, "-q", "search", target, "a dull film", "--metric", "dot")
     assert code == 2 and err.count("error:") == 1 and "built for cosine" in err
 
 
@@ -134,6 +145,10 @@ def test_an_index_is_written_atomically_and_replaces_only_what_it_may(vector_fil
     assert (
         code == 2 and "nor an index of `bertkit index`" in err and "--overwrite" not in err
     )  # a user's file in the index's place: no advice to replace it
+    with pytest.raises(InputError, match=r"not a bertkit index; build one beside it: .* -o \S*notes\.index`"):
+        load_index(tmp_path / "notes.tsv")  # as `serve --index` loads it: advice that bertkit would follow
+    code, _, err = run_cli(monkeypatch, capsys, "index", vector_files["float32"], "-o", tmp_path / "notes.index")
+    assert code == 0, err
 
 
 def test_a_build_resumes_after_an_interruption_and_extends_with_new_rows(vector_files, monkeypatch, tmp_path):
@@ -153,7 +168,13 @@ def test_a_build_resumes_after_an_interruption_and_extends_with_new_rows(vector_
     vectors, ids, _ = read_vectors(vector_files["float32"])
     assert report.resumed_from == 32 and report.rows == len(vectors) and report.added == len(vectors) - 32
     np.testing.assert_array_equal(load_index(target).ids, ids)
+    unchanged = target.stat().st_mtime_ns
     assert build_index(vector_files["float32"], target).added == 0  # nothing new: nothing written
+    assert target.stat().st_mtime_ns == unchanged
+    with pytest.raises(InputError, match="a graph built with --m 32 --ef-construction 100; give the same to extend"):
+        build_index(vector_files["float32"], target, m=8)  # not ignored: the graph cannot change without a rebuild
+    assert build_index(vector_files["float32"], target, ef_search=200).added == 0  # a search setting: retuned
+    assert load_index(target).meta["hnsw"] == {"m": 32, "ef_construction": 100, "ef_search": 200}
     index = load_index(target)
     index.add(vectors[:3], ["new-1", "new-2", "new-3"])  # a grown corpus: extended in place
     index.save(target)

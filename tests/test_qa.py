@@ -500,6 +500,8 @@ def test_answer_evaluate_and_predict_on_the_command_line(qa_run, qa, tmp_path, m
     assert code == 2 and "no such file" in err and "pass --text" in err
     code, out, err = run_cli(monkeypatch, capsys, "answer", qa_run, "-q", QUESTION, "-c", "red/blue", "--text")
     assert code == 0 and json.loads(out) == qa.answer(QUESTION, "red/blue"), err
+    code, out, err = run_cli(monkeypatch, capsys, "answer", qa_run, "-q", QUESTION, "-c", "")  # not the folder "."
+    assert code == 0 and json.loads(out) == qa.answer(QUESTION, ""), err
     dev = write_jsonl(tmp_path / "dev.jsonl", qa_records(16, seed=3))
     code, out, _ = run_cli(monkeypatch, capsys, "evaluate", qa_run, dev)
     assert code == 0 and "HasAns" in out and "NoAns" in out and "best threshold here" in out
@@ -606,7 +608,7 @@ def test_served_qa_answers_hugging_faces_client_and_bounds_long_contexts(qa_run,
         ([{"question": QUESTION, "context": "a"}, {"context": "b"}], "inputs.1.question: Field required"),
         (
             {"question": QUESTION, "context": "a", "contxt": "b"},
-            "inputs.contxt: unknown field 'contxt'; check its spelling",
+            "inputs: unknown field 'contxt'; check its spelling",
         ),
         (5, "inputs: must be a string or a list of strings, not int"),
     ],

@@ -153,6 +153,14 @@ def test_binary_search_finds_what_float_search_finds(encoder):
     recall = np.mean([len(set(e) & {h["corpus_id"] for h in b}) / 5 for e, b in zip(exact, binary)])
     assert recall >= 0.8, recall
     assert [q[0]["corpus_id"] for q in binary] == list(range(10))  # each query's own review comes first
+    packed_queries, packed = compact(queries, "binary"), compact(vectors, "binary")  # 48 bytes each: int8 look-alikes
+    with pytest.raises(InputError, match="buckets or packed bits alike; say which with corpus_precision='int8' or"):
+        semantic_search(packed_queries, packed, top_k=5)
+    hamming = semantic_search(packed_queries, packed, top_k=5, corpus_precision="binary")
+    bits = np.unpackbits(packed.view(np.uint8), axis=1)
+    for query_bits, hits in zip(np.unpackbits(packed_queries.view(np.uint8), axis=1), hamming):
+        distances = (bits != query_bits).sum(axis=1)
+        assert [h["score"] for h in hits] == sorted(-distances, reverse=True)[:5]
 
 
 def test_truncation_direction_left_keeps_the_end(encoder):

@@ -173,8 +173,9 @@ def test_int8_search_scores_the_buckets_exactly(data, shape, metric, k, unsigned
     corpus = data.draw(hnp.arrays(np.int8, (m, dim)))
     stored = (corpus.view(np.uint8) ^ 0x80) if unsigned else corpus  # uint8 = int8 + 128
     chunks = data.draw(CHUNKS)
+    precision = "uint8" if unsigned else "int8"  # compact queries: the type is said (the widths cannot tell)
     found = semantic_search(
-        queries, stored, k, metric, query_chunk_size=chunks[0], corpus_chunk_size=chunks[1], corpus_precision=None
+        queries, stored, k, metric, query_chunk_size=chunks[0], corpus_chunk_size=chunks[1], corpus_precision=precision
     )
     assert_top_k(found, plain_scores(queries, corpus, metric), k, atol=1e-3)
 

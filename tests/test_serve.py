@@ -206,6 +206,19 @@ def test_openai_client_float_and_base64_give_unit_length_library_vectors(server,
         assert (
             result.usage.prompt_tokens == result.usage.total_tokens == int(encoder.tokenize(texts).attention_mask.sum())
         )
+    for output_type in ("int8", "ubinary", "float16"):  # the client decodes base64 as float32, whatever was asked
+        asked = {"extra_body": {"output_type": output_type}}
+        floats = client.embeddings.create(model="default", input=texts, encoding_format="float", **asked)
+        decoded = client.embeddings.create(model="default", input=texts, **asked)
+        want = encoder.embed(texts, normalize_embeddings=True, output_type=output_type)
+        for as_float, as_base64, vector in zip(floats.data, decoded.data, want):
+            kind = np.float16 if output_type == "float16" else np.float32  # JSON gives a float16 its shortest repr
+            np.testing.assert_array_equal(np.asarray(as_base64.embedding, kind), np.asarray(as_float.embedding, kind))
+            assert len(as_base64.embedding) == len(vector)  # not the bytes of another type read as float32
+            if output_type != "ubinary":  # the library's numbers, within a bucket (batches round differently)
+                np.testing.assert_allclose(
+                    as_base64.embedding, vector.astype(np.float32), atol=1.0 if output_type == "int8" else 1e-3
+                )
 
 
 @pytest.mark.parametrize(

@@ -58,3 +58,23 @@ def test_a_crashed_batch_fails_its_request_with_json_and_the_server_keeps_servin
         )
         assert client.get("/health").json() == {"status": "ok"}
         assert "bertkit_failed_batches_total 1.0" in client.get("/metrics").text
+
+
+def test_the_openapi_document_bounds_with_json_schema_keywords(encoder):
+    """A bound written in pydantic's own words ("le") is no bound to a client or a schema tool."""
+    document = create_app(encoder).openapi()
+    found: list[str] = []
+
+    def walk(node: object, where: str) -> None:
+        if isinstance(node, dict):
+            found.extend(f"{where}.{k}" for k in ("le", "ge", "lt", "gt", "multiple_of") if k in node)
+            for key, value in node.items():
+                walk(value, f"{where}.{key}")
+        elif isinstance(node, list):
+            for k, value in enumerate(node):
+                walk(value, f"{where}.{k}")
+
+    walk(document, "")
+    assert not found, found
+    dimensions = document["components"]["schemas"]["EmbedRequest"]["properties"]["dimensions"]["anyOf"][0]
+    assert (dimensions["minimum"], dimensions["maximum"]) == (1, 8064)  # the widest vector of the packaged model

@@ -73,7 +73,17 @@ def test_tei_rerank_refuses_too_long_pairs_unless_truncate(server):
     long = "red " * 40
     answer = server.post("/rerank", {"query": "red", "texts": ["blue", long]})
     assert answer.status_code == 413 and "texts[1]" in answer.json()["error"]
-    assert server.post("/rerank", {"query": "red", "texts": ["blue", long], "truncate": True}).status_code == 200
+    cut = server.post("/rerank", {"query": "red", "texts": ["blue", long, "green"], "truncate": True})
+    assert cut.status_code == 200 and cut.headers["X-Bertkit-Truncated"] == "1"  # reported, as /embed reports it
+    assert cut.headers["X-Bertkit-Truncated-Inputs"] == "1"
+    whole = server.post("/v1/rerank", {"model": "rr", "query": "red", "documents": ["blue", "green"]})
+    assert whole.headers["X-Bertkit-Truncated"] == "0" and "X-Bertkit-Truncated-Inputs" not in whole.headers
+    assert (
+        server.post("/v1/rerank", {"model": "rr", "query": "red", "documents": [long]}).headers[
+            "X-Bertkit-Truncated-Inputs"
+        ]
+        == "0"
+    )
     too_many = server.post("/rerank", {"query": "red", "texts": ["x"] * 9})
     assert too_many.status_code == 413 and "--max-inputs" in too_many.json()["error"]
     unauthorized = server.post("/rerank", {"query": "red", "texts": ["x"]}, headers={"Authorization": "Bearer no"})

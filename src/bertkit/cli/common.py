@@ -221,9 +221,10 @@ def running_on(encoder: Encoder) -> str:
     return f"{describe(encoder.device)}, {encoder.precision}"
 
 
-def say(message: str) -> None:
-    """Print `message` on stderr."""
-    typer.echo(message, err=True)
+def say(message: str, warning: bool = False) -> None:
+    """Print `message` on stderr; under `bertkit -q`, only a warning or an error."""
+    if warning or verbosity() != "quiet":
+        typer.echo(message, err=True)
 
 
 def write_output(text: str, output: Path | None, done: str) -> None:
@@ -252,6 +253,8 @@ _PATH_LIKE = re.compile(r"\S*(/|\\)\S*|\S+\.(tsv|csv|jsonl|json|txt|text|parquet
 
 def path_kind(given: str) -> str | None:
     """'file' or 'folder' when a command-line argument names one, else None (a text too long for a path names none)."""
+    if not given.strip():  # Path("") is ".", the current folder
+        return None
     try:
         path = Path(given)
         return "file" if path.is_file() else "folder" if path.is_dir() else None

@@ -177,6 +177,7 @@ def embed(
 
     if engine not in ("local", "ray"):
         raise InputError(f"--engine {engine!r}: choose local or ray.")
+    quiet = quiet or verbosity() == "quiet"  # `bertkit -q embed` as `bertkit embed -q`
     options = EmbedOptions(**options_for(ctx, EmbedOptions))  # option mistakes are refused before the input is read
     if engine == "ray":
         if output_type != "float32" or calibration is not None:
@@ -292,7 +293,7 @@ def _embed_streamed(
     try:
         result = embed_file(encoder, input, output, options, **settings, on_chunk=advance)
     except KeyboardInterrupt:
-        say("interrupted: finished chunks are kept; run the same command again to continue.")
+        say("interrupted: finished chunks are kept; run the same command again to continue.", warning=True)
         sys.exit(130)
     finally:
         bar.close()
@@ -329,7 +330,8 @@ def _say_summary(summary: _Summary, output: Path, seconds: float, limit: int, en
     if summary.truncated:
         say(
             f"{summary.truncated} texts were truncated to {limit} tokens ({_lines(summary.truncated_lines)}); "
-            "--long-text window keeps all tokens."
+            "--long-text window keeps all tokens.",
+            warning=True,
         )
     if summary.windowed:
         say(f"{summary.windowed} long texts were embedded in overlapping windows.")
@@ -337,7 +339,8 @@ def _say_summary(summary: _Summary, output: Path, seconds: float, limit: int, en
     if summary.poor_lines:
         say(
             f"{len(summary.poor_lines)} rows are poorly covered by this model's vocabulary "
-            f"({_lines(summary.poor_lines)}): {summary.poor_message}"
+            f"({_lines(summary.poor_lines)}): {summary.poor_message}",
+            warning=True,
         )
 
 

@@ -66,7 +66,7 @@ def explain(
         if "error" in result[name]:  # an option the user gave is wrong: say so, write nothing
             raise InputError(f"{option}: {result[name]['error']}")
     if explainer.info()["map_runs"] and "error" in result["map"]:
-        say(f"note: the map panel says: {result['map']['error']}")
+        say(f"note: the map panel says: {result['map']['error']}", warning=True)
     with atomic_path(output) as temporary:
         temporary.write_text(offline_page(explainer.info(), result), encoding="utf-8")
     say(f"wrote {output} ({output.stat().st_size / 1e6:.1f} MB; opens offline in any browser)")

@@ -98,17 +98,17 @@ def main() -> None:
         try:
             app()
         except KeyboardInterrupt:
-            say("interrupted.")
+            say("interrupted.", warning=True)
             sys.exit(130)
         except SystemExit as exc:  # Typer ends a Ctrl-C with status 130 and no word; commands with more to say exit
             if exc.code == 130 and isinstance(getattr(exc.__context__, "__cause__", None), KeyboardInterrupt):
-                say("interrupted.")
+                say("interrupted.", warning=True)
             raise
         except Exception as exc:  # the one CLI boundary: user-fixable errors become one line, bugs keep their traceback
             message = user_message(exc)
             if message is None:
                 raise
-            say(f"error: {in_flags(message, sys.argv[1:])}")
+            say(f"error: {in_flags(message, sys.argv[1:])}", warning=True)
             sys.exit(2)
         finally:
             stop_showing_logs()

@@ -237,7 +237,7 @@ class Encoder(EncoderBase):
                 ranges = self.calibration_ranges(resolved)
             vectors = finish(pooled, resolved, ranges)
         if warn:
-            _warn(report)
+            _warn(report, pairs=text_pair is not None)
         return EmbedResult(vectors, report)
 
     def calibration_ranges(self, options: EmbedOptions | None = None, **kwargs: Any) -> np.ndarray:
@@ -374,13 +374,17 @@ def _with_prompt(texts: list, prompt: str) -> list:
     return [prompt + text for text in texts]
 
 
-def _warn(report: EmbedReport) -> None:
+def _warn(report: EmbedReport, pairs: bool = False) -> None:
     if report.n_truncated:
         logger.warning(
-            "%d of %d texts were longer than %d tokens and were truncated; use long_text='window' to keep all of them.",
+            "%d of %d %s were longer than %d tokens and were truncated; %s.",
             report.n_truncated,
             report.n_texts,
+            "pairs" if pairs else "texts",
             report.max_length,
+            "shorten them (long_text='window' takes single texts)"
+            if pairs
+            else "use long_text='window' to keep all of them",
         )
     if report.coverage is not None and report.coverage.poor:
         logger.warning(report.coverage.message())

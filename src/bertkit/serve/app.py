@@ -215,6 +215,8 @@ def _closest_branch(errors: list[dict]) -> list[dict]:
 def _where(error: dict) -> str:
     """Name the field an error is about as the request does: `inputs.1`, `inputs.context` (no union tags)."""
     kept = [str(p) for p, is_tag in zip(error.get("loc", ()), _tags(error)) if p != "body" and not is_tag]
+    if error.get("type") == "extra_forbidden" and len(kept) > 1:  # the message names it: where it was sent
+        kept.pop()
     return ".".join(kept) or "body"
 
 

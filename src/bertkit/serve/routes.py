@@ -97,10 +97,11 @@ async def _embed(request: Request, texts: list[str], options: EmbedOptions, trun
     return await _service(request).embed(texts, options, truncate, _disconnected(request))
 
 
-def _truncation_headers(result: EmbedResult) -> dict[str, str]:
-    headers = {"X-Bertkit-Truncated": str(len(result.truncated))}
-    if result.truncated:
-        headers["X-Bertkit-Truncated-Inputs"] = ",".join(map(str, result.truncated))
+def _truncation_headers(result: EmbedResult | list[int]) -> dict[str, str]:
+    truncated = result if isinstance(result, list) else result.truncated
+    headers = {"X-Bertkit-Truncated": str(len(truncated))}
+    if truncated:
+        headers["X-Bertkit-Truncated-Inputs"] = ",".join(map(str, truncated))
     return headers
 
 
@@ -184,10 +185,8 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
             raise ServeError(422, "invalid_input", message, param="input")
         options = _options(body, normalize_embeddings=True)  # unit length, as OpenAI's (after dimensions)
         result = await _embed(request, texts, options, True)
-        if body.encoding_format == "base64":
-            vectors: list[Any] = [
-                base64.b64encode(v.astype(v.dtype.newbyteorder("<")).tobytes()).decode() for v in result.vectors
-            ]
+        if body.encoding_format == "base64":  # float32 whatever the output_type: OpenAI's clients decode it so
+            vectors: list[Any] = [base64.b64encode(np.asarray(v, "<f4").tobytes()).decode() for v in result.vectors]
         else:
             vectors = result.vectors
         data = [{"object": "embedding", "index": k, "embedding": v} for k, v in enumerate(vectors)]
@@ -266,21 +265,21 @@ def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rera
 
     @router.post(
         "/rerank",
-        responses=responses("/rerank", list[RerankItem], (*POST_ERRORS, 404), key),
+        responses=responses("/rerank", list[RerankItem], (*POST_ERRORS, 404), key, TRUNCATED),
         summary="TEI's /rerank: the texts scored against the query by a served pair run, best first",
         include_in_schema=ranks,
     )
     async def rerank(body: models.RerankRequest, request: Request) -> Response:
         service = _service(request)
-        ranked, _ = await service.rerank(
+        ranked, _, truncated = await service.rerank(
             body.model, body.query, body.texts, body.raw_scores, body.truncate, _disconnected(request)
         )
         items = [{"index": i, "score": s, **({"text": body.texts[i]} if body.return_text else {})} for i, s in ranked]
-        return await json_answer(items)
+        return await json_answer(items, headers=_truncation_headers(truncated))
 
     @router.post(
         "/v1/rerank",
-        responses=responses("/v1/rerank", CohereRerankResponse, (*POST_ERRORS, 404), key),
+        responses=responses("/v1/rerank", CohereRerankResponse, (*POST_ERRORS, 404), key, TRUNCATED),
         summary="Cohere's and Jina's /v1/rerank: documents ranked by a served pair run (model: its name)",
         include_in_schema=ranks,
     )
@@ -288,13 +287,15 @@ def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rera
     async def cohere_rerank(body: models.CohereRerankRequest, request: Request) -> Response:
         documents = [d if isinstance(d, str) else d.text for d in body.documents]
         service = _service(request)
-        ranked, tokens = await service.rerank(body.model, body.query, documents, disconnected=_disconnected(request))
+        ranked, tokens, truncated = await service.rerank(
+            body.model, body.query, documents, disconnected=_disconnected(request)
+        )
         results = [{"index": i, "relevance_score": s} for i, s in ranked[: body.top_n]]
         if body.return_documents:
             results = [{**result, "document": {"text": documents[result["index"]]}} for result in results]
         meta = {"api_version": {"version": "1"}, "billed_units": {"search_units": 1}}
         content = {"id": str(uuid.uuid4()), "model": body.model, "results": results, "meta": meta}
-        return await json_answer({**content, "usage": {"total_tokens": tokens}})
+        return await json_answer({**content, "usage": {"total_tokens": tokens}}, headers=_truncation_headers(truncated))
 
 
 def _search_routes(router: APIRouter, models: Any, key: bool, loaded: bool) -> None:

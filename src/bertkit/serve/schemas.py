@@ -124,7 +124,7 @@ def _types(v: Vocabulary) -> SimpleNamespace:
     ]
     Prompt = Annotated[StrictStr | None, Field(max_length=v.max_chars, description="a text put before every input")]
     Dimensions = Annotated[
-        Annotated[PositiveWhole, Le(v.max_dimensions)] | None,
+        Whole(1, v.max_dimensions) | None,
         Field(description=f"keep the first N numbers of each vector (1 to its width, at most {v.max_dimensions})"),
     ]
     pooler_rule = {
@@ -189,7 +189,8 @@ def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseM
             description="'default', 'bertkit' or the model's name (see /info)"
         )
         encoding_format: Literal["float", "base64"] = Field(
-            "float", description="base64: the vector's bytes, little-endian, in its output_type (float32 by default)"
+            "float",
+            description="base64: little-endian float32 bytes, whatever the output_type (as OpenAI's clients decode it)",
         )
         dimensions: t.Dimensions = None
         user: StrictStr | None = None

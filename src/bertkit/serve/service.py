@@ -239,8 +239,8 @@ class Service:
         raw: bool = False,
         truncate: bool = True,
         disconnected: Disconnected | None = None,
-    ) -> tuple[list, int]:
-        """(index, score) of every document for `query` by reranker `name`, best first, and the tokens the pairs took.
+    ) -> tuple[list, int, list[int]]:
+        """Rank `documents` for `query` by reranker `name`: (index, score) best first, tokens, indices of cut pairs.
 
         The query is cut to the run's length once, off the event loop, before it is paired with each document.
         """
@@ -267,7 +267,7 @@ class Service:
             raise ServeError(413, "input_too_long", message)
         tokens = sum(min(n, model.max_length) for n in counts)
         ranked = await self.call(lambda: run.rerank(kept, documents, raw), tokens, disconnected)
-        return ranked, tokens
+        return ranked, tokens, too_long
 
     async def search(
         self, name: str | None, queries: list[str], top_k: int, prompt: str | None, disconnected: Disconnected | None

@@ -212,7 +212,9 @@ class VectorIndex:
             asked = np.ascontiguousarray(exact.unit_rows(queries) if self.metric == "cosine" else queries)
             distances, rows = self.engine.search(asked, keep, params=breadth)
             scores = -np.sqrt(np.maximum(distances, 0)) if self.metric == "euclidean" else distances
-        if multiplier and self.precision not in ("float32", "float16"):
+        # int8 midpoints are not unit length: faiss's inner product is no cosine until divided by their lengths
+        unit_less = self.metric == "cosine" and self.precision in ("int8", "uint8")
+        if (multiplier or unit_less) and self.precision not in ("float32", "float16"):
             return exact.rescore(queries, rows, top_k, self.metric, self._floats)
         best.add(0, np.where(rows >= 0, scores, -np.inf), rows)
         return best.result()
@@ -291,7 +293,8 @@ def load_index(path: str | Path) -> VectorIndex:
     faiss = require_faiss()
     meta = read_index_meta(path)
     if meta is None:
-        raise InputError(f"{path} is not a bertkit index; build one with `bertkit index VECTORS -o {path.name}`.")
+        beside = path.with_suffix(".index") if path.suffix != ".index" else path.with_name(f"{path.stem}-new.index")
+        raise InputError(f"{path} is not a bertkit index; build one beside it: `bertkit index VECTORS -o {beside}`.")
     binary = meta.get("output") in ("binary", "ubinary")
     try:
         with zipfile.ZipFile(path) as archive:

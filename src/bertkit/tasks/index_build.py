@@ -71,10 +71,13 @@ def build_index(
     vectors, ids, meta = read_vectors(vectors_path)
     if not meta.get("model"):
         raise InputError(f"{vectors_path} does not say how its vectors were made; embed it again with bertkit embed.")
-    index = _existing(output, meta, ids, metric, overwrite) or VectorIndex.create(
-        meta, metric=metric, m=m, ef_construction=ef_construction, ef_search=ef_search
+    graph = {"m": m, "ef_construction": ef_construction}
+    index = _existing(output, meta, ids, metric, graph, overwrite) or VectorIndex.create(
+        meta, metric=metric, **graph, ef_search=ef_search
     )
     index.meta["source"] = vectors_path.name
+    retuned = index.meta["hnsw"]["ef_search"] != ef_search  # a search setting: changed without a rebuild
+    index.meta["hnsw"]["ef_search"] = ef_search
     done = before = index.rows
     last_save = time.monotonic()
     while done < len(vectors):
@@ -85,7 +88,7 @@ def build_index(
             last_save = time.monotonic()
         if on_progress is not None:
             on_progress(done, len(vectors))
-    if done > before or not output.exists():
+    if done > before or retuned or not output.exists():
         index.save(output, overwrite=overwrite)
     return IndexReport(index.rows, done - before, before, time.perf_counter() - started)
 
@@ -93,7 +96,9 @@ def build_index(
 _SAME = ("model", "fingerprint", "layers", "pooling", "prompt", "truncate_dim", "normalize_embeddings", "output", "dim")
 
 
-def _existing(output: Path, meta: dict, ids: np.ndarray, metric: str, overwrite: bool) -> VectorIndex | None:
+def _existing(
+    output: Path, meta: dict, ids: np.ndarray, metric: str, graph: dict, overwrite: bool
+) -> VectorIndex | None:
     """Return the index at `output` to extend: None when there is none, or when `overwrite` says replace it."""
     if not output.exists() or overwrite:
         return None
@@ -110,6 +115,13 @@ def _existing(output: Path, meta: dict, ids: np.ndarray, metric: str, overwrite:
         raise InputError(
             f"{output} indexes other vectors ({', '.join(differs)} differ); pass --overwrite to rebuild it, or "
             "choose another -o file."
+        )
+    built = {key: index.meta["hnsw"][key] for key in graph}
+    if built != graph:
+        flags = " ".join(f"--{key.replace('_', '-')} {value}" for key, value in built.items())
+        raise InputError(
+            f"{output} is a graph built with {flags}; give the same to extend it, or pass --overwrite to rebuild it "
+            "with the new settings."
         )
     if index.rows > len(ids) or not np.array_equal(index.ids, ids[: index.rows]):
         raise InputError(

@@ -158,6 +158,12 @@ def _precision(queries: np.ndarray, corpus: np.ndarray, given: str | None) -> st
         given = "float32"
     elif given is None:  # int8 / uint8: buckets of every number, or bits packed 8 to a byte
         packed, signed = width != dim and width == -(-dim // 8), corpus.dtype == np.int8
+        if queries.dtype.kind in "iu" and width == dim:  # compact queries: the widths cannot tell them apart
+            kinds = "'int8' or 'binary'" if signed else "'uint8' or 'ubinary'"
+            raise InputError(
+                f"queries and corpus are both {corpus.dtype} arrays of {width} numbers: buckets or packed bits alike; "
+                f"say which with corpus_precision={kinds} (or give float queries)."
+            )
         given = ("binary" if signed else "ubinary") if packed else ("int8" if signed else "uint8")
     if given not in PRECISIONS:
         raise InputError(f"corpus_precision={given!r}: valid values are {', '.join(PRECISIONS)}.")
