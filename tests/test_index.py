@@ -79,7 +79,7 @@ def test_an_index_finds_what_exact_search_finds_and_keeps_the_record(vector_file
     assert semantic_search(queries, index=index, top_k=5) == found
 
 
-def test_int8_indexes_keep_bertkits_buckets_and_rescore_with_the_float_query():
+def test_int8_indexes_keep_bertkits_buckets_and_rescore_with_the_float_query(caplog):
     rng = np.random.default_rng(0)
     vectors = rng.normal(size=(300, 32)).astype(np.float32)
     ranges = int8_ranges(vectors)
@@ -97,7 +97,9 @@ def test_int8_indexes_keep_bertkits_buckets_and_rescore_with_the_float_query():
             [h["score"] for h in hits], midpoints[[h["corpus_id"] for h in hits]] @ query, rtol=1e-4
         )
     cosine = VectorIndex.create({"dim": 32, "output": "int8", "ranges": ranges.tolist()}, metric="cosine")
+    assert "not unit length" not in caplog.text  # by dot product: lengths count
     cosine.add(compact(vectors, "int8", ranges), np.arange(300))  # vectors of length about 5.6, not 1
+    assert "these int8 vectors are not unit length" in caplog.text and "normalize_embeddings=True" in caplog.text
     for multiplier in (0, 4):
         for hits, query in zip(cosine.search(queries, top_k=3, rescore_multiplier=multiplier), queries):
             rows = midpoints[[h["corpus_id"] for h in hits]]
@@ -175,6 +177,9 @@ def test_a_build_resumes_after_an_interruption_and_extends_with_new_rows(vector_
         build_index(vector_files["float32"], target, m=8)  # not ignored: the graph cannot change without a rebuild
     assert build_index(vector_files["float32"], target, ef_search=200).added == 0  # a search setting: retuned
     assert load_index(target).meta["hnsw"] == {"m": 32, "ef_construction": 100, "ef_search": 200}
+    retuned = target.stat().st_mtime_ns
+    assert build_index(vector_files["float32"], target).added == 0  # the same command without it: kept as it is
+    assert load_index(target).meta["hnsw"]["ef_search"] == 200 and target.stat().st_mtime_ns == retuned
     index = load_index(target)
     index.add(vectors[:3], ["new-1", "new-2", "new-3"])  # a grown corpus: extended in place
     index.save(target)

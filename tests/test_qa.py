@@ -253,12 +253,15 @@ def test_the_best_thresholds_give_the_best_scores_whatever_the_sign_of_the_null_
     for case in range(300):
         ids = [f"q{i}" for i in range(rng.randint(1, 6))]
         gold = {k: rng.choice([[], ["red"], ["a blue film"]]) for k in ids}
-        spans = {k: rng.choice(["red", "blue film", "green"]) for k in ids}
-        null_diff = {k: rng.choice([-3.0, -1.5, -0.5, 0.0, 0.5, 2.0]) + rng.random() for k in ids}
-        scores = squad_scores(gold, spans, null_diff)
+        spans = {k: rng.choice(["red", "blue film", "green"]) for k in ids if rng.random() < 0.9}  # some left out
+        null_diff = {k: rng.choice([-3.0, -1.5, -0.5, 0.0, 0.5, 2.0]) + rng.choice([0.0, rng.random()]) for k in ids}
+        if not spans:
+            continue
+        scores = squad_scores(gold, spans, null_diff)  # equal scores happen (bf16 logits are coarse): ties
         for name in ("exact", "f1"):
             at = squad_scores(gold, spans, null_diff, scores[f"best_{name}_thresh"])
-            assert at[name] == pytest.approx(scores[f"best_{name}"]), (case, name, gold, spans, null_diff)
+            best = scores[f"best_{name}"]
+            assert at[name] == pytest.approx(best) and best <= 100, (case, name, gold, spans, null_diff)
 
 
 # ---- windows and labels -------------------------------------------------------------------------------------------
@@ -455,9 +458,9 @@ def test_the_null_answer_follows_squad_v2_and_the_threshold_saved_in_the_run(qa)
 @pytest.mark.parametrize(
     "options, words",
     [
-        (dict(max_seq_len=1), "max_seq_len=1: give 8 or more tokens"),
-        (dict(max_question_len=0), "max_question_len=0: give 1 or more tokens"),
-        (dict(max_answer_len=-2), "max_answer_len=-2: give 1 or more tokens"),
+        (dict(max_seq_len=1), "max_seq_len=1: give a whole number of at least 8"),
+        (dict(max_question_len=0), "max_question_len=0: give a whole number of at least 1"),
+        (dict(max_answer_len=-2), "max_answer_len=-2: give a whole number of at least 1"),
         (dict(handle_impossible_answer="no"), "handle_impossible_answer='no': give True or False"),
         (dict(align_to_words=1), "align_to_words=1: give True or False"),
         (dict(question=None), "question=None: give a string, or a list of them"),
@@ -467,6 +470,15 @@ def test_answers_parameters_are_refused_in_one_line_not_changed(qa, options, wor
     texts = {"question": options.pop("question", QUESTION), "context": "the movie was red"}
     with pytest.raises(InputError, match=words.replace("(", "\\(")):
         qa.answer(**texts, **options)
+
+
+def test_questions_come_as_any_list_of_strings(qa):
+    import pandas as pd
+
+    questions, contexts = [QUESTION, QUESTION], ["a red film", "the movie was blue"]
+    expected = qa.answer(questions, contexts)
+    assert qa.answer(np.array(questions), np.array(contexts)) == expected  # as every bertkit entry point takes them
+    assert qa.answer(pd.Series(questions), pd.Series(contexts)) == expected
 
 
 def test_evaluate_is_squad_on_the_runs_own_predictions(qa_run, qa, tmp_path):

@@ -341,6 +341,13 @@ def test_every_endpoint_but_health_needs_the_key(server):
         ("/embed", {"inputs": ["a"], "pooling": "avg"}, 422, "invalid_input", "unknown pooling 'avg'"),
         ("/embed", {"inputs": ["a"], "layers": "-2", "pooling": "pooler"}, 422, "invalid_input", "pooler"),
         ("/v1/embeddings", {"input": [[1, 2]], "model": "default"}, 422, "invalid_input", "token ids"),
+        (
+            "/v1/embeddings",
+            {"input": [["a", "b"]], "model": "default"},
+            422,
+            "validation_error",
+            "input: must be a string or a list of strings, not list",  # not "a valid integer": no token ids taken
+        ),
         ("/nowhere", {"inputs": ["a"]}, 404, "not_found", "no endpoint /nowhere"),
     ],
 )

@@ -38,6 +38,22 @@ def is_a_folder(path: object) -> InputError:
     return InputError(f"{path}: is a directory; give a file path, not a directory.")
 
 
+def check_whole(name: str, value: object, least: int, allow_none: bool = False) -> None:
+    """Refuse, in one line, a value that is not a whole number of at least `least` (True is not one)."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise InputError(
+            f"{name}={value!r}: give a whole number of at least {least}{', or None' if allow_none else ''}."
+        )
+
+
+def check_flag(name: str, value: object, allow_none: bool = False) -> None:
+    """Refuse, in one line, a switch that is not True or False (a string such as "no" would count as True)."""
+    if not isinstance(value, bool) and not (value is None and allow_none):
+        raise InputError(f"{name}={value!r}: give True{', False or None' if allow_none else ' or False'}.")
+
+
 def brief(value: object, limit: int = 200) -> str:
     """Cut a user's value or another library's message for bertkit's message: one line, at most `limit` characters."""
     text = " ".join(str(value).split())

@@ -48,13 +48,13 @@ def _root(
     show_logs("verbose" if verbose else "quiet" if quiet else "normal")
 
 
-_VERBOSITY = {"level": "normal"}
+_VERBOSITY: dict = {"level": "normal", "chosen": False}  # chosen: the root options were parsed
 _LEVELS = {"quiet": logging.WARNING, "normal": logging.INFO, "verbose": logging.DEBUG}
 
 
 def show_logs(level: str) -> None:
     """Print the library's log records (logger `bertkit`) on stderr at `level`: quiet, normal or verbose."""
-    _VERBOSITY["level"] = level
+    _VERBOSITY.update(level=level, chosen=True)
     logger = logging.getLogger("bertkit")
     logger.setLevel(_LEVELS[level])
     if not any(isinstance(handler, _StderrHandler) for handler in logger.handlers):
@@ -69,7 +69,7 @@ def stop_showing_logs() -> None:
         logger.removeHandler(handler)
     logger.setLevel(logging.NOTSET)
     logger.propagate = True
-    _VERBOSITY["level"] = "normal"
+    _VERBOSITY.update(level="normal", chosen=False)
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -89,7 +89,12 @@ class _StderrHandler(logging.StreamHandler):
 
 
 def verbosity() -> str:
-    """'quiet', 'normal' or 'verbose', as the root options chose (read from argv before Typer parses them)."""
+    """'quiet', 'normal' or 'verbose', as the root options chose (read from argv before Typer parses them).
+
+    Once parsed, the choice is the root options' own: a command's `-q` (`rerank --query`) is not `bertkit -q`.
+    """
+    if _VERBOSITY["chosen"]:
+        return _VERBOSITY["level"]
     arguments = sys.argv[1:]
     if "--verbose" in arguments or "-v" in arguments:
         return "verbose"

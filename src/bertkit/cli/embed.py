@@ -65,7 +65,7 @@ def tokenize(
         coverage = encoder.coverage([text] + ([pair] if pair else [])).message()
     typer.echo(format_table(rows, ["position", "token", "id", "mask", "type_id", "word"]))
     if truncated:
-        say(f"note: the input was truncated to {len(rows)} tokens.")
+        say(f"note: the input was truncated to {len(rows)} tokens.", warning=True)
     say(f"vocabulary coverage: {coverage}")
 
 
@@ -394,4 +394,4 @@ def _embed_on_ray(
         f"({summary.rows_per_second:.0f} rows/s{layout}); skipped {len(summary.skipped)} complete files{skipped}."
     )
     if summary.empty:
-        say(f"{len(summary.empty)} input files had no rows: {', '.join(summary.empty)}.")
+        say(f"{len(summary.empty)} input files had no rows: {', '.join(summary.empty)}.", warning=True)

@@ -117,7 +117,9 @@ def index_command(
     metric: str = typer.Option("cosine", "--metric", help="cosine | dot | euclidean"),
     m: int = typer.Option(32, "--m", help="HNSW links per vector (more: better recall, more memory)."),
     ef_construction: int = typer.Option(100, "--ef-construction", help="HNSW build breadth."),
-    ef_search: int = typer.Option(64, "--ef-search", help="HNSW search breadth (the default of later searches)."),
+    ef_search: int | None = typer.Option(
+        None, "--ef-search", help="HNSW search breadth, the default of later searches [default: 64, or the index's]."
+    ),
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace what is at -o (an index is rebuilt from scratch; another file replaced)."
     ),

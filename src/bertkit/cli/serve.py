@@ -159,7 +159,8 @@ def serve(
     if host in ("0.0.0.0", "::") and not settings.allow_hosts:
         say(
             f"note: bound to {host}: requests are answered when their Host header is the address they reached or a "
-            "localhost name; give --allow-host NAME for each name clients use (or '*' behind a proxy that checks it)."
+            "localhost name; give --allow-host NAME for each name clients use (or '*' behind a proxy that checks it).",
+            warning=True,
         )
     say(
         f"bertkit serve: {encoder.name} on {running_on(encoder)} ({threads or _cores()} threads), runs: "

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import InputError, quoted, warn_deprecated
+from ..errors import InputError, check_flag, check_whole, quoted, warn_deprecated
 from .compact import OUTPUT_TYPES
 from .layers import parse_layers
 from .pooling import parse_pooling
@@ -119,12 +119,11 @@ class EmbedOptions:
             if value not in choices:
                 raise InputError(f"{name}={getattr(self, name)!r}: valid values are {', '.join(choices)}.")
             set_field(name, value)
-        _check_whole("max_length", self.max_length, 3)
-        _check_whole("stride", self.stride, 0)
-        _check_whole("truncate_dim", self.truncate_dim, 1)
+        check_whole("max_length", self.max_length, 3, allow_none=True)
+        check_whole("stride", self.stride, 0, allow_none=True)
+        check_whole("truncate_dim", self.truncate_dim, 1, allow_none=True)
         for name in ("include_prompt", "normalize_embeddings", "dense"):
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
-                raise InputError(f"{name}={getattr(self, name)!r}: give True, False or None.")
+            check_flag(name, getattr(self, name), allow_none=True)
         for name in ("prompt", "prompt_name"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
                 raise InputError(f"{name}={getattr(self, name)!r}: give a string or None.")
@@ -267,11 +266,6 @@ class EmbedOptions:
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(EmbedOptions))
-
-
-def _check_whole(name: str, value: Any, least: int) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
-        raise InputError(f"{name}={value!r}: give a whole number of at least {least}, or None.")
 
 
 def _check_pooler(encoder: Model, last_only: bool, layers: str) -> None:

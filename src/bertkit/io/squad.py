@@ -104,18 +104,30 @@ def _json_records(path: Path) -> Iterator[QAExample]:
 
 
 class _IdLines:
-    """The line of each question's id, found in file order: one pass over the text, however many questions."""
+    """The line of each question's id, in file order: every `"id": value` of the text decoded once, then walked.
+
+    A value is compared decoded, so any spelling JSON allows (escapes, integers) finds its line.
+    """
 
     def __init__(self, text: str) -> None:
-        self.text, self.position, self.line = text, 0, 1
+        decoder, self.text = json.JSONDecoder(), text
+        self.ids: list[tuple[int, str]] = []  # (position of the key, the value as bertkit reads an id)
+        for key in re.finditer(r'"id"\s*:\s*', text):
+            try:
+                value, _ = decoder.raw_decode(text, key.end())
+            except ValueError:
+                continue
+            if isinstance(value, (str, int)) and not isinstance(value, bool):
+                self.ids.append((key.start(), str(value)))
+        self.next, self.position, self.line = 0, 0, 1
 
     def __call__(self, qid: str) -> int:
-        spellings = {json.dumps(qid), json.dumps(qid, ensure_ascii=False), qid if qid.isdigit() else json.dumps(qid)}
-        pattern = '"id"\\s*:\\s*(?:' + "|".join(re.escape(s) for s in spellings) + r")(?!\d)"
-        found = re.compile(pattern).search(self.text, self.position)
-        if found is not None:  # else a spelling JSON allows but this misses (escapes): the last line found
-            self.line += self.text.count("\n", self.position, found.start())
-            self.position = found.end()
+        for k in range(self.next, len(self.ids)):
+            position, value = self.ids[k]
+            if value == qid:
+                self.line += self.text.count("\n", self.position, position)
+                self.next, self.position = k + 1, position
+                break
         return self.line
 
 

@@ -191,25 +191,35 @@ def _tags(error: dict) -> list[bool]:
 
 
 def _closest_branch(errors: list[dict]) -> list[dict]:
-    """Keep, of a union's members, the errors of the one the value came closest to fitting.
+    """Keep, where a value fits the shape of a union's object member, only that member's errors.
 
-    A value that fits a member's shape fails deeper inside it (`inputs.0.context` missing) than one of another shape
-    (`inputs` is not a string); the deepest wins, then the one with fewest errors, then the first.
+    `{"question": "q"}` sent as a question fails inside the question object (`inputs.context` missing), and that is
+    the error to name, not that it is not a string; where no member's errors reach a field of an object, all are kept.
     """
-    branches: dict[tuple, dict[tuple, list[dict]]] = {}
+    branches: dict[tuple, dict[object, list[tuple[dict, int]]]] = {}
     kept = []
     for error in errors:
-        loc = tuple(error.get("loc", ()))
         tag = next((i for i, is_tag in enumerate(_tags(error)) if is_tag), None)
         if tag is None:
             kept.append(error)
         else:
-            branches.setdefault(loc[:tag], {}).setdefault(loc[tag], []).append(error)
+            loc = tuple(error.get("loc", ()))
+            branches.setdefault(loc[:tag], {}).setdefault(loc[tag], []).append((error, tag))
     for members in branches.values():
-        depth = {tag: max(len(e["loc"]) for e in found) for tag, found in members.items()}
-        best = min(members, key=lambda tag: (-depth[tag], len(members[tag])))
-        kept.extend(members[best])
+        depth = {member: max(_field_depth(e, tag) for e, tag in found) for member, found in members.items()}
+        if max(depth.values()) == 0:
+            kept.extend(e for found in members.values() for e, _ in found)
+            continue
+        closest = min(members, key=lambda member: (-depth[member], len(members[member])))
+        kept.extend(e for e, _ in members[closest])
     return kept
+
+
+def _field_depth(error: dict, tag: int) -> int:
+    """How deep an error inside a union's member lies when it reaches a field of an object (else 0)."""
+    loc, tags = error.get("loc", ()), _tags(error)
+    named = any(isinstance(p, str) and not t for p, t in zip(loc[tag + 1 :], tags[tag + 1 :]))
+    return len(loc) if named else 0
 
 
 def _where(error: dict) -> str:

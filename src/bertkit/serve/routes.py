@@ -97,8 +97,7 @@ async def _embed(request: Request, texts: list[str], options: EmbedOptions, trun
     return await _service(request).embed(texts, options, truncate, _disconnected(request))
 
 
-def _truncation_headers(result: EmbedResult | list[int]) -> dict[str, str]:
-    truncated = result if isinstance(result, list) else result.truncated
+def _truncation_headers(truncated: list[int]) -> dict[str, str]:
     headers = {"X-Bertkit-Truncated": str(len(truncated))}
     if truncated:
         headers["X-Bertkit-Truncated-Inputs"] = ",".join(map(str, truncated))
@@ -161,7 +160,7 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
             ]
         else:
             content = np.stack(result.vectors)
-        return await json_answer(content, headers=_truncation_headers(result))
+        return await json_answer(content, headers=_truncation_headers(result.truncated))
 
     @router.post(
         "/embed_all",
@@ -171,7 +170,7 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
     async def embed_all(body: models.EmbedAllRequest, request: Request) -> Response:
         options = _options(body, pooling="none", normalize_embeddings=body.normalize)
         result = await _embed(request, _texts(body.inputs), options, body.truncate)
-        return await json_answer(result.vectors, headers=_truncation_headers(result))
+        return await json_answer(result.vectors, headers=_truncation_headers(result.truncated))
 
     @router.post(
         "/v1/embeddings",
@@ -192,7 +191,7 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
         data = [{"object": "embedding", "index": k, "embedding": v} for k, v in enumerate(vectors)]
         usage = {"prompt_tokens": result.tokens, "total_tokens": result.tokens}
         content = {"object": "list", "data": data, "model": body.model, "usage": usage}
-        return await json_answer(content, headers=_truncation_headers(result))
+        return await json_answer(content, headers=_truncation_headers(result.truncated))
 
     @router.post(
         "/similarity",
@@ -204,7 +203,7 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
         options = _options(body, normalize_embeddings=True)
         result = await _embed(request, texts, options, body.truncate)
         vectors = np.stack(result.vectors)
-        return await json_answer((vectors[1:] @ vectors[0]).tolist(), headers=_truncation_headers(result))
+        return await json_answer((vectors[1:] @ vectors[0]).tolist(), headers=_truncation_headers(result.truncated))
 
     @router.post(
         "/tokenize",
@@ -312,7 +311,8 @@ def _search_routes(router: APIRouter, models: Any, key: bool, loaded: bool) -> N
         hits, result = await service.search(
             body.index, _texts(body.query), body.top_k, body.prompt, _disconnected(request)
         )
-        return await json_answer(hits[0] if isinstance(body.query, str) else hits, headers=_truncation_headers(result))
+        answer = hits[0] if isinstance(body.query, str) else hits
+        return await json_answer(answer, headers=_truncation_headers(result.truncated))
 
 
 def explainer_of(app: FastAPI) -> Explainer:

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 from annotated_types import Ge, Le
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr, WithJsonSchema
 
+from ..tasks.qa import MIN_WINDOW
+
 LAYERS_DESCRIPTION = (
     "Hidden states to use, as in the library: 'last', '-2', '0,3', 'last4:sum|mean|concat', 'all:sum|mean|concat'. "
     "A layer this model does not have is a 422 (invalid_input) that lists the valid forms."
@@ -244,7 +246,9 @@ def _run_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseModel]]
         )
         max_answer_len: Whole(1, 1024) | None = Field(None, description="tokens (30)")
         max_question_len: Whole(1, 1024) | None = Field(None, description="tokens (64)")
-        max_seq_len: PositiveWhole | None = Field(None, description="tokens per window (at most the run's)")
+        max_seq_len: Annotated[StrictInt, Ge(MIN_WINDOW), BeforeValidator(_whole)] | None = Field(
+            None, description="tokens per window (at most the run's)"
+        )
         handle_impossible_answer: StrictBool | None = Field(None, description='allow "no answer" (false)')
         align_to_words: StrictBool | None = Field(None, description="widen answers to whole words (true)")
 

@@ -6,6 +6,7 @@ Why faiss and not usearch: docs/benchmarks.md, "Approximate search".
 from __future__ import annotations
 
 import json
+import logging
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +24,9 @@ from .top_k import TopK, results_of
 FORMAT, FORMAT_VERSION = "bertkit-index", 1
 META_MEMBER, IDS_MEMBER, ENGINE_MEMBER = "bertkit-index.json", "ids.npy", "engine.faiss"
 INDEX_METRICS = ("cosine", "dot", "euclidean")
+UNIT_SLACK = 0.05  # bucket midpoints of unit vectors are this close to length 1
+
+logger = logging.getLogger(__name__)
 HNSW_M, EF_CONSTRUCTION, EF_SEARCH = 32, 100, 64  # graph links, build and search breadth: docs/benchmarks.md
 READ_ERRORS = (zipfile.BadZipFile, KeyError, ValueError, RuntimeError, EOFError, OSError)
 INSTALL = "approximate search needs faiss: pip install 'bertkit[index]' (or pip install faiss-cpu)."
@@ -143,7 +147,19 @@ class VectorIndex:
                 f"vectors of shape {vectors.shape} do not fit this index of {self.precision} vectors with "
                 f"{expected} numbers each; they must come from the same model and options."
             )
-        self.engine.add(self._stored(vectors))
+        stored = self._stored(vectors)
+        if self.metric == "cosine" and self.precision in ("int8", "uint8") and len(stored) and not len(self.ids):
+            lengths = np.linalg.norm(stored, axis=1)
+            if np.abs(lengths - 1).max() > UNIT_SLACK:
+                logger.warning(
+                    "these %s vectors are not unit length (%.2f to %.2f): the graph finds cosine candidates by the "
+                    "dot product of their buckets, so it can miss nearest rows (the scores are cosines). Embed them "
+                    "with normalize_embeddings=True (--normalize), or index by metric='dot'.",
+                    self.precision,
+                    lengths.min(),
+                    lengths.max(),
+                )
+        self.engine.add(stored)
         self.ids = np.concatenate((self.ids, np.asarray(ids))) if len(self.ids) else np.asarray(ids)
         self._bits = None
 

@@ -34,7 +34,7 @@ def build_index(
     overwrite: bool = False,
     m: int = HNSW_M,
     ef_construction: int = EF_CONSTRUCTION,
-    ef_search: int = EF_SEARCH,
+    ef_search: int | None = None,
     checkpoint_seconds: float = 300.0,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> IndexReport:
@@ -51,8 +51,10 @@ def build_index(
         'cosine', 'dot' or 'euclidean'.
     overwrite : bool
         Replace what is at `output` (an index is rebuilt from scratch).
-    m, ef_construction, ef_search : int
-        HNSW graph links per node, build breadth and default search breadth.
+    m, ef_construction : int
+        HNSW graph links per node and build breadth (an index is extended only with its own).
+    ef_search : int, optional
+        The index's default search breadth (None: the index's own, `EF_SEARCH` for a new one).
     checkpoint_seconds : float
         Write the index (atomically) at least this often while adding, so that a killed build resumes.
     on_progress : callable, optional
@@ -73,11 +75,12 @@ def build_index(
         raise InputError(f"{vectors_path} does not say how its vectors were made; embed it again with bertkit embed.")
     graph = {"m": m, "ef_construction": ef_construction}
     index = _existing(output, meta, ids, metric, graph, overwrite) or VectorIndex.create(
-        meta, metric=metric, **graph, ef_search=ef_search
+        meta, metric=metric, **graph, ef_search=EF_SEARCH if ef_search is None else ef_search
     )
     index.meta["source"] = vectors_path.name
-    retuned = index.meta["hnsw"]["ef_search"] != ef_search  # a search setting: changed without a rebuild
-    index.meta["hnsw"]["ef_search"] = ef_search
+    retuned = ef_search is not None and index.meta["hnsw"]["ef_search"] != ef_search  # a search setting: no rebuild
+    if retuned:
+        index.meta["hnsw"]["ef_search"] = ef_search
     done = before = index.rows
     last_save = time.monotonic()
     while done < len(vectors):

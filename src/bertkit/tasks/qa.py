@@ -6,7 +6,7 @@ candidate spans, merged across windows; the null answer scores the smallest [CLS
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,7 @@ import numpy as np
 
 from ..encoder import tokenize as tok
 from ..encoder.runner import Row
-from ..errors import InputError, quoted
+from ..errors import InputError, check_flag, check_whole, quoted
 from ..io.squad import QAExample, read_squad
 from .finetuned_model import EVAL_BATCH_SIZE, FineTuned
 from .report import EvaluationReport
@@ -25,6 +25,7 @@ from .squad import format_squad_scores, squad_scores
 N_BEST = 20  # start and end tokens kept per window (run_qa's n_best_size), and candidates per question
 QUESTION_TOKENS = 64  # the question is cut to this many tokens (transformers' max_question_len)
 DOC_STRIDE = 128  # tokens two windows share (run_qa's doc_stride), at most half the room a window has for context
+MIN_WINDOW = 8  # tokens a window needs at least (--max-length's floor)
 NO_ANSWER = float("inf")  # the null-score difference of a question with no span at all
 
 
@@ -50,18 +51,6 @@ class Windows:
     def rows(self) -> list[Row]:
         """Return every window as a runner row (ids and type ids), in order."""
         return [Row(w.ids, w.type_ids) for p in self.parts for w in p]
-
-
-def check_whole(name: str, value: object, least: int, what: str) -> None:
-    """Refuse a parameter that is not a whole number of at least `least`, in one line."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise InputError(f"{name}={value!r}: give {least} or more {what}.")
-
-
-def check_flag(name: str, value: object) -> None:
-    """Refuse a switch that is not True or False (a string such as "no" would count as True)."""
-    if not isinstance(value, bool):
-        raise InputError(f"{name}={value!r}: give True or False.")
 
 
 def qa_windows(
@@ -201,9 +190,8 @@ class FineTunedQA(FineTuned):
         max_seq_len: int | None = None,
     ) -> Windows:
         """Tokenize the windows the model reads (`qa_windows` at this run's length and stride), and nothing more."""
-        check_whole("max_question_len", max_question_len, 1, "tokens")
-        if max_seq_len is not None:
-            check_whole("max_seq_len", max_seq_len, 8, "tokens (a window holds the question, context and special ones)")
+        check_whole("max_question_len", max_question_len, 1)
+        check_whole("max_seq_len", max_seq_len, MIN_WINDOW, allow_none=True)  # room for question, context, specials
         length = self.max_length if max_seq_len is None else min(max_seq_len, self.max_length)
         stride = doc_stride
         if stride is None and self.doc_stride is not None:  # the run's, within a shorter window's half
@@ -214,7 +202,7 @@ class FineTunedQA(FineTuned):
         self, windows: Windows, max_answer_len: int = 30, align_to_words: bool = True, batch_size: int = EVAL_BATCH_SIZE
     ) -> list[Candidates]:
         """Every window through the runner in token-budget passes; each question's spans merged over its windows."""
-        check_whole("max_answer_len", max_answer_len, 1, "tokens")
+        check_whole("max_answer_len", max_answer_len, 1)
         check_flag("align_to_words", align_to_words)
         return self._merge(windows, self.outputs(windows.rows(), batch_size), max_answer_len, align_to_words)
 
@@ -282,12 +270,12 @@ class FineTunedQA(FineTuned):
             list of them for `top_k > 1`; for a list of questions, a list of those.
         """
         for name, given in (("question", question), ("context", context)):
-            if not isinstance(given, (str, Sequence)):
+            if not isinstance(given, (str, Iterable)):  # a list, an array, a pandas Series
                 raise InputError(f"{name}={quoted(given)}: give a string, or a list of them.")
         single = isinstance(question, str)
         questions: list[str] = [question] if isinstance(question, str) else list(question)
         contexts = [context] * len(questions) if isinstance(context, str) else list(context)
-        check_whole("top_k", top_k, 1, "answers")
+        check_whole("top_k", top_k, 1)
         check_flag("handle_impossible_answer", handle_impossible_answer)
         windows = self.windows(questions, contexts, doc_stride, max_question_len, max_seq_len)
         found = self.ranked(windows, top_k, max_answer_len, handle_impossible_answer, align_to_words, batch_size)

@@ -102,17 +102,20 @@ def _summary(exact: dict, f1: dict, ids: list[str]) -> dict[str, float]:
 
 
 def _best_threshold(predictions: Mapping, scores: dict, probs: Mapping, has_answer: dict) -> tuple[float, float]:
-    """Find the best threshold as the official `find_best_thresh`: answer by rising no-answer score, keep the best."""
-    current = best = sum(1 for k in has_answer if not has_answer[k])
-    # the script starts from "no answer anywhere" at 0.0, below every probability; bertkit's scores are logit
-    # differences and may be negative, so that start is put below the lowest score
-    lowest = min((probs[k] for k in scores), default=0.0)
+    """Find the best threshold as the official `find_best_thresh`: answer by rising no-answer score, keep the best.
+
+    Two departures, so that the threshold returned gives the score returned: the start ("no answer anywhere") lies
+    below every score, not at 0.0 (bertkit's scores are logit differences, often negative, not probabilities); and
+    questions of equal score are answered together, as a threshold answers them.
+    """
+    scored = sorted((k for k in probs if k in scores), key=lambda k: probs[k])
+    current = best = sum(1 for k in scored if not has_answer[k])
+    lowest = probs[scored[0]] if scored else 0.0
     threshold = 0.0 if lowest > 0 else lowest - 1.0
-    for qid in sorted(probs, key=lambda k: probs[k]):
-        if qid not in scores:
-            continue
+    for position, qid in enumerate(scored):
         current += scores[qid] if has_answer[qid] else (-1 if predictions[qid] else 0)
-        if current > best:
+        tied = position + 1 < len(scored) and probs[scored[position + 1]] == probs[qid]
+        if current > best and not tied:
             best, threshold = current, probs[qid]
     return 100.0 * best / len(scores), float(threshold)
 
