@@ -25,11 +25,11 @@ FORMAT, FORMAT_VERSION = "bertkit-index", 1
 META_MEMBER, IDS_MEMBER, ENGINE_MEMBER = "bertkit-index.json", "ids.npy", "engine.faiss"
 INDEX_METRICS = ("cosine", "dot", "euclidean")
 UNIT_SLACK = 0.05  # bucket midpoints of unit vectors are this close to length 1
-
-logger = logging.getLogger(__name__)
 HNSW_M, EF_CONSTRUCTION, EF_SEARCH = 32, 100, 64  # graph links, build and search breadth: docs/benchmarks.md
 READ_ERRORS = (zipfile.BadZipFile, KeyError, ValueError, RuntimeError, EOFError, OSError)
 INSTALL = "approximate search needs faiss: pip install 'bertkit[index]' (or pip install faiss-cpu)."
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..encoder.encode import Encoder
@@ -148,7 +148,7 @@ class VectorIndex:
                 f"{expected} numbers each; they must come from the same model and options."
             )
         stored = self._stored(vectors)
-        if self.metric == "cosine" and self.precision in ("int8", "uint8") and len(stored) and not len(self.ids):
+        if self._cosine_of_buckets and len(stored) and not len(self.ids):
             lengths = np.linalg.norm(stored, axis=1)
             if np.abs(lengths - 1).max() > UNIT_SLACK:
                 logger.warning(
@@ -228,12 +228,15 @@ class VectorIndex:
             asked = np.ascontiguousarray(exact.unit_rows(queries) if self.metric == "cosine" else queries)
             distances, rows = self.engine.search(asked, keep, params=breadth)
             scores = -np.sqrt(np.maximum(distances, 0)) if self.metric == "euclidean" else distances
-        # int8 midpoints are not unit length: faiss's inner product is no cosine until divided by their lengths
-        unit_less = self.metric == "cosine" and self.precision in ("int8", "uint8")
-        if (multiplier or unit_less) and self.precision not in ("float32", "float16"):
+        if (multiplier or self._cosine_of_buckets) and self.precision not in ("float32", "float16"):
             return exact.rescore(queries, rows, top_k, self.metric, self._floats)
         best.add(0, np.where(rows >= 0, scores, -np.inf), rows)
         return best.result()
+
+    @property
+    def _cosine_of_buckets(self) -> bool:
+        """int8 rows searched by cosine: their midpoints are not unit length, so faiss's inner product is no cosine."""
+        return self.metric == "cosine" and self.precision in ("int8", "uint8")
 
     def _floats(self, rows: np.ndarray) -> np.ndarray:
         """Return the rows made float again: ±1 bits, or int8 bucket midpoints."""
