@@ -12,6 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "bertkit"
 # Lower number = lower wing. A module may import its own wing and lower ones, never a higher one.
 WING_LEVELS = {
     "errors": 0,
+    "records": 0,  # the one record every file bertkit writes carries
     "display": 0,  # plain-text and HTML tables for reprs and the CLI: imports nothing of bertkit
     "encoder": 1,
     "io": 2,

@@ -1,0 +1,67 @@
+"""The one record every file bertkit writes carries: who wrote it, what it is, and the one format version.
+
+A run's `bertkit.json`, a vectors file's metadata, the index, the cache, Ray's manifest, a checkpoint's progress and
+an int8 calibration all start from `new_record(kind)` and are read back through `check_record`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from .errors import InputError
+
+FORMAT_VERSION = 1  # the layout of every bertkit record; a reader refuses a newer one
+
+
+def package_version(package: str = "bertkit") -> str:
+    """Return the installed version of `package` (bertkit by default), or "unknown" when it is not installed."""
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def new_record(kind: str, **fields: Any) -> dict[str, Any]:
+    """Return a record of `kind` holding `fields`, stamped with bertkit's version and the format version.
+
+    Examples
+    --------
+    >>> new_record("vectors", rows=2)["bertkit"]["kind"]
+    'vectors'
+    """
+    return {"bertkit": {"kind": kind, "format_version": FORMAT_VERSION, "version": package_version()}, **fields}
+
+
+def record_kind(record: object) -> str | None:
+    """Return the kind of a bertkit record, or None when `record` is not one."""
+    stamp = record.get("bertkit") if isinstance(record, Mapping) else None
+    return stamp.get("kind") if isinstance(stamp, Mapping) else None
+
+
+def check_record(record: object, kinds: str | tuple[str, ...], where: object) -> dict[str, Any]:
+    """Return `record` if it is a bertkit record of one of `kinds` in a format this bertkit reads; else refuse.
+
+    Parameters
+    ----------
+    record : object
+        What was read (a JSON object).
+    kinds : str or tuple of str
+        The kinds the caller reads.
+    where : object
+        The file, named in the message.
+    """
+    kinds = (kinds,) if isinstance(kinds, str) else kinds
+    kind = record_kind(record)
+    if kind is None:
+        raise InputError(f"{where}: not a file bertkit wrote (it has no bertkit record); give one bertkit made.")
+    if kind not in kinds:
+        raise InputError(f"{where}: holds a {kind}, not a {' or '.join(kinds)}.")
+    stamp = record["bertkit"]  # type: ignore[index]
+    if stamp.get("format_version", 0) > FORMAT_VERSION:
+        raise InputError(f"{where}: written by a newer bertkit ({stamp.get('version')}); upgrade bertkit to read it.")
+    if stamp.get("format_version") != FORMAT_VERSION:
+        raise InputError(f"{where}: written by bertkit {stamp.get('version')}, whose format this one does not read; "
+                         "make it again with this version.")
+    return dict(record)  # type: ignore[arg-type]
