@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import InputError, check_flag, check_whole, quoted, warn_deprecated
+from ..errors import InputError, check_flag, check_whole, quoted
 from .compact import OUTPUT_TYPES
 from .layers import parse_layers
 from .pooling import parse_pooling
@@ -47,8 +47,9 @@ class Model(Protocol):
         """Return `max_length`, or the model's limit for None; refused past what the position table takes."""
 
 
-# Old names (bertkit 0.2) → today's, which are sentence-transformers' where it has one; accepted with a warning.
-DEPRECATED_NAMES = {"dimensions": "truncate_dim", "normalize": "normalize_embeddings", "output": "output_type"}
+def _option(default: Any, help: str, choices: tuple[str, ...] | None = None, flag: str | None = None) -> Any:
+    """A field with the metadata every surface is generated from: help, choices and the command-line flag."""
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices, "flag": flag})
 
 
 @dataclass(frozen=True)
@@ -91,19 +92,27 @@ class EmbedOptions:
     'last4:sum'
     """
 
-    layers: str = "last"
-    pooling: str | None = None
-    max_length: int | None = None
-    long_text: str = "truncate"
-    stride: int | None = None
-    truncation_direction: str = "right"
-    prompt: str | None = None
-    prompt_name: str | None = None
-    include_prompt: bool | None = None
-    truncate_dim: int | None = None
-    normalize_embeddings: bool | None = None
-    output_type: str = "float32"
-    dense: bool | None = None
+    layers: str = _option("last", "Hidden states: last, -2, 0, last4:sum, last4:concat, all:mean, '-1,-2'.")
+    pooling: str | None = _option(
+        None, "cls, pooler, mean, max, several joined by +, or none (token vectors); default: the model's, else mean."
+    )
+    max_length: int | None = _option(None, "The token limit (default: the model's).")
+    long_text: str = _option("truncate", "A text over the limit is cut, refused, or read in windows.", LONG_TEXT_POLICIES)
+    stride: int | None = _option(None, "Tokens two neighbouring windows share (default: a quarter of a window).")
+    truncation_direction: str = _option("right", "right keeps a long text's beginning, left its end.", DIRECTIONS)
+    prompt: str | None = _option(None, "Text put before every input, e.g. 'passage: '.")
+    prompt_name: str | None = _option(None, "One of the model's named prompts (bertkit info lists them).")
+    include_prompt: bool | None = _option(
+        None, "Pool over the prompt's tokens too (default: the model's Pooling config).", flag="--include-prompt/--exclude-prompt"
+    )
+    truncate_dim: int | None = _option(None, "Keep the first N numbers of each vector (Matryoshka), before normalizing.")
+    normalize_embeddings: bool | None = _option(
+        None, "Unit-length vectors (default: the model's sentence-transformers config).", flag="--normalize/--no-normalize"
+    )
+    output_type: str = _option("float32", "The vectors' form: float or compact.", OUTPUT_TYPES)
+    dense: bool | None = _option(
+        None, "Apply the model's Dense modules (default: to the model's own sentence vector).", flag="--dense/--no-dense"
+    )
 
     def __post_init__(self) -> None:
         set_field = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
@@ -136,7 +145,7 @@ class EmbedOptions:
 
     @classmethod
     def from_kwargs(cls, options: EmbedOptions | None = None, **kwargs: Any) -> EmbedOptions:
-        """`options` with `kwargs` replacing its fields; bertkit 0.2's names are accepted with a warning.
+        """`options` with `kwargs` replacing its fields; a name that is not an option is refused.
 
         Parameters
         ----------
@@ -156,16 +165,6 @@ class EmbedOptions:
             )
         changes = {}
         for name, value in kwargs.items():
-            new_name = DEPRECATED_NAMES.get(name)
-            if new_name is not None:
-                if value is None:
-                    continue
-                if kwargs.get(new_name) is not None:
-                    raise InputError(f"{name}= and {new_name}= are one option under two names; give {new_name}= only.")
-                warn_deprecated(
-                    f"{name}= is now {new_name}= (sentence-transformers' name); {name}= goes in the next release."
-                )
-                name = new_name
             if name not in FIELDS:
                 raise InputError(f"unknown embedding option {name!r}; the options are {', '.join(FIELDS)}.")
             if value is not None:
@@ -174,13 +173,8 @@ class EmbedOptions:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> EmbedOptions:
-        """Read the options a file or run recorded (`record()`, or bertkit 0.2's names), other keys ignored."""
-        renamed = {DEPRECATED_NAMES.get(k, k): v for k, v in record.items()}
-        # records written before normalization and Dense came from the model made neither unless they say so
-        renamed = {"normalize_embeddings": False, "dense": False, **renamed}
-        if renamed.get("long_text") != "window":
-            renamed["stride"] = None  # a stride recorded without windows changed nothing
-        return cls(**{k: v for k, v in renamed.items() if k in FIELDS and k != "prompt_name"})
+        """Read the options a file or run recorded (`record()`), other keys ignored."""
+        return cls(**{k: v for k, v in record.items() if k in FIELDS and k != "prompt_name"})
 
     def replace(self, **changes: Any) -> EmbedOptions:
         """Return a copy with `changes` (checked again)."""
