@@ -201,3 +201,80 @@ def test_public_api_is_unchanged(name):
     import bertkit
 
     assert name in bertkit.__all__ and getattr(bertkit, name) is not None
+
+
+# ---- each mechanism once, and the size of the house (issue 44) ---------------------------------------------------
+# The budgets the maintainer set, in lines of .py (all lines). A later feature may raise its wing's budget by what it
+# adds, and says so in its note.
+WING_BUDGETS = {
+    "encoder": 2_900, "tasks": 4_400, "serve": 1_900, "io": 1_300, "cli": 1_400, "ray": 500, "explain": 800,
+    "(top)": 300,
+}
+TOTAL_BUDGET = 13_500
+MAX_MODULE_LINES = 400
+MAX_ENCODER_MEMBERS = 15
+CENSUS = PACKAGE.parents[2] / "shared" / "tools" / "census.py"
+
+
+def wing_lines(root: Path = PACKAGE) -> dict[str, int]:
+    lines: dict[str, int] = {}
+    for path in root.rglob("*.py"):
+        relative = path.relative_to(root)
+        wing = relative.parts[0] if len(relative.parts) > 1 else "(top)"
+        lines[wing] = lines.get(wing, 0) + len(path.read_text(encoding="utf-8").splitlines())
+    return lines
+
+
+@pytest.fixture(scope="module")
+def census():
+    """The shared census (../shared/tools/census.py), run on this tree: where each mechanism is done."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    if not CENSUS.is_file():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{CENSUS} is absent: CI needs the shared tools beside the checkout")
+        pytest.skip(f"{CENSUS} is absent (the shared tools live beside the checkout)")
+    out = subprocess.run(
+        [sys.executable, str(CENSUS), "--json"], cwd=PACKAGE.parents[1], capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)
+
+
+def test_each_mechanism_is_done_in_its_home_only(census):
+    """Tokenizing, running the model, autocast, threads, atomic replaces, progress bars: one home each."""
+    outside = {
+        name: row["files"]
+        for name, row in census["mechanisms"].items()
+        if name not in ("record format/version constant",) and row["outside"]
+    }
+    assert outside == {}
+
+
+def test_one_record_format_constant(census):
+    row = census["mechanisms"]["record format/version constant"]
+    assert row["files"] == {"records.py": 1}
+
+
+def test_no_module_outgrows_one_reading():
+    long = {
+        str(path.relative_to(PACKAGE)): n
+        for path in PACKAGE.rglob("*.py")
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
+
+
+def test_the_encoder_has_few_public_members():
+    from bertkit import Encoder
+
+    public = [name for name in dir(Encoder) if not name.startswith("_")]
+    assert len(public) <= MAX_ENCODER_MEMBERS, public
+
+
+def test_wings_stay_within_their_budgets():
+    lines = wing_lines()
+    over = {wing: (n, WING_BUDGETS[wing]) for wing, n in lines.items() if n > WING_BUDGETS.get(wing, 0)}
+    assert over == {} and sum(lines.values()) <= TOTAL_BUDGET, (over, sum(lines.values()))
