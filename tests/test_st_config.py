@@ -4,13 +4,16 @@ in one line (never skipped), and the model's `similarity_fn_name` is the metric 
 import json
 import shutil
 
+import numpy as np
 import pytest
 import torch
+from conftest import run_cli
 from tiny_models import tiny_bert
 
 from bertkit import Encoder
 from bertkit.encoder.models import default_model_dir
 from bertkit.errors import ModelLoadError
+from bertkit.tasks.search import semantic_search
 
 TEXTS = ["I love Korea", "the movie was great", "EU rejects German call to boycott British lamb .", "a good film"]
 
@@ -68,5 +71,36 @@ def test_an_unknown_similarity_is_refused(tmp_path):
         Encoder.from_pretrained(str(folder))
 
 
-def test_the_models_similarity_is_read(dot_model):
-    assert Encoder.from_pretrained(str(dot_model[0])).sentence_config.similarity == dot_model[1].similarity_fn_name
+def test_a_dot_model_is_searched_by_dot_product_as_sentence_transformers_does(dot_model):
+    folder, reference = dot_model
+    encoder = Encoder.from_pretrained(str(folder))
+    assert encoder.sentence_config.similarity == "dot" and reference.similarity_fn_name == "dot"
+    corpus, queries = encoder.embed(TEXTS), encoder.embed(["I love the movie", "German lamb"])
+    np.testing.assert_allclose(corpus, reference.encode(TEXTS), atol=1e-5)
+    theirs = reference.similarity(queries, corpus).numpy()  # the model's own similarity: dot products
+    np.testing.assert_allclose(theirs, queries @ corpus.T, rtol=1e-5)
+    found = semantic_search(queries, corpus, top_k=4, encoder=encoder)
+    for hits, row in zip(found, theirs):
+        assert [h["corpus_id"] for h in hits] == np.argsort(-row).tolist()
+        np.testing.assert_allclose([h["score"] for h in hits], np.sort(row)[::-1], rtol=1e-5)
+    cosine = semantic_search(queries, corpus, top_k=4)  # no model given: cosine, as sentence-transformers' util
+    assert [h["score"] for h in cosine[0]] != pytest.approx([h["score"] for h in found[0]])
+
+
+def test_bertkit_search_and_index_take_the_models_dot_product(dot_model, monkeypatch, capsys, tmp_path):
+    pytest.importorskip("faiss")
+    from bertkit.tasks.index import load_index
+    from bertkit.tasks.index_build import build_index
+
+    folder, _ = dot_model
+    encoder = Encoder.from_pretrained(str(folder))
+    source, vectors = tmp_path / "texts.txt", tmp_path / "v.npz"
+    source.write_text("\n".join(TEXTS) + "\n")
+    assert run_cli(monkeypatch, capsys, "embed", source, "-o", vectors, "--model", folder)[0] == 0
+    code, out, err = run_cli(monkeypatch, capsys, "search", vectors, "I love the movie", "-k", "4")
+    assert code == 0 and "exact search (dot)" in err, err
+    expected = encoder.embed(TEXTS) @ encoder.embed(["I love the movie"])[0]
+    scores = [float(line.split("\t")[3]) for line in out.splitlines()[1:]]
+    np.testing.assert_allclose(scores, np.sort(expected)[::-1], atol=1e-4)
+    build_index(vectors, tmp_path / "v.index")
+    assert load_index(tmp_path / "v.index").metric == "dot" and load_index(vectors).metric == "dot"
