@@ -54,6 +54,13 @@ def similarity(a: ArrayLike, b: ArrayLike, metric: str = "cosine") -> np.ndarray
     return pairwise(a, b, _check_metric(metric))
 
 
+def cosines(reference: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """Return the cosine of each row of `vectors` with the same row of `reference` (a zero row with itself: 1)."""
+    norms = np.linalg.norm(reference, axis=1) * np.linalg.norm(vectors, axis=1)
+    dots = (reference * vectors).sum(1)
+    return np.where(norms > 0, dots / np.where(norms > 0, norms, 1), 1.0)
+
+
 def semantic_search(
     queries: ArrayLike,
     corpus: ArrayLike | None = None,
