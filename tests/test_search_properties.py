@@ -190,7 +190,7 @@ def test_binary_search_without_rescoring_scores_minus_the_hamming_distance(monke
     if kernel == "faiss":
         pytest.importorskip("faiss")
     else:
-        monkeypatch.setattr(search, "_faiss", lambda: None)
+        monkeypatch.setattr(search, "require_faiss", lambda optional=False: None)
     n, m, dim = shape
     queries = data.draw(arrays(np.float32, (n, dim)))
     corpus = data.draw(arrays(np.float32, (m, dim)))

@@ -118,11 +118,13 @@ class Exact:
         return False
 
 
-def require_faiss() -> Any:
-    """Import faiss, or raise an InputError saying how to install it."""
+def require_faiss(optional: bool = False) -> Any:
+    """Import faiss; without it, return None when `optional`, else raise an InputError saying how to install it."""
     try:
         import faiss
     except ImportError:
+        if optional:
+            return None
         raise InputError(INSTALL) from None
     return faiss
 
@@ -228,7 +230,7 @@ def _int8_top_k(queries: np.ndarray, corpus: np.ndarray, top_k: int, metric: str
 
 def _hamming_top_k(bits: np.ndarray, corpus: np.ndarray, top_k: int, chunks: Sequence[int]) -> Found:
     """Return minus the Hamming distances of the nearest bits, by faiss's popcount kernel when installed, else numpy."""
-    faiss = _faiss()
+    faiss = require_faiss(optional=True)
     if faiss is None:
         return top_k_exact(bits, corpus, top_k, lambda q, c: -hamming_distances(q, c), chunks, prepare=unsigned_bits)
     best = TopK(len(bits), top_k)
@@ -239,14 +241,6 @@ def _hamming_top_k(bits: np.ndarray, corpus: np.ndarray, top_k: int, chunks: Seq
             return -distances.astype(np.float64), columns
         best.add(0, -distances.astype(np.float64), columns + c)
     return best.result()
-
-
-def _faiss() -> Any:
-    try:
-        import faiss
-    except ImportError:
-        return None
-    return faiss
 
 
 def _float_scorer(metric: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:

@@ -75,7 +75,6 @@ class VectorIndex:
 
         `metric` is 'cosine', 'dot' or 'euclidean' (default: the model's own similarity, else cosine).
         """
-        require_faiss()
         metric = metric or exact.model_metric(meta.get("model"))
         if metric not in INDEX_METRICS:
             raise InputError(f"metric={metric!r}: an index compares by {', '.join(INDEX_METRICS)}.")
