@@ -26,11 +26,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import torch
+from bench import Row, _print_table, _time, cosines, run_benchmark
 
 from bertkit import Encoder, TextClassifier
 from bertkit.encoder.int8 import Calibration, calibration_for, quantize_model
 from bertkit.io.readers import read_labelled
-from bertkit.tasks.bench import Row, _print_table, _time, cosines, run_benchmark
 from bertkit.tasks.load import load_run
 from bertkit.tasks.vectorizer import BertVectorizer
 

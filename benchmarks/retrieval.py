@@ -60,6 +60,7 @@ def measure(rows: list, table: str, way: str, nbytes: int, work, truth, repeats:
 
 
 def bertkit_rows(rows, corpus, queries, packaged, truth, repeats) -> None:
+    import bertkit.tasks.engine as engine
     import bertkit.tasks.search as search
     from bertkit.encoder.compact import compact, int8_ranges
 
@@ -78,11 +79,11 @@ def bertkit_rows(rows, corpus, queries, packaged, truth, repeats) -> None:
     work = lambda: search.semantic_search(queries, uint8, 10, ranges=packaged)
     measure(rows, "int8", "uint8, packaged calibration ranges, default rescoring", dim, work, truth, repeats)
     bits = compact(corpus, "binary")
-    kernels = ["faiss", "numpy"] if search._faiss() is not None else ["numpy"]
+    kernels = ["faiss", "numpy"] if engine.require_faiss(optional=True) is not None else ["numpy"]
     for kernel in kernels:
-        original = search._faiss
+        original = engine.require_faiss
         if kernel == "numpy":
-            search._faiss = lambda: None
+            engine.require_faiss = lambda optional=False: None
         try:
             for m in MULTIPLIERS:
                 work = lambda m=m: search.semantic_search(queries, bits, 10, rescore_multiplier=m)
@@ -90,7 +91,7 @@ def bertkit_rows(rows, corpus, queries, packaged, truth, repeats) -> None:
                     rows, "binary", f"{kernel} popcount, rescore_multiplier {m}", bits.shape[1], work, truth, repeats
                 )
         finally:
-            search._faiss = original
+            engine.require_faiss = original
 
 
 def peer_rows(rows, corpus, queries, packaged, truth, repeats) -> None:

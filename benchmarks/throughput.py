@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import torch
+from bench import run_benchmark
 
 from bertkit import Encoder
 from bertkit.encoder.defaults import DEFAULT_BATCH_SIZE
 from bertkit.io.readers import read_labelled
-from bertkit.tasks.bench import run_benchmark
 
 
 def main() -> None:

@@ -253,9 +253,12 @@ def test_bad_options_name_the_problem(encoder):
         encoder.embed_words(["EU rejects"])
 
 
-def test_progress_bar_shows_only_when_asked(encoder, capsys):
+def test_progress_bar_shows_only_when_asked(encoder, capsys, monkeypatch):
+    from bertkit.encoder import progress
+
+    monkeypatch.setattr(progress, "terminal", lambda: True)  # a bar on a terminal (elsewhere: log lines)
     encoder.embed(["a", "b"], progress=True)
-    assert "embedding" in capsys.readouterr().err
+    assert "embed" in capsys.readouterr().err
     encoder.embed(["a", "b"], progress=False)
     assert capsys.readouterr().err == ""
 

@@ -178,22 +178,21 @@ def test_info_lists_the_probes_on_the_page(encoder):
 
 # ---- bench tells the truth on any input ----------------------------------------------------------------------------
 def test_where_time_goes_never_has_negative_parts(encoder):
-    from bertkit.tasks.bench import where_time_goes
+    from test_bench import bench
 
     for texts in (["a"], ["a fine film"] * 3, [("word " * 200).strip()] * 4):
-        split = where_time_goes(encoder, texts, batch_size=32)
+        split = bench.where_time_goes(encoder, texts, batch_size=32)
         assert all(seconds >= 0 for seconds in split.values()), split
         assert split["tokenize"] + split["forward"] <= split["total"] + 1e-6
 
 
 def test_bench_on_a_tiny_input_says_it_is_too_small(encoder, monkeypatch):
-    from bertkit.tasks import bench
-    from bertkit.tasks.bench import run_benchmark
+    from test_bench import bench
 
     # two texts take milliseconds; a busy machine can stretch that past the 0.2 s line, never past 5 s
     monkeypatch.setattr(bench, "TOO_SHORT_S", 5.0)
     lines: list[str] = []
-    run_benchmark(
+    bench.run_benchmark(
         encoder, ["a fine film", "awful"], repeats=3, include_peers=False, echo=lines.append, precisions="fp32"
     )
     text = "\n".join(lines)

@@ -95,7 +95,6 @@ COMMANDS = {
         "--label-column",
         "label",
     ],
-    "bench": ["bench", "{texts}", "--limit", "8", "--repeats", "1", "--no-peers"],
     "explain": ["explain", "a sentence", "-o", "{out}/page.html"],
     "search": ["search", "{index}", "a query"],
 }

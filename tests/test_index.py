@@ -87,7 +87,7 @@ def test_int8_indexes_keep_bertkits_buckets_and_rescore_with_the_float_query(cap
     index.add(compact(vectors, "int8", ranges), np.arange(300))
     import faiss
 
-    codes = faiss.vector_to_array(faiss.downcast_index(index.engine.storage).codes).reshape(300, 32)
+    codes = faiss.vector_to_array(faiss.downcast_index(index.engine.graph.storage).codes).reshape(300, 32)
     np.testing.assert_array_equal(codes, compact(vectors, "uint8", ranges))  # faiss's codes are bertkit's buckets
     queries = rng.normal(size=(5, 32)).astype(np.float32)
     steps = (ranges[1] - ranges[0]) / 255
@@ -197,8 +197,12 @@ def test_an_index_refuses_what_would_not_compare_in_one_line(vector_files, encod
         index.check_encoder(type("Other", (), {"fingerprint": "0" * 32})())
     with pytest.raises(InputError, match="metric='manhattan'"):
         VectorIndex.create(index.meta, metric="manhattan")
-    with pytest.raises(InputError, match="not a bertkit index"):
-        load_index(vector_files["float32"])
+    exact = load_index(vector_files["float32"])  # a vectors file opens as an exact index: the one engine's other kind
+    queries = exact.embed_queries(encoder, ["a dull film", "a warm film"])
+    assert exact.exact and not index.exact and exact.metric == "cosine"
+    assert exact.search(queries, top_k=4) == semantic_search(queries, exact.engine.vectors, top_k=4)
+    with pytest.raises(InputError, match="an exact index is its vectors file"):
+        exact.save(tmp_path / "exact.index")
 
 
 @pytest.mark.parametrize("damage", ["cut", "flip", "record"])
@@ -222,6 +226,24 @@ def test_a_damaged_index_is_one_line(vector_files, monkeypatch, capsys, tmp_path
     code, _, err = run_cli(monkeypatch, capsys, "search", target, "a film")
     assert code == 2 and err.count("error:") == 1 and "Traceback" not in err, err
     assert str(target) in err or target.name in err
+
+
+@pytest.mark.parametrize("output", ["float32", "binary"])
+def test_an_index_whose_graph_and_record_disagree_is_refused_at_load(vector_files, tmp_path, output):
+    target = tmp_path / "corpus.index"
+    build_index(vector_files[output], target)
+    with zipfile.ZipFile(target) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    record = json.loads(members[index_module.META_MEMBER])
+    assert record["bertkit"]["kind"] == "index" and "format" not in record  # the one bertkit record
+    members[index_module.META_MEMBER] = json.dumps({**record, "dim": 128}).encode()
+    with zipfile.ZipFile(target, "w") as archive:
+        for name, content in members.items():
+            archive.writestr(name, content)
+    width = 256
+    with pytest.raises(InputError, match=f"graph holds vectors of {width} numbers, its record says 128") as refused:
+        load_index(target)
+    assert "\n" not in str(refused.value) and "--overwrite" in str(refused.value)
 
 
 def test_without_faiss_the_library_says_how_to_install_it(monkeypatch):

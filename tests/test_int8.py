@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import run_cli, shared_file
+from test_bench import bench
 from test_finetune import sentiment_file, tiny_args
 
 from bertkit import Encoder, InputError
@@ -23,7 +24,6 @@ from bertkit.encoder.int8 import (
     packaged_texts,
     quantize_model,
 )
-from bertkit.tasks.bench import compare
 from bertkit.tasks.finetune import finetune
 from bertkit.tasks.finetuned import FineTunedClassifier
 
@@ -219,5 +219,5 @@ def test_int8_default_model_keeps_the_vectors_on_sst2_and_conll(encoder, int8_ca
         a, b = encoder.embed(texts), int8.embed(texts)
         found = cosines(a, b)
         assert found.min() >= 0.99 and np.median(found) >= 0.999
-        assert compare(a, b)[1] == pytest.approx(found.min(), abs=1e-5)
+        assert bench.compare(a, b)[1] == pytest.approx(found.min(), abs=1e-5)
         assert np.median(found) < 1 - 1e-7  # and not an fp32 run in disguise

@@ -2,19 +2,14 @@
 
 import numpy as np
 import pytest
+from test_bench import bench
 
 import bertkit.encoder.precision as precision
 from bertkit import Encoder, InputError
-from bertkit.tasks.bench import (
-    RAW_MEAN,
-    compare,
-    cosines,
-    forward_flops,
-    matmul_peak_gflops,
-    naive_loop,
-    parse_precisions,
-    run_benchmark,
-)
+
+RAW_MEAN, compare, cosines, forward_flops = bench.RAW_MEAN, bench.compare, bench.cosines, bench.forward_flops
+matmul_peak_gflops, naive_loop, parse_precisions = bench.matmul_peak_gflops, bench.naive_loop, bench.parse_precisions
+run_benchmark = bench.run_benchmark
 
 TEXTS = ["I love Korea", "EU rejects German call to boycott British lamb .", "the movie was great", ""]
 

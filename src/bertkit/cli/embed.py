@@ -280,18 +280,12 @@ def _embed_streamed(
     encoder: Encoder, input: Path, output: Path, options: EmbedOptions, quiet: bool, **settings: Any
 ) -> _Summary:
     """Sentence vectors, streamed chunk by chunk into the output (resumable); `settings` go to `embed_file`."""
-    from tqdm.auto import tqdm
-
+    from ..encoder.progress import Progress
     from ..io.stream import embed_file
 
-    bar = tqdm(total=None, unit="text", desc="embedding", disable=quiet or not sys.stderr.isatty(), leave=False)
-
-    def advance(done: int, total: int) -> None:
-        bar.total, bar.n = total, done
-        bar.refresh()
-
+    bar = Progress("embed", unit="texts", show=not quiet)
     try:
-        result = embed_file(encoder, input, output, options, **settings, on_chunk=advance)
+        result = embed_file(encoder, input, output, options, **settings, on_chunk=bar.to)
     except KeyboardInterrupt:
         say("interrupted: finished chunks are kept; run the same command again to continue.", warning=True)
         sys.exit(130)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..errors import InputError, no_such_path
-from .common import DeviceOption, ThreadsOption, app, options_for, say, utf8_texts
+from .common import DeviceOption, ThreadsOption, app, options_for, say, utf8_texts, verbosity
 
 if TYPE_CHECKING:
     from ..encoder.encode import Encoder
@@ -22,7 +22,10 @@ def search(
     queries: list[str] = typer.Argument(..., callback=utf8_texts, help="One or more queries."),
     top_k: int = typer.Option(10, "--top-k", "-k", help="Results per query."),
     metric: str | None = typer.Option(
-        None, "--metric", help="cosine (default) | dot | euclidean | manhattan; an index answers by its own."
+        None,
+        "--metric",
+        help="cosine | dot | euclidean | manhattan (default: the model's own similarity, else cosine); an index "
+        "answers by its own.",
     ),
     rescore_multiplier: int | None = typer.Option(
         None,
@@ -46,22 +49,18 @@ def search(
     query, rank, id, score.
     """
     from ..encoder.encode import Encoder
-    from ..io.stream import read_vectors
+    from ..tasks.engine import rescore_multiplier_for
     from ..tasks.index import load_index, read_index_meta
-    from ..tasks.search import embed_queries, rescore_multiplier_for, semantic_search
 
     if not index.exists():
         raise no_such_path(index)
-    loaded = load_index(index) if read_index_meta(index) is not None else None
-    if loaded is not None:
-        vectors, ids, meta = None, loaded.ids, loaded.meta
-    elif index.suffix.lower() in (".npz", ".parquet"):
-        vectors, ids, meta = read_vectors(index)
-    else:
+    if read_index_meta(index) is None and index.suffix.lower() not in (".npz", ".parquet"):
         raise InputError(
             f"{index} is neither a vectors file of `bertkit embed` (.npz, .parquet) nor an index of `bertkit index`; "
             "give one of those (build an index with `bertkit index VECTORS -o NAME.index`)."
         )
+    loaded = load_index(index)
+    ids, meta = loaded.ids, loaded.meta
     if not meta.get("model"):
         raise InputError(
             f"{index} does not say how its vectors were made (written before bertkit 0.2); embed the "
@@ -69,17 +68,11 @@ def search(
         )
     model = None if meta["model"] == "default" else meta["model"]
     encoder = Encoder.from_pretrained(model, device=device, precision=meta.get("precision", "fp32"))
-    found = embed_queries(encoder, queries, meta, source=str(index), prompt=prompt, prompt_name=prompt_name)
+    found = loaded.embed_queries(encoder, queries, prompt=prompt, prompt_name=prompt_name)
     output = meta.get("output", "float32")
     multiplier = rescore_multiplier_for(output, rescore_multiplier)
-    if loaded is not None:
-        results = loaded.search(found, top_k, metric=metric, rescore_multiplier=rescore_multiplier)
-        how = f"approximate search (HNSW, {loaded.metric})"
-    else:
-        results = semantic_search(
-            found, vectors, top_k, metric, rescore_multiplier=rescore_multiplier, ranges=meta.get("ranges")
-        )
-        how = f"exact search ({metric or 'cosine'})"
+    results = loaded.search(found, top_k, metric=metric, rescore_multiplier=rescore_multiplier)
+    how = f"exact search ({metric or loaded.metric})" if loaded.exact else f"approximate search (HNSW, {loaded.metric})"
     say(
         f"{len(ids)} vectors of {index.name} ({output}, {meta.get('layers')} / {meta.get('pooling')}); {how}"
         f"{_compact_note(output, multiplier, top_k, meta, encoder)}; {len(queries)} "
@@ -114,7 +107,9 @@ def index_command(
     ctx: typer.Context,
     vectors: Path = typer.Argument(..., help="A .npz or .parquet file written by `bertkit embed`."),
     output: Path = typer.Option(..., "--output", "-o", help="The index file to write (or extend)."),
-    metric: str = typer.Option("cosine", "--metric", help="cosine | dot | euclidean"),
+    metric: str | None = typer.Option(
+        None, "--metric", help="cosine | dot | euclidean (default: the model's own similarity, else cosine)."
+    ),
     m: int = typer.Option(32, "--m", help="HNSW links per vector (more: better recall, more memory)."),
     ef_construction: int = typer.Option(100, "--ef-construction", help="HNSW build breadth."),
     ef_search: int | None = typer.Option(
@@ -131,9 +126,6 @@ def index_command(
     """
     from ..tasks.index_build import build_index
 
-    def progress(done: int, total: int) -> None:
-        say(f"{done}/{total} vectors indexed")
-
-    report = build_index(vectors, **options_for(ctx, build_index, on_progress=progress))
+    report = build_index(vectors, **options_for(ctx, build_index, progress=False if verbosity() == "quiet" else None))
     resumed = f", after the {report.resumed_from} already there" if report.resumed_from else ""
     say(f"{output}: {report.rows} vectors ({report.added} added{resumed}) in {report.seconds:.1f} s")

@@ -55,8 +55,8 @@ def check_precision(precision: str, device: torch.device | None = None) -> str:
         raise InputError(
             f"precision='bf16': this CPU ({torch.backends.cpu.get_cpu_capability()}) has no native bf16 "
             "(no AMX or AVX512-BF16), so bf16 matrix products are emulated and far slower than fp32 "
-            "(`bertkit bench --precision fp32,bf16` shows by how much). Use precision='fp32' here; bf16 pays off on "
-            "CPUs with AMX (Intel Sapphire Rapids and later) or AVX512-BF16."
+            "(benchmarks/bench.py --precision fp32,bf16 shows by how much). Use precision='fp32' here; bf16 pays off "
+            "on CPUs with AMX (Intel Sapphire Rapids and later) or AVX512-BF16."
         )
     return precision
 

@@ -1,6 +1,7 @@
-"""What a sentence-transformers folder says about its sentence vectors: pooling, Dense, Normalize, prompts, length.
+"""What a sentence-transformers folder says about its vectors: pooling, Dense, Normalize, prompts, length, similarity.
 
-A plain transformers folder says none of it: mean pooling, no Dense, no normalization.
+A plain transformers folder says none of it: mean pooling, no Dense, no normalization, cosine. A module bertkit does not
+compute (LayerNorm, Router, ...) is refused: its vectors would differ from `SentenceTransformer.encode`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ OLD_POOLING_FLAGS = {
     "pooling_mode_weightedmean_tokens": "weightedmean",
     "pooling_mode_lasttoken": "lasttoken",
 }
+# modules.json types by their last name: those bertkit computes (Dropout does nothing at inference)
+KNOWN_MODULES = ("Transformer", "Pooling", "Dense", "Normalize", "Dropout")
+# `similarity_fn_name` of config_sentence_transformers.json as bertkit's metric names
+SIMILARITIES = {name: name for name in ("cosine", "dot", "euclidean", "manhattan")} | {"dot_product": "dot"}
 # Dense activations by the name sentence-transformers saves (`fullname` of the module); no other name is imported
 ACTIVATIONS = {
     "torch.nn.modules.activation.Tanh": "tanh",
@@ -75,6 +80,7 @@ class SentenceConfig:
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
     max_seq_length: int | None = None
+    similarity: str | None = None  # `similarity_fn_name`: the metric the model's vectors compare by (None: cosine)
 
     @classmethod
     def read(cls, path: str, hub: bool = False) -> SentenceConfig:
@@ -88,13 +94,19 @@ class SentenceConfig:
         pooling, include, normalize, dense = None, True, False, []
         modules = files.json(MODULES)
         for module in modules if isinstance(modules, list) else []:
-            kind = str(module.get("type", "")) if isinstance(module, dict) else ""
+            kind = str(module.get("type", "")).rsplit(".", 1)[-1] if isinstance(module, dict) else ""
             folder = str(module.get("path", "")) if isinstance(module, dict) else ""
-            if kind.endswith("Pooling"):
+            if kind not in KNOWN_MODULES:
+                raise ModelLoadError(
+                    f"{path}: its sentence-transformers module {kind or module!r} ({folder or 'modules.json'}) is one "
+                    "bertkit does not compute, so its vectors would differ from SentenceTransformer.encode; embed with "
+                    "sentence-transformers, or remove the module from modules.json to embed without it."
+                )
+            if kind == "Pooling":
                 pooling, include = _pooling(files.json(f"{folder}/config.json") or {}, path)
-            elif kind.endswith("Normalize"):
+            elif kind == "Normalize":
                 normalize = True
-            elif kind.endswith("Dense"):
+            elif kind == "Dense":
                 dense.append(_dense(files, folder, path))
         return cls(
             pooling=pooling,
@@ -104,6 +116,7 @@ class SentenceConfig:
             prompts=prompts,
             default_prompt_name=default if isinstance(default, str) and default in prompts else None,
             max_seq_length=length,
+            similarity=_similarity(settings.get("similarity_fn_name"), path),
         )
 
 
@@ -112,6 +125,12 @@ def declared_max_length(path: str, hub: bool = False) -> int | None:
     config = _Files(path, hub).json(SENTENCE_BERT_CONFIG)
     length = config.get("max_seq_length") if isinstance(config, dict) else None
     return int(length) if isinstance(length, int) and length > 2 else None
+
+
+def declared_similarity(path: str, hub: bool = False) -> str | None:
+    """`similarity_fn_name` of the model's config_sentence_transformers.json as bertkit's metric (None: none said)."""
+    settings = _Files(path, hub).json(SENTENCE_TRANSFORMERS_CONFIG)
+    return _similarity(settings.get("similarity_fn_name") if isinstance(settings, dict) else None, path)
 
 
 class _Files:
@@ -137,6 +156,18 @@ class _Files:
             return json.loads(found.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
+
+
+def _similarity(name: object, path: str) -> str | None:
+    """Return bertkit's metric for a `similarity_fn_name` (None when the model names none), or refuse an unknown one."""
+    if name is None:
+        return None
+    if name not in SIMILARITIES:
+        raise ModelLoadError(
+            f"{path}: config_sentence_transformers.json says similarity_fn_name={name!r}; bertkit compares by "
+            f"{', '.join(sorted(set(SIMILARITIES.values())))}."
+        )
+    return SIMILARITIES[str(name)]
 
 
 def _pooling(config: dict, path: str) -> tuple[str | None, bool]:

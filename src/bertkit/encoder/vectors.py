@@ -7,20 +7,19 @@ length and compact type.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from .compact import RANGED, compact
 from .devices import OutOfDeviceMemory
 from .layers import LayerSelection, parse_layers
 from .options import EmbedOptions
 from .pooling import parse_pooling, pool_sentences
+from .progress import Progress
 from .runner import Row, Runner
 from .st_config import DenseLayer
 
@@ -162,7 +161,7 @@ def token_states(
     owners = [text for text, item in enumerate(encoded) for _ in item.parts]
     windows_left = {text: len(encoded[text].windows or ()) for text in report.windowed_rows}
     pending: dict[int, list] = {}
-    bar = _progress_bar(len(encoded), progress)
+    bar = Progress("embed", len(encoded), "texts", show=progress, min_total=PROGRESS_MIN_ROWS)
     try:
         for group, inputs, out in runner.passes(rows):
             report.forward_seconds = runner.stats.forward_seconds
@@ -201,8 +200,3 @@ def token_states(
     finally:
         report.forward_seconds = runner.stats.forward_seconds
         bar.close()
-
-
-def _progress_bar(total: int, progress: bool | None) -> tqdm:
-    show = progress if progress is not None else (total >= PROGRESS_MIN_ROWS and sys.stderr.isatty())
-    return tqdm(total=total, disable=not show, unit="text", desc="embedding", leave=False)

@@ -1,6 +1,7 @@
-"""Approximate search: an HNSW graph (faiss) over the vectors of `bertkit embed`, saved as one CRC-checked zip.
+"""`VectorIndex`: vectors, their ids and record behind the one search engine; HNSW (faiss) saved as one CRC-checked zip.
 
-Why faiss and not usearch: docs/benchmarks.md, "Approximate search".
+A vectors file of `bertkit embed` opens as an exact index (no faiss needed). Why faiss and not usearch:
+docs/benchmarks.md, "Approximate search".
 """
 
 from __future__ import annotations
@@ -10,24 +11,21 @@ import logging
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..encoder.compact import dequantize, unpack_binary, unsigned_bits
 from ..errors import InputError
 from ..io.writers import atomic_path, check_writable_location
+from ..records import check_record, new_record
 from . import search as exact
-from .top_k import TopK, results_of
+from .engine import BINARY, EF_CONSTRUCTION, EF_SEARCH, HNSW, HNSW_M, Exact, nearest, require_faiss, results_of
 
-FORMAT, FORMAT_VERSION = "bertkit-index", 1
 META_MEMBER, IDS_MEMBER, ENGINE_MEMBER = "bertkit-index.json", "ids.npy", "engine.faiss"
 INDEX_METRICS = ("cosine", "dot", "euclidean")
 UNIT_SLACK = 0.05  # bucket midpoints of unit vectors are this close to length 1
-HNSW_M, EF_CONSTRUCTION, EF_SEARCH = 32, 100, 64  # graph links, build and search breadth: docs/benchmarks.md
 READ_ERRORS = (zipfile.BadZipFile, KeyError, ValueError, RuntimeError, EOFError, OSError)
-INSTALL = "approximate search needs faiss: pip install 'bertkit[index]' (or pip install faiss-cpu)."
 
 logger = logging.getLogger(__name__)
 
@@ -35,22 +33,13 @@ if TYPE_CHECKING:
     from ..encoder.encode import Encoder
 
 
-def require_faiss() -> Any:
-    """Import faiss, or raise an InputError saying how to install it."""
-    try:
-        import faiss
-    except ImportError:
-        raise InputError(INSTALL) from None
-    return faiss
-
-
 class VectorIndex:
-    """An HNSW index over sentence vectors, with the record of how they were made.
+    """Sentence vectors with their ids and the record of how they were made, searched by the one engine.
 
     Parameters
     ----------
-    engine : faiss.Index or faiss.IndexBinary
-        The graph and its vectors.
+    engine : HNSW or Exact
+        The vectors and how they are searched: an HNSW graph (approximate, saved by `save`), or in memory (exact).
     ids : numpy.ndarray
         The id of each row (the vectors file's ids).
     meta : dict
@@ -69,25 +58,24 @@ class VectorIndex:
     ('second', 0.995)
     """
 
-    def __init__(self, engine: Any, ids: np.ndarray, meta: dict, path: Path | None = None) -> None:
+    def __init__(self, engine: HNSW | Exact, ids: np.ndarray, meta: dict, path: Path | None = None) -> None:
         self.engine, self.ids, self.meta, self.path = engine, np.asarray(ids), meta, path
-        self._bits: np.ndarray | None = None  # binary rows, read out of faiss once for rescoring
 
     @classmethod
     def create(
         cls,
         meta: dict,
         *,
-        metric: str = "cosine",
+        metric: str | None = None,
         m: int = HNSW_M,
         ef_construction: int = EF_CONSTRUCTION,
         ef_search: int = EF_SEARCH,
     ) -> VectorIndex:
-        """Make an empty index for vectors recorded by `meta`.
+        """Make an empty HNSW index for vectors recorded by `meta` (a vectors file's record: dim, output, ranges...).
 
-        `meta` is a vectors file's record: dim, output, ranges, model...
+        `metric` is 'cosine', 'dot' or 'euclidean' (default: the model's own similarity, else cosine).
         """
-        faiss = require_faiss()
+        metric = metric or exact.model_metric(meta.get("model"))
         if metric not in INDEX_METRICS:
             raise InputError(f"metric={metric!r}: an index compares by {', '.join(INDEX_METRICS)}.")
         for name, value in (("m", m), ("ef_construction", ef_construction), ("ef_search", ef_search)):
@@ -96,22 +84,12 @@ class VectorIndex:
         precision, dim = meta.get("output", "float32"), int(meta.get("dim") or 0)
         if dim < 1:
             raise InputError("the vectors' record does not say their size (dim); embed them again with bertkit embed.")
-        kind = faiss.METRIC_L2 if metric == "euclidean" else faiss.METRIC_INNER_PRODUCT
-        if precision in ("binary", "ubinary"):
-            engine = faiss.IndexBinaryHNSW(-(-dim // 8) * 8, m)
-        elif precision == "float32":
-            engine = faiss.IndexHNSWFlat(dim, m, kind)
-        elif precision in ("float16", "int8", "uint8"):
-            quantizer = faiss.ScalarQuantizer.QT_fp16 if precision == "float16" else faiss.ScalarQuantizer.QT_8bit
-            engine = faiss.IndexHNSWSQ(dim, quantizer, m, kind)
-            if precision != "float16":
-                _set_buckets(faiss, engine, np.asarray(meta.get("ranges"), dtype=np.float32), dim)
-        else:
-            raise InputError(f"vectors of type {precision!r} cannot be indexed.")
-        engine.hnsw.efConstruction, engine.hnsw.efSearch = ef_construction, ef_search
+        engine = HNSW.create(precision, dim, metric, m, meta.get("ranges"))
+        engine.graph.hnsw.efConstruction, engine.graph.hnsw.efSearch = ef_construction, ef_search
         hnsw = {"m": m, "ef_construction": ef_construction, "ef_search": ef_search}
-        record = {**meta, "format": FORMAT, "format_version": FORMAT_VERSION, "engine": f"faiss {faiss.__version__}"}
-        return cls(engine, np.zeros(0, dtype=np.int64), {**record, "metric": metric, "hnsw": hnsw})
+        fields = {key: value for key, value in meta.items() if key != "bertkit"}
+        record = new_record("index", **{**fields, "engine": f"faiss {require_faiss().__version__}", "metric": metric})
+        return cls(engine, np.zeros(0, dtype=np.int64), {**record, "hnsw": hnsw})
 
     @property
     def name(self) -> str:
@@ -121,7 +99,7 @@ class VectorIndex:
     @property
     def rows(self) -> int:
         """Vectors in the index."""
-        return int(self.engine.ntotal)
+        return self.engine.rows
 
     @property
     def dim(self) -> int:
@@ -135,21 +113,29 @@ class VectorIndex:
 
     @property
     def metric(self) -> str:
-        """What the index compares by: cosine, dot or euclidean."""
+        """What the index compares by: cosine, dot or euclidean (an exact index: also manhattan)."""
         return str(self.meta["metric"])
+
+    @property
+    def exact(self) -> bool:
+        """Whether every search reads every vector (an exact index of a vectors file) rather than the graph."""
+        return isinstance(self.engine, Exact)
 
     def add(self, vectors: np.ndarray, ids: Sequence | np.ndarray) -> None:
         """Add vectors of the recorded type (as `bertkit embed` wrote them) and their ids, after the rows there."""
         vectors = np.asarray(vectors)
-        expected = -(-self.dim // 8) if self.precision in ("binary", "ubinary") else self.dim
+        expected = -(-self.dim // 8) if self.precision in BINARY else self.dim
         if vectors.ndim != 2 or vectors.shape[1] != expected:
             raise InputError(
                 f"vectors of shape {vectors.shape} do not fit this index of {self.precision} vectors with "
                 f"{expected} numbers each; they must come from the same model and options."
             )
-        stored = self._stored(vectors)
-        if self._cosine_of_buckets and len(stored) and not len(self.ids):
-            lengths = np.linalg.norm(stored, axis=1)
+        if isinstance(self.engine, Exact):
+            self.engine.vectors = np.concatenate((self.engine.vectors, vectors))
+        else:
+            self.engine.add(vectors)
+        if self.engine.must_rescore(self.metric) and len(vectors) and not len(self.ids):
+            lengths = np.linalg.norm(self.engine.floats(np.arange(len(vectors))), axis=1)
             if np.abs(lengths - 1).max() > UNIT_SLACK:
                 logger.warning(
                     "these %s vectors are not unit length (%.2f to %.2f): the graph finds cosine candidates by the "
@@ -159,9 +145,7 @@ class VectorIndex:
                     lengths.min(),
                     lengths.max(),
                 )
-        self.engine.add(stored)
         self.ids = np.concatenate((self.ids, np.asarray(ids))) if len(self.ids) else np.asarray(ids)
-        self._bits = None
 
     def search(
         self,
@@ -181,10 +165,10 @@ class VectorIndex:
         top_k : int
             Results per query.
         metric : str, optional
-            Must be the index's own (it was built for one).
+            An HNSW index: its own (it was built for one); an exact one: any of `semantic_search`'s.
         rescore_multiplier : int, optional
             Binary and int8 indexes: `top_k * rescore_multiplier` candidates rescored with the float query
-            (None: `RESCORE_MULTIPLIER` of bertkit.tasks.search; 0: none).
+            (None: `RESCORE_MULTIPLIER` of bertkit.tasks.engine; 0: none).
         ef_search : int, optional
             HNSW search breadth (default: the recorded one; at least the candidates asked for).
 
@@ -204,7 +188,9 @@ class VectorIndex:
         ef_search: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """(scores, rows) arrays of `search` (n, top_k), row -1 where fewer were found."""
-        if metric is not None and metric != self.metric:
+        if self.exact:
+            metric = exact._check_metric(metric or self.metric)
+        elif metric is not None and metric != self.metric:
             raise InputError(f"metric={metric!r}: this index was built for {self.metric}; search it by that.")
         if top_k < 1:
             raise InputError(f"top_k={top_k}: give 1 or more.")
@@ -215,51 +201,10 @@ class VectorIndex:
                 f"queries of shape {queries.shape} against an index of {self.dim}-number vectors of model "
                 f"{self.meta.get('model')!r}: embed the queries with the index's model and options (embed_queries)."
             )
-        multiplier = exact.rescore_multiplier_for(self.precision, rescore_multiplier)
-        keep = top_k * max(1, multiplier)
-        breadth = require_faiss().SearchParametersHNSW(efSearch=max(ef_search or self.meta["hnsw"]["ef_search"], keep))
-        best = TopK(len(queries), top_k)
-        if not self.rows:
-            return best.result()
-        if self.precision in ("binary", "ubinary"):
-            distances, rows = self.engine.search(np.packbits(queries > 0, axis=-1), keep, params=breadth)
-            scores = -distances.astype(np.float64)
-        else:
-            asked = np.ascontiguousarray(exact.unit_rows(queries) if self.metric == "cosine" else queries)
-            distances, rows = self.engine.search(asked, keep, params=breadth)
-            scores = -np.sqrt(np.maximum(distances, 0)) if self.metric == "euclidean" else distances
-        if (multiplier or self._cosine_of_buckets) and self.precision not in ("float32", "float16"):
-            return exact.rescore(queries, rows, top_k, self.metric, self._floats)
-        best.add(0, np.where(rows >= 0, scores, -np.inf), rows)
-        return best.result()
-
-    @property
-    def _cosine_of_buckets(self) -> bool:
-        """int8 rows searched by cosine: their midpoints are not unit length, so faiss's inner product is no cosine."""
-        return self.metric == "cosine" and self.precision in ("int8", "uint8")
-
-    def _floats(self, rows: np.ndarray) -> np.ndarray:
-        """Return the rows made float again: ±1 bits, or int8 bucket midpoints."""
-        if self.precision in ("binary", "ubinary"):
-            return unpack_binary(self._binary_rows()[rows], self.dim)
-        return self.engine.reconstruct_batch(rows)
-
-    def _binary_rows(self) -> np.ndarray:
-        if self._bits is None:
-            faiss = require_faiss()
-            storage = faiss.downcast_IndexBinary(self.engine.storage)
-            self._bits = faiss.vector_to_array(storage.xb).reshape(self.rows, -1)
-        return self._bits
-
-    def _stored(self, vectors: np.ndarray) -> np.ndarray:
-        """Return vectors as faiss takes them: float32 (unit for cosine), int8 buckets as midpoints, bits unsigned."""
-        if self.precision in ("binary", "ubinary"):
-            return np.ascontiguousarray(unsigned_bits(vectors))
-        if self.precision in ("int8", "uint8"):
-            ranges = np.asarray(self.meta["ranges"], dtype=np.float32)
-            return np.ascontiguousarray(dequantize(vectors, self.precision, ranges) + _steps(ranges) / 2)
-        vectors = np.asarray(vectors, dtype=np.float32)
-        return np.ascontiguousarray(exact.unit_rows(vectors) if self.metric == "cosine" else vectors)
+        if self.exact:
+            return nearest(self.engine, queries, top_k, metric, rescore_multiplier)
+        breadth = ef_search or self.meta["hnsw"]["ef_search"]
+        return nearest(self.engine, queries, top_k, self.metric, rescore_multiplier, ef_search=breadth)
 
     def check_encoder(self, encoder: Encoder) -> None:
         """Refuse, in one line, an encoder whose vectors would not compare with the index's."""
@@ -270,7 +215,7 @@ class VectorIndex:
         return exact.embed_queries(encoder, texts, self.meta, source=self.name, **prompts)
 
     def save(self, path: str | Path, overwrite: bool = False) -> Path:
-        """Write the index to `path` atomically (complete or absent, never half).
+        """Write an HNSW index to `path` atomically (complete or absent, never half).
 
         Parameters
         ----------
@@ -283,6 +228,8 @@ class VectorIndex:
         -------
         Path
         """
+        if self.exact:
+            raise InputError("an exact index is its vectors file; build an HNSW index with `bertkit index`.")
         faiss, path = require_faiss(), check_writable_location(path)
         if path.exists() and not overwrite and not _is_index(path):
             raise InputError(
@@ -290,11 +237,11 @@ class VectorIndex:
                 "overwrite=True to replace it."
             )
         meta = {**self.meta, "rows": self.rows}
-        binary = self.precision in ("binary", "ubinary")
+        binary = self.precision in BINARY
         with atomic_path(path) as temporary, zipfile.ZipFile(temporary, "w", zipfile.ZIP_STORED) as archive:
             with archive.open(ENGINE_MEMBER, "w", force_zip64=True) as target:
                 writer = faiss.PyCallbackIOWriter(target.write)
-                (faiss.write_index_binary if binary else faiss.write_index)(self.engine, writer)
+                (faiss.write_index_binary if binary else faiss.write_index)(self.engine.graph, writer)
                 del writer  # flushes into the member
             with archive.open(IDS_MEMBER, "w", force_zip64=True) as target:
                 np.lib.format.write_array(target, self.ids, allow_pickle=False)
@@ -303,31 +250,46 @@ class VectorIndex:
         return Path(path)
 
     def __repr__(self) -> str:
-        return f"VectorIndex({self.rows} {self.precision} x{self.dim}, {self.metric}, {self.meta.get('model')})"
+        how = "exact" if self.exact else "HNSW"
+        return f"VectorIndex({self.rows} {self.precision} x{self.dim}, {how}, {self.metric}, {self.meta.get('model')})"
 
 
 def load_index(path: str | Path) -> VectorIndex:
-    """Load the index written at `path` (its file checked whole first: a damaged one is one InputError line)."""
+    """Load the index written at `path`, or a vectors file of `bertkit embed` as an exact index.
+
+    An index file is checked whole first: a damaged one, or one whose graph and record disagree, is one InputError.
+    """
     path = Path(path)
-    faiss = require_faiss()
     meta = read_index_meta(path)
+    if meta is None and path.suffix.lower() in (".npz", ".parquet"):
+        from ..io.stream import read_vectors
+
+        vectors, ids, meta = read_vectors(path)
+        meta = {**meta, "metric": exact.model_metric(meta.get("model"))}
+        dim = meta.get("dim") or vectors.shape[1]
+        return VectorIndex(Exact(vectors, meta.get("output", "float32"), dim, meta.get("ranges")), ids, meta, path)
     if meta is None:
         beside = path.with_suffix(".index") if path.suffix != ".index" else path.with_name(f"{path.stem}-new.index")
         raise InputError(f"{path} is not a bertkit index; build one beside it: `bertkit index VECTORS -o {beside}`.")
-    binary = meta.get("output") in ("binary", "ubinary")
+    faiss = require_faiss()
+    binary = meta.get("output") in BINARY
     try:
         with zipfile.ZipFile(path) as archive:
             with archive.open(IDS_MEMBER) as member:
                 ids = np.lib.format.read_array(member, allow_pickle=False)
             with archive.open(ENGINE_MEMBER) as member:
                 reader = faiss.PyCallbackIOReader(member.read)
-                engine = (faiss.read_index_binary if binary else faiss.read_index)(reader)
+                graph = (faiss.read_index_binary if binary else faiss.read_index)(reader)
                 del reader
                 rest = member.read()
     except READ_ERRORS as exc:
         raise _damaged(path, exc) from None
-    if rest or engine.ntotal != len(ids) or engine.ntotal != meta.get("rows"):
-        raise _damaged(path, f"{engine.ntotal} vectors, {len(ids)} ids, {meta.get('rows')} rows recorded")
+    if rest or graph.ntotal != len(ids) or graph.ntotal != meta.get("rows"):
+        raise _damaged(path, f"{graph.ntotal} vectors, {len(ids)} ids, {meta.get('rows')} rows recorded")
+    dim = int(meta.get("dim") or 0)
+    if graph.d != (-(-dim // 8) * 8 if binary else dim):
+        raise _damaged(path, f"its graph holds vectors of {graph.d} numbers, its record says {dim}")
+    engine = HNSW(graph, meta.get("output", "float32"), dim, meta["metric"], meta.get("ranges"))
     return VectorIndex(engine, ids, meta, path)
 
 
@@ -354,29 +316,10 @@ def read_index_meta(path: str | Path) -> dict | None:
             meta = json.loads(archive.read(META_MEMBER))
     except READ_ERRORS as exc:
         raise _damaged(path, exc) from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise _damaged(path, "its record is not a bertkit index's")
-    if meta.get("format_version", 0) > FORMAT_VERSION:
-        raise InputError(f"{path} was written by a newer bertkit (index format {meta['format_version']}); upgrade.")
-    return meta
+    return check_record(meta, "index", path)
 
 
 def _damaged(path: Path, reason: object) -> InputError:
     return InputError(
         f"{path} is a damaged bertkit index ({reason}); rebuild it: bertkit index VECTORS -o {path} --overwrite"
     )
-
-
-def _set_buckets(faiss: Any, engine: Any, ranges: np.ndarray, dim: int) -> None:
-    """Give faiss's 8-bit quantizer bertkit's buckets: code = floor((x - minimum) / step), as `compact` cuts them."""
-    if ranges.shape != (2, dim):
-        raise InputError(f"int8 vectors need their (2, {dim}) ranges recorded; embed them again with bertkit embed.")
-    quantizer = faiss.downcast_index(engine.storage).sq
-    faiss.copy_array_to_vector(np.concatenate((ranges[0], _steps(ranges) * 255)).astype(np.float32), quantizer.trained)
-    engine.is_trained = engine.storage.is_trained = True
-
-
-def _steps(ranges: np.ndarray) -> np.ndarray:
-    """Each dimension's bucket width, as `compact` cuts them (1 where a dimension does not vary)."""
-    steps = (ranges[1] - ranges[0]) / 255
-    return np.where(steps == 0, 1, steps).astype(np.float32)

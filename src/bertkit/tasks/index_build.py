@@ -9,11 +9,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ..encoder.progress import Progress
 from ..errors import InputError
 from ..io.writers import check_writable_location
 from .index import EF_CONSTRUCTION, EF_SEARCH, HNSW_M, VectorIndex, load_index, read_index_meta
+from .search import model_metric
 
 ADD_ROWS = 65_536  # vectors added between two looks at the clock (checkpoints)
+PROGRESS_MIN_ROWS = 100_000  # smaller builds take seconds: no progress report unless asked
 
 
 @dataclass
@@ -30,13 +33,14 @@ def build_index(
     vectors_path: str | Path,
     output: str | Path,
     *,
-    metric: str = "cosine",
+    metric: str | None = None,
     overwrite: bool = False,
     m: int = HNSW_M,
     ef_construction: int = EF_CONSTRUCTION,
     ef_search: int | None = None,
     checkpoint_seconds: float = 300.0,
     on_progress: Callable[[int, int], None] | None = None,
+    progress: bool | None = None,
 ) -> IndexReport:
     """Index the vectors of a .npz/.parquet file of `bertkit embed` into `output`, or add the rows it lacks.
 
@@ -47,8 +51,8 @@ def build_index(
     output : str or Path
         The index file. An index of the same vectors there is extended with the rows after its own (an
         interrupted build resumes); anything else there is replaced only with `overwrite`.
-    metric : str
-        'cosine', 'dot' or 'euclidean'.
+    metric : str, optional
+        'cosine', 'dot' or 'euclidean' (default: the model's own similarity, else cosine).
     overwrite : bool
         Replace what is at `output` (an index is rebuilt from scratch).
     m, ef_construction : int
@@ -59,6 +63,8 @@ def build_index(
         Write the index (atomically) at least this often while adding, so that a killed build resumes.
     on_progress : callable, optional
         Called with (rows in the index, rows in the file) after each step.
+    progress : bool, optional
+        Report progress (`Progress`: a bar on a terminal, log lines elsewhere); None: for 100,000 rows or more.
 
     Returns
     -------
@@ -73,7 +79,7 @@ def build_index(
     vectors, ids, meta = read_vectors(vectors_path)
     if not meta.get("model"):
         raise InputError(f"{vectors_path} does not say how its vectors were made; embed it again with bertkit embed.")
-    graph = {"m": m, "ef_construction": ef_construction}
+    graph, metric = {"m": m, "ef_construction": ef_construction}, metric or model_metric(meta["model"])
     index = _existing(output, meta, ids, metric, graph, overwrite) or VectorIndex.create(
         meta, metric=metric, **graph, ef_search=EF_SEARCH if ef_search is None else ef_search
     )
@@ -83,14 +89,16 @@ def build_index(
         index.meta["hnsw"]["ef_search"] = ef_search
     done = before = index.rows
     last_save = time.monotonic()
-    while done < len(vectors):
-        index.add(vectors[done : done + ADD_ROWS], ids[done : done + ADD_ROWS])
-        done = index.rows
-        if time.monotonic() - last_save > checkpoint_seconds and done < len(vectors):
-            index.save(output, overwrite=overwrite)
-            last_save = time.monotonic()
-        if on_progress is not None:
-            on_progress(done, len(vectors))
+    with Progress("index", len(vectors) - before, "vectors", show=progress, min_total=PROGRESS_MIN_ROWS) as reporter:
+        while done < len(vectors):
+            index.add(vectors[done : done + ADD_ROWS], ids[done : done + ADD_ROWS])
+            done = index.rows
+            if time.monotonic() - last_save > checkpoint_seconds and done < len(vectors):
+                index.save(output, overwrite=overwrite)
+                last_save = time.monotonic()
+            reporter.to(done - before)
+            if on_progress is not None:
+                on_progress(done, len(vectors))
     if done > before or retuned or not output.exists():
         index.save(output, overwrite=overwrite)
     return IndexReport(index.rows, done - before, before, time.perf_counter() - started)

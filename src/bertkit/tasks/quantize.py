@@ -17,9 +17,9 @@ from ..encoder.encode import Encoder
 from ..encoder.int8 import CALIBRATION_FILE, calibrate, calibration_inputs
 from ..errors import InputError
 from ..io.writers import check_new_directory, staged_directory
-from .bench import cosines
 from .finetuned import FineTunedClassifier
 from .runs import CONFIG_FILE, KIND_FEATURES, KIND_TEXT, KIND_TOKEN, read_run_config
+from .search import cosines
 from .tagger import FineTunedTagger
 
 FIDELITY_TEXTS = 256  # texts the report compares fp32 and int8 on

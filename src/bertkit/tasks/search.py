@@ -1,20 +1,20 @@
-"""Similarity and exact semantic search as sentence-transformers' `util` computes them, in bounded memory.
+"""Similarity and semantic search as sentence-transformers' `util` computes them, through the one engine (`engine`).
 
-Compact corpora are scanned in their own type (int8 products, binary popcount), candidates rescored in float.
+A metric left out is the model's own (`similarity_fn_name` of its sentence-transformers config), else cosine.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..encoder.compact import dequantize, hamming_distances, integer_dots, squared_norms, unpack_binary, unsigned_bits
 from ..errors import InputError
-from .top_k import CORPUS_CHUNK, QUERY_CHUNK, Found, TopK, results_of, top_k_exact
+from .engine import CORPUS_CHUNK, QUERY_CHUNK, Exact, nearest, pairwise, rescore_multiplier_for, results_of
 
 if TYPE_CHECKING:
     from ..encoder.encode import Encoder
@@ -25,11 +25,6 @@ logger = logging.getLogger(__name__)
 METRICS = ("cosine", "dot", "euclidean", "manhattan")
 PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
 EXACT_SEARCH_LIMIT = 5_000_000  # corpus vectors; past this, each query costs seconds: say which index to take
-RESCORED_NUMBERS = 4_000_000  # candidates' numbers made float at once while rescoring (16 MB)
-MANHATTAN_TILE = 2_000_000  # corpus numbers per cdist call (16 MB as float64)
-# Candidates per result rescored with the float query, by corpus type: the best measured trade-off of recall@10 and
-# time on SST-2 (docs/benchmarks.md, "Compact vectors for retrieval"); 0 = no rescoring.
-RESCORE_MULTIPLIER = {"int8": 4, "uint8": 4, "binary": 4, "ubinary": 4}
 
 
 def similarity(a: ArrayLike, b: ArrayLike, metric: str = "cosine") -> np.ndarray:
@@ -56,16 +51,14 @@ def similarity(a: ArrayLike, b: ArrayLike, metric: str = "cosine") -> np.ndarray
     """
     a, b = _rows(a, "a").astype(np.float32, copy=False), _rows(b, "b").astype(np.float32, copy=False)
     _check_width(a.shape[1], b.shape[1])
-    _check_metric(metric)
-    from sklearn.metrics import pairwise
+    return pairwise(a, b, _check_metric(metric))
 
-    if metric == "cosine":
-        return pairwise.cosine_similarity(a, b).astype(np.float32, copy=False)
-    if metric == "dot":
-        return a @ b.T
-    if metric == "euclidean":
-        return -pairwise.euclidean_distances(a, b).astype(np.float32, copy=False)
-    return -pairwise.manhattan_distances(a, b).astype(np.float32, copy=False)  # scipy's cdist: no (n, m, dim) array
+
+def cosines(reference: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """Return the cosine of each row of `vectors` with the same row of `reference` (a zero row with itself: 1)."""
+    norms = np.linalg.norm(reference, axis=1) * np.linalg.norm(vectors, axis=1)
+    dots = (reference * vectors).sum(1)
+    return np.where(norms > 0, dots / np.where(norms > 0, norms, 1), 1.0)
 
 
 def semantic_search(
@@ -80,6 +73,7 @@ def semantic_search(
     ranges: ArrayLike | None = None,
     corpus_precision: str | None = None,
     index: Any = None,
+    encoder: Encoder | None = None,
 ) -> list[list[dict]]:
     """Find the `top_k` corpus vectors nearest each query, best first: sentence-transformers' `util.semantic_search`.
 
@@ -93,7 +87,8 @@ def semantic_search(
     top_k : int
         Results per query.
     metric : str, optional
-        'cosine' (default), 'dot', 'euclidean' or 'manhattan'; binary candidates are found by Hamming distance.
+        'cosine', 'dot', 'euclidean' or 'manhattan' (default: `encoder`'s own, else cosine); binary candidates are
+        found by Hamming distance.
     query_chunk_size, corpus_chunk_size : int
         Compared at once: the memory bound.
     rescore_multiplier : int, optional
@@ -106,7 +101,9 @@ def semantic_search(
     corpus_precision : str, optional
         'float32', 'int8', 'uint8', 'binary' or 'ubinary' (default: told by the corpus's type and width).
     index : VectorIndex, optional
-        Search this approximate index (`bertkit.tasks.index`) instead of a corpus.
+        Search this index (`bertkit.tasks.index`) instead of a corpus.
+    encoder : Encoder, optional
+        The model that made the vectors: its similarity (`similarity_fn_name`) is the default metric.
 
     Returns
     -------
@@ -130,7 +127,7 @@ def semantic_search(
         raise InputError("give the corpus vectors to search (or index=).")
     if min(query_chunk_size, corpus_chunk_size) < 1:
         raise InputError("query_chunk_size and corpus_chunk_size must be 1 or more.")
-    metric = _check_metric(metric or "cosine")
+    metric = _check_metric(metric or model_metric(encoder))
     queries, corpus = _rows(queries, "queries"), _rows(corpus, "corpus")
     precision = _precision(queries, corpus, corpus_precision)
     if len(corpus) > EXACT_SEARCH_LIMIT:
@@ -139,16 +136,30 @@ def semantic_search(
             "index: `bertkit index VECTORS -o INDEX` (pip install 'bertkit[index]').",
             len(corpus),
         )
-    if metric == "manhattan":  # scipy's cdist copies each corpus chunk as float64: smaller chunks
-        corpus_chunk_size = min(corpus_chunk_size, max(1, MANHATTAN_TILE // max(1, corpus.shape[1])))
-    chunks = (query_chunk_size, corpus_chunk_size)
-    if precision in ("binary", "ubinary"):
-        scores, ids = _binary_search(queries, corpus, top_k, metric, rescore_multiplier, chunks)
-    elif precision in ("int8", "uint8"):
-        scores, ids = _int8_search(queries, corpus, precision, top_k, metric, rescore_multiplier, ranges, chunks)
-    else:
-        scores, ids = _float_search(queries, corpus, top_k, metric, chunks)
-    return results_of(scores, ids)
+    if ranges is not None and precision in ("int8", "uint8"):
+        ranges = np.asarray(ranges, dtype=np.float32)
+        if ranges.shape != (2, corpus.shape[1]):
+            raise InputError(f"ranges have shape {ranges.shape}; these vectors need (2, {corpus.shape[1]}).")
+    ranges = ranges if precision in ("int8", "uint8") else None
+    engine = Exact(corpus, precision, queries.shape[1], ranges, (query_chunk_size, corpus_chunk_size))
+    return results_of(*nearest(engine, queries, top_k, metric, rescore_multiplier))
+
+
+def model_metric(model: Encoder | str | None) -> str:
+    """Return the metric a model's vectors compare by: its `similarity_fn_name`, else cosine.
+
+    `model` is an Encoder, or a model as a record names it ('default', a folder, a hub name read from the hub cache).
+    """
+    if model is None or not isinstance(model, str):
+        return getattr(getattr(model, "sentence_config", None), "similarity", None) or "cosine"
+    from ..encoder.models import DEFAULT_MODEL, default_model_dir
+    from ..encoder.st_config import declared_similarity
+
+    folder = default_model_dir() if model == DEFAULT_MODEL else Path(model).expanduser()
+    try:
+        return declared_similarity(str(folder) if folder.is_dir() else model, hub=not folder.is_dir()) or "cosine"
+    except ValueError:  # neither a folder nor a hub name
+        return "cosine"
 
 
 def _precision(queries: np.ndarray, corpus: np.ndarray, given: str | None) -> str:
@@ -174,13 +185,6 @@ def _precision(queries: np.ndarray, corpus: np.ndarray, given: str | None) -> st
     elif width != (dim if queries.dtype in (np.int8, np.uint8) else -(-dim // 8)):
         raise InputError(f"binary corpus vectors of {width} bytes do not fit queries of {dim} numbers.")
     return given
-
-
-def rescore_multiplier_for(precision: str, rescore_multiplier: int | None = None) -> int:
-    """Candidates per result that a search of a `precision` corpus rescores (0: none), the default filled in."""
-    if rescore_multiplier is not None and rescore_multiplier < 0:
-        raise InputError(f"rescore_multiplier={rescore_multiplier}: give 0 (no rescoring) or more.")
-    return RESCORE_MULTIPLIER.get(precision, 0) if rescore_multiplier is None else rescore_multiplier
 
 
 def check_encoder(encoder: Encoder, meta: dict, source: str) -> None:
@@ -216,160 +220,6 @@ def embed_queries(
     return found
 
 
-def _float_search(
-    queries: np.ndarray,
-    corpus: np.ndarray,
-    top_k: int,
-    metric: str,
-    chunks: Sequence[int],
-    floats: Callable[[np.ndarray], np.ndarray] | None = None,
-) -> Found:
-    queries = unit_rows(queries) if metric == "cosine" else queries.astype(np.float32)
-    floats = floats or (lambda c: c.astype(np.float32))
-    prepare = (lambda c: unit_rows(floats(c))) if metric == "cosine" else floats
-    return top_k_exact(queries, corpus, top_k, _float_scorer(metric), chunks, prepare=prepare)
-
-
-def _int8_search(
-    queries: np.ndarray,
-    corpus: np.ndarray,
-    precision: str,
-    top_k: int,
-    metric: str,
-    multiplier: int | None,
-    ranges: Any,  # array-like (2, dim), or None
-    chunks: Sequence[int],
-) -> Found:
-    """Integer products of int8 buckets (uint8 shifted by 128), then float rescoring of the best candidates."""
-    floats = queries if queries.dtype.kind == "f" else None
-    if floats is not None and ranges is not None:
-        from ..encoder.compact import compact
-
-        asked: np.ndarray | None = compact(floats, "int8", _ranges(ranges, corpus.shape[1]))
-    else:
-        asked = _as_int8(queries)
-        floats = None if asked is not None else floats
-    if asked is None:  # float queries without ranges, not whole bucket numbers: compared as numbers, in float
-        return _float_search(queries, corpus, top_k, metric, chunks, floats=lambda c: _signed(c).astype(np.float32))
-    multiplier = rescore_multiplier_for(precision, multiplier) if floats is not None else 0
-    found = _int8_top_k(asked, corpus, top_k * max(1, multiplier), metric, chunks)
-    if not multiplier or floats is None:
-        return found
-    return rescore(floats, found[1], top_k, metric, lambda rows: dequantize(corpus[rows], precision, ranges))
-
-
-def _binary_search(
-    queries: np.ndarray, corpus: np.ndarray, top_k: int, metric: str, multiplier: int | None, chunks: Sequence[int]
-) -> Found:
-    """Hamming distance by popcount on packed bits, then the float query's rescoring of the best candidates."""
-    floats = queries.astype(np.float32, copy=False) if queries.dtype.kind == "f" else None
-    bits = np.packbits(floats > 0, axis=-1) if floats is not None else unsigned_bits(queries)
-    multiplier = rescore_multiplier_for("binary", multiplier) if floats is not None else 0
-    found = _hamming_top_k(np.ascontiguousarray(bits), corpus, top_k * max(1, multiplier), chunks)
-    if not multiplier or floats is None:
-        return found
-    return rescore(floats, found[1], top_k, metric, lambda rows: unpack_binary(corpus[rows], floats.shape[1]))
-
-
-def _int8_top_k(queries: np.ndarray, corpus: np.ndarray, top_k: int, metric: str, chunks: Sequence[int]) -> Found:
-    """Score int8 vectors by exact integer products, ranked by a key that leaves the query's norm to the kept ones."""
-    if metric == "manhattan":
-        return _float_search(queries, corpus, top_k, metric, chunks, floats=lambda c: _signed(c).astype(np.float32))
-    norms = squared_norms(queries)
-    prepare = lambda block: (_signed(block), squared_norms(_signed(block)))
-    if metric == "dot":
-        return top_k_exact(queries, corpus, top_k, lambda q, c: integer_dots(q, c[0]), chunks, prepare)
-    if metric == "cosine":
-        scale = lambda q, c: np.multiply(integer_dots(q, c[0]), 1 / np.maximum(np.sqrt(c[1]), 1e-12), dtype=np.float32)
-        finish = lambda kept: kept / np.maximum(np.sqrt(norms), 1e-12)[:, None]
-        return top_k_exact(queries, corpus, top_k, scale, chunks, prepare, finish)
-    closeness = lambda q, c: 2 * integer_dots(q, c[0]).astype(np.float64) - c[1]  # |q|² left out
-    finish = lambda kept: -np.sqrt(np.maximum(norms[:, None] - kept, 0))
-    return top_k_exact(queries, corpus, top_k, closeness, chunks, prepare, finish)
-
-
-def _hamming_top_k(bits: np.ndarray, corpus: np.ndarray, top_k: int, chunks: Sequence[int]) -> Found:
-    """Return minus the Hamming distances of the nearest bits, by faiss's popcount kernel when installed, else numpy."""
-    faiss = _faiss()
-    if faiss is None:
-        return top_k_exact(bits, corpus, top_k, lambda q, c: -hamming_distances(q, c), chunks, prepare=unsigned_bits)
-    best = TopK(len(bits), top_k)
-    for c in range(0, len(corpus), chunks[1]):
-        block = np.ascontiguousarray(unsigned_bits(corpus[c : c + chunks[1]]))
-        distances, columns = faiss.knn_hamming(bits, block, min(top_k, len(block)))
-        if len(block) == len(corpus):  # one chunk: faiss's answer is already sorted, nearest first
-            return -distances.astype(np.float64), columns
-        best.add(0, -distances.astype(np.float64), columns + c)
-    return best.result()
-
-
-def _faiss() -> Any:
-    try:
-        import faiss
-    except ImportError:
-        return None
-    return faiss
-
-
-def rescore(floats: np.ndarray, candidates: np.ndarray, top_k: int, metric: str, vectors_of: Callable) -> Found:
-    """Rescore the candidates by `metric` between each float query and `vectors_of(rows)`, best `top_k` kept."""
-    best = TopK(len(floats), top_k)
-    query_chunk = max(1, RESCORED_NUMBERS // max(1, candidates.shape[1] * floats.shape[1]))
-    for q in range(0, len(floats), query_chunk):
-        ids = candidates[q : q + query_chunk]
-        if not (ids >= 0).any():  # an empty corpus: nothing to rescore
-            continue
-        vectors = vectors_of(np.maximum(ids, 0).ravel()).reshape(*ids.shape, -1)  # (queries, candidates, dim)
-        scores = rescored(floats[q : q + query_chunk], vectors, metric)
-        best.add(q, np.where(ids >= 0, scores, -np.inf), ids)
-    return best.result()
-
-
-def rescored(queries: np.ndarray, candidates: np.ndarray, metric: str) -> np.ndarray:
-    """(n, k) `similarity(queries[i], candidates[i, j], metric)`: each query against its own (k, dim) candidates."""
-    if metric in ("cosine", "dot"):
-        dots = np.einsum("qd,qkd->qk", queries, candidates)
-        if metric == "dot":
-            return dots
-        lengths = np.sqrt(np.einsum("qkd,qkd->qk", candidates, candidates))  # each x / max(|x|, 1e-12), as sklearn
-        return dots / np.maximum(np.linalg.norm(queries, axis=1), 1e-12)[:, None] / np.maximum(lengths, 1e-12)
-    differences = queries[:, None, :] - candidates
-    if metric == "euclidean":
-        return -np.sqrt(np.einsum("qkd,qkd->qk", differences, differences))
-    return -np.abs(differences).sum(axis=-1)
-
-
-def _float_scorer(metric: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """Return the scorer of `metric`; products by torch (numpy's BLAS threads beside torch's: 1.5-2x slower)."""
-    if metric in ("cosine", "dot"):
-        import torch
-
-        return lambda q, c: (torch.from_numpy(q) @ torch.from_numpy(c).T).numpy()
-    return lambda q, c: similarity(q, c, metric)
-
-
-def _signed(block: np.ndarray) -> np.ndarray:
-    """int8 buckets as they are; uint8 ones shifted by 128 into the same int8 values."""
-    return block if block.dtype == np.int8 else (block ^ np.uint8(0x80)).view(np.int8)
-
-
-def _as_int8(queries: np.ndarray) -> np.ndarray | None:
-    """int8 queries; float or uint8 ones whose values are whole int8 bucket numbers; else None."""
-    if queries.dtype in (np.int8, np.uint8):
-        return _signed(queries)
-    whole = np.all(np.isfinite(queries)) and np.array_equal(queries, np.round(queries))
-    if whole and (queries.size == 0 or (queries.min() >= -128 and queries.max() <= 127)):
-        return queries.astype(np.int8)
-    return None
-
-
-def _ranges(ranges: ArrayLike, width: int) -> np.ndarray:
-    ranges = np.asarray(ranges, dtype=np.float32)
-    if ranges.shape != (2, width):
-        raise InputError(f"ranges have shape {ranges.shape}; these vectors need (2, {width}).")
-    return ranges
-
-
 def _check_metric(metric: str) -> str:
     if metric not in METRICS:
         raise InputError(f"metric={metric!r}: valid values are {', '.join(METRICS)}.")
@@ -385,7 +235,7 @@ def _check_width(a: int, b: int, first: str = "a", second: str = "b") -> None:
 
 
 def _rows(values: ArrayLike, name: str) -> np.ndarray:
-    """Read an (n, dim) array in its own type (float16/64 become float32; others stay for the compact types)."""
+    """Read an (n, dim) array in its own type (bools and wide integers become float32; int8/uint8 stay compact)."""
     array = np.asarray(values)
     if array.dtype.kind not in "fiub":
         raise InputError(f"{name} must be numbers, not {array.dtype}.")
@@ -396,9 +246,3 @@ def _rows(values: ArrayLike, name: str) -> np.ndarray:
     if array.ndim != 2:
         raise InputError(f"{name} must be vectors: an (n, dim) array, not shape {array.shape}.")
     return array
-
-
-def unit_rows(vectors: np.ndarray) -> np.ndarray:
-    """Each row divided by its length (rows of length 0 stay 0), in float32: sentence-transformers' normalize."""
-    vectors = np.asarray(vectors, dtype=np.float32)
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)

@@ -1,6 +1,12 @@
-"""Throughput benchmark (`bertkit bench`): the tutorial's naive loop, sentence-transformers and bertkit on one model.
+"""Embedding throughput on your texts: the tutorial's naive loop, sentence-transformers and bertkit at each precision.
 
-Speed, share of the measured matmul peak, and distance from bertkit's fp32 vectors.
+Prints speed, the share of the measured matmul peak, and each row's distance from bertkit's fp32 vectors; then where
+bertkit's time goes. Other scripts here (throughput.py, int8_frontier.py) build on its functions.
+
+    python benchmarks/bench.py [TEXTS] [--column C] [--limit 2000] [--repeats 3] [--precision fp32,bf16,int8]
+        [--no-peers] [--batch-size N] [--model M] [--threads N] [--device cpu]
+
+TEXTS is a TSV/CSV/JSONL/Parquet/text file (default: bertkit's sample reviews).
 """
 
 from __future__ import annotations
@@ -15,13 +21,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from ..encoder import tokenize as tok
-from ..encoder.devices import describe
-from ..encoder.encode import Encoder
-from ..encoder.models import quiet_transformers
-from ..encoder.options import EmbedOptions
-from ..encoder.precision import PRECISIONS, fast_bf16_cpu
-from ..errors import InputError
+from bertkit.encoder import tokenize as tok
+from bertkit.encoder.devices import describe
+from bertkit.encoder.encode import Encoder
+from bertkit.encoder.models import quiet_transformers
+from bertkit.encoder.options import EmbedOptions
+from bertkit.encoder.precision import PRECISIONS, fast_bf16_cpu
+from bertkit.errors import BertkitError, InputError
+from bertkit.tasks.search import cosines
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -117,13 +124,6 @@ def _time(function: Callable[[], np.ndarray], repeats: int, row: Row) -> Row:
         row.vectors = np.asarray(function(), dtype=np.float32)
         row.seconds.append(time.perf_counter() - started)
     return row
-
-
-def cosines(reference: np.ndarray, vectors: np.ndarray) -> np.ndarray:
-    """Row-wise cosine similarity (a zero row against itself counts as 1)."""
-    norms = np.linalg.norm(reference, axis=1) * np.linalg.norm(vectors, axis=1)
-    dots = (reference * vectors).sum(1)
-    return np.where(norms > 0, dots / np.where(norms > 0, norms, 1), 1.0)
 
 
 def compare(reference: np.ndarray, vectors: np.ndarray) -> tuple[float, float]:
@@ -273,3 +273,53 @@ def _print_table(
 def _ratio(median: float, n: int, peer: Row | None) -> str:
     """How many times faster than `peer` (its median over the same `n` texts), or '-' without a peer."""
     return f"{median / statistics.median([n / s for s in peer.seconds]):.2f}" if peer else "-"
+
+
+def main(argv: Sequence[str] | None = None) -> list[Row]:
+    """Run the benchmark as the command line asks; a bad value is one `error:` line and exit status 2."""
+    import argparse
+    import sys
+    from pathlib import Path
+
+    from bertkit import set_threads
+    from bertkit.io.readers import column_spec, read_texts, sample_path
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("input", nargs="?", type=Path, help="texts to time (default: bertkit's sample reviews)")
+    parser.add_argument("--column", "-c", default=None, help="the texts' column (name or index)")
+    parser.add_argument("--header", action=argparse.BooleanOptionalAction, default=None, help="first line is a header")
+    parser.add_argument("--limit", type=int, default=2000, help="use the first N texts (0 = all)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs of each way (3 or more for a median)")
+    parser.add_argument("--batch-size", type=int, default=None, help="texts per forward pass")
+    parser.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True, help="time the peers too")
+    parser.add_argument("--model", default=None, help="model folder or hub name (default: the packaged one)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
+    parser.add_argument("--precision", default="fp32,bf16", help="precisions side by side: fp32,bf16,int8")
+    args = parser.parse_args(argv)
+    try:
+        precisions = parse_precisions(args.precision)
+        if args.repeats < 1:
+            raise InputError("--repeats must be at least 1 (3 or more for a median worth reporting).")
+        if args.threads is not None:
+            set_threads(args.threads)
+        source = args.input or sample_path("reviews.tsv")
+        column = column_spec(args.column) if args.input else "text"
+        texts = read_texts(source, column, header=args.header)[0]
+        texts = texts[: args.limit] if args.limit else texts
+        encoder = Encoder.from_pretrained(args.model, device=args.device)
+        return run_benchmark(
+            encoder,
+            texts,
+            repeats=args.repeats,
+            batch_size=args.batch_size,
+            include_peers=args.peers,
+            precisions=precisions,
+        )
+    except BertkitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,12 +1,40 @@
-"""`bertkit bench`: the printed table has the rows asked for, hand-checkable counts and FLOPs, and sane numbers."""
+"""benchmarks/bench.py (`bertkit bench` until 0.x): the printed table has the rows asked for, hand-checkable counts
+and FLOPs, and sane numbers. Other tests take the script's functions from here (`from test_bench import bench`)."""
 
+import importlib.util
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from test_cli import run
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench.py"
+
+
+def load_script():
+    """benchmarks/bench.py as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("bertkit_bench_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = load_script()
+
+
+def run(capsys, *args):
+    """`python benchmarks/bench.py ARGS` in this process: (exit status, stdout, stderr)."""
+    try:
+        bench.main([str(arg) for arg in args])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
 
 TEXTS = [
     "I love Korea",
@@ -28,12 +56,10 @@ def columns(header: str, line: str, name: str) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_bench_prints_the_table_with_sane_numbers(monkeypatch, capsys, tmp_path, hf_default):
+def test_bench_prints_the_table_with_sane_numbers(capsys, tmp_path, hf_default):
     source = tmp_path / "texts.tsv"
     source.write_text("".join(f"{t}\t0\n" for t in TEXTS), encoding="utf-8")
-    code, out, err = run(
-        monkeypatch, capsys, "bench", source, "--column", "0", "--no-peers", "--repeats", "1", "--batch-size", "4"
-    )
+    code, out, err = run(capsys, source, "--column", "0", "--no-peers", "--repeats", "1", "--batch-size", "4")
     assert code == 0, err
     lines = out.splitlines()
 
@@ -75,10 +101,10 @@ def test_bench_prints_the_table_with_sane_numbers(monkeypatch, capsys, tmp_path,
 
 
 @pytest.mark.parametrize("repeats", ["0", "-2"])
-def test_bench_bad_repeats_is_one_line(monkeypatch, capsys, tmp_path, repeats):
+def test_bench_bad_repeats_is_one_line(capsys, tmp_path, repeats):
     source = tmp_path / "texts.tsv"
     source.write_text("I love Korea\t1\n", encoding="utf-8")
-    code, out, err = run(monkeypatch, capsys, "bench", source, "--column", "0", "--repeats", repeats, "--no-peers")
+    code, out, err = run(capsys, source, "--column", "0", "--repeats", repeats, "--no-peers")
     assert code == 2 and out == ""
     assert err.startswith("error: --repeats must be at least 1") and err.count("\n") == 1, err
 
@@ -89,7 +115,7 @@ def test_bench_bad_repeats_from_a_fresh_process_prints_only_that_line(tmp_path):
     source = tmp_path / "texts.tsv"
     source.write_text("I love Korea\t1\n", encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, "-m", "bertkit.cli", "bench", str(source), "--column", "0", "--repeats", "0"],
+        [sys.executable, str(SCRIPT), str(source), "--column", "0", "--repeats", "0"],
         capture_output=True,
         text=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
@@ -97,3 +123,15 @@ def test_bench_bad_repeats_from_a_fresh_process_prints_only_that_line(tmp_path):
     )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == "error: --repeats must be at least 1 (3 or more for a median worth reporting).\n"
+
+
+def test_bench_refuses_a_missing_gpu_in_one_line(capsys, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    source = tmp_path / "texts.txt"
+    source.write_text("one text\nanother text\n")
+    code, out, err = run(capsys, source, "--limit", "8", "--repeats", "1", "--no-peers", "--device", "cuda")
+    assert code == 2 and out == "" and err.startswith("error: ") and err.count("\n") == 1, err
+    assert "cuda" in err and "no CUDA GPU" in err

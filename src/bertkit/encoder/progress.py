@@ -1,0 +1,113 @@
+"""The one progress reporter: a tqdm bar on a terminal, a plain log line every few seconds anywhere else.
+
+Embedding, index building, probes and Ray jobs report through it; nothing else in bertkit draws a bar.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from types import TracebackType
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+LOG_EVERY_S = 5.0  # seconds between two plain lines when stderr is not a terminal
+
+
+def terminal() -> bool:
+    """Tell whether a person watches stderr: a terminal, or a notebook (tqdm.auto draws its widget there)."""
+    return sys.stderr.isatty() or type(sys.stderr).__module__.startswith("ipykernel")
+
+
+class Progress:
+    """Report how far a job is: a tqdm bar on a terminal, else a log line (INFO) every `every` seconds.
+
+    Parameters
+    ----------
+    name : str
+        What is done, as the bar and the lines name it ('embed', 'index').
+    total : int, optional
+        Units to do (None: unknown, or given later by `to`).
+    unit : str
+        What is counted ('rows', 'vectors').
+    show : bool, optional
+        True: report; False: stay silent; None: report when `total` reaches `min_total`.
+    min_total : int
+        With `show=None`, jobs smaller than this stay silent.
+    every : float
+        Seconds between two log lines.
+
+    Examples
+    --------
+    >>> with Progress("embed", total=3, show=False) as progress:
+    ...     progress.update(2, batch=32)
+    ...     progress.done
+    2
+    """
+
+    def __init__(
+        self,
+        name: str,
+        total: int | None = None,
+        unit: str = "rows",
+        *,
+        show: bool | None = None,
+        min_total: int = 0,
+        every: float = LOG_EVERY_S,
+    ) -> None:
+        self.name, self.total, self.unit, self.every = name, total, unit, every
+        self.done, self.postfix = 0, {}
+        self.on = show if show is not None else (total or 0) >= min_total
+        self.started = self.last_line = time.monotonic()
+        self.bar: Any = None
+        if self.on and terminal():
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, unit=unit.rstrip("s") or unit, desc=name, leave=False)
+
+    def update(self, n: int = 1, **postfix: Any) -> None:
+        """Count `n` more units done; `postfix` (e.g. loss=0.3) is shown beside the count."""
+        self.to(self.done + n, **postfix)
+
+    def to(self, done: int, total: int | None = None, **postfix: Any) -> None:
+        """Say that `done` units are done (of `total`, when it is known only now)."""
+        self.done, self.total = done, total if total is not None else self.total
+        self.postfix.update(postfix)
+        if not self.on:
+            return
+        if self.bar is not None:
+            self.bar.total, self.bar.n = self.total, done
+            if postfix:
+                self.bar.set_postfix(self.postfix, refresh=False)
+            self.bar.refresh()
+            return
+        now = time.monotonic()
+        if now - self.last_line >= self.every:
+            self.last_line = now
+            logger.info("%s", self.line(now))
+
+    def line(self, now: float | None = None) -> str:
+        """Return the plain line: 'embed: 1,200/5,000 rows, 310 rows/s, 12 s left'."""
+        seconds = max((time.monotonic() if now is None else now) - self.started, 1e-9)
+        rate = self.done / seconds
+        of = f"/{self.total:,}" if self.total is not None else ""
+        text = f"{self.name}: {self.done:,}{of} {self.unit}, {rate:,.0f} {self.unit}/s"
+        if self.total is not None and rate > 0:
+            text += f", {max(self.total - self.done, 0) / rate:,.0f} s left"
+        return text + "".join(f", {key} {value}" for key, value in self.postfix.items())
+
+    def close(self) -> None:
+        """Remove the bar (a closed reporter says nothing more)."""
+        if self.bar is not None:
+            self.bar.close()
+        self.on = False
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()

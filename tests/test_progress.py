@@ -1,0 +1,51 @@
+"""The one progress reporter: a bar on a terminal, a plain log line every few seconds elsewhere, silence when asked."""
+
+import logging
+
+import pytest
+
+from bertkit.encoder import progress
+from bertkit.encoder.progress import Progress
+
+
+def test_off_a_terminal_it_logs_a_plain_line_every_few_seconds(monkeypatch, caplog):
+    clock = iter(range(0, 1000, 3))  # each look at the clock: 3 s later
+    monkeypatch.setattr(progress.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(progress, "terminal", lambda: False)
+    with caplog.at_level(logging.INFO, logger="bertkit"), Progress("embed", 5_000, every=5) as reporter:
+        assert reporter.bar is None
+        for _ in range(4):
+            reporter.update(1_000, batch=32)
+    lines = [r.getMessage() for r in caplog.records]
+    # started at 0 s; updates at 3, 6, 9, 12 s: a line at 6 (6 >= 5) and at 12 (6 s after), none at 3 or 9
+    assert lines == [
+        "embed: 2,000/5,000 rows, 333 rows/s, 9 s left, batch 32",
+        "embed: 4,000/5,000 rows, 333 rows/s, 3 s left, batch 32",
+    ]
+
+
+def test_on_a_terminal_it_draws_one_tqdm_bar(monkeypatch, capsys):
+    monkeypatch.setattr(progress, "terminal", lambda: True)
+    with Progress("index", 10, "vectors") as reporter:
+        reporter.to(4, loss=0.5)
+        assert reporter.bar.n == 4 and reporter.bar.total == 10
+    err = capsys.readouterr().err
+    assert "index" in err and "4/10" in err and "loss=0.5" in err
+
+
+@pytest.mark.parametrize("show, total", [(False, 10**6), (None, 10)])
+def test_it_stays_silent_when_told_or_for_small_jobs(monkeypatch, capsys, caplog, show, total):
+    monkeypatch.setattr(progress, "terminal", lambda: True)
+    with caplog.at_level(logging.INFO), Progress("embed", total, show=show, min_total=256, every=0) as reporter:
+        reporter.update(total)
+    assert reporter.bar is None and capsys.readouterr().err == "" and caplog.records == []
+
+
+def test_a_total_learned_later_and_an_unknown_one(monkeypatch, caplog):
+    monkeypatch.setattr(progress, "terminal", lambda: False)
+    with caplog.at_level(logging.INFO, logger="bertkit"), Progress("embed", every=0) as reporter:
+        reporter.to(10)
+        reporter.to(20, total=40)
+    first, second = (r.getMessage() for r in caplog.records)
+    assert first.startswith("embed: 10 rows, ") and "left" not in first
+    assert second.startswith("embed: 20/40 rows, ") and second.endswith(" s left")
