@@ -62,6 +62,8 @@ def check_record(record: object, kinds: str | tuple[str, ...], where: object) ->
     if stamp.get("format_version", 0) > FORMAT_VERSION:
         raise InputError(f"{where}: written by a newer bertkit ({stamp.get('version')}); upgrade bertkit to read it.")
     if stamp.get("format_version") != FORMAT_VERSION:
-        raise InputError(f"{where}: written by bertkit {stamp.get('version')}, whose format this one does not read; "
-                         "make it again with this version.")
+        raise InputError(
+            f"{where}: written by bertkit {stamp.get('version')}, whose format this one does not read; "
+            "make it again with this version."
+        )
     return dict(record)  # type: ignore[arg-type]
