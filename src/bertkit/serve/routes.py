@@ -16,7 +16,6 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTex
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from ..encoder.options import EmbedOptions
 from ..explain import page
 from ..explain.explainer import Explainer, Settings
 from .responses import (
@@ -37,7 +36,7 @@ from .responses import (
     TokenView,
 )
 from .schemas import ExplainRequest, Vocabulary, request_models
-from .service import EmbedResult, ServeError, Service, token_estimate
+from .service import ServeError, Service
 from .web import GET_ERRORS, POST_ERRORS, StrictJSONRoute, json_answer, responses
 
 TRUNCATED = {
@@ -53,12 +52,6 @@ TRUNCATED = {
 }
 
 
-# request fields → `EmbedOptions` fields
-OPTION_FIELDS = {
-    **{name: name for name in ("layers", "pooling", "truncation_direction", "prompt", "prompt_name", "output_type")},
-    "dimensions": "truncate_dim",
-    "normalize": "normalize_embeddings",
-}
 _BUILD = threading.Lock()
 
 
@@ -93,21 +86,11 @@ def _disconnected(request: Request) -> Any:
     return wait
 
 
-async def _embed(request: Request, texts: list[str], options: EmbedOptions, truncate: bool) -> EmbedResult:
-    return await _service(request).embed(texts, options, truncate, _disconnected(request))
-
-
 def _truncation_headers(truncated: list[int]) -> dict[str, str]:
     headers = {"X-Bertkit-Truncated": str(len(truncated))}
     if truncated:
         headers["X-Bertkit-Truncated-Inputs"] = ",".join(map(str, truncated))
     return headers
-
-
-def _options(body: Any, **fixed: Any) -> EmbedOptions:
-    """Read the `EmbedOptions` a request body asks for (field names are TEI's and OpenAI's: dimensions, normalize)."""
-    fields = body.model_dump(include=set(OPTION_FIELDS), exclude_unset=True)
-    return EmbedOptions(**{**{OPTION_FIELDS[name]: value for name, value in fields.items()}, **fixed})
 
 
 def _status_routes(router: APIRouter, key: bool) -> None:
@@ -151,15 +134,10 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
     @router.post("/embed", responses=embed_answers, summary="Sentence vectors (TEI's /embed), or token vectors")
     @router.post("/", include_in_schema=False)  # TEI answers POST / too; huggingface_hub's InferenceClient posts there
     async def embed(body: models.EmbedRequest, request: Request) -> Response:
-        options = _options(body)
-        result = await _embed(request, _texts(body.inputs), options, body.truncate)
-        if options.token_vectors:
-            content: Any = [
-                {"tokens": e.tokens, "word_ids": e.word_ids(), "vectors": v}
-                for e, v in zip(result.encoded, result.vectors)
-            ]
-        else:
-            content = np.stack(result.vectors)
+        result = await _service(request).embed(_texts(body.inputs), body.options, _disconnected(request))
+        content: Any = result.vectors
+        if body.options.token_vectors:
+            content = [{"tokens": e.tokens, "word_ids": e.word_ids, "vectors": e.vectors} for e in result.vectors]
         return await json_answer(content, headers=_truncation_headers(result.truncated))
 
     @router.post(
@@ -168,9 +146,9 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
         summary="TEI's /embed_all: every token's vector of the chosen layers",
     )
     async def embed_all(body: models.EmbedAllRequest, request: Request) -> Response:
-        options = _options(body, pooling="none", normalize_embeddings=body.normalize)
-        result = await _embed(request, _texts(body.inputs), options, body.truncate)
-        return await json_answer(result.vectors, headers=_truncation_headers(result.truncated))
+        result = await _service(request).embed(_texts(body.inputs), body.options, _disconnected(request))
+        vectors = [item.vectors for item in result.vectors]
+        return await json_answer(vectors, headers=_truncation_headers(result.truncated))
 
     @router.post(
         "/v1/embeddings",
@@ -182,12 +160,11 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
         if not all(isinstance(x, str) for x in texts):
             message = "input: token ids are not accepted; send a string or a list of strings."
             raise ServeError(422, "invalid_input", message, param="input")
-        options = _options(body, normalize_embeddings=True)  # unit length, as OpenAI's (after dimensions)
-        result = await _embed(request, texts, options, True)
+        result = await _service(request).embed(texts, body.options, _disconnected(request), count=True)
         if body.encoding_format == "base64":  # float32 whatever the output_type: OpenAI's clients decode it so
             vectors: list[Any] = [base64.b64encode(np.asarray(v, "<f4").tobytes()).decode() for v in result.vectors]
         else:
-            vectors = result.vectors
+            vectors = list(result.vectors)
         data = [{"object": "embedding", "index": k, "embedding": v} for k, v in enumerate(vectors)]
         usage = {"prompt_tokens": result.tokens, "total_tokens": result.tokens}
         content = {"object": "list", "data": data, "model": body.model, "usage": usage}
@@ -200,9 +177,8 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
     )
     async def similarity(body: models.SimilarityRequest, request: Request) -> Response:
         texts = [body.inputs.source_sentence, *body.inputs.sentences]
-        options = _options(body, normalize_embeddings=True)
-        result = await _embed(request, texts, options, body.truncate)
-        vectors = np.stack(result.vectors)
+        result = await _service(request).embed(texts, body.options, _disconnected(request))
+        vectors = result.vectors
         return await json_answer((vectors[1:] @ vectors[0]).tolist(), headers=_truncation_headers(result.truncated))
 
     @router.post(
@@ -211,11 +187,7 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
         summary="Tokens, ids, mask, word ids, character offsets",
     )
     async def tokenize(body: models.TokenizeRequest, request: Request) -> Response:
-        service = _service(request)
-        texts = _texts(body.inputs)
-        limit = service.encoder.max_length if body.truncate else None
-        estimate = token_estimate(map(len, texts), limit)
-        encoded, truncated = await service.off_loop(lambda: service.encode(texts, body.truncate), estimate)
+        encoded = await _service(request).tokenize(_texts(body.inputs), body.truncate, _disconnected(request))
         views = [
             {
                 "tokens": item.tokens,
@@ -229,7 +201,7 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
             }
             for item in encoded
         ]
-        return await json_answer(views, headers={"X-Bertkit-Truncated": str(len(truncated))})
+        return await json_answer(views, headers={"X-Bertkit-Truncated": str(sum(e.truncated for e in encoded))})
 
 
 def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rerankers: tuple[str, ...]) -> None:
