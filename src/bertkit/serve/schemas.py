@@ -2,7 +2,7 @@
 
 `request_models` makes one server's request bodies, strict and with its limits, so that the schema says what the
 service takes. Their embedding options are `EmbedOptions`' own fields (type, choices, help), under the library's names
-but where a peer's shape fixes another (`PEER_NAMES`); each body builds its `EmbedOptions` and resolves it against the
+but where a peer's shape fixes another (TEI, OpenAI); each body builds its `EmbedOptions` and resolves it against the
 served model as it is read: a value the library refuses is a 422 that names the field, and the code behind trusts
 `body.options`. The response shapes are in `responses`.
 """
@@ -33,10 +33,11 @@ from ..errors import InputError, brief
 from ..tasks.qa import MIN_WINDOW
 
 OPTIONS = {f.name: f for f in dataclasses.fields(EmbedOptions)}
-# the library's name → the one a peer's request shape fixes (TEI's /embed and OpenAI's /v1/embeddings)
-PEER_NAMES = {"truncate_dim": "dimensions", "normalize_embeddings": "normalize"}
-REQUEST_NAMES = {library: PEER_NAMES.get(library, library) for library in OPTIONS}
-LIBRARY_NAMES = {request: library for library, request in REQUEST_NAMES.items()}
+# the library's name → the one a peer's request shape fixes: TEI's /embed (huggingface_hub's feature_extraction sends
+# both) and OpenAI's /v1/embeddings; every other body says the library's names
+TEI_NAMES = {"truncate_dim": "dimensions", "normalize_embeddings": "normalize"}
+OPENAI_NAMES = {"truncate_dim": "dimensions"}
+LIBRARY_NAMES = {**{name: name for name in OPTIONS}, **{peer: name for name, peer in TEI_NAMES.items()}}
 
 
 class Strict(BaseModel):
@@ -110,14 +111,18 @@ class OptionsBody(Strict):
         return self._options
 
 
-def options_body(name: str, doc: str, v: Vocabulary, names: tuple[str, ...], fixed: dict, **fields: Any) -> Any:
-    """Make a request model of route `fields` and the options `names`; `fixed`: options the route sets itself.
+def options_body(
+    name: str, doc: str, v: Vocabulary, names: tuple[str, ...], fixed: dict, peer: dict, **fields: Any
+) -> Any:
+    """Make a request model of route `fields` and the options `names` (`peer`: names a peer's shape fixes).
 
-    The body's options are resolved as it is read; a route that answers sentence vectors leaves `pooling='none'` out.
+    `fixed`: options the route sets itself. The body's options are resolved as it is read; a route that answers
+    sentence vectors refuses `pooling='none'`.
     """
+    said = {option: peer.get(option, option) for option in OPTIONS}
 
     def resolve(body: OptionsBody) -> OptionsBody:
-        given = {option: getattr(body, REQUEST_NAMES[option]) for option in names}
+        given = {option: getattr(body, said[option]) for option in names}
         given = {option: value for option, value in given.items() if value is not None} | fixed
         if "truncate" in fields:  # TEI's truncate: cut a long text, or refuse it (413)
             given["long_text"] = "truncate" if body.truncate else "error"  # type: ignore[attr-defined]
@@ -126,19 +131,19 @@ def options_body(name: str, doc: str, v: Vocabulary, names: tuple[str, ...], fix
             if body._options.token_vectors and "pooling" not in fixed and name != "EmbedRequest":
                 raise InputError("pooling='none' gives token vectors; this route answers one vector per input.")
         except InputError as exc:
-            raise option_error(str(exc)) from None
+            raise option_error(str(exc), said) from None
         return body
 
-    options = {REQUEST_NAMES[option]: option_field(option, v) for option in names}
+    options = {said[option]: option_field(option, v) for option in names}
     validators = {"resolve": model_validator(mode="after")(resolve)}
     model = create_model(name, __base__=OptionsBody, __doc__=doc, __validators__=validators, **fields, **options)
     return model
 
 
-def option_error(message: str) -> PydanticCustomError:
-    """Say the library's refusal of an option in the request's name for it (a 422 invalid_input naming the field)."""
+def option_error(message: str, said: dict[str, str]) -> PydanticCustomError:
+    """Say the library's refusal of an option in the request's name for it (`said`): a 422 naming the field."""
     library = next((n for n in OPTIONS if message.startswith((f"{n}=", f"{n} "))), None)
-    field = REQUEST_NAMES.get(library or "", library)
+    field = said.get(library or "", library)
     if library is not None and field != library:
         message = field + message.removeprefix(library)
     return PydanticCustomError("invalid_input", "{message}", {"message": brief(message, 500), "field": field})
@@ -152,7 +157,7 @@ def check_option(model: Any, field: str, value: Any) -> str | None:
     try:
         EmbedOptions(**{library: value}).resolve(model)
     except (InputError, TypeError) as exc:
-        return option_error(str(exc)).context["message"]  # type: ignore[index]
+        return option_error(str(exc), {library: field}).context["message"]  # type: ignore[index]
     return None
 
 
@@ -194,6 +199,7 @@ def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseM
         v,
         (*SENTENCE, "normalize_embeddings"),
         {},
+        TEI_NAMES,
         inputs=(t.Texts, ...),
         truncate=truncate,
     )
@@ -203,6 +209,7 @@ def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseM
         v,
         ("layers", "truncation_direction", "prompt_name", "prompt", "normalize_embeddings"),
         {"pooling": "none"},
+        {},
         inputs=(t.Texts, ...),
         truncate=truncate,
     )
@@ -215,6 +222,7 @@ def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseM
         v,
         SENTENCE,
         {"normalize_embeddings": True},  # unit length, as OpenAI's (after dimensions)
+        OPENAI_NAMES,
         input=(Annotated[t.Text | t.TextList | ids, WithJsonSchema(refused)], ...),
         model=(
             Literal[tuple(v.model_names)],  # type: ignore[valid-type]
@@ -239,6 +247,7 @@ def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseM
         v,
         ("truncation_direction", "prompt_name"),
         {"normalize_embeddings": True},
+        {},
         inputs=(SimilarityInputs, ...),
         truncate=truncate,
     )
