@@ -30,7 +30,6 @@ from .errors import OPENAI_PREFIX, ServeError, error_response
 from .middleware import (
     ApiKeyMiddleware,
     BodyLimitMiddleware,
-    JsonBodyMiddleware,
     LocalAccessMiddleware,
     MetricsMiddleware,
 )
@@ -117,7 +116,6 @@ def _add_middleware(app: FastAPI, settings: ServeSettings, metrics: Any) -> None
     come before the key check, and the key before the body is read.
     """
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
-    app.add_middleware(JsonBodyMiddleware, routes=app.router.routes)
     if settings.api_key:
         app.add_middleware(ApiKeyMiddleware, key=settings.api_key)
     if settings.allow_origins:
@@ -246,7 +244,8 @@ def _special(request: Request, error: dict) -> tuple[int, str, str, str | None] 
         return 413, "too_many_inputs", message + " Split them over several requests.", field
     if field in TOO_MANY and kind == "too_short" and len(loc) <= 3:
         return 422, "invalid_input", f"{field} is an empty list; give at least one text.", field
-    said = check_option(service.encoder, field, value) if len(loc) == 2 and field is not None else None
+    out_of_range = kind in ("literal_error", "enum", "greater_than_equal", "less_than_equal")
+    said = check_option(service.encoder, field, value) if len(loc) == 2 and out_of_range else None
     if said is not None:  # a value outside an option's schema: the library's own words for it
         return 422, "invalid_input", said, field
     if request.url.path == "/explain" and field in ("text", "compare", "pair") and len(loc) == 2:

@@ -161,30 +161,20 @@ def check_option(model: Any, field: str, value: Any) -> str | None:
     return None
 
 
-def request_models(vocabulary: Vocabulary) -> SimpleNamespace:
+def request_models(v: Vocabulary) -> SimpleNamespace:
     """Make the request bodies of one server: pydantic models whose JSON schemas say exactly what it serves.
 
     FastAPI parses each route's body with its model and publishes the model's schema in the OpenAPI document.
     """
-    types = _types(vocabulary)
-    return SimpleNamespace(**_embedding_models(vocabulary, types), **_run_models(vocabulary, types))
-
-
-def _types(v: Vocabulary) -> SimpleNamespace:
-    """Make the field types of one server's requests: its limits."""
     text = {"type": "string", "maxLength": v.max_chars}
-    texts_schema = {
-        "anyOf": [text, {"type": "array", "items": text, "minItems": 1, "maxItems": v.max_inputs}],
-        "description": f"One text, or a list of 1 to {v.max_inputs} (--max-inputs).",
-    }
-    Text = Annotated[StrictStr, Field(max_length=v.max_chars)]
-    TextList = Annotated[list[Text], Field(min_length=1, max_length=v.max_inputs)]
-    Texts = Annotated[Text | TextList, WithJsonSchema(texts_schema)]
-    Pair = Annotated[list[Text], Field(min_length=2, max_length=2)]
-    Reranker = Literal[tuple(v.rerankers)] if v.rerankers else StrictStr  # type: ignore[valid-type]
-    return SimpleNamespace(
-        texts_schema=texts_schema, Text=Text, TextList=TextList, Texts=Texts, Pair=Pair, **{"Reranker": Reranker}
-    )
+    many = {"type": "array", "items": text, "minItems": 1, "maxItems": v.max_inputs}
+    texts = {"anyOf": [text, many], "description": f"One text, or a list of 1 to {v.max_inputs} (--max-inputs)."}
+    t = SimpleNamespace(texts_schema=texts, Text=Annotated[StrictStr, Field(max_length=v.max_chars)])
+    t.TextList = Annotated[list[t.Text], Field(min_length=1, max_length=v.max_inputs)]
+    t.Texts = Annotated[t.Text | t.TextList, WithJsonSchema(texts)]
+    t.Pair = Annotated[list[t.Text], Field(min_length=2, max_length=2)]
+    t.Reranker = Literal[tuple(v.rerankers)] if v.rerankers else StrictStr  # type: ignore[valid-type]
+    return SimpleNamespace(**_embedding_models(v, t), **_run_models(v, t))
 
 
 SENTENCE = ("layers", "pooling", "truncation_direction", "prompt_name", "prompt", "truncate_dim", "output_type")
@@ -192,7 +182,7 @@ SENTENCE = ("layers", "pooling", "truncation_direction", "prompt_name", "prompt"
 
 def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseModel]]:
     """/embed, /embed_all, /v1/embeddings, /similarity and /tokenize bodies."""
-    truncate = (StrictBool, True)
+    tei = {"inputs": (t.Texts, ...), "truncate": (StrictBool, True)}
     embed = options_body(
         "EmbedRequest",
         "TEI's `/embed` body plus bertkit's options (as `Encoder.embed`; `pooling: none`: token vectors).",
@@ -200,8 +190,7 @@ def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseM
         (*SENTENCE, "normalize_embeddings"),
         {},
         TEI_NAMES,
-        inputs=(t.Texts, ...),
-        truncate=truncate,
+        **tei,
     )
     embed_all = options_body(
         "EmbedAllRequest",
@@ -210,12 +199,12 @@ def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseM
         ("layers", "truncation_direction", "prompt_name", "prompt", "normalize_embeddings"),
         {"pooling": "none"},
         {},
-        inputs=(t.Texts, ...),
-        truncate=truncate,
+        **tei,
     )
     # token ids are parsed so that the answer can say they are not accepted (422 invalid_input, param "input")
     ids = Annotated[list[StrictInt], Field(min_length=1)] | Annotated[list[list[StrictInt]], Field(min_length=1)]
     refused = {**t.texts_schema, "description": "One text or a list of texts; token ids are refused (422)."}
+    names = Literal[tuple(v.model_names)]  # type: ignore[valid-type]
     openai = options_body(
         "OpenAIEmbeddingRequest",
         "OpenAI's `/v1/embeddings` body; bertkit's options may come as extra fields (the client's `extra_body`).",
@@ -224,10 +213,7 @@ def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseM
         {"normalize_embeddings": True},  # unit length, as OpenAI's (after dimensions)
         OPENAI_NAMES,
         input=(Annotated[t.Text | t.TextList | ids, WithJsonSchema(refused)], ...),
-        model=(
-            Literal[tuple(v.model_names)],  # type: ignore[valid-type]
-            Field(description="'default', 'bertkit' or the model's name (see /info)"),
-        ),
+        model=(names, Field(description="'default', 'bertkit' or the model's name (see /info)")),
         encoding_format=(
             Literal["float", "base64"],
             Field("float", description="base64: little-endian float32 bytes, whatever the output_type"),
@@ -248,8 +234,7 @@ def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseM
         ("truncation_direction", "prompt_name"),
         {"normalize_embeddings": True},
         {},
-        inputs=(SimilarityInputs, ...),
-        truncate=truncate,
+        **{**tei, "inputs": (SimilarityInputs, ...)},
     )
 
     class TokenizeRequest(Strict):
@@ -259,8 +244,7 @@ def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseM
         truncate: StrictBool = True
         add_special_tokens: Literal[True] = True
 
-    bodies = (embed, embed_all, openai, similarity, TokenizeRequest)
-    return {body.__name__: body for body in bodies}
+    return {body.__name__: body for body in (embed, embed_all, openai, similarity, TokenizeRequest)}
 
 
 def _run_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseModel]]:
