@@ -8,7 +8,9 @@ only checks, queues and answers; a request's options arrive resolved (the reques
 from __future__ import annotations
 
 import asyncio
+import bisect
 import copy
+import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -101,10 +103,13 @@ class Service:
         estimate = token_estimate((len(t) + len(options.prompt or "") for t in texts), limit)
         job = Job(self._embed_turn(options), (texts, count), estimate, self._future(), options, len(texts))
         result = await self._wait(job, disconnected)
-        if options.token_vectors:
-            numbers = sum(item.vectors.size for item in result.vectors)
-            if numbers > self.settings.max_answer_numbers:
-                raise ServeError(413, "answer_too_large", self._too_large(numbers))
+        numbers = sum(item.vectors.size for item in result.vectors) if options.token_vectors else 0
+        if numbers > (limit := self.settings.max_answer_numbers):  # seconds of JSON
+            message = (
+                f"the answer would hold {numbers:,} numbers (every token's vector), more than this server's limit of "
+                f"{limit:,} (--max-answer-numbers); send fewer or shorter inputs, or ask for sentence vectors."
+            )
+            raise ServeError(413, "answer_too_large", message)
         return result
 
     def _embed_turn(self, options: EmbedOptions) -> Callable[[list], list]:
@@ -148,13 +153,6 @@ class Service:
 
         estimate = token_estimate(map(len, texts), encoder.max_length if truncate else None)
         return await self.call(work, estimate, disconnected)
-
-    def _too_large(self, numbers: int) -> str:
-        limit = self.settings.max_answer_numbers
-        return (
-            f"the answer would hold {numbers:,} numbers (every token's vector), more than this server's limit of "
-            f"{limit:,} (--max-answer-numbers); send fewer or shorter inputs, or ask for sentence vectors."
-        )
 
     async def predict(self, name: str, inputs: list, disconnected: Disconnected | None = None) -> list[dict]:
         """Run a served run's own predict on the model thread: of texts, or of [text, pair] pairs for a pair run."""
@@ -355,10 +353,8 @@ class Service:
                 for name, index in self.indexes.items()
             ],
             "limits": {
-                "max_inputs": self.settings.max_inputs,
-                "max_body_bytes": self.settings.max_body_bytes,
+                **{k: getattr(self.settings, k) for k in ("max_inputs", "max_body_bytes", "max_queue_tokens")},
                 "max_batch_tokens": self.max_batch_tokens,
-                "max_queue_tokens": self.settings.max_queue_tokens,
             },
             "concurrent_batches": self.concurrent_batches,
             "auth": self.settings.api_key is not None,
@@ -386,11 +382,8 @@ def _too_long(row: int, exc: TextTooLong) -> ServeError:
 
 def _owner(sizes: list[int], row: int) -> tuple[int, int]:
     """Return (which request, its own row) of row `row` of requests of `sizes` texts, one after the other."""
-    for k, size in enumerate(sizes):
-        if row < size:
-            return k, row
-        row -= size
-    raise IndexError(row)
+    k = bisect.bisect_right(list(itertools.accumulate(sizes)), row)
+    return k, row - sum(sizes[:k])
 
 
 def _token_count(encoder: Encoder, texts: list[str], options: EmbedOptions) -> int:
