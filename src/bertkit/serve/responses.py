@@ -142,7 +142,7 @@ class Answer(BaseModel):
 
 
 class Health(BaseModel):
-    """`GET /health`: "ok" (200) while the model threads run, else 503."""
+    """`GET /health`: "ok" (200) while the queue runs, else 503."""
 
     status: str
 

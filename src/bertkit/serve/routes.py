@@ -2,7 +2,7 @@
 
 Each route turns its typed body into the library's own options and calls the `Service`; none computes a vector
 its own way. The page explains with the very model and runs that `/embed` and `/predict` serve, and `POST /explain`
-runs on the service's model thread under its queue limit like every other model call.
+waits in the service's one queue like every other model call.
 """
 
 import base64
@@ -39,19 +39,11 @@ from .schemas import ExplainRequest, Vocabulary, request_models
 from .service import ServeError, Service
 from .web import GET_ERRORS, POST_ERRORS, StrictJSONRoute, json_answer, responses
 
+CUT, CUT_ROWS = "how many inputs were cut to the model's max length", "their indices, comma-separated (if any)"
 TRUNCATED = {
-    "X-Bertkit-Truncated": {
-        "description": "how many inputs were cut to the model's max length",
-        "required": True,
-        "schema": {"type": "integer"},
-    },
-    "X-Bertkit-Truncated-Inputs": {
-        "description": "their indices, comma-separated (only when some were cut)",
-        "schema": {"type": "string"},
-    },
+    "X-Bertkit-Truncated": {"description": CUT, "required": True, "schema": {"type": "integer"}},
+    "X-Bertkit-Truncated-Inputs": {"description": CUT_ROWS, "schema": {"type": "string"}},
 }
-
-
 _BUILD = threading.Lock()
 
 
@@ -97,15 +89,13 @@ def _status_routes(router: APIRouter, key: bool) -> None:
     """/health, /info, /metrics."""
     health_answers = {
         **responses("/health", Health, (403, 500)),
-        503: {"model": Health, "description": "the model thread has stopped"},
+        503: {"model": Health, "description": "queue stopped"},
     }
 
-    @router.get(
-        "/health", summary="Liveness: 200 while the model thread runs (no key needed)", responses=health_answers
-    )
+    @router.get("/health", summary="Liveness: 200 while the queue runs (no key needed)", responses=health_answers)
     async def health(request: Request) -> JSONResponse:
         alive = _service(request).batcher.running
-        return JSONResponse({"status": "ok" if alive else "model thread stopped"}, status_code=200 if alive else 503)
+        return JSONResponse({"status": "ok" if alive else "queue stopped"}, status_code=200 if alive else 503)
 
     @router.get(
         "/info",
@@ -241,10 +231,8 @@ def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rera
         include_in_schema=ranks,
     )
     async def rerank(body: models.RerankRequest, request: Request) -> Response:
-        service = _service(request)
-        ranked, _, truncated = await service.rerank(
-            body.model, body.query, body.texts, body.raw_scores, body.truncate, _disconnected(request)
-        )
+        asked = (body.model, body.query, body.texts, body.raw_scores, body.truncate, _disconnected(request))
+        ranked, _, truncated = await _service(request).rerank(*asked)
         items = [{"index": i, "score": s, **({"text": body.texts[i]} if body.return_text else {})} for i, s in ranked]
         return await json_answer(items, headers=_truncation_headers(truncated))
 
@@ -257,10 +245,8 @@ def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rera
     @router.post("/v2/rerank", include_in_schema=False)  # Cohere's v2 client; the same body and answer
     async def cohere_rerank(body: models.CohereRerankRequest, request: Request) -> Response:
         documents = [d if isinstance(d, str) else d.text for d in body.documents]
-        service = _service(request)
-        ranked, tokens, truncated = await service.rerank(
-            body.model, body.query, documents, disconnected=_disconnected(request)
-        )
+        asked = (body.model, body.query, documents, False, True, _disconnected(request))
+        ranked, tokens, truncated = await _service(request).rerank(*asked)
         results = [{"index": i, "relevance_score": s} for i, s in ranked[: body.top_n]]
         if body.return_documents:
             results = [{**result, "document": {"text": documents[result["index"]]}} for result in results]
@@ -279,10 +265,8 @@ def _search_routes(router: APIRouter, models: Any, key: bool, loaded: bool) -> N
         include_in_schema=loaded,
     )
     async def search(body: models.SearchRequest, request: Request) -> Response:
-        service = _service(request)
-        hits, result = await service.search(
-            body.index, _texts(body.query), body.top_k, body.prompt, _disconnected(request)
-        )
+        asked = (body.index, _texts(body.query), body.top_k, body.prompt, _disconnected(request))
+        hits, result = await _service(request).search(*asked)
         answer = hits[0] if isinstance(body.query, str) else hits
         return await json_answer(answer, headers=_truncation_headers(result.truncated))
 

@@ -155,7 +155,7 @@ class Service:
         return await self.call(work, estimate, disconnected)
 
     async def predict(self, name: str, inputs: list, disconnected: Disconnected | None = None) -> list[dict]:
-        """Run a served run's own predict on the model thread: of texts, or of [text, pair] pairs for a pair run."""
+        """Run a served run's own predict in the queue: of texts, or of [text, pair] pairs for a pair run."""
         run = self.run(name)
         if run.kind == KIND_QA:
             raise _questions_wanted(name)
@@ -289,10 +289,7 @@ class Service:
         return self.indexes[name]
 
     async def call(self, work: Callable[[], Any], tokens: int, disconnected: Disconnected | None = None) -> Any:
-        """Run `work` on the model thread, alone (no pass in flight), under the queue's admission control.
-
-        Every model call goes through the batcher, so a model is never used by two threads at once and a full queue
-        answers 429 whatever the endpoint.
+        """Run `work` in a turn of its own in the queue, under its admission control (a full queue: 429).
 
         Parameters
         ----------
