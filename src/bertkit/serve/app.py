@@ -244,7 +244,7 @@ def _special(request: Request, error: dict) -> tuple[int, str, str, str | None] 
         return 413, "too_many_inputs", message + " Split them over several requests.", field
     if field in TOO_MANY and kind == "too_short" and len(loc) <= 3:
         return 422, "invalid_input", f"{field} is an empty list; give at least one text.", field
-    out_of_range = kind in ("literal_error", "enum", "greater_than_equal", "less_than_equal")
+    out_of_range = kind in ("literal_error", "enum", "none_required", "greater_than_equal", "less_than_equal")
     said = check_option(service.encoder, field, value) if len(loc) == 2 and out_of_range else None
     if said is not None:  # a value outside an option's schema: the library's own words for it
         return 422, "invalid_input", said, field
