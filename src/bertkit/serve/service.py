@@ -80,7 +80,7 @@ class Service:
         settings: ServeSettings | None = None,
         indexes: dict[str, VectorIndex] | None = None,
     ) -> None:
-        self.settings = (settings or ServeSettings()).check()
+        self.settings = settings or ServeSettings()
         self.encoder = served_encoder(encoder, self.settings)
         self.runs = runs or {}
         self.indexes = indexes or {}
