@@ -72,7 +72,9 @@ class Batcher:
         self._tokens_per_second = 0.0
 
     def start(self) -> None:
-        """Start the consumer on the running event loop."""
+        """Start the consumer on the running event loop (a fresh wake-up event: one per loop)."""
+        self._wake = asyncio.Event()
+        self._wake.set()
         self._task = asyncio.get_running_loop().create_task(self._serve(), name="bertkit-queue")
 
     async def stop(self) -> None:
@@ -113,6 +115,8 @@ class Batcher:
         taken: list[Job] = []
         used = 0
         for job in list(self._queue):
+            if taken and used >= self.max_batch_tokens:
+                break
             if job.cancelled:
                 self.metrics.dropped.inc()
             elif not taken or (job.key == taken[0].key is not None and used + job.tokens <= self.max_batch_tokens):
