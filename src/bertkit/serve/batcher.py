@@ -15,7 +15,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import BertkitError
@@ -51,10 +51,10 @@ class Job:
     run: Callable[[list[Any]], list[Any]]
     payload: Any
     tokens: int  # its estimated cost, counted against `max_queue_tokens`
-    future: asyncio.Future
     key: Hashable | None = None
     rows: int = 1  # inputs, for the batch-size metric
     cancelled: bool = False  # the client went away: dropped if not yet taken
+    future: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
 class Batcher:

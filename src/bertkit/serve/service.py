@@ -99,10 +99,10 @@ class Service:
         Requests of equal options that wait together are one call. A text too long for long_text='error' (TEI's
         truncate=false) is a 413 that names it.
         """
-        limit = None if options.long_text == "error" else options.max_length
-        estimate = token_estimate((len(t) + len(options.prompt or "") for t in texts), limit)
-        job = Job(self._embed_turn(options), (texts, count), estimate, self._future(), options, len(texts))
-        result = await self._wait(job, disconnected)
+        estimate = token_estimate((len(t) + len(options.prompt or "") for t in texts), options.max_length)
+        result = await self._wait(
+            Job(self._embed_turn(options), (texts, count), estimate, options, len(texts)), disconnected
+        )
         numbers = sum(item.vectors.size for item in result.vectors) if options.token_vectors else 0
         if numbers > (limit := self.settings.max_answer_numbers):  # seconds of JSON
             message = (
@@ -124,8 +124,9 @@ class Service:
                 try:
                     vectors, report = encoder.embed_with_report(texts, options, warn=False, progress=False)
                 except TextTooLong as exc:  # that request fails; the others of the turn run without it
-                    owner, row = _owner([len(asks[k][0]) for k in left], exc.row)
-                    answers[left.pop(owner)] = _too_long(row, exc)
+                    sizes = list(itertools.accumulate(len(asks[k][0]) for k in left))
+                    owner = bisect.bisect_right(sizes, exc.row)  # the request whose text it is, and its own row
+                    answers[left.pop(owner)] = _too_long(exc.row - ([0, *sizes][owner]), exc)
                     continue
                 self.metrics.tokens.inc(report.coverage.n_tokens if report.coverage is not None else 0)
                 start = 0
@@ -306,11 +307,7 @@ class Service:
         Any
             What `work` returned.
         """
-        return await self._wait(Job(lambda _: [work()], None, max(1, tokens), self._future()), disconnected)
-
-    @staticmethod
-    def _future() -> asyncio.Future:
-        return asyncio.get_running_loop().create_future()
+        return await self._wait(Job(lambda _: [work()], None, max(1, tokens)), disconnected)
 
     def run(self, name: str) -> ServedRun:
         """Return the served run `name`, or a 404 that lists the served ones."""
@@ -376,12 +373,6 @@ def _too_long(row: int, exc: TextTooLong) -> ServeError:
         "it, or shorten it."
     )
     return ServeError(413, "input_too_long", message)
-
-
-def _owner(sizes: list[int], row: int) -> tuple[int, int]:
-    """Return (which request, its own row) of row `row` of requests of `sizes` texts, one after the other."""
-    k = bisect.bisect_right(list(itertools.accumulate(sizes)), row)
-    return k, row - sum(sizes[:k])
 
 
 def _token_count(encoder: Encoder, texts: list[str], options: EmbedOptions) -> int:
