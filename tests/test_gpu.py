@@ -266,11 +266,8 @@ def test_serve_on_a_gpu_runs_one_pass_at_a_time(encoder, monkeypatch, caplog):
     on_gpu = encoder.with_options(concurrent_batches=2)
     monkeypatch.setattr(on_gpu, "device", torch.device("cuda", 0))
     service = Service(on_gpu, settings=ServeSettings(concurrent_batches=2))
-    try:
-        assert service.concurrent_batches == 1 and service.batcher.workers == 1
-        assert "one pass runs at a time" in caplog.text
-    finally:
-        service.batcher.stop()
+    assert service.concurrent_batches == 1 and service.encoder.concurrent_batches == 1
+    assert "one pass runs at a time" in caplog.text
 
 
 # ---- records: where a run ran, and it loads anywhere ---------------------------------------------------------------

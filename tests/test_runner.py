@@ -3,12 +3,9 @@ split on out-of-memory, results in input order; the service's batcher plans with
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import random
-import threading
 
-import numpy as np
 import pytest
 
 from bertkit.encoder.runner import PASS_OVERHEAD_TOKENS, Row, Runner, padded_width
@@ -73,44 +70,6 @@ def test_the_plan_is_the_cheapest_split_of_the_sorted_rows():
             if all(len(g) == 1 or len(g) * padded_width(max(lengths[i] for i in g), 8) <= budget for g in split):
                 best = min(best if best is not None else 10**9, cost(lengths, split))
         assert cost(lengths, groups) == best
-
-
-@pytest.mark.slow
-def test_the_batcher_plans_its_passes_without_holding_the_lock_that_submit_needs(encoder, monkeypatch):
-    """Planning 1,365 short rows took 32 ms: under the queue's lock, every request's `submit` waited for it."""
-    from bertkit.serve import batcher as batcher_module
-    from bertkit.serve.metrics import Metrics
-
-    batcher = batcher_module.Batcher(encoder, Metrics(), max_batch_tokens=2048, max_queue_tokens=65536)
-    free_while_planning: list[bool] = []
-    real_plan = batcher.runner.plan
-
-    def planning(rows):
-        other = threading.Thread(target=batcher.queue_depth)  # takes the lock that submit() takes
-        other.start()
-        other.join(timeout=5)
-        free_while_planning.append(not other.is_alive())
-        return real_plan(rows)
-
-    monkeypatch.setattr(batcher.runner, "plan", planning)
-    loop = asyncio.new_event_loop()
-    try:
-        batcher.start()
-        ids = encoder.tokenize(["I love Korea", "a visually stunning rumination on love"])
-        rows = [[int(i) for i, m in zip(r, mask) if m] for r, mask in zip(ids.input_ids, ids.attention_mask)]
-        head = encoder.vector_head(encoder.resolve(pooling="mean", normalize_embeddings=False))
-        job = batcher_module.EmbedJob(rows, [[0] * len(r) for r in rows], head, loop.create_future())
-        batcher.submit(job)
-        vectors = loop.run_until_complete(asyncio.wait_for(job.future, 60))
-    finally:
-        batcher.stop(30)
-        loop.close()
-    assert free_while_planning == [True]
-    np.testing.assert_allclose(
-        np.stack(vectors),
-        encoder.embed(["I love Korea", "a visually stunning rumination on love"], normalize_embeddings=False),
-        atol=1e-5,
-    )
 
 
 def test_results_come_back_in_input_order_and_a_pass_out_of_memory_is_split(monkeypatch):

@@ -1,5 +1,5 @@
-"""POST /explain inside the service (Starlette's TestClient): on the model thread like every model call, under the
-queue's admission control, and with a small answer unless more is asked for (up to a cap)."""
+"""POST /explain inside the service (Starlette's TestClient): through the one queue like every model call, under its
+admission control, and with a small answer unless more is asked for (up to a cap)."""
 
 from __future__ import annotations
 
@@ -52,18 +52,31 @@ def recording(encoder: Encoder) -> tuple[Encoder, list[str]]:
     return copy, threads
 
 
-def test_explain_and_predict_run_their_model_calls_on_the_batcher_thread(encoder):
+def test_explain_and_predict_wait_in_the_one_queue_and_run_off_the_event_loop(encoder):
+    """The explainer's model call waits behind a predict that holds the model, then runs on the queue's worker."""
     model, forwards = recording(encoder)
     run = GatedRun()
     app = create_app(model, {"clf": ServedRun("clf", KIND_TEXT, run)})
     with TestClient(app) as client:
-        assert client.post("/predict/clf", json={"inputs": ["a fine film"]}).status_code == 200
-        explained = client.post("/explain", json={"text": "I love Korea"})
-        assert explained.status_code == 200, explained.text
-        assert explained.json()["predictions"]["clf"]["label"] == "pos"
+        run.gate.clear()
+        answers: list = []
+        held = threading.Thread(target=lambda: answers.append(client.post("/predict/clf", json={"inputs": ["a"]})))
+        held.start()
+        assert run.entered.wait(30)  # the model is held inside the first predict
+        explain = {"text": "I love Korea"}
+        waiting = threading.Thread(target=lambda: answers.append(client.post("/explain", json=explain)))
+        waiting.start()
+        time.sleep(0.5)
+        assert not forwards and len(run.threads) == 1  # the explainer waits in the queue, not beside the predict
+        run.gate.set()
+        held.join()
+        waiting.join()
+        assert [a.status_code for a in answers] == [200, 200], answers[-1].text
+        assert answers[1].json()["predictions"]["clf"]["label"] == "pos"
         assert client.post("/embed", json={"inputs": ["I love Korea"]}).status_code == 200
     assert len(run.threads) == 2 and forwards
-    assert all(name.startswith("bertkit-") for name in run.threads + forwards), run.threads + forwards
+    # the event loop's worker threads (asyncio.to_thread), never the loop itself
+    assert all(name.startswith("asyncio_") for name in run.threads + forwards), run.threads + forwards
 
 
 def test_explain_answers_429_with_retry_after_when_the_queue_is_full(encoder):

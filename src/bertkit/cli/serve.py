@@ -136,16 +136,16 @@ def serve(
     from ..explain.explainer import load_probe
     from ..serve.app import create_app
     from ..serve.runs import load_runs
-    from ..serve.security import check_allow_hosts, check_allow_origins, load_api_key
+    from ..serve.security import load_api_key
     from ..serve.settings import ServeSettings
     from ..tasks.index import load_index
     from ..tasks.runs import parse_run_specs
 
     api_key = load_api_key(api_key_env, api_key_file)
-    hosts = check_allow_hosts(allow_host)
-    origins = check_allow_origins(allow_origin)
-    given = options_for(ctx, ServeSettings, api_key=api_key, allow_hosts=hosts, allow_origins=origins)
-    settings = ServeSettings(**given).check()
+    given = options_for(
+        ctx, ServeSettings, api_key=api_key, allow_hosts=tuple(allow_host), allow_origins=tuple(allow_origin)
+    )
+    settings = ServeSettings(**given)  # checks its values
     directories = parse_run_specs(run)
     # a `bertkit probe` output (probe.json, no bertkit.json) is shown on the explainer page, not served at /predict
     probes = {name: load_probe(str(d)) for name, d in directories.items() if not (d / "bertkit.json").is_file()}

@@ -6,7 +6,6 @@ Other faces extend the app with `create_app(..., routers=[...])` or `app.include
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
 import re
@@ -31,13 +30,12 @@ from .errors import OPENAI_PREFIX, ServeError, error_response
 from .middleware import (
     ApiKeyMiddleware,
     BodyLimitMiddleware,
-    JsonBodyMiddleware,
     LocalAccessMiddleware,
     MetricsMiddleware,
 )
-from .routes import OPTION_FIELDS, service_routes
+from .routes import service_routes
 from .runs import ServedRun
-from .schemas import Vocabulary
+from .schemas import Vocabulary, check_option
 from .service import ClientGone, Service
 from .settings import ServeSettings
 
@@ -45,13 +43,6 @@ if TYPE_CHECKING:
     from ..tasks.index import VectorIndex
 
 log = logging.getLogger("bertkit.serve")
-# a validation error on these fields is not a malformed request but one past a limit or naming what is not served
-OPTION_FORMS = {
-    "layers": "give, in lower case, an index of its hidden states (see /info), 'last', 'second_to_last', "
-    "'embeddings', a list ('-1,-2'), 'lastN:sum|mean|concat' or 'all:sum|mean|concat'",
-    "pooling": "give, in lower case, cls, mean, max (pooler where the model has one) or several joined with '+'; "
-    "none (token vectors) only where the route's schema lists it",
-}
 TOO_MANY = ("inputs", "input", "texts", "documents", "sentences")
 NOT_SERVED = (("path", "run"), ("body", "model"))
 HTTP_KINDS = {404: "not_found", 405: "method_not_allowed"}
@@ -63,9 +54,8 @@ def vocabulary(service: Service) -> Vocabulary:
     widest = encoder.output_dim(EmbedOptions(layers="all:concat", pooling="cls+mean+max", dense=False))
     return Vocabulary(
         max_inputs=service.settings.max_inputs,
-        hidden_states=encoder.num_layers + 1,
-        has_pooler=encoder.has_pooler,
         max_dimensions=max([widest] + [d.out_features for d in sentence.dense]),
+        model=encoder,
         model_names=tuple(sorted(service.model_names)),
         prompt_names=tuple(sorted(sentence.prompts)),
         rerankers=tuple(sorted(name for name, run in service.runs.items() if run.ranks)),
@@ -101,9 +91,8 @@ def create_app(
         service.batcher.start()
         try:
             yield
-        finally:  # uvicorn has finished the requests in flight; the batcher drains what is still queued
-            await asyncio.to_thread(service.batcher.stop)
-            service.close()
+        finally:  # uvicorn has finished the requests in flight; the queue drains what is still waiting
+            await service.batcher.stop()
 
     app = FastAPI(
         title="bertkit serve",
@@ -127,7 +116,6 @@ def _add_middleware(app: FastAPI, settings: ServeSettings, metrics: Any) -> None
     come before the key check, and the key before the body is read.
     """
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
-    app.add_middleware(JsonBodyMiddleware, routes=app.router.routes)
     if settings.api_key:
         app.add_middleware(ApiKeyMiddleware, key=settings.api_key)
     if settings.allow_origins:
@@ -150,6 +138,9 @@ def _validation_answer(request: Request, exc: RequestValidationError) -> tuple[i
     library's own message for an option this model does not take, else 422 naming the fields.
     """
     errors = exc.errors()
+    refused = next((e for e in errors if e.get("type") == "invalid_input"), None)  # an option the library refused
+    if refused is not None:
+        return 422, "invalid_input", refused["msg"], refused.get("ctx", {}).get("field")
     bad_json = next((e for e in errors if e.get("type") == "json_invalid"), None)
     if bad_json is not None:
         detail = brief(bad_json.get("ctx", {}).get("error", ""))
@@ -253,8 +244,10 @@ def _special(request: Request, error: dict) -> tuple[int, str, str, str | None] 
         return 413, "too_many_inputs", message + " Split them over several requests.", field
     if field in TOO_MANY and kind == "too_short" and len(loc) <= 3:
         return 422, "invalid_input", f"{field} is an empty list; give at least one text.", field
-    if field in ("layers", "pooling", "dimensions", "prompt_name") and len(loc) == 2:
-        return 422, "invalid_input", _option_message(service, field, value), field
+    out_of_range = kind in ("literal_error", "enum", "none_required", "greater_than_equal", "less_than_equal")
+    said = check_option(service.encoder, field, value) if len(loc) == 2 and out_of_range else None
+    if said is not None:  # a value outside an option's schema: the library's own words for it
+        return 422, "invalid_input", said, field
     if request.url.path == "/explain" and field in ("text", "compare", "pair") and len(loc) == 2:
         from ..explain.views import check_text
 
@@ -263,19 +256,6 @@ def _special(request: Request, error: dict) -> tuple[int, str, str, str | None] 
         except BertkitError as exc:
             return 422, "invalid_input", str(exc), field
     return None
-
-
-def _option_message(service: Any, field: str, value: Any) -> str:
-    """Say what the library says of this option value on this model, in the request's own field name."""
-    if field == "dimensions":
-        most = vocabulary(service).max_dimensions
-        return f"dimensions={brief(value)}: give a whole number from 1 to the vectors' width (at most {most})."
-    try:
-        service.encoder.resolve(**{field: value})
-    except (BertkitError, TypeError) as exc:
-        return brief(exc, 500)
-    forms = OPTION_FORMS.get(field, "see /info")
-    return f"{field}={brief(value)!r} is not a form this server takes; {forms} (see /openapi.json)."
 
 
 def _http_message(request: Request, exc: StarletteHTTPException) -> str:
@@ -292,11 +272,8 @@ def _error_answer(request: Request, exc: Exception) -> tuple[int, str, str, dict
     """Return (status, kind, message, headers, field) of the answer to an error."""
     if isinstance(exc, ServeError):  # the batcher's Overloaded and ShuttingDown, the body limit's BodyTooLarge too
         return exc.status, exc.error_type, str(exc), exc.headers, exc.param
-    if isinstance(exc, BertkitError):  # an option the library refused is named as the request names it
-        message = brief(exc, 500)
-        field = next((name for name, option in OPTION_FIELDS.items() if message.startswith(f"{option}=")), None)
-        message = message if field is None else field + message.removeprefix(OPTION_FIELDS[field])
-        return 422, "invalid_input", message, None, field
+    if isinstance(exc, BertkitError):  # what the library refused of the request (its options are checked earlier)
+        return 422, "invalid_input", brief(exc, 500), None, None
     if isinstance(exc, RequestValidationError):
         status, kind, message, field = _validation_answer(request, exc)
         return status, kind, message, None, field

@@ -23,28 +23,27 @@ class Metrics:
         self.requests = counter("bertkit_requests", "HTTP requests by endpoint and status", ["endpoint", "status"])
         latency = "Request latency (receipt to response start)"
         self.latency = histogram("bertkit_request_seconds", latency, ["endpoint"], buckets=LATENCY_BUCKETS)
-        self.batch_size = histogram("bertkit_batch_size", "Inputs per forward pass", buckets=SIZE_BUCKETS)
-        self.batch_tokens = histogram("bertkit_batch_tokens", "Padded tokens per forward pass", buckets=TOKEN_BUCKETS)
-        forward = "Time of one forward pass with pooling"
+        # a batch is one turn of the queue: one library call, which its runner splits into token-budget passes
+        self.batch_size = histogram("bertkit_batch_size", "Inputs per model call (queue turn)", buckets=SIZE_BUCKETS)
+        tokens = "Tokens per model call, as admitted (estimated from characters)"
+        self.batch_tokens = histogram("bertkit_batch_tokens", tokens, buckets=TOKEN_BUCKETS)
+        forward = "Time of one model call (its forward passes, pooling and tokenizing)"
         self.forward_seconds = histogram("bertkit_forward_seconds", forward, buckets=LATENCY_BUCKETS)
-        self.tokens = counter("bertkit_tokens", "Real (unpadded) tokens through the model")
-        self.tokens_per_second = gauge("bertkit_tokens_per_second", "Tokens per second of the latest forward pass")
+        self.tokens = counter("bertkit_tokens", "Tokens through the model (embeddings: the texts' own; QA: windows')")
+        self.tokens_per_second = gauge("bertkit_tokens_per_second", "Tokens per second of the latest model call")
         self.queue_requests = gauge("bertkit_queue_requests", "Requests waiting for the model")
         self.queue_tokens = gauge("bertkit_queue_tokens", "Tokens waiting for the model")
         self.rejected = counter("bertkit_rejected", "Requests refused with 429 because the queue was full")
         self.dropped = counter("bertkit_dropped", "Requests dropped before the forward pass: the client had gone")
-        self.failed_batches = counter("bertkit_failed_batches", "Forward passes that raised (their requests got 500)")
+        self.failed_batches = counter("bertkit_failed_batches", "Model calls that raised (their requests got 500)")
         self.started = gauge("bertkit_start_time_seconds", "When this server started (Unix time)")
         self.started.set_to_current_time()
 
-    def observe_batch(
-        self, rows: int, padded_tokens: int, real_tokens: int, seconds: float, tokens_per_second: float
-    ) -> None:
-        """Record one forward pass: its rows, padded and real tokens, seconds and the tokens per second."""
+    def observe_batch(self, rows: int, tokens: int, seconds: float, tokens_per_second: float) -> None:
+        """Record one model call: its inputs, admitted tokens, seconds and the tokens per second."""
         self.batch_size.observe(rows)
-        self.batch_tokens.observe(padded_tokens)
+        self.batch_tokens.observe(tokens)
         self.forward_seconds.observe(seconds)
-        self.tokens.inc(real_tokens)
         self.tokens_per_second.set(tokens_per_second)
 
     def observe_request(self, endpoint: str, status: int, seconds: float) -> None:

@@ -1,4 +1,4 @@
-"""Pure ASGI middleware (no request buffering): Host and Origin checks, API key, JSON bodies, body size, metrics.
+"""Pure ASGI middleware (no request buffering): Host and Origin checks, API key, body size, metrics.
 
 Every refusal is the service's JSON error (serve/errors.py), answered before the request reaches a route.
 """
@@ -6,17 +6,13 @@ Every refusal is the service's JSON error (serve/errors.py), answered before the
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
-
-from starlette.routing import Match
 
 from .errors import ServeError, error_response
 from .metrics import Metrics
-from .security import BODY_METHODS, authorized, host_allowed, is_json, needs_key, origin_allowed, same_origin
+from .security import authorized, host_allowed, needs_key, origin_allowed, same_origin
 
 if TYPE_CHECKING:
-    from starlette.routing import BaseRoute
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
@@ -84,36 +80,6 @@ class ApiKeyMiddleware:
         message = f"{'missing' if header is None else 'wrong'} API key: send the header 'Authorization: Bearer <key>'."
         response = error_response(401, "unauthorized", message, scope["path"], {"WWW-Authenticate": "Bearer"})
         return await response(scope, receive, send)
-
-
-class JsonBodyMiddleware:
-    """Refuse (415) a POST whose body is not `application/json`.
-
-    A web page's plain form (text/plain, form encoding) is a request a browser sends cross-site without asking the
-    server first. A POST to a route that takes none passes on, to be answered 405 (or 404) by the routing.
-    """
-
-    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute] = ()) -> None:
-        self.app = app
-        self.routes = routes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Check the content type of a request with a body for a route that takes one, then pass it on."""
-        if scope["type"] != "http" or scope["method"] not in BODY_METHODS or not self._takes_body(scope):
-            return await self.app(scope, receive, send)
-        content_type = _header(scope, b"content-type")
-        if not is_json(content_type):
-            got = content_type.split(";", 1)[0].strip() if content_type else "none"
-            message = (
-                f"the request body must be JSON sent as 'Content-Type: application/json' (got {got}); "
-                "with curl use --json '{...}' or -H 'Content-Type: application/json'."
-            )
-            return await error_response(415, "unsupported_media_type", message, scope["path"])(scope, receive, send)
-        return await self.app(scope, receive, send)
-
-    def _takes_body(self, scope: Scope) -> bool:
-        """Tell whether a route answers this method at this path (Starlette's own matching)."""
-        return any(route.matches(scope)[0] == Match.FULL for route in self.routes)
 
 
 class BodyLimitMiddleware:

@@ -2,7 +2,7 @@
 
 Each route turns its typed body into the library's own options and calls the `Service`; none computes a vector
 its own way. The page explains with the very model and runs that `/embed` and `/predict` serve, and `POST /explain`
-runs on the service's model thread under its queue limit like every other model call.
+waits in the service's one queue like every other model call.
 """
 
 import base64
@@ -16,7 +16,6 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTex
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from ..encoder.options import EmbedOptions
 from ..explain import page
 from ..explain.explainer import Explainer, Settings
 from .responses import (
@@ -37,27 +36,13 @@ from .responses import (
     TokenView,
 )
 from .schemas import ExplainRequest, Vocabulary, request_models
-from .service import EmbedResult, ServeError, Service, token_estimate
+from .service import ServeError, Service
 from .web import GET_ERRORS, POST_ERRORS, StrictJSONRoute, json_answer, responses
 
+CUT, CUT_ROWS = "how many inputs were cut to the model's max length", "their indices, comma-separated (if any)"
 TRUNCATED = {
-    "X-Bertkit-Truncated": {
-        "description": "how many inputs were cut to the model's max length",
-        "required": True,
-        "schema": {"type": "integer"},
-    },
-    "X-Bertkit-Truncated-Inputs": {
-        "description": "their indices, comma-separated (only when some were cut)",
-        "schema": {"type": "string"},
-    },
-}
-
-
-# request fields → `EmbedOptions` fields
-OPTION_FIELDS = {
-    **{name: name for name in ("layers", "pooling", "truncation_direction", "prompt", "prompt_name", "output_type")},
-    "dimensions": "truncate_dim",
-    "normalize": "normalize_embeddings",
+    "X-Bertkit-Truncated": {"description": CUT, "required": True, "schema": {"type": "integer"}},
+    "X-Bertkit-Truncated-Inputs": {"description": CUT_ROWS, "schema": {"type": "string"}},
 }
 _BUILD = threading.Lock()
 
@@ -93,10 +78,6 @@ def _disconnected(request: Request) -> Any:
     return wait
 
 
-async def _embed(request: Request, texts: list[str], options: EmbedOptions, truncate: bool) -> EmbedResult:
-    return await _service(request).embed(texts, options, truncate, _disconnected(request))
-
-
 def _truncation_headers(truncated: list[int]) -> dict[str, str]:
     headers = {"X-Bertkit-Truncated": str(len(truncated))}
     if truncated:
@@ -104,25 +85,17 @@ def _truncation_headers(truncated: list[int]) -> dict[str, str]:
     return headers
 
 
-def _options(body: Any, **fixed: Any) -> EmbedOptions:
-    """Read the `EmbedOptions` a request body asks for (field names are TEI's and OpenAI's: dimensions, normalize)."""
-    fields = body.model_dump(include=set(OPTION_FIELDS), exclude_unset=True)
-    return EmbedOptions(**{**{OPTION_FIELDS[name]: value for name, value in fields.items()}, **fixed})
-
-
 def _status_routes(router: APIRouter, key: bool) -> None:
     """/health, /info, /metrics."""
     health_answers = {
         **responses("/health", Health, (403, 500)),
-        503: {"model": Health, "description": "the model thread has stopped"},
+        503: {"model": Health, "description": "queue stopped"},
     }
 
-    @router.get(
-        "/health", summary="Liveness: 200 while the model thread runs (no key needed)", responses=health_answers
-    )
+    @router.get("/health", summary="Liveness: 200 while the queue runs (no key needed)", responses=health_answers)
     async def health(request: Request) -> JSONResponse:
         alive = _service(request).batcher.running
-        return JSONResponse({"status": "ok" if alive else "model thread stopped"}, status_code=200 if alive else 503)
+        return JSONResponse({"status": "ok" if alive else "queue stopped"}, status_code=200 if alive else 503)
 
     @router.get(
         "/info",
@@ -151,15 +124,10 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
     @router.post("/embed", responses=embed_answers, summary="Sentence vectors (TEI's /embed), or token vectors")
     @router.post("/", include_in_schema=False)  # TEI answers POST / too; huggingface_hub's InferenceClient posts there
     async def embed(body: models.EmbedRequest, request: Request) -> Response:
-        options = _options(body)
-        result = await _embed(request, _texts(body.inputs), options, body.truncate)
-        if options.token_vectors:
-            content: Any = [
-                {"tokens": e.tokens, "word_ids": e.word_ids(), "vectors": v}
-                for e, v in zip(result.encoded, result.vectors)
-            ]
-        else:
-            content = np.stack(result.vectors)
+        result = await _service(request).embed(_texts(body.inputs), body.options, _disconnected(request))
+        content: Any = result.vectors
+        if body.options.token_vectors:
+            content = [{"tokens": e.tokens, "word_ids": e.word_ids, "vectors": e.vectors} for e in result.vectors]
         return await json_answer(content, headers=_truncation_headers(result.truncated))
 
     @router.post(
@@ -168,9 +136,9 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
         summary="TEI's /embed_all: every token's vector of the chosen layers",
     )
     async def embed_all(body: models.EmbedAllRequest, request: Request) -> Response:
-        options = _options(body, pooling="none", normalize_embeddings=body.normalize)
-        result = await _embed(request, _texts(body.inputs), options, body.truncate)
-        return await json_answer(result.vectors, headers=_truncation_headers(result.truncated))
+        result = await _service(request).embed(_texts(body.inputs), body.options, _disconnected(request))
+        vectors = [item.vectors for item in result.vectors]
+        return await json_answer(vectors, headers=_truncation_headers(result.truncated))
 
     @router.post(
         "/v1/embeddings",
@@ -182,12 +150,11 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
         if not all(isinstance(x, str) for x in texts):
             message = "input: token ids are not accepted; send a string or a list of strings."
             raise ServeError(422, "invalid_input", message, param="input")
-        options = _options(body, normalize_embeddings=True)  # unit length, as OpenAI's (after dimensions)
-        result = await _embed(request, texts, options, True)
+        result = await _service(request).embed(texts, body.options, _disconnected(request), count=True)
         if body.encoding_format == "base64":  # float32 whatever the output_type: OpenAI's clients decode it so
             vectors: list[Any] = [base64.b64encode(np.asarray(v, "<f4").tobytes()).decode() for v in result.vectors]
         else:
-            vectors = result.vectors
+            vectors = list(result.vectors)
         data = [{"object": "embedding", "index": k, "embedding": v} for k, v in enumerate(vectors)]
         usage = {"prompt_tokens": result.tokens, "total_tokens": result.tokens}
         content = {"object": "list", "data": data, "model": body.model, "usage": usage}
@@ -200,9 +167,8 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
     )
     async def similarity(body: models.SimilarityRequest, request: Request) -> Response:
         texts = [body.inputs.source_sentence, *body.inputs.sentences]
-        options = _options(body, normalize_embeddings=True)
-        result = await _embed(request, texts, options, body.truncate)
-        vectors = np.stack(result.vectors)
+        result = await _service(request).embed(texts, body.options, _disconnected(request))
+        vectors = result.vectors
         return await json_answer((vectors[1:] @ vectors[0]).tolist(), headers=_truncation_headers(result.truncated))
 
     @router.post(
@@ -211,11 +177,7 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
         summary="Tokens, ids, mask, word ids, character offsets",
     )
     async def tokenize(body: models.TokenizeRequest, request: Request) -> Response:
-        service = _service(request)
-        texts = _texts(body.inputs)
-        limit = service.encoder.max_length if body.truncate else None
-        estimate = token_estimate(map(len, texts), limit)
-        encoded, truncated = await service.off_loop(lambda: service.encode(texts, body.truncate), estimate)
+        encoded = await _service(request).tokenize(_texts(body.inputs), body.truncate, _disconnected(request))
         views = [
             {
                 "tokens": item.tokens,
@@ -229,7 +191,7 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
             }
             for item in encoded
         ]
-        return await json_answer(views, headers={"X-Bertkit-Truncated": str(len(truncated))})
+        return await json_answer(views, headers={"X-Bertkit-Truncated": str(sum(e.truncated for e in encoded))})
 
 
 def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rerankers: tuple[str, ...]) -> None:
@@ -269,10 +231,8 @@ def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rera
         include_in_schema=ranks,
     )
     async def rerank(body: models.RerankRequest, request: Request) -> Response:
-        service = _service(request)
-        ranked, _, truncated = await service.rerank(
-            body.model, body.query, body.texts, body.raw_scores, body.truncate, _disconnected(request)
-        )
+        asked = (body.model, body.query, body.texts, body.raw_scores, body.truncate, _disconnected(request))
+        ranked, _, truncated = await _service(request).rerank(*asked)
         items = [{"index": i, "score": s, **({"text": body.texts[i]} if body.return_text else {})} for i, s in ranked]
         return await json_answer(items, headers=_truncation_headers(truncated))
 
@@ -285,10 +245,8 @@ def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rera
     @router.post("/v2/rerank", include_in_schema=False)  # Cohere's v2 client; the same body and answer
     async def cohere_rerank(body: models.CohereRerankRequest, request: Request) -> Response:
         documents = [d if isinstance(d, str) else d.text for d in body.documents]
-        service = _service(request)
-        ranked, tokens, truncated = await service.rerank(
-            body.model, body.query, documents, disconnected=_disconnected(request)
-        )
+        asked = (body.model, body.query, documents, False, True, _disconnected(request))
+        ranked, tokens, truncated = await _service(request).rerank(*asked)
         results = [{"index": i, "relevance_score": s} for i, s in ranked[: body.top_n]]
         if body.return_documents:
             results = [{**result, "document": {"text": documents[result["index"]]}} for result in results]
@@ -307,10 +265,8 @@ def _search_routes(router: APIRouter, models: Any, key: bool, loaded: bool) -> N
         include_in_schema=loaded,
     )
     async def search(body: models.SearchRequest, request: Request) -> Response:
-        service = _service(request)
-        hits, result = await service.search(
-            body.index, _texts(body.query), body.top_k, body.prompt, _disconnected(request)
-        )
+        asked = (body.index, _texts(body.query), body.top_k, body.prompt, _disconnected(request))
+        hits, result = await _service(request).search(*asked)
         answer = hits[0] if isinstance(body.query, str) else hits
         return await json_answer(answer, headers=_truncation_headers(result.truncated))
 

@@ -1,27 +1,43 @@
 """Request shapes: TEI's (`/embed`, `/tokenize`), OpenAI's (`/v1/embeddings`) and bertkit's own fields.
 
-`request_models` makes one server's request bodies, strict and with its limits and option values, so that the schema
-says exactly what the service takes. The response shapes are in `responses`.
+`request_models` makes one server's request bodies, strict and with its limits, so that the schema says what the
+service takes. Their embedding options are `EmbedOptions`' own fields (type, choices, help), under the library's names
+but where a peer's shape fixes another (TEI, OpenAI); each body builds its `EmbedOptions` and resolves it against the
+served model as it is read: a value the library refuses is a 422 that names the field, and the code behind trusts
+`body.options`. The response shapes are in `responses`.
 """
 
-import itertools
+import dataclasses
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Annotated, Any, Literal
 
 from annotated_types import Ge, Le
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    WithJsonSchema,
+    create_model,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
+from ..encoder.options import EmbedOptions
+from ..errors import InputError, brief
 from ..tasks.qa import MIN_WINDOW
 
-LAYERS_DESCRIPTION = (
-    "Hidden states to use, as in the library: 'last', '-2', '0,3', 'last4:sum|mean|concat', 'all:sum|mean|concat'. "
-    "A layer this model does not have is a 422 (invalid_input) that lists the valid forms."
-)
-POOLING_DESCRIPTION = (
-    "cls, pooler (last layer only), mean, max, several joined with '+' ('cls+mean'), or 'none' for token vectors. "
-    "An unknown or ill-fitting pooling is a 422 (invalid_input)."
-)
+OPTIONS = {f.name: f for f in dataclasses.fields(EmbedOptions)}
+# the library's name → the one a peer's request shape fixes: TEI's /embed (huggingface_hub's feature_extraction sends
+# both) and OpenAI's /v1/embeddings; every other body says the library's names
+TEI_NAMES = {"truncate_dim": "dimensions", "normalize_embeddings": "normalize"}
+OPENAI_NAMES = {"truncate_dim": "dimensions"}
+LIBRARY_NAMES = {**{name: name for name in OPTIONS}, **{peer: name for name, peer in TEI_NAMES.items()}}
 
 
 class Strict(BaseModel):
@@ -41,12 +57,12 @@ PositiveWhole = Annotated[StrictInt, Ge(1), BeforeValidator(_whole)]
 MAX_SEARCH_TOP_K = 1000  # rows one query of /search may ask for
 
 
-def Whole(low: int, high: int) -> Any:  # noqa: N802 - a type
+def Whole(low: int, high: int | None = None) -> Any:  # noqa: N802 - a type
     """Type a whole number from `low` to `high` (JSON Schema's minimum and maximum)."""
-    return Annotated[StrictInt, Ge(low), Le(high), BeforeValidator(_whole)]
+    bounds = (Ge(low),) if high is None else (Ge(low), Le(high))
+    return Annotated[(StrictInt, *bounds, BeforeValidator(_whole))]
 
 
-COMBINES = ("sum", "mean", "concat")
 # a character that is not white space as Python's str.strip() sees it, spelled out: JSON Schema's (ECMAScript's),
 # Python's and pydantic's (Rust's) `\S` each disagree on some characters (U+0085, U+001C-U+001F)
 NOT_BLANK = "[^\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
@@ -54,154 +70,156 @@ NOT_BLANK = "[^\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\u0085\\u00a0\\u1680\\u2000-\\u20
 
 @dataclass(frozen=True)
 class Vocabulary:
-    """What one server's requests may say: its limits and its model's option values (its schemas publish them)."""
+    """What one server's requests may say: its limits and what its model names (its schemas publish them)."""
 
     max_inputs: int
-    hidden_states: int  # the model's layers + 1
-    has_pooler: bool
     max_dimensions: int  # the widest sentence vector (all layers, three poolings): each request is checked exactly
+    model: Any = None  # the served Encoder: each body's options are resolved against it
     model_names: tuple[str, ...] = ("default",)
     prompt_names: tuple[str, ...] = ()
     rerankers: tuple[str, ...] = ()
     indexes: tuple[str, ...] = ()
     max_chars: int = 100_000  # the longest text a request may carry (characters)
 
-    def layer_specs(self) -> str:
-        """Return a pattern of every layer spec this model takes (indices within its hidden states)."""
-        n = self.hidden_states
-        index = "(?:" + "|".join(str(i) for i in range(-n, n)) + ")"
-        count = "(?:" + "|".join(str(i) for i in range(1, n + 1)) + ")"
-        combine = "(?:" + "|".join(COMBINES) + ")"
-        forms = [
-            "last",
-            "second_to_last",
-            "embeddings",
-            f"all:{combine}",
-            f"last{count}:{combine}",
-            f"{index}(?:,{index})*(?::{combine})?",
-        ]
-        return "^(?:" + "|".join(forms) + ")$"
 
-    def last_layer_specs(self) -> list[str]:
-        """List the specs that choose the last layer alone: what `pooling='pooler'` takes."""
-        last = [str(self.hidden_states - 1), "-1"]
-        return ["last", *last, *(f"{x}:{c}" for x in [*last, "last1"] for c in COMBINES)]
-
-    def poolings(self, token_vectors: bool = True) -> list[str]:
-        """Every pooling spec this model takes: one method or several joined by '+' (and 'none')."""
-        methods = ["cls", "mean", "max"] + (["pooler"] if self.has_pooler else [])
-        specs = ["+".join(p) for k in range(1, len(methods) + 1) for p in itertools.permutations(methods, k)]
-        return specs + (["none"] if token_vectors else [])
+def option_field(name: str, v: Vocabulary) -> tuple[Any, Any]:
+    """Make the request field of `EmbedOptions` field `name`: its type, choices (in either case) and help."""
+    option = OPTIONS[name]
+    kind: Any = {"str": StrictStr, "int": Whole(1), "bool": StrictBool}[str(option.type).split(" |")[0]]
+    choices = option.metadata["choices"]
+    if name == "prompt_name":  # the model's own prompts
+        choices = v.prompt_names
+    if choices is not None:
+        kind = Literal[tuple(dict.fromkeys([*choices, *(c.capitalize() for c in choices)]))] if choices else None
+    elif name == "truncate_dim":
+        kind = Whole(1, v.max_dimensions)
+    elif name == "prompt":
+        kind = Annotated[StrictStr, Field(max_length=v.max_chars)]
+    optional = kind | None if option.default is None and kind is not None else kind
+    return optional, Field(option.default, description=option.metadata["help"])
 
 
-def request_models(vocabulary: Vocabulary) -> SimpleNamespace:
+class OptionsBody(Strict):
+    """A body with embedding options: `options` is their `EmbedOptions`, resolved against the served model."""
+
+    _options: EmbedOptions | None = PrivateAttr(None)
+
+    @property
+    def options(self) -> EmbedOptions:
+        """The resolved options this body asks for."""
+        assert self._options is not None
+        return self._options
+
+
+def options_body(
+    name: str, doc: str, v: Vocabulary, names: tuple[str, ...], fixed: dict, peer: dict, **fields: Any
+) -> Any:
+    """Make a request model of route `fields` and the options `names` (`peer`: names a peer's shape fixes).
+
+    `fixed`: options the route sets itself. The body's options are resolved as it is read; a route that answers
+    sentence vectors refuses `pooling='none'`.
+    """
+    said = {option: peer.get(option, option) for option in OPTIONS}
+
+    def resolve(body: OptionsBody) -> OptionsBody:
+        given = {option: getattr(body, said[option]) for option in names}
+        given = {option: value for option, value in given.items() if value is not None} | fixed
+        if "truncate" in fields:  # TEI's truncate: cut a long text, or refuse it (413)
+            given["long_text"] = "truncate" if body.truncate else "error"  # type: ignore[attr-defined]
+        try:
+            body._options = EmbedOptions(**given).resolve(v.model)
+            if body._options.token_vectors and "pooling" not in fixed and name != "EmbedRequest":
+                raise InputError("pooling='none' gives token vectors; this route answers one vector per input.")
+        except InputError as exc:
+            raise option_error(str(exc), said) from None
+        return body
+
+    options = {said[option]: option_field(option, v) for option in names}
+    validators = {"resolve": model_validator(mode="after")(resolve)}
+    model = create_model(name, __base__=OptionsBody, __doc__=doc, __validators__=validators, **fields, **options)
+    return model
+
+
+def option_error(message: str, said: dict[str, str]) -> PydanticCustomError:
+    """Say the library's refusal of an option in the request's name for it (`said`): a 422 naming the field."""
+    library = next((n for n in OPTIONS if message.startswith((f"{n}=", f"{n} "))), None)
+    field = said.get(library or "", library)
+    if library is not None and field != library:
+        message = field + message.removeprefix(library)
+    return PydanticCustomError("invalid_input", "{message}", {"message": brief(message, 500), "field": field})
+
+
+def check_option(model: Any, field: str, value: Any) -> str | None:
+    """Say what the library says of one option value sent as request field `field` (None: it takes it)."""
+    library = LIBRARY_NAMES.get(field)
+    if library is None:
+        return None
+    try:
+        EmbedOptions(**{library: value}).resolve(model)
+    except (InputError, TypeError) as exc:
+        return option_error(str(exc), {library: field}).context["message"]  # type: ignore[index]
+    return None
+
+
+def request_models(v: Vocabulary) -> SimpleNamespace:
     """Make the request bodies of one server: pydantic models whose JSON schemas say exactly what it serves.
 
     FastAPI parses each route's body with its model and publishes the model's schema in the OpenAPI document.
     """
-    types = _types(vocabulary)
-    return SimpleNamespace(**_embedding_models(vocabulary, types), **_run_models(vocabulary, types))
-
-
-def _types(v: Vocabulary) -> SimpleNamespace:
-    """Make the field types of one server's requests: its limits and its model's option values."""
     text = {"type": "string", "maxLength": v.max_chars}
-    texts_schema = {
-        "anyOf": [text, {"type": "array", "items": text, "minItems": 1, "maxItems": v.max_inputs}],
-        "description": f"One text, or a list of 1 to {v.max_inputs} (--max-inputs).",
-    }
-    Text = Annotated[StrictStr, Field(max_length=v.max_chars)]
-    TextList = Annotated[list[Text], Field(min_length=1, max_length=v.max_inputs)]
-    Texts = Annotated[Text | TextList, WithJsonSchema(texts_schema)]
-    Layers = Annotated[
-        StrictStr, Field(pattern=v.layer_specs(), description=LAYERS_DESCRIPTION, examples=["last4:sum"])
-    ]
-    PoolingValues = Literal[tuple(v.poolings())]  # type: ignore[valid-type]
-    SentencePoolings = Literal[tuple(v.poolings(token_vectors=False))]  # type: ignore[valid-type]
-    Pooling = Annotated[PoolingValues | None, Field(description=POOLING_DESCRIPTION)]
-    SentencePooling = Annotated[SentencePoolings | None, Field(description=POOLING_DESCRIPTION)]
-    PromptName = Annotated[
-        Literal[tuple(v.prompt_names)] | None if v.prompt_names else None,  # type: ignore[valid-type]
-        Field(description="one of the model's named prompts (see /info)"),
-    ]
-    Prompt = Annotated[StrictStr | None, Field(max_length=v.max_chars, description="a text put before every input")]
-    Dimensions = Annotated[
-        Whole(1, v.max_dimensions) | None,
-        Field(description=f"keep the first N numbers of each vector (1 to its width, at most {v.max_dimensions})"),
-    ]
-    pooler_rule = {
-        "if": {
-            "properties": {"pooling": {"enum": [p for p in v.poolings() if "pooler" in p]}},
-            "required": ["pooling"],
-        },
-        "then": {"properties": {"layers": {"enum": v.last_layer_specs()}}},
-    }
-    pooler_rule_config = ConfigDict(json_schema_extra=pooler_rule if v.has_pooler else None)
-    Pair = Annotated[list[Text], Field(min_length=2, max_length=2)]
-    Reranker = Literal[tuple(v.rerankers)] if v.rerankers else StrictStr  # type: ignore[valid-type]
-    found = dict(locals())
-    return SimpleNamespace(**{name: kind for name, kind in found.items() if name not in ("v", "text")})
+    many = {"type": "array", "items": text, "minItems": 1, "maxItems": v.max_inputs}
+    texts = {"anyOf": [text, many], "description": f"One text, or a list of 1 to {v.max_inputs} (--max-inputs)."}
+    t = SimpleNamespace(texts_schema=texts, Text=Annotated[StrictStr, Field(max_length=v.max_chars)])
+    t.TextList = Annotated[list[t.Text], Field(min_length=1, max_length=v.max_inputs)]
+    t.Texts = Annotated[t.Text | t.TextList, WithJsonSchema(texts)]
+    t.Pair = Annotated[list[t.Text], Field(min_length=2, max_length=2)]
+    t.Reranker = Literal[tuple(v.rerankers)] if v.rerankers else StrictStr  # type: ignore[valid-type]
+    return SimpleNamespace(**_embedding_models(v, t), **_run_models(v, t))
+
+
+SENTENCE = ("layers", "pooling", "truncation_direction", "prompt_name", "prompt", "truncate_dim", "output_type")
 
 
 def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseModel]]:
     """/embed, /embed_all, /v1/embeddings, /similarity and /tokenize bodies."""
-
-    class EmbedRequest(Strict):
-        """TEI's `/embed` body plus bertkit's `layers`, `pooling`, `prompt` and `output_type` (as `Encoder.embed`)."""
-
-        model_config = t.pooler_rule_config
-        inputs: t.Texts
-        truncate: StrictBool = True
-        normalize: StrictBool | None = Field(None, description="unit length (default: as the model says)")
-        truncation_direction: Direction = "right"
-        prompt_name: t.PromptName = None
-        prompt: t.Prompt = None
-        dimensions: t.Dimensions = None
-        output_type: OutputType = "float32"
-        layers: t.Layers = "last"
-        pooling: t.Pooling = None
-
-    class EmbedAllRequest(Strict):
-        """TEI's `/embed_all` body: every token's vector of the chosen layers."""
-
-        inputs: t.Texts
-        truncate: StrictBool = True
-        normalize: StrictBool = False
-        truncation_direction: Direction = "right"
-        prompt_name: t.PromptName = None
-        prompt: t.Prompt = None
-        layers: t.Layers = "last"
-        pooling: Literal["mean", "none"] = Field("mean", description="token vectors: 'none' (or TEI's 'mean')")
-
-    class OpenAIEmbeddingRequest(Strict):
-        """OpenAI's `/v1/embeddings` body; `layers`/`pooling` may come as extra fields (the client's `extra_body`)."""
-
-        model_config = t.pooler_rule_config
-        # token ids are parsed so that the answer can say they are not accepted (422 invalid_input, param "input")
-        input: Annotated[
-            t.Text
-            | t.TextList
-            | Annotated[list[StrictInt], Field(min_length=1)]
-            | Annotated[list[list[StrictInt]], Field(min_length=1)],
-            WithJsonSchema(
-                {**t.texts_schema, "description": "One text or a list of texts; token ids are refused (422)."}
-            ),
-        ]
-        model: Literal[tuple(v.model_names)] = Field(  # type: ignore[valid-type]
-            description="'default', 'bertkit' or the model's name (see /info)"
-        )
-        encoding_format: Literal["float", "base64"] = Field(
-            "float",
-            description="base64: little-endian float32 bytes, whatever the output_type (as OpenAI's clients decode it)",
-        )
-        dimensions: t.Dimensions = None
-        user: StrictStr | None = None
-        layers: t.Layers = "last"
-        pooling: t.SentencePooling = None
-        prompt_name: t.PromptName = None
-        prompt: t.Prompt = None
-        output_type: OutputType = "float32"
-        truncation_direction: Direction = "right"
+    tei = {"inputs": (t.Texts, ...), "truncate": (StrictBool, True)}
+    embed = options_body(
+        "EmbedRequest",
+        "TEI's `/embed` body plus bertkit's options (as `Encoder.embed`; `pooling: none`: token vectors).",
+        v,
+        (*SENTENCE, "normalize_embeddings"),
+        {},
+        TEI_NAMES,
+        **tei,
+    )
+    embed_all = options_body(
+        "EmbedAllRequest",
+        "TEI's `/embed_all` body: every token's vector of the chosen layers.",
+        v,
+        ("layers", "truncation_direction", "prompt_name", "prompt", "normalize_embeddings"),
+        {"pooling": "none"},
+        {},
+        **tei,
+    )
+    # token ids are parsed so that the answer can say they are not accepted (422 invalid_input, param "input")
+    ids = Annotated[list[StrictInt], Field(min_length=1)] | Annotated[list[list[StrictInt]], Field(min_length=1)]
+    refused = {**t.texts_schema, "description": "One text or a list of texts; token ids are refused (422)."}
+    names = Literal[tuple(v.model_names)]  # type: ignore[valid-type]
+    openai = options_body(
+        "OpenAIEmbeddingRequest",
+        "OpenAI's `/v1/embeddings` body; bertkit's options may come as extra fields (the client's `extra_body`).",
+        v,
+        SENTENCE,
+        {"normalize_embeddings": True},  # unit length, as OpenAI's (after dimensions)
+        OPENAI_NAMES,
+        input=(Annotated[t.Text | t.TextList | ids, WithJsonSchema(refused)], ...),
+        model=(names, Field(description="'default', 'bertkit' or the model's name (see /info)")),
+        encoding_format=(
+            Literal["float", "base64"],
+            Field("float", description="base64: little-endian float32 bytes, whatever the output_type"),
+        ),
+        user=(StrictStr | None, None),
+    )
 
     class SimilarityInputs(Strict):
         """The sentence every other one is compared with, and those others."""
@@ -209,13 +227,15 @@ def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseM
         source_sentence: t.Text
         sentences: t.TextList
 
-    class SimilarityRequest(Strict):
-        """TEI's `/similarity` body: the cosine of a source sentence's vector with each of the others'."""
-
-        inputs: SimilarityInputs
-        truncate: StrictBool = True
-        truncation_direction: Direction = "right"
-        prompt_name: t.PromptName = None
+    similarity = options_body(
+        "SimilarityRequest",
+        "TEI's `/similarity` body: the cosine of a source sentence's vector with each of the others'.",
+        v,
+        ("truncation_direction", "prompt_name"),
+        {"normalize_embeddings": True},
+        {},
+        **{**tei, "inputs": (SimilarityInputs, ...)},
+    )
 
     class TokenizeRequest(Strict):
         """TEI's `/tokenize` body: one text or a list."""
@@ -224,8 +244,7 @@ def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseM
         truncate: StrictBool = True
         add_special_tokens: Literal[True] = True
 
-    bodies = (EmbedRequest, EmbedAllRequest, OpenAIEmbeddingRequest, SimilarityRequest, TokenizeRequest)
-    return {body.__name__: body for body in bodies}
+    return {body.__name__: body for body in (embed, embed_all, openai, similarity, TokenizeRequest)}
 
 
 def _run_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseModel]]:
@@ -296,7 +315,9 @@ def _run_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseModel]]
         query: t.Texts
         top_k: Whole(1, MAX_SEARCH_TOP_K) = Field(10, description=f"rows per query (1 to {MAX_SEARCH_TOP_K})")
         index: IndexName | None = Field(None, description="the loaded index to search (see /info); one: that one")  # type: ignore[valid-type]
-        prompt: t.Prompt = Field(None, description="put before each query instead of the prompt the vectors record")
+        prompt: StrictStr | None = Field(
+            None, max_length=v.max_chars, description="put before each query instead of the prompt the vectors record"
+        )
 
     return {body.__name__: body for body in (SearchRequest, PredictRequest, RerankRequest, CohereRerankRequest)}
 
@@ -305,19 +326,6 @@ class TextObject(Strict):
     """Cohere's structured document: an object with one field, 'text'."""
 
     text: StrictStr
-
-
-Direction = Annotated[
-    Literal["right", "Right", "left", "Left"],
-    Field(description="which end of a long text truncation keeps: right keeps the beginning, left the end"),
-]
-OutputType = Annotated[
-    Literal["float32", "float16", "int8", "uint8", "binary", "ubinary"],
-    Field(
-        description="compact vectors, as sentence-transformers' quantize_embeddings (int8 ranges: bertkit's "
-        "calibration sentences); binary types are packed 8 dimensions to a byte"
-    ),
-]
 
 
 class ExplainRequest(Strict):
@@ -336,8 +344,8 @@ class ExplainRequest(Strict):
     )
     attention_layer: Any = Field(None, description="Layers whose attention to send: an index, a list, 'all' or null.")
     head: Any = Field(None, description="Heads of those layers: an index, a list, 'all', 'mean' or null (their mean).")
-    layers: str = Field("last", description=LAYERS_DESCRIPTION)
-    pooling: str = Field("mean", description=POOLING_DESCRIPTION)
+    layers: str = Field("last", description=OPTIONS["layers"].metadata["help"])
+    pooling: str = Field("mean", description=OPTIONS["pooling"].metadata["help"])
     compare: str | None = Field(
         None,
         max_length=2000,

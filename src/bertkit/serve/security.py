@@ -15,7 +15,6 @@ from urllib.parse import urlsplit
 from ..errors import InputError
 
 LOCAL_NAMES = ("127.0.0.1", "localhost", "[::1]")
-BODY_METHODS = frozenset({"POST"})  # the only method with a body here; PUT/PATCH get 405 from routing
 
 
 def load_api_key(env_name: str | None = None, key_file: str | Path | None = None) -> str | None:

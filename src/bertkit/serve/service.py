@@ -1,29 +1,31 @@
-"""What the endpoints do, apart from HTTP: check inputs, tokenize off the event loop, queue for the batcher, finish.
+"""What the endpoints do, apart from HTTP: queue each request's model work and shape the library's answer.
 
-`Service` is `app.state.service`; every vector it returns comes from the same options, tokenizer, forward pass and
-vector head as `Encoder.embed`. The event loop never does work that grows with the input.
+`Service` is `app.state.service`. Every model call goes through its one queue (`batcher`) into the library's own
+calls: `Encoder.embed_with_report` for vectors, a served run's predict, rank and answer, the explainer. The event loop
+only checks, queues and answers; a request's options arrive resolved (the request models resolve them once).
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
+import copy
+import itertools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..encoder.compact import RANGED
 from ..encoder.encode import Encoder
 from ..encoder.options import EmbedOptions
-from ..encoder.tokenize import TOKENIZER_LOCK, Encoded, encode
-from ..encoder.vectors import VectorHead, finish
+from ..encoder.results import TokenEmbedding
+from ..encoder.tokenize import TextTooLong, encode
 from ..explain.explainer import model_name
 from ..tasks.runs import KIND_QA
 from ..tasks.search import query_options
-from .batcher import Batcher, CallJob, EmbedJob, Overloaded
+from .batcher import Batcher, Job
 from .errors import ServeError
 from .metrics import Metrics
 from .runs import ServedRun
@@ -44,20 +46,32 @@ class ClientGone(Exception):
 
 @dataclass
 class EmbedResult:
-    """Per input: a sentence vector (dim,) or token vectors (tokens, dim); with the encodings and truncated rows."""
+    """Per input a sentence vector (an (n, dim) array) or a `TokenEmbedding`; the truncated inputs; tokens if asked."""
 
-    vectors: list[np.ndarray]
-    encoded: list[Encoded]
+    vectors: np.ndarray | list[TokenEmbedding]
     truncated: list[int]
+    tokens: int = 0
 
-    @property
-    def tokens(self) -> int:
-        """The tokens of every input."""
-        return sum(len(e.ids) for e in self.encoded)
+
+def served_encoder(encoder: Encoder, settings: ServeSettings) -> Encoder:
+    """Return `encoder`, or a shallow copy (the same model, tokenizer and forward) with this server's batching.
+
+    `--max-batch-tokens` is the copy's token budget and `--concurrent-batches` its passes in flight; a GPU runs one.
+    """
+    budget = settings.max_batch_tokens or encoder.max_batch_tokens
+    concurrent = settings.concurrent_batches or encoder.concurrent_batches
+    if encoder.device.type != "cpu" and concurrent > 1:
+        logger.warning("--concurrent-batches %d: on %s one pass runs at a time; using 1.", concurrent, encoder.device)
+        concurrent = 1
+    if (budget, concurrent) == (encoder.max_batch_tokens, encoder.concurrent_batches):
+        return encoder
+    served = copy.copy(encoder)
+    served.max_batch_tokens, served.concurrent_batches = budget, concurrent
+    return served
 
 
 class Service:
-    """One encoder, its served runs, one batcher: the shared state behind every route."""
+    """One encoder, its served runs and indexes, one queue: the shared state behind every route."""
 
     def __init__(
         self,
@@ -66,102 +80,83 @@ class Service:
         settings: ServeSettings | None = None,
         indexes: dict[str, VectorIndex] | None = None,
     ) -> None:
-        self.encoder = encoder
+        self.settings = settings or ServeSettings()
+        self.encoder = served_encoder(encoder, self.settings)
         self.runs = runs or {}
         self.indexes = indexes or {}
         for index in self.indexes.values():  # an index of another model's vectors is refused before the server starts
             index.check_encoder(encoder)
-        self.settings = (settings or ServeSettings()).check()
         self.metrics = Metrics()
-        self.concurrent_batches = self.settings.concurrent_batches or encoder.concurrent_batches
-        self.max_batch_tokens = self.settings.max_batch_tokens or encoder.max_batch_tokens
-        if encoder.device.type != "cpu" and self.concurrent_batches > 1:
-            # passes in flight at once share a CPU's threads; a GPU runs one pass at a time, and the host work
-            # (tokenizing, answering) already overlaps it on the request threads
-            message = "--concurrent-batches %d: on %s one pass runs at a time; using 1."
-            logger.warning(message, self.concurrent_batches, encoder.device)
-            self.concurrent_batches = 1
-        self.batcher = Batcher(
-            encoder, self.metrics, self.max_batch_tokens, self.settings.max_queue_tokens, self.concurrent_batches
-        )
-        self._tokenizers = ThreadPoolExecutor(1, thread_name_prefix="bertkit-tokenize")
-        self._tokenizing = 0  # tokens (estimated) being tokenized now: counted against the queue's budget
-
-    def close(self) -> None:
-        """Stop the tokenizing thread (after the batcher has drained)."""
-        self._tokenizers.shutdown(wait=True)
-
-    def encode(self, texts: list[str], truncate: bool, direction: str = "right") -> tuple[list[Encoded], list[int]]:
-        """Tokenize with the library; too long with truncate=false is a 413 naming the input and its length."""
-        limit = self.encoder.max_length
-        policy = "truncate" if truncate else "keep"
-        encoded = encode(self.encoder.tokenizer, texts, max_length=limit, long_text=policy, direction=direction)
-        too_long = [i for i, e in enumerate(encoded) if len(e.ids) > limit]
-        if too_long:
-            first = too_long[0]
-            message = (
-                f"inputs[{first}] has {encoded[first].full_length} tokens, more than this model's {limit}; "
-                f"{len(too_long)} input(s) are too long. Send truncate=true to cut them, or shorten them."
-            )
-            raise ServeError(413, "input_too_long", message)
-        return encoded, [i for i, e in enumerate(encoded) if e.truncated]
-
-    async def off_loop(self, work: Callable[[], Any], estimate: int) -> Any:
-        """Run `work` (tokenizing a request) on the tokenizing thread, admitted under the queue's budget.
-
-        `estimate` is the tokens the request will cost the model (`token_estimate`); a request past the budget is a
-        429 at once.
-        """
-        estimate = max(1, estimate)
-        queued = self.batcher.queue_depth()[1] + self._tokenizing
-        if queued and queued + estimate > self.settings.max_queue_tokens:
-            self.metrics.rejected.inc()
-            raise Overloaded(queued, max(1, queued // 1000))
-        self._tokenizing += estimate
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._tokenizers, work)
-        finally:
-            self._tokenizing -= estimate
+        self.concurrent_batches = self.encoder.concurrent_batches
+        self.max_batch_tokens = self.encoder.max_batch_tokens
+        self.batcher = Batcher(self.metrics, self.max_batch_tokens, self.settings.max_queue_tokens)
 
     async def embed(
-        self, texts: list[str], options: EmbedOptions, truncate: bool = True, disconnected: Disconnected | None = None
+        self, texts: list[str], options: EmbedOptions, disconnected: Disconnected | None = None, count: bool = False
     ) -> EmbedResult:
-        """Vectors for `texts` exactly as `Encoder.embed(texts, options)` gives them (token vectors for 'none')."""
-        encoder = self.encoder
-        resolved = options.resolve(encoder)
-        prompt = resolved.prompt or ""
+        """Vectors for `texts` exactly as `Encoder.embed_with_report(texts, options)` gives them; `count`: tokens too.
 
-        def tokenize() -> tuple[list[Encoded], list[int], VectorHead]:
-            encoded, truncated = self.encode([prompt + t for t in texts], truncate, resolved.truncation_direction)
-            return encoded, truncated, encoder.vector_head(resolved)
-
-        limit = encoder.max_length if truncate else None
-        estimate = token_estimate((len(t) + len(prompt) for t in texts), limit)
-        encoded, truncated, head = await self.off_loop(tokenize, estimate)
-        if resolved.token_vectors:
-            self.check_answer_size(sum(len(e.ids) for e in encoded) * encoder.output_dim(resolved))
-        future = asyncio.get_running_loop().create_future()
-        job = EmbedJob([e.ids for e in encoded], [e.type_ids for e in encoded], head, future)
-        found = await self._wait(job, disconnected)
-        if resolved.token_vectors:
-            return EmbedResult([finish(v, resolved, token_vectors=True) for v in found], encoded, truncated)
-        ranges = None
-        if resolved.output_type in RANGED:  # the calibration sentences go through the model thread, once per options
-            ranges = await self.call(lambda: encoder.calibration_ranges(resolved), 4096, disconnected)
-        return EmbedResult(list(finish(np.stack(found), resolved, ranges)), encoded, truncated)
-
-    def check_answer_size(self, numbers: int) -> None:
-        """Refuse (413) an answer of more numbers than `max_answer_numbers` (seconds of JSON), before the model runs."""
-        limit = self.settings.max_answer_numbers
-        if numbers > limit:
+        Requests of equal options that wait together are one call. A text too long for long_text='error' (TEI's
+        truncate=false) is a 413 that names it.
+        """
+        estimate = token_estimate((len(t) + len(options.prompt or "") for t in texts), options.max_length)
+        result = await self._wait(
+            Job(self._embed_turn(options), (texts, count), estimate, options, len(texts)), disconnected
+        )
+        numbers = sum(item.vectors.size for item in result.vectors) if options.token_vectors else 0
+        if numbers > (limit := self.settings.max_answer_numbers):  # seconds of JSON
             message = (
                 f"the answer would hold {numbers:,} numbers (every token's vector), more than this server's limit of "
                 f"{limit:,} (--max-answer-numbers); send fewer or shorter inputs, or ask for sentence vectors."
             )
             raise ServeError(413, "answer_too_large", message)
+        return result
+
+    def _embed_turn(self, options: EmbedOptions) -> Callable[[list], list]:
+        """Make one queue turn of embedding requests of `options`: one library call, each request its own rows."""
+        encoder = self.encoder
+
+        def run(asks: list[tuple[list[str], bool]]) -> list:
+            answers: list[Any] = [None] * len(asks)
+            left = list(range(len(asks)))
+            while left:
+                texts = [text for k in left for text in asks[k][0]]
+                try:
+                    vectors, report = encoder.embed_with_report(texts, options, warn=False, progress=False)
+                except TextTooLong as exc:  # that request fails; the others of the turn run without it
+                    sizes = list(itertools.accumulate(len(asks[k][0]) for k in left))
+                    owner = bisect.bisect_right(sizes, exc.row)  # the request whose text it is, and its own row
+                    answers[left.pop(owner)] = _too_long(exc.row - ([0, *sizes][owner]), exc)
+                    continue
+                self.metrics.tokens.inc(report.coverage.n_tokens if report.coverage is not None else 0)
+                start = 0
+                for k in left:
+                    own, counted = asks[k]
+                    cut = [r - start for r in report.truncated_rows if start <= r < start + len(own)]
+                    tokens = _token_count(encoder, own, options) if counted else 0
+                    answers[k] = EmbedResult(vectors[start : start + len(own)], cut, tokens)
+                    start += len(own)
+                break
+            return answers
+
+        return run
+
+    async def tokenize(self, texts: list[str], truncate: bool, disconnected: Disconnected | None = None) -> list:
+        """Tokenize `texts` with the library (its `Encoded` items); too long with `truncate` false is a 413."""
+        encoder = self.encoder
+
+        def work() -> list:
+            try:
+                policy = "truncate" if truncate else "error"
+                return encode(encoder.tokenizer, texts, max_length=encoder.max_length, long_text=policy)
+            except TextTooLong as exc:
+                raise _too_long(exc.row, exc) from None
+
+        estimate = token_estimate(map(len, texts), encoder.max_length if truncate else None)
+        return await self.call(work, estimate, disconnected)
 
     async def predict(self, name: str, inputs: list, disconnected: Disconnected | None = None) -> list[dict]:
-        """Run a served run's own predict on the model thread: of texts, or of [text, pair] pairs for a pair run."""
+        """Run a served run's own predict in the queue: of texts, or of [text, pair] pairs for a pair run."""
         run = self.run(name)
         if run.kind == KIND_QA:
             raise _questions_wanted(name)
@@ -179,7 +174,7 @@ class Service:
     ) -> Any:
         """Answer Hugging Face's question-answering task on a served QA run: one answer, or lists.
 
-        The contexts are cut into windows off the event loop, refused (413) past the windows the queue holds.
+        The contexts are cut into windows in the queue's turn, refused (413) past the windows the queue holds.
         """
         run = self.run(name)
         if run.kind != KIND_QA:
@@ -192,19 +187,25 @@ class Service:
         top_k = options.pop("top_k", 1)
         read = {k: options.pop(k) for k in ("doc_stride", "max_question_len", "max_seq_len") if k in options}
         questions, contexts = [i.question for i in items], [i.context for i in items]
-        estimate = token_estimate(len(q) + len(c) for q, c in zip(questions, contexts))
-        windows = await self.off_loop(lambda: run.model.windows(questions, contexts, **read), estimate)
         most = max(1, self.settings.max_queue_tokens // run.model.max_length)
-        if windows.count > most:
-            longest = max(len(w.ids) for part in windows.parts for w in part)
-            message = (
-                f"the contexts make {windows.count} windows of up to {longest} tokens, more than this server takes in "
-                f"one request ({most}: --max-queue-tokens / the run's length of {run.model.max_length}); send shorter "
-                "contexts, or fewer windows: a smaller doc_stride, a max_seq_len nearer the run's length."
-            )
-            raise ServeError(413, "input_too_long", message)
-        found = await self.call(lambda: run.model.ranked(windows, top_k, **options), windows.tokens, disconnected)
-        self.metrics.tokens.inc(windows.tokens)
+
+        def work() -> list:
+            windows = run.model.windows(questions, contexts, **read)
+            if windows.count > most:
+                longest = max(len(w.ids) for part in windows.parts for w in part)
+                message = (
+                    f"the contexts make {windows.count} windows of up to {longest} tokens, more than this server "
+                    f"takes in one request ({most}: --max-queue-tokens / the run's length of {run.model.max_length}); "
+                    "send shorter contexts, or fewer windows: a smaller doc_stride, a max_seq_len nearer the run's "
+                    "length."
+                )
+                raise ServeError(413, "input_too_long", message)
+            self.metrics.tokens.inc(windows.tokens)
+            return run.model.ranked(windows, top_k, **options)
+
+        found = await self.call(
+            work, token_estimate(len(q) + len(c) for q, c in zip(questions, contexts)), disconnected
+        )
         shaped = [answers[0] if top_k == 1 else answers for answers in found]
         return shaped if isinstance(inputs, list) else shaped[0]
 
@@ -242,32 +243,27 @@ class Service:
     ) -> tuple[list, int, list[int]]:
         """Rank `documents` for `query` by reranker `name`: (index, score) best first, tokens, indices of cut pairs.
 
-        The query is cut to the run's length once, off the event loop, before it is paired with each document.
+        The pairs are read as the run reads them (cut longest first past its length); with `truncate` false a pair
+        it would cut is a 413. A long query is first cut to what any pair keeps of it (`_query_prefix`).
         """
         run = self.reranker(name)
         model = run.model
 
-        def lengths() -> tuple[str, list[int]]:
-            with TOKENIZER_LOCK:
-                kept = _prefix(model.tokenizer, query, model.max_length)
-                pairs = model.tokenizer([kept] * len(documents), documents, truncation=False)["input_ids"]
-            return kept, [len(p) for p in pairs]
+        def work() -> tuple[list, int, list[int]]:
+            kept = _query_prefix(model.tokenizer, query, model.max_length)
+            encoded = model.encode([kept] * len(documents), documents)  # the run's own reading: lengths, cuts
+            cut = [i for i, item in enumerate(encoded) if item.truncated]
+            if cut and not truncate:
+                message = (
+                    f"the query with texts[{cut[0]}] has {encoded[cut[0]].full_length} tokens, more than this run's "
+                    f"{model.max_length}; {len(cut)} pair(s) are too long. Send truncate=true to cut them (longest "
+                    "first), or shorten them."
+                )
+                raise ServeError(413, "input_too_long", message)
+            return run.rerank(kept, documents, raw), sum(len(item.ids) for item in encoded), cut
 
-        query_chars = min(len(query), CHARS_PER_TOKEN * model.max_length)  # the query is cut before it is paired
-        estimate = token_estimate((query_chars + len(d) for d in documents), model.max_length if truncate else None)
-        kept, counts = await self.off_loop(lengths, estimate)
-        too_long = [i for i, n in enumerate(counts) if n > model.max_length]
-        if too_long and not truncate:
-            first = too_long[0]
-            message = (
-                f"the query with texts[{first}] has {counts[first]} tokens, more than this run's {model.max_length}; "
-                f"{len(too_long)} pair(s) are too long. Send truncate=true to cut them (longest first), or shorten "
-                "them."
-            )
-            raise ServeError(413, "input_too_long", message)
-        tokens = sum(min(n, model.max_length) for n in counts)
-        ranked = await self.call(lambda: run.rerank(kept, documents, raw), tokens, disconnected)
-        return ranked, tokens, too_long
+        estimate = token_estimate((len(query) + len(d) for d in documents), model.max_length)
+        return await self.call(work, estimate, disconnected)
 
     async def search(
         self, name: str | None, queries: list[str], top_k: int, prompt: str | None, disconnected: Disconnected | None
@@ -275,8 +271,8 @@ class Service:
         """Find the `top_k` nearest rows of index `name` to each query, embedded as the index's vectors were."""
         index = self.index(name)
         options = query_options(index.meta, **({"prompt": prompt} if prompt is not None else {}))
-        result = await self.embed(queries, options, True, disconnected)
-        vectors = np.stack(result.vectors)
+        result = await self.embed(queries, options.resolve(self.encoder), disconnected)
+        vectors = np.asarray(result.vectors)
         found = await self.call(lambda: index.search(vectors, top_k), len(queries) * top_k, disconnected)
         hits = [[{"id": str(index.ids[h["corpus_id"]]), **h} for h in row] for row in found]
         return hits, result
@@ -295,10 +291,7 @@ class Service:
         return self.indexes[name]
 
     async def call(self, work: Callable[[], Any], tokens: int, disconnected: Disconnected | None = None) -> Any:
-        """Run `work` on the model thread, alone (no pass in flight), under the queue's admission control.
-
-        Every model call goes through the batcher, so a model is never used by two threads at once and a full queue
-        answers 429 whatever the endpoint.
+        """Run `work` in a turn of its own in the queue, under its admission control (a full queue: 429).
 
         Parameters
         ----------
@@ -314,8 +307,7 @@ class Service:
         Any
             What `work` returned.
         """
-        future = asyncio.get_running_loop().create_future()
-        return await self._wait(CallJob(work, max(1, tokens), future), disconnected)
+        return await self._wait(Job(lambda _: [work()], None, max(1, tokens)), disconnected)
 
     def run(self, name: str) -> ServedRun:
         """Return the served run `name`, or a 404 that lists the served ones."""
@@ -324,7 +316,7 @@ class Service:
             raise ServeError(404, "unknown_run", f"no run named {name!r}; served runs: {served}.")
         return self.runs[name]
 
-    async def _wait(self, job: EmbedJob | CallJob, disconnected: Disconnected | None) -> Any:
+    async def _wait(self, job: Job, disconnected: Disconnected | None) -> Any:
         self.batcher.submit(job)
         if disconnected is None:
             return await job.future
@@ -356,10 +348,8 @@ class Service:
                 for name, index in self.indexes.items()
             ],
             "limits": {
-                "max_inputs": self.settings.max_inputs,
-                "max_body_bytes": self.settings.max_body_bytes,
+                **{k: getattr(self.settings, k) for k in ("max_inputs", "max_body_bytes", "max_queue_tokens")},
                 "max_batch_tokens": self.max_batch_tokens,
-                "max_queue_tokens": self.settings.max_queue_tokens,
             },
             "concurrent_batches": self.concurrent_batches,
             "auth": self.settings.api_key is not None,
@@ -371,20 +361,39 @@ def _questions_wanted(name: str) -> ServeError:
     return ServeError(422, "invalid_input", message, param="inputs")
 
 
-PREFIX_MARGIN = 16  # tokens kept past the limit when a long text is cut to a prefix: the last word's split stays
-
-
 def token_estimate(lengths: Iterable[int], limit: int | None = None) -> int:
     """Estimate the tokens of texts of these lengths (characters), each at most `limit`, before they are tokenized."""
     per_text = (length // CHARS_PER_TOKEN + 2 for length in lengths)
     return sum(per_text) if limit is None else sum(min(tokens, limit) for tokens in per_text)
 
 
-def _prefix(tokenizer: Any, text: str, max_length: int) -> str:
-    """Cut `text` to the beginning that holds its first `max_length` tokens (and a margin): a pair is cut the same."""
-    if len(text) <= 4 * max_length:
-        return text
-    offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-    if len(offsets) <= max_length + PREFIX_MARGIN:
-        return text
-    return text[: offsets[max_length + PREFIX_MARGIN][1]]
+def _too_long(row: int, exc: TextTooLong) -> ServeError:
+    message = (
+        f"inputs[{row}] has {exc.tokens} tokens, more than this model's {exc.max_length}. Send truncate=true to cut "
+        "it, or shorten it."
+    )
+    return ServeError(413, "input_too_long", message)
+
+
+def _token_count(encoder: Encoder, texts: list[str], options: EmbedOptions) -> int:
+    """Count the tokens the model reads of `texts` (prompt and special tokens included, after truncation)."""
+    return int(encoder.tokenize([(options.prompt or "") + text for text in texts]).attention_mask.sum())
+
+
+QUERY_MARGIN = 16  # tokens a cut query keeps past the run's length: the pair's own cut decides where it ends
+
+
+def _query_prefix(tokenizer: Any, query: str, max_length: int) -> str:
+    """Return the beginning of `query` that holds its first `max_length` tokens and a margin (by the library's cut).
+
+    Cutting a pair longest first, the tokenizer keeps every overflow window of both texts: one window per
+    `max_length` tokens of the query for each of the document's (a 100,000-character query took gigabytes). No
+    pair keeps more of the query than this prefix: its pairs are the whole query's while no document is longer.
+    """
+    if len(query) <= max_length + QUERY_MARGIN:  # a token holds at least one character: nothing to cut
+        return query
+    [item] = encode(tokenizer, [query], max_length=max_length + QUERY_MARGIN, long_text="truncate")
+    content = [
+        end for (start, end), special in zip(item.encoding.offsets, item.encoding.special_tokens_mask) if not special
+    ]
+    return query[: content[-1]] if item.truncated and content else query

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..errors import InputError
 from .security import check_allow_hosts, check_allow_origins
@@ -26,14 +26,13 @@ class ServeSettings:
     allow_origins: tuple[str, ...] = ()  # web origins admitted cross-origin, with CORS answers ('*': any)
     map_texts: bool = False  # the explainer's map shows a run's training sentences (off: points and labels only)
 
-    def check(self) -> ServeSettings:
-        """Refuse non-positive limits and malformed `--allow-host` / `--allow-origin` values (returned lower-cased)."""
+    def __post_init__(self) -> None:
+        """Refuse non-positive limits and malformed `--allow-host` / `--allow-origin` values (kept lower-cased)."""
         limits = ("max_batch_tokens", "max_queue_tokens", "max_inputs", "max_body_bytes", "max_answer_numbers")
         for name in (*limits, "concurrent_batches"):
             value = getattr(self, name)
             unset = value is None and name in ("max_batch_tokens", "concurrent_batches")
             if not unset and (not isinstance(value, int) or value < 1):
                 raise InputError(f"--{name.replace('_', '-')}={value!r}: give a positive whole number.")
-        return replace(
-            self, allow_hosts=check_allow_hosts(self.allow_hosts), allow_origins=check_allow_origins(self.allow_origins)
-        )
+        object.__setattr__(self, "allow_hosts", check_allow_hosts(self.allow_hosts))
+        object.__setattr__(self, "allow_origins", check_allow_origins(self.allow_origins))

@@ -11,8 +11,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
 
-from .errors import OPENAI_PREFIX
+from .errors import OPENAI_PREFIX, ServeError
 from .responses import ErrorResponse, OpenAIErrorResponse
+from .security import is_json
 
 # ---- the OpenAPI document: every status a route can answer, with its JSON shape ----------------------------------
 ERROR_CODES = {
@@ -70,11 +71,23 @@ class StrictJSONRoute(APIRoute):
     """FastAPI's route with `StrictJSONRequest` (FastAPI's documented way to change how a body is read)."""
 
     def get_route_handler(self) -> Callable:
-        """Wrap FastAPI's handler: the request becomes a `StrictJSONRequest`, and an empty POST body is a 400."""
+        """Wrap FastAPI's handler: the request becomes a `StrictJSONRequest`; a POST body must be JSON, not empty.
+
+        A body that is not `application/json` is a 415: a web page's plain form (text/plain, form encoding) is a
+        request a browser sends cross-site without asking the server first.
+        """
         handler = super().get_route_handler()
 
         async def strict(request: Request) -> Any:
             request = StrictJSONRequest(request.scope, request.receive)
+            kind = request.headers.get("content-type")
+            if request.method == "POST" and not is_json(kind):
+                got = kind.split(";", 1)[0].strip() if kind else "none"
+                message = (
+                    f"the request body must be JSON sent as 'Content-Type: application/json' (got {got}); with curl "
+                    "use --json '{...}' or -H 'Content-Type: application/json'."
+                )
+                raise ServeError(415, "unsupported_media_type", message)
             # the body is read here, not inside FastAPI (which answers any failure there with a 400): a body over
             # the limit is a 413 and a client gone mid-body a 499, as the app's handlers say
             if request.method == "POST" and not await request.body():
