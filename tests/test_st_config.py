@@ -104,3 +104,18 @@ def test_bertkit_search_and_index_take_the_models_dot_product(dot_model, monkeyp
     np.testing.assert_allclose(scores, np.sort(expected)[::-1], atol=1e-4)
     build_index(vectors, tmp_path / "v.index")
     assert load_index(tmp_path / "v.index").metric == "dot" and load_index(vectors).metric == "dot"
+
+
+def test_tei_similarity_takes_the_models_dot_product(dot_model):
+    """The service's /similarity scores as the model's own `similarity` does (dot here, not cosine)."""
+    from fastapi.testclient import TestClient
+
+    from bertkit.serve import create_app
+
+    folder, reference = dot_model
+    encoder = Encoder.from_pretrained(str(folder))
+    with TestClient(create_app(encoder)) as client:
+        answer = client.post("/similarity", json={"inputs": {"source_sentence": TEXTS[0], "sentences": TEXTS[1:]}})
+    assert answer.status_code == 200, answer.text
+    theirs = reference.similarity(reference.encode(TEXTS[:1]), reference.encode(TEXTS[1:])).numpy()[0]
+    np.testing.assert_allclose(answer.json(), theirs, rtol=1e-4)

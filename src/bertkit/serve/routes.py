@@ -18,6 +18,8 @@ from starlette.exceptions import HTTPException
 
 from ..explain import page
 from ..explain.explainer import Explainer, Settings
+from ..tasks.search import model_metric
+from ..tasks.search import similarity as similarity_of
 from .responses import (
     Answer,
     ClassPrediction,
@@ -163,13 +165,14 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
     @router.post(
         "/similarity",
         responses=responses("/similarity", list[float], key=key),
-        summary="TEI's /similarity: cosine of the source sentence's vector with each sentence's",
+        summary="TEI's /similarity: the model's similarity of the source sentence's vector with each sentence's",
     )
     async def similarity(body: models.SimilarityRequest, request: Request) -> Response:
         texts = [body.inputs.source_sentence, *body.inputs.sentences]
-        result = await _service(request).embed(texts, body.options, _disconnected(request))
-        vectors = result.vectors
-        return await json_answer((vectors[1:] @ vectors[0]).tolist(), headers=_truncation_headers(result.truncated))
+        service = _service(request)
+        result = await service.embed(texts, body.options, _disconnected(request))
+        scores = similarity_of(result.vectors[:1], result.vectors[1:], model_metric(service.encoder))[0]
+        return await json_answer(scores.tolist(), headers=_truncation_headers(result.truncated))
 
     @router.post(
         "/tokenize",

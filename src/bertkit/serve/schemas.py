@@ -229,10 +229,10 @@ def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseM
 
     similarity = options_body(
         "SimilarityRequest",
-        "TEI's `/similarity` body: the cosine of a source sentence's vector with each of the others'.",
+        "TEI's `/similarity` body: the model's similarity of a source sentence's vector with each of the others'.",
         v,
         ("truncation_direction", "prompt_name"),
-        {"normalize_embeddings": True},
+        {},
         {},
         **{**tei, "inputs": (SimilarityInputs, ...)},
     )
