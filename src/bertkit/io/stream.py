@@ -1,16 +1,14 @@
 """Embed a file of any size in constant memory, chunk by chunk into `<output>.partial.npy`, resumably.
 
-`<output>.progress.json` records the finished chunks; the complete output appears at once (renamed or converted).
+The job's record (`<output>.job.json`) counts the finished chunks; the complete output appears at once.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import functools
 import hashlib
 import json
-import logging
 import os
 import shutil
 import sys
@@ -30,10 +28,9 @@ from ..encoder.encode import Encoder
 from ..encoder.options import EmbedOptions, options_from
 from ..encoder.tokenize import TextTooLong
 from ..errors import BertkitError, InputError, add_note
+from ..records import check_record, new_record
 from .readers import iter_texts
-from .writers import GENERATOR, atomic_path, check_output_path, package_version, require_pyarrow
-
-logger = logging.getLogger(__name__)
+from .writers import atomic_path, check_output_path, end_job, read_job, replace, require_pyarrow, save_job
 
 DEFAULT_CHUNK_ROWS = 4096
 
@@ -53,12 +50,6 @@ class StreamResult:
     truncated_lines: list[int] = field(default_factory=list)  # file lines of the texts cut to the limit
     poor_coverage_lines: list[int] = field(default_factory=list)  # file lines the vocabulary covers poorly
     coverage_message: str = ""  # what the poor rows' coverage looks like, with the model to try
-
-
-def _job_key(path: Path, options: dict) -> str:
-    stat = path.stat()
-    job = {"input": str(path.resolve()), "size": stat.st_size, "mtime": stat.st_mtime_ns, **options}
-    return hashlib.sha256(json.dumps(job, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def embed_file(
@@ -100,8 +91,7 @@ def embed_file(
     on_chunk : callable, optional
         Called with (rows done, rows in all) after each chunk.
     overwrite : bool
-        Replace an existing `output_path` that bertkit cannot recognise as a vectors file of its own (a plain .npy,
-        another program's file); without it such a file is refused and left as it is.
+        Replace an existing `output_path`, or start over an unfinished job of other settings there.
     **kwargs
         `EmbedOptions` fields.
 
@@ -110,7 +100,7 @@ def embed_file(
     StreamResult
         Rows, width, where it resumed, and what happened (truncated, windowed, blank and poorly covered lines).
     """
-    input_path, output = Path(input_path), check_output_path(output_path, overwrite)
+    input_path, output = Path(input_path), check_output_path(output_path, overwrite, [input_path])
     if chunk_rows < 1:
         raise InputError(f"chunk_rows={chunk_rows}: give a positive number of rows per chunk.")
     resolved = options_from(options, kwargs).resolve(encoder)  # refuses bad options before any work
@@ -126,11 +116,12 @@ def embed_file(
     dim = encoder.output_dim(floats)
     options_record = {"fingerprint": encoder.fingerprint, **resolved.record(), **encoder.precision_record()}
     reading = {"column": column, "id_column": id_column, "header": header, "chunk_rows": chunk_rows}
-    key = _job_key(input_path, {**options_record, **reading})
+    stat = input_path.stat()
+    job = {"input": str(input_path.resolve()), "size": stat.st_size, "mtime": stat.st_mtime_ns}
+    job |= {**options_record, **reading}
     partial = output.with_name(output.name + ".partial.npy")
-    progress = output.with_name(output.name + ".progress.json")
     read_rows = functools.partial(iter_texts, input_path, column, header=header, fmt=fmt, id_column=id_column)
-    total, done, offset = _open_partial(partial, progress, key, dim, output, lambda: sum(1 for _ in read_rows()))
+    total, done, offset = _open_partial(partial, output, job, dim, overwrite, lambda: sum(1 for _ in read_rows()))
     result = StreamResult(total, dim, done, 0, 0, 0, 0)
     rows = islice(read_rows(), done, None)
     if output_type in RANGED and ranges is None:
@@ -144,7 +135,7 @@ def embed_file(
             os.pwrite(handle, np.ascontiguousarray(chunk, dtype=np.float32).tobytes(), offset + done * dim * 4)
             os.fsync(handle)  # the data is on disk before the progress record says so
             done += len(read)
-            _write_progress(progress, {"key": key, "rows": total, "done": done, "output": str(output)})
+            save_job(output, job, {"rows": total, "done": done})
             if on_chunk is not None:
                 on_chunk(done, total)
     except OSError as exc:
@@ -154,47 +145,37 @@ def embed_file(
         if done:
             add_note(exc, f"rows 1-{done} are kept and the same command resumes after them")
         else:
-            _discard(partial, progress)
+            _discard(partial, output)
             add_note(exc, "nothing partial was kept")
         raise
     except BertkitError:
-        _discard(partial, progress)  # a user mistake (e.g. --long-text error on a long row): the command must change
+        _discard(partial, output)  # a user mistake (e.g. --long-text error on a long row): the command must change
         raise
     finally:
         os.close(handle)
     ids = lambda: (i for _, _, i in read_rows())  # noqa: E731
     meta = vector_metadata(encoder, options_record, ranges, dim)
     _finish(partial, output, ids, total, "int64" if id_column is None else "string", output_type, ranges, meta)
-    progress.unlink(missing_ok=True)
+    end_job(output)
     return result
 
 
 def _open_partial(
-    partial: Path, progress: Path, key: str, dim: int, output: Path, count_rows: Callable[[], int]
+    partial: Path, output: Path, job: dict, dim: int, overwrite: bool, count_rows: Callable[[], int]
 ) -> tuple[int, int, int]:
-    """(rows, rows done, data offset) of the partial .npy: the one a run of this job left, or a new sparse one."""
-    state: dict | None = None
-    with contextlib.suppress(OSError, ValueError):  # no record, or a damaged one: the job starts over
-        state = json.loads(progress.read_text())
-    if state is not None and state.get("key") == key and partial.exists():
+    """(rows, rows done, data offset) of the partial .npy: the one an unfinished run of this job left, or a new one."""
+    state = read_job(output, job, overwrite)  # another job's record is refused unless `overwrite`
+    if state is not None and partial.exists():
         existing = np.load(partial, mmap_mode="r")
         if existing.shape != (state["rows"], dim) or existing.dtype != np.float32:
-            raise InputError(f"{partial} does not match this job; delete it and {progress} to start over.")
+            raise InputError(f"{partial} does not match this job; pass --overwrite to start over.")
         return state["rows"], state["done"], existing.offset
     total = count_rows()  # reads (and validates) the whole file before any work, or any folder is made
-    if state is not None and state.get("done") and partial.exists():
-        logger.warning(
-            "%s: the unfinished run there embedded %s of %s rows with other options or another input; they are not "
-            "reused and the run starts over (the same options resume it instead).",
-            output,
-            state["done"],
-            state.get("rows", "?"),
-        )
     partial.parent.mkdir(parents=True, exist_ok=True)
     created = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(total, dim))  # sparse file
     offset = created.offset
     del created
-    _write_progress(progress, {"key": key, "rows": total, "done": 0, "output": str(output)})
+    save_job(output, job, {"rows": total, "done": 0})
     return total, 0, offset
 
 
@@ -238,14 +219,9 @@ def _embed_chunk(
 def vector_metadata(encoder: Encoder, options_record: dict, ranges: np.ndarray | None, dim: int) -> dict:
     """Record how a vectors file's vectors were made: enough to embed a query the same way."""
     model = encoder.source.path if encoder.source.kind == "local" else encoder.name
-    return {
-        GENERATOR: package_version(),
-        "model": model,
-        **options_record,
-        "dim": dim,
-        "output": options_record["output_type"],
-        "ranges": None if ranges is None else np.asarray(ranges, dtype=np.float32).tolist(),
-    }
+    ranges = None if ranges is None else np.asarray(ranges, dtype=np.float32).tolist()
+    output = options_record["output_type"]
+    return new_record("vectors", model=model, **options_record, dim=dim, output=output, ranges=ranges)
 
 
 _ARROW_TYPES = {"float32": "float32", "float16": "float16", "int8": "int8", "uint8": "uint8"}
@@ -255,7 +231,7 @@ _ARROW_TYPES |= {"binary": "int8", "ubinary": "uint8"}  # packed bits
 def read_vectors(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict]:
     """(vectors, ids, how they were made) of a .npz or .parquet file written by `bertkit embed`.
 
-    A file that is cut short, damaged or not bertkit's is one InputError naming it, never a traceback.
+    A file that is cut short, damaged or without bertkit's record is one InputError naming it, never a traceback.
 
     Parameters
     ----------
@@ -265,7 +241,7 @@ def read_vectors(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict]:
     Returns
     -------
     tuple
-        The vectors (in their stored type), the row ids, and the metadata (`{}` for files of bertkit 0.1).
+        The vectors (in their stored type), the row ids, and the record of how they were made.
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -273,15 +249,24 @@ def read_vectors(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict]:
         raise InputError(f"{path}: vectors with their options are read from .npz or .parquet files (bertkit embed -o).")
     try:
         vectors, ids, meta = _read_npz(path) if suffix == ".npz" else _read_parquet(path)
-        return vectors, ids, _checked_record(vectors, ids, meta)
     except _damage() as exc:
-        if isinstance(exc, OSError) and exc.errno in _ACCESS_ERRORS:
-            raise  # the file could not be read (permission, disk): said as such, not as damage
-        reason = (str(exc).strip().strip("'\"") or type(exc).__name__).splitlines()[0][:200]
-        raise InputError(
-            f"{path} is not a complete vectors file of bertkit ({reason}); it may be cut short or damaged: embed "
-            "the texts again with `bertkit embed ... -o FILE`."
-        ) from None
+        raise _damaged(path, exc) from None
+    meta = check_record(meta, "vectors", path)
+    try:
+        return vectors, ids, _checked_record(vectors, ids, meta)
+    except ValueError as exc:
+        raise _damaged(path, exc) from None
+
+
+def _damaged(path: Path, exc: BaseException) -> BaseException:
+    """Return the one error of a vectors file that cannot be read (an access error stays itself)."""
+    if isinstance(exc, OSError) and exc.errno in _ACCESS_ERRORS:
+        return exc  # the file could not be read (permission, disk): said as such, not as damage
+    reason = (str(exc).strip().strip("'\"") or type(exc).__name__).splitlines()[0][:200]
+    return InputError(
+        f"{path} is not a complete vectors file of bertkit ({reason}); it may be cut short or damaged: embed "
+        "the texts again with `bertkit embed ... -o FILE`."
+    )
 
 
 def _read_npz(path: Path) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -340,8 +325,6 @@ def _checked_record(vectors: np.ndarray, ids: np.ndarray, meta: dict) -> dict:
         raise ValueError("its record is not a JSON object")
     if vectors.ndim != 2 or ids.ndim != 1 or len(ids) != len(vectors):
         raise ValueError(f"{len(ids)} ids for vectors of shape {vectors.shape}")
-    if not meta:
-        return meta
     output, dim = meta.get("output", "float32"), meta.get("dim")
     if not isinstance(output, str) or vectors.dtype != np.dtype(_ARROW_TYPES.get(output, "object")):
         raise ValueError(f"its record says {output!r} vectors, it holds {vectors.dtype}")
@@ -371,9 +354,9 @@ def _finish(
     ids: Callable[[], Iterator],
     total: int,
     id_type: str,
-    output_type: str = "float32",
-    ranges: np.ndarray | None = None,
-    meta: dict | None = None,
+    output_type: str,
+    ranges: np.ndarray | None,
+    meta: dict,
     slice_rows: int = 65536,
 ) -> None:
     """Turn the finished partial .npy into the output, compacted to `output_type` with `meta`, in slices."""
@@ -381,7 +364,7 @@ def _finish(
         partial = _compacted(partial, output_type, ranges, slice_rows)
     suffix = output.suffix.lower()
     if suffix == ".npy":
-        os.replace(partial, output)
+        replace(partial, output)
         return
     header = np.load(partial, mmap_mode="r")
     offset, width, dtype = header.offset, header.shape[1], header.dtype
@@ -397,11 +380,11 @@ def _finish(
             with archive.open("ids.npy", "w", force_zip64=True) as target:
                 np.lib.format.write_array(target, id_array, allow_pickle=False)
             with archive.open("meta.npy", "w") as target:
-                np.lib.format.write_array(target, np.array(json.dumps(meta or {})), allow_pickle=False)
+                np.lib.format.write_array(target, np.array(json.dumps(meta)), allow_pickle=False)
     else:
         pa, pq = require_pyarrow()
         element = getattr(pa, _ARROW_TYPES[output_type])()
-        record = json.dumps(meta or {})  # with its SHA-256, read back and compared: Parquet's footer has no checksum
+        record = json.dumps(meta)  # with its SHA-256, read back and compared: Parquet's footer has no checksum
         metadata = {"bertkit": record, "bertkit-sha256": hashlib.sha256(record.encode()).hexdigest()}
         schema = pa.schema([("id", getattr(pa, id_type)()), ("vector", pa.list_(element, width))], metadata=metadata)
         id_iter = ids()
@@ -438,11 +421,6 @@ def _compacted(partial: Path, output_type: str, ranges: np.ndarray | None, slice
     return target_path
 
 
-def _discard(partial: Path, progress: Path) -> None:
+def _discard(partial: Path, output: Path) -> None:
     partial.unlink(missing_ok=True)
-    progress.unlink(missing_ok=True)
-
-
-def _write_progress(path: Path, state: dict) -> None:
-    with atomic_path(path) as temporary:
-        temporary.write_text(json.dumps(state))
+    end_job(output)
