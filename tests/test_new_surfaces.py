@@ -400,7 +400,7 @@ def test_a_fuzzed_npz_is_one_line_not_an_os_error(tmp_path):
     import base64
     import zlib
 
-    from bertkit.io.stream import read_vectors
+    from bertkit.io.vectors import read_vectors
 
     path = tmp_path / "v.npz"
     path.write_bytes(zlib.decompress(base64.b64decode("".join(FUZZ_NPZ))))

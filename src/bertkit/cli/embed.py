@@ -249,7 +249,7 @@ def _embed_token_vectors(
     """pooling='none': every token's vector, read whole and written as one .npz."""
     from ..encoder.tokenize import TextTooLong
     from ..io.readers import read_texts
-    from ..io.writers import write_token_vectors
+    from ..io.vectors import write_token_vectors
 
     texts, ids, lines = read_texts(input, **reading)
     try:

@@ -46,7 +46,7 @@ def search(
     query, rank, id, score.
     """
     from ..encoder.encode import Encoder
-    from ..io.stream import read_vectors
+    from ..io.vectors import read_vectors
     from ..tasks.index import load_index, read_index_meta
     from ..tasks.search import embed_queries, rescore_multiplier_for, semantic_search
 

@@ -128,9 +128,7 @@ def _flat(record: object, path: Path) -> QAExample:
             f"empty for no answer), got {quoted(answers)}."
         )
     if len(texts) != len(starts):
-        raise InputError(
-            f"{path}, id {quoted(qid)}: answers has {len(texts)} texts but {len(starts)} answer_starts."
-        )
+        raise InputError(f"{path}, id {quoted(qid)}: answers has {len(texts)} texts but {len(starts)} answer_starts.")
     return _example(qid, record.get("question"), record.get("context"), list(zip(texts, starts)), path)
 
 

@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -293,25 +293,3 @@ def json_value(value: object) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     raise TypeError(f"cannot store {type(value).__name__} in JSON")
-
-
-def write_token_vectors(
-    path: str | Path,
-    tokens: list[list[str]],
-    vectors: list[np.ndarray],
-    ids: Sequence,
-    meta: dict | None = None,
-    overwrite: bool = False,
-) -> Path:
-    """Write the token vectors of many texts in one .npz: `vectors` stacked, `offsets`, `tokens`, `ids`, `meta`."""
-    path = Path(path)
-    if path.suffix.lower() != ".npz":
-        raise InputError(f"output {path}: token vectors (pooling='none') are written as .npz.")
-    check_output(path, overwrite)
-    offsets = np.cumsum([0] + [len(v) for v in vectors])
-    stacked = np.concatenate(vectors) if vectors else np.zeros((0, 0), np.float32)
-    flat_tokens = np.array([t for row in tokens for t in row], dtype=str)
-    with atomic_path(path) as temporary, temporary.open("wb") as handle:
-        record = json.dumps(new_record("token vectors", **(meta or {})))
-        np.savez(handle, vectors=stacked, offsets=offsets, tokens=flat_tokens, ids=np.asarray(list(ids)), meta=record)
-    return path
