@@ -143,18 +143,6 @@ def _write_parts(batch: pa.Table, staging: dict) -> pa.Table:
     return pa.table({"path": pa.array(paths, pa.string()), "rows": pa.array(counts, pa.int64())})
 
 
-def _is_complete(output: Path, entry: dict) -> bool:
-    """Whether the footers of a file's Parquet parts count the rows its manifest entry says."""
-    folder = output / entry["output"]
-    try:
-        return (
-            folder.is_dir()
-            and sum(pq.ParquetFile(p).metadata.num_rows for p in folder.glob("*.parquet")) == entry["rows"]
-        )
-    except (OSError, pa.ArrowInvalid):
-        return False
-
-
 @dataclass
 class _Job:
     """One `embed_files` run: what makes it this job, its state (the files done), the files still to write."""
@@ -255,8 +243,7 @@ def embed_files(
 
 def _plan_file(job: _Job, path: Path, reading: dict) -> None:
     """Skip a file the job's record holds as complete; otherwise queue it with its row count."""
-    entry = job.state["files"].get(path.stem)
-    if entry is not None and _is_complete(job.output, entry):
+    if path.stem in job.state["files"]:  # recorded once its folder was in place, whole
         job.summary.skipped.append(path.stem)
     else:
         job.pending[path] = {
