@@ -183,3 +183,17 @@ def test_memory_does_not_grow_with_input_size(tiny_dirs, tmp_path):
     assert np.load(tmp_path / "l.npy", mmap_mode="r").shape == (100_000, 288)
     assert rss_large < 2048
     assert rss_large - rss_small < 60, (rss_small, rss_large)
+
+
+def test_a_damaged_or_foreign_job_record_is_one_clear_error(encoder, tmp_path):
+    from bertkit.io.writers import job_path
+
+    source = make_lines(tmp_path / "in.tsv", 10)
+    record = job_path(tmp_path / "v.npy")
+    for content, message in (("{not json", "v.npy.job.json: not valid JSON"), ("{}", "has no bertkit record")):
+        record.write_text(content)
+        with pytest.raises(InputError, match=message):
+            embed_file(encoder, source, tmp_path / "v.npy", column=1)
+        assert record.read_text() == content  # nothing was touched
+    embed_file(encoder, source, tmp_path / "v.npy", column=1, overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.tsv", "v.npy"]

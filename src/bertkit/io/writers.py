@@ -191,9 +191,10 @@ def read_job(output: str | Path, job: dict, overwrite: bool = False) -> dict | N
     if not path.is_file() or overwrite:
         return None
     try:
-        record = check_record(json.loads(path.read_text(encoding="utf-8")), "job", path)
+        record = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc}); delete it to start over.") from None
+        raise InputError(f"{path}: not valid JSON ({exc}); pass --overwrite to start over.") from None
+    record = check_record(record, "job", path)
     changed = _changes(record["job"], json.loads(json.dumps(job, default=str)))  # compared as JSON holds it
     if changed:
         said = "; ".join(f"{key} was {then!r}, now {now!r}" for key, then, now in changed[:3])
