@@ -19,8 +19,6 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from bertkit.errors import InputError  # noqa: E402  (after the skip above)
-from bertkit.io.writers import job_path  # noqa: E402
-from bertkit.records import record_kind  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -67,9 +65,11 @@ def loads(head) -> list[tuple[int, int]]:
 
 
 @pytest.mark.slow
-def test_files_equal_the_local_path_one_load_per_actor_and_a_rerun_skips_them(head, tmp_path, encoder):
+def test_files_equal_the_local_path_one_load_per_actor_and_a_finished_output_is_refused(head, tmp_path, encoder):
     from bertkit.io.stream import embed_file
+    from bertkit.io.writers import job_path
     from bertkit.ray import embed_files
+    from bertkit.records import record_kind
 
     inputs = tmp_path / "in"
     inputs.mkdir()
@@ -131,6 +131,8 @@ def run_cli(*args: str) -> subprocess.Popen:
 
 @pytest.mark.slow
 def test_cli_killed_midway_resumes_and_skips_finished_files(head, tmp_path, encoder):
+    from bertkit.io.writers import job_path  # here, not at the top: Ray's workers import this module
+
     inputs = tmp_path / "in"
     inputs.mkdir()
     texts = {"p1": sst2_texts(40), "p2": sst2_texts(400, skip=40), "p3": sst2_texts(400, skip=440)}
@@ -191,6 +193,8 @@ RAY_KILLS = 6 if LONG_TESTS else 2
 def test_cli_killed_at_seeded_random_points_resumes_to_the_same_vectors(head, tmp_path, encoder):
     """SIGKILL the driver at random moments (after it has started working), again and again; then finish."""
     import random
+
+    from bertkit.io.writers import job_path
 
     inputs = tmp_path / "in"
     inputs.mkdir()
