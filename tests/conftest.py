@@ -66,15 +66,6 @@ def shared_file(*parts: str) -> Path:
     return path
 
 
-def fixture_texts(expected: dict) -> list[str]:
-    """The texts a saved fixture was scored on: SST-2 training rows (read from the shared data, never copied into
-    the repository) followed by the fixture's own sentences."""
-    from bertkit.io.readers import read_labelled
-
-    start, stop = expected["texts"]["sst2_train_rows"]
-    return read_labelled(shared_file("sst2", "train.tsv")).texts[start:stop] + expected["texts"]["then"]
-
-
 @pytest.fixture(scope="session")
 def encoder():
     from bertkit import Encoder

@@ -96,19 +96,23 @@ def test_default_disk_limit_is_documented_and_settable(monkeypatch, tmp_path):
     assert EmbeddingCache({"test": "env"}, tmp_path, max_disk_bytes=1234).disk.max_bytes == 1234
 
 
-def test_shards_of_the_former_layout_move_into_the_database(memory, tmp_path):
-    options = {"test": "legacy"}
-    key = cache_module.config_key(options)
-    folder = tmp_path / key
-    folder.mkdir()
-    texts = ["one", "two", "three"]
-    keys = np.array([text_key(t) for t in texts], dtype="S20")
-    np.savez(folder / "shard-1-1.npz", keys=keys, vectors=vectors_for(texts))
-    (folder / "options.json").write_text('{"test": "legacy"}')
+def test_the_database_carries_the_bertkit_record_and_another_is_refused(memory, tmp_path):
+    import json
+    import sqlite3
 
-    cache = EmbeddingCache(options, tmp_path)
-    assert not folder.exists()  # moved, so nothing stays outside the limit
-    np.testing.assert_array_equal(cache.get_or_compute(texts, pytest.fail), vectors_for(texts))
+    from bertkit.errors import InputError
+    from bertkit.records import record_kind
+
+    EmbeddingCache({"test": "record"}, tmp_path)
+    with sqlite3.connect(tmp_path / DATABASE) as db:
+        assert record_kind(json.loads(db.execute("SELECT bertkit FROM record").fetchone()[0])) == "embedding cache"
+    EmbeddingCache({"test": "record"}, tmp_path)  # opened again: its own record is read back
+    older = tmp_path / "older"
+    older.mkdir()
+    with sqlite3.connect(older / DATABASE) as db:  # a cache of bertkit 0.2: tables, no record
+        db.execute("CREATE TABLE vectors (id INTEGER PRIMARY KEY)")
+    with pytest.raises(InputError, match="no bertkit record.*only a cache: delete it"):
+        EmbeddingCache({"test": "record"}, older)
 
 
 def test_memory_entries_are_private_copies(memory):

@@ -1,14 +1,13 @@
 """TextClassifier: a scikit-learn Pipeline inside; any classifier; saved with skops (no pickle) and loaded back
-identically; bertkit 0.1 runs still load and predict what they predicted; clear refusals; known accuracy."""
+identically; clear refusals; known accuracy."""
 
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tiny_models
-from conftest import fixture_texts, shared_file
+from conftest import shared_file
 from sklearn.base import clone
 from sklearn.calibration import CalibratedClassifierCV
 from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
@@ -21,9 +20,8 @@ from sklearn.utils import estimator_checks
 
 from bertkit import BertVectorizer, InputError, ModelLoadError, TextClassifier
 from bertkit.io.readers import read_labelled, sample_path
+from bertkit.records import FORMAT_VERSION
 from bertkit.tasks.heads import C_GRID, named_classifier
-
-FIXTURES = Path(__file__).parent / "fixtures" / "runs-0.1"
 
 
 @pytest.fixture(scope="module")
@@ -55,29 +53,11 @@ def test_save_load_predicts_identically(sample, tmp_path, kind):
         "classifier",
     ]
     record = json.loads((saved / "bertkit.json").read_text())
-    assert record["kind"] == "features" and record["format"] == 2 and record["features"]["layers"] == "last"
+    assert record["bertkit"]["kind"] == "features" and record["bertkit"]["format_version"] == FORMAT_VERSION
+    assert record["features"]["layers"] == "last"
     assert record["encoder"]["fingerprint"] == classifier.vectorizer_.encoder_.fingerprint
     assert record["classes"] == ["negative", "positive"] and record["versions"]["skops"]
     assert (saved / "head.skops").read_bytes()[:2] == b"PK"  # skops' own format: a zip of JSON and arrays
-
-
-@pytest.mark.parametrize("name", ["logreg-default", "linear-svm-last-mean", "mlp-last-cls"])
-def test_runs_saved_by_bertkit_0_1_load_and_predict_the_same(name):
-    """Fixtures written by bertkit 0.1's code (tests/fixtures/runs-0.1/make_fixtures.py), with its predictions."""
-    expected = json.loads((FIXTURES / name / "expected.json").read_text())
-    texts = fixture_texts(expected)
-    loaded = TextClassifier.from_pretrained(FIXTURES / name, cache=None)
-    np.testing.assert_allclose(loaded.predict_proba(texts), expected["predict_proba"], atol=1e-6)
-    assert loaded.predict(texts).tolist() == expected["predict"]
-    assert loaded.classes_.tolist() == expected["classes"]
-
-
-def test_a_0_1_run_saved_again_uses_todays_format(tmp_path):
-    loaded = TextClassifier.from_pretrained(FIXTURES / "linear-svm-last-mean", cache=None)
-    expected = json.loads((FIXTURES / "linear-svm-last-mean" / "expected.json").read_text())
-    again = TextClassifier.from_pretrained(loaded.save(tmp_path / "again"), cache=None)
-    assert (tmp_path / "again" / "head.skops").is_file()
-    np.testing.assert_allclose(again.predict_proba(fixture_texts(expected)), expected["predict_proba"], atol=1e-6)
 
 
 def test_the_default_is_logistic_regression_with_C_by_cross_validation(sample):
@@ -200,20 +180,28 @@ def test_model_from_a_different_encoder_is_refused(sample, tmp_path):
         TextClassifier.from_pretrained(tmp_path / "run")
 
 
-def test_existing_run_directory_is_kept(sample, tmp_path):
+def test_an_existing_run_directory_is_replaced_only_with_overwrite(sample, tmp_path):
     texts, labels = sample
     classifier = TextClassifier(BertVectorizer(layers="last"), logreg()).fit(texts[:10], labels[:10])
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "mine.txt").write_text("keep me")
-    for overwrite in (False, True):  # not offered --overwrite, which would be refused too
-        with pytest.raises(InputError, match="not a folder bertkit wrote"):
-            classifier.save(tmp_path / "run", overwrite=overwrite)
+    with pytest.raises(InputError, match="run already exists; nothing was touched.*--overwrite"):
+        classifier.save_pretrained(tmp_path / "run")
     assert (tmp_path / "run" / "mine.txt").read_text() == "keep me"
-    classifier.save(tmp_path / "run2")
-    with pytest.raises(InputError, match="already exists.*--overwrite"):
-        classifier.save(tmp_path / "run2")
-    classifier.save(tmp_path / "run2", overwrite=True)  # a run bertkit wrote may be replaced
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "run2"]
+    classifier.save_pretrained(tmp_path / "run", overwrite=True)  # asked for: replaced whole, whoever wrote it
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["bertkit.json", "head.skops"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_a_run_without_the_bertkit_record_is_refused_in_one_line(sample, tmp_path):
+    texts, labels = sample
+    run = TextClassifier(BertVectorizer(layers="last"), logreg()).fit(texts[:10], labels[:10])
+    run = run.save_pretrained(tmp_path / "run")
+    record = json.loads((run / "bertkit.json").read_text())
+    del record["bertkit"]
+    (run / "bertkit.json").write_text(json.dumps({"kind": "features", "format": 2, **record}))  # bertkit 0.2's
+    with pytest.raises(ModelLoadError, match="not a file bertkit wrote \\(it has no bertkit record\\)"):
+        TextClassifier.from_pretrained(run)
 
 
 @pytest.mark.slow

@@ -114,11 +114,11 @@ def test_existing_output_needs_overwrite(monkeypatch, capsys, tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "mine.txt").write_text("keep me")
     code, _, err = train(monkeypatch, capsys, tmp_path, "-o", tmp_path / "run")
-    assert code == 2 and "is not a folder bertkit wrote" in err and "choose another -o directory" in err
+    assert code == 2 and "run already exists; nothing was touched" in err and "--overwrite" in err
     assert [p.name for p in (tmp_path / "run").iterdir()] == ["mine.txt"]
-    (tmp_path / "run2").mkdir()  # an empty folder: bertkit may fill it, when told to
+    (tmp_path / "run2").mkdir()  # an empty folder is there too: the same refusal
     code, _, err = train(monkeypatch, capsys, tmp_path, "-o", tmp_path / "run2")
-    assert code == 2 and "already exists" in err and "--overwrite" in err
+    assert code == 2 and "run2 already exists; nothing was touched" in err and "--overwrite" in err
     assert (tmp_path / "run" / "mine.txt").read_text() == "keep me"
 
 

@@ -4,13 +4,11 @@ records, long texts in fine-tuned classifiers, fitted attributes, and a library 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tiny_models
 import torch
-from conftest import fixture_texts
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 from transformers import AutoModelForSequenceClassification
@@ -81,23 +79,6 @@ def test_text_classifier_holds_a_vectorizer_and_takes_its_precision(sample):
             BertVectorizer(layers="last", pooling="cls", precision="bf16"), LogisticRegression(C=1.0, max_iter=3000)
         ).fit(*sample)
         assert bf16.vectorizer_.encoder_.precision == "bf16"
-
-
-def test_runs_saved_before_the_layout_change_still_load(tmp_path):
-    """Early 0.1 runs kept the vectorizer's options in "params" and recorded no precision: rewrite a 0.1 run so."""
-    fixture = Path(__file__).parent / "fixtures" / "runs-0.1" / "linear-svm-last-mean"
-    old = tmp_path / "old"
-    old.mkdir()
-    record = json.loads((fixture / "bertkit.json").read_text())
-    vectorizer_options = record.pop("vectorizer")
-    record["params"] = {**{k: v for k, v in record["params"].items() if k != "vectorizer"}, **vectorizer_options}
-    record["features"].pop("precision")
-    (old / "bertkit.json").write_text(json.dumps(record))
-    (old / "classifier.safetensors").write_bytes((fixture / "classifier.safetensors").read_bytes())
-    loaded = load_run(old)
-    expected = json.loads((fixture / "expected.json").read_text())
-    np.testing.assert_allclose(loaded.predict_proba(fixture_texts(expected)), expected["predict_proba"], atol=1e-6)
-    assert loaded.vectorizer_.layers == "last" and loaded.vectorizer_.encoder_.precision == "fp32"
 
 
 def test_runs_record_precision_and_warn_when_used_at_another(feature_run, finetuned_run, caplog):

@@ -72,7 +72,7 @@ def test_text_finetune_learns_and_loads_in_plain_transformers(tiny_dirs, tmp_pat
     record = json.loads((tmp_path / "run" / "bertkit.json").read_text())
     losses = [h["train_loss"] for h in record["training"]["history"]]
     assert losses[-1] < losses[0] * 0.5, losses
-    assert record["kind"] == "finetuned-text" and record["labels"] == ["neg", "pos"]
+    assert record["bertkit"]["kind"] == "finetuned-text" and record["labels"] == ["neg", "pos"]
     assert record["metrics"]["accuracy"] >= 0.9
     assert record["data"]["train_sha256"] and record["data"]["train_rows"] == 128 and record["data"]["dev_rows"] == 32
     assert record["args"]["learning_rate"] == 3e-3 and not list((tmp_path / "run").glob("checkpoint-*"))
@@ -137,7 +137,7 @@ def test_resume_refuses_a_changed_command(tiny_dirs, tmp_path):
     options = dict(model=str(tiny_dirs["bert_cased"]), dev_share=0.25)
     with pytest.raises(KeyboardInterrupt):
         finetune(data, output_dir=tmp_path / "run", args=tiny_args(), callbacks=[interrupt], **options)
-    with pytest.raises(InputError, match="different args .*learning_rate"):
+    with pytest.raises(InputError, match="other settings .*args.learning_rate was 0.003, now 0.001"):
         finetune(data, output_dir=tmp_path / "run", args=tiny_args(learning_rate=1e-3), resume=True, **options)
 
 
@@ -157,7 +157,7 @@ def test_token_finetune_predicts_entities_with_character_spans(tiny_dirs, tmp_pa
         )
     assert any("split into pieces at word boundaries" in r.getMessage() for r in caplog.records)
     record = json.loads((tmp_path / "ner" / "bertkit.json").read_text())
-    assert record["kind"] == "finetuned-token"
+    assert record["bertkit"]["kind"] == "finetuned-token"
     assert record["labels"] == ["O", "B-LOC", "I-LOC", "B-MISC", "B-ORG"]
     assert record["metrics"]["f1"] >= 0.8, record["metrics"]
     plain = AutoModelForTokenClassification.from_pretrained(tmp_path / "ner").eval()
@@ -219,9 +219,9 @@ def test_length_grouped_batches_cover_each_example_once_and_group_lengths():
         ("empty_dev", "no data rows"),
         ("tsv_as_token", "looks like sentence/label data"),
         ("conll_as_text", "word/tag \\(CoNLL\\) file.*use --task token"),
-        ("exists", "run is not a folder bertkit wrote .*; choose another -o directory"),  # no --overwrite offered
-        ("bertkit_run", "already exists; choose another -o directory or pass --overwrite"),
-        ("a_file", "run is a file, not a folder bertkit wrote; choose another -o directory"),
+        ("exists", "run already exists; nothing was touched.*--overwrite"),
+        ("bertkit_run", "run already exists; nothing was touched.*--overwrite"),  # bertkit's own: the same refusal
+        ("a_file", "run already exists; nothing was touched.*--overwrite"),
         ("bad_column_count", "line 3: 2 columns, but the file started with 4"),
         ("not_iob", "line 2: tag 'PER' is not IOB"),
     ],

@@ -56,7 +56,7 @@ def recall(found, exact) -> float:
 
 @pytest.mark.parametrize("output", OUTPUTS)
 def test_an_index_finds_what_exact_search_finds_and_keeps_the_record(vector_files, encoder, texts, tmp_path, output):
-    from bertkit.io.stream import read_vectors
+    from bertkit.io.vectors import read_vectors
 
     report = build_index(vector_files[output], tmp_path / "corpus.index")
     assert report.rows == report.added == len(texts) and report.resumed_from == 0
@@ -154,7 +154,7 @@ def test_an_index_is_written_atomically_and_replaces_only_what_it_may(vector_fil
 
 
 def test_a_build_resumes_after_an_interruption_and_extends_with_new_rows(vector_files, monkeypatch, tmp_path):
-    from bertkit.io.stream import read_vectors
+    from bertkit.io.vectors import read_vectors
 
     monkeypatch.setattr(index_build, "ADD_ROWS", 16)
     target = tmp_path / "corpus.index"

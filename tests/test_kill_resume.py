@@ -19,6 +19,8 @@ import pytest
 from conftest import LONG_TESTS
 from test_finetune import sentiment_file
 
+from bertkit.io.writers import job_path
+
 pytestmark = pytest.mark.slow
 BERTKIT = [sys.executable, "-m", "bertkit.cli"]
 EMBED_KILLS = 20 if LONG_TESTS else 5
@@ -92,7 +94,7 @@ def test_embed_killed_anywhere_resumes_to_the_same_vectors(model_dir, tmp_path, 
     command = ["embed", texts, "--model", model_dir, "--chunk-rows", "16", "--quiet"]
     reference = tmp_path / f"reference{suffix}"
     process = start([*command, "-o", reference], tmp_path)
-    while not reference.with_name(reference.name + ".progress.json").exists() and process.poll() is None:
+    while not job_path(reference).exists() and process.poll() is None:
         time.sleep(0.005)
     began = time.monotonic()
     finish(process)
@@ -101,7 +103,7 @@ def test_embed_killed_anywhere_resumes_to_the_same_vectors(model_dir, tmp_path, 
     expected = expected["vectors"] if suffix == ".npz" else expected
 
     output = tmp_path / f"out{suffix}"
-    progress = output.with_name(output.name + ".progress.json")
+    progress = job_path(output)
     rng = random.Random(20)
     kills = attempts = 0
     while kills < EMBED_KILLS and attempts < 2 * EMBED_KILLS:  # a run that finished before its kill does not count
@@ -180,13 +182,13 @@ def test_finetune_killed_anywhere_resumes_to_the_same_weights(model_dir, tmp_pat
     rng = random.Random(11)
     kills = 0
     for _ in range(FINETUNE_KILLS):
-        started = (run / "bertkit-run.json").exists() or any(run.parent.glob(".run.*.old"))
+        started = job_path(run).exists()
         if (run / "bertkit.json").exists():
             break
         kills += kill_after(
             start([*command, "-o", run, *(["--resume"] if started else [])], tmp_path),
             rng.uniform(0.0, 1.0),
-            wait_for=run / "bertkit-run.json",
+            wait_for=job_path(run),
         )
     assert kills >= 3, f"only {kills} runs were killed while training"
     if not (run / "bertkit.json").exists():
@@ -226,14 +228,14 @@ def test_embed_on_a_full_disk_keeps_finished_chunks_then_resumes(model_dir, tmp_
     message = err.decode()
     assert "no space left on the device" in message and "are kept and the same command resumes" in message
     assert not output.exists()
-    done = json.loads(output.with_name("out.npy.progress.json").read_text())["done"]
+    done = json.loads(job_path(output).read_text())["state"]["done"]
     assert 0 < done < len(expected)
 
     remount(small_disk, "ro")  # read-only now: the run fails at once and keeps what it had
     process = start([*command, "-o", output], tmp_path)
     _, err = process.communicate(timeout=300)
     assert process.returncode == 2 and "is on a read-only file system" in err.decode(), err.decode()
-    assert json.loads(output.with_name("out.npy.progress.json").read_text())["done"] == done
+    assert json.loads(job_path(output).read_text())["state"]["done"] == done
 
     remount(small_disk, "rw,size=4m")
     out, err = finish(start([*command, "-o", output], tmp_path))

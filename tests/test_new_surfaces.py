@@ -1,4 +1,4 @@
-"""Regression tests for the promises on the surfaces added last (issue 31): a user's file is never replaced, bad
+"""Regression tests for the promises on the surfaces added last (issue 31): a file is never replaced unasked, bad
 pair/score/multi-label input is refused at its line, paths and ports are checked before the model loads, and
 messages stay short and about the user's input."""
 
@@ -10,7 +10,7 @@ from conftest import run_cli
 from sklearn.linear_model import LogisticRegression
 
 from bertkit.errors import InputError
-from bertkit.io.writers import check_output_file, written_by_bertkit_file
+from bertkit.records import record_kind
 
 
 @pytest.fixture(scope="module")
@@ -32,14 +32,17 @@ def reviews(tmp_path):
     return path
 
 
-# ---- a user's file is never replaced without --overwrite --------------------------------------------------------
+# ---- an existing file is never replaced without --overwrite, whoever wrote it ------------------------------------
+REFUSED = "already exists; nothing was touched. Choose another output, or pass --overwrite to replace it."
+
+
 @pytest.mark.parametrize("name", ["mine.npy", "mine.npz"])
 def test_embed_keeps_a_users_vectors_file(monkeypatch, capsys, tmp_path, reviews, name):
     mine = tmp_path / name
     np.save(mine, np.arange(6.0)) if name.endswith(".npy") else np.savez(mine, vectors=np.arange(6.0))
     before = mine.read_bytes()
     code, _, err = run_cli(monkeypatch, capsys, "embed", reviews, "-o", mine, "-c", "0", "--no-header")
-    assert code == 2 and "bertkit did not write it" in err and "--overwrite" in err, err
+    assert code == 2 and REFUSED in err, err
     assert mine.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "reviews.tsv"])  # nothing partial left
     code, _, err = run_cli(monkeypatch, capsys, "embed", reviews, "-o", mine, "-c", "0", "--no-header", "--overwrite")
@@ -48,36 +51,39 @@ def test_embed_keeps_a_users_vectors_file(monkeypatch, capsys, tmp_path, reviews
     assert vectors.shape == (6, 384)
 
 
-def test_embed_replaces_the_npz_it_wrote(monkeypatch, capsys, tmp_path, reviews):
+def test_embed_refuses_even_its_own_npz_without_overwrite(monkeypatch, capsys, tmp_path, reviews):
     output = tmp_path / "vectors.npz"
-    for _ in range(2):  # the same command twice: the second run replaces bertkit's own file
-        code, _, err = run_cli(monkeypatch, capsys, "embed", reviews, "-o", output, "-c", "0", "--no-header")
-        assert code == 0, err
-    assert written_by_bertkit_file(output)
+    args = ["embed", reviews, "-o", output, "-c", "0", "--no-header"]
+    assert run_cli(monkeypatch, capsys, *args)[0] == 0
+    before = output.read_bytes()
+    code, _, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 2 and REFUSED in err and output.read_bytes() == before, err
+    assert run_cli(monkeypatch, capsys, *args, "--overwrite")[0] == 0
     with np.load(output) as archive:
-        assert json.loads(str(archive["meta"]))["bertkit"]
+        assert record_kind(json.loads(str(archive["meta"]))) == "vectors"
 
 
-def test_token_vectors_keep_a_users_npz_and_mark_their_own(monkeypatch, capsys, tmp_path, reviews):
+def test_token_vectors_keep_a_users_npz_and_carry_the_record(monkeypatch, capsys, tmp_path, reviews):
     mine = tmp_path / "tokens.npz"
     np.savez(mine, tokens=np.arange(3))
     args = ["embed", reviews, "-o", mine, "-c", "0", "--no-header", "--pooling", "none"]
     code, _, err = run_cli(monkeypatch, capsys, *args)
-    assert code == 2 and "bertkit did not write it" in err
+    assert code == 2 and REFUSED in err
     assert run_cli(monkeypatch, capsys, *args, "--overwrite")[0] == 0
-    assert written_by_bertkit_file(mine)
-    assert run_cli(monkeypatch, capsys, *args)[0] == 0  # now bertkit's own
+    with np.load(mine) as archive:
+        assert record_kind(json.loads(str(archive["meta"]))) == "token vectors"
+    assert run_cli(monkeypatch, capsys, *args)[0] == 2  # bertkit's own now, and still refused
 
 
 def test_predict_keeps_a_users_table(monkeypatch, capsys, tmp_path, features_run):
     notes = tmp_path / "notes.tsv"
     notes.write_text("my\tnotes\n")
     code, out, err = run_cli(monkeypatch, capsys, "predict", features_run, "a fine film", "-o", notes)
-    assert code == 2 and "bertkit did not write it" in err and notes.read_text() == "my\tnotes\n"
+    assert code == 2 and REFUSED in err and notes.read_text() == "my\tnotes\n"
     predictions = tmp_path / "predictions.tsv"
-    for _ in range(2):
-        code, _, err = run_cli(monkeypatch, capsys, "predict", features_run, "a fine film", "-o", predictions)
-        assert code == 0, err
+    assert run_cli(monkeypatch, capsys, "predict", features_run, "a fine film", "-o", predictions)[0] == 0
+    code, _, err = run_cli(monkeypatch, capsys, "predict", features_run, "a fine film", "-o", predictions)
+    assert code == 2 and REFUSED in err, err
     assert predictions.read_text().splitlines()[0] == "label\tprobability\ttext"
     assert run_cli(monkeypatch, capsys, "predict", features_run, "a fine film", "-o", notes, "--overwrite")[0] == 0
     assert notes.read_text().startswith("label\tprobability\ttext\n")
@@ -91,18 +97,19 @@ def test_predict_keeps_a_users_multi_label_or_regression_file(monkeypatch, capsy
     before = data.read_text()
     for args in ([data, "-c", "text"], ["a fine film"]):
         code, _, err = run_cli(monkeypatch, capsys, "predict", features_run, *args, "-o", data)
-        assert code == 2 and "bertkit did not write it" in err and data.read_text() == before, err
+        assert code == 2 and data.read_text() == before, err
+        assert ("is also an input" if args[0] == data else REFUSED) in err, err
 
 
 def test_predict_never_writes_over_its_input(monkeypatch, capsys, tmp_path, features_run):
     table = tmp_path / "predictions.tsv"
     assert run_cli(monkeypatch, capsys, "predict", features_run, "a fine film", "-o", table)[0] == 0
     before = table.read_text()
-    code, _, err = run_cli(monkeypatch, capsys, "predict", features_run, table, "-c", "text", "-o", table)
-    assert code == 2 and "is also the input file" in err and table.read_text() == before, err
-    assert (
-        run_cli(monkeypatch, capsys, "predict", features_run, table, "-c", "text", "-o", table, "--overwrite")[0] == 0
-    )
+    for overwrite in ([], ["--overwrite"]):
+        code, _, err = run_cli(
+            monkeypatch, capsys, "predict", features_run, table, "-c", "text", "-o", table, *overwrite
+        )
+        assert code == 2 and "is also an input" in err and table.read_text() == before, err
 
 
 def test_a_long_text_on_the_command_line_is_a_text_and_bytes_that_are_not_utf8_are_one_line(
@@ -128,42 +135,25 @@ def test_explain_keeps_a_users_page(monkeypatch, capsys, tmp_path):
     page = tmp_path / "mypage.html"
     page.write_text("<html><body>my page</body></html>")
     code, _, err = run_cli(monkeypatch, capsys, "explain", "a fine film", "-o", page)
-    assert code == 2 and "bertkit did not write it" in err and page.read_text().endswith("my page</body></html>")
+    assert code == 2 and REFUSED in err and page.read_text().endswith("my page</body></html>")
 
 
-def test_explain_pages_say_bertkit_made_them(tmp_path):
-    from bertkit.explain.page import offline_page
-
-    page = tmp_path / "page.html"
-    page.write_text(offline_page({}, {}), encoding="utf-8")
-    assert written_by_bertkit_file(page)
-    check_output_file(page)  # replaceable without --overwrite
-
-
-def test_report_keeps_a_users_files(tmp_path):
+def test_report_files_are_replaced_only_with_overwrite(tmp_path):
     from bertkit.tasks.report import classification_metrics, write_report
 
     labels = ["pos", "neg"] * 10
     metrics = classification_metrics(labels, labels, ["neg", "pos"], "neg")
     written = write_report(tmp_path, metrics, np.random.default_rng(0).normal(size=(20, 5)), labels)
-    assert all(written_by_bertkit_file(path) for path in written)
-    assert len(write_report(tmp_path, metrics)) == 2  # bertkit's own files are replaced
+    assert [p.name for p in written] == ["metrics.json", "confusion.png", "pca.png"]
+    record = json.loads((tmp_path / "metrics.json").read_text())
+    assert record_kind(record) == "metrics" and record["accuracy"] == 1.0
     (tmp_path / "confusion.png").write_bytes(b"\x89PNG\r\n\x1a\nmine")
-    with pytest.raises(InputError, match="confusion.png already exists and bertkit did not write it"):
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(InputError, match=f"metrics.json {REFUSED}"):  # bertkit's own files and a user's alike
         write_report(tmp_path, metrics)
-    assert (tmp_path / "confusion.png").read_bytes().endswith(b"mine")
-    assert json.loads((tmp_path / "metrics.json").read_text())["accuracy"] == 1.0
-
-
-@pytest.mark.parametrize("content", [b"", b"[]", b'"bertkit"', b"\x00\x01 binary", b"label\tprobability"])
-def test_unmarked_files_are_not_bertkits(tmp_path, content):
-    for suffix in (".npz", ".parquet", ".json", ".png", ".html", ".tsv", ".npy"):
-        path = tmp_path / f"file{suffix}"
-        path.write_bytes(content)
-        assert not written_by_bertkit_file(path)
-        with pytest.raises(InputError, match="did not write it"):
-            check_output_file(path)
-        check_output_file(path, overwrite=True)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    assert len(write_report(tmp_path, metrics, overwrite=True)) == 2
+    assert not (tmp_path / "confusion.png").read_bytes().endswith(b"mine")
 
 
 # ---- bad training input is refused at its line, before any training ----------------------------------------------
@@ -410,7 +400,7 @@ def test_a_fuzzed_npz_is_one_line_not_an_os_error(tmp_path):
     import base64
     import zlib
 
-    from bertkit.io.stream import read_vectors
+    from bertkit.io.vectors import read_vectors
 
     path = tmp_path / "v.npz"
     path.write_bytes(zlib.decompress(base64.b64decode("".join(FUZZ_NPZ))))

@@ -5,11 +5,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from bertkit import InputError
+from bertkit.io import vectors as vectors_module
 from bertkit.io import writers as outputs
 
 
 def test_formats_round_trip(tmp_path, encoder):
-    from bertkit.io.stream import embed_file, read_vectors
+    from bertkit.io.stream import embed_file
+    from bertkit.io.vectors import read_vectors
 
     texts = ["I love Korea", "the movie was great", "a dull mess"]
     source = tmp_path / "texts.txt"
@@ -44,7 +46,7 @@ def test_unknown_extension_is_refused(tmp_path):
 
 def test_token_vectors_npz(tmp_path):
     vectors = [np.arange(6, dtype=np.float32).reshape(2, 3), -np.arange(12, dtype=np.float32).reshape(4, 3)]
-    outputs.write_token_vectors(tmp_path / "t.npz", [["a", "b"], ["c", "d", "e", "f"]], vectors, ["x", "y"])
+    vectors_module.write_token_vectors(tmp_path / "t.npz", [["a", "b"], ["c", "d", "e", "f"]], vectors, ["x", "y"])
     saved = np.load(tmp_path / "t.npz")
     assert saved["offsets"].tolist() == [0, 2, 6] and saved["ids"].tolist() == ["x", "y"]
     np.testing.assert_array_equal(saved["vectors"], np.concatenate(vectors))

@@ -188,7 +188,7 @@ def test_cli_probe_writes_table_and_files(tiny_dirs, tmp_path, monkeypatch, caps
         "mean",
         "-o",
         tmp_path / "probe",
-        "--overwrite",  # a probe's own output is bertkit's to replace
+        "--overwrite",  # the first probe's output is there: replaced when asked
         "--model",
         tiny_dirs["bert_cased"],
         "--cache-dir",

@@ -15,96 +15,83 @@ from test_finetune import sentiment_file, tiny_args
 
 from bertkit.errors import InputError
 from bertkit.io import stream
-from bertkit.io.writers import atomic_path, check_new_directory, staged_directory
+from bertkit.io.writers import atomic_path, job_path, staged_directory
 
 
 def mode(path):
     return stat.S_IMODE(path.stat().st_mode)
 
 
-# ---- 1. --overwrite replaces only what bertkit wrote -------------------------------------------------------------
-def test_overwrite_refuses_a_folder_bertkit_did_not_write(tmp_path):
-    documents = tmp_path / "Documents"
-    documents.mkdir()
-    (documents / "thesis.tex").write_text("years of work")
-    with pytest.raises(InputError, match="not a folder bertkit wrote.*nothing in it was touched"):
-        check_new_directory(documents, overwrite=True)
-    with pytest.raises(InputError, match="not a folder bertkit wrote"), staged_directory(documents) as staging:
-        (staging / "bertkit.json").write_text("{}")
-    assert (documents / "thesis.tex").read_text() == "years of work"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["Documents"]  # no staging folder left behind
+# ---- 1. an existing output is replaced only with --overwrite, whoever wrote it ------------------------------------
+def test_one_refusal_for_a_file_bertkit_wrote_and_a_users_file_and_nothing_is_touched(tmp_path):
+    from bertkit.io.writers import check_output, write_json
+    from bertkit.records import new_record
+
+    ours = write_json(tmp_path / "metrics.json", new_record("metrics", accuracy=1.0))
+    theirs = tmp_path / "thesis.tex"
+    theirs.write_text("years of work")
+    folder = tmp_path / "Documents"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    before = {p: p.read_bytes() for p in (ours, theirs, folder / "notes.txt")}
+    messages = set()
+    for path in (ours, theirs, folder):
+        with pytest.raises(InputError) as refused:
+            check_output(path, overwrite=False)
+        messages.add(str(refused.value).replace(str(path), "PATH"))
+        assert check_output(path, overwrite=True) == path  # --overwrite: whoever wrote it
+    assert messages == {
+        "PATH already exists; nothing was touched. Choose another output, or pass --overwrite to replace it."
+    }
+    assert {p: p.read_bytes() for p in before} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Documents", "metrics.json", "thesis.tex"]
 
 
-def test_overwrite_replaces_an_empty_folder_or_a_bertkit_run(tmp_path):
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    check_new_directory(empty, overwrite=True)
+def test_an_output_is_never_one_of_the_inputs(tmp_path):
+    from bertkit.io.writers import check_output
+
+    data = tmp_path / "texts.tsv"
+    data.write_text("a\tb\n")
+    for overwrite in (False, True):
+        with pytest.raises(InputError, match="is also an input"):
+            check_output(tmp_path / "." / "texts.tsv", overwrite, inputs=[data])
+    assert data.read_text() == "a\tb\n"
+
+
+def test_overwrite_replaces_a_folder_whole_and_a_failed_write_keeps_it(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    (run / "bertkit.json").write_text("{}")
-    check_new_directory(run, overwrite=True)
+    (run / "notes.txt").write_text("old")
+    with pytest.raises(RuntimeError), staged_directory(run) as staging:
+        (staging / "bertkit.json").write_text("{}")
+        raise RuntimeError("the write failed")
+    assert (run / "notes.txt").read_text() == "old"
     with staged_directory(run) as staging:
         (staging / "bertkit.json").write_text('{"new": 1}')
+    assert sorted(p.name for p in run.iterdir()) == ["bertkit.json"]
     assert json.loads((run / "bertkit.json").read_text()) == {"new": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no staging folder left behind
 
 
-def test_replacing_a_run_never_removes_a_folder_that_was_beside_it(tmp_path):
-    """Users' own `.run.old` (a backup) was deleted by every directory writer: the set-aside name is now bertkit's."""
-    backup = tmp_path / ".run.old"
-    backup.mkdir()
-    (backup / "bertkit.json").write_text('{"mine": 1}')
-    for version in (1, 2):  # a new run, then a replaced one
-        with staged_directory(tmp_path / "run") as staging:
-            (staging / "bertkit.json").write_text(json.dumps({"version": version}))
-    assert json.loads((tmp_path / "run" / "bertkit.json").read_text()) == {"version": 2}
-    assert json.loads((backup / "bertkit.json").read_text()) == {"mine": 1}
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".run.old", "run"]
-
-
-@pytest.mark.parametrize("pid", [2**22 + 1, os.getpid()])  # no live process; this one (a restarted container's)
-def test_a_run_killed_between_the_two_renames_is_put_back_or_swept(tmp_path, pid):
-    run, aside = tmp_path / "run", tmp_path / f".run.{pid}.x1y2ab34.old"
-    aside.mkdir()
-    (aside / "bertkit.json").write_text('{"version": 1}')
-    with pytest.raises(InputError, match="run already exists"):  # killed after the old one went aside: it is back
-        check_new_directory(run, overwrite=False)
-    assert json.loads((run / "bertkit.json").read_text()) == {"version": 1} and not aside.exists()
-    aside.mkdir()  # killed after the new version was in place, even while removing the old one: it is swept
-    (aside / "half-removed.bin").write_text("no record left")
-    with staged_directory(run) as staging:
-        (staging / "bertkit.json").write_text('{"version": 2}')
-    assert json.loads((run / "bertkit.json").read_text()) == {"version": 2}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
-
-
-def test_cli_train_overwrite_keeps_a_users_folder(monkeypatch, capsys, tmp_path):
+def test_cli_train_refuses_any_existing_folder_without_overwrite(monkeypatch, capsys, tmp_path):
     data = sentiment_file(tmp_path / "train.tsv", n=24)
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep me")
-    code, _, err = run_cli(
-        monkeypatch, capsys, "train", str(data), "-o", str(mine), "--overwrite", "-l", "last", "--C", "1.0"
-    )
-    assert code == 2 and "not a folder bertkit wrote" in err and str(mine) in err
+    code, _, err = run_cli(monkeypatch, capsys, "train", str(data), "-o", str(mine), "-l", "last", "--C", "1.0")
+    assert code == 2 and "already exists; nothing was touched" in err and str(mine) in err
     assert (mine / "notes.txt").read_text() == "keep me" and len(err.strip().splitlines()) == 1
 
 
-def test_finetune_overwrite_keeps_a_users_folder(tiny_dirs, tmp_path):
+def test_finetune_refuses_any_existing_folder_without_overwrite(tiny_dirs, tmp_path):
     from bertkit.tasks.finetune import finetune
 
     data = sentiment_file(tmp_path / "train.tsv", n=16)
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep me")
-    with pytest.raises(InputError, match="not a folder bertkit wrote"):
-        finetune(
-            data,
-            output_dir=mine,
-            model=str(tiny_dirs["bert_cased"]),
-            args=tiny_args(num_train_epochs=1),
-            dev_share=0.25,
-            overwrite=True,
-        )
+    with pytest.raises(InputError, match="already exists; nothing was touched"):
+        finetune(data, output_dir=mine, model=str(tiny_dirs["bert_cased"]), args=tiny_args(num_train_epochs=1))
     assert (mine / "notes.txt").read_text() == "keep me"
 
 
@@ -252,7 +239,7 @@ def test_full_disk_keeps_the_finished_chunks_and_resumes(encoder, tmp_path, monk
         "else; rows 1-8 are kept and the same command resumes after them."
     )
     assert not output.exists()
-    assert json.loads(output.with_name("out.npy.progress.json").read_text())["done"] == 8
+    assert json.loads(job_path(output).read_text())["state"]["done"] == 8
     monkeypatch.setattr(stream.os, "pwrite", real_pwrite)
     result = stream.embed_file(encoder, texts, output, chunk_rows=4)
     assert result.resumed_from == 8

@@ -65,9 +65,11 @@ def loads(head) -> list[tuple[int, int]]:
 
 
 @pytest.mark.slow
-def test_files_equal_the_local_path_one_load_per_actor_and_a_rerun_skips_them(head, tmp_path, encoder):
+def test_files_equal_the_local_path_one_load_per_actor_and_a_finished_output_is_refused(head, tmp_path, encoder):
     from bertkit.io.stream import embed_file
+    from bertkit.io.writers import job_path
     from bertkit.ray import embed_files
+    from bertkit.records import record_kind
 
     inputs = tmp_path / "in"
     inputs.mkdir()
@@ -90,16 +92,13 @@ def test_files_equal_the_local_path_one_load_per_actor_and_a_rerun_skips_them(he
     # 240 rows in batches of 32 went to 2 actors: 2 loads (not one per batch), each on 1 thread (its share of 2 CPUs)
     assert loads(head)[before:] and sorted(t for _, t in loads(head)[before:]) == [1, 1]
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert record_kind(manifest) == "ray manifest" and manifest["options"]["layers"] == "last"
     assert {k: v["rows"] for k, v in manifest["files"].items()} == {"a": 150, "b": 90, "c": 0}
+    assert not job_path(tmp_path / "out").exists()  # finished: no unfinished state left
 
-    again = embed_files(str(inputs / "*.jsonl"), tmp_path / "out", actors=2)
-    assert again.skipped == ["a", "b", "c"] and again.rows == 0 and len(loads(head)) == before + 2
-    with pytest.raises(InputError, match=r"layers was 'last', now '-2'"):
-        embed_files(str(inputs / "*.jsonl"), tmp_path / "out", layers="-2")
-    with (inputs / "b.jsonl").open("a") as handle:
-        handle.write(json.dumps({"text": "one more", "key": "x"}) + "\n")
-    with pytest.raises(InputError, match=r"b\.jsonl changed"):
-        embed_files(str(inputs / "*.jsonl"), tmp_path / "out")
+    with pytest.raises(InputError, match="out already exists; nothing was touched"):  # a finished output
+        embed_files(str(inputs / "*.jsonl"), tmp_path / "out", actors=2)
+    assert len(loads(head)) == before + 2 and manifest == json.loads((tmp_path / "out" / "manifest.json").read_text())
 
 
 @pytest.mark.slow
@@ -132,6 +131,8 @@ def run_cli(*args: str) -> subprocess.Popen:
 
 @pytest.mark.slow
 def test_cli_killed_midway_resumes_and_skips_finished_files(head, tmp_path, encoder):
+    from bertkit.io.writers import job_path  # here, not at the top: Ray's workers import this module
+
     inputs = tmp_path / "in"
     inputs.mkdir()
     texts = {"p1": sst2_texts(40), "p2": sst2_texts(400, skip=40), "p3": sst2_texts(400, skip=440)}
@@ -161,8 +162,15 @@ def test_cli_killed_midway_resumes_and_skips_finished_files(head, tmp_path, enco
         time.sleep(0.1)
     first.kill()  # SIGKILL to the driver: no clean-up runs
     first.wait()
-    done = json.loads((out / "manifest.json").read_text())["files"]
+    done = json.loads(job_path(out).read_text())["state"]["files"]
     assert "p1" in done and len(done) < 3, "the run must be killed while later files are still being embedded"
+    changed = run_cli(*args[:-2], "--layers", "-2", "-o", str(out))  # another job is refused, naming what changed
+    assert changed.communicate(timeout=120)[1].count("options.layers was") == 1 and changed.returncode == 2
+    with (inputs / "p3.jsonl").open("a") as handle:
+        handle.write(json.dumps({"text": "one more", "key": "x"}) + "\n")
+    edited = run_cli(*args)
+    assert "p3.jsonl was" in edited.communicate(timeout=120)[1] and edited.returncode == 2
+    write_jsonl(inputs / "p3.jsonl", texts["p3"], prefix="p3")
 
     second = run_cli(*args)
     _, stderr = second.communicate(timeout=240)
@@ -185,6 +193,8 @@ RAY_KILLS = 6 if LONG_TESTS else 2
 def test_cli_killed_at_seeded_random_points_resumes_to_the_same_vectors(head, tmp_path, encoder):
     """SIGKILL the driver at random moments (after it has started working), again and again; then finish."""
     import random
+
+    from bertkit.io.writers import job_path
 
     inputs = tmp_path / "in"
     inputs.mkdir()
@@ -217,9 +227,9 @@ def test_cli_killed_at_seeded_random_points_resumes_to_the_same_vectors(head, tm
         killed += process.poll() is None
         process.kill()
         process.wait()
-        manifest = out / "manifest.json"
-        for name in json.loads(manifest.read_text())["files"] if manifest.exists() else []:
-            ids, _ = read_output(out / name)  # whatever the manifest calls done is whole
+        job = job_path(out)
+        for name in json.loads(job.read_text())["state"]["files"] if job.exists() else []:
+            ids, _ = read_output(out / name)  # whatever the job's record calls done is whole
             assert ids == sorted(f"{name}{i}" for i in range(len(texts[name])))
     assert killed >= RAY_KILLS // 2, f"only {killed} runs were still working when killed"
     final = run_cli(*args)

@@ -11,8 +11,6 @@ import numpy as np
 import pytest
 from conftest import run_cli
 
-from bertkit.errors import InputError
-
 pytest.importorskip("ray", reason="the Ray engine needs the extra: pip install 'bertkit[ray]'")
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -154,32 +152,15 @@ def test_a_file_name_for_the_ray_output_is_refused_in_one_line(monkeypatch, caps
         assert "writes a folder" in err and not (tmp_path / name).exists()
 
 
-def test_overwrite_never_removes_what_bertkit_did_not_write_in_the_output_folder(monkeypatch, capsys, tmp_path):
+def test_an_existing_output_folder_is_refused_before_any_work_and_left_as_it_is(monkeypatch, capsys, tmp_path):
     (tmp_path / "inputs").mkdir()
     (tmp_path / "inputs" / "texts.txt").write_text("a\nb\n")
     results = tmp_path / "results"
     (results / "texts").mkdir(parents=True)
     (results / "texts" / "analysis.md").write_text("my analysis")
-    for extra in ([], ["--overwrite"]):
-        args = ["embed", tmp_path / "inputs" / "texts.txt", "--engine", "ray", "-o", results, *extra]
-        code, _, err = run_cli(monkeypatch, capsys, *args)
-        assert code == 2 and "bertkit did not write it: nothing in it was touched" in err, err
+    code, _, err = run_cli(
+        monkeypatch, capsys, "embed", tmp_path / "inputs" / "texts.txt", "--engine", "ray", "-o", results
+    )
+    assert code == 2 and "results already exists; nothing was touched" in err and "--overwrite" in err, err
+    assert [p.name for p in results.rglob("*")] == ["texts", "analysis.md"]
     assert (results / "texts" / "analysis.md").read_text() == "my analysis"
-    (results / "other").mkdir()
-    (results / "other" / "part-000000000000.parquet").write_text("a kill's leftover")
-    (results / "manifest.json").write_text(json.dumps({"version": 1, "options": {}, "files": {"other": {}}}))
-    code, _, err = run_cli(monkeypatch, capsys, *args)  # bertkit's folder, but texts/ is not its own
-    assert code == 2 and "holds something bertkit did not write there" in err, err
-    assert (results / "texts" / "analysis.md").read_text() == "my analysis"
-    assert (results / "other").is_dir()  # refused before --overwrite removed what the manifest lists
-
-
-def test_a_folder_of_parts_left_before_its_manifest_entry_is_not_refused(tmp_path):
-    from bertkit.ray.files import _check_not_users
-
-    (tmp_path / "texts").mkdir()
-    (tmp_path / "texts" / "part-000000000000.parquet").write_bytes(b"PAR1")
-    _check_not_users(tmp_path, ["texts"], {})  # a kill between the folder's rename and the manifest's save
-    (tmp_path / "texts" / "notes.md").write_text("mine")
-    with pytest.raises(InputError, match="holds something bertkit did not write"):
-        _check_not_users(tmp_path, ["texts"], {})

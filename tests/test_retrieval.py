@@ -192,7 +192,7 @@ def test_the_vectorizer_takes_prompts_and_dimensions_and_keys_its_cache_on_them(
 
 
 def test_embed_writes_compact_vectors_with_their_options_and_search_reads_them(monkeypatch, capsys, tmp_path):
-    from bertkit.io.stream import read_vectors
+    from bertkit.io.vectors import read_vectors
 
     source = tmp_path / "corpus.txt"
     source.write_text("\n".join(TEXTS) + "\n")
@@ -266,7 +266,7 @@ def test_search_refuses_vectors_of_another_size_in_one_line():
 def test_bertkit_search_on_vectors_unlike_their_record_is_one_line(vectors_file, monkeypatch, capsys, tmp_path):
     """Issue 31: vectors of another size than the file's own record (and so than the query) ended in a numpy
     traceback on the cosine path."""
-    from bertkit.io.stream import read_vectors
+    from bertkit.io.vectors import read_vectors
 
     vectors, ids, meta = read_vectors(vectors_file[".npz"])
     narrow = tmp_path / "narrow.npz"

@@ -30,7 +30,8 @@ FILES = [(suffix, output) for suffix in (".npz", ".parquet") for output in ("flo
 @pytest.fixture(scope="module")
 def written(tmp_path_factory, encoder):
     """Vectors files as `bertkit embed` writes them: {(suffix, output type): (bytes, vectors, ids, record)}."""
-    from bertkit.io.stream import embed_file, read_vectors
+    from bertkit.io.stream import embed_file
+    from bertkit.io.vectors import read_vectors
 
     folder = tmp_path_factory.mktemp("vectors")
     source = folder / "texts.txt"
@@ -56,7 +57,7 @@ def damaged(original: bytes, data) -> bytes:
 @PROFILE
 @given(data=st.data(), which=st.sampled_from(FILES))
 def test_a_damaged_vectors_file_reads_as_one_input_error_or_the_same_rows(written, tmp_path, data, which):
-    from bertkit.io.stream import read_vectors
+    from bertkit.io.vectors import read_vectors
 
     original, vectors, ids, meta = written[which]
     path = tmp_path / f"damaged{which[0]}"

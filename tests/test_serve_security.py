@@ -12,6 +12,8 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 from test_serve import KEY, Server
 
+from bertkit.records import new_record
+
 pytestmark = pytest.mark.slow
 
 ALLOWED_ORIGIN = "http://localhost:3000"
@@ -136,13 +138,14 @@ def absolute(tmp_path_factory):
         "dev_rows": 5,
         "hidden_size": 384,
     }
-    record = {
-        "task": "text",
-        "metric": "accuracy",
-        "secondary_metric": "macro_f1",
-        "facts": facts,
-        "rows": [{"pooling": "mean", "choice": "last", "dim": 384, "score": 0.8, "secondary": 0.7}],
-    }
+    record = new_record(  # as `bertkit probe` writes it
+        "probe",
+        task="text",
+        metric="accuracy",
+        secondary_metric="macro_f1",
+        facts=facts,
+        rows=[{"pooling": "mean", "choice": "last", "dim": 384, "score": 0.8, "secondary": 0.7}],
+    )
     (probe / "probe.json").write_text(json.dumps(record), encoding="utf-8")
     return {"root": root, "model": model, "run": run.resolve(), "train": train, "probe": probe}
 

@@ -79,7 +79,10 @@ def test_user_error_midway_leaves_nothing(encoder, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl", "in.txt"]  # no folder made for nothing
 
 
-def test_a_run_left_with_other_options_is_not_resumed_and_says_so(encoder, tmp_path, caplog):
+def test_a_run_left_with_other_options_is_refused_and_overwrite_starts_over(encoder, tmp_path):
+    from bertkit.io.writers import job_path
+    from bertkit.records import record_kind
+
     source = make_lines(tmp_path / "in.tsv", 30)
 
     def stop_after_the_first_chunk(done, total):
@@ -88,11 +91,15 @@ def test_a_run_left_with_other_options_is_not_resumed_and_says_so(encoder, tmp_p
 
     with pytest.raises(KeyboardInterrupt):
         embed_file(encoder, source, tmp_path / "v.npy", column=1, chunk_rows=10, on_chunk=stop_after_the_first_chunk)
-    with caplog.at_level("WARNING", logger="bertkit"):
-        result = embed_file(encoder, source, tmp_path / "v.npy", column=1, chunk_rows=10, pooling="cls")
-    assert result.resumed_from == 0 and "embedded 10 of 30 rows with other options" in caplog.text
+    record = json.loads(job_path(tmp_path / "v.npy").read_text())
+    assert record_kind(record) == "job" and record["state"] == {"rows": 30, "done": 10}
+    with pytest.raises(InputError, match="unfinished job with other settings .*pooling was 'mean', now 'cls'"):
+        embed_file(encoder, source, tmp_path / "v.npy", column=1, chunk_rows=10, pooling="cls")
+    result = embed_file(encoder, source, tmp_path / "v.npy", column=1, chunk_rows=10, pooling="cls", overwrite=True)
+    assert result.resumed_from == 0
     expected = encoder.embed(texts_of(source), pooling="cls")
     np.testing.assert_allclose(np.load(tmp_path / "v.npy"), expected, atol=1e-5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.tsv", "v.npy"]
 
 
 def cli(model_dir, source, output, *extra):
@@ -120,7 +127,7 @@ def run_until(command, progress_file, min_done, sig):
     deadline = time.time() + 120
     while time.time() < deadline and process.poll() is None:
         try:
-            if json.loads(progress_file.read_text())["done"] >= min_done:
+            if json.loads(progress_file.read_text())["state"]["done"] >= min_done:
                 break
         except (OSError, ValueError, KeyError):
             pass
@@ -140,10 +147,10 @@ def test_killed_run_resumes_to_the_same_file(tiny_dirs, tmp_path, sig):
     subprocess.run(cli(model, source, reference), check=True, capture_output=True)
 
     output = tmp_path / "out.npy"
-    progress = tmp_path / "out.npy.progress.json"
+    progress = tmp_path / "out.npy.job.json"
     process = run_until(cli(model, source, output), progress, 1000, sig)
     assert process.returncode == (-signal.SIGKILL if sig == signal.SIGKILL else 130)
-    done = json.loads(progress.read_text())["done"]
+    done = json.loads(progress.read_text())["state"]["done"]
     assert 0 < done < 20_000 and not output.exists()
     finished = subprocess.run(cli(model, source, output)[:-1], capture_output=True, text=True)  # not --quiet
     assert finished.returncode == 0, finished.stderr
@@ -176,3 +183,17 @@ def test_memory_does_not_grow_with_input_size(tiny_dirs, tmp_path):
     assert np.load(tmp_path / "l.npy", mmap_mode="r").shape == (100_000, 288)
     assert rss_large < 2048
     assert rss_large - rss_small < 60, (rss_small, rss_large)
+
+
+def test_a_damaged_or_foreign_job_record_is_one_clear_error(encoder, tmp_path):
+    from bertkit.io.writers import job_path
+
+    source = make_lines(tmp_path / "in.tsv", 10)
+    record = job_path(tmp_path / "v.npy")
+    for content, message in (("{not json", "v.npy.job.json: not valid JSON"), ("{}", "has no bertkit record")):
+        record.write_text(content)
+        with pytest.raises(InputError, match=message):
+            embed_file(encoder, source, tmp_path / "v.npy", column=1)
+        assert record.read_text() == content  # nothing was touched
+    embed_file(encoder, source, tmp_path / "v.npy", column=1, overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.tsv", "v.npy"]

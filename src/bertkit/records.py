@@ -31,7 +31,8 @@ def new_record(kind: str, **fields: Any) -> dict[str, Any]:
     >>> new_record("vectors", rows=2)["bertkit"]["kind"]
     'vectors'
     """
-    return {"bertkit": {"kind": kind, "format_version": FORMAT_VERSION, "version": package_version()}, **fields}
+    stamp = {"kind": kind, "format_version": FORMAT_VERSION, "version": package_version()}
+    return {**fields, "bertkit": stamp}  # last: a record made from another one's fields is of its own kind
 
 
 def record_kind(record: object) -> str | None:

@@ -72,14 +72,14 @@ def train(
 ) -> None:
     """Embed texts with the frozen encoder and train a classifier on the vectors (the visual guide's pipeline)."""
     from ..io.readers import read_labelled
-    from ..io.writers import check_new_directory
+    from ..io.writers import check_output
     from ..tasks.classify import TextClassifier
     from ..tasks.heads import check_training_labels, named_classifier
     from ..tasks.labels import check_known_labels, split_holdout
     from ..tasks.report import check_report_directory, classification_metrics, format_metrics, write_report
     from ..tasks.vectorizer import BertVectorizer
 
-    check_new_directory(output, overwrite)
+    check_output(output, overwrite)
     if report is not None:
         check_report_directory(report, overwrite)
     columns = column_spec(text_column), column_spec(label_column)

@@ -173,7 +173,7 @@ def embed(
     so that `bertkit search` embeds a query the same way.
     """
     from ..encoder.options import EmbedOptions
-    from ..io.writers import check_output_file, check_output_path, check_writable_location
+    from ..io.writers import check_output, check_output_path, check_writable_location
 
     if engine not in ("local", "ray"):
         raise InputError(f"--engine {engine!r}: choose local or ray.")
@@ -196,9 +196,9 @@ def embed(
     existing_text_file(input)  # a missing, unreadable or binary input is refused before the model loads
     column, header = _text_column(input, column_spec(column), header, fmt, quiet)
     if options.token_vectors:
-        check_output_file(check_writable_location(output), overwrite)
+        check_output(check_writable_location(output), overwrite, [input])
     else:
-        check_output_path(output, overwrite)
+        check_output_path(output, overwrite, [input])
     encoder = make_encoder(model, precision, device)
     reading = dict(column=column, id_column=column_spec(id_column), header=header, fmt=fmt)
     started = time.perf_counter()
@@ -249,7 +249,7 @@ def _embed_token_vectors(
     """pooling='none': every token's vector, read whole and written as one .npz."""
     from ..encoder.tokenize import TextTooLong
     from ..io.readers import read_texts
-    from ..io.writers import write_token_vectors
+    from ..io.vectors import write_token_vectors
 
     texts, ids, lines = read_texts(input, **reading)
     try:

@@ -52,9 +52,9 @@ def explain(
     """Write the visual guide for TEXT as one HTML file: tokens, layers, attention, vector, map, prediction, probe."""
     from ..explain.explainer import Explainer, Settings
     from ..explain.page import offline_page
-    from ..io.writers import atomic_path, check_output_file, check_writable_location
+    from ..io.writers import atomic_path, check_output, check_writable_location
 
-    check_output_file(check_writable_location(output), overwrite)  # before the model loads
+    check_output(check_writable_location(output), overwrite)  # before the model loads
     explainer = Explainer.from_paths(model, run or [], device=device)
     explainer.map_texts = map_texts
     # every layer, attention layer and head: the file switches between them with no server

@@ -163,12 +163,12 @@ def probe(
 
     Which layer's vectors?
     """
-    from ..io.writers import check_new_directory
+    from ..io.writers import check_output
     from ..tasks.probe import probe_text, probe_token
     from ..tasks.report import probe_files
     from ..tasks.runs import write_run_directory
 
-    check_new_directory(output, overwrite)
+    check_output(output, overwrite)
     cache = "memory" if no_cache else cache_option(no_cache, cache_dir)
     if task == "text":
         columns = {"text_column": column_spec(text_column), "label_column": column_spec(label_column)}

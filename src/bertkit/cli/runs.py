@@ -207,16 +207,11 @@ def _prediction_rows(estimator: Any, texts: list[str], pairs: list[str] | None) 
 
 
 def _check_table_output(output: Path | None, overwrite: bool, inputs: list[str]) -> None:
-    """Before the model loads: `-o` can be written, and is not the input or a file bertkit did not write."""
-    from ..io.writers import check_output_file, check_writable_location
+    """Before the model loads: `-o` can be written, is not an input, and is new unless `overwrite`."""
+    from ..io.writers import check_output, check_writable_location
 
-    if output is None:
-        return
-    check_output_file(check_writable_location(output), overwrite)
-    if overwrite or not output.is_file():
-        return
-    if any(path_kind(given) == "file" and output.samefile(given) for given in inputs):
-        raise InputError(f"-o {output} is also the input file; choose another output (nothing was touched).")
+    if output is not None:
+        check_output(check_writable_location(output), overwrite, [g for g in inputs if path_kind(g) == "file"])
 
 
 def _write_rows(rows: list[list], output: Path | None, done: str) -> None:

@@ -18,6 +18,7 @@ from sklearn.decomposition import PCA
 from ..encoder.encode import Encoder
 from ..errors import BertkitError, InputError, ModelLoadError
 from ..io.readers import column_spec, read_labelled, sample_path
+from ..records import check_record
 from ..tasks.classify import TextClassifier
 from ..tasks.load import load_run
 from ..tasks.runs import PROBE_FILE, parse_run_specs
@@ -290,9 +291,10 @@ def load_probe(directory: str) -> dict | None:
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        record = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:
         raise ModelLoadError(f"{path}: not valid JSON ({exc}); run `bertkit probe` again.") from None
+    return check_record(record, "probe", path)
 
 
 def run_kind(run: object) -> str:

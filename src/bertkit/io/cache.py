@@ -25,13 +25,11 @@ import numpy as np
 
 from ..encoder.defaults import cache_root
 from ..errors import InputError
+from ..records import FORMAT_VERSION, check_record, new_record
 
 logger = logging.getLogger(__name__)
 
-CACHE_FORMAT = 1  # part of every configuration key: vectors, not storage (the database has its own user_version)
-DISK_FORMAT = 1
 DEFAULT_CHUNK = 2048
-KEY_BYTES = 20  # SHA-1 digest
 DEFAULT_MEMORY_MB = 2048  # $BERTKIT_MEMORY_CACHE_MB overrides
 DEFAULT_DISK_MB = 10240  # $BERTKIT_DISK_CACHE_MB overrides
 DATABASE = "embeddings.sqlite3"
@@ -106,23 +104,21 @@ def text_key(text: str) -> bytes:
 
 
 def config_key(options: dict) -> str:
-    """Return the cache key of a feature configuration: a short hash of `options` and the cache format."""
-    payload = json.dumps({"format": CACHE_FORMAT, **options}, sort_keys=True, default=str)
+    """Return the cache key of a feature configuration: a short hash of `options` and the format version."""
+    payload = json.dumps({"format": FORMAT_VERSION, **options}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
 
-_SCHEMA = f"""
-PRAGMA page_size = {PAGE_SIZE};
-CREATE TABLE IF NOT EXISTS configs (config TEXT PRIMARY KEY, options TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS vectors (
-    id INTEGER PRIMARY KEY, config TEXT NOT NULL, key BLOB NOT NULL, rows INTEGER, dim INTEGER NOT NULL,
-    data BLOB NOT NULL, UNIQUE (config, key));
-CREATE TABLE IF NOT EXISTS totals (id INTEGER PRIMARY KEY CHECK (id = 0), rows INTEGER NOT NULL);
-INSERT OR IGNORE INTO totals VALUES (0, 0);
-CREATE TRIGGER IF NOT EXISTS count_in AFTER INSERT ON vectors BEGIN UPDATE totals SET rows = rows + 1; END;
-CREATE TRIGGER IF NOT EXISTS count_out AFTER DELETE ON vectors BEGIN UPDATE totals SET rows = rows - 1; END;
-PRAGMA user_version = {DISK_FORMAT};
-"""
+_SCHEMA = (  # with the one bertkit record, in table `record`
+    "CREATE TABLE record (bertkit TEXT NOT NULL)",
+    "CREATE TABLE configs (config TEXT PRIMARY KEY, options TEXT NOT NULL)",
+    "CREATE TABLE vectors (id INTEGER PRIMARY KEY, config TEXT NOT NULL, key BLOB NOT NULL, rows INTEGER, "
+    "dim INTEGER NOT NULL, data BLOB NOT NULL, UNIQUE (config, key))",
+    "CREATE TABLE totals (id INTEGER PRIMARY KEY CHECK (id = 0), rows INTEGER NOT NULL)",
+    "INSERT INTO totals VALUES (0, 0)",
+    "CREATE TRIGGER count_in AFTER INSERT ON vectors BEGIN UPDATE totals SET rows = rows + 1; END",
+    "CREATE TRIGGER count_out AFTER DELETE ON vectors BEGIN UPDATE totals SET rows = rows - 1; END",
+)
 
 
 class DiskStore:
@@ -139,39 +135,19 @@ class DiskStore:
         self.max_bytes = default_disk_bytes() if max_bytes is None else int(max_bytes)
         self.directory.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, DISK_FORMAT):
-                raise InputError(
-                    f"{self.path}: an embedding cache of another bertkit version; choose another cache directory."
-                )
-            if version == 0:  # a new database (the script is idempotent)
-                db.executescript(_SCHEMA)
-        for folder in sorted({shard.parent for shard in self.directory.glob("*/shard-*.npz")}):
-            self._import_shards(folder)
-
-    def _import_shards(self, folder: Path) -> None:
-        """Move a configuration's `.npz` shards (bertkit before the database) into the database, once."""
-        options = folder / "options.json"
-        if options.exists():
-            self.register(folder.name, json.loads(options.read_text()))
-        shards = sorted(folder.glob("shard-*.npz"))
-        for shard in shards:
-            try:
-                with np.load(shard) as data:
-                    vectors = data["vectors"]
-                    if "lengths" in data:  # ragged entries, stored end to end
-                        vectors = np.split(vectors, np.cumsum(data["lengths"])[:-1])
-                    # numpy's S20 drops trailing NUL bytes; every key is a 20-byte SHA-1, so pad it back
-                    keys = [bytes(key).ljust(KEY_BYTES, b"\0") for key in data["keys"]]
-                    self.put_many(folder.name, list(zip(keys, vectors)))
-            except (OSError, ValueError, KeyError):
-                pass  # an unreadable shard only costs re-embedding its texts
-            shard.unlink(missing_ok=True)
-        options.unlink(missing_ok=True)
-        if not any(folder.iterdir()):
-            folder.rmdir()
-        message = "embedding cache %s: moved %d shards of configuration %s into %s."
-        logger.info(message, self.directory, len(shards), folder.name, DATABASE)
+            db.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # a new database's (an existing one keeps its own)
+            db.execute("BEGIN IMMEDIATE")  # one process makes a new database; the others read its record
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not tables:
+                for statement in _SCHEMA:
+                    db.execute(statement)
+                db.execute("INSERT INTO record VALUES (?)", (json.dumps(new_record("embedding cache")),))
+            found = db.execute("SELECT bertkit FROM record").fetchone() if not tables or "record" in tables else None
+            db.execute("COMMIT")
+        try:
+            check_record(json.loads(found[0]) if found else None, "embedding cache", self.path)
+        except InputError as exc:
+            raise InputError(f"{exc} It is only a cache: delete it, or choose another cache directory.") from None
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:

@@ -1,13 +1,13 @@
 """Extractive question-answering data: SQuAD v1.1 / v2.0 JSON and the flat layout of Hugging Face datasets.
 
-Every question is checked where it is read; one without answers (v2's `is_impossible`) is unanswerable.
+Every question is checked where it is read, and a problem is named by the question's id; one without answers (v2's
+`is_impossible`) is unanswerable.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +24,6 @@ class QAExample:
     question: str
     context: str
     answers: tuple[tuple[str, int], ...] = ()
-    line: int = 0  # the file line the question is on (nested JSON: the line of its id)
 
     @property
     def answerable(self) -> bool:
@@ -64,19 +63,16 @@ def read_squad(path: str | Path) -> SquadData:
     """
     path = Path(path)
     if path.suffix.lower() in (".jsonl", ".ndjson"):
-        examples = [_flat(record, path, number) for number, record in jsonl_records(path)]
+        examples = [_flat(record, path) for _, record in jsonl_records(path)]
     else:
         examples = list(_json_records(path))
     if not examples:
         raise InputError(f"{path}: no questions found; give SQuAD JSON (data → paragraphs → qas) or JSONL records.")
-    seen: dict[str, int] = {}
+    seen: set[str] = set()
     for example in examples:
         if example.id in seen:
-            raise InputError(
-                f"{path}, line {example.line}: id {quoted(example.id)} is given twice (first on line "
-                f"{seen[example.id]}); every question needs its own id."
-            )
-        seen[example.id] = example.line
+            raise InputError(f"{path}, id {quoted(example.id)}: the id is given twice; every question needs its own.")
+        seen.add(example.id)
     return SquadData(path, examples)
 
 
@@ -94,91 +90,57 @@ def _json_records(path: Path) -> Iterator[QAExample]:
             f'{path}: expected SQuAD JSON ({{"data": [articles]}}) or a list of records, got '
             f"{type(document).__name__} without a 'data' list."
         )
-    line_of = _IdLines(text)
     for article in items:
         if isinstance(article, dict) and "paragraphs" in article:
-            yield from _article(article, path, line_of)
+            yield from _article(article, path)
         else:
-            record = article if isinstance(article, dict) else {}
-            yield _flat(record, path, line_of(_id(record, path, 0)))
+            yield _flat(article, path)
 
 
-class _IdLines:
-    """The line of each question's id, in file order: every `"id": value` of the text decoded once, then walked.
-
-    A value is compared decoded, so any spelling JSON allows (escapes, integers) finds its line.
-    """
-
-    def __init__(self, text: str) -> None:
-        decoder, self.text = json.JSONDecoder(), text
-        self.ids: list[tuple[int, str]] = []  # (position of the key, the value as bertkit reads an id)
-        for key in re.finditer(r'"id"\s*:\s*', text):
-            try:
-                value, _ = decoder.raw_decode(text, key.end())
-            except ValueError:
-                continue
-            if isinstance(value, (str, int)) and not isinstance(value, bool):
-                self.ids.append((key.start(), str(value)))
-        self.next, self.position, self.line = 0, 0, 1
-
-    def __call__(self, qid: str) -> int:
-        for k in range(self.next, len(self.ids)):
-            position, value = self.ids[k]
-            if value == qid:
-                self.line += self.text.count("\n", self.position, position)
-                self.next, self.position = k + 1, position
-                break
-        return self.line
-
-
-def _article(article: dict, path: Path, line_of: Callable[[str], int]) -> Iterator[QAExample]:
+def _article(article: dict, path: Path) -> Iterator[QAExample]:
     for paragraph in article["paragraphs"] or []:
         questions = paragraph.get("qas") if isinstance(paragraph, dict) else None
         if not isinstance(questions, list):
             raise InputError(f"{path}: a paragraph without its list of questions (qas): {quoted(paragraph)}.")
         for qa in questions:
-            qid = _id(qa, path, 0)
-            line = line_of(qid)
+            qid = _id(qa, path)
             answers = [] if qa.get("is_impossible") else qa.get("answers") or []
             if not isinstance(answers, list) or not all(isinstance(a, dict) for a in answers):
                 raise InputError(
-                    f"{path}, line {line}, id {quoted(qid)}: answers must be a list of {{text, answer_start}} "
+                    f"{path}, id {quoted(qid)}: answers must be a list of {{text, answer_start}} "
                     f"objects, got {quoted(answers)}."
                 )
             pairs = [(a.get("text"), a.get("answer_start")) for a in answers]
-            yield _example(qid, qa.get("question"), paragraph.get("context"), pairs, path, line)
+            yield _example(qid, qa.get("question"), paragraph.get("context"), pairs, path)
 
 
-def _flat(record: dict, path: Path, line: int) -> QAExample:
+def _flat(record: object, path: Path) -> QAExample:
     if not isinstance(record, dict):
-        raise InputError(f"{path}, line {line}: each record must be a JSON object, got {type(record).__name__}.")
-    qid = _id(record, path, line)
+        raise InputError(f"{path}: each record must be a JSON object, got {type(record).__name__} {quoted(record)}.")
+    qid = _id(record, path)
     answers = record.get("answers") or {}
     texts, starts = (None, None)
     if isinstance(answers, dict):
         texts, starts = answers.get("text") or [], answers.get("answer_start") or []
     if not isinstance(texts, list) or not isinstance(starts, list):
         raise InputError(
-            f"{path}, line {line}, id {quoted(qid)}: answers must be {{text: [...], answer_start: [...]}} (two lists, "
+            f"{path}, id {quoted(qid)}: answers must be {{text: [...], answer_start: [...]}} (two lists, "
             f"empty for no answer), got {quoted(answers)}."
         )
     if len(texts) != len(starts):
-        raise InputError(
-            f"{path}, line {line}, id {quoted(qid)}: answers has {len(texts)} texts but {len(starts)} answer_starts."
-        )
-    return _example(qid, record.get("question"), record.get("context"), list(zip(texts, starts)), path, line)
+        raise InputError(f"{path}, id {quoted(qid)}: answers has {len(texts)} texts but {len(starts)} answer_starts.")
+    return _example(qid, record.get("question"), record.get("context"), list(zip(texts, starts)), path)
 
 
-def _id(record: dict, path: Path, line: int) -> str:
+def _id(record: dict, path: Path) -> str:
     qid = record.get("id") if isinstance(record, dict) else None
     if isinstance(qid, bool) or not isinstance(qid, (str, int)) or str(qid) == "":
-        where = f", line {line}" if line else ""
-        raise InputError(f"{path}{where}: a question without an id ({quoted(record)}); every question needs one.")
+        raise InputError(f"{path}: a question without an id ({quoted(record)}); every question needs one.")
     return str(qid)
 
 
-def _example(qid: str, question: object, context: object, answers: list, path: Path, line: int) -> QAExample:
-    where = f"{path}, line {line}, id {quoted(qid)}"
+def _example(qid: str, question: object, context: object, answers: list, path: Path) -> QAExample:
+    where = f"{path}, id {quoted(qid)}"
     if not isinstance(context, str):
         raise InputError(f"{where}: the question has no context (a string to find the answer in).")
     if not isinstance(question, str) or not question.strip():
@@ -195,4 +157,4 @@ def _example(qid: str, question: object, context: object, answers: list, path: P
                 f"{where}: answer {quoted(text)} is not at answer_start {start} (the context there reads "
                 f"{quoted(context[start : start + len(text)])}){hint}."
             )
-    return QAExample(qid, question, context, tuple(answers), line)
+    return QAExample(qid, question, context, tuple(answers))

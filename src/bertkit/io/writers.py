@@ -1,6 +1,7 @@
-"""Writers that replace their target atomically, with the modes of the caller's umask (a replaced file keeps its own).
+"""The one way bertkit writes: an output path checked once, then replaced atomically with the caller's umask.
 
-`--overwrite` only ever replaces a folder that bertkit wrote, or an empty one.
+An existing file or folder at an output path is replaced only with `--overwrite` (`check_output`), whoever wrote it.
+A job's unfinished state is a record beside its output (`read_job` / `save_job`), so the same command resumes it.
 """
 
 from __future__ import annotations
@@ -11,25 +12,53 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 
 from ..errors import InputError, add_note
+from ..records import check_record, new_record
 
 VECTOR_FORMATS = (".npy", ".npz", ".parquet")
-# A run record, an unfinished fine-tuning run's record or checkpoint, or a `bertkit quantize` calibration.
-BERTKIT_MARKERS = (
-    "bertkit.json",
-    "bertkit-run.json",
-    "optimizer.safetensors",
-    "checkpoint/optimizer.safetensors",
-    ".checkpoint.old/optimizer.safetensors",
-    "int8_calibration.safetensors",
-)
-MARKED_RECORDS = ("probe.json",)  # bertkit's only when they say so (a `bertkit probe` output)
+
+
+def check_output(path: str | Path, overwrite: bool = False, inputs: Iterable[str | Path] = ()) -> Path:
+    """Refuse an output path that holds anything unless `overwrite`, and one that is one of the `inputs` always.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file or folder about to be written.
+    overwrite : bool
+        The caller's `--overwrite`: replace whatever is there.
+    inputs : iterable of str or Path
+        The files the command reads.
+
+    Returns
+    -------
+    Path
+        `path`.
+    """
+    path = Path(path)
+    if any(Path(given).is_file() and path.is_file() and path.samefile(given) for given in inputs):
+        raise InputError(f"-o {path} is also an input; choose another output (nothing was touched).")
+    if (path.exists() or path.is_symlink()) and not overwrite:
+        raise InputError(
+            f"{path} already exists; nothing was touched. Choose another output, or pass --overwrite to replace it."
+        )
+    return path
+
+
+def remove_output(path: str | Path) -> None:
+    """Remove what is at an output path that `check_output` let `--overwrite` replace (a job that works in place)."""
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def caller_umask() -> int:
@@ -49,6 +78,11 @@ def _mode_like_open(target: Path, directory: bool) -> int:
     return (0o777 if directory else 0o666) & ~caller_umask()
 
 
+def replace(source: str | Path, target: str | Path) -> None:
+    """Rename `source` onto `target` in one step (the same file system): the one rename bertkit does."""
+    os.replace(source, target)
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside `target`; on success it is renamed onto `target`, on failure removed."""
@@ -61,44 +95,32 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     try:
         yield temporary
         os.chmod(temporary, _mode_like_open(target, directory=False))
-        os.replace(temporary, target)
+        replace(temporary, target)
     except OSError as exc:
         add_note(exc, "nothing partial was kept")
         raise
     finally:
-        if temporary.exists():
-            temporary.unlink()
+        temporary.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
 def staged_directory(target: str | Path) -> Iterator[Path]:
-    """Yield an empty directory beside `target`; on success it replaces `target` whole, on failure it is removed.
+    """Yield an empty directory beside `target`; once it is written whole, it replaces `target` (removed first).
 
-    `target` must be absent, empty or written by bertkit (`check_new_directory`). The previous version is set aside
-    under a name of this process's own (`.NAME.PID.XXXX.old`), so no folder that was there before is removed; a crash
-    between the two renames leaves it there, and `recover_interrupted_replace` puts it back.
+    The caller has checked `target` with `check_output`. On failure the staging directory goes and `target` stays.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     sweep_stale_temporaries(target)
     staging = Path(tempfile.mkdtemp(prefix=_temporary_prefix(target), suffix=".tmp", dir=target.parent))
-    old: Path | None = None
     try:
         yield staging
         modes_like_open(staging)
         os.chmod(staging, _mode_like_open(target, directory=True))
-        if target.exists():
-            _check_replaceable(target)
-            old = Path(tempfile.mkdtemp(prefix=_temporary_prefix(target), suffix=".old", dir=target.parent))
-            _SETTING_ASIDE.add(old)
-            old.rmdir()  # the name is this process's; the folder itself is the previous version, renamed
-            target.rename(old)
-        staging.rename(target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        remove_output(target)
+        replace(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-        _SETTING_ASIDE.discard(old)
 
 
 def modes_like_open(folder: Path) -> None:
@@ -116,13 +138,7 @@ def _temporary_prefix(target: Path) -> str:
 
 
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]+)\.[A-Za-z0-9_]+\.tmp")
-_SET_ASIDE = re.compile(r"\.(?P<name>.+)\.(?P<pid>[0-9]+)\.[a-z0-9_]{8}\.old")  # mkdtemp's eight characters
-_SETTING_ASIDE: set[Path] = set()  # the previous versions this process is replacing right now
-
-
-def is_temporary(name: str) -> bool:
-    """Tell whether a file name is one of `atomic_path`'s or `staged_directory`'s temporaries."""
-    return bool(_TEMPORARY.fullmatch(name))
+_SWEPT: set[Path] = set()  # targets already swept by this process (a progress record is replaced after every chunk)
 
 
 def _process_alive(pid: int) -> bool:
@@ -135,9 +151,6 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
-_SWEPT: set[Path] = set()  # targets already swept by this process (a progress record is replaced after every chunk)
-
-
 def sweep_stale_temporaries(target: Path) -> None:
     """Remove, once per process, the temporaries that a killed bertkit process left beside `target` (PID in name)."""
     if target in _SWEPT:
@@ -147,162 +160,82 @@ def sweep_stale_temporaries(target: Path) -> None:
         for entry in target.parent.iterdir():
             match = _TEMPORARY.fullmatch(entry.name)
             if match and match["name"] == target.name and not _process_alive(int(match["pid"])):
-                if entry.is_dir() and not entry.is_symlink():
-                    shutil.rmtree(entry, ignore_errors=True)
-                else:
-                    entry.unlink(missing_ok=True)
-    if target.is_dir():  # the new version is in place: what a killed process set aside can go, whole or cut short
-        for previous in _set_aside(target, whole=False):
-            shutil.rmtree(previous, ignore_errors=True)
+                remove_output(entry)
 
 
-def _set_aside(target: Path, whole: bool = True) -> list[Path]:
-    """Find the previous versions of `target` a killed `staged_directory` set aside (`whole`: a run still; newest last).
+def job_path(output: str | Path) -> Path:
+    """Return where the unfinished state of the job writing `output` lives: `<output>.job.json`, beside it."""
+    output = Path(output)
+    return output.with_name(output.name + ".job.json")
 
-    One named with this process's own PID (a restarted container's process often has its predecessor's) is stale
-    unless this process is replacing it now.
+
+def read_job(output: str | Path, job: dict, overwrite: bool = False) -> dict | None:
+    """Return the saved state of the unfinished `job` writing `output`, or None when there is none to resume.
+
+    Parameters
+    ----------
+    output : str or Path
+        The job's output.
+    job : dict
+        What makes the job this job (command, inputs and their digests, options): a record of another job is
+        refused, naming what changed, unless `overwrite` (then the job starts over).
+    overwrite : bool
+        The caller's `--overwrite`.
+
+    Returns
+    -------
+    dict or None
+        The state `save_job` saved last.
     """
-    found: list[tuple[float, Path]] = []
-    with contextlib.suppress(OSError):
-        for entry in target.parent.iterdir():
-            match = _SET_ASIDE.fullmatch(entry.name)
-            if not match or match["name"] != target.name or entry in _SETTING_ASIDE:
-                continue
-            pid = int(match["pid"])
-            if (pid == os.getpid() or not _process_alive(pid)) and (not whole or written_by_bertkit(entry)):
-                found.append((entry.stat().st_mtime, entry))
-    return [entry for _, entry in sorted(found)]
-
-
-def written_by_bertkit(path: str | Path) -> bool:
-    """Tell whether `path` is a folder that holds a bertkit run record, checkpoint, int8 calibration or probe."""
-    path = Path(path)
-    return path.is_dir() and (
-        any((path / marker).is_file() for marker in BERTKIT_MARKERS)
-        or any(written_by_bertkit_file(path / record) for record in MARKED_RECORDS)
-    )
-
-
-def _check_replaceable(path: Path) -> None:
-    if not path.is_dir():
+    path = job_path(output)
+    if not path.is_file() or overwrite:
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise InputError(f"{path}: not valid JSON ({exc}); pass --overwrite to start over.") from None
+    record = check_record(record, "job", path)
+    changed = _changes(record["job"], json.loads(json.dumps(job, default=str)))  # compared as JSON holds it
+    if changed:
+        said = "; ".join(f"{key} was {then!r}, now {now!r}" for key, then, now in changed[:3])
         raise InputError(
-            f"{path} is a file, not a folder bertkit wrote; choose another -o directory (nothing was touched)."
+            f"{output}: an unfinished job with other settings is there ({said}); run the same command to resume "
+            "it, or pass --overwrite to start over."
         )
-    if any(not is_temporary(entry.name) for entry in path.iterdir()) and not written_by_bertkit(path):
-        raise InputError(
-            f"{path} is not a folder bertkit wrote (no bertkit.json or checkpoint in it), so --overwrite "
-            "will not replace it and nothing in it was touched; choose another -o directory."
-        )
+    return record["state"]
 
 
-def recover_interrupted_replace(path: str | Path) -> None:
-    """Put back the previous version that a process killed between `staged_directory`'s two renames set aside."""
-    path = Path(path)
-    previous = [] if path.exists() else _set_aside(path)
-    if previous:
-        previous[-1].rename(path)
+def _changes(saved: Any, now: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(key, saved value, value now) of each leaf that differs, inside dictionaries too ('args.learning_rate')."""
+    if not (isinstance(saved, dict) and isinstance(now, dict)):
+        return [] if saved == now else [(prefix.rstrip("."), saved, now)]
+    return [
+        change
+        for key in sorted(set(saved) | set(now))
+        for change in _changes(saved.get(key), now.get(key), f"{prefix}{key}.")
+    ]
 
 
-def check_new_directory(path: str | Path, overwrite: bool) -> Path:
-    """Check an output directory: it must not exist yet, or with --overwrite be an empty folder or one bertkit wrote."""
-    path = Path(path)
-    recover_interrupted_replace(path)
-    if path.exists():
-        _check_replaceable(path)  # what --overwrite may not replace is refused first, without offering it
-    if path.exists() and not overwrite:
-        raise InputError(f"{path} already exists; choose another -o directory or pass --overwrite.")
-    return path
+def save_job(output: str | Path, job: dict, state: dict) -> None:
+    """Record, atomically, the state of the unfinished `job` writing `output` (what `read_job` returns)."""
+    with atomic_path(job_path(output)) as temporary:
+        temporary.write_text(json.dumps(new_record("job", job=job, state=state), default=str), encoding="utf-8")
 
 
-def remove_bertkit_directory(path: str | Path) -> None:
-    """Delete a folder that `check_new_directory` allowed to be replaced (checked again here)."""
-    path = Path(path)
-    if path.exists():
-        _check_replaceable(path)
-        shutil.rmtree(path)
+def end_job(output: str | Path) -> None:
+    """Remove the record of the job writing `output`: it is finished (or started over)."""
+    job_path(output).unlink(missing_ok=True)
 
 
-def check_output_path(path: str | Path, overwrite: bool = False) -> Path:
-    """Refuse an unknown extension, .parquet without pyarrow, or a file bertkit did not write, before any work."""
+def check_output_path(path: str | Path, overwrite: bool = False, inputs: Iterable[str | Path] = ()) -> Path:
+    """Check a vectors file before any work: its extension, pyarrow for .parquet, its folder, and `check_output`."""
     path = Path(path)
     if path.suffix.lower() not in VECTOR_FORMATS:
         raise InputError(f"output {path}: use one of {', '.join(VECTOR_FORMATS)}.")
     if path.suffix.lower() == ".parquet":
         require_pyarrow()
     check_writable_location(path)
-    return check_output_file(path, overwrite)
-
-
-GENERATOR = "bertkit"  # what bertkit's files say made them: .npz `meta`, .parquet metadata, HTML <meta name=generator>
-
-
-def check_output_file(path: str | Path, overwrite: bool = False) -> Path:
-    """Check an output file: it may replace only a file bertkit recognises as its own, or any file with `overwrite`.
-
-    Parameters
-    ----------
-    path : str or Path
-        The file about to be written.
-    overwrite : bool
-        The caller's `--overwrite`: replace whatever is there.
-
-    Returns
-    -------
-    Path
-        `path`.
-    """
-    path = Path(path)
-    if path.exists() and not path.is_dir() and not overwrite and not written_by_bertkit_file(path):
-        raise InputError(
-            f"{path} already exists and bertkit did not write it (or cannot tell that it did); nothing was touched. "
-            "Choose another output, or pass --overwrite to replace it."
-        )
-    return path
-
-
-def written_by_bertkit_file(path: str | Path) -> bool:
-    """Tell whether bertkit wrote `path`: a vectors file, an explainer page or a predictions/ranking TSV.
-
-    A plain .npy carries no mark and is never taken for bertkit's.
-    """
-    path = Path(path)
-    suffix = path.suffix.lower()
-    with contextlib.suppress(Exception):  # a damaged or foreign file is simply not bertkit's
-        if suffix == ".npz":
-            with np.load(path, allow_pickle=False) as archive:
-                return "meta" in archive.files and GENERATOR in json.loads(str(archive["meta"]))
-        if suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            return GENERATOR.encode() in (pq.read_schema(path).metadata or {})
-        if suffix in _HEAD_MARKS:  # a figure's PNG tEXt chunk "Software" = "bertkit", a page's <meta> generator
-            with path.open("rb") as handle:
-                return _HEAD_MARKS[suffix] in handle.read(4096)
-        if suffix == ".json":
-            with path.open("rb") as handle:
-                record = json.loads(handle.read(1 << 20))
-                return isinstance(record, dict) and GENERATOR in record
-        with path.open("rb") as handle:  # a table bertkit wrote starts with one of its own header rows
-            return handle.readline(4096).rstrip(b"\r\n").decode() in TABLE_HEADERS
-    return False
-
-
-_HTML_MARK = f'<meta name="generator" content="{GENERATOR}'.encode()
-_HEAD_MARKS = {".png": b"Software\x00" + GENERATOR.encode(), ".html": _HTML_MARK, ".htm": _HTML_MARK}
-
-# The header rows of the TSVs bertkit writes (predict, rerank): a file that starts with one of them is bertkit's.
-# Regression and multi-label predictions ("score\ttext", "labels\ttext") are left out: users' training files for those
-# tasks start with the same rows, so bertkit cannot tell its own from them and asks for --overwrite.
-TABLE_HEADERS = {
-    "\t".join(columns)
-    for columns in (
-        ("row", "type", "start", "end", "score", "entity"),
-        ("label", "probability", "text"),
-        ("label", "probability", "text", "pair"),
-        ("rank", "line", "score", "document"),
-        ("rank", "index", "score", "document"),
-    )
-}
+    return check_output(path, overwrite, inputs)
 
 
 def check_writable_location(path: str | Path) -> Path:
@@ -349,33 +282,15 @@ def require_pyarrow() -> tuple[ModuleType, ModuleType]:
     return pyarrow, pyarrow.parquet
 
 
-def write_token_vectors(
-    path: str | Path,
-    tokens: list[list[str]],
-    vectors: list[np.ndarray],
-    ids: Sequence,
-    meta: dict | None = None,
-    overwrite: bool = False,
-) -> Path:
-    """Write the token vectors of many texts in one .npz: `vectors` stacked, `offsets`, `tokens`, `ids`, `meta`."""
-    path = Path(path)
-    if path.suffix.lower() != ".npz":
-        raise InputError(f"output {path}: token vectors (pooling='none') are written as .npz.")
-    check_output_file(path, overwrite)
-    offsets = np.cumsum([0] + [len(v) for v in vectors])
-    stacked = np.concatenate(vectors) if vectors else np.zeros((0, 0), np.float32)
-    flat_tokens = np.array([t for row in tokens for t in row], dtype=str)
-    with atomic_path(path) as temporary, temporary.open("wb") as handle:
-        record = json.dumps({GENERATOR: package_version(), "kind": "token vectors", **(meta or {})})
-        np.savez(handle, vectors=stacked, offsets=offsets, tokens=flat_tokens, ids=np.asarray(list(ids)), meta=record)
-    return path
+def write_json(path: str | Path, record: dict[str, Any]) -> Path:
+    """Write a bertkit record (`records.new_record`) as indented JSON, atomically."""
+    with atomic_path(path) as temporary:
+        temporary.write_text(json.dumps(record, indent=2, default=json_value), encoding="utf-8")
+    return Path(path)
 
 
-def package_version(package: str = "bertkit") -> str:
-    """Return the installed version of `package` (bertkit by default), or "unknown" when it is not installed."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return "unknown"
+def json_value(value: object) -> Any:
+    """Turn a numpy scalar into a plain value: `json.dumps(default=json_value)`."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"cannot store {type(value).__name__} in JSON")

@@ -1,17 +1,15 @@
-"""Files → per-file Parquet outputs on Ray Data, with a manifest that makes a killed run resume file by file.
+"""Files → per-file Parquet outputs on Ray Data; the job's record beside the output makes a killed run resume.
 
 One pipeline reads, embeds and writes Parquet parts whose row counts stream back, so the driver records each file
-(rows, input SHA-256, options) as soon as it is complete (Ray's write_parquet says nothing until all are written).
+in the job's record as soon as it is complete (Ray's write_parquet says nothing until all are written). The finished
+folder holds `manifest.json`: the options and each file's rows.
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob
-import json
 import os
-import re
-import shutil
 import socket
 import time
 from collections.abc import Sequence
@@ -28,8 +26,20 @@ import ray.data
 from ..encoder.encode import Encoder
 from ..encoder.options import EmbedOptions, options_from
 from ..errors import BertkitError, InputError, no_such_path
+from ..io import writers
 from ..io.text_files import file_sha256
-from ..io.writers import VECTOR_FORMATS, atomic_path, is_temporary
+from ..io.writers import (
+    VECTOR_FORMATS,
+    atomic_path,
+    end_job,
+    job_path,
+    read_job,
+    remove_output,
+    replace,
+    save_job,
+    write_json,
+)
+from ..records import new_record
 from .dataset import (
     DEFAULT_ROWS_PER_CALL,
     Resources,
@@ -108,7 +118,7 @@ def _expand_one(pattern: str) -> list[Path]:
     return [Path(m) for m in matches]
 
 
-def check_output(output: Path) -> None:
+def check_folder_output(output: Path) -> None:
     """Refuse an `-o` that names a file: the Ray engine writes a folder of per-file Parquet folders."""
     if output.exists() and not output.is_dir():
         raise InputError(f"-o {output} is a file; the Ray engine writes a directory (one folder per input file).")
@@ -133,76 +143,13 @@ def _write_parts(batch: pa.Table, staging: dict) -> pa.Table:
     return pa.table({"path": pa.array(paths, pa.string()), "rows": pa.array(counts, pa.int64())})
 
 
-_PART = re.compile(r"part-[0-9]{12}\.parquet")
-
-
-def _check_not_users(output: Path, stems: list[str], listed: dict) -> None:
-    """Refuse, before anything is removed, a per-file folder that is not bertkit's to replace.
-
-    bertkit's are those the manifest lists and those holding only Parquet parts (killed before their entry was saved).
-    """
-    for stem in stems:
-        folder = output / stem
-        if stem not in listed and folder.exists():  # noqa: SIM102 (the second test reads the folder)
-            if not folder.is_dir() or any(not _PART.fullmatch(entry.name) for entry in folder.iterdir()):
-                raise InputError(
-                    f"{folder} is where {stem}'s vectors go, and it holds something bertkit did not write there "
-                    "(nothing was touched); move it, or choose another -o directory."
-                )
-
-
-def _load_manifest(output: Path, options: dict, overwrite: bool, stems: list[str]) -> dict:
-    path = output / MANIFEST
-    if not path.exists():
-        if output.exists() and any(not is_temporary(entry.name) for entry in output.iterdir()):
-            raise InputError(
-                f"{output} is not empty and has no {MANIFEST}, so bertkit did not write it: nothing in it was touched "
-                "(--overwrite replaces only bertkit's own output). Choose a new or empty -o directory."
-            )
-        return {"version": 1, "options": options, "files": {}}
-    manifest = json.loads(path.read_text())
-    _check_not_users(output, stems, manifest.get("files", {}))
-    saved = manifest.get("options", {})
-    if "model" in saved and "fingerprint" not in saved:  # bertkit 0.2 called the fingerprint "model"
-        saved["fingerprint"] = saved.pop("model")
-    changed = [k for k in options if saved.get(k) != options[k]]
-    if changed and not overwrite:
-        said = "; ".join(f"{k} was {saved.get(k)!r}, now {options[k]!r}" for k in changed)
-        raise InputError(
-            f"{output} was written with other options ({said}). Use the same options, another -o "
-            "directory, or --overwrite to start over."
-        )
-    if overwrite:  # start over: the outputs this manifest lists go, then the manifest
-        for entry in manifest.get("files", {}).values():
-            shutil.rmtree(output / entry["output"], ignore_errors=True)
-        path.unlink()
-        return {"version": 1, "options": options, "files": {}}
-    return manifest
-
-
-def _save_manifest(output: Path, manifest: dict) -> None:
-    with atomic_path(output / MANIFEST) as temporary:
-        temporary.write_text(json.dumps(manifest, indent=1, sort_keys=True))
-
-
-def _is_complete(output: Path, entry: dict) -> bool:
-    """Whether the footers of a file's Parquet parts count the rows its manifest entry says."""
-    folder = output / entry["output"]
-    try:
-        return (
-            folder.is_dir()
-            and sum(pq.ParquetFile(p).metadata.num_rows for p in folder.glob("*.parquet")) == entry["rows"]
-        )
-    except (OSError, pa.ArrowInvalid):
-        return False
-
-
 @dataclass
 class _Job:
-    """One `embed_files` run: the manifest, the files still to write and what has been done."""
+    """One `embed_files` run: what makes it this job, its state (the files done), the files still to write."""
 
     output: Path
-    manifest: dict
+    job: dict
+    state: dict
     summary: RunSummary
     pending: dict[Path, dict] = field(default_factory=dict)
 
@@ -210,12 +157,12 @@ class _Job:
         return self.output / f".{path.stem}.tmp"
 
     def finish(self, path: Path) -> None:
-        """Move a complete file's folder into place and record it in the manifest."""
+        """Move a complete file's folder into place and record it in the job's record."""
         entry = self.pending[path]
-        shutil.rmtree(self.output / path.stem, ignore_errors=True)
-        os.replace(self.staging(path), self.output / path.stem)
-        self.manifest["files"][path.stem] = entry
-        _save_manifest(self.output, self.manifest)
+        remove_output(self.output / path.stem)
+        replace(self.staging(path), self.output / path.stem)
+        self.state["files"][path.stem] = entry
+        save_job(self.output, self.job, self.state)
         self.summary.rows += entry["rows"]
         self.summary.files.append(path.stem)
 
@@ -244,13 +191,17 @@ def embed_files(
 
     Inputs are files, folders (their .parquet/.jsonl/.csv/.tsv/.txt files) or glob patterns. `column`, `header`
     and `id_column` mean what they mean to `bertkit embed` (ids of an id column are written as strings). Each file is
-    recorded in the manifest as soon as all its rows are written, so a killed run loses only unfinished files.
+    recorded in the job's record as soon as all its rows are written, so a killed run loses only unfinished files
+    and the same call resumes it; an existing `output_dir` is otherwise replaced only with `overwrite`.
     `gpus_per_actor` runs the actors on GPUs (see `embed_dataset`); `options` (or keywords) are `EmbedOptions`.
     """
     started = time.perf_counter()
     paths = expand_inputs(inputs)
     output = Path(output_dir)
-    check_output(output)
+    check_folder_output(output)
+    unfinished = job_path(output).is_file()  # an unfinished run of this job resumes; other contents need `overwrite`
+    if not unfinished:
+        writers.check_output(output, overwrite)
     if id_column is not None and id_column == column:
         raise InputError(
             f"--id-column {id_column!r} is the text column; name another column, or leave it out for row numbers."
@@ -263,11 +214,16 @@ def embed_files(
     resolved = check_options(encoder, requested)
     recorded = {"fingerprint": encoder.fingerprint, **encoder.precision_record(), **reading, **resolved.record()}
     recorded["precision"] = precision
-    job = _Job(output, _load_manifest(output, recorded, overwrite, [p.stem for p in paths]), RunSummary(output))
+    identity = {"command": "embed --engine ray", "options": recorded}
+    identity["inputs"] = {str(path.resolve()): file_sha256(path) for path in paths}
+    state = read_job(output, identity, overwrite) if unfinished else None  # another job's is refused
+    if state is None:
+        remove_output(output)
+    job = _Job(output, identity, state or {"files": {}}, RunSummary(output))
     for path in paths:
         _plan_file(job, path, reading)
+    save_job(output, job.job, job.state)  # first: a folder is never there without its job's record
     output.mkdir(parents=True, exist_ok=True)
-    _save_manifest(output, job.manifest)
     _write_empty(job, encoder.output_dim(resolved), id_column)
     work = {str(path.resolve()): path for path, entry in job.pending.items() if entry["rows"]}
     started_ray = bool(work) and connect(address, ray_logs)
@@ -279,24 +235,20 @@ def embed_files(
     finally:
         if started_ray:
             ray.shutdown()
+    write_json(output / MANIFEST, new_record("ray manifest", options=recorded, files=job.state["files"]))
+    end_job(output)
     job.summary.seconds = time.perf_counter() - started
     return job.summary
 
 
 def _plan_file(job: _Job, path: Path, reading: dict) -> None:
-    """Skip a file the manifest records as complete and unchanged; otherwise queue it with its row count."""
-    entry, digest = job.manifest["files"].get(path.stem), file_sha256(path)
-    if entry is not None and entry["sha256"] != digest:
-        raise InputError(
-            f"{path} changed since {job.output / path.stem} was written from it (its SHA-256 differs); "
-            "pass --overwrite to start over."
-        )
-    if entry is not None and _is_complete(job.output, entry):
+    """Skip a file the job's record holds as complete; otherwise queue it with its row count."""
+    if path.stem in job.state["files"]:  # recorded once its folder was in place, whole
         job.summary.skipped.append(path.stem)
     else:
         job.pending[path] = {
             "input": str(path.resolve()),
-            "sha256": digest,
+            "sha256": job.job["inputs"][str(path.resolve())],
             "rows": sum(1 for _ in file_rows(path, **reading)),  # all checked: the written rows must match it
             "output": path.stem,
         }
@@ -305,7 +257,7 @@ def _plan_file(job: _Job, path: Path, reading: dict) -> None:
 def _write_empty(job: _Job, dim: int, id_column: str | int | None) -> None:
     """Clear the staging folders; a file with no rows gets an empty output with the right schema, without Ray."""
     for path, entry in list(job.pending.items()):
-        shutil.rmtree(job.staging(path), ignore_errors=True)
+        remove_output(job.staging(path))
         job.staging(path).mkdir()
         if entry["rows"] == 0:
             id_type = pa.int64() if id_column is None else pa.string()

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..records import record_kind
 from ..tasks.load import load_run
 from ..tasks.runs import KIND_FEATURES, KIND_QA, KIND_TOKEN, read_run_config
 
@@ -102,7 +103,7 @@ def load_runs(directories: dict[str, Path]) -> dict[str, ServedRun]:
     """Load each run with `load_run` (safetensors only, no pickle); feature runs without the embedding cache."""
     served = {}
     for name, directory in directories.items():
-        kind = read_run_config(directory)["kind"]
+        kind = record_kind(read_run_config(directory))
         options = {"cache": None} if kind == KIND_FEATURES else {}
         served[name] = ServedRun(name, kind, load_run(directory, **options))
     return served

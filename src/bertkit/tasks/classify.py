@@ -26,16 +26,15 @@ if TYPE_CHECKING:
     from sklearn.utils import Tags
 
     from .report import EvaluationReport
-from ..io.writers import package_version
+from ..io.writers import json_value
+from ..records import new_record, package_version
 from .heads import check_training_labels, chosen_C, feature_head
-from .runs import CONFIG_FILE, KIND_FEATURES, read_run_config, to_json_value, write_run_directory
+from .runs import CONFIG_FILE, KIND_FEATURES, read_run_config, write_run_directory
 from .vectorizer import BertVectorizer
 
 logger = logging.getLogger(__name__)
 
-RUN_FORMAT = 2  # 1: bertkit 0.1 (classifier.safetensors, read by tasks/legacy_runs.py); 2: head.skops
 HEAD_FILE = "head.skops"
-SAVED_VECTORIZER_PARAMS = ("layers", "pooling", "max_length", "long_text", "batch_size")  # what bertkit 0.1-0.2 kept
 # scikit-learn's own helpers inside fitted estimators, which skops does not trust by itself. Anything else in a
 # saved head is refused unless the caller names it (`TextClassifier.load(dir, trusted=[...])`).
 TRUSTED_TYPES = (
@@ -223,7 +222,7 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         extra : dict, optional
             More fields for the record (the CLI adds where the data came from).
         overwrite : bool
-            Replace an existing bertkit run (never a folder bertkit did not write).
+            Replace whatever is at `directory`.
 
         Returns
         -------
@@ -234,36 +233,34 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         buffer = io.BytesIO()
         skops.dump(self.head_, buffer)
         encoder = self.vectorizer_.encoder_
-        record = {
-            "kind": KIND_FEATURES,
-            "format": RUN_FORMAT,
-            "bertkit_version": package_version("bertkit"),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "encoder": {
+        record = new_record(
+            KIND_FEATURES,
+            created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+            encoder={
                 "model": encoder.source.path if encoder.source.kind == "local" else encoder.name,
                 "fingerprint": encoder.fingerprint,
                 "architecture": type(encoder.model).__name__,
             },
-            "features": self.vectorizer_.feature_options(),
-            "device": describe(encoder.device),
-            "vectorizer": {"batch_size": self.vectorizer_.batch_size},
-            "params": {
+            features=self.vectorizer_.feature_options(),
+            device=describe(encoder.device),
+            vectorizer={"batch_size": self.vectorizer_.batch_size},
+            params={
                 "scale": self.scale,
                 "cv": self.cv,
                 "random_state": self.random_state,
                 "classifier": None if self.classifier is None else repr(self.classifier),
             },
-            "classes": self.classes_.tolist(),
-            "majority_class": getattr(self.majority_class_, "item", lambda: self.majority_class_)(),
-            "C": self.C_,
-            "cv_scores": self.cv_scores_,
-            "n_features": int(self.vectorizer_.n_features_out_),
-            "metrics": metrics or {},
-            "versions": {name: package_version(name) for name in ("torch", "transformers", "scikit-learn", "skops")},
+            classes=self.classes_.tolist(),
+            majority_class=getattr(self.majority_class_, "item", lambda: self.majority_class_)(),
+            C=self.C_,
+            cv_scores=self.cv_scores_,
+            n_features=int(self.vectorizer_.n_features_out_),
+            metrics=metrics or {},
+            versions={name: package_version(name) for name in ("torch", "transformers", "scikit-learn", "skops")},
             **(extra or {}),
-        }
+        )
         files: dict[str, str | bytes] = {
-            CONFIG_FILE: json.dumps(record, indent=2, default=to_json_value),
+            CONFIG_FILE: json.dumps(record, indent=2, default=json_value),
             HEAD_FILE: buffer.getvalue(),
         }
         return write_run_directory(directory, files, overwrite)
@@ -295,7 +292,7 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         Parameters
         ----------
         directory : str or Path
-            A run saved by `save_pretrained` or `bertkit train` (bertkit 0.1's format too).
+            A run saved by `save_pretrained` or `bertkit train`.
         cache : str, Path or None
             The vectorizer's embedding cache ("memory", a directory, or None).
         threads : int, optional
@@ -313,25 +310,22 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         TextClassifier
             Fitted, ready to predict.
         """
-        from .legacy_runs import head_from_safetensors
-
         record = read_run_config(directory, expected_kind=KIND_FEATURES)
         deprecated_threads(threads)
         vectorizer = _saved_vectorizer(directory, record, cache, precision, device)
-        legacy = record.get("format", 1) < 2
-        head = head_from_safetensors(directory, record) if legacy else _load_head(Path(directory) / HEAD_FILE, trusted)
+        head = _load_head(Path(directory) / HEAD_FILE, trusted)
         params = record["params"]
         estimator = cls(
             vectorizer,
-            None if params.get("classifier") is None else clone(head[-1]),
-            scale=params.get("scale", True),
-            cv=params.get("cv", 5),
-            random_state=params.get("random_state", params.get("seed", 0)),
+            None if params["classifier"] is None else clone(head[-1]),
+            scale=params["scale"],
+            cv=params["cv"],
+            random_state=params["random_state"],
         )
         estimator.pipeline_ = Pipeline([("vectorizer", vectorizer), *head.steps])
         estimator.classes_ = np.array(record["classes"])
-        estimator.C_, estimator.cv_scores_ = record.get("C"), record.get("cv_scores", {})
-        estimator.majority_class_ = record.get("majority_class")
+        estimator.C_, estimator.cv_scores_ = record["C"], record["cv_scores"]
+        estimator.majority_class_ = record["majority_class"]
         estimator.record_ = record
         return estimator
 
@@ -340,12 +334,9 @@ def _saved_vectorizer(
     directory: str | Path, record: dict, cache: str | Path | None, precision: str | None, device: str | None
 ) -> BertVectorizer:
     """Rebuild the run's vectorizer, fitted, after checking that the encoder still has the weights it was trained on."""
-    params = dict(record["params"])
-    # runs saved before bertkit 0.2 kept the vectorizer's options among the classifier's own parameters
-    saved = record.get("vectorizer") or {k: params[k] for k in SAVED_VECTORIZER_PARAMS if k in params}
-    recorded = {**saved, **record.get("features", {})}
-    options = {**EmbedOptions.from_record(recorded).record(), "batch_size": saved.get("batch_size")}
-    trained_precision = record.get("features", {}).get("precision", "fp32")
+    features = record["features"]
+    options = {**EmbedOptions.from_record(features).record(), "batch_size": record["vectorizer"]["batch_size"]}
+    trained_precision = features.get("precision", "fp32")
     precision = precision or trained_precision
     model = record["encoder"]["model"]
     vectorizer = BertVectorizer(
@@ -366,7 +357,7 @@ def _saved_vectorizer(
             trained_precision,
             precision,
         )
-    trained_calibration = record.get("features", {}).get("int8_calibration")
+    trained_calibration = features.get("int8_calibration")
     calibration = vectorizer.encoder_.int8_calibration
     if precision == trained_precision == "int8" and trained_calibration not in (None, calibration):
         logger.warning(

@@ -24,6 +24,7 @@ from ..encoder.precision import autocast, check_precision
 from ..encoder.runner import Row, Runner
 from ..encoder.threads import deprecated_threads, total_threads
 from ..errors import InputError, ModelLoadError, brief, warn_deprecated
+from ..records import new_record
 from .runs import CONFIG_FILE, read_run_config, write_run_directory
 
 logger = logging.getLogger(__name__)
@@ -160,7 +161,8 @@ class FineTuned:
             files: dict[str, str | bytes] = {
                 path.name: path.read_bytes() for path in Path(scratch).iterdir() if path.is_file()
             }
-        files[CONFIG_FILE] = json.dumps({"kind": self.KIND, **self.record_, "max_length": self.max_length}, indent=2)
+        fields = {key: value for key, value in self.record_.items() if key != "bertkit"}  # stamped anew
+        files[CONFIG_FILE] = json.dumps(new_record(self.KIND, **{**fields, "max_length": self.max_length}), indent=2)
         return write_run_directory(directory, files, overwrite)
 
     @property

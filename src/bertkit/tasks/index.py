@@ -262,7 +262,7 @@ def load_index(path: str | Path) -> VectorIndex:
     path = Path(path)
     meta = read_index_meta(path)
     if meta is None and path.suffix.lower() in (".npz", ".parquet"):
-        from ..io.stream import read_vectors
+        from ..io.vectors import read_vectors
 
         vectors, ids, meta = read_vectors(path)
         meta = {**meta, "metric": exact.model_metric(meta.get("model"))}

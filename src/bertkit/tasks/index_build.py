@@ -70,7 +70,7 @@ def build_index(
     -------
     IndexReport
     """
-    from ..io.stream import read_vectors
+    from ..io.vectors import read_vectors
 
     started, vectors_path, output = time.perf_counter(), Path(vectors_path), Path(output)
     if output.is_dir():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelLoadError
+from ..records import record_kind
 from .classify import TextClassifier
 from .finetuned import FineTunedClassifier
 from .qa import FineTunedQA
@@ -26,8 +26,8 @@ def load_run(directory: str | Path, **options: Any) -> Any:
     Parameters
     ----------
     directory : str or Path
-        A run written by `bertkit train`, `bertkit finetune`, `TextClassifier.save` or `finetune` (bertkit 0.1's
-        runs included); its `bertkit.json` names the kind.
+        A run written by `bertkit train`, `bertkit finetune`, `save_pretrained` or `finetune`; its `bertkit.json`
+        names the kind.
     **options
         Passed to the loader: `threads`, `precision`, `device`; `cache` only to feature classifiers.
 
@@ -36,11 +36,7 @@ def load_run(directory: str | Path, **options: Any) -> Any:
     TextClassifier or FineTunedClassifier or FineTunedTagger or FineTunedQA
         Ready to `predict` (a question-answering run: to `answer`).
     """
-    kind = read_run_config(directory).get("kind")
-    if kind not in LOADERS:
-        raise ModelLoadError(
-            f"{directory}: unknown run kind {kind!r} (known: {', '.join(LOADERS)}); was it written by a newer bertkit?"
-        )
+    kind = record_kind(read_run_config(directory))  # one of LOADERS: read_run_config refuses any other
     if kind != KIND_FEATURES:
         options.pop("cache", None)
     return LOADERS[kind].from_pretrained(directory, **options)

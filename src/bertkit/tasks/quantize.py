@@ -16,7 +16,8 @@ import numpy as np
 from ..encoder.encode import Encoder
 from ..encoder.int8 import CALIBRATION_FILE, calibrate, calibration_inputs
 from ..errors import InputError
-from ..io.writers import check_new_directory, staged_directory
+from ..io.writers import check_output, staged_directory
+from ..records import record_kind
 from .finetuned import FineTunedClassifier
 from .runs import CONFIG_FILE, KIND_FEATURES, KIND_TEXT, KIND_TOKEN, read_run_config
 from .search import cosines
@@ -39,13 +40,13 @@ class QuantizeReport:
 
 def quantize(model: str | None, output: str | Path, texts: Sequence[str], *, overwrite: bool = False) -> QuantizeReport:
     """Calibrate `model` (a model, or a `bertkit finetune` run directory) on `texts`; write the copy to `output`."""
-    output = check_new_directory(output, overwrite)
+    output = check_output(output, overwrite)
     texts = [t for t in texts if t.strip()]
     if not texts:
         raise InputError("no calibration texts: give a file with a few hundred sentences like the ones you will embed.")
     kind = None
     if model is not None and (Path(model) / CONFIG_FILE).is_file():
-        kind = read_run_config(model).get("kind")
+        kind = record_kind(read_run_config(model))
     if kind == KIND_FEATURES:
         raise InputError(
             f"{model} is a feature-classifier run: it embeds with its encoder, so quantize that model "

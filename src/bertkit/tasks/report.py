@@ -17,7 +17,8 @@ from sklearn.decomposition import PCA
 from sklearn.metrics import accuracy_score, classification_report, confusion_matrix
 
 from ..errors import InputError
-from ..io.writers import GENERATOR, atomic_path, check_output_file, package_version
+from ..io.writers import atomic_path, check_output, write_json
+from ..records import new_record
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -156,9 +157,8 @@ def write_report(
     """Write metrics.json, confusion.png and (given vectors) pca.png, the 2-D map of sentence vectors by label."""
     directory = check_report_directory(directory, overwrite)
     directory.mkdir(parents=True, exist_ok=True)
-    with atomic_path(directory / "metrics.json") as temporary:
-        temporary.write_text(json.dumps({GENERATOR: package_version(), **metrics}, indent=2))
-    written = [directory / "metrics.json", _save_figure(confusion_figure(metrics, title), directory / "confusion.png")]
+    written = [write_json(directory / "metrics.json", new_record("metrics", **metrics))]
+    written += [_save_figure(confusion_figure(metrics, title), directory / "confusion.png")]
 
     if vectors is not None and labels is not None and len(vectors) >= 2:
         points = PCA(n_components=2, random_state=0).fit_transform(vectors)
@@ -236,7 +236,7 @@ def _figure(width: float, height: float) -> tuple[Figure, Axes]:
 
 def _save_figure(figure: Figure, path: Path) -> Path:
     with atomic_path(path) as temporary:
-        figure.savefig(temporary, dpi=110, format="png", metadata={"Software": GENERATOR})
+        figure.savefig(temporary, dpi=110, format="png")
     return path
 
 
@@ -244,12 +244,12 @@ REPORT_FILES = ("metrics.json", "confusion.png", "pca.png")
 
 
 def check_report_directory(directory: str | Path, overwrite: bool = False) -> Path:
-    """Before any work: the report's files may replace only report files bertkit wrote (or anything, `overwrite`)."""
+    """Before any work: the report's files must not exist yet, unless `overwrite`."""
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise InputError(f"--report {directory} is a file; give a folder for metrics.json, confusion.png and pca.png.")
     for name in REPORT_FILES:
-        check_output_file(directory / name, overwrite)
+        check_output(directory / name, overwrite)
     return directory
 
 
@@ -309,14 +309,14 @@ def probe_files(result: Any, title: str = "") -> dict[str, str | bytes]:  # a Pr
         "probe.md": "\n".join(markdown) + "\n",
         "probe.csv": buffer.getvalue(),
         "probe.json": json.dumps(
-            {
-                GENERATOR: package_version(),
-                "task": result.task,
-                "metric": result.metric,
-                "secondary_metric": result.secondary_metric,
-                "facts": facts,
-                "rows": [asdict(r) for r in result.rows],
-            },
+            new_record(
+                "probe",
+                task=result.task,
+                metric=result.metric,
+                secondary_metric=result.secondary_metric,
+                facts=facts,
+                rows=[asdict(r) for r in result.rows],
+            ),
             indent=2,
         ),
         "probe.png": image.getvalue(),

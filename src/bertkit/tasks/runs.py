@@ -8,12 +8,10 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from ..errors import InputError, ModelLoadError, no_such_path, quoted
-from ..io.writers import check_new_directory, staged_directory
+from ..io.writers import check_output, staged_directory
+from ..records import check_record
 
 CONFIG_FILE = "bertkit.json"
 PROBE_FILE = "probe.json"  # what `bertkit probe` writes (scores by layer and pooling); shown by the explainer
@@ -25,8 +23,8 @@ KINDS = (KIND_FEATURES, KIND_TEXT, KIND_TOKEN, KIND_QA)
 
 
 def write_run_directory(directory: str | Path, files: dict[str, str | bytes], overwrite: bool) -> Path:
-    """Write `files` (name → text or bytes) as one new directory, complete or absent."""
-    target = check_new_directory(directory, overwrite)
+    """Write `files` (name → text or bytes) as one new directory, complete or absent (`overwrite`: replacing one)."""
+    target = check_output(directory, overwrite)
     with staged_directory(target) as staging:
         for name, content in files.items():
             if isinstance(content, bytes):
@@ -37,7 +35,10 @@ def write_run_directory(directory: str | Path, files: dict[str, str | bytes], ov
 
 
 def read_run_config(directory: str | Path, expected_kind: str | None = None) -> dict:
-    """Read the run's `bertkit.json`; a missing or broken file, or another kind than expected, is a clear error."""
+    """Read a run's `bertkit.json`: a missing or broken one, or another kind than expected, is a clear error.
+
+    The record's kind is the run's (`KINDS`); `expected_kind` None takes any of them.
+    """
     path = Path(directory) / CONFIG_FILE
     if not Path(directory).exists():
         raise no_such_path(directory)
@@ -50,16 +51,10 @@ def read_run_config(directory: str | Path, expected_kind: str | None = None) -> 
         record = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:
         raise ModelLoadError(f"{path}: not valid JSON ({exc}); the run is damaged, train it again.") from None
-    if expected_kind and record.get("kind") != expected_kind:
-        raise ModelLoadError(f"{directory} holds a {record.get('kind')!r} model, not a {expected_kind!r} one.")
-    return record
-
-
-def to_json_value(value: object) -> Any:
-    """Turn numpy scalars in run records into plain values: `json.dumps(default=...)`."""
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"cannot store {type(value).__name__} in JSON")
+    try:
+        return check_record(record, expected_kind or KINDS, path)
+    except InputError as exc:
+        raise ModelLoadError(str(exc)) from None
 
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")

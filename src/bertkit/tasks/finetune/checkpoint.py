@@ -1,4 +1,4 @@
-"""The run directory: `bertkit-run.json` and `Trainer`'s checkpoints while training, the finished run after.
+"""The run directory: `Trainer`'s checkpoints while training (the job's record beside it), the finished run after.
 
 A checkpoint is complete once its `trainer_state.json` is written (Trainer writes it last).
 """
@@ -15,38 +15,32 @@ from typing import Any
 
 from ...encoder.models import quiet_transformers
 from ...errors import InputError
-from ...io.writers import (
-    atomic_path,
-    check_new_directory,
-    package_version,
-    recover_interrupted_replace,
-    staged_directory,
-)
+from ...io import writers
+from ...io.writers import end_job, job_path, read_job, replace, save_job, staged_directory
+from ...records import new_record, package_version
 from ..runs import CONFIG_FILE
 from .arguments import LOGS
 
 logger = logging.getLogger(__name__)
-RUN_FILE = "bertkit-run.json"  # an unfinished run's record (a marker of a folder bertkit wrote)
 CHECKPOINT = re.compile(r"checkpoint-([0-9]+)")
-RESUMED_KEYS = ("task", "args", "labels", "max_length", "data", "base_model")
+RESUMED_KEYS = ("task", "args", "labels", "max_length", "data", "base_model")  # what makes a run this run
 
 
 def check_output(output: Path, resume: bool, overwrite: bool) -> None:
     """Refuse what would lose work or mix two runs, before anything is read or written."""
     if resume and overwrite:
         raise InputError("--resume continues a run and --overwrite starts over: give one of them.")
-    recover_interrupted_replace(output)
-    if resume:
+    unfinished = job_path(output).is_file() and not (output / CONFIG_FILE).is_file()
+    if resume and not unfinished:
         if (output / CONFIG_FILE).is_file():
             raise InputError(f"{output}: this run already finished; nothing to resume (--overwrite trains it again).")
-        if not (output / RUN_FILE).is_file():
-            raise InputError(f"{output}: no checkpoint to resume from; start the run without --resume.")
-        return  # stopped before its first checkpoint: it starts from the beginning (`finetune` says so)
-    if output.exists() and not overwrite and (output / RUN_FILE).is_file() and not (output / CONFIG_FILE).exists():
+        raise InputError(f"{output}: no checkpoint to resume from; start the run without --resume.")
+    if unfinished and not resume and not overwrite:
         raise InputError(
             f"{output} holds an unfinished run; pass --resume to continue it or --overwrite to start over."
         )
-    check_new_directory(output, overwrite)
+    if not resume:
+        writers.check_output(output, overwrite)
 
 
 def last_checkpoint(output: Path) -> Path | None:
@@ -63,32 +57,18 @@ def last_checkpoint(output: Path) -> Path | None:
         except (OSError, ValueError):
             logger.info("%s was cut short (no trainer_state.json): set aside", path)
             shutil.rmtree(output / f".incomplete-{path.name}", ignore_errors=True)
-            path.rename(output / f".incomplete-{path.name}")
+            replace(path, output / f".incomplete-{path.name}")
     return None
 
 
 def start_run(output: Path, run_record: dict, resume: bool) -> None:
-    """Write the run's record (a new run), or check that a resumed run is the same command."""
-    path = output / RUN_FILE
-    if not resume:
-        output.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path) as temporary:
-            temporary.write_text(json.dumps(run_record, indent=2), encoding="utf-8")
+    """Record a new run's job beside `output`, or check that a resumed run is the same command (`read_job`)."""
+    job = {"command": "finetune", **{key: run_record[key] for key in RESUMED_KEYS}}
+    if resume:
+        read_job(output, job)
         return
-    saved = json.loads(path.read_text(encoding="utf-8"))
-    for key in RESUMED_KEYS:
-        if saved[key] != run_record[key]:
-            raise InputError(
-                f"{output}: the run was started with different {key} ({_diff(saved[key], run_record[key])}); "
-                "resume with the same command, or pass --overwrite to start over."
-            )
-
-
-def _diff(saved: Any, now: Any) -> str:
-    if isinstance(saved, dict) and isinstance(now, dict):
-        keys = [k for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]
-        return ", ".join(f"{k}: {saved.get(k)!r} then, {now.get(k)!r} now" for k in keys[:3])
-    return f"{saved!r} then, {now!r} now"
+    save_job(output, job, {})  # first: the folder is never there without its job's record
+    output.mkdir(parents=True, exist_ok=True)
 
 
 def learned_anything(baseline: dict | None, best: float | None, metric_name: str) -> dict | None:
@@ -114,17 +94,18 @@ def write_final(output: Path, network: Any, runner: Any, run_record: dict, train
     Checkpoints go, logs stay; the run loads back as the runner's class.
     """
     best = training["best_score"]
-    record = {
-        "kind": runner.KIND,
-        "precision": "fp32",  # trained and evaluated in fp32; loading at another precision warns
-        "bertkit_version": package_version("bertkit"),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        **run_record,
-        "training": training,
-        "metrics": metrics,
-        "baseline": learned_anything(run_record.get("baseline"), best, training["metric"]),
-        "versions": {name: package_version(name) for name in ("torch", "transformers", "tokenizers")},
-    }
+    record = new_record(
+        runner.KIND,
+        precision="fp32",  # trained and evaluated in fp32; loading at another precision warns
+        created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        **{
+            **run_record,
+            "training": training,
+            "metrics": metrics,
+            "baseline": learned_anything(run_record.get("baseline"), best, training["metric"]),
+            "versions": {name: package_version(name) for name in ("torch", "transformers", "tokenizers")},
+        },
+    )
     with staged_directory(output) as staging:
         with quiet_transformers():
             network.save_pretrained(str(staging), safe_serialization=True)
@@ -132,5 +113,6 @@ def write_final(output: Path, network: Any, runner: Any, run_record: dict, train
         (staging / CONFIG_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
         if (output / LOGS).is_dir():  # metrics.jsonl and the trackers' files stay with the run
             shutil.copytree(output / LOGS, staging / LOGS)
+    end_job(output)
     logger.info("saved %s: best epoch %s (dev %s %.4f)", output, training["best_epoch"], training["metric"], best)
     return type(runner).from_pretrained(output)

@@ -23,7 +23,7 @@ from ...encoder.models import quiet_transformers
 from ...encoder.precision import check_precision
 from ...encoder.threads import deprecated_threads
 from ...errors import InputError
-from ...io.writers import remove_bertkit_directory
+from ...io.writers import remove_output
 from .arguments import LOGS, MAX_LENGTHS, FinetuneArguments, renamed_argument
 from .checkpoint import check_output, last_checkpoint, start_run, write_final
 from .examples import collate
@@ -157,7 +157,7 @@ def finetune(
     }
     if state.is_main_process:
         if not resume and output.exists():
-            remove_bertkit_directory(output)  # --overwrite, checked above; only after the data has been read
+            remove_output(output)  # --overwrite, checked above; only after the data has been read
         start_run(output, run_record, resume)
     state.wait_for_everyone()
     for note in prepared.notes:
