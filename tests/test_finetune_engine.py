@@ -2,6 +2,7 @@
 processes (torchrun, gloo), metrics a TensorBoard reads, mixed precision, and devices refused with one line."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -135,6 +136,27 @@ def test_metrics_are_logged_for_tensorboard_and_kept_with_the_run(tiny_dirs, tmp
     losses = accumulator.Scalars("train/loss")
     assert [event.step for event in losses] == list(range(1, 9))
     assert [round(event.value, 5) for event in losses] == [round(line["train/loss"], 5) for line in steps]
+
+
+def _warmup_as_transformers_4(self, num_training_steps):
+    """transformers 4.46-4.57's reading: `warmup_steps` (any value above 0) is a count of steps, else the ratio."""
+    ratio = getattr(self, "warmup_ratio", 0.0)
+    return self.warmup_steps if self.warmup_steps > 0 else math.ceil(num_training_steps * ratio)
+
+
+@pytest.mark.parametrize("reading", ["installed", "transformers 4"])
+def test_the_learning_rate_warms_up_over_its_share_of_the_steps(tiny_dirs, tmp_path, monkeypatch, reading):
+    """warmup_ratio=0.25 of 8 steps: 2 steps of warm-up (each step logs the rate it ran at), then linear decay."""
+    from transformers import TrainingArguments
+
+    if reading == "transformers 4":
+        monkeypatch.setattr(TrainingArguments, "get_warmup_steps", _warmup_as_transformers_4)
+    train, dev = sentiment_file(tmp_path / "train.tsv", n=32), sentiment_file(tmp_path / "dev.tsv", n=8, seed=1)
+    args = tiny_args(num_train_epochs=2, batch_size=8, learning_rate=1e-3, warmup_ratio=0.25, early_stopping_patience=2)
+    finetune(train, dev, output_dir=tmp_path / "run", model=str(tiny_dirs["bert_cased"]), args=args)
+    lines = (tmp_path / "run" / "logs" / "metrics.jsonl").read_text().splitlines()
+    rates = [json.loads(line)["train/learning_rate"] for line in lines if "train/learning_rate" in line]
+    assert rates == pytest.approx([1e-3 * share for share in (0, 0.5, 1, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6)])
 
 
 def test_bf16_mixed_precision_trains_where_the_cpu_has_bf16(tiny_dirs, tmp_path):

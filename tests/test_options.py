@@ -185,8 +185,7 @@ def test_every_old_name_warns_at_the_callers_line(encoder, tmp_path):
     """The warning names the user's file, at any depth inside bertkit: Python shows deprecations in `__main__` only."""
     import torch
 
-    from bertkit import TextClassifier, finetune
-    from bertkit.tasks.finetune import FinetuneArguments
+    from bertkit import TextClassifier
 
     texts_file = tmp_path / "texts.txt"
     texts_file.write_text("\n".join(TEXTS) + "\n")
@@ -201,8 +200,6 @@ def test_every_old_name_warns_at_the_callers_line(encoder, tmp_path):
         "embed_file(normalize=)": lambda: embed_file(encoder, texts_file, tmp_path / "v.npy", normalize=True),
         "Encoder.from_pretrained(threads=)": lambda: Encoder.from_pretrained(threads=threads),
         "BertVectorizer(dimensions=)": lambda: BertVectorizer(dimensions=64).fit([]),
-        "FinetuneArguments(epochs=)": lambda: FinetuneArguments(epochs=2),
-        "finetune(patience=)": lambda: finetune(tmp_path / "missing.tsv", output_dir=tmp_path / "out", patience=1),
         "TextClassifier.load": lambda: TextClassifier.load(run),
     }
     for name, use in uses.items():

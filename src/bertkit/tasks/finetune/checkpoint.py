@@ -23,7 +23,7 @@ from ...io.writers import (
     staged_directory,
 )
 from ..runs import CONFIG_FILE
-from .arguments import LOGS
+from .settings import LOGS
 
 logger = logging.getLogger(__name__)
 RUN_FILE = "bertkit-run.json"  # an unfinished run's record (a marker of a folder bertkit wrote)

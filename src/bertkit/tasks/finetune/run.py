@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import copy
 import dataclasses
 import functools
 import json
@@ -11,7 +10,6 @@ import logging
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +22,11 @@ from ...encoder.precision import check_precision
 from ...encoder.threads import deprecated_threads
 from ...errors import InputError
 from ...io.writers import remove_bertkit_directory
-from .arguments import LOGS, MAX_LENGTHS, FinetuneArguments, renamed_argument
+from .arguments import FinetuneArguments
 from .checkpoint import check_output, last_checkpoint, start_run, write_final
 from .examples import collate
 from .prepare import MULTI_LABEL, QA, REGRESSION, SINGLE_LABEL, TOKENS, Columns, Prepared, prepare, word_tokenizer
+from .settings import LOGS, MAX_LENGTHS
 from .trainer import (
     Evaluator,
     Examples,
@@ -119,11 +118,8 @@ def finetune(
     FineTunedClassifier or FineTunedTagger or FineTunedQA
         The best epoch's model, loaded from `output_dir` (None on the other processes of a distributed run).
     """
-    args = _with_keywords(copy.deepcopy(args) if args is not None else FinetuneArguments(), training)
-    if task is not None and args.task is not None and task != args.task:
-        raise InputError(f"task={task!r} but args.task={args.task!r}: they contradict each other; give the task once.")
-    task = args.task = task or args.task or "text"
-    args.check()
+    args = _arguments(args, task, training)
+    task = args.task
     deprecated_threads(threads)
     output = Path(output_dir)
     columns = Columns(text_column, label_column, pair_column, header, label_separator)
@@ -149,7 +145,7 @@ def finetune(
         "task": task,
         "problem": prepared.problem,
         "base_model": {"spec": encoder.name, "path": str(encoder.source.path), "fingerprint": encoder.fingerprint},
-        "args": asdict(args),
+        "args": args.record(),
         "labels": prepared.labels,
         "max_length": max_length,
         "data": prepared.data_record,
@@ -211,7 +207,7 @@ def _trainer(
     processes: int,
 ) -> FinetuneTrainer:
     """`Trainer` of the dev scorer's model and data: bertkit's batches and loss, best epoch on dev, early stopping."""
-    from transformers import EarlyStoppingCallback, PrinterCallback, TrainingArguments
+    from transformers import EarlyStoppingCallback, PrinterCallback
     from transformers.integrations import TensorBoardCallback
 
     callbacks: list = [EarlyStoppingCallback(early_stopping_patience=args.early_stopping_patience)]
@@ -222,33 +218,18 @@ def _trainer(
     trackers = [name for name in args.report_to if name != "tensorboard"]
     show = progress if progress is not None else os.isatty(2)
     with quiet_transformers():
-        training_args = TrainingArguments(
+        training_args = dataclasses.replace(
+            args,
             output_dir=str(output),
-            num_train_epochs=args.num_train_epochs,
             per_device_train_batch_size=max(
                 1, math.ceil(args.batch_size / (args.gradient_accumulation_steps * processes))
             ),
-            gradient_accumulation_steps=args.gradient_accumulation_steps,
-            learning_rate=args.learning_rate,
-            weight_decay=args.weight_decay,
-            warmup_steps=args.warmup_ratio,  # a share of the steps (below 1)
-            max_grad_norm=args.max_grad_norm,
-            seed=args.seed,
-            eval_strategy="epoch",
-            save_strategy="epoch",
-            save_total_limit=2,  # the newest and the best
-            load_best_model_at_end=True,
-            metric_for_best_model="score",
-            greater_is_better=True,
-            logging_strategy="steps",
-            logging_steps=1,
             report_to=trackers or "none",
             disable_tqdm=not show,
             use_cpu=device.type == "cpu",
             fp16=args.mixed_precision == "fp16",
             bf16=args.mixed_precision == "bf16",
             ddp_backend="gloo" if device.type == "cpu" and processes > 1 else None,
-            remove_unused_columns=False,
         )
         runner = evaluator.runner
         trainer = FinetuneTrainer(
@@ -343,7 +324,6 @@ def _training_record(trainer: FinetuneTrainer, metric: str, args: FinetuneArgume
     }
 
 
-KEYWORD_ALIASES = {"lr": "learning_rate"}  # the command line's short name
 ZERO_BASELINES = {  # what a model that learned nothing does, scoring 0 (correlation, micro-F1, entity F1)
     REGRESSION: "predicting the training mean (no correlation)",
     MULTI_LABEL: "predicting no label",
@@ -351,17 +331,22 @@ ZERO_BASELINES = {  # what a model that learned nothing does, scoring 0 (correla
 }
 
 
-def _with_keywords(args: FinetuneArguments, training: dict) -> FinetuneArguments:
-    fields = {f.name for f in dataclasses.fields(FinetuneArguments)}
-    for key, value in training.items():
-        name = renamed_argument(KEYWORD_ALIASES.get(key, key))
-        if name not in fields:
-            raise InputError(
-                f"finetune() got an unknown setting {key!r}; the settings are {', '.join(sorted(fields))} "
-                "(and lr for learning_rate)."
-            )
-        setattr(args, name, value)
-    return args
+def _arguments(args: FinetuneArguments | None, task: str | None, keywords: dict) -> FinetuneArguments:
+    """`args` with the keyword settings (`lr` for `learning_rate`) and the task resolved, checked once."""
+    given = {"learning_rate" if key == "lr" else key: value for key, value in keywords.items()}
+    names = {f.name for f in dataclasses.fields(FinetuneArguments)}
+    unknown = sorted(given.keys() - names)
+    if unknown:
+        raise InputError(
+            f"finetune() got an unknown setting {unknown[0]!r}; the settings are FinetuneArguments' fields "
+            "(and lr for learning_rate)."
+        )
+    base = args if args is not None else FinetuneArguments()
+    chosen = given.pop("task", None) or base.task
+    if task is not None and chosen is not None and task != chosen:
+        raise InputError(f"task={task!r} but args.task={chosen!r}: they contradict each other; give the task once.")
+    with quiet_transformers():
+        return dataclasses.replace(base, **given, task=task or chosen or "text")
 
 
 def majority_baseline(prepared: Any) -> dict:
