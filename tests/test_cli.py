@@ -193,10 +193,11 @@ def test_every_command_parameter_reaches_the_code():
 
     left_behind = {}
     for command in app.registered_commands:
-        used, taken = names_and_targets(command.callback)
-        parameters = set(inspect.signature(command.callback).parameters) - {"ctx", "threads"}  # threads: its callback
+        callback = getattr(command.callback, "command", command.callback)  # `from_fields`: the command it wraps
+        used, taken = names_and_targets(callback)
+        parameters = set(inspect.signature(callback).parameters) - {"ctx", "threads"}  # threads: its callback
         if parameters - used - taken:
-            left_behind[command.callback.__name__] = sorted(parameters - used - taken)
+            left_behind[callback.__name__] = sorted(parameters - used - taken)
     assert len(app.registered_commands) >= 18
     assert not left_behind, f"command values that reach no code: {left_behind}"
 
@@ -205,8 +206,10 @@ def test_embed_takes_every_embedding_option_and_the_prompt_switch_works(monkeypa
     import inspect
 
     from bertkit.cli.embed import embed
+    from bertkit.cli.options import generate_for
     from bertkit.encoder.options import FIELDS
 
+    generate_for("embed")
     assert set(FIELDS) <= set(inspect.signature(embed).parameters)  # what EmbedOptions holds, the command sets
     source = tmp_path / "s.txt"
     source.write_text("a stirring , funny film\nthe plot is a mess\n", encoding="utf-8")

@@ -12,7 +12,8 @@ import typer
 
 from ..encoder.defaults import GPU_BATCH_TOKENS, MAX_BATCH_TOKENS
 from ..errors import InputError
-from .common import DeviceOption, ModelOption, app, existing_indexes, existing_runs, options_for, running_on, say
+from .common import app, existing_indexes, options_for, running_on, say
+from .options import Device, MapTexts, Model, Precision, Runs, Threads
 
 
 def _cores() -> int:
@@ -50,15 +51,8 @@ KEEP_ALIVE_S = 75  # seconds an idle keep-alive connection stays open (nginx's d
 @app.command()
 def serve(
     ctx: typer.Context,
-    model: str | None = ModelOption,
-    run: list[str] = typer.Option(
-        [],
-        "--run",
-        metavar="[NAME=]DIR",
-        callback=existing_runs,
-        help="Serve a trained run at /predict/NAME: [NAME=]DIR (NAME: the folder name by default; repeatable); a "
-        "`bertkit probe` directory shows on the page.",
-    ),
+    model: Model = None,
+    run: Runs = None,
     index: list[str] = typer.Option(
         [],
         "--index",
@@ -69,11 +63,9 @@ def serve(
     ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (default loopback only)."),
     port: int = typer.Option(8080, "--port", "-p"),
-    precision: str = typer.Option(
-        "fp32", "--precision", help="fp32 | bf16 (GPUs, CPUs with native bf16) | fp16 (GPUs) | int8 (CPUs)."
-    ),
-    device: str = DeviceOption,
-    threads: int | None = typer.Option(None, "--threads", help="Torch threads (default: one per core)."),
+    precision: Precision = "fp32",
+    device: Device = "auto",
+    threads: Threads = None,
     concurrent_batches: int | None = typer.Option(
         None,
         "--concurrent-batches",
@@ -116,11 +108,7 @@ def serve(
         help="Admit browser requests from this web origin, e.g. http://localhost:3000, with CORS answers (repeatable; "
         "'*' for any). Other origins but the server's own get 403.",
     ),
-    map_texts: bool = typer.Option(
-        False,
-        "--map-texts/--no-map-texts",
-        help="The page's map shows a run's training sentences on hover (off: points and labels only).",
-    ),
+    map_texts: MapTexts = False,
     graceful_timeout: int = typer.Option(
         30, "--graceful-timeout", help="Seconds SIGTERM waits for requests in flight."
     ),
@@ -146,7 +134,7 @@ def serve(
     origins = check_allow_origins(allow_origin)
     given = options_for(ctx, ServeSettings, api_key=api_key, allow_hosts=hosts, allow_origins=origins)
     settings = ServeSettings(**given).check()
-    directories = parse_run_specs(run)
+    directories = parse_run_specs(run or [])
     # a `bertkit probe` output (probe.json, no bertkit.json) is shown on the explainer page, not served at /predict
     probes = {name: load_probe(str(d)) for name, d in directories.items() if not (d / "bertkit.json").is_file()}
     probes = {name: record for name, record in probes.items() if record is not None}

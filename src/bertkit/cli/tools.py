@@ -20,6 +20,7 @@ from .common import (
     make_encoder,
     options_for,
 )
+from .options import Model
 
 
 @app.command()
@@ -63,7 +64,7 @@ def bench(
 
 
 @app.command()
-def demo(model: str | None = ModelOption) -> None:
+def demo(model: Model = None) -> None:
     """Run a short tour on the packaged default model: tokenization table, embeddings and their shapes."""
     from ..display import text_table as format_table
     from ..encoder.encode import Encoder
