@@ -38,7 +38,9 @@ class FinetuneArguments(FinetuneSettings, TrainingArguments):
 
     def __post_init__(self) -> None:
         self.check()
+        chosen = self.mixed_precision
         super().__post_init__()
+        self.mixed_precision = chosen  # TrainingArguments (5.x) sets its own from fp16/bf16, which `finetune` sets
 
     def get_warmup_steps(self, num_training_steps: int) -> int:
         """Return the warm-up steps, `warmup_ratio` of `num_training_steps` (rounded up) in every transformers."""

@@ -19,7 +19,6 @@ from ...encoder.devices import describe, resolve_device
 from ...encoder.encode import Encoder
 from ...encoder.models import quiet_transformers
 from ...encoder.precision import check_precision
-from ...encoder.threads import deprecated_threads
 from ...errors import InputError
 from ...io.writers import remove_bertkit_directory
 from .arguments import FinetuneArguments
@@ -60,7 +59,6 @@ def finetune(
     limit: int | None = None,
     resume: bool = False,
     overwrite: bool = False,
-    threads: int | None = None,
     device: str | None = "auto",
     progress: bool | None = None,
     callbacks: Sequence[Callable[[Any], None]] = (),
@@ -100,8 +98,6 @@ def finetune(
         Continue an interrupted run from its last checkpoint.
     overwrite : bool
         Replace a finished run bertkit wrote.
-    threads : int, optional
-        Deprecated: `bertkit.set_threads`.
     device : str
         'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'. Launched by `accelerate launch` or `torchrun`, each process
         takes its own GPU (or, on CPUs, a share of the cores with the gloo backend).
@@ -119,11 +115,7 @@ def finetune(
         The best epoch's model, loaded from `output_dir` (None on the other processes of a distributed run).
     """
     args = _arguments(args, task, training)
-    task = args.task
-    deprecated_threads(threads)
-    output = Path(output_dir)
-    columns = Columns(text_column, label_column, pair_column, header, label_separator)
-    wanted = _check_device(args, device)
+    output, wanted = Path(output_dir), _check_device(args, device)
     from accelerate import PartialState
 
     state = PartialState(cpu=wanted.type == "cpu")
@@ -131,8 +123,36 @@ def finetune(
         logging.getLogger("bertkit").setLevel(logging.ERROR)
     with state.main_process_first():  # the main process may tidy an interrupted replace; the others only look
         check_output(output, resume, overwrite)
-
     encoder = Encoder.from_pretrained(model, device="cpu")
+    columns = Columns(text_column, label_column, pair_column, header, label_separator)
+    prepared, run_record, tokenizer = _prepare(args, encoder, train, dev, dev_share, limit, columns)
+    if state.is_main_process:
+        if not resume and output.exists():
+            remove_bertkit_directory(output)  # --overwrite, checked above; only after the data has been read
+        start_run(output, run_record, resume)
+    state.wait_for_everyone()
+    for note in prepared.notes:
+        logger.warning(note)
+    torch.manual_seed(args.seed)
+    network = build_model(encoder, args.task, prepared.labels, prepared.problem)
+    evaluator = Evaluator(args.task, network, tokenizer, run_record["max_length"], prepared)
+    del encoder
+    trainer = _train(args, output, evaluator, wanted, progress, state, list(callbacks), resume)
+    training = _training_record(trainer, evaluator.metric_name, args)
+    run_record.update(device=describe(trainer.args.device), processes=state.num_processes)
+    result = None
+    if state.is_main_process:
+        metrics = best_metrics(trainer.state)
+        result = write_final(output, trainer.model, evaluator.runner, run_record, training, metrics)
+    state.wait_for_everyone()
+    return result
+
+
+def _prepare(
+    args: FinetuneArguments, encoder: Encoder, train: Any, dev: Any, dev_share: float, limit: int | None, columns: Any
+) -> tuple[Prepared, dict, Any]:
+    """Read and tokenize the data; return it, the run's record and the tokenizer."""
+    task = args.task
     max_length = min(args.max_length or MAX_LENGTHS.get(task, encoder.max_length), encoder.max_length)
     tokenizer = word_tokenizer(encoder) if task == "token" else encoder.tokenizer
     problem = {"token": TOKENS, "qa": QA}.get(task) or (
@@ -151,33 +171,28 @@ def finetune(
         "data": prepared.data_record,
         "baseline": majority_baseline(prepared),
     }
-    if state.is_main_process:
-        if not resume and output.exists():
-            remove_bertkit_directory(output)  # --overwrite, checked above; only after the data has been read
-        start_run(output, run_record, resume)
-    state.wait_for_everyone()
-    for note in prepared.notes:
-        logger.warning(note)
+    return prepared, run_record, tokenizer
 
-    torch.manual_seed(args.seed)
-    network = build_model(encoder, task, prepared.labels, prepared.problem)
-    evaluator = Evaluator(task, network, tokenizer, max_length, prepared)
-    del encoder
-    trainer = _trainer(args, output, evaluator, wanted, progress, state.num_processes)
+
+def _train(
+    args: FinetuneArguments,
+    output: Path,
+    evaluator: Evaluator,
+    device: torch.device,
+    progress: bool | None,
+    state: Any,
+    callbacks: list,
+    resume: bool,
+) -> FinetuneTrainer:
+    """Train (from the last checkpoint when resuming); a Ctrl-C saves the step and raises KeyboardInterrupt."""
+    trainer = _trainer(args, output, evaluator, device, progress, state.num_processes)
     checkpoint = last_checkpoint(output) if resume else None
     if resume and checkpoint is None:
         logger.info("%s stopped before its first checkpoint: starting it from the beginning", output)
-    _say_start(args, prepared, trainer, output, checkpoint, wanted)
+    _say_start(args, evaluator.prepared, trainer, output, checkpoint, device)
     with held_interrupt() as requested:
-        run = RunCallback(
-            output / LOGS,
-            evaluator.metric_name,
-            args.num_train_epochs,
-            args.batch_size,
-            state.is_main_process,
-            list(callbacks),
-            requested,
-        )
+        epochs, main = args.num_train_epochs, state.is_main_process
+        run = RunCallback(output / LOGS, evaluator.metric_name, epochs, args.batch_size, main, callbacks, requested)
         trainer.add_callback(run)
         with quiet_transformers():  # the trainer's own bar stays; its printed logs and save bars go
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
@@ -188,14 +203,7 @@ def finetune(
             output / f"checkpoint-{trainer.state.global_step}",
         )
         raise KeyboardInterrupt
-    training = _training_record(trainer, evaluator.metric_name, args)
-    run_record.update(device=describe(trainer.args.device), processes=state.num_processes)
-    result = None
-    if state.is_main_process:
-        metrics = best_metrics(trainer.state)
-        result = write_final(output, trainer.model, evaluator.runner, run_record, training, metrics)
-    state.wait_for_everyone()
-    return result
+    return trainer
 
 
 def _trainer(
