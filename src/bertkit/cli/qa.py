@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,21 +19,17 @@ if TYPE_CHECKING:
 @app.command()
 def answer(
     run: Run,
-    question: list[str] = typer.Option(
-        ..., "--question", "-q", metavar="TEXT", callback=utf8_texts, help="The question; repeatable."
-    ),
-    context: str = typer.Option(
-        ..., "--context", "-c", callback=utf8_texts, help="The text to find the answer in, or a file holding it."
-    ),
+    question: Annotated[
+        list[str], typer.Option("--question", "-q", metavar="TEXT", callback=utf8_texts, help="The question; repeatable.")
+    ],
+    context: Annotated[str, typer.Option("--context", "-c", callback=utf8_texts, help="Text to answer from, or its file.")],
     as_text: AsText = False,
     top_k: TopK = 1,
-    max_answer_len: int = typer.Option(30, "--max-answer-len", help="Longest answer, in tokens."),
-    handle_impossible_answer: bool = typer.Option(
-        False, "--handle-impossible-answer", help="Allow 'no answer' ({answer: '', start: 0, end: 0})."
-    ),
-    doc_stride: int | None = typer.Option(
-        None, "--doc-stride", help="Tokens two windows of a long context share (default: the run's)."
-    ),
+    max_answer_len: Annotated[int, typer.Option(help="Longest answer, in tokens.")] = 30,
+    handle_impossible_answer: Annotated[
+        bool, typer.Option("--handle-impossible-answer", help="Allow 'no answer' ({answer: '', start: 0, end: 0}).")
+    ] = False,
+    doc_stride: Annotated[int | None, typer.Option(help="Tokens two windows share (default: the run's).")] = None,
     precision: Precision = None,
     threads: Threads = None,
     device: Device = "auto",

@@ -283,32 +283,22 @@ def _where(global_step: int, max_steps: int, epochs: int) -> str:
 
 
 def _say_start(
-    args: FinetuneArguments,
-    prepared: Prepared,
-    trainer: FinetuneTrainer,
-    output: Path,
-    checkpoint: Path | None,
-    device: torch.device,
+    args: FinetuneArguments, prepared: Prepared, trainer: Any, output: Path, checkpoint: Path | None, device: Any
 ) -> None:
-    parts = []
-    if args.gradient_accumulation_steps > 1:
-        parts.append(f"{args.gradient_accumulation_steps} micro-batches")
-    if trainer.args.world_size > 1:
-        parts.append(f"split over {trainer.args.world_size} processes")
-    steps = math.ceil(len(prepared.train) / args.batch_size)
+    """Say what the run does: data, steps, learning rate, device (and where it resumes)."""
+    parts = [f"{args.gradient_accumulation_steps} micro-batches"] if args.gradient_accumulation_steps > 1 else []
+    parts += [f"split over {trainer.args.world_size} processes"] if trainer.args.world_size > 1 else []
     if checkpoint is not None:
         saved = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
-        logger.info(
-            "resuming %s %s", output, _where(saved["global_step"], saved["max_steps"], int(args.num_train_epochs))
-        )
+        logger.info("resuming %s %s", output, _where(saved["global_step"], saved["max_steps"], args.num_train_epochs))
     read = f"{len(prepared.train)} examples ({len(prepared.labels)} labels)"
     if args.task == "qa":  # an example is a window of a context; the labels, its start and end
         read = f"{prepared.data_record['train_rows']} questions ({len(prepared.train)} windows)"
+    steps = math.ceil(len(prepared.train) / args.batch_size)
     said = (
-        f"fine-tuning {args.task} model on {read}, "
-        f"dev {len(prepared.dev_inputs)}; {args.num_train_epochs} epochs × {steps} steps of {args.batch_size}"
-        f"{f' ({chr(44).join(parts)})' if parts else ''}, lr {args.learning_rate:g}, on {describe(device)}"
-        f"{'' if device.type != 'cpu' else f' ({torch.get_num_threads()} threads)'}"
+        f"fine-tuning {args.task} model on {read}, dev {len(prepared.dev_inputs)}; {args.num_train_epochs} epochs × "
+        f"{steps} steps of {args.batch_size}{f' ({chr(44).join(parts)})' if parts else ''}, lr {args.learning_rate:g}, "
+        f"on {describe(device)}{'' if device.type != 'cpu' else f' ({torch.get_num_threads()} threads)'}"
         f"{'' if args.mixed_precision == 'no' else f', {args.mixed_precision} mixed precision'}"
     )
     logger.info(said)
