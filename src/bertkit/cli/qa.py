@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def answer(
     run: Run,
     question: Annotated[
-        list[str], typer.Option("--question", "-q", metavar="TEXT", callback=utf8_texts, help="The question; repeatable.")
+        list[str], typer.Option("--question", "-q", metavar="TEXT", callback=utf8_texts, help="Question; repeatable.")
     ],
     context: Annotated[str, typer.Option("--context", "-c", callback=utf8_texts, help="Text to answer from, or its file.")],
     as_text: AsText = False,
