@@ -22,7 +22,7 @@ def answer(
     question: Annotated[
         list[str], typer.Option("--question", "-q", metavar="TEXT", callback=utf8_texts, help="Question; repeatable.")
     ],
-    context: Annotated[str, typer.Option("--context", "-c", callback=utf8_texts, help="Text to answer from, or its file.")],
+    context: Annotated[str, typer.Option("--context", "-c", callback=utf8_texts, help="The text, or its file.")],
     as_text: AsText = False,
     top_k: TopK = 1,
     max_answer_len: Annotated[int, typer.Option(help="Longest answer, in tokens.")] = 30,
