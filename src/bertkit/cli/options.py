@@ -38,8 +38,9 @@ BatchSize = Annotated[
     int | None, typer.Option("--batch-size", "-b", help="Texts per forward pass (default: 32 on a CPU; a GPU's fill).")
 ]
 MaxLength = Annotated[int | None, typer.Option("--max-length", help="Tokens per text (default: the model's).")]
-Header = Annotated[bool | None, typer.Option("--header/--no-header", help="Line 1 is a header (default: when the "
-                                             "columns are names).")]
+Header = Annotated[
+    bool | None, typer.Option("--header/--no-header", help="Line 1 is a header (default: when the columns are names).")
+]
 Column = Annotated[str | None, typer.Option("--column", "-c", help="Text column: index or name (JSONL: field).")]
 TextColumn = Annotated[str | None, typer.Option("--text-column", help="Text column: index or name (default 0).")]
 PairColumn = Annotated[str | None, typer.Option("--pair-column", help="Pair models: the second text's column.")]
@@ -63,8 +64,11 @@ MapTexts = Annotated[bool, typer.Option("--map-texts/--no-map-texts", help="The 
 Runs = Annotated[
     list[str] | None,
     typer.Option(
-        "--run", metavar="[NAME=]DIR", callback=existing_runs, help="A run or probe directory (NAME: the folder's "
-        "name by default); repeatable. serve: answers /predict/NAME; a probe shows on the page."
+        "--run",
+        metavar="[NAME=]DIR",
+        callback=existing_runs,
+        help="A run or probe directory (NAME: the folder's "
+        "name by default); repeatable. serve: answers /predict/NAME; a probe shows on the page.",
     ),
 ]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Show warnings and errors only (no progress bar).")]

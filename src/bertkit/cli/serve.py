@@ -72,12 +72,18 @@ def serve(
     device: Device = "auto",
     threads: Threads = None,
     concurrent_batches: Annotated[
-        int | None, Opt(help="Forward passes in flight, each on its share of the threads (default: one per core, 2 "
-                        "at most; 1: one pass at a time on every thread).")
+        int | None,
+        Opt(
+            help="Forward passes in flight, each on its share of the threads (default: one per core, 2 "
+            "at most; 1: one pass at a time on every thread)."
+        ),
     ] = None,
     max_batch_tokens: Annotated[
-        int | None, Opt(help=f"Padded tokens per forward pass (default: {MAX_BATCH_TOKENS} on a CPU; on a GPU "
-                        f"{GPU_BATCH_TOKENS}, or less when free memory is short).")
+        int | None,
+        Opt(
+            help=f"Padded tokens per forward pass (default: {MAX_BATCH_TOKENS} on a CPU; on a GPU "
+            f"{GPU_BATCH_TOKENS}, or less when free memory is short)."
+        ),
     ] = None,
     max_queue_tokens: Annotated[int, Opt(help="Tokens allowed to wait; beyond it 429.")] = 65536,
     max_inputs: Annotated[int, Opt(help="Texts per request.")] = 128,
@@ -90,12 +96,20 @@ def serve(
     ] = None,
     api_key_file: Annotated[Path | None, Opt(help="The same, with the key read from a file.")] = None,
     allow_host: Annotated[
-        list[str] | None, Opt(metavar="NAME", help="Also answer Host: NAME (NAME or NAME:PORT; '*' for any, behind a "
-                              "proxy that checks it; repeatable). Always: the bound address and localhost names.")
+        list[str] | None,
+        Opt(
+            metavar="NAME",
+            help="Also answer Host: NAME (NAME or NAME:PORT; '*' for any, behind a "
+            "proxy that checks it; repeatable). Always: the bound address and localhost names.",
+        ),
     ] = None,
     allow_origin: Annotated[
-        list[str] | None, Opt(metavar="ORIGIN", help="Admit browser requests from this origin, e.g. "
-                              "http://localhost:3000, with CORS answers ('*': any; repeatable); others get 403.")
+        list[str] | None,
+        Opt(
+            metavar="ORIGIN",
+            help="Admit browser requests from this origin, e.g. "
+            "http://localhost:3000, with CORS answers ('*': any; repeatable); others get 403.",
+        ),
     ] = None,
     map_texts: MapTexts = False,
     graceful_timeout: Annotated[int, Opt(help="Seconds SIGTERM waits for requests in flight.")] = 30,
