@@ -222,3 +222,25 @@ def test_embed_takes_every_embedding_option_and_the_prompt_switch_works(monkeypa
     assert not np.allclose(expected, encoder.embed(texts, prompt="query: "), atol=1e-3)  # the switch matters
     code, _, err = run(monkeypatch, capsys, "embed", source, "--dense", "-o", tmp_path / "w.npy")
     assert code != 0 and "error: --dense: this model has no sentence-transformers Dense module" in err
+
+
+@pytest.mark.parametrize(
+    "command, source",
+    [
+        ("embed", "bertkit.encoder.options:EmbedOptions"),
+        ("finetune", "bertkit.tasks.finetune.settings:FinetuneSettings"),
+    ],
+)
+def test_generated_options_are_the_fields_with_their_metadata(monkeypatch, capsys, command, source):
+    """One option per field, spelled and explained as its metadata says (`from_fields`)."""
+    import dataclasses
+    import importlib
+
+    module, name = source.split(":")
+    code, out, _ = run(monkeypatch, capsys, command, "--help")
+    shown = " ".join(out.replace(",", "").split())
+    assert code == 0
+    for field in dataclasses.fields(getattr(importlib.import_module(module), name)):
+        flag = (field.metadata["flag"] or f"--{field.name.replace('_', '-')}").split("/")[0]
+        explained = " ".join(field.metadata["help"].replace(",", "").split())[:40]
+        assert f"{flag} " in shown and explained in shown, field.name
