@@ -209,3 +209,24 @@ def test_a_batch_pads_each_kind_of_label_to_the_input_width():
     assert classes["token_type_ids"].shape == (2, 3)
     scores = collate([Example([101, 102], [0, 0], 0.5)], 0, False)
     assert scores["labels"].dtype == torch.float32 and scores["labels"].tolist() == [0.5]
+
+
+def test_finetune_arguments_are_training_arguments_checked_where_they_are_made(tmp_path):
+    from transformers import TrainingArguments
+
+    from bertkit import FinetuneArguments
+
+    args = FinetuneArguments(num_train_epochs=2, batch_size=16)
+    assert isinstance(args, TrainingArguments) and args.eval_strategy == "epoch" and args.seed == 0
+    assert args.record()["batch_size"] == 16 and args.get_warmup_steps(95) == 10
+    for bad, message in [
+        (dict(num_train_epochs=0), "num_train_epochs=0"),
+        (dict(warmup_ratio=1.5), "warmup_ratio=1.5"),
+        (dict(task="tokens"), "valid tasks"),
+        (dict(regression=True, multi_label=True), "exclude each other"),
+        (dict(task="text", doc_stride=64), "doc_stride=64 is for the qa task"),
+    ]:
+        with pytest.raises(InputError, match=message):
+            FinetuneArguments(**bad)
+    with pytest.raises(InputError, match="unknown setting 'epochs'"):  # bertkit 0.2's name
+        finetune(tmp_path / "missing.tsv", output_dir=tmp_path / "run", epochs=1)
