@@ -83,17 +83,15 @@ def evaluate(
         typer.echo(evaluate_run(estimator, data.words, data.tags).text())
         return
     stored = estimator.record_.get("data", {})  # columns as the run recorded them, unless given
+    given = dict(text_column=text_column, label_column=label_column, pair_column=pair_column, header=header)
+    chosen = {name: stored.get(name) if value is None else value for name, value in given.items()}
+    columns = {name: column_spec(value) for name, value in chosen.items() if name.endswith("_column")}
     problem = getattr(estimator, "problem", "single_label_classification")
     paired = getattr(estimator, "takes_pairs", False) is True
+    kind = {"regression": "numeric", "multi_label_classification": "multi"}.get(problem, "categorical")
+    separator = stored.get("label_separator", ",")
     data = read_labelled(
-        data_file,
-        column_spec(text_column if text_column is not None else stored.get("text_column")),
-        column_spec(label_column if label_column is not None else stored.get("label_column")),
-        header=header if header is not None else stored.get("header"),
-        paired=paired,
-        pair_column=column_spec(pair_column if pair_column is not None else stored.get("pair_column")),
-        label_kind={"regression": "numeric", "multi_label_classification": "multi"}.get(problem, "categorical"),
-        label_separator=stored.get("label_separator", ","),
+        data_file, **columns, header=chosen["header"], paired=paired, label_kind=kind, label_separator=separator
     )
     inputs = list(zip(data.texts, data.pairs)) if paired else data.texts
     typer.echo(evaluate_run(estimator, inputs, data.labels, str(data_file), str(run)).text())

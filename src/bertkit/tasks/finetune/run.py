@@ -225,13 +225,12 @@ def _trainer(
         callbacks.append(TensorBoardCallback(SummaryWriter(log_dir=str(output / LOGS))))
     trackers = [name for name in args.report_to if name != "tensorboard"]
     show = progress if progress is not None else os.isatty(2)
-    with quiet_transformers():
+    per_device = max(1, math.ceil(args.batch_size / (args.gradient_accumulation_steps * processes)))
+    with quiet_transformers():  # the run's settings: where, how many processes, which device and precision
         training_args = dataclasses.replace(
             args,
             output_dir=str(output),
-            per_device_train_batch_size=max(
-                1, math.ceil(args.batch_size / (args.gradient_accumulation_steps * processes))
-            ),
+            per_device_train_batch_size=per_device,
             report_to=trackers or "none",
             disable_tqdm=not show,
             use_cpu=device.type == "cpu",
