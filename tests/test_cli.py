@@ -193,10 +193,11 @@ def test_every_command_parameter_reaches_the_code():
 
     left_behind = {}
     for command in app.registered_commands:
-        used, taken = names_and_targets(command.callback)
-        parameters = set(inspect.signature(command.callback).parameters) - {"ctx", "threads"}  # threads: its callback
+        callback = getattr(command.callback, "command", command.callback)  # `from_fields`: the command it wraps
+        used, taken = names_and_targets(callback)
+        parameters = set(inspect.signature(callback).parameters) - {"ctx", "threads"}  # threads: its callback
         if parameters - used - taken:
-            left_behind[command.callback.__name__] = sorted(parameters - used - taken)
+            left_behind[callback.__name__] = sorted(parameters - used - taken)
     assert len(app.registered_commands) >= 17  # bench moved to benchmarks/bench.py
     assert not left_behind, f"command values that reach no code: {left_behind}"
 
@@ -205,8 +206,10 @@ def test_embed_takes_every_embedding_option_and_the_prompt_switch_works(monkeypa
     import inspect
 
     from bertkit.cli.embed import embed
+    from bertkit.cli.options import generate_for
     from bertkit.encoder.options import FIELDS
 
+    generate_for("embed")
     assert set(FIELDS) <= set(inspect.signature(embed).parameters)  # what EmbedOptions holds, the command sets
     source = tmp_path / "s.txt"
     source.write_text("a stirring , funny film\nthe plot is a mess\n", encoding="utf-8")
@@ -219,3 +222,25 @@ def test_embed_takes_every_embedding_option_and_the_prompt_switch_works(monkeypa
     assert not np.allclose(expected, encoder.embed(texts, prompt="query: "), atol=1e-3)  # the switch matters
     code, _, err = run(monkeypatch, capsys, "embed", source, "--dense", "-o", tmp_path / "w.npy")
     assert code != 0 and "error: --dense: this model has no sentence-transformers Dense module" in err
+
+
+@pytest.mark.parametrize(
+    "command, source",
+    [
+        ("embed", "bertkit.encoder.options:EmbedOptions"),
+        ("finetune", "bertkit.tasks.finetune.settings:FinetuneSettings"),
+    ],
+)
+def test_generated_options_are_the_fields_with_their_metadata(monkeypatch, capsys, command, source):
+    """One option per field, spelled and explained as its metadata says (`from_fields`)."""
+    import dataclasses
+    import importlib
+
+    module, name = source.split(":")
+    code, out, _ = run(monkeypatch, capsys, command, "--help")
+    shown = " ".join(out.replace(",", "").split())
+    assert code == 0
+    for field in dataclasses.fields(getattr(importlib.import_module(module), name)):
+        flag = (field.metadata["flag"] or f"--{field.name.replace('_', '-')}").split("/")[0]
+        explained = " ".join(field.metadata["help"].replace(",", "").split())[:40]
+        assert f"{flag} " in shown and explained in shown, field.name

@@ -2,6 +2,7 @@
 processes (torchrun, gloo), metrics a TensorBoard reads, mixed precision, and devices refused with one line."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -137,6 +138,27 @@ def test_metrics_are_logged_for_tensorboard_and_kept_with_the_run(tiny_dirs, tmp
     assert [round(event.value, 5) for event in losses] == [round(line["train/loss"], 5) for line in steps]
 
 
+def _warmup_as_transformers_4(self, num_training_steps):
+    """transformers 4.46-4.57's reading: `warmup_steps` (any value above 0) is a count of steps, else the ratio."""
+    ratio = getattr(self, "warmup_ratio", 0.0)
+    return self.warmup_steps if self.warmup_steps > 0 else math.ceil(num_training_steps * ratio)
+
+
+@pytest.mark.parametrize("reading", ["installed", "transformers 4"])
+def test_the_learning_rate_warms_up_over_its_share_of_the_steps(tiny_dirs, tmp_path, monkeypatch, reading):
+    """warmup_ratio=0.25 of 8 steps: 2 steps of warm-up (each step logs the rate it ran at), then linear decay."""
+    from transformers import TrainingArguments
+
+    if reading == "transformers 4":
+        monkeypatch.setattr(TrainingArguments, "get_warmup_steps", _warmup_as_transformers_4)
+    train, dev = sentiment_file(tmp_path / "train.tsv", n=32), sentiment_file(tmp_path / "dev.tsv", n=8, seed=1)
+    args = tiny_args(num_train_epochs=2, batch_size=8, learning_rate=1e-3, warmup_ratio=0.25, early_stopping_patience=2)
+    finetune(train, dev, output_dir=tmp_path / "run", model=str(tiny_dirs["bert_cased"]), args=args)
+    lines = (tmp_path / "run" / "logs" / "metrics.jsonl").read_text().splitlines()
+    rates = [json.loads(line)["train/learning_rate"] for line in lines if "train/learning_rate" in line]
+    assert rates == pytest.approx([1e-3 * share for share in (0, 0.5, 1, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6)])
+
+
 def test_bf16_mixed_precision_trains_where_the_cpu_has_bf16(tiny_dirs, tmp_path):
     train, dev = sentiment_file(tmp_path / "train.tsv", n=32), sentiment_file(tmp_path / "dev.tsv", n=8, seed=1)
     options = dict(output_dir=tmp_path / "run", model=str(tiny_dirs["bert_cased"]), device="cpu")
@@ -187,3 +209,24 @@ def test_a_batch_pads_each_kind_of_label_to_the_input_width():
     assert classes["token_type_ids"].shape == (2, 3)
     scores = collate([Example([101, 102], [0, 0], 0.5)], 0, False)
     assert scores["labels"].dtype == torch.float32 and scores["labels"].tolist() == [0.5]
+
+
+def test_finetune_arguments_are_training_arguments_checked_where_they_are_made(tmp_path):
+    from transformers import TrainingArguments
+
+    from bertkit import FinetuneArguments
+
+    args = FinetuneArguments(num_train_epochs=2, batch_size=16)
+    assert isinstance(args, TrainingArguments) and args.eval_strategy == "epoch" and args.seed == 0
+    assert args.record()["batch_size"] == 16 and args.get_warmup_steps(95) == 10
+    for bad, message in [
+        (dict(num_train_epochs=0), "num_train_epochs=0"),
+        (dict(warmup_ratio=1.5), "warmup_ratio=1.5"),
+        (dict(task="tokens"), "valid tasks"),
+        (dict(regression=True, multi_label=True), "exclude each other"),
+        (dict(task="text", doc_stride=64), "doc_stride=64 is for the qa task"),
+    ]:
+        with pytest.raises(InputError, match=message):
+            FinetuneArguments(**bad)
+    with pytest.raises(InputError, match="unknown setting 'epochs'"):  # bertkit 0.2's name
+        finetune(tmp_path / "missing.tsv", output_dir=tmp_path / "run", epochs=1)

@@ -3,74 +3,73 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from ..encoder.defaults import DEFAULT_FEATURE_LAYERS, DEFAULT_FEATURE_POOLING
 from ..io.readers import column_spec
-from .common import (
-    BatchSizeOption,
-    CacheDirOption,
-    DeviceOption,
-    HeaderOption,
-    ModelOption,
-    NoCacheOption,
-    OverwriteOption,
-    ThreadsOption,
-    app,
-    cache_option,
-    existing_text_file,
-    options_for,
-    running_on,
-    say,
+from .common import app, cache_option, existing_text_file, options_for, running_on, say
+from .options import (
+    BatchSize,
+    C,
+    CacheDir,
+    Dev,
+    Device,
+    Header,
+    LabelColumn,
+    Limit,
+    MaxLength,
+    Model,
+    NoCache,
+    Output,
+    Overwrite,
+    Precision,
+    Seed,
+    TextColumn,
+    Threads,
 )
 
 
 @app.command()
 def train(
     ctx: typer.Context,
-    train_file: Path = typer.Argument(
-        ..., callback=existing_text_file, help="Training data: TSV/CSV (text, label columns) or JSONL."
+    train_file: Annotated[
+        Path, typer.Argument(callback=existing_text_file, help="Training data: TSV/CSV (text, label) or JSONL.")
+    ],
+    output: Output,
+    dev: Dev = None,
+    test_size: Annotated[float, typer.Option(help="Share held out for evaluation when there is no --dev.")] = 0.25,
+    text_column: TextColumn = None,
+    label_column: LabelColumn = None,
+    header: Header = None,
+    layers: Annotated[str, typer.Option("--layers", "-l", help="Layer spec (default: every layer, concatenated).")] = (
+        DEFAULT_FEATURE_LAYERS
     ),
-    output: Path = typer.Option(..., "--output", "-o", help="Run directory to create (config, classifier, metrics)."),
-    dev: Path | None = typer.Option(
-        None,
-        "--dev",
-        callback=existing_text_file,
-        help="Evaluation file; without it a stratified split of the training file.",
+    pooling: Annotated[str, typer.Option("--pooling", "-p", help="cls, pooler, mean, max or a '+' combination.")] = (
+        DEFAULT_FEATURE_POOLING
     ),
-    test_size: float = typer.Option(0.25, "--test-size", help="Share held out for evaluation when there is no --dev."),
-    text_column: str | None = typer.Option(None, "--text-column", help="Index or name (default 0; JSONL 'text')."),
-    label_column: str | None = typer.Option(None, "--label-column", help="Index or name (default 1; JSONL 'label')."),
-    header: bool | None = HeaderOption,
-    layers: str = typer.Option(
-        DEFAULT_FEATURE_LAYERS, "--layers", "-l", help="Layer spec (default: every layer, concatenated)."
-    ),
-    pooling: str = typer.Option(
-        DEFAULT_FEATURE_POOLING, "--pooling", "-p", help="cls, pooler, mean, max or a '+' combination."
-    ),
-    classifier: str = typer.Option("logreg", "--classifier", help="logreg | linear-svm | mlp"),
-    c_value: float | None = typer.Option(
-        None, "--C", help="Fix the regularisation C (default: chosen by cross-validation)."
-    ),
-    cv: int = typer.Option(5, "--cv", help="Cross-validation folds for choosing C."),
-    scale: bool = typer.Option(True, "--scale/--no-scale", help="Standardise features before the classifier."),
-    seed: int = typer.Option(0, "--seed"),
-    limit: int | None = typer.Option(None, "--limit", help="Use only the first N training rows."),
-    report: Path | None = typer.Option(None, "--report", help="Write metrics.json, confusion.png and pca.png here."),
-    cache_dir: Path | None = CacheDirOption,
-    no_cache: bool = NoCacheOption,
-    batch_size: int | None = BatchSizeOption,
-    max_length: int | None = typer.Option(None, "--max-length"),
-    overwrite: bool = OverwriteOption,
-    model: str | None = ModelOption,
-    threads: int | None = ThreadsOption,
-    precision: str | None = typer.Option(
-        None, "--precision", help="fp32 | bf16 | fp16 (GPUs) | int8 (CPUs); default fp32."
-    ),
-    device: str = DeviceOption,
+    classifier: Annotated[str, typer.Option(help="logreg | linear-svm | mlp")] = "logreg",
+    c_value: C = None,
+    cv: Annotated[int, typer.Option(help="Cross-validation folds for choosing C.")] = 5,
+    scale: Annotated[bool, typer.Option("--scale/--no-scale", help="Standardise features first.")] = True,
+    seed: Seed = 0,
+    limit: Limit = None,
+    report: Annotated[Path | None, typer.Option(help="Write metrics.json, confusion.png and pca.png here.")] = None,
+    cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
+    batch_size: BatchSize = None,
+    max_length: MaxLength = None,
+    overwrite: Overwrite = False,
+    model: Model = None,
+    threads: Threads = None,
+    precision: Precision = None,
+    device: Device = "auto",
 ) -> None:
-    """Embed texts with the frozen encoder and train a classifier on the vectors (the visual guide's pipeline)."""
+    """Embed texts with the frozen encoder and train a classifier on the vectors (the visual guide's pipeline).
+
+    -o: the run directory to create (config, classifier, metrics).
+    """
     from ..io.readers import read_labelled
     from ..io.writers import check_output
     from ..tasks.classify import TextClassifier

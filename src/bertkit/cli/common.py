@@ -26,28 +26,6 @@ app = typer.Typer(
 )
 
 
-def _print_version(value: bool) -> None:
-    if value:
-        from .. import __version__
-
-        typer.echo(f"bertkit {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    version: bool = typer.Option(
-        False, "--version", callback=_print_version, is_eager=True, help="Print bertkit's version and exit."
-    ),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Show warnings and errors only."),
-    verbose: bool = typer.Option(
-        False, "--verbose", "-v", help="Show debug messages, and what other libraries (Ray, transformers) say."
-    ),
-) -> None:
-    """Set the root options (the app's `help` is what `bertkit --help` shows)."""
-    show_logs("verbose" if verbose else "quiet" if quiet else "normal")
-
-
 _VERBOSITY: dict = {"level": "normal", "chosen": False}  # chosen: the root options were parsed
 _LEVELS = {"quiet": logging.WARNING, "normal": logging.INFO, "verbose": logging.DEBUG}
 
@@ -101,11 +79,6 @@ def verbosity() -> str:
     return "quiet" if "--quiet" in arguments or "-q" in arguments else _VERBOSITY["level"]
 
 
-ModelOption = typer.Option(
-    None, "--model", "-m", help="Model: a local directory, a hub name, or omit for the packaged default."
-)
-
-
 def apply_threads(threads: int | None) -> int | None:
     """`--threads N`: torch's CPU threads for this process, set once, explicitly (`bertkit.set_threads`)."""
     if threads is not None:
@@ -115,28 +88,12 @@ def apply_threads(threads: int | None) -> int | None:
     return threads
 
 
-ThreadsOption = typer.Option(None, "--threads", callback=apply_threads, help="Torch threads (default: torch's choice).")
-HeaderOption = typer.Option(
-    None, "--header/--no-header", help="First line is a header (default: when columns are names)."
-)
-CacheDirOption = typer.Option(
-    None, "--cache-dir", help="Embedding cache directory (default ~/.cache/bertkit/embeddings)."
-)
-NoCacheOption = typer.Option(False, "--no-cache", help="Do not read or write the embedding cache.")
-OverwriteOption = typer.Option(False, "--overwrite", help="Replace an existing output directory.")
-FileOverwriteOption = typer.Option(
-    False, "--overwrite", help="Replace an existing -o file that bertkit did not write (without it, it is refused)."
-)
-PrecisionOption = typer.Option(
-    "fp32",
-    "--precision",
-    help="fp32 (default) | bf16 (only on CPUs with native bf16: AMX / AVX512-BF16) | int8 (int8 linear layers, "
-    "smoothed; see bertkit quantize).",
-)
-BatchSizeOption = typer.Option(
-    None, "--batch-size", "-b", help="Texts per forward pass (default: 32 on a CPU; on a GPU, as many as fit)."
-)
-DeviceOption = typer.Option("auto", "--device", help="auto (a GPU when there is one) | cpu | cuda | cuda:N | mps.")
+# bench's options (cli/tools.py): they go with the bench command; every other command's are in options.py
+ModelOption = typer.Option(None, "--model", "-m", help="Model: a local directory, a hub name, or omit for the default.")
+ThreadsOption = typer.Option(None, "--threads", callback=apply_threads, help="Torch threads.")
+HeaderOption = typer.Option(None, "--header/--no-header", help="First line is a header.")
+BatchSizeOption = typer.Option(None, "--batch-size", "-b", help="Texts per forward pass.")
+DeviceOption = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N | mps.")
 
 
 # Paths are checked as the command line is parsed, before torch or a model loads: a mistyped path costs no seconds.
@@ -186,12 +143,6 @@ def existing_indexes(values: list[str] | None) -> list[str] | None:
         if path.is_dir():
             raise is_a_folder(path)
     return values
-
-
-RunArgument = typer.Argument(
-    ..., callback=existing_run, help="A run directory written by `bertkit train` or `bertkit finetune`."
-)
-RunPrecisionOption = typer.Option(None, "--precision", help="fp32 | bf16 | int8; default: the run's own.")
 
 
 def options_for(ctx: typer.Context, target: Callable, **values: Any) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -14,11 +14,6 @@ from ..display import text_table as format_table
 from ..errors import InputError
 from ..io.readers import column_spec
 from .common import (
-    BatchSizeOption,
-    DeviceOption,
-    ModelOption,
-    PrecisionOption,
-    ThreadsOption,
     app,
     echo_facts,
     existing_inputs,
@@ -30,6 +25,23 @@ from .common import (
     utf8_texts,
     verbosity,
 )
+from .options import (
+    BatchSize,
+    Calibration,
+    Column,
+    Device,
+    Generated,
+    Header,
+    MaxLength,
+    Model,
+    Output,
+    Overwrite,
+    Pair,
+    Precision,
+    Quiet,
+    Threads,
+    from_fields,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -39,19 +51,19 @@ if TYPE_CHECKING:
 
 
 @app.command()
-def info(model: str | None = ModelOption) -> None:
+def info(model: Model = None) -> None:
     """Describe the model: architecture, layers, hidden size, max length, vocabulary, casing."""
     echo_facts(make_encoder(model).info())
 
 
 @app.command()
 def tokenize(
-    text: str = typer.Argument(..., callback=utf8_texts, help="The text to tokenize."),
-    pair: str | None = typer.Option(None, "--pair", callback=utf8_texts, help="A second sentence (token type id 1)."),
-    max_length: int | None = typer.Option(None, "--max-length", help="Pad to this many tokens (and truncate)."),
-    model: str | None = ModelOption,
+    text: Annotated[str, typer.Argument(callback=utf8_texts, help="The text to tokenize.")],
+    pair: Pair = None,
+    max_length: MaxLength = None,
+    model: Model = None,
 ) -> None:
-    """Show the tutorial's table: each token with its id, attention mask and token type id."""
+    """Show the tutorial's table: each token with its id, attention mask and token type id (--pair: type id 1)."""
     from ..encoder.tokenizer_only import TokenizerOnly
 
     light = TokenizerOnly.from_model(model)  # tokenizer.json alone: no torch, no transformers
@@ -70,117 +82,44 @@ def tokenize(
 
 
 @app.command()
+@from_fields("bertkit.encoder.options:EmbedOptions", "options")
 def embed(
     ctx: typer.Context,
-    input: Path = typer.Argument(
-        ..., callback=existing_inputs, help="TSV/CSV/JSONL or plain-text file (one text per line)."
-    ),
-    output: Path = typer.Option(..., "--output", "-o", help="Output .npy, .npz (vectors + ids) or .parquet."),
-    column: str | None = typer.Option(
-        None, "--column", "-c", help="Text column: index or name (JSONL: field; default 0 / 'text')."
-    ),
-    header: bool | None = typer.Option(
-        None, "--header/--no-header", help="First line is a header (default: only when --column is a name)."
-    ),
-    id_column: str | None = typer.Option(
-        None, "--id-column", help="Column whose values are stored as row ids (.npz/.parquet)."
-    ),
-    layers: str = typer.Option(
-        "last", "--layers", "-l", help="e.g. last, -2, 0, last4:sum, last4:concat, all:mean, '-1,-2'."
-    ),
-    pooling: str | None = typer.Option(
-        None,
-        "--pooling",
-        "-p",
-        help="cls, pooler, mean, max, 'cls+mean', or none (token vectors, .npz); default: the model's, else mean.",
-    ),
-    batch_size: int | None = BatchSizeOption,
-    max_length: int | None = typer.Option(None, "--max-length"),
-    long_text: str = typer.Option("truncate", "--long-text", help="truncate | error | window"),
-    stride: int | None = typer.Option(None, "--stride", help="Overlap of windows in tokens (long-text window)."),
-    fmt: str | None = typer.Option(
-        None, "--format", help="Input format if the extension does not say: tsv, csv, jsonl, text."
-    ),
-    model: str | None = ModelOption,
-    threads: int | None = ThreadsOption,
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
-    chunk_rows: int | None = typer.Option(
-        None,
-        "--chunk-rows",
-        help="Rows read, embedded and written per chunk (memory and resume granularity; default 4096). "
-        "Ray: rows per actor call (default 1024).",
-    ),
-    precision: str = PrecisionOption,
-    engine: str = typer.Option(
-        "local", "--engine", help="local (this process) | ray (Ray Data; INPUT may be a glob, -o is a directory)."
-    ),
-    address: str | None = typer.Option(
-        None, "--address", help="Ray cluster to join (e.g. ray://head:10001; default: RAY_ADDRESS or a local Ray)."
-    ),
-    actors: int | None = typer.Option(
-        None, "--actors", help="Ray: model replicas (default: one per CPU, one CPU kept for reading and writing)."
-    ),
-    overwrite: bool = typer.Option(
-        False,
-        "--overwrite",
-        help="Replace an output file bertkit did not write (a plain .npy, another program's file); "
-        "Ray: start the output directory over instead of resuming it.",
-    ),
-    gpus_per_actor: float | None = typer.Option(
-        None, "--gpus-per-actor", help="Ray: GPUs each actor holds (e.g. 1, or 0.5 to share one); default: CPU actors."
-    ),
-    prompt: str | None = typer.Option(
-        None, "--prompt", callback=utf8_texts, help="Text put before every input, e.g. 'passage: '."
-    ),
-    prompt_name: str | None = typer.Option(
-        None, "--prompt-name", help="One of the model's named prompts (bertkit info lists them)."
-    ),
-    truncate_dim: int | None = typer.Option(
-        None, "--truncate-dim", "--dimensions", help="Keep the first N numbers of each vector (Matryoshka models)."
-    ),
-    normalize_embeddings: bool | None = typer.Option(
-        None,
-        "--normalize/--no-normalize",
-        help="Unit-length vectors (after --truncate-dim); default: as the model's sentence-transformers config says.",
-    ),
-    include_prompt: bool | None = typer.Option(
-        None,
-        "--include-prompt/--exclude-prompt",
-        help="Pool over the prompt's tokens too; default: as the model's sentence-transformers config says.",
-    ),
-    dense: bool | None = typer.Option(
-        None,
-        "--dense/--no-dense",
-        help="Apply the model's sentence-transformers Dense module; default: to the model's own sentence vector.",
-    ),
-    output_type: str = typer.Option(
-        "float32", "--output-type", help="float32 | float16 | int8 | uint8 | binary | ubinary (compact vectors)."
-    ),
-    calibration: Path | None = typer.Option(
-        None,
-        "--calibration",
-        callback=existing_text_file,
-        help="int8/uint8: texts whose vectors set each dimension's range (default: bertkit's).",
-    ),
-    truncation_direction: str = typer.Option(
-        "right", "--truncation-direction", help="right (keep a long text's beginning) | left (keep its end)."
-    ),
-    device: str = DeviceOption,
+    input: Annotated[Path, typer.Argument(callback=existing_inputs, help="TSV/CSV/JSONL or text (one per line).")],
+    output: Output,
+    column: Column = None,
+    header: Header = None,
+    id_column: Annotated[str | None, typer.Option(help="Column stored as row ids (.npz/.parquet).")] = None,
+    batch_size: BatchSize = None,
+    fmt: Annotated[str | None, typer.Option("--format", help="Input format: tsv, csv, jsonl, text.")] = None,
+    model: Model = None,
+    threads: Threads = None,
+    quiet: Quiet = False,
+    chunk_rows: Annotated[
+        int | None, typer.Option(help="Rows per chunk (memory, resume; default 4096); Ray: per actor call (1024).")
+    ] = None,
+    precision: Precision = "fp32",
+    engine: Annotated[str, typer.Option(help="local | ray (Ray Data; INPUT may be a glob, -o a folder).")] = "local",
+    address: Annotated[str | None, typer.Option(help="Ray cluster to join (default: RAY_ADDRESS or local).")] = None,
+    actors: Annotated[int | None, typer.Option(help="Ray: model replicas (default: one per CPU but one).")] = None,
+    overwrite: Overwrite = False,
+    gpus_per_actor: Annotated[float | None, typer.Option(help="Ray: GPUs each actor holds (e.g. 1, 0.5).")] = None,
+    calibration: Calibration = None,
+    device: Device = "auto",
+    options: Generated = None,
 ) -> None:
     """Embed every text of a file and write the vectors (streamed in chunks; an interrupted run resumes).
 
-    .npz and .parquet outputs keep the row ids and every option (model, layers, pooling, prompt, int8 ranges, ...),
-    so that `bertkit search` embeds a query the same way.
+    -o: .npy, .npz (vectors + ids) or .parquet, which keep the row ids and every option, so that `bertkit search`
+    embeds a query the same way. --overwrite replaces an existing output (Ray: starts -o over).
     """
-    from ..encoder.options import EmbedOptions
     from ..io.writers import check_output, check_output_path, check_writable_location
 
     if engine not in ("local", "ray"):
         raise InputError(f"--engine {engine!r}: choose local or ray.")
     quiet = quiet or verbosity() == "quiet"  # `bertkit -q embed` as `bertkit embed -q`
-    options = EmbedOptions(**options_for(ctx, EmbedOptions))  # option mistakes are refused before the input is read
     if engine == "ray":
-        if output_type != "float32" or calibration is not None:
+        if options.output_type != "float32" or calibration is not None:
             raise InputError(
                 "--output-type and --calibration apply to --engine local; the Ray engine writes float32 vectors."
             )
@@ -209,7 +148,7 @@ def embed(
         chunks = dict(chunk_rows=4096 if chunk_rows is None else chunk_rows, ranges=ranges, overwrite=overwrite)
         summary = _embed_streamed(encoder, input, output, options, quiet, **reading, **chunks, batch_size=batch_size)
     if not quiet:
-        _say_summary(summary, output, time.perf_counter() - started, max_length or encoder.max_length, encoder)
+        _say_summary(summary, output, time.perf_counter() - started, options.max_length or encoder.max_length, encoder)
 
 
 def _calibration_ranges(encoder: Encoder, path: Path, options: EmbedOptions, batch_size: int | None) -> np.ndarray:

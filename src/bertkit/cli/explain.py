@@ -3,53 +3,36 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from ..errors import InputError
-from .common import DeviceOption, FileOverwriteOption, ModelOption, app, existing_runs, options_for, say, utf8_texts
+from .common import app, options_for, say, utf8_texts
+from .options import Device, Generated, MapTexts, Model, Output, Overwrite, Pair, Runs, from_fields
 
 
 @app.command()
+@from_fields("bertkit.encoder.options:EmbedOptions", "options", only=("layers", "pooling", "max_length"))
 def explain(
     ctx: typer.Context,
-    text: str = typer.Argument(..., callback=utf8_texts, help="The sentence to explain."),
-    output: Path = typer.Option(Path("explain.html"), "--output", "-o", help="The HTML file to write."),
-    run: list[str] | None = typer.Option(
-        None,
-        "--run",
-        metavar="[NAME=]DIR",
-        callback=existing_runs,
-        help="A run or probe directory ([NAME=]DIR); repeatable.",
-    ),
-    layers: str = typer.Option(
-        "last", "--layers", "-l", help="Sentence-vector layers: last, -2, last4:sum, all:concat, ..."
-    ),
-    pooling: str = typer.Option(
-        "mean", "--pooling", "-p", help="Sentence-vector pooling: cls, pooler, mean, max, 'cls+mean'."
-    ),
-    max_length: int | None = typer.Option(
-        None, "--max-length", help="Pad (and truncate) the token table to this many tokens."
-    ),
-    compare: str | None = typer.Option(
-        None, "--compare", callback=utf8_texts, help="A second sentence: the page shows the cosine of the two vectors."
-    ),
-    pair: str | None = typer.Option(
-        None,
-        "--pair",
-        callback=utf8_texts,
-        help="A second text read with TEXT as one input (a pair run's pair; a QA run's context).",
-    ),
-    map_texts: bool = typer.Option(
-        False,
-        "--map-texts/--no-map-texts",
-        help="Put the map's training sentences into the file (hover text); off: points and labels only.",
-    ),
-    model: str | None = ModelOption,
-    device: str = DeviceOption,
-    overwrite: bool = FileOverwriteOption,
+    text: Annotated[str, typer.Argument(callback=utf8_texts, help="The sentence to explain.")],
+    output: Output = Path("explain.html"),
+    run: Runs = None,
+    compare: Annotated[
+        str | None, typer.Option(callback=utf8_texts, help="A second sentence: the cosine of the two vectors.")
+    ] = None,
+    pair: Pair = None,
+    map_texts: MapTexts = False,
+    model: Model = None,
+    device: Device = "auto",
+    overwrite: Overwrite = False,
+    options: Generated = None,
 ) -> None:
-    """Write the visual guide for TEXT as one HTML file: tokens, layers, attention, vector, map, prediction, probe."""
+    """Write the visual guide for TEXT as one HTML file: tokens, layers, attention, vector, map, prediction, probe.
+
+    --pair: a second text read with TEXT (a pair run's pair; a QA run's context); --max-length pads the token table.
+    """
     from ..explain.explainer import Explainer, Settings
     from ..explain.page import offline_page
     from ..io.writers import atomic_path, check_output, check_writable_location
@@ -59,7 +42,8 @@ def explain(
     explainer.map_texts = map_texts
     # every layer, attention layer and head: the file switches between them with no server
     every = {"layer": "all", "attention_layer": "all", "head": "all"}
-    settings = Settings.from_json(options_for(ctx, Settings, pad_to=max_length, **every))
+    chosen = dict(layers=options.layers, pooling=options.pooling or "mean", pad_to=options.max_length)
+    settings = Settings.from_json(options_for(ctx, Settings, **chosen, **every))
     result = explainer.explain(settings, bounded=False)
     option_of = {"tokenization": "--max-length", "model": "--max-length", "sentence": "--layers/--pooling"}
     for name, option in option_of.items():

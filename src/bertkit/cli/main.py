@@ -9,9 +9,36 @@ import shlex
 import sys
 import warnings
 from importlib import import_module
+from typing import Annotated
+
+import typer
 
 from ..errors import BertkitError, brief
-from .common import app, say, stop_showing_logs, verbosity
+from .common import app, say, show_logs, stop_showing_logs, verbosity
+from .options import Quiet, generate_for
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        typer.echo(f"bertkit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version, exit.")
+    ] = False,
+    quiet: Quiet = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Debug messages, other libraries' too (Ray, transformers).")
+    ] = False,
+) -> None:
+    """Set the root options (the app's `help` is what `bertkit --help` shows)."""
+    show_logs("verbose" if verbose else "quiet" if quiet else "normal")
+
 
 # Each module registers its commands on `app`; this order is the order of `bertkit --help`.
 for _module in ("embed", "search", "classify", "runs", "finetune", "qa", "tools", "quantize", "serve", "explain"):
@@ -72,7 +99,8 @@ def in_flags(message: str, argv: list[str]) -> str:
     """
     import typer.main
 
-    name = next((argument for argument in argv if not argument.startswith("-")), None)
+    name = next((argument for argument in argv if not argument.startswith("-")), "")
+    generate_for(name)
     command = getattr(typer.main.get_command(app), "commands", {}).get(name)
     options = {param.name: param for param in getattr(command, "params", ()) if param.param_type_name == "option"}
 

@@ -4,22 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ..errors import InputError
-from .common import (
-    DeviceOption,
-    RunArgument,
-    RunPrecisionOption,
-    ThreadsOption,
-    app,
-    path_kind,
-    texts_or_file,
-    utf8_texts,
-    write_output,
-)
+from .common import app, path_kind, texts_or_file, utf8_texts, write_output
+from .options import AsText, Device, Precision, Run, Threads, TopK
 
 if TYPE_CHECKING:
     from ..tasks.qa import FineTunedQA
@@ -27,25 +18,21 @@ if TYPE_CHECKING:
 
 @app.command()
 def answer(
-    run: Path = RunArgument,
-    question: list[str] = typer.Option(
-        ..., "--question", "-q", metavar="TEXT", callback=utf8_texts, help="The question; repeatable."
-    ),
-    context: str = typer.Option(
-        ..., "--context", "-c", callback=utf8_texts, help="The text to find the answer in, or a file holding it."
-    ),
-    as_text: bool = typer.Option(False, "--text", help="Take --context as the text, even one that names a file."),
-    top_k: int = typer.Option(1, "--top-k", "-k", help="Answers per question, best first."),
-    max_answer_len: int = typer.Option(30, "--max-answer-len", help="Longest answer, in tokens."),
-    handle_impossible_answer: bool = typer.Option(
-        False, "--handle-impossible-answer", help="Allow 'no answer' ({answer: '', start: 0, end: 0})."
-    ),
-    doc_stride: int | None = typer.Option(
-        None, "--doc-stride", help="Tokens two windows of a long context share (default: the run's)."
-    ),
-    precision: str | None = RunPrecisionOption,
-    threads: int | None = ThreadsOption,
-    device: str = DeviceOption,
+    run: Run,
+    question: Annotated[
+        list[str], typer.Option("--question", "-q", metavar="TEXT", callback=utf8_texts, help="Question; repeatable.")
+    ],
+    context: Annotated[str, typer.Option("--context", "-c", callback=utf8_texts, help="The text, or its file.")],
+    as_text: AsText = False,
+    top_k: TopK = 1,
+    max_answer_len: Annotated[int, typer.Option(help="Longest answer, in tokens.")] = 30,
+    handle_impossible_answer: Annotated[
+        bool, typer.Option("--handle-impossible-answer", help="Allow 'no answer' ({answer: '', start: 0, end: 0}).")
+    ] = False,
+    doc_stride: Annotated[int | None, typer.Option(help="Tokens two windows share (default: the run's).")] = None,
+    precision: Precision = None,
+    threads: Threads = None,
+    device: Device = "auto",
 ) -> None:
     """Answer questions from a context with a question-answering run (fine-tuned with --task qa).
 

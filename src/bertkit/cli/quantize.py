@@ -2,42 +2,34 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from ..io.readers import column_spec
-from .common import HeaderOption, OverwriteOption, ThreadsOption, app, existing_text_file, say
+from .common import app, say
+from .options import Calibration, Column, Header, Limit, Output, Overwrite, Threads
 
 
 @app.command()
 def quantize(
-    model: str | None = typer.Argument(
-        None,
-        help="A model directory or hub name (omit for the packaged default), or a `bertkit finetune` run directory.",
-    ),
-    output: Path = typer.Option(
-        ..., "--output", "-o", help="New directory: a copy of MODEL with its int8 calibration."
-    ),
-    calibration: Path | None = typer.Option(
-        None,
-        "--calibration",
-        callback=existing_text_file,
-        help="Texts to calibrate on (TSV/CSV/JSONL/text), "
-        "like the ones you will embed; default: bertkit's packaged sentences.",
-    ),
-    column: str | None = typer.Option(None, "--column", "-c", help="Text column of --calibration."),
-    header: bool | None = HeaderOption,
-    limit: int = typer.Option(512, "--limit", help="Calibrate on the first N texts (0 = all)."),
-    overwrite: bool = OverwriteOption,
-    threads: int | None = ThreadsOption,
-    device: str | None = typer.Option(
-        None, "--device", help="Refused unless cpu: int8 is a CPU precision, calibrated and run on the CPU."
-    ),
+    model: Annotated[
+        str | None, typer.Argument(help="A model directory or hub name (omit for the default), or a finetune run.")
+    ] = None,
+    *,
+    output: Output,
+    calibration: Calibration = None,
+    column: Column = None,
+    header: Header = None,
+    limit: Limit = 512,
+    overwrite: Overwrite = False,
+    threads: Threads = None,
+    device: Annotated[str | None, typer.Option(help="Refused unless cpu: int8 runs on the CPU.")] = None,
 ) -> None:
-    """Calibrate precision='int8' on your texts.
+    """Calibrate precision='int8' on your texts (--calibration: like the ones you will embed; --limit: 0 = all).
 
-    Then `--model DIR --precision int8` (or the run) uses that calibration.
+    -o: a new directory, a copy of MODEL with its int8 calibration; then `--model DIR --precision int8` (or the run)
+    uses that calibration.
     """
     from ..encoder.int8 import packaged_texts
     from ..errors import InputError

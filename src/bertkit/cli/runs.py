@@ -3,29 +3,30 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
 from ..errors import InputError, quoted
 from ..io.readers import column_spec
-from .common import (
-    CacheDirOption,
-    DeviceOption,
-    FileOverwriteOption,
-    HeaderOption,
-    NoCacheOption,
-    RunArgument,
-    RunPrecisionOption,
-    ThreadsOption,
-    app,
-    cache_option,
-    existing_text_file,
-    path_kind,
-    say,
-    texts_or_file,
-    utf8_texts,
-    write_output,
+from .common import app, cache_option, existing_text_file, path_kind, say, texts_or_file, utf8_texts, write_output
+from .options import (
+    AsText,
+    CacheDir,
+    Column,
+    Device,
+    Header,
+    LabelColumn,
+    NoCache,
+    Output,
+    Overwrite,
+    Pair,
+    PairColumn,
+    Precision,
+    Run,
+    TextColumn,
+    Threads,
+    TopK,
 )
 
 
@@ -37,24 +38,26 @@ def _load(run: Path, no_cache: bool, cache_dir: Path | None, precision: str | No
 
 @app.command()
 def evaluate(
-    run: Path = RunArgument,
-    data_file: Path = typer.Argument(
-        ...,
-        callback=existing_text_file,
-        help="Labelled file: TSV/CSV/JSONL for text and pair models, CoNLL / word-tag for taggers, SQuAD JSON / JSONL "
-        "for question answering.",
-    ),
-    text_column: str | None = typer.Option(None, "--text-column"),
-    pair_column: str | None = typer.Option(None, "--pair-column"),
-    label_column: str | None = typer.Option(None, "--label-column"),
-    header: bool | None = HeaderOption,
-    cache_dir: Path | None = CacheDirOption,
-    no_cache: bool = NoCacheOption,
-    threads: int | None = ThreadsOption,
-    precision: str | None = RunPrecisionOption,
-    device: str = DeviceOption,
+    run: Run,
+    data_file: Annotated[
+        Path,
+        typer.Argument(
+            callback=existing_text_file,
+            help="Labelled file: TSV/CSV/JSONL for text and pair models, CoNLL / word-tag for taggers, SQuAD JSON / "
+            "JSONL for question answering.",
+        ),
+    ],
+    text_column: TextColumn = None,
+    pair_column: PairColumn = None,
+    label_column: LabelColumn = None,
+    header: Header = None,
+    cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
+    threads: Threads = None,
+    precision: Precision = None,
+    device: Device = "auto",
 ) -> None:
-    """Score a saved model on labelled data.
+    """Score a saved model on labelled data (--precision: default the run's own).
 
     Accuracy, macro-F1, per-class table, confusion matrix; a regressor's correlations; a multi-label model's F1 per
     label; a tagger's entity P/R/F1 per type; a question-answering run's exact match and F1 on a SQuAD file (v2:
@@ -80,17 +83,15 @@ def evaluate(
         typer.echo(evaluate_run(estimator, data.words, data.tags).text())
         return
     stored = estimator.record_.get("data", {})  # columns as the run recorded them, unless given
+    given = dict(text_column=text_column, label_column=label_column, pair_column=pair_column, header=header)
+    chosen = {name: stored.get(name) if value is None else value for name, value in given.items()}
+    columns = {name: column_spec(value) for name, value in chosen.items() if name.endswith("_column")}
     problem = getattr(estimator, "problem", "single_label_classification")
     paired = getattr(estimator, "takes_pairs", False) is True
+    kind = {"regression": "numeric", "multi_label_classification": "multi"}.get(problem, "categorical")
+    separator = stored.get("label_separator", ",")
     data = read_labelled(
-        data_file,
-        column_spec(text_column if text_column is not None else stored.get("text_column")),
-        column_spec(label_column if label_column is not None else stored.get("label_column")),
-        header=header if header is not None else stored.get("header"),
-        paired=paired,
-        pair_column=column_spec(pair_column if pair_column is not None else stored.get("pair_column")),
-        label_kind={"regression": "numeric", "multi_label_classification": "multi"}.get(problem, "categorical"),
-        label_separator=stored.get("label_separator", ","),
+        data_file, **columns, header=chosen["header"], paired=paired, label_kind=kind, label_separator=separator
     )
     inputs = list(zip(data.texts, data.pairs)) if paired else data.texts
     typer.echo(evaluate_run(estimator, inputs, data.labels, str(data_file), str(run)).text())
@@ -98,42 +99,37 @@ def evaluate(
 
 @app.command()
 def predict(
-    run: Path = RunArgument,
-    inputs: list[str] = typer.Argument(
-        ...,
-        callback=utf8_texts,
-        help="Texts to label, or one file (TSV/CSV/JSONL/text; a SQuAD file for question answering).",
-    ),
-    pair: str | None = typer.Option(
-        None, "--pair", callback=utf8_texts, help="Pair models: the second text of the one text given."
-    ),
-    as_text: bool = typer.Option(False, "--text", help="Take the inputs as texts, even one that names a file."),
-    output: Path | None = typer.Option(
-        None,
-        "--output",
-        "-o",
-        help="Write a TSV here (label, probability, text; taggers: one row per entity; question answering: JSON, "
-        "{id: answer}).",
-    ),
-    column: str | None = typer.Option(None, "--column", "-c", help="Text column of the input file."),
-    pair_column: str | None = typer.Option(None, "--pair-column", help="Pair models: the file's second text."),
-    aggregation: str | None = typer.Option(
-        None,
-        "--aggregation",
-        help="Taggers: none | simple | first | average | max, as transformers' token-classification pipeline "
-        "defines them (default: bertkit's words, tagged at their first sub-token as in training).",
-    ),
-    header: bool | None = HeaderOption,
-    overwrite: bool = FileOverwriteOption,
-    cache_dir: Path | None = CacheDirOption,
-    no_cache: bool = NoCacheOption,
-    threads: int | None = ThreadsOption,
-    precision: str | None = RunPrecisionOption,
-    device: str = DeviceOption,
+    run: Run,
+    inputs: Annotated[
+        list[str],
+        typer.Argument(
+            callback=utf8_texts, help="Texts to label, or one file (TSV/CSV/JSONL/text; a SQuAD file for QA)."
+        ),
+    ],
+    pair: Pair = None,
+    as_text: AsText = False,
+    output: Output = None,
+    column: Column = None,
+    pair_column: PairColumn = None,
+    aggregation: Annotated[
+        str | None,
+        typer.Option(
+            help="Taggers: none | simple | first | average | max, as transformers' token-classification pipeline "
+            "defines them (default: bertkit's words, tagged at their first sub-token as in training)."
+        ),
+    ] = None,
+    header: Header = None,
+    overwrite: Overwrite = False,
+    cache_dir: CacheDir = None,
+    no_cache: NoCache = False,
+    threads: Threads = None,
+    precision: Precision = None,
+    device: Device = "auto",
 ) -> None:
-    """Label texts, text pairs or every row of a file with a saved model.
+    """Label texts, text pairs (--pair) or every row of a file with a saved model.
 
-    Taggers print each entity with its character span; regressors their score.
+    Taggers print each entity with its character span; regressors their score. -o writes a TSV (label, probability,
+    text; taggers: one row per entity; question answering: JSON, {id: answer}).
     """
     from ..tasks.tagger import FineTunedTagger
 
@@ -226,22 +222,22 @@ def _write_rows(rows: list[list], output: Path | None, done: str) -> None:
 
 @app.command()
 def rerank(
-    run: Path = RunArgument,
-    documents: list[str] = typer.Argument(
-        ..., callback=utf8_texts, help="Documents to rank, or one file (text lines, or a column)."
-    ),
-    query: str = typer.Option(
-        ..., "--query", "-q", callback=utf8_texts, help="The query every document is scored against."
-    ),
-    top_k: int | None = typer.Option(None, "--top-k", "-k", help="Show the best K only."),
-    as_text: bool = typer.Option(False, "--text", help="Take the inputs as texts, even one that names a file."),
-    column: str | None = typer.Option(None, "--column", "-c", help="Text column of the documents file."),
-    header: bool | None = HeaderOption,
-    output: Path | None = typer.Option(None, "--output", "-o", help="Write the ranked TSV here."),
-    overwrite: bool = FileOverwriteOption,
-    threads: int | None = ThreadsOption,
-    precision: str | None = RunPrecisionOption,
-    device: str = DeviceOption,
+    run: Run,
+    documents: Annotated[
+        list[str], typer.Argument(callback=utf8_texts, help="Documents to rank, or one file (text lines, or a column).")
+    ],
+    query: Annotated[
+        str, typer.Option("--query", "-q", callback=utf8_texts, help="The query every document is scored against.")
+    ],
+    top_k: TopK = None,
+    as_text: AsText = False,
+    column: Column = None,
+    header: Header = None,
+    output: Output = None,
+    overwrite: Overwrite = False,
+    threads: Threads = None,
+    precision: Precision = None,
+    device: Device = "auto",
 ) -> None:
     """Rank documents for a query with a pair model (a cross-encoder: --task pair), best first.
 

@@ -3,44 +3,36 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ..errors import InputError, no_such_path
-from .common import DeviceOption, ThreadsOption, app, options_for, say, utf8_texts, verbosity
+from .common import app, options_for, say, utf8_texts, verbosity
+from .options import Device, Generated, Metric, Output, Overwrite, Threads, TopK, from_fields
 
 if TYPE_CHECKING:
     from ..encoder.encode import Encoder
 
 
 @app.command()
+@from_fields("bertkit.encoder.options:EmbedOptions", "options", only=("prompt", "prompt_name"))
 def search(
     index: Path = typer.Argument(
         ..., help="A .npz or .parquet file written by `bertkit embed`, or an index written by `bertkit index`."
     ),
     queries: list[str] = typer.Argument(..., callback=utf8_texts, help="One or more queries."),
-    top_k: int = typer.Option(10, "--top-k", "-k", help="Results per query."),
-    metric: str | None = typer.Option(
-        None,
-        "--metric",
-        help="cosine | dot | euclidean | manhattan (default: the model's own similarity, else cosine); an index "
-        "answers by its own.",
-    ),
+    top_k: TopK = 10,
+    metric: Metric = None,
     rescore_multiplier: int | None = typer.Option(
         None,
         "--rescore-multiplier",
         help="int8/binary vectors: rescore top-k × this many candidates with the float query (0: none; default: "
         "the measured best trade-off, 4).",
     ),
-    prompt: str | None = typer.Option(
-        None, "--prompt", callback=utf8_texts, help="Text put before each query, e.g. 'query: '."
-    ),
-    prompt_name: str | None = typer.Option(
-        None, "--prompt-name", help="One of the model's named prompts for the queries (e.g. query)."
-    ),
-    threads: int | None = ThreadsOption,
-    device: str = DeviceOption,
+    threads: Threads = None,
+    device: Device = "auto",
+    options: Generated = None,
 ) -> None:
     """Run a similarity search of each query against a vectors file (exact) or an index (approximate, HNSW).
 
@@ -68,7 +60,7 @@ def search(
         )
     model = None if meta["model"] == "default" else meta["model"]
     encoder = Encoder.from_pretrained(model, device=device, precision=meta.get("precision", "fp32"))
-    found = loaded.embed_queries(encoder, queries, prompt=prompt, prompt_name=prompt_name)
+    found = loaded.embed_queries(encoder, queries, prompt=options.prompt, prompt_name=options.prompt_name)
     output = meta.get("output", "float32")
     multiplier = rescore_multiplier_for(output, rescore_multiplier)
     results = loaded.search(found, top_k, metric=metric, rescore_multiplier=rescore_multiplier)
@@ -105,21 +97,17 @@ def _compact_note(output: str, multiplier: int, top_k: int, meta: dict, encoder:
 @app.command("index")
 def index_command(
     ctx: typer.Context,
-    vectors: Path = typer.Argument(..., help="A .npz or .parquet file written by `bertkit embed`."),
-    output: Path = typer.Option(..., "--output", "-o", help="The index file to write (or extend)."),
-    metric: str | None = typer.Option(
-        None, "--metric", help="cosine | dot | euclidean (default: the model's own similarity, else cosine)."
-    ),
+    vectors: Annotated[Path, typer.Argument(help="A .npz or .parquet file written by `bertkit embed`.")],
+    output: Output,
+    metric: Metric = None,
     m: int = typer.Option(32, "--m", help="HNSW links per vector (more: better recall, more memory)."),
     ef_construction: int = typer.Option(100, "--ef-construction", help="HNSW build breadth."),
     ef_search: int | None = typer.Option(
         None, "--ef-search", help="HNSW search breadth, the default of later searches [default: 64, or the index's]."
     ),
-    overwrite: bool = typer.Option(
-        False, "--overwrite", help="Replace what is at -o (an index is rebuilt from scratch; another file replaced)."
-    ),
+    overwrite: Overwrite = False,
 ) -> None:
-    """Build an approximate index (HNSW, faiss) of a vectors file, for `bertkit search INDEX "query"`.
+    """Build an approximate index (HNSW, faiss) of a vectors file at -o, for `bertkit search INDEX "query"`.
 
     An index of the same vectors at -o is extended with the rows it lacks (an interrupted build resumes); anything
     else there is replaced only with --overwrite. Needs `pip install 'bertkit[index]'`.

@@ -7,12 +7,14 @@ import os
 import signal
 import socket
 from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
 from ..encoder.defaults import GPU_BATCH_TOKENS, MAX_BATCH_TOKENS
 from ..errors import InputError
-from .common import DeviceOption, ModelOption, app, existing_indexes, existing_runs, options_for, running_on, say
+from .common import app, existing_indexes, options_for, running_on, say
+from .options import Device, MapTexts, Model, Precision, Runs, Threads
 
 
 def _cores() -> int:
@@ -47,128 +49,92 @@ def bound_socket(host: str, port: int) -> socket.socket:
 KEEP_ALIVE_S = 75  # seconds an idle keep-alive connection stays open (nginx's default)
 
 
+Opt = typer.Option
+
+
 @app.command()
 def serve(
     ctx: typer.Context,
-    model: str | None = ModelOption,
-    run: list[str] = typer.Option(
-        [],
-        "--run",
-        metavar="[NAME=]DIR",
-        callback=existing_runs,
-        help="Serve a trained run at /predict/NAME: [NAME=]DIR (NAME: the folder name by default; repeatable); a "
-        "`bertkit probe` directory shows on the page.",
-    ),
-    index: list[str] = typer.Option(
-        [],
-        "--index",
-        metavar="[NAME=]FILE",
-        callback=existing_indexes,
-        help="Answer POST /search from a vector index written by `bertkit index`: [NAME=]FILE (NAME: the file name "
-        "without its suffix by default; repeatable). Its vectors must be this model's.",
-    ),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (default loopback only)."),
-    port: int = typer.Option(8080, "--port", "-p"),
-    precision: str = typer.Option(
-        "fp32", "--precision", help="fp32 | bf16 (GPUs, CPUs with native bf16) | fp16 (GPUs) | int8 (CPUs)."
-    ),
-    device: str = DeviceOption,
-    threads: int | None = typer.Option(None, "--threads", help="Torch threads (default: one per core)."),
-    concurrent_batches: int | None = typer.Option(
-        None,
-        "--concurrent-batches",
-        help="Forward passes in flight at once, each on its share of the threads (default: one per core, at most 2; "
-        "1: one pass at a time on every thread).",
-    ),
-    max_batch_tokens: int | None = typer.Option(
-        None,
-        "--max-batch-tokens",
-        help=f"Padded tokens per forward pass (default: {MAX_BATCH_TOKENS} on a CPU; on a GPU {GPU_BATCH_TOKENS}, or "
-        "less when free memory is short).",
-    ),
-    max_queue_tokens: int = typer.Option(65536, "--max-queue-tokens", help="Tokens allowed to wait; beyond it 429."),
-    max_inputs: int = typer.Option(128, "--max-inputs", help="Texts per request."),
-    max_body_bytes: int = typer.Option(2_000_000, "--max-body-bytes", help="Request body limit in bytes."),
-    max_answer_numbers: int = typer.Option(
-        1 << 23,
-        "--max-answer-numbers",
-        help="Numbers one answer may hold (token vectors: tokens × width; default 8,388,608, ~90 MB of JSON); "
-        "beyond it 413.",
-    ),
-    api_key_env: str | None = typer.Option(
-        None,
-        "--api-key-env",
-        help="Require this environment variable's value as 'Authorization: Bearer <key>' (all but /health and the "
-        "page).",
-    ),
-    api_key_file: Path | None = typer.Option(None, "--api-key-file", help="The same, with the key read from a file."),
-    allow_host: list[str] = typer.Option(
-        [],
-        "--allow-host",
-        metavar="NAME",
-        help="Also answer requests whose Host header is NAME (repeatable; NAME or NAME:PORT; '*' for any, e.g. behind "
-        "a proxy that checks it). Always answered: the bound address, 127.0.0.1, localhost, [::1].",
-    ),
-    allow_origin: list[str] = typer.Option(
-        [],
-        "--allow-origin",
-        metavar="ORIGIN",
-        help="Admit browser requests from this web origin, e.g. http://localhost:3000, with CORS answers (repeatable; "
-        "'*' for any). Other origins but the server's own get 403.",
-    ),
-    map_texts: bool = typer.Option(
-        False,
-        "--map-texts/--no-map-texts",
-        help="The page's map shows a run's training sentences on hover (off: points and labels only).",
-    ),
-    graceful_timeout: int = typer.Option(
-        30, "--graceful-timeout", help="Seconds SIGTERM waits for requests in flight."
-    ),
-    access_log: bool = typer.Option(False, "--access-log/--no-access-log", help="Log every request (off: faster)."),
-    log_level: str = typer.Option("info", "--log-level"),
+    model: Model = None,
+    run: Runs = None,
+    index: Annotated[
+        list[str] | None,
+        Opt(
+            metavar="[NAME=]FILE",
+            callback=existing_indexes,
+            help="Answer POST /search from an index of `bertkit index` (NAME: the file's stem by default; repeatable). "
+            "Its vectors must be this model's.",
+        ),
+    ] = None,
+    host: Annotated[str, Opt(help="Address to bind (default loopback only).")] = "127.0.0.1",
+    port: Annotated[int, Opt("--port", "-p", help="Port to listen on.")] = 8080,
+    precision: Precision = "fp32",
+    device: Device = "auto",
+    threads: Threads = None,
+    concurrent_batches: Annotated[
+        int | None,
+        Opt(
+            help="Forward passes in flight, each on its share of the threads (default: one per core, 2 "
+            "at most; 1: one pass at a time on every thread)."
+        ),
+    ] = None,
+    max_batch_tokens: Annotated[
+        int | None,
+        Opt(
+            help=f"Padded tokens per forward pass (default: {MAX_BATCH_TOKENS} on a CPU; on a GPU "
+            f"{GPU_BATCH_TOKENS}, or less when free memory is short)."
+        ),
+    ] = None,
+    max_queue_tokens: Annotated[int, Opt(help="Tokens allowed to wait; beyond it 429.")] = 65536,
+    max_inputs: Annotated[int, Opt(help="Texts per request.")] = 128,
+    max_body_bytes: Annotated[int, Opt(help="Request body limit in bytes.")] = 2_000_000,
+    max_answer_numbers: Annotated[
+        int, Opt(help="Numbers one answer may hold (token vectors: tokens × width; ~90 MB of JSON); beyond it 413.")
+    ] = 1 << 23,
+    api_key_env: Annotated[
+        str | None, Opt(help="Require this variable's value as 'Authorization: Bearer <key>' (not /health, the page).")
+    ] = None,
+    api_key_file: Annotated[Path | None, Opt(help="The same, with the key read from a file.")] = None,
+    allow_host: Annotated[
+        list[str] | None,
+        Opt(
+            metavar="NAME",
+            help="Also answer Host: NAME (NAME or NAME:PORT; '*' for any, behind a "
+            "proxy that checks it; repeatable). Always: the bound address and localhost names.",
+        ),
+    ] = None,
+    allow_origin: Annotated[
+        list[str] | None,
+        Opt(
+            metavar="ORIGIN",
+            help="Admit browser requests from this origin, e.g. "
+            "http://localhost:3000, with CORS answers ('*': any; repeatable); others get 403.",
+        ),
+    ] = None,
+    map_texts: MapTexts = False,
+    graceful_timeout: Annotated[int, Opt(help="Seconds SIGTERM waits for requests in flight.")] = 30,
+    access_log: Annotated[bool, Opt("--access-log/--no-access-log", help="Log every request (off: faster).")] = False,
+    log_level: Annotated[str, Opt(help="uvicorn's log level.")] = "info",
 ) -> None:
     """Serve embeddings (TEI and OpenAI shapes), tokenization and trained runs over HTTP, with micro-batching."""
     listening = bound_socket(host, port)  # a bad or busy port is refused before the model loads, and stays ours
     import uvicorn
 
-    from ..encoder.encode import Encoder
-    from ..encoder.threads import set_threads
-    from ..explain.explainer import load_probe
-    from ..serve.app import create_app
-    from ..serve.runs import load_runs
     from ..serve.security import load_api_key
     from ..serve.settings import ServeSettings
-    from ..tasks.index import load_index
-    from ..tasks.runs import parse_run_specs
 
     api_key = load_api_key(api_key_env, api_key_file)
-    given = options_for(
-        ctx, ServeSettings, api_key=api_key, allow_hosts=tuple(allow_host), allow_origins=tuple(allow_origin)
-    )
+    hosts, origins = tuple(allow_host or ()), tuple(allow_origin or ())
+    given = options_for(ctx, ServeSettings, api_key=api_key, allow_hosts=hosts, allow_origins=origins)
     settings = ServeSettings(**given)  # checks its values
-    directories = parse_run_specs(run)
-    # a `bertkit probe` output (probe.json, no bertkit.json) is shown on the explainer page, not served at /predict
-    probes = {name: load_probe(str(d)) for name, d in directories.items() if not (d / "bertkit.json").is_file()}
-    probes = {name: record for name, record in probes.items() if record is not None}
-    set_threads(threads or _cores())
-    encoder = Encoder.from_pretrained(model, precision=precision, device=device)
-    runs = load_runs({name: d for name, d in directories.items() if name not in probes})
-    indexes = {name: load_index(path) for name, path in parse_run_specs(index, "--index").items()}
-    application = create_app(encoder, runs, settings, indexes=indexes)
-    application.state.explain_probes = probes
+    application, serving = _application(model, precision, device, threads or _cores(), run or [], index or [], settings)
     if host in ("0.0.0.0", "::") and not settings.allow_hosts:
         say(
             f"note: bound to {host}: requests are answered when their Host header is the address they reached or a "
             "localhost name; give --allow-host NAME for each name clients use (or '*' behind a proxy that checks it).",
             warning=True,
         )
-    say(
-        f"bertkit serve: {encoder.name} on {running_on(encoder)} ({threads or _cores()} threads), runs: "
-        f"{', '.join(runs) or 'none'}"
-        + (f"; indexes: {', '.join(indexes)}" if indexes else "")
-        + (f"; probes: {', '.join(probes)}" if probes else "")
-        + f"; http://{host}:{port}"
-    )
+    say(f"bertkit serve: {serving}; http://{host}:{port}")
     config = uvicorn.Config(
         application,
         host=host,
@@ -187,3 +153,30 @@ def serve(
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     uvicorn.Server(config).run(sockets=[listening])
     say("bertkit serve: stopped.")
+
+
+def _application(
+    model: str | None, precision: str, device: str, threads: int, run: list[str], index: list[str], settings: Any
+) -> tuple[Any, str]:
+    """Return the app (the model, its runs, indexes; a `bertkit probe` folder shows on the page) and what it serves."""
+    from ..encoder.encode import Encoder
+    from ..encoder.threads import set_threads
+    from ..explain.explainer import load_probe
+    from ..serve.app import create_app
+    from ..serve.runs import load_runs
+    from ..tasks.index import load_index
+    from ..tasks.runs import parse_run_specs
+
+    directories = parse_run_specs(run)
+    probes = {name: load_probe(str(d)) for name, d in directories.items() if not (d / "bertkit.json").is_file()}
+    probes = {name: record for name, record in probes.items() if record is not None}
+    set_threads(threads)
+    encoder = Encoder.from_pretrained(model, precision=precision, device=device)
+    runs = load_runs({name: d for name, d in directories.items() if name not in probes})
+    indexes = {name: load_index(path) for name, path in parse_run_specs(index, "--index").items()}
+    application = create_app(encoder, runs, settings, indexes=indexes)
+    application.state.explain_probes = probes
+    serving = f"{encoder.name} on {running_on(encoder)} ({threads} threads), runs: {', '.join(runs) or 'none'}"
+    for kind, names in (("indexes", indexes), ("probes", probes)):
+        serving += f"; {kind}: {', '.join(names)}" if names else ""
+    return application, serving

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import typer
 
-from .common import ModelOption, app, echo_facts
+from .common import app, echo_facts
+from .options import Model
 
 
 @app.command()
-def demo(model: str | None = ModelOption) -> None:
+def demo(model: Model = None) -> None:
     """Run a short tour on the packaged default model: tokenization table, embeddings and their shapes."""
     from ..display import text_table as format_table
     from ..encoder.encode import Encoder

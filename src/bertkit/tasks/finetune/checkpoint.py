@@ -19,7 +19,7 @@ from ...io import writers
 from ...io.writers import end_job, job_path, read_job, replace, save_job, staged_directory
 from ...records import new_record, package_version
 from ..runs import CONFIG_FILE
-from .arguments import LOGS
+from .settings import LOGS
 
 logger = logging.getLogger(__name__)
 CHECKPOINT = re.compile(r"checkpoint-([0-9]+)")

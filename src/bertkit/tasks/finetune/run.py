@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import copy
 import dataclasses
 import functools
 import json
@@ -11,7 +10,6 @@ import logging
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +19,13 @@ from ...encoder.devices import describe, resolve_device
 from ...encoder.encode import Encoder
 from ...encoder.models import quiet_transformers
 from ...encoder.precision import check_precision
-from ...encoder.threads import deprecated_threads
 from ...errors import InputError
 from ...io.writers import remove_output
-from .arguments import LOGS, MAX_LENGTHS, FinetuneArguments, renamed_argument
+from .arguments import FinetuneArguments
 from .checkpoint import check_output, last_checkpoint, start_run, write_final
 from .examples import collate
 from .prepare import MULTI_LABEL, QA, REGRESSION, SINGLE_LABEL, TOKENS, Columns, Prepared, prepare, word_tokenizer
+from .settings import LOGS, MAX_LENGTHS
 from .trainer import (
     Evaluator,
     Examples,
@@ -61,7 +59,6 @@ def finetune(
     limit: int | None = None,
     resume: bool = False,
     overwrite: bool = False,
-    threads: int | None = None,
     device: str | None = "auto",
     progress: bool | None = None,
     callbacks: Sequence[Callable[[Any], None]] = (),
@@ -101,8 +98,6 @@ def finetune(
         Continue an interrupted run from its last checkpoint.
     overwrite : bool
         Replace a finished run bertkit wrote.
-    threads : int, optional
-        Deprecated: `bertkit.set_threads`.
     device : str
         'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'. Launched by `accelerate launch` or `torchrun`, each process
         takes its own GPU (or, on CPUs, a share of the cores with the gloo backend).
@@ -119,24 +114,45 @@ def finetune(
     FineTunedClassifier or FineTunedTagger or FineTunedQA
         The best epoch's model, loaded from `output_dir` (None on the other processes of a distributed run).
     """
-    args = _with_keywords(copy.deepcopy(args) if args is not None else FinetuneArguments(), training)
-    if task is not None and args.task is not None and task != args.task:
-        raise InputError(f"task={task!r} but args.task={args.task!r}: they contradict each other; give the task once.")
-    task = args.task = task or args.task or "text"
-    args.check()
-    deprecated_threads(threads)
-    output = Path(output_dir)
-    columns = Columns(text_column, label_column, pair_column, header, label_separator)
-    wanted = _check_device(args, device)
+    args = _arguments(args, task, training)
+    output, wanted = Path(output_dir), _check_device(args, device)
     from accelerate import PartialState
 
     state = PartialState(cpu=wanted.type == "cpu")
     if not state.is_main_process:  # one voice: the main process says what happens
         logging.getLogger("bertkit").setLevel(logging.ERROR)
-    with state.main_process_first():  # the main process may tidy an interrupted replace; the others only look
+    with state.main_process_first():
         check_output(output, resume, overwrite)
-
     encoder = Encoder.from_pretrained(model, device="cpu")
+    columns = Columns(text_column, label_column, pair_column, header, label_separator)
+    prepared, run_record, tokenizer = _prepare(args, encoder, train, dev, dev_share, limit, columns)
+    if state.is_main_process:
+        if not resume and output.exists():
+            remove_output(output)  # --overwrite, checked above; only after the data has been read
+        start_run(output, run_record, resume)
+    state.wait_for_everyone()
+    for note in prepared.notes:
+        logger.warning(note)
+    torch.manual_seed(args.seed)
+    network = build_model(encoder, args.task, prepared.labels, prepared.problem)
+    evaluator = Evaluator(args.task, network, tokenizer, run_record["max_length"], prepared)
+    del encoder
+    trainer = _train(args, output, evaluator, wanted, progress, state, list(callbacks), resume)
+    training = _training_record(trainer, evaluator.metric_name, args)
+    run_record.update(device=describe(trainer.args.device), processes=state.num_processes)
+    result = None
+    if state.is_main_process:
+        metrics = best_metrics(trainer.state)
+        result = write_final(output, trainer.model, evaluator.runner, run_record, training, metrics)
+    state.wait_for_everyone()
+    return result
+
+
+def _prepare(
+    args: FinetuneArguments, encoder: Encoder, train: Any, dev: Any, dev_share: float, limit: int | None, columns: Any
+) -> tuple[Prepared, dict, Any]:
+    """Read and tokenize the data; return it, the run's record and the tokenizer."""
+    task = args.task
     max_length = min(args.max_length or MAX_LENGTHS.get(task, encoder.max_length), encoder.max_length)
     tokenizer = word_tokenizer(encoder) if task == "token" else encoder.tokenizer
     problem = {"token": TOKENS, "qa": QA}.get(task) or (
@@ -149,39 +165,34 @@ def finetune(
         "task": task,
         "problem": prepared.problem,
         "base_model": {"spec": encoder.name, "path": str(encoder.source.path), "fingerprint": encoder.fingerprint},
-        "args": asdict(args),
+        "args": args.record(),
         "labels": prepared.labels,
         "max_length": max_length,
         "data": prepared.data_record,
         "baseline": majority_baseline(prepared),
     }
-    if state.is_main_process:
-        if not resume and output.exists():
-            remove_output(output)  # --overwrite, checked above; only after the data has been read
-        start_run(output, run_record, resume)
-    state.wait_for_everyone()
-    for note in prepared.notes:
-        logger.warning(note)
+    return prepared, run_record, tokenizer
 
-    torch.manual_seed(args.seed)
-    network = build_model(encoder, task, prepared.labels, prepared.problem)
-    evaluator = Evaluator(task, network, tokenizer, max_length, prepared)
-    del encoder
-    trainer = _trainer(args, output, evaluator, wanted, progress, state.num_processes)
+
+def _train(
+    args: FinetuneArguments,
+    output: Path,
+    evaluator: Evaluator,
+    device: torch.device,
+    progress: bool | None,
+    state: Any,
+    callbacks: list,
+    resume: bool,
+) -> FinetuneTrainer:
+    """Train (from the last checkpoint when resuming); a Ctrl-C saves the step and raises KeyboardInterrupt."""
+    trainer = _trainer(args, output, evaluator, device, progress, state.num_processes)
     checkpoint = last_checkpoint(output) if resume else None
     if resume and checkpoint is None:
         logger.info("%s stopped before its first checkpoint: starting it from the beginning", output)
-    _say_start(args, prepared, trainer, output, checkpoint, wanted)
+    _say_start(args, evaluator.prepared, trainer, output, checkpoint, device)
     with held_interrupt() as requested:
-        run = RunCallback(
-            output / LOGS,
-            evaluator.metric_name,
-            args.num_train_epochs,
-            args.batch_size,
-            state.is_main_process,
-            list(callbacks),
-            requested,
-        )
+        epochs, main = args.num_train_epochs, state.is_main_process
+        run = RunCallback(output / LOGS, evaluator.metric_name, epochs, args.batch_size, main, callbacks, requested)
         trainer.add_callback(run)
         with quiet_transformers():  # the trainer's own bar stays; its printed logs and save bars go
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
@@ -192,14 +203,7 @@ def finetune(
             output / f"checkpoint-{trainer.state.global_step}",
         )
         raise KeyboardInterrupt
-    training = _training_record(trainer, evaluator.metric_name, args)
-    run_record.update(device=describe(trainer.args.device), processes=state.num_processes)
-    result = None
-    if state.is_main_process:
-        metrics = best_metrics(trainer.state)
-        result = write_final(output, trainer.model, evaluator.runner, run_record, training, metrics)
-    state.wait_for_everyone()
-    return result
+    return trainer
 
 
 def _trainer(
@@ -211,7 +215,7 @@ def _trainer(
     processes: int,
 ) -> FinetuneTrainer:
     """`Trainer` of the dev scorer's model and data: bertkit's batches and loss, best epoch on dev, early stopping."""
-    from transformers import EarlyStoppingCallback, PrinterCallback, TrainingArguments
+    from transformers import EarlyStoppingCallback, PrinterCallback
     from transformers.integrations import TensorBoardCallback
 
     callbacks: list = [EarlyStoppingCallback(early_stopping_patience=args.early_stopping_patience)]
@@ -221,34 +225,18 @@ def _trainer(
         callbacks.append(TensorBoardCallback(SummaryWriter(log_dir=str(output / LOGS))))
     trackers = [name for name in args.report_to if name != "tensorboard"]
     show = progress if progress is not None else os.isatty(2)
-    with quiet_transformers():
-        training_args = TrainingArguments(
+    per_device = max(1, math.ceil(args.batch_size / (args.gradient_accumulation_steps * processes)))
+    with quiet_transformers():  # the run's settings: where, how many processes, which device and precision
+        training_args = dataclasses.replace(
+            args,
             output_dir=str(output),
-            num_train_epochs=args.num_train_epochs,
-            per_device_train_batch_size=max(
-                1, math.ceil(args.batch_size / (args.gradient_accumulation_steps * processes))
-            ),
-            gradient_accumulation_steps=args.gradient_accumulation_steps,
-            learning_rate=args.learning_rate,
-            weight_decay=args.weight_decay,
-            warmup_steps=args.warmup_ratio,  # a share of the steps (below 1)
-            max_grad_norm=args.max_grad_norm,
-            seed=args.seed,
-            eval_strategy="epoch",
-            save_strategy="epoch",
-            save_total_limit=2,  # the newest and the best
-            load_best_model_at_end=True,
-            metric_for_best_model="score",
-            greater_is_better=True,
-            logging_strategy="steps",
-            logging_steps=1,
+            per_device_train_batch_size=per_device,
             report_to=trackers or "none",
             disable_tqdm=not show,
             use_cpu=device.type == "cpu",
             fp16=args.mixed_precision == "fp16",
             bf16=args.mixed_precision == "bf16",
             ddp_backend="gloo" if device.type == "cpu" and processes > 1 else None,
-            remove_unused_columns=False,
         )
         runner = evaluator.runner
         trainer = FinetuneTrainer(
@@ -294,32 +282,22 @@ def _where(global_step: int, max_steps: int, epochs: int) -> str:
 
 
 def _say_start(
-    args: FinetuneArguments,
-    prepared: Prepared,
-    trainer: FinetuneTrainer,
-    output: Path,
-    checkpoint: Path | None,
-    device: torch.device,
+    args: FinetuneArguments, prepared: Prepared, trainer: Any, output: Path, checkpoint: Path | None, device: Any
 ) -> None:
-    parts = []
-    if args.gradient_accumulation_steps > 1:
-        parts.append(f"{args.gradient_accumulation_steps} micro-batches")
-    if trainer.args.world_size > 1:
-        parts.append(f"split over {trainer.args.world_size} processes")
-    steps = math.ceil(len(prepared.train) / args.batch_size)
+    """Say what the run does: data, steps, learning rate, device (and where it resumes)."""
+    parts = [f"{args.gradient_accumulation_steps} micro-batches"] if args.gradient_accumulation_steps > 1 else []
+    parts += [f"split over {trainer.args.world_size} processes"] if trainer.args.world_size > 1 else []
     if checkpoint is not None:
         saved = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
-        logger.info(
-            "resuming %s %s", output, _where(saved["global_step"], saved["max_steps"], int(args.num_train_epochs))
-        )
+        logger.info("resuming %s %s", output, _where(saved["global_step"], saved["max_steps"], args.num_train_epochs))
     read = f"{len(prepared.train)} examples ({len(prepared.labels)} labels)"
     if args.task == "qa":  # an example is a window of a context; the labels, its start and end
         read = f"{prepared.data_record['train_rows']} questions ({len(prepared.train)} windows)"
+    steps = math.ceil(len(prepared.train) / args.batch_size)
     said = (
-        f"fine-tuning {args.task} model on {read}, "
-        f"dev {len(prepared.dev_inputs)}; {args.num_train_epochs} epochs × {steps} steps of {args.batch_size}"
-        f"{f' ({chr(44).join(parts)})' if parts else ''}, lr {args.learning_rate:g}, on {describe(device)}"
-        f"{'' if device.type != 'cpu' else f' ({torch.get_num_threads()} threads)'}"
+        f"fine-tuning {args.task} model on {read}, dev {len(prepared.dev_inputs)}; {args.num_train_epochs} epochs × "
+        f"{steps} steps of {args.batch_size}{f' ({chr(44).join(parts)})' if parts else ''}, lr {args.learning_rate:g}, "
+        f"on {describe(device)}{'' if device.type != 'cpu' else f' ({torch.get_num_threads()} threads)'}"
         f"{'' if args.mixed_precision == 'no' else f', {args.mixed_precision} mixed precision'}"
     )
     logger.info(said)
@@ -343,7 +321,6 @@ def _training_record(trainer: FinetuneTrainer, metric: str, args: FinetuneArgume
     }
 
 
-KEYWORD_ALIASES = {"lr": "learning_rate"}  # the command line's short name
 ZERO_BASELINES = {  # what a model that learned nothing does, scoring 0 (correlation, micro-F1, entity F1)
     REGRESSION: "predicting the training mean (no correlation)",
     MULTI_LABEL: "predicting no label",
@@ -351,17 +328,22 @@ ZERO_BASELINES = {  # what a model that learned nothing does, scoring 0 (correla
 }
 
 
-def _with_keywords(args: FinetuneArguments, training: dict) -> FinetuneArguments:
-    fields = {f.name for f in dataclasses.fields(FinetuneArguments)}
-    for key, value in training.items():
-        name = renamed_argument(KEYWORD_ALIASES.get(key, key))
-        if name not in fields:
-            raise InputError(
-                f"finetune() got an unknown setting {key!r}; the settings are {', '.join(sorted(fields))} "
-                "(and lr for learning_rate)."
-            )
-        setattr(args, name, value)
-    return args
+def _arguments(args: FinetuneArguments | None, task: str | None, keywords: dict) -> FinetuneArguments:
+    """`args` with the keyword settings (`lr` for `learning_rate`) and the task resolved, checked once."""
+    given = {"learning_rate" if key == "lr" else key: value for key, value in keywords.items()}
+    names = {f.name for f in dataclasses.fields(FinetuneArguments)}
+    unknown = sorted(given.keys() - names)
+    if unknown:
+        raise InputError(
+            f"finetune() got an unknown setting {unknown[0]!r}; the settings are FinetuneArguments' fields "
+            "(and lr for learning_rate)."
+        )
+    base = args if args is not None else FinetuneArguments()
+    chosen = given.pop("task", None) or base.task
+    if task is not None and chosen is not None and task != chosen:
+        raise InputError(f"task={task!r} but args.task={chosen!r}: they contradict each other; give the task once.")
+    with quiet_transformers():
+        return dataclasses.replace(base, **given, task=task or chosen or "text")
 
 
 def majority_baseline(prepared: Any) -> dict:

@@ -46,15 +46,12 @@ RUN_CLASSES = {"text": FineTunedClassifier, "pair": FineTunedClassifier, "token"
 def build_model(encoder: Any, task: str, labels: list[str], problem: str = SINGLE_LABEL) -> Any:
     """Build a `...ForSequence/TokenClassification` or `...ForQuestionAnswering` model on the encoder (head random)."""
     config = copy.deepcopy(encoder.model.config)
-    config.num_labels = len(labels)
-    config.id2label = dict(enumerate(labels))
+    config.num_labels, config.id2label = len(labels), dict(enumerate(labels))
     config.label2id = {label: i for i, label in enumerate(labels)}
     if task in ("text", "pair"):
         config.problem_type = problem
-        activation = (
-            "torch.nn.modules.activation.Sigmoid" if problem == MULTI_LABEL else "torch.nn.modules.linear.Identity"
-        )
-        config.sentence_transformers = {"activation_fn": activation}
+        activation = "activation.Sigmoid" if problem == MULTI_LABEL else "linear.Identity"
+        config.sentence_transformers = {"activation_fn": f"torch.nn.modules.{activation}"}
     auto = getattr(transformers, RUN_CLASSES[task].AUTO_CLASS)
     with quiet_transformers():
         network = auto.from_config(config)
@@ -264,14 +261,8 @@ class RunCallback(TrainerCallback):
     def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
         """Write a logged step's training loss and learning rate to metrics.jsonl."""
         if logs and "loss" in logs:
-            self._write(
-                {
-                    "step": state.global_step,
-                    "epoch": math.ceil(state.epoch or 0) - 1,
-                    "train/loss": logs["loss"],
-                    "train/learning_rate": logs.get("learning_rate"),
-                }
-            )
+            losses = {"train/loss": logs["loss"], "train/learning_rate": logs.get("learning_rate")}
+            self._write(step=state.global_step, epoch=math.ceil(state.epoch or 0) - 1, **losses)
 
     def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict | None = None, **kwargs: Any) -> None:
         """Record the epoch's line in the run's history, log it, and write it to metrics.jsonl."""
@@ -286,15 +277,8 @@ class RunCallback(TrainerCallback):
             f"{entry['examples_per_second']:.1f} examples/s"
         )
         logger.info(line)
-        self._write(
-            {
-                "step": state.global_step,
-                "epoch": entry["epoch"] - 1,
-                "epoch/train_loss": entry["train_loss"],
-                "epoch/dev_score": entry["dev_score"],
-                "epoch/examples_per_second": entry["examples_per_second"],
-            }
-        )
+        kept = {f"epoch/{key}": entry[key] for key in ("train_loss", "dev_score", "examples_per_second")}
+        self._write(step=state.global_step, epoch=entry["epoch"] - 1, **kept)
 
     def _epoch_entry(self, state: Any, score: float) -> dict:
         """Make the epoch's history line: mean loss of all its steps, dev score, speed of the steps run here."""
@@ -315,7 +299,7 @@ class RunCallback(TrainerCallback):
             entry.update(resumed=True, steps=ran)
         return entry
 
-    def _write(self, line: dict) -> None:
+    def _write(self, **line: Any) -> None:
         if not self.main:
             return
         self.logs.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,103 @@
+"""The settings bertkit puts on transformers' `TrainingArguments`, with their help: the `finetune` command's flags.
+
+Light (no transformers): the command line reads these fields for `bertkit finetune --help`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import InputError, check_flag, check_whole
+
+LOGS = "logs"  # metrics.jsonl and the trackers' files (TensorBoard, ...), kept in the finished run
+# max_length by task (token: the model's maximum); pair: a query and a passage; qa: run_qa's max_seq_length
+MAX_LENGTHS = {"text": 128, "pair": 256, "qa": 384}
+TASKS = ("text", "pair", "token", "qa")
+MIXED_PRECISIONS = ("no", "fp16", "bf16")
+
+
+def _setting(default: Any, help: str, flag: str | None = None, choices: tuple[str, ...] | None = None) -> Any:
+    """Declare a field with its command-line help, flag (None: `--field-name`) and choices."""
+    factory = {"default_factory": list} if default == [] else {"default": default}
+    return dataclasses.field(**factory, metadata={"help": help, "choices": choices, "flag": flag})
+
+
+@dataclass
+class FinetuneSettings:
+    """bertkit's fine-tuning settings; the defaults are the ones measured in benchmarks/finetune.py.
+
+    The names are `TrainingArguments`' where they mean the same, `EarlyStoppingCallback`'s for
+    `early_stopping_patience`. bertkit's own: `task`; `batch_size`, the batch of one optimizer step whatever the
+    processes and accumulation steps (TrainingArguments counts per device); `max_length`, `doc_stride`, `regression`,
+    `multi_label`; `mixed_precision`, accelerate's one option for TrainingArguments' `fp16` and `bf16`.
+    """
+
+    task: str | None = _setting(
+        None,
+        "text (sentences; the default) | pair (sentence pairs: NLI, paraphrase, STS, relevance) | token (tagging, e.g. "
+        "NER) | qa (extractive question answering: SQuAD JSON or JSONL).",
+        choices=TASKS,
+    )
+    num_train_epochs: int = _setting(3, "Epochs to train (fewer when the dev score stops improving).", "--epochs")
+    learning_rate: float = _setting(1e-4, "Peak learning rate (linear warm-up, then linear decay).", "--lr")
+    batch_size: int = _setting(32, "Examples per optimizer step, split between processes and micro-batches.")
+    weight_decay: float = _setting(0.01, "AdamW's weight decay.")
+    warmup_ratio: float = _setting(0.1, "Share of the steps the learning rate warms up over (0 to 1).")
+    max_grad_norm: float = _setting(1.0, "Clip the gradients' norm to this.")
+    early_stopping_patience: int = _setting(2, "Stop after this many epochs without a better dev score.", "--patience")
+    seed: int = _setting(0, "Seed of the head's weights, the split and the batches' order.")
+    max_length: int | None = _setting(
+        None, "Tokens per example (text: 128; pair: 256; qa: 384; token: the model's maximum)."
+    )
+    doc_stride: int | None = _setting(
+        None, "qa: tokens two windows of a long context share (default 128, at most half)."
+    )
+    regression: bool = _setting(
+        False, "Text/pair: learn a score (one output, mean squared error); labels with decimals imply it."
+    )
+    multi_label: bool = _setting(
+        False, "Text/pair: several labels a row (separated by --label-separator; JSONL: a list)."
+    )
+    gradient_accumulation_steps: int = _setting(
+        1, "Split each step's batch into this many micro-batches (less memory, the same updates)."
+    )
+    mixed_precision: str = _setting(
+        "no", "no | fp16 (CUDA) | bf16 (CUDA, or a CPU with native bf16).", choices=MIXED_PRECISIONS
+    )
+    report_to: list[str] = _setting(
+        [], "Experiment trackers, comma-separated: tensorboard, mlflow, wandb, ... (logs in OUTPUT/logs)."
+    )
+
+    def check(self) -> None:
+        """Refuse an impossible setting in one `InputError` line; a task-bound one once the task is known."""
+        if self.task is not None and self.task not in TASKS:
+            raise InputError(f"task={self.task!r}: valid tasks are {', '.join(TASKS)}.")
+        for name in ("num_train_epochs", "batch_size", "early_stopping_patience", "gradient_accumulation_steps"):
+            check_whole(name, getattr(self, name), 1)
+        check_whole("max_length", self.max_length, 8, allow_none=True)
+        check_whole("doc_stride", self.doc_stride, 0, allow_none=True)
+        for name in ("regression", "multi_label"):
+            check_flag(name, getattr(self, name))
+        if not self.learning_rate > 0:
+            raise InputError(f"learning_rate={self.learning_rate}: give a positive number such as 5e-5.")
+        if not 0 <= self.warmup_ratio < 1:
+            raise InputError(f"warmup_ratio={self.warmup_ratio}: give a share between 0 and 1.")
+        if self.mixed_precision not in MIXED_PRECISIONS:
+            raise InputError(f"mixed_precision={self.mixed_precision!r}: valid values are no, fp16, bf16.")
+        if self.gradient_accumulation_steps > self.batch_size:
+            raise InputError(
+                f"gradient_accumulation_steps={self.gradient_accumulation_steps}: give 1 to batch_size "
+                f"({self.batch_size}); each step's batch is split into that many micro-batches."
+            )
+        if self.regression and self.multi_label:
+            raise InputError("regression and multi_label exclude each other: a score, or several labels.")
+        if self.task in ("token", "qa") and (self.regression or self.multi_label):
+            raise InputError(f"regression and multi_label are for the text and pair tasks, not {self.task!r}.")
+        if self.doc_stride is not None and self.task not in (None, "qa"):
+            raise InputError(f"doc_stride={self.doc_stride} is for the qa task only.")
+
+    def record(self) -> dict[str, Any]:
+        """Return these settings as the run's bertkit.json records them."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(FinetuneSettings)}
