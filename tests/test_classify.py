@@ -43,7 +43,7 @@ def test_save_load_predicts_identically(sample, tmp_path, kind):
     classifier = TextClassifier(BertVectorizer(layers="last"), head, cv=3).fit(texts, labels)
     assert set(classifier.classes_) == {"negative", "positive"}
     assert classifier.score(texts, labels) > 0.9
-    saved = classifier.save(tmp_path / "run", metrics={"note": "x"})
+    saved = classifier.save_pretrained(tmp_path / "run", metrics={"note": "x"})
     assert sorted(p.name for p in saved.iterdir()) == ["bertkit.json", "head.skops"]
     loaded = TextClassifier.from_pretrained(saved)
     probe = texts[:10] + ["an unseen sentence about a film"]
@@ -75,7 +75,7 @@ def test_runs_saved_by_bertkit_0_1_load_and_predict_the_same(name):
 def test_a_0_1_run_saved_again_uses_todays_format(tmp_path):
     loaded = TextClassifier.from_pretrained(FIXTURES / "linear-svm-last-mean", cache=None)
     expected = json.loads((FIXTURES / "linear-svm-last-mean" / "expected.json").read_text())
-    again = TextClassifier.from_pretrained(loaded.save(tmp_path / "again"), cache=None)
+    again = TextClassifier.from_pretrained(loaded.save_pretrained(tmp_path / "again"), cache=None)
     assert (tmp_path / "again" / "head.skops").is_file()
     np.testing.assert_allclose(again.predict_proba(fixture_texts(expected)), expected["predict_proba"], atol=1e-6)
 
@@ -175,7 +175,7 @@ def test_untrusted_types_in_a_saved_head_are_refused(sample, tmp_path):
     from sklearn.ensemble import HistGradientBoostingClassifier
 
     model = TextClassifier(BertVectorizer(layers="last"), HistGradientBoostingClassifier(max_iter=3))
-    model.fit(texts, labels).save(tmp_path / "run")
+    model.fit(texts, labels).save_pretrained(tmp_path / "run")
     with pytest.raises(ModelLoadError, match="types bertkit does not load unless you trust them.*trusted="):
         TextClassifier.from_pretrained(tmp_path / "run")
     import skops.io
@@ -191,7 +191,7 @@ def test_untrusted_types_in_a_saved_head_are_refused(sample, tmp_path):
 def test_model_from_a_different_encoder_is_refused(sample, tmp_path):
     model_dir = tiny_models.tiny_bert(tmp_path / "enc", seed=0)
     texts, labels = sample[0][:12], sample[1][:12]
-    TextClassifier(BertVectorizer(model=str(model_dir), layers="last"), logreg()).fit(texts, labels).save(
+    TextClassifier(BertVectorizer(model=str(model_dir), layers="last"), logreg()).fit(texts, labels).save_pretrained(
         tmp_path / "run"
     )
     shutil.rmtree(model_dir)
@@ -207,12 +207,12 @@ def test_existing_run_directory_is_kept(sample, tmp_path):
     (tmp_path / "run" / "mine.txt").write_text("keep me")
     for overwrite in (False, True):  # not offered --overwrite, which would be refused too
         with pytest.raises(InputError, match="not a folder bertkit wrote"):
-            classifier.save(tmp_path / "run", overwrite=overwrite)
+            classifier.save_pretrained(tmp_path / "run", overwrite=overwrite)
     assert (tmp_path / "run" / "mine.txt").read_text() == "keep me"
-    classifier.save(tmp_path / "run2")
+    classifier.save_pretrained(tmp_path / "run2")
     with pytest.raises(InputError, match="already exists.*--overwrite"):
-        classifier.save(tmp_path / "run2")
-    classifier.save(tmp_path / "run2", overwrite=True)  # a run bertkit wrote may be replaced
+        classifier.save_pretrained(tmp_path / "run2")
+    classifier.save_pretrained(tmp_path / "run2", overwrite=True)  # a run bertkit wrote may be replaced
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "run2"]
 
 

@@ -260,7 +260,7 @@ def test_progress_bar_shows_only_when_asked(encoder, capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_threads_are_set_by_one_explicit_call_and_constructors_only_warn():
+def test_threads_are_set_by_one_explicit_call_and_constructors_take_none():
     import bertkit
 
     before = torch.get_num_threads()
@@ -270,9 +270,8 @@ def test_threads_are_set_by_one_explicit_call_and_constructors_only_warn():
         torch.set_num_threads(before)
         Encoder.from_pretrained()  # loading a model leaves the process's threads alone
         assert torch.get_num_threads() == before
-        with pytest.warns(DeprecationWarning, match="set_threads"):
+        with pytest.raises(TypeError, match="threads"):
             Encoder.from_pretrained(threads=1)
-        assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
     with pytest.raises(InputError, match="threads"):

@@ -1,17 +1,10 @@
 """`EmbedOptions`: one value for every embedding option, the model's sentence-transformers defaults, checks that run
 nothing, one record, and the old names kept for a release."""
 
-import contextlib
 import dataclasses
-import os
-import subprocess
-import sys
-import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
-from sklearn.linear_model import LogisticRegression
 from tiny_models import tiny_bert
 
 from bertkit import BertVectorizer, EmbedOptions, Encoder, InputError
@@ -127,18 +120,14 @@ def test_a_stride_and_a_name_given_twice_are_refused_whatever_the_texts(encoder,
         ({"long_text": "window", "stride": 500}, "stride=500: give a number of overlapping tokens from 0 to 253"),
         ({"long_text": "window", "max_length": 10, "stride": 8}, "stride=8: give .* from 0 to 7"),
         ({"stride": 8}, "stride=8 is the overlap of long_text='window'; with long_text='truncate' no text is cut"),
-        ({"truncate_dim": 32, "dimensions": 16}, "dimensions= and truncate_dim= are one option under two names"),
     ]:
         for face, call in faces.items():
             with pytest.MonkeyPatch.context() as patch:
                 patch.setattr(encoder, "forward_inputs", lambda *_, face=face: pytest.fail(f"{face} ran the model"))
-                with pytest.raises(InputError, match=message), warnings.catch_warnings():
-                    warnings.simplefilter("ignore", DeprecationWarning)
+                with pytest.raises(InputError, match=message):
                     call(**bad)
             assert not (tmp_path / "out.npy").exists(), face
     assert encoder.embed(TEXTS, long_text="window", max_length=10, stride=7).shape == (3, 384)  # the largest
-    with pytest.raises(InputError, match="text_pairs= and text_pair= are one argument under two names"):
-        encoder.embed(TEXTS[:1], text_pair=["a"], text_pairs=["b"])
     with pytest.raises(InputError, match="give an EmbedOptions, or the options as keywords"):
         encoder.embed(TEXTS, "last4:sum")
 
@@ -161,74 +150,11 @@ def test_resolved_options_record_themselves_one_way(encoder):
     assert EmbedOptions.from_record({"layers": "last", "pooling": "mean"}).normalize_embeddings is False
 
 
-def test_old_names_work_for_one_release_with_a_warning(encoder):
-    with pytest.warns(DeprecationWarning, match="truncate_dim"):
-        old = encoder.embed(TEXTS, dimensions=64, normalize=True, output="int8")
-    np.testing.assert_array_equal(
-        old, encoder.embed(TEXTS, truncate_dim=64, normalize_embeddings=True, output_type="int8")
-    )
-    with pytest.warns(DeprecationWarning, match="text_pair"):
-        paired = encoder.embed(["how old are you?"], text_pairs=["I am six."])
-    np.testing.assert_array_equal(paired, encoder.embed(["how old are you?"], text_pair=["I am six."]))
-    with pytest.warns(DeprecationWarning, match="embed_with_report"):
-        vectors, report = encoder.embed(TEXTS, return_report=True)
-    assert report.n_texts == 3 and vectors.shape == (3, 384)
-    with pytest.warns(DeprecationWarning, match="embed_tokens"):
-        tokens = encoder.embed(TEXTS[:1], pooling="none")
-    assert tokens[0].tokens == encoder.embed_tokens(TEXTS[:1])[0].tokens
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert encoder.embed(TEXTS).shape == (3, 384)  # today's names: no warning
-
-
-def test_every_old_name_warns_at_the_callers_line(encoder, tmp_path):
-    """The warning names the user's file, at any depth inside bertkit: Python shows deprecations in `__main__` only."""
-    import torch
-
-    from bertkit import TextClassifier, finetune
-    from bertkit.tasks.finetune import FinetuneArguments
-
-    texts_file = tmp_path / "texts.txt"
-    texts_file.write_text("\n".join(TEXTS) + "\n")
-    threads = torch.get_num_threads()  # the count it already has: the warning, without changing the process
-    classifier = TextClassifier(BertVectorizer(layers="last"), LogisticRegression()).fit(TEXTS, ["a", "b", "a"])
-    run = classifier.save_pretrained(tmp_path / "run")
-    uses = {
-        "embed(dimensions=)": lambda: encoder.embed(TEXTS, dimensions=64),
-        "embed(text_pairs=)": lambda: encoder.embed(TEXTS[:1], text_pairs=["x"]),
-        "embed(return_report=)": lambda: encoder.embed(TEXTS, return_report=True),
-        "tokenize(text_pairs=)": lambda: encoder.tokenize(TEXTS[:1], text_pairs=["x"]),
-        "embed_file(normalize=)": lambda: embed_file(encoder, texts_file, tmp_path / "v.npy", normalize=True),
-        "Encoder.from_pretrained(threads=)": lambda: Encoder.from_pretrained(threads=threads),
-        "BertVectorizer(dimensions=)": lambda: BertVectorizer(dimensions=64).fit([]),
-        "FinetuneArguments(epochs=)": lambda: FinetuneArguments(epochs=2),
-        "finetune(patience=)": lambda: finetune(tmp_path / "missing.tsv", output_dir=tmp_path / "out", patience=1),
-        "TextClassifier.load": lambda: TextClassifier.load(run),
-    }
-    for name, use in uses.items():
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            with contextlib.suppress(InputError):  # finetune stops at the missing file, after the warning
-                use()
-        places = {Path(w.filename).name for w in caught if issubclass(w.category, DeprecationWarning)}
-        assert places == {Path(__file__).name}, f"{name} warned at {places or 'no place'}"
-
-
-def test_a_script_shows_the_warning_under_pythons_default_filters(tmp_path):
-    script = tmp_path / "script.py"
-    script.write_text(
-        "from sklearn.linear_model import LogisticRegression\n"
-        "from sklearn.pipeline import make_pipeline\n"
-        "from bertkit import BertVectorizer, Encoder\n"
-        "Encoder.from_pretrained().embed(['a text'], dimensions=64)\n"
-        "BertVectorizer(normalize=True).fit([])\n"
-        "make_pipeline(BertVectorizer(dimensions=32), LogisticRegression()).fit(['good', 'bad'], [1, 0])\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
-    shown = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, check=True).stderr
-    assert "script.py:4: DeprecationWarning: dimensions= is now truncate_dim=" in shown, shown
-    assert "script.py:5: DeprecationWarning: normalize= is now normalize_embeddings=" in shown, shown
-    assert "script.py:6: DeprecationWarning: dimensions= is now truncate_dim=" in shown, shown  # in a Pipeline
+def test_embed_returns_sentence_vectors_only(encoder):
+    with pytest.raises(InputError, match="use embed_tokens"):
+        encoder.embed(TEXTS, pooling="none")
+    with pytest.raises(InputError, match="unknown embedding option .return_report."):
+        encoder.embed(TEXTS, return_report=True)
 
 
 def test_the_vectorizer_takes_every_option_and_resolves_them_once():

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .. import display
-from ..errors import InputError, warn_deprecated
+from ..errors import InputError
 from . import tokenize as tok
 from .coverage import Coverage, coverage
 from .defaults import DEFAULT_BATCH_SIZE
@@ -28,7 +28,7 @@ from .options import EmbedOptions, options_from
 from .precision import autocast, check_precision
 from .runner import Runner
 from .st_config import SentenceConfig
-from .threads import deprecated_threads, total_threads
+from .threads import total_threads
 
 logger = logging.getLogger(__name__)
 
@@ -51,12 +51,10 @@ class EncoderBase:
     def __init__(
         self,
         loaded: LoadedModel,
-        threads: int | None = None,
         precision: str = "fp32",
         concurrent_batches: int | None = None,
         device: str | torch.device | None = "auto",
     ) -> None:
-        deprecated_threads(threads)
         self.loaded = loaded
         self.device = resolve_device(device)
         self.precision = check_precision(precision, device=self.device)
@@ -85,7 +83,6 @@ class EncoderBase:
         cls: type[E],
         model: str | None = None,
         *,
-        threads: int | None = None,
         precision: str = "fp32",
         concurrent_batches: int | None = None,
         device: str | torch.device | None = "auto",
@@ -96,8 +93,6 @@ class EncoderBase:
         ----------
         model : str, optional
             None (or 'default') is the packaged all-MiniLM-L6-v2; else a model directory or a hub name.
-        threads : int, optional
-            Deprecated: set torch's threads with `bertkit.set_threads` (it changes them for the whole process).
         precision : str
             'fp32'; 'bf16' (autocast: on GPUs that have it, and CPUs with native bf16); 'fp16' (autocast, GPUs);
             'int8' (a CPU copy of the model with int8 linear layers, calibrated once and cached).
@@ -110,7 +105,6 @@ class EncoderBase:
         -------
         Encoder
         """
-        deprecated_threads(threads)
         wanted = resolve_device(device)
         check_precision(precision, device=wanted)
         return cls(
@@ -278,7 +272,6 @@ class EncoderBase:
         max_length: int | None = None,
         padding: str = "longest",
         truncation: bool = True,
-        text_pairs: str | Sequence[str] | None = None,
     ) -> tok.Batch:
         """Tokenize texts (or pairs, or lists of words) into a padded `Batch` with tokens and word ids.
 
@@ -294,8 +287,6 @@ class EncoderBase:
             Pad to the longest row (the tutorial's way) or to `max_length`.
         truncation : bool
             Cut rows at the limit (and say so in `Batch.truncated`); False keeps them whole.
-        text_pairs : str or sequence of str, optional
-            Deprecated name of `text_pair`.
 
         Returns
         -------
@@ -311,7 +302,6 @@ class EncoderBase:
         """
         if padding not in tok.PADDINGS:
             raise InputError(f"padding={padding!r}: valid values are {', '.join(tok.PADDINGS)}.")
-        text_pair = renamed("text_pairs", text_pairs, "text_pair", text_pair)
         limit = self.check_max_length(max_length)
         encoded = tok.encode(
             self.tokenizer,
@@ -370,16 +360,6 @@ class EncoderBase:
             pad_multiple,
             self.position_limit,
         )
-
-
-def renamed(old_name: str, old: Any, new_name: str, new: Any) -> Any:
-    """Return `new`, or `old` with a warning that its name is deprecated (it goes in the next release)."""
-    if old is None:
-        return new
-    if new is not None:
-        raise InputError(f"{old_name}= and {new_name}= are one argument under two names; give {new_name}= only.")
-    warn_deprecated(f"{old_name}= is now {new_name}=; {old_name}= goes in the next release.")
-    return old
 
 
 def as_list(texts: Any) -> Any:

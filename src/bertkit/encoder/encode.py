@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError, warn_deprecated
+from ..errors import InputError
 from . import tokenize as tok
-from .base import EncoderBase, as_list, renamed
+from .base import EncoderBase, as_list
 from .compact import RANGED, int8_ranges
 from .coverage import coverage
 from .int8 import packaged_texts
@@ -87,7 +87,6 @@ class Encoder(EncoderBase):
         ranges: np.ndarray | None = None,
         progress: bool | None = None,
         warn: bool = True,
-        return_report: bool = False,
         **kwargs: Any,
     ) -> np.ndarray:
         """Sentence vectors in input order: an (n, dim) array.
@@ -110,8 +109,6 @@ class Encoder(EncoderBase):
             Show a progress bar (default: for large inputs on a terminal).
         warn : bool
             Log truncation and poor vocabulary coverage.
-        return_report : bool
-            Deprecated: use `embed_with_report`.
         **kwargs
             `EmbedOptions` fields: layers ('last', '-2', 'last4:sum', 'all:concat', ...), pooling ('cls',
             'pooler', 'mean', 'max', joined by '+'; default the model's), max_length, long_text ('truncate',
@@ -130,27 +127,13 @@ class Encoder(EncoderBase):
         >>> enc.embed(["I love Korea", "the movie was great"], layers="last4:concat", pooling="cls").shape
         (2, 1536)
         """
-        kwargs = _renamed_kwargs(kwargs, text_pair)
-        text_pair = kwargs.pop("text_pair", text_pair)
+        if kwargs.get("pooling", getattr(options, "pooling", None)) == "none":
+            raise InputError("embed returns sentence vectors; for token vectors (pooling='none') use embed_tokens.")
         result = self.embed_with_report(
-            texts,
-            options,
-            text_pair=text_pair,
-            batch_size=batch_size,
-            ranges=ranges,
-            progress=progress,
-            warn=warn,
+            texts, options, text_pair=text_pair, batch_size=batch_size, ranges=ranges, progress=progress, warn=warn,
             **kwargs,
         )
-        if return_report or isinstance(result.vectors, list):
-            what = "return_report=True" if return_report else "pooling='none'"
-            instead = "embed_with_report" if return_report else "embed_tokens"
-            warn_deprecated(
-                f"embed(..., {what}) is deprecated: use {instead}(), which returns one type; embed() will return "
-                "sentence vectors only."
-            )
-            return (result.vectors, result.report) if return_report else result.vectors  # type: ignore[return-value]
-        return result.vectors
+        return result.vectors  # type: ignore[return-value]
 
     def embed_tokens(
         self,
@@ -214,8 +197,6 @@ class Encoder(EncoderBase):
         EmbedResult
             `vectors` and `report` (truncated rows, windows, coverage, the prompt used).
         """
-        kwargs = _renamed_kwargs(kwargs, text_pair)
-        text_pair = kwargs.pop("text_pair", text_pair)
         resolved = options_from(options, kwargs).resolve(self)
         head = self.vector_head(resolved)
         texts = _with_prompt(as_list(texts), resolved.prompt or "")
@@ -354,14 +335,6 @@ class Encoder(EncoderBase):
         report.coverage = coverage(encoded, texts, self.tokenizer.unk_token_id)
         report.tokenize_seconds = time.perf_counter() - started
         return encoded, report
-
-
-def _renamed_kwargs(kwargs: dict, text_pair: Any) -> dict:
-    """`text_pairs` (bertkit 0.2) → `text_pair`, with a warning."""
-    if "text_pairs" in kwargs:
-        kwargs = dict(kwargs)
-        kwargs["text_pair"] = renamed("text_pairs", kwargs.pop("text_pairs"), "text_pair", text_pair)
-    return kwargs
 
 
 def _with_prompt(texts: list, prompt: str) -> list:

@@ -19,8 +19,7 @@ from threadpoolctl import threadpool_limits
 
 from ..encoder.devices import describe
 from ..encoder.options import EmbedOptions
-from ..encoder.threads import deprecated_threads
-from ..errors import InputError, ModelLoadError, warn_deprecated
+from ..errors import InputError, ModelLoadError
 
 if TYPE_CHECKING:
     from sklearn.utils import Tags
@@ -37,7 +36,7 @@ RUN_FORMAT = 2  # 1: bertkit 0.1 (classifier.safetensors, read by tasks/legacy_r
 HEAD_FILE = "head.skops"
 SAVED_VECTORIZER_PARAMS = ("layers", "pooling", "max_length", "long_text", "batch_size")  # what bertkit 0.1-0.2 kept
 # scikit-learn's own helpers inside fitted estimators, which skops does not trust by itself. Anything else in a
-# saved head is refused unless the caller names it (`TextClassifier.load(dir, trusted=[...])`).
+# saved head is refused unless the caller names it (`TextClassifier.from_pretrained(dir, trusted=[...])`).
 TRUSTED_TYPES = (
     "sklearn.calibration._CalibratedClassifier",
     "sklearn.calibration._SigmoidCalibration",
@@ -268,24 +267,12 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         }
         return write_run_directory(directory, files, overwrite)
 
-    def save(self, directory: str | Path, **kwargs: Any) -> Path:
-        """Save the classifier: the deprecated name of `save_pretrained`."""
-        warn_deprecated("TextClassifier.save is now save_pretrained.")
-        return self.save_pretrained(directory, **kwargs)
-
-    @classmethod
-    def load(cls, directory: str | Path, **kwargs: Any) -> TextClassifier:
-        """Load a saved classifier: the deprecated name of `from_pretrained`."""
-        warn_deprecated("TextClassifier.load is now from_pretrained.")
-        return cls.from_pretrained(directory, **kwargs)
-
     @classmethod
     def from_pretrained(
         cls,
         directory: str | Path,
         *,
         cache: str | Path | None = "memory",
-        threads: int | None = None,
         precision: str | None = None,
         trusted: Sequence[str] = (),
         device: str | None = "auto",
@@ -298,8 +285,6 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             A run saved by `save_pretrained` or `bertkit train` (bertkit 0.1's format too).
         cache : str, Path or None
             The vectorizer's embedding cache ("memory", a directory, or None).
-        threads : int, optional
-            Deprecated: `bertkit.set_threads`.
         precision : str, optional
             None uses the precision the run was trained with; another one works and warns, since its vectors
             differ slightly from those the classifier learned on.
@@ -316,7 +301,6 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         from .legacy_runs import head_from_safetensors
 
         record = read_run_config(directory, expected_kind=KIND_FEATURES)
-        deprecated_threads(threads)
         vectorizer = _saved_vectorizer(directory, record, cache, precision, device)
         legacy = record.get("format", 1) < 2
         head = head_from_safetensors(directory, record) if legacy else _load_head(Path(directory) / HEAD_FILE, trusted)
@@ -394,6 +378,6 @@ def _load_head(path: Path, trusted: Sequence[str]) -> Pipeline:
     if unknown:
         raise ModelLoadError(
             f"{path} holds types bertkit does not load unless you trust them: {', '.join(unknown)}. If you made this "
-            "file, pass trusted=[...] with those names to TextClassifier.load."
+            "file, pass trusted=[...] with those names to TextClassifier.from_pretrained."
         )
     return skops.load(path, trusted=found)

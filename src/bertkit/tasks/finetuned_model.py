@@ -22,8 +22,8 @@ from ..encoder.int8 import calibration_for, quantize_model
 from ..encoder.models import quiet_transformers, refuse_model_code
 from ..encoder.precision import autocast, check_precision
 from ..encoder.runner import Row, Runner
-from ..encoder.threads import deprecated_threads, total_threads
-from ..errors import InputError, ModelLoadError, brief, warn_deprecated
+from ..encoder.threads import total_threads
+from ..errors import InputError, ModelLoadError, brief
 from .runs import CONFIG_FILE, read_run_config, write_run_directory
 
 logger = logging.getLogger(__name__)
@@ -48,12 +48,10 @@ class FineTuned:
         tokenizer: Any,
         max_length: int,
         record: dict | None = None,
-        threads: int | None = None,
         precision: str | None = None,
         long_text: str | None = None,
         directory: str | Path | None = None,
     ) -> None:
-        deprecated_threads(threads)
         self.long_text = long_text or self.LONG_TEXTS[0]
         if self.long_text not in self.LONG_TEXTS:
             honoured = ", ".join(map(repr, self.LONG_TEXTS))
@@ -89,7 +87,6 @@ class FineTuned:
         cls,
         directory: str | Path,
         *,
-        threads: int | None = None,
         precision: str | None = None,
         long_text: str | None = None,
         device: str | None = "auto",
@@ -100,8 +97,6 @@ class FineTuned:
         ----------
         directory : str or Path
             The run directory.
-        threads : int, optional
-            Deprecated: `bertkit.set_threads`.
         precision : str, optional
             None runs at the precision the model was trained with; 'int8' quantises the encoder layers (with the
             directory's own calibration when `bertkit quantize` wrote one), 'bf16'/'fp16' autocast where they run.
@@ -131,13 +126,7 @@ class FineTuned:
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"{directory}: cannot load the fine-tuned model ({brief(exc)}).") from None
         model.eval().to(resolve_device(device))
-        return cls(model, tokenizer, int(record["max_length"]), record, threads, precision, long_text, directory)
-
-    @classmethod
-    def load(cls, directory: str | Path, **options: Any) -> Any:
-        """Load a run: the deprecated name of `from_pretrained`."""
-        warn_deprecated(f"{cls.__name__}.load is now from_pretrained.")
-        return cls.from_pretrained(directory, **options)
+        return cls(model, tokenizer, int(record["max_length"]), record, precision, long_text, directory)
 
     def save_pretrained(self, directory: str | Path, *, overwrite: bool = False) -> Path:
         """Write this run (model, tokenizer, `bertkit.json`) as a new directory, complete or absent.
@@ -167,11 +156,6 @@ class FineTuned:
     def device(self) -> torch.device:
         """Where the model's weights are (inputs go there)."""
         return next(self.model.parameters()).device
-
-    @property
-    def with_type_ids(self) -> bool:
-        """Deprecated name of `takes_type_ids`."""
-        return self.takes_type_ids
 
     def facts(self) -> dict[str, str]:
         """Say what this run is, in a few lines: what `repr` and Jupyter show."""

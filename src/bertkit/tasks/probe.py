@@ -19,7 +19,6 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score
 from threadpoolctl import threadpool_limits
 
-from ..encoder.threads import deprecated_threads
 from ..errors import InputError
 from ..io.cache import EmbeddingCache
 from ..io.conll import read_labelled_text, read_tagged
@@ -110,7 +109,6 @@ def probe_text(
     seed: int = 0,
     cv: int = 5,
     cache: str | Path | None = "memory",
-    threads: int | None = None,
     device: str | None = "auto",
     text_column: str | int | None = None,
     label_column: str | int | None = None,
@@ -137,8 +135,6 @@ def probe_text(
         Folds for choosing C.
     cache : str or Path or None
         Where token vectors are cached ('memory', a folder, or None).
-    threads : int, optional
-        Deprecated: `bertkit.set_threads`.
     device : str, optional
         'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'.
     text_column, label_column, header
@@ -153,7 +149,6 @@ def probe_text(
     poolings = tuple(p.strip().lower() for p in poolings if p.strip())
     if not poolings or set(poolings) - set(TEXT_POOLINGS):
         raise InputError(f"poolings {list(poolings)}: choose from {', '.join(TEXT_POOLINGS)}.")
-    deprecated_threads(threads)
     data = read_labelled_text(train, text_column, label_column, header)
     dev_data = read_labelled_text(dev, text_column, label_column, header)
     texts, labels = data.texts[:limit], [str(v) for v in data.labels[:limit]]
@@ -263,7 +258,6 @@ def probe_token(
     seed: int = 0,
     C: float = TOKEN_C,
     cache: str | Path | None = "memory",
-    threads: int | None = None,
     device: str | None = "auto",
 ) -> ProbeResult:
     """Tagging probe: a per-word LogisticRegression on word vectors per layer choice; entity F1 and token accuracy.
@@ -282,7 +276,7 @@ def probe_token(
         The classifier's random state.
     C : float
         The logistic regression's inverse regularisation (fixed: a search per layer costs too much here).
-    cache, threads, device
+    cache, device
         As `probe_text` takes them.
 
     Returns
@@ -294,7 +288,6 @@ def probe_token(
     words, tags = data.words[:limit], data.tags[:limit]
     names = sorted({t for s in tags for t in s})
     check_known_labels(dev, [t for s in dev_data.tags for t in s], names, "the training sentences used")
-    deprecated_threads(threads)
     encoder = shared_encoder(model, device=device)
     options = {
         "model": encoder.fingerprint,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import InitVar, dataclass, field
 
-from ...errors import InputError, warn_deprecated
+from ...errors import InputError
 
 LOGS = "logs"  # metrics.jsonl and the trackers' files (TensorBoard, ...), kept in the finished run
 # max_length by task (token: the model's maximum); pair: a query and a passage; qa: run_qa's max_seq_length
@@ -81,8 +81,7 @@ class FinetuneArguments:
 
 
 def renamed_argument(name: str) -> str:
-    """Return today's name of a setting, with a warning when `name` is its bertkit 0.2 name."""
-    if name not in RENAMED:
-        return name
-    warn_deprecated(f"{name}= is now {RENAMED[name]}= (transformers' name); {name}= goes in the next release.")
-    return RENAMED[name]
+    """Return `name`; its bertkit 0.2 name is refused with today's (no deprecation shims before 1.0)."""
+    if name in RENAMED:
+        raise InputError(f"{name}= is now {RENAMED[name]}= (transformers' name).")
+    return name

@@ -21,7 +21,6 @@ from ...encoder.devices import describe, resolve_device
 from ...encoder.encode import Encoder
 from ...encoder.models import quiet_transformers
 from ...encoder.precision import check_precision
-from ...encoder.threads import deprecated_threads
 from ...errors import InputError
 from ...io.writers import remove_bertkit_directory
 from .arguments import LOGS, MAX_LENGTHS, FinetuneArguments, renamed_argument
@@ -61,7 +60,6 @@ def finetune(
     limit: int | None = None,
     resume: bool = False,
     overwrite: bool = False,
-    threads: int | None = None,
     device: str | None = "auto",
     progress: bool | None = None,
     callbacks: Sequence[Callable[[Any], None]] = (),
@@ -101,8 +99,6 @@ def finetune(
         Continue an interrupted run from its last checkpoint.
     overwrite : bool
         Replace a finished run bertkit wrote.
-    threads : int, optional
-        Deprecated: `bertkit.set_threads`.
     device : str
         'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'. Launched by `accelerate launch` or `torchrun`, each process
         takes its own GPU (or, on CPUs, a share of the cores with the gloo backend).
@@ -124,7 +120,6 @@ def finetune(
         raise InputError(f"task={task!r} but args.task={args.task!r}: they contradict each other; give the task once.")
     task = args.task = task or args.task or "text"
     args.check()
-    deprecated_threads(threads)
     output = Path(output_dir)
     columns = Columns(text_column, label_column, pair_column, header, label_separator)
     wanted = _check_device(args, device)
