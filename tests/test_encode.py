@@ -198,8 +198,7 @@ def test_windows_are_the_fast_tokenizers_overflow_windows_and_tile_the_text(tiny
     the stride), for BERT, RoBERTa and DistilBERT alike."""
     from transformers import AutoTokenizer
 
-    from bertkit.encoder.tokenize import encode
-    from bertkit.encoder.vectors import content_bounds
+    from bertkit.encoder.tokenize import content_bounds, encode
 
     encoder = Encoder.from_pretrained(str(tiny_dirs[name]))
     tokenizer = AutoTokenizer.from_pretrained(tiny_dirs[name])

@@ -25,8 +25,8 @@ from .devices import describe, resolve_device, token_budget
 from .int8 import int8_model_for
 from .models import LoadedModel, ModelSource, load_model, resolve_model
 from .options import EmbedOptions, options_from
-from .precision import autocast, check_precision
-from .runner import Runner
+from .precision import check_precision
+from .runner import Runner, call_model
 from .st_config import SentenceConfig
 from .threads import total_threads
 
@@ -338,9 +338,8 @@ class EncoderBase:
 
     def forward_inputs(self, inputs: dict[str, torch.Tensor]) -> ForwardOutput:
         """`forward` on padded input tensors (what the runner passes)."""
-        inputs = {name: tensor.to(self.device, non_blocking=True) for name, tensor in inputs.items()}
-        with torch.inference_mode(), autocast(self.precision, self.device):
-            out = (self._int8 or self.model)(**inputs, output_hidden_states=True, return_dict=True)
+        model = self._int8 or self.model
+        out = call_model(model, inputs, self.device, self.precision, output_hidden_states=True, return_dict=True)
         return ForwardOutput(
             last_hidden_state=out.last_hidden_state,
             pooler_output=getattr(out, "pooler_output", None) if self.has_pooler else None,

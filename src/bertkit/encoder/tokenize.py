@@ -174,6 +174,37 @@ def word_spans_of(text: Text) -> tuple[str, list[tuple[int, int]] | None]:
     return " ".join(text), spans
 
 
+def content_bounds(special_mask: Sequence[int]) -> tuple[int, int]:
+    """[start, end) of the non-special tokens of one sequence (specials sit at both ends)."""
+    start, end = 0, len(special_mask)
+    while start < end and special_mask[start]:
+        start += 1
+    while end > start and special_mask[end - 1]:
+        end -= 1
+    return start, end
+
+
+def part_positions(item: Encoded) -> list[list[int | None]]:
+    """For each part the model reads (`Encoded.parts`), each token's position in the whole encoding.
+
+    None marks a window's own special tokens; a window's content starts where the one before ends, less the stride.
+    """
+    if not item.windows:
+        return [list(range(len(item.ids)))]
+    position = content_bounds(item.encoding.special_tokens_mask)[0]
+    result: list[list[int | None]] = []
+    for window in item.windows:
+        a, b = content_bounds(window.special_tokens_mask)
+        result.append([None] * a + list(range(position, position + b - a)) + [None] * (len(window.ids) - b))
+        position += b - a - item.stride
+    return result
+
+
+def word_starts(word_ids: Sequence[int | None]) -> list[int | None]:
+    """Per token, the word it starts (a word's first sub-token: where a tagger reads and learns its tag), else None."""
+    return [w if w is not None and (k == 0 or word_ids[k - 1] != w) else None for k, w in enumerate(word_ids)]
+
+
 def check_texts(texts: str | Sequence, name: str = "texts") -> list:
     """Texts as a list, rejecting None/NaN and non-strings with the row number; '' is valid.
 

@@ -20,8 +20,8 @@ from ..encoder import tokenize as tok
 from ..encoder.devices import describe, resolve_device, token_budget
 from ..encoder.int8 import calibration_for, quantize_model
 from ..encoder.models import quiet_transformers, refuse_model_code
-from ..encoder.precision import autocast, check_precision
-from ..encoder.runner import Row, Runner
+from ..encoder.precision import check_precision
+from ..encoder.runner import Row, Runner, call_model
 from ..encoder.threads import total_threads
 from ..errors import InputError, ModelLoadError, brief
 from .runs import CONFIG_FILE, read_run_config, write_run_directory
@@ -225,9 +225,7 @@ class FineTuned:
             self.model.train(was_training)
 
     def _forward(self, inputs: dict[str, torch.Tensor]) -> Any:
-        inputs = {name: tensor.to(self.device) for name, tensor in inputs.items()}
-        with torch.inference_mode(), autocast(self.precision, self.device):
-            return self.network(**inputs)
+        return call_model(self.network, inputs, self.device, self.precision)
 
     def _take(self, group: list[int], inputs: dict, out: Any) -> list[torch.Tensor]:
         """Per row of a pass: its logits (a class row, or one row per real token)."""
