@@ -143,7 +143,7 @@ def test_split_words_keeps_character_spans():
 
 
 @pytest.mark.parametrize("aggregation", [None, "simple"])
-def test_a_tagger_runs_at_its_precision_on_its_device_without_holding_the_tokenizer(tiny_dirs, monkeypatch, aggregation):
+def test_a_tagger_runs_at_its_precision_without_holding_the_tokenizer(tiny_dirs, monkeypatch, aggregation):
     """Both entity paths go through the one runner: bf16 autocasts (the aggregation path once ran fp32 whatever the
     precision, under the tokenizer's lock for the whole forward pass)."""
     import torch
