@@ -11,7 +11,6 @@ from bertkit import Encoder, InputError
 from bertkit.encoder import precision
 from bertkit.encoder.int8 import (
     ALPHA_GRID,
-    CACHE_VERSION,
     CALIBRATION_FILE,
     Calibration,
     Int8Linear,
@@ -84,7 +83,7 @@ def test_int8_matches_fp32_on_every_architecture(tiny_dirs, int8_cache, name):
     assert len(quantized) == 6 * len(stack) and plain == []  # every linear map of every layer
     assert len({id(m.quantizer) for m in quantized}) == 4 * len(stack)  # query, key and value share one input
     assert any(isinstance(m, torch.nn.Linear) for m in fp32.model.modules())  # the fp32 model is left as it was
-    assert (int8_cache / f"{fp32.fingerprint}-{CACHE_VERSION}.safetensors").is_file()
+    assert (int8_cache / f"{fp32.fingerprint}.safetensors").is_file()
 
 
 def test_int8_vectors_do_not_depend_on_the_batch(tiny_dirs, int8_cache):
@@ -96,7 +95,7 @@ def test_int8_vectors_do_not_depend_on_the_batch(tiny_dirs, int8_cache):
 
 def test_calibration_is_made_once_cached_and_reused(tiny_dirs, int8_cache):
     first = Encoder.from_pretrained(str(tiny_dirs["bert_cased"]), precision="int8")
-    cached = int8_cache / f"{first.fingerprint}-{CACHE_VERSION}.safetensors"
+    cached = int8_cache / f"{first.fingerprint}.safetensors"
     made = cached.stat().st_mtime_ns
     second = Encoder.from_pretrained(str(tiny_dirs["bert_cased"]), precision="int8")
     assert cached.stat().st_mtime_ns == made

@@ -16,7 +16,7 @@ import numpy as np
 from ..encoder.encode import Encoder
 from ..encoder.int8 import CALIBRATION_FILE, calibrate, calibration_inputs
 from ..errors import InputError
-from ..io.writers import check_new_directory, staged_directory
+from ..io.writers import atomic_path, check_new_directory, staged_directory
 from .bench import cosines
 from .finetuned import FineTunedClassifier
 from .runs import CONFIG_FILE, KIND_FEATURES, KIND_TEXT, KIND_TOKEN, read_run_config
@@ -61,7 +61,8 @@ def quantize(model: str | None, output: str | Path, texts: Sequence[str], *, ove
         else:
             fp32.model.save_pretrained(stage, safe_serialization=True)
             fp32.tokenizer.save_pretrained(stage)
-        calibration.save(stage / CALIBRATION_FILE)
+        with atomic_path(stage / CALIBRATION_FILE) as path:
+            calibration.write(path)
     sample = texts[:FIDELITY_TEXTS]
     if run:
         fidelity = _prediction_fidelity(fp32, loader.from_pretrained(output, precision="int8"), sample, kind)
