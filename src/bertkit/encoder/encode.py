@@ -309,10 +309,8 @@ class Encoder(EncoderBase):
         Layers, pooling, prompt tokens left out of the pooling, the model's Dense modules.
         """
         prompt_tokens = 0
-        if resolved.prompt and not resolved.include_prompt:  # as sentence-transformers counts them: with the
-            with tok.TOKENIZER_LOCK:  # leading special token, without the closing one
-                ids = self.tokenizer(resolved.prompt)["input_ids"]
-            prompt_tokens = len(ids) - (1 if ids and ids[-1] in set(self.tokenizer.all_special_ids) else 0)
+        if resolved.prompt and not resolved.include_prompt:
+            prompt_tokens = tok.prompt_length(self.tokenizer, resolved.prompt)
         return VectorHead.of(resolved, prompt_tokens, self.sentence_config.dense)
 
     def _encode(self, texts: list, pairs: list | None, resolved: EmbedOptions) -> tuple[list[tok.Encoded], EmbedReport]:

@@ -301,6 +301,16 @@ def encode(
     return encoded
 
 
+def prompt_length(tokenizer: Any, prompt: str) -> int:
+    """Tokens a prompt takes at the start of a text, as sentence-transformers counts them.
+
+    With the leading special token, without the closing one.
+    """
+    with TOKENIZER_LOCK:
+        ids = tokenizer(prompt)["input_ids"]
+    return len(ids) - (1 if ids and ids[-1] in set(tokenizer.all_special_ids) else 0)
+
+
 def _encodings(backend: Any, texts: list[str], pairs: list[str] | None, max_length: int = 0, **truncation: Any) -> list:
     """Return the Rust tokenizer's encodings, straight from `encode_batch`: unpadded, cut at `max_length` (0: never).
 
