@@ -74,13 +74,14 @@ def qa_windows(
         )
     keep = max(1, min(max_question_len, room // 2))
     stripped = [q.lstrip() for q in questions]
-    with tok.TOKENIZER_LOCK:
-        backend = tokenizer.backend_tokenizer
-        backend.no_truncation()
-        backend.no_padding()
-        alone = backend.encode_batch(stripped, add_special_tokens=False) if stripped else []
-    kept = [q[: e.offsets[keep - 1][1]] if len(e.ids) > keep else q for q, e in zip(stripped, alone)]
-    strides = [max(0, min(stride, room - min(len(e.ids), keep) - 1)) for e in alone]  # a long question: less overlap
+    specials = tokenizer.num_special_tokens_to_add(pair=False)
+    alone = tok.encode(tokenizer, stripped, max_length=keep + specials)  # a question is truncated as any text is
+    kept = [
+        q[: e.encoding.offsets[tok.content_bounds(e.encoding.special_tokens_mask)[1] - 1][1]] if e.truncated else q
+        for q, e in zip(stripped, alone)
+    ]
+    lengths = [min(e.full_length - specials, keep) for e in alone]
+    strides = [max(0, min(stride, room - length - 1)) for length in lengths]  # a long question: less overlap
     left = getattr(tokenizer, "padding_side", "right") == "left"
     side = "first" if left else "second"
     parts: list[list[Any]] = [[] for _ in questions]
