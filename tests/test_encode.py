@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit import Encoder, InputError
+from bertkit import EmbedOptions, Encoder, InputError
 
 TEXTS = [
     "I love Korea",
@@ -67,7 +67,7 @@ def test_pooler_and_combined_pooling_equal_transformers(encoder, references):
         [torch.cat([o.last_hidden_state[0, 0], o.last_hidden_state[0].mean(0)]).numpy() for o in references]
     )
     np.testing.assert_allclose(both, expected, atol=1e-5, rtol=0)
-    assert encoder.sentence_dim("last4:concat", "cls+mean") == 384 * 4 * 2
+    assert encoder.output_dim(EmbedOptions(layers="last4:concat", pooling="cls+mean")) == 384 * 4 * 2
 
 
 def test_seed_example_forward_shapes(encoder, references):

@@ -103,7 +103,7 @@ def test_calibration_is_made_once_cached_and_reused(tiny_dirs, int8_cache):
     np.testing.assert_array_equal(first.embed(TEXTS, warn=False), second.embed(TEXTS, warn=False))
     assert second.info()["precision"] == "int8"
     calibration = Calibration.load(cached)
-    assert calibration.texts == 198 and first.int8_calibration == calibration.digest()
+    assert calibration.texts == 198 and first.precision_record()["int8_calibration"] == calibration.digest()
     assert first.precision_record() == {"precision": "int8", "int8_calibration": calibration.digest()}
     assert Encoder.from_pretrained(str(tiny_dirs["bert_cased"])).precision_record() == {"precision": "fp32"}
     assert calibration.alpha in ALPHA_GRID and first._int8 is not None
@@ -113,7 +113,7 @@ def test_calibration_is_made_once_cached_and_reused(tiny_dirs, int8_cache):
 def test_the_smoothing_strength_is_the_one_that_keeps_the_calibration_texts_closest(encoder):
     """calibrate() measures every strength on its own texts and keeps the best; the saved file carries it."""
     texts = packaged_texts()[:60]
-    feeds = list(calibration_inputs(encoder.tokenizer, texts, encoder.max_length, encoder.takes_type_ids))
+    feeds = list(calibration_inputs(encoder.model, encoder.tokenizer, texts, encoder.max_length))
     calibration = calibrate(encoder.model, feeds)
     errors = alpha_errors(encoder.model, calibration, feeds, ALPHA_GRID)
     assert calibration.alpha == min(errors, key=errors.get)
@@ -140,7 +140,8 @@ def test_quantize_writes_a_copy_whose_own_calibration_is_used(tiny_dirs, int8_ca
     own = Encoder.from_pretrained(str(out), precision="int8")
     packaged = Encoder.from_pretrained(str(tiny_dirs["bert_cased"]), precision="int8")
     assert own.fingerprint == packaged.fingerprint  # the same weights ...
-    assert own.int8_calibration == Calibration.load(out / CALIBRATION_FILE).digest() != packaged.int8_calibration
+    assert own.precision_record()["int8_calibration"] == Calibration.load(out / CALIBRATION_FILE).digest()
+    assert own.precision_record()["int8_calibration"] != packaged.precision_record()["int8_calibration"]
     assert (
         own.precision_record() != packaged.precision_record()
     )  # ... so caches and runs tell the two int8 variants apart

@@ -39,14 +39,14 @@ def test_a_request_larger_than_the_batch_budget_runs_in_several_batches_and_equa
 def test_a_crashed_batch_fails_its_request_with_json_and_the_server_keeps_serving(encoder):
     flaky = encoder.with_options(concurrent_batches=1)
     poison = flaky.tokenizer.convert_tokens_to_ids("boycott")
-    real_forward = flaky.forward_inputs
+    real_forward = flaky._forward_inputs
 
     def forward(inputs):
         if (inputs["input_ids"] == poison).any():
             raise RuntimeError("/secret/path/model.bin exploded")
         return real_forward(inputs)
 
-    flaky.forward_inputs = forward
+    flaky._forward_inputs = forward
     with TestClient(create_app(flaky), raise_server_exceptions=False) as client:
         failed = client.post("/embed", json={"inputs": ["EU rejects German call to boycott British lamb ."]})
         assert failed.status_code == 500

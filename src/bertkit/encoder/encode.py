@@ -42,27 +42,6 @@ class Encoder(EncoderBase):
     """
 
     # ---- vector widths -------------------------------------------------------------------------------------------
-    def sentence_dim(
-        self, layers: str = "last", pooling: str | None = None, options: EmbedOptions | None = None
-    ) -> int:
-        """Width of the sentence vectors `embed` returns for these options (before any truncate_dim).
-
-        Parameters
-        ----------
-        layers : str
-            As `embed` takes it ('last', 'last4:concat', 'all:concat', ...).
-        pooling : str, optional
-            As `embed` takes it; several poolings ('cls+mean') are concatenated. None: the model's.
-        options : EmbedOptions, optional
-            All the options at once (then `layers` and `pooling` are ignored).
-
-        Returns
-        -------
-        int
-            The number of columns, e.g. 384 for 'last' and 1536 for 'last4:concat' on the packaged model.
-        """
-        return self._pooled_width(self.resolve(options or EmbedOptions(layers=layers, pooling=pooling)))
-
     def output_dim(self, options: EmbedOptions) -> int:
         """Columns of the array `embed(texts, options)` returns (after truncate_dim; binary types: 8 to a byte)."""
         resolved = options.resolve(self)

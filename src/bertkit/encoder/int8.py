@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import inspect
 import json
 import os
 import tempfile
@@ -299,9 +300,10 @@ def quantize_model(model: torch.nn.Module, calibration: Calibration, alpha: floa
 
 
 def calibration_inputs(
-    tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_length: int, with_type_ids: bool
+    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_length: int
 ) -> Iterable[dict]:
-    """Yield one unpadded model input per text (padding would put pad tokens into the channel maxima)."""
+    """Yield one unpadded input of `model` per text (padding would put pad tokens into the channel maxima)."""
+    with_type_ids = "token_type_ids" in inspect.signature(model.forward).parameters
     for item in tok.encode(tokenizer, list(texts), max_length=max_length):
         ids, mask, types = tok.pad_ids([item.ids], [item.type_ids], tokenizer.pad_token_id)
         yield {"input_ids": ids, "attention_mask": mask, **({"token_type_ids": types} if with_type_ids else {})}
@@ -324,7 +326,6 @@ def calibration_for(
     model: torch.nn.Module,
     tokenizer: PreTrainedTokenizerBase,
     max_length: int,
-    with_type_ids: bool,
     directory: str | None,
     fingerprint: str | None,
 ) -> Calibration:
@@ -341,7 +342,7 @@ def calibration_for(
             return Calibration.load(cached)
         except InputError:  # written by another bertkit: made again
             pass
-    calibration = calibrate(model, calibration_inputs(tokenizer, packaged_texts(), max_length, with_type_ids))
+    calibration = calibrate(model, calibration_inputs(model, tokenizer, packaged_texts(), max_length))
     if cached is not None:
         try:
             cached.parent.mkdir(parents=True, exist_ok=True)
@@ -359,6 +360,6 @@ def int8_model_for(encoder: Any) -> tuple[torch.nn.Module, str]:  # an Encoder (
     source = encoder.source
     directory = source.path if source.kind in ("local", "default") else None
     calibration = calibration_for(
-        encoder.model, encoder.tokenizer, encoder.max_length, encoder.takes_type_ids, directory, encoder.fingerprint
+        encoder.model, encoder.tokenizer, encoder.max_length, directory, encoder.fingerprint
     )
     return quantize_model(encoder.model, calibration).eval(), calibration.digest()

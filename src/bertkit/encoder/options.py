@@ -43,7 +43,7 @@ class Model(Protocol):
     def has_pooler(self) -> bool:
         """Whether the model has a pooler."""
 
-    def check_max_length(self, max_length: int | None) -> int:
+    def _check_max_length(self, max_length: int | None) -> int:
         """Return `max_length`, or the model's limit for None; refused past what the position table takes."""
 
 
@@ -227,7 +227,7 @@ class EmbedOptions:
                 f"truncate_dim={self.truncate_dim}: these vectors have {width} numbers; give 1 to {width}."
             )
         normalize = config.normalize and own_vector if self.normalize_embeddings is None else self.normalize_embeddings
-        max_length = encoder.check_max_length(self.max_length)
+        max_length = encoder._check_max_length(self.max_length)
         if self.stride is not None:
             if self.long_text != "window":
                 raise InputError(

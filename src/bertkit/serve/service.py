@@ -74,7 +74,7 @@ class Service:
         self.settings = (settings or ServeSettings()).check()
         self.metrics = Metrics()
         self.concurrent_batches = self.settings.concurrent_batches or encoder.concurrent_batches
-        self.max_batch_tokens = self.settings.max_batch_tokens or encoder.max_batch_tokens
+        self.max_batch_tokens = self.settings.max_batch_tokens or encoder.runner().max_batch_tokens
         if encoder.device.type != "cpu" and self.concurrent_batches > 1:
             # passes in flight at once share a CPU's threads; a GPU runs one pass at a time, and the host work
             # (tokenizing, answering) already overlaps it on the request threads

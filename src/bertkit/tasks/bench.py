@@ -177,7 +177,7 @@ def run_benchmark(
 ) -> list[Row]:
     """Time the tutorial loop, sentence-transformers and bertkit at each precision; print speed and fidelity."""
     precisions = parse_precisions(precisions)
-    batch_size = batch_size or encoder.default_batch_size
+    batch_size = batch_size or encoder._default_batch_size
     texts = list(texts)
     encoded = tok.encode(encoder.tokenizer, texts, max_length=encoder.max_length)
     counts = [len(e.ids) for e in encoded]

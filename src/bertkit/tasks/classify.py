@@ -351,7 +351,7 @@ def _saved_vectorizer(
             precision,
         )
     trained_calibration = record.get("features", {}).get("int8_calibration")
-    calibration = vectorizer.encoder_.int8_calibration
+    calibration = vectorizer.encoder_.precision_record().get("int8_calibration")
     if precision == trained_precision == "int8" and trained_calibration not in (None, calibration):
         logger.warning(
             "%s was trained on int8 vectors of calibration %s and now runs with calibration %s: its "

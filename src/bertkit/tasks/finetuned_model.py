@@ -78,7 +78,7 @@ class FineTuned:
         self.network = model  # what runs: the model, or its int8 copy (the head stays fp32)
         if self.precision == "int8":
             calibration = calibration_for(
-                model, tokenizer, max_length, self.takes_type_ids, str(directory) if directory else None, None
+                model, tokenizer, max_length, str(directory) if directory else None, None
             )
             self.network = quantize_model(model.eval(), calibration).eval()
 

@@ -54,7 +54,7 @@ def quantize(model: str | None, output: str | Path, texts: Sequence[str], *, ove
     run = kind in (KIND_TEXT, KIND_TOKEN)
     loader = FineTunedClassifier if kind == KIND_TEXT else FineTunedTagger
     fp32 = loader.from_pretrained(model, precision="fp32") if run else Encoder.from_pretrained(model)
-    calibration = calibrate(fp32.model, calibration_inputs(fp32.tokenizer, texts, fp32.max_length, fp32.takes_type_ids))
+    calibration = calibrate(fp32.model, calibration_inputs(fp32.model, fp32.tokenizer, texts, fp32.max_length))
     with staged_directory(output) as stage:
         if run or fp32.source.kind in ("local", "default"):
             _copy_files(Path(model if run else fp32.source.path), stage)
