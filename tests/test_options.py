@@ -8,6 +8,7 @@ import pytest
 from tiny_models import tiny_bert
 
 from bertkit import BertVectorizer, EmbedOptions, Encoder, InputError
+from bertkit.encoder.encode import calibration_ranges
 from bertkit.encoder.models import default_model_dir
 from bertkit.encoder.options import FIELDS
 from bertkit.io.stream import embed_file
@@ -95,7 +96,7 @@ def test_a_misspelled_option_is_refused_not_dropped(encoder, tmp_path):
         "embed": lambda **kw: encoder.embed(TEXTS, **kw),
         "embed_tokens": lambda **kw: encoder.embed_tokens(TEXTS, **kw),
         "embed_with_report": lambda **kw: encoder.embed_with_report(TEXTS, **kw),
-        "calibration_ranges": lambda **kw: encoder.calibration_ranges(**kw),
+        "calibration_ranges": lambda **kw: calibration_ranges(encoder, **kw),
         "embed_file": lambda **kw: embed_file(encoder, texts, tmp_path / "out.npy", **kw),
     }
     for face, call in faces.items():

@@ -11,6 +11,7 @@ import threading
 import numpy as np
 import pytest
 
+from bertkit.encoder.encode import vector_head
 from bertkit.encoder.runner import PASS_OVERHEAD_TOKENS, Row, Runner, padded_width
 from bertkit.encoder.runner import plan_batches as plan
 
@@ -98,7 +99,7 @@ def test_the_batcher_plans_its_passes_without_holding_the_lock_that_submit_needs
         batcher.start()
         ids = encoder.tokenize(["I love Korea", "a visually stunning rumination on love"])
         rows = [[int(i) for i, m in zip(r, mask) if m] for r, mask in zip(ids.input_ids, ids.attention_mask)]
-        head = encoder.vector_head(encoder.resolve(pooling="mean", normalize_embeddings=False))
+        head = vector_head(encoder, encoder.resolve(pooling="mean", normalize_embeddings=False))
         job = batcher_module.EmbedJob(rows, [[0] * len(r) for r in rows], head, loop.create_future())
         batcher.submit(job)
         vectors = loop.run_until_complete(asyncio.wait_for(job.future, 60))

@@ -67,7 +67,7 @@ class EncoderBase:
             concurrent_batches = 1 if self.device.type != "cpu" else min(total_threads(), 2)
         if concurrent_batches < 1:
             raise InputError(f"concurrent_batches={concurrent_batches}: give 1 or more.")
-        self.concurrent_batches = int(concurrent_batches)
+        self._concurrent_batches = int(concurrent_batches)
         self._takes_type_ids = "token_type_ids" in inspect.signature(self.model.forward).parameters
         for note in loaded.warnings:
             logger.warning("%s: %s", loaded.source.spec, note)
@@ -129,7 +129,7 @@ class EncoderBase:
         return type(self)(
             self._loaded,
             precision=precision or self.precision,
-            concurrent_batches=self.concurrent_batches if concurrent_batches is None else concurrent_batches,
+            concurrent_batches=self._concurrent_batches if concurrent_batches is None else concurrent_batches,
             device=self.device,
         )
 
@@ -143,7 +143,7 @@ class EncoderBase:
     def _repr_html_(self) -> str:
         shown = ("architecture", "layers", "hidden_size", "attention_heads", "max_length", "vocab_size", "cased")
         facts = {k: v for k, v in self.info().items() if k in shown}
-        facts.update(pooler=self.has_pooler, precision=self.precision, device=describe(self.device))
+        facts.update(pooler=self._has_pooler, precision=self.precision, device=describe(self.device))
         return display.facts_table(facts, f"Encoder {self.name!r}")
 
     @property
@@ -167,7 +167,7 @@ class EncoderBase:
         return int(self.model.config.hidden_size)
 
     @property
-    def has_pooler(self) -> bool:
+    def _has_pooler(self) -> bool:
         """Whether the model has BERT's pooler (a dense layer with tanh on `[CLS]`), which `pooling='pooler'` needs."""
         return self._loaded.has_pooler
 
@@ -191,7 +191,7 @@ class EncoderBase:
             for name, tensor in sorted(self.model.state_dict().items()):
                 digest.update(name.encode())
                 digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-            for layer in self.sentence_config.dense:
+            for layer in self._loaded.sentence_config.dense:
                 digest.update(layer.weight.contiguous().view(torch.uint8).numpy().tobytes())
             self._fingerprint = digest.hexdigest()[:32]
         return self._fingerprint
@@ -249,7 +249,7 @@ class EncoderBase:
             "position_limit": self._position_limit,
             "vocab_size": len(self.tokenizer),
             "cased": self._loaded.is_cased,
-            "pooler": self.has_pooler,
+            "pooler": self._has_pooler,
             "token_type_ids": self._takes_type_ids,
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "precision": self.precision,
@@ -260,7 +260,7 @@ class EncoderBase:
             "prompts": dict(sentence.prompts),
             "default_prompt_name": sentence.default_prompt_name,
             "threads": total_threads(),
-            "concurrent_batches": self.concurrent_batches,
+            "concurrent_batches": self._concurrent_batches,
         }
 
     # ---- tokenization -------------------------------------------------------------------------------------------
@@ -342,7 +342,7 @@ class EncoderBase:
         out = call_model(model, inputs, self.device, self.precision, output_hidden_states=True, return_dict=True)
         return ForwardOutput(
             last_hidden_state=out.last_hidden_state,
-            pooler_output=getattr(out, "pooler_output", None) if self.has_pooler else None,
+            pooler_output=getattr(out, "pooler_output", None) if self._has_pooler else None,
             hidden_states=tuple(out.hidden_states),
         )
 
@@ -354,7 +354,7 @@ class EncoderBase:
             self.device,
             self._max_batch_tokens,
             self._default_batch_size if batch_size is None else batch_size,
-            self.concurrent_batches,
+            self._concurrent_batches,
             self._takes_type_ids,
             pad_multiple,
             self._position_limit,

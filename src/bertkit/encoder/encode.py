@@ -50,7 +50,7 @@ class Encoder(EncoderBase):
 
     def _pooled_width(self, resolved: EmbedOptions) -> int:
         if resolved.dense:
-            return self.sentence_config.dense[-1].out_features
+            return self._loaded.sentence_config.dense[-1].out_features
         selection, states = VectorHead.of(resolved, 0, ()).selection, self.num_layers + 1
         per_layer = selection.output_dim(self.hidden_size, states)
         return sum(self.hidden_size if m == "pooler" else per_layer for m in (resolved.pooling or "mean").split("+"))
@@ -177,7 +177,7 @@ class Encoder(EncoderBase):
             `vectors` and `report` (truncated rows, windows, coverage, the prompt used).
         """
         resolved = options_from(options, kwargs).resolve(self)
-        head = self.vector_head(resolved)
+        head = vector_head(self, resolved)
         texts = _with_prompt(as_list(texts), resolved.prompt or "")
         encoded, report = self._encode(texts, as_list(text_pair), resolved)
         report.prompt = resolved.prompt or ""
@@ -194,32 +194,11 @@ class Encoder(EncoderBase):
             for rows, states, masks, poolers in token_states(self.runner(batch_size), encoded, head, report, progress):
                 pooled[rows] = head.sentences(states, masks.to(states.device), poolers).cpu().numpy()
             if resolved.output_type in RANGED and ranges is None:
-                ranges = self.calibration_ranges(resolved)
+                ranges = calibration_ranges(self, resolved)
             vectors = finish(pooled, resolved, ranges)
         if warn:
             _warn(report, pairs=text_pair is not None)
         return EmbedResult(vectors, report)
-
-    def calibration_ranges(self, options: EmbedOptions | None = None, **kwargs: Any) -> np.ndarray:
-        """int8/uint8 ranges of bertkit's calibration sentences embedded with these options (once per options).
-
-        Parameters
-        ----------
-        options : EmbedOptions, optional
-            The options the vectors are made with (their output_type is ignored).
-        **kwargs
-            Option fields, as `embed` takes them.
-
-        Returns
-        -------
-        numpy.ndarray
-            (2, dim) minima and maxima.
-        """
-        resolved = options_from(options, kwargs).resolve(self).replace(output_type="float32")
-        key = json.dumps(resolved.record(), sort_keys=True, default=str)
-        if key not in self._ranges:
-            self._ranges[key] = int8_ranges(self.embed(packaged_texts(), resolved, progress=False, warn=False))
-        return self._ranges[key]
 
     def embed_words(
         self,
@@ -282,16 +261,6 @@ class Encoder(EncoderBase):
         return (result, report) if return_report else result
 
     # ---- internals ----------------------------------------------------------------------------------------------
-    def vector_head(self, resolved: EmbedOptions) -> VectorHead:
-        """Return what turns this model's hidden states into vectors for resolved options.
-
-        Layers, pooling, prompt tokens left out of the pooling, the model's Dense modules.
-        """
-        prompt_tokens = 0
-        if resolved.prompt and not resolved.include_prompt:
-            prompt_tokens = tok.prompt_length(self.tokenizer, resolved.prompt)
-        return VectorHead.of(resolved, prompt_tokens, self.sentence_config.dense)
-
     def _encode(self, texts: list, pairs: list | None, resolved: EmbedOptions) -> tuple[list[tok.Encoded], EmbedReport]:
         """Tokenize under the long-text policy and start the call's report (limit, truncated rows, coverage)."""
         if pairs is not None and resolved.long_text == "window":
@@ -312,6 +281,41 @@ class Encoder(EncoderBase):
         report.coverage = coverage(encoded, texts, self.tokenizer.unk_token_id)
         report.tokenize_seconds = time.perf_counter() - started
         return encoded, report
+
+
+def vector_head(encoder: Encoder, resolved: EmbedOptions) -> VectorHead:
+    """Return what turns the encoder's hidden states into vectors for resolved options.
+
+    Layers, pooling, prompt tokens left out of the pooling, the model's Dense modules.
+    """
+    prompt_tokens = 0
+    if resolved.prompt and not resolved.include_prompt:
+        prompt_tokens = tok.prompt_length(encoder.tokenizer, resolved.prompt)
+    return VectorHead.of(resolved, prompt_tokens, encoder._loaded.sentence_config.dense)
+
+
+def calibration_ranges(encoder: Encoder, options: EmbedOptions | None = None, **kwargs: Any) -> np.ndarray:
+    """int8/uint8 ranges of bertkit's calibration sentences embedded with these options (once per options).
+
+    Parameters
+    ----------
+    encoder : Encoder
+        The encoder the vectors come from.
+    options : EmbedOptions, optional
+        The options the vectors are made with (their output_type is ignored).
+    **kwargs
+        Option fields, as `embed` takes them.
+
+    Returns
+    -------
+    numpy.ndarray
+        (2, dim) minima and maxima.
+    """
+    resolved = options_from(options, kwargs).resolve(encoder).replace(output_type="float32")
+    key = json.dumps(resolved.record(), sort_keys=True, default=str)
+    if key not in encoder._ranges:
+        encoder._ranges[key] = int8_ranges(encoder.embed(packaged_texts(), resolved, progress=False, warn=False))
+    return encoder._ranges[key]
 
 
 def _with_prompt(texts: list, prompt: str) -> list:

@@ -263,7 +263,7 @@ FIELDS = tuple(f.name for f in dataclasses.fields(EmbedOptions))
 
 
 def _check_pooler(encoder: Model, last_only: bool, layers: str) -> None:
-    if not encoder.has_pooler:
+    if not encoder._has_pooler:
         raise InputError(
             f"pooling='pooler': {type(encoder.model).__name__} has no trained pooler layer (DistilBERT and ELECTRA "
             "have none). Use pooling='cls' (the raw [CLS] vector), 'mean' or 'max'."

@@ -64,7 +64,7 @@ def vocabulary(service: Service) -> Vocabulary:
     return Vocabulary(
         max_inputs=service.settings.max_inputs,
         hidden_states=encoder.num_layers + 1,
-        has_pooler=encoder.has_pooler,
+        has_pooler=encoder.info()["pooler"],
         max_dimensions=max([widest] + [d.out_features for d in sentence.dense]),
         model_names=tuple(sorted(service.model_names)),
         prompt_names=tuple(sorted(sentence.prompts)),

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..encoder.compact import RANGED
-from ..encoder.encode import Encoder
+from ..encoder.encode import Encoder, calibration_ranges, vector_head
 from ..encoder.options import EmbedOptions
 from ..encoder.tokenize import TOKENIZER_LOCK, Encoded, encode
 from ..encoder.vectors import VectorHead, finish
@@ -73,7 +73,7 @@ class Service:
             index.check_encoder(encoder)
         self.settings = (settings or ServeSettings()).check()
         self.metrics = Metrics()
-        self.concurrent_batches = self.settings.concurrent_batches or encoder.concurrent_batches
+        self.concurrent_batches = self.settings.concurrent_batches or encoder.runner().concurrent
         self.max_batch_tokens = self.settings.max_batch_tokens or encoder.runner().max_batch_tokens
         if encoder.device.type != "cpu" and self.concurrent_batches > 1:
             # passes in flight at once share a CPU's threads; a GPU runs one pass at a time, and the host work
@@ -133,7 +133,7 @@ class Service:
 
         def tokenize() -> tuple[list[Encoded], list[int], VectorHead]:
             encoded, truncated = self.encode([prompt + t for t in texts], truncate, resolved.truncation_direction)
-            return encoded, truncated, encoder.vector_head(resolved)
+            return encoded, truncated, vector_head(encoder, resolved)
 
         limit = encoder.max_length if truncate else None
         estimate = token_estimate((len(t) + len(prompt) for t in texts), limit)
@@ -147,7 +147,7 @@ class Service:
             return EmbedResult([finish(v, resolved, token_vectors=True) for v in found], encoded, truncated)
         ranges = None
         if resolved.output_type in RANGED:  # the calibration sentences go through the model thread, once per options
-            ranges = await self.call(lambda: encoder.calibration_ranges(resolved), 4096, disconnected)
+            ranges = await self.call(lambda: calibration_ranges(encoder, resolved), 4096, disconnected)
         return EmbedResult(list(finish(np.stack(found), resolved, ranges)), encoded, truncated)
 
     def check_answer_size(self, numbers: int) -> None:

@@ -160,7 +160,7 @@ def probe_text(
         model=model, layers="all:concat", pooling="+".join(token_poolings), cache=cache, progress=False, device=device
     ).fit([])
     encoder = vectorizer.encoder_
-    if "pooler" in poolings and not encoder.has_pooler:
+    if "pooler" in poolings and not encoder.info()["pooler"]:
         logger.info("%s has no pooler: the pooler rows are left out.", type(encoder.model).__name__)
         poolings = tuple(p for p in poolings if p != "pooler")
     started = time.perf_counter()
