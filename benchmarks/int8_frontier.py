@@ -139,9 +139,7 @@ def candidates(encoder: Encoder, scratch: Path) -> dict:
 
     def per_token(alpha: float | None):
         """bertkit's int8 with a fixed smoothing strength (None: no smoothing) instead of the calibrated one."""
-        calibration = calibration_for(
-            encoder.model, encoder.tokenizer, encoder.max_length, None, encoder.fingerprint
-        )
+        calibration = calibration_for(encoder.model, encoder.tokenizer, encoder.max_length, None, encoder.fingerprint)
         if alpha is None:
             calibration = Calibration(calibration.groups, {}, calibration.texts)
         return with_model(encoder, quantize_model(encoder.model, calibration, alpha).eval())

@@ -109,7 +109,13 @@ class Encoder(EncoderBase):
         if kwargs.get("pooling", getattr(options, "pooling", None)) == "none":
             raise InputError("embed returns sentence vectors; for token vectors (pooling='none') use embed_tokens.")
         result = self.embed_with_report(
-            texts, options, text_pair=text_pair, batch_size=batch_size, ranges=ranges, progress=progress, warn=warn,
+            texts,
+            options,
+            text_pair=text_pair,
+            batch_size=batch_size,
+            ranges=ranges,
+            progress=progress,
+            warn=warn,
             **kwargs,
         )
         return result.vectors  # type: ignore[return-value]

@@ -359,7 +359,5 @@ def int8_model_for(encoder: Any) -> tuple[torch.nn.Module, str]:  # an Encoder (
     """
     source = encoder.source
     directory = source.path if source.kind in ("local", "default") else None
-    calibration = calibration_for(
-        encoder.model, encoder.tokenizer, encoder.max_length, directory, encoder.fingerprint
-    )
+    calibration = calibration_for(encoder.model, encoder.tokenizer, encoder.max_length, directory, encoder.fingerprint)
     return quantize_model(encoder.model, calibration).eval(), calibration.digest()

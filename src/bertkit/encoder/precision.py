@@ -42,8 +42,7 @@ def check_precision(precision: str, device: torch.device | None = None, name: st
         )
     if precision == "fp16" and device.type == "cpu":
         raise InputError(
-            f"{name}='fp16' runs on a GPU (CUDA or MPS); on a CPU use 'bf16' where the CPU has native bf16, or "
-            "'fp32'."
+            f"{name}='fp16' runs on a GPU (CUDA or MPS); on a CPU use 'bf16' where the CPU has native bf16, or 'fp32'."
         )
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise InputError(f"{name}='bf16': {torch.cuda.get_device_name(device)} has no bf16; use {name}='fp16'.")

@@ -77,9 +77,7 @@ class FineTuned:
         self.takes_type_ids = "token_type_ids" in inspect.signature(model.forward).parameters
         self.network = model  # what runs: the model, or its int8 copy (the head stays fp32)
         if self.precision == "int8":
-            calibration = calibration_for(
-                model, tokenizer, max_length, str(directory) if directory else None, None
-            )
+            calibration = calibration_for(model, tokenizer, max_length, str(directory) if directory else None, None)
             self.network = quantize_model(model.eval(), calibration).eval()
 
     @classmethod
