@@ -289,7 +289,7 @@ def encode(
         return encoded
     truncation = "longest_first" if second_part is None else f"only_{window_side}"
     budget = max_length - backend.num_special_tokens_to_add(second is not None)
-    overlap = budget // 4 if stride is None else check_stride(stride, budget)
+    overlap = budget // 4 if stride is None else stride  # checked where it entered (EmbedOptions, qa_windows)
     with TOKENIZER_LOCK:
         try:
             windows = _encodings(backend, first_part, second_part, max_length, strategy=truncation, stride=overlap)
