@@ -19,6 +19,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score
 from threadpoolctl import threadpool_limits
 
+from ..encoder.runner import call_model
 from ..errors import InputError
 from ..io.cache import EmbeddingCache
 from ..io.conll import read_labelled_text, read_tagged
@@ -199,9 +200,8 @@ def probe_text(
 
 def _pooler(encoder: Encoder, cls_last: np.ndarray) -> np.ndarray:
     """Apply the model's pooler (dense + tanh over the last layer's [CLS]) to cached vectors: no second pass."""
-    with torch.no_grad():
-        states = torch.from_numpy(np.ascontiguousarray(cls_last))[:, None, :].to(encoder.device)
-        return encoder.model.pooler(states).float().cpu().numpy()
+    states = {"hidden_states": torch.from_numpy(np.ascontiguousarray(cls_last))[:, None, :]}
+    return call_model(encoder.model.pooler, states, encoder.device, encoder.precision).float().cpu().numpy()
 
 
 def _fit_text(
