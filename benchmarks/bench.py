@@ -156,7 +156,7 @@ def _precision_row(encoder: Encoder, texts: list[str], precision: str, repeats: 
     if precision == "bf16" and encoder.device.type == "cpu" and not fast_bf16_cpu():
         return Row(f"bertkit {precision}", note="refused: this CPU has no native bf16 (AMX / AVX512-BF16)")
     try:
-        variant = encoder.with_options(precision=precision, concurrent_batches=encoder.concurrent_batches)
+        variant = encoder.with_options(precision=precision, concurrent_batches=encoder.runner().concurrent)
     except InputError as exc:
         return Row(f"bertkit {precision}", note=f"refused: {exc}")
     row = Row(f"bertkit {precision} {way} (batch {batch_size})")
@@ -177,7 +177,7 @@ def run_benchmark(
 ) -> list[Row]:
     """Time the tutorial loop, sentence-transformers and bertkit at each precision; print speed and fidelity."""
     precisions = parse_precisions(precisions)
-    batch_size = batch_size or encoder.default_batch_size
+    batch_size = batch_size or encoder._default_batch_size
     texts = list(texts)
     encoded = tok.encode(encoder.tokenizer, texts, max_length=encoder.max_length)
     counts = [len(e.ids) for e in encoded]

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from bench import Row, _print_table, _time, cosines, run_benchmark
 
-from bertkit import Encoder, TextClassifier
+from bertkit import Encoder, TextClassifier, set_threads
 from bertkit.encoder.int8 import Calibration, calibration_for, quantize_model
 from bertkit.io.readers import read_labelled
 from bertkit.tasks.load import load_run
@@ -37,7 +37,7 @@ from bertkit.tasks.vectorizer import BertVectorizer
 
 def with_model(encoder: Encoder, model) -> Encoder:
     """An fp32-path Encoder whose forward runs `model` (a quantised copy keeping the transformers interface)."""
-    return Encoder(dataclasses.replace(encoder._loaded, model=model), concurrent_batches=encoder.concurrent_batches)
+    return Encoder(dataclasses.replace(encoder._loaded, model=model), concurrent_batches=encoder.runner().concurrent)
 
 
 class OnnxModel:
@@ -50,7 +50,7 @@ class OnnxModel:
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.names = ["input_ids", "attention_mask"] + (["token_type_ids"] if encoder._accepts_type_ids else [])
-        self.with_pooler, self.config = encoder.has_pooler, encoder.model.config
+        self.with_pooler, self.config = encoder.info()["pooler"], encoder.model.config
 
     def forward(self, input_ids, attention_mask, token_type_ids=None, **_):
         given = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
@@ -83,12 +83,12 @@ def export_onnx(encoder: Encoder, path: Path) -> None:
     )
     names = ["input_ids", "attention_mask", "token_type_ids"]
     layers = encoder.num_layers + 1
-    outputs = [f"hidden_{i}" for i in range(layers)] + (["pooler_output"] if encoder.has_pooler else [])
+    outputs = [f"hidden_{i}" for i in range(layers)] + (["pooler_output"] if encoder.info()["pooler"] else [])
     axes = {n: {0: "batch", 1: "sequence"} for n in names + outputs[:layers]}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            _Outputs(encoder.model, encoder.has_pooler).eval(),
+            _Outputs(encoder.model, encoder.info()["pooler"]).eval(),
             tuple(sample[n] for n in names),
             str(path),
             input_names=names,
@@ -117,7 +117,7 @@ def onnx_candidates(encoder: Encoder, scratch: Path) -> dict:
     quantizer = MatMulNBitsQuantizer(onnx.load(str(fp32)), algo_config=config)
     quantizer.process()
     quantizer.model.save_model_to_file(str(nbits), False)
-    threads = max(1, torch.get_num_threads() // encoder.concurrent_batches)
+    threads = max(1, torch.get_num_threads() // encoder.runner().concurrent)
     return {
         "ORT quantize_dynamic per-channel (per-tensor act.)": lambda: with_model(
             encoder, OnnxModel(dynamic, encoder, threads)
@@ -139,9 +139,7 @@ def candidates(encoder: Encoder, scratch: Path) -> dict:
 
     def per_token(alpha: float | None):
         """bertkit's int8 with a fixed smoothing strength (None: no smoothing) instead of the calibrated one."""
-        calibration = calibration_for(
-            encoder.model, encoder.tokenizer, encoder.max_length, encoder._accepts_type_ids, None, encoder.fingerprint
-        )
+        calibration = calibration_for(encoder.model, encoder.tokenizer, encoder.max_length, None, encoder.fingerprint)
         if alpha is None:
             calibration = Calibration(calibration.groups, {}, calibration.texts)
         return with_model(encoder, quantize_model(encoder.model, calibration, alpha).eval())
@@ -157,7 +155,9 @@ def candidates(encoder: Encoder, scratch: Path) -> dict:
 def frontier(args) -> None:
     texts = read_labelled(args.data / "train.tsv").texts
     texts = texts[: args.limit] if args.limit else texts
-    encoder = Encoder.from_pretrained(args.model, threads=args.threads)
+    if args.threads:
+        set_threads(args.threads)
+    encoder = Encoder.from_pretrained(args.model)
     encoder.with_options(precision="int8")  # calibrate (and cache) before any timing
     if args.fidelity_only:
         reference = encoder.embed(texts, batch_size=64, warn=False)
@@ -191,7 +191,7 @@ def accuracy(args) -> None:
     labels = np.array(dev.labels)
     for precision in ("fp32", "int8"):
         vectorizer = BertVectorizer(
-            args.model, layers="all:concat", pooling="mean", cache=None, threads=args.threads, precision=precision
+            args.model, layers="all:concat", pooling="mean", cache=None, precision=precision
         )  # TextClassifier's default features, at this precision
         model = TextClassifier(vectorizer).fit(train.texts, train.labels)
         score = np.mean(model.predict(dev.texts) == labels)
@@ -204,7 +204,7 @@ def accuracy(args) -> None:
         for precision in ("fp32", "int8"):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the int8 load warns that the run was evaluated at fp32
-                run = load_run(args.finetuned, threads=args.threads, precision=precision)
+                run = load_run(args.finetuned, precision=precision)
             score = np.mean(np.asarray(run.predict(dev.texts)).astype(str) == labels.astype(str))
             print(f"fine-tuned {args.finetuned} at {precision}: SST-2 dev accuracy {score * 100:.2f}", flush=True)
 

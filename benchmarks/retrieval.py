@@ -142,13 +142,14 @@ def main() -> None:
         sys.exit(f"{options.data / 'train.tsv'} is missing: give --data or set BERTKIT_DATA.")
     from bertkit import Encoder, semantic_search
     from bertkit.encoder.devices import machine_facts
+    from bertkit.encoder.encode import calibration_ranges
     from bertkit.io.readers import read_labelled
 
     encoder = Encoder.from_pretrained()
     embed = lambda texts: encoder.embed(texts, normalize_embeddings=True, batch_size=64, progress=False, warn=False)
     corpus = embed(read_labelled(options.data / "train.tsv").texts)
     queries = embed(read_labelled(options.data / "dev.tsv").texts[: options.queries])
-    packaged = encoder.calibration_ranges(layers="last", pooling="mean", normalize_embeddings=True)
+    packaged = calibration_ranges(encoder, layers="last", pooling="mean", normalize_embeddings=True)
     truth = [{h["corpus_id"] for h in hits} for hits in semantic_search(queries, corpus, top_k=10)]
     facts = machine_facts()
     print(

@@ -46,7 +46,8 @@ def main() -> None:
     feats = {}
     for name, data in (("train", train), ("dev", dev)):
         everything = encoder.embed(data.texts, layers="all:concat", pooling="cls+mean+max", batch_size=args.batch_size)
-        pooler = encoder.embed(data.texts, pooling="pooler", batch_size=args.batch_size) if encoder.has_pooler else None
+        with_pooler = encoder.info()["pooler"]
+        pooler = encoder.embed(data.texts, pooling="pooler", batch_size=args.batch_size) if with_pooler else None
         feats[name] = (everything, pooler)
     embed_seconds = time.perf_counter() - started
     n_texts = len(train.texts) + len(dev.texts)
@@ -83,7 +84,7 @@ def main() -> None:
     last = states - 1
     last4 = list(range(last - 3, last + 1))
     rows = [("cls", "last", lambda w: block(w, "cls", last)), ("mean", "last", lambda w: block(w, "mean", last))]
-    if encoder.has_pooler:
+    if encoder.info()["pooler"]:
         rows.insert(1, ("pooler", "last", lambda w: feats[w][1]))
     rows += [("mean", f"{i}", functools.partial(lambda w, i: block(w, "mean", i), i=i)) for i in range(states)]
     rows += [

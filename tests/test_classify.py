@@ -41,7 +41,7 @@ def test_save_load_predicts_identically(sample, tmp_path, kind):
     classifier = TextClassifier(BertVectorizer(layers="last"), head, cv=3).fit(texts, labels)
     assert set(classifier.classes_) == {"negative", "positive"}
     assert classifier.score(texts, labels) > 0.9
-    saved = classifier.save(tmp_path / "run", metrics={"note": "x"})
+    saved = classifier.save_pretrained(tmp_path / "run", metrics={"note": "x"})
     assert sorted(p.name for p in saved.iterdir()) == ["bertkit.json", "head.skops"]
     loaded = TextClassifier.from_pretrained(saved)
     probe = texts[:10] + ["an unseen sentence about a film"]
@@ -155,7 +155,7 @@ def test_untrusted_types_in_a_saved_head_are_refused(sample, tmp_path):
     from sklearn.ensemble import HistGradientBoostingClassifier
 
     model = TextClassifier(BertVectorizer(layers="last"), HistGradientBoostingClassifier(max_iter=3))
-    model.fit(texts, labels).save(tmp_path / "run")
+    model.fit(texts, labels).save_pretrained(tmp_path / "run")
     with pytest.raises(ModelLoadError, match="types bertkit does not load unless you trust them.*trusted="):
         TextClassifier.from_pretrained(tmp_path / "run")
     import skops.io
@@ -171,7 +171,7 @@ def test_untrusted_types_in_a_saved_head_are_refused(sample, tmp_path):
 def test_model_from_a_different_encoder_is_refused(sample, tmp_path):
     model_dir = tiny_models.tiny_bert(tmp_path / "enc", seed=0)
     texts, labels = sample[0][:12], sample[1][:12]
-    TextClassifier(BertVectorizer(model=str(model_dir), layers="last"), logreg()).fit(texts, labels).save(
+    TextClassifier(BertVectorizer(model=str(model_dir), layers="last"), logreg()).fit(texts, labels).save_pretrained(
         tmp_path / "run"
     )
     shutil.rmtree(model_dir)

@@ -33,7 +33,7 @@ def feature_run(sample, tmp_path_factory):
     classifier = TextClassifier(BertVectorizer(layers="last"), LogisticRegression(C=1.0, max_iter=3000)).fit(
         texts, labels
     )
-    return classifier, classifier.save(tmp_path_factory.mktemp("runs") / "features")
+    return classifier, classifier.save_pretrained(tmp_path_factory.mktemp("runs") / "features")
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit import Encoder, InputError
+from bertkit import EmbedOptions, Encoder, InputError
 
 TEXTS = [
     "I love Korea",
@@ -67,7 +67,7 @@ def test_pooler_and_combined_pooling_equal_transformers(encoder, references):
         [torch.cat([o.last_hidden_state[0, 0], o.last_hidden_state[0].mean(0)]).numpy() for o in references]
     )
     np.testing.assert_allclose(both, expected, atol=1e-5, rtol=0)
-    assert encoder.sentence_dim("last4:concat", "cls+mean") == 384 * 4 * 2
+    assert encoder.output_dim(EmbedOptions(layers="last4:concat", pooling="cls+mean")) == 384 * 4 * 2
 
 
 def test_seed_example_forward_shapes(encoder, references):
@@ -198,8 +198,7 @@ def test_windows_are_the_fast_tokenizers_overflow_windows_and_tile_the_text(tiny
     the stride), for BERT, RoBERTa and DistilBERT alike."""
     from transformers import AutoTokenizer
 
-    from bertkit.encoder.tokenize import encode
-    from bertkit.encoder.vectors import content_bounds
+    from bertkit.encoder.tokenize import content_bounds, encode
 
     encoder = Encoder.from_pretrained(str(tiny_dirs[name]))
     tokenizer = AutoTokenizer.from_pretrained(tiny_dirs[name])
@@ -263,7 +262,7 @@ def test_progress_bar_shows_only_when_asked(encoder, capsys, monkeypatch):
     assert capsys.readouterr().err == ""
 
 
-def test_threads_are_set_by_one_explicit_call_and_constructors_only_warn():
+def test_threads_are_set_by_one_explicit_call_and_constructors_take_none():
     import bertkit
 
     before = torch.get_num_threads()
@@ -273,9 +272,8 @@ def test_threads_are_set_by_one_explicit_call_and_constructors_only_warn():
         torch.set_num_threads(before)
         Encoder.from_pretrained()  # loading a model leaves the process's threads alone
         assert torch.get_num_threads() == before
-        with pytest.warns(DeprecationWarning, match="set_threads"):
+        with pytest.raises(TypeError, match="threads"):
             Encoder.from_pretrained(threads=1)
-        assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
     with pytest.raises(InputError, match="threads"):

@@ -49,7 +49,7 @@ def run_dir(tmp_path_factory):
     return (
         TextClassifier(classifier=LogisticRegression(C=1.0, max_iter=3000))
         .fit(data.texts, data.labels)
-        .save(tmp_path_factory.mktemp("runs") / "reviews")
+        .save_pretrained(tmp_path_factory.mktemp("runs") / "reviews")
     )
 
 

@@ -13,7 +13,7 @@ from test_cli import run
 
 from bertkit.errors import InputError
 from bertkit.tasks.finetune import FinetuneArguments, finetune
-from bertkit.tasks.finetune.examples import length_grouped_batches, word_pieces
+from bertkit.tasks.finetune.examples import IGNORE_INDEX, length_grouped_batches, token_examples
 from bertkit.tasks.finetuned import FineTunedClassifier
 from bertkit.tasks.load import load_run
 from bertkit.tasks.tagger import FineTunedTagger
@@ -155,7 +155,7 @@ def test_token_finetune_predicts_entities_with_character_spans(tiny_dirs, tmp_pa
             model=str(tiny_dirs["bert_cased"]),
             args=tiny_args(num_train_epochs=4, max_length=12),
         )
-    assert any("split into pieces at word boundaries" in r.getMessage() for r in caplog.records)
+    assert any("were read in overlapping windows" in r.getMessage() for r in caplog.records)
     record = json.loads((tmp_path / "ner" / "bertkit.json").read_text())
     assert record["bertkit"]["kind"] == "finetuned-token"
     assert record["labels"] == ["O", "B-LOC", "I-LOC", "B-MISC", "B-ORG"]
@@ -189,17 +189,14 @@ def test_token_finetune_predicts_entities_with_character_spans(tiny_dirs, tmp_pa
     assert code == 2 and "is a tagger" in err and "sentence classifier" in err
 
 
-def test_word_pieces_split_at_word_boundaries_and_cover_every_word(encoder):
+def test_long_sentences_train_on_the_windows_the_tagger_reads(encoder):
     sentences = [["Peter", "Blackburn"], ["unbelievably"] * 30]
-    pieces, split = word_pieces(encoder.tokenizer, sentences, max_length=16)
-    assert split == 1
-    covered = {}
-    for piece in pieces:
-        assert len(piece.input_ids) <= 16
-        for word in piece.word_starts:
-            if word is not None:
-                covered.setdefault(piece.sentence, []).append(piece.first_word + word)
-    assert covered == {0: [0, 1], 1: list(range(30))}
+    examples, windowed = token_examples(encoder.tokenizer, sentences, [[1, 2], list(range(30))], max_length=16)
+    assert windowed == 1 and len(examples) > 2
+    assert all(len(e.input_ids) <= 16 and len(e.labels) == len(e.input_ids) for e in examples)
+    assert [label for label in examples[0].labels if label != IGNORE_INDEX] == [1, 2]
+    labelled = [label for e in examples[1:] for label in e.labels if label != IGNORE_INDEX]
+    assert set(labelled) == set(range(30)) and labelled == sorted(labelled)  # every word, at its first sub-token
 
 
 def test_length_grouped_batches_cover_each_example_once_and_group_lengths():

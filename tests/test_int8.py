@@ -12,7 +12,6 @@ from bertkit import Encoder, InputError
 from bertkit.encoder import precision
 from bertkit.encoder.int8 import (
     ALPHA_GRID,
-    CACHE_VERSION,
     CALIBRATION_FILE,
     Calibration,
     Int8Linear,
@@ -76,7 +75,7 @@ def test_int8_matches_fp32_on_every_architecture(tiny_dirs, int8_cache, name):
         assert a.shape == b.shape and b.dtype == np.float32
         assert np.abs(a - b).max() > 0  # really a different computation, not the fp32 model
         assert cosines(a, b).min() > 0.99
-    if fp32.has_pooler:
+    if fp32.info()["pooler"]:
         np.testing.assert_allclose(int8.embed(TEXTS, pooling="pooler"), fp32.embed(TEXTS, pooling="pooler"), atol=0.05)
     _, stack = layer_stack(int8._int8)
     quantized = [m for m in stack.modules() if isinstance(m, Int8Linear)]
@@ -84,7 +83,7 @@ def test_int8_matches_fp32_on_every_architecture(tiny_dirs, int8_cache, name):
     assert len(quantized) == 6 * len(stack) and plain == []  # every linear map of every layer
     assert len({id(m.quantizer) for m in quantized}) == 4 * len(stack)  # query, key and value share one input
     assert any(isinstance(m, torch.nn.Linear) for m in fp32.model.modules())  # the fp32 model is left as it was
-    assert (int8_cache / f"{fp32.fingerprint}-{CACHE_VERSION}.safetensors").is_file()
+    assert (int8_cache / f"{fp32.fingerprint}.safetensors").is_file()
 
 
 def test_int8_vectors_do_not_depend_on_the_batch(tiny_dirs, int8_cache):
@@ -96,7 +95,7 @@ def test_int8_vectors_do_not_depend_on_the_batch(tiny_dirs, int8_cache):
 
 def test_calibration_is_made_once_cached_and_reused(tiny_dirs, int8_cache):
     first = Encoder.from_pretrained(str(tiny_dirs["bert_cased"]), precision="int8")
-    cached = int8_cache / f"{first.fingerprint}-{CACHE_VERSION}.safetensors"
+    cached = int8_cache / f"{first.fingerprint}.safetensors"
     made = cached.stat().st_mtime_ns
     second = Encoder.from_pretrained(str(tiny_dirs["bert_cased"]), precision="int8")
     assert cached.stat().st_mtime_ns == made
@@ -104,7 +103,7 @@ def test_calibration_is_made_once_cached_and_reused(tiny_dirs, int8_cache):
     np.testing.assert_array_equal(first.embed(TEXTS, warn=False), second.embed(TEXTS, warn=False))
     assert second.info()["precision"] == "int8"
     calibration = Calibration.load(cached)
-    assert calibration.texts == 198 and first.int8_calibration == calibration.digest()
+    assert calibration.texts == 198 and first.precision_record()["int8_calibration"] == calibration.digest()
     assert first.precision_record() == {"precision": "int8", "int8_calibration": calibration.digest()}
     assert Encoder.from_pretrained(str(tiny_dirs["bert_cased"])).precision_record() == {"precision": "fp32"}
     assert calibration.alpha in ALPHA_GRID and first._int8 is not None
@@ -114,7 +113,7 @@ def test_calibration_is_made_once_cached_and_reused(tiny_dirs, int8_cache):
 def test_the_smoothing_strength_is_the_one_that_keeps_the_calibration_texts_closest(encoder):
     """calibrate() measures every strength on its own texts and keeps the best; the saved file carries it."""
     texts = packaged_texts()[:60]
-    feeds = list(calibration_inputs(encoder.tokenizer, texts, encoder.max_length, encoder.takes_type_ids))
+    feeds = list(calibration_inputs(encoder.model, encoder.tokenizer, texts, encoder.max_length))
     calibration = calibrate(encoder.model, feeds)
     errors = alpha_errors(encoder.model, calibration, feeds, ALPHA_GRID)
     assert calibration.alpha == min(errors, key=errors.get)
@@ -141,7 +140,8 @@ def test_quantize_writes_a_copy_whose_own_calibration_is_used(tiny_dirs, int8_ca
     own = Encoder.from_pretrained(str(out), precision="int8")
     packaged = Encoder.from_pretrained(str(tiny_dirs["bert_cased"]), precision="int8")
     assert own.fingerprint == packaged.fingerprint  # the same weights ...
-    assert own.int8_calibration == Calibration.load(out / CALIBRATION_FILE).digest() != packaged.int8_calibration
+    assert own.precision_record()["int8_calibration"] == Calibration.load(out / CALIBRATION_FILE).digest()
+    assert own.precision_record()["int8_calibration"] != packaged.precision_record()["int8_calibration"]
     assert (
         own.precision_record() != packaged.precision_record()
     )  # ... so caches and runs tell the two int8 variants apart

@@ -2,13 +2,13 @@
 nothing, one record, and the old names kept for a release."""
 
 import dataclasses
-import warnings
 
 import numpy as np
 import pytest
 from tiny_models import tiny_bert
 
 from bertkit import BertVectorizer, EmbedOptions, Encoder, InputError
+from bertkit.encoder.encode import calibration_ranges
 from bertkit.encoder.models import default_model_dir
 from bertkit.encoder.options import FIELDS
 from bertkit.io.stream import embed_file
@@ -68,7 +68,7 @@ def test_options_are_checked_against_the_model_without_running_it(encoder, monke
     def no_forward(*_):
         raise AssertionError("the model ran")
 
-    monkeypatch.setattr(encoder, "forward_inputs", no_forward)
+    monkeypatch.setattr(encoder, "_forward_inputs", no_forward)
     for bad, message in [
         ({"layers": "9"}, "layer 9 does not exist"),
         ({"pooling": "pooler", "layers": "last4:sum"}, "layers='last'"),
@@ -96,12 +96,12 @@ def test_a_misspelled_option_is_refused_not_dropped(encoder, tmp_path):
         "embed": lambda **kw: encoder.embed(TEXTS, **kw),
         "embed_tokens": lambda **kw: encoder.embed_tokens(TEXTS, **kw),
         "embed_with_report": lambda **kw: encoder.embed_with_report(TEXTS, **kw),
-        "calibration_ranges": lambda **kw: encoder.calibration_ranges(**kw),
+        "calibration_ranges": lambda **kw: calibration_ranges(encoder, **kw),
         "embed_file": lambda **kw: embed_file(encoder, texts, tmp_path / "out.npy", **kw),
     }
     for face, call in faces.items():
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(encoder, "forward_inputs", no_forward)
+            patch.setattr(encoder, "_forward_inputs", no_forward)
             with pytest.raises(InputError, match="unknown embedding option 'poolng'; the options are layers, pooling"):
                 call(poolng="cls")
         assert not (tmp_path / "out.npy").exists(), face
@@ -125,14 +125,11 @@ def test_a_stride_and_a_name_given_twice_are_refused_whatever_the_texts(encoder,
     ]:
         for face, call in faces.items():
             with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(encoder, "forward_inputs", lambda *_, face=face: pytest.fail(f"{face} ran the model"))
-                with pytest.raises(InputError, match=message), warnings.catch_warnings():
-                    warnings.simplefilter("ignore", DeprecationWarning)
+                patch.setattr(encoder, "_forward_inputs", lambda *_, face=face: pytest.fail(f"{face} ran the model"))
+                with pytest.raises(InputError, match=message):
                     call(**bad)
             assert not (tmp_path / "out.npy").exists(), face
     assert encoder.embed(TEXTS, long_text="window", max_length=10, stride=7).shape == (3, 384)  # the largest
-    with pytest.raises(InputError, match="text_pairs= and text_pair= are one argument under two names"):
-        encoder.embed(TEXTS[:1], text_pair=["a"], text_pairs=["b"])
     with pytest.raises(InputError, match="give an EmbedOptions, or the options as keywords"):
         encoder.embed(TEXTS, "last4:sum")
 
@@ -152,6 +149,13 @@ def test_the_old_names_are_refused_as_unknown_options(encoder):
     for old in ("dimensions", "normalize", "output"):
         with pytest.raises(InputError, match=f"unknown embedding option '{old}'; the options are .*truncate_dim"):
             encoder.embed(TEXTS, **{old: 1})
+
+
+def test_embed_returns_sentence_vectors_only(encoder):
+    with pytest.raises(InputError, match="use embed_tokens"):
+        encoder.embed(TEXTS, pooling="none")
+    with pytest.raises(InputError, match="unknown embedding option .return_report."):
+        encoder.embed(TEXTS, return_report=True)
 
 
 def test_the_vectorizer_takes_every_option_and_resolves_them_once():

@@ -76,13 +76,13 @@ def test_probe_slices_equal_direct_embeddings():
 
 def count_forwards(monkeypatch):
     calls = []
-    original = Encoder.forward_inputs
+    original = Encoder._forward_inputs
 
     def counting(self, inputs):
         calls.append(len(inputs["input_ids"]))
         return original(self, inputs)
 
-    monkeypatch.setattr(Encoder, "forward_inputs", counting)
+    monkeypatch.setattr(Encoder, "_forward_inputs", counting)
     return calls
 
 

@@ -275,9 +275,8 @@ def features_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("run")
     texts = ["good film", "great film", "love it", "bad film", "awful plot", "boring mess"] * 2
     labels = ["pos", "pos", "pos", "neg", "neg", "neg"] * 2
-    TextClassifier(BertVectorizer(layers="last"), LogisticRegression(C=1.0, max_iter=3000)).fit(texts, labels).save(
-        root / "run"
-    )
+    classifier = TextClassifier(BertVectorizer(layers="last"), LogisticRegression(C=1.0, max_iter=3000))
+    classifier.fit(texts, labels).save_pretrained(root / "run")
     return root / "run"
 
 

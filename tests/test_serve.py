@@ -113,7 +113,7 @@ def run_dirs(tmp_path_factory, tiny_dirs):
     rows = [line.split("\t") for line in sample_path("reviews.tsv").read_text(encoding="utf-8").splitlines()[1:]]
     TextClassifier(classifier=LogisticRegression(C=1.0, max_iter=3000)).fit(
         [r[0] for r in rows], [r[1] for r in rows]
-    ).save(root / "sentiment")
+    ).save_pretrained(root / "sentiment")
     train, dev = conll_file(root / "train.txt", n=60), conll_file(root / "dev.txt", n=16, seed=1)
     finetune(
         train,

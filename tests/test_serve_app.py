@@ -21,13 +21,13 @@ def test_a_request_larger_than_the_batch_budget_runs_in_several_passes_and_equal
     texts = [f"sentence number {i} " + "about a movie " * (i % 7) for i in range(40)]
     counted = encoder.with_options(concurrent_batches=1)
     padded: list[int] = []
-    real_forward = counted.forward_inputs
+    real_forward = counted._forward_inputs
 
     def forward(inputs):
         padded.append(int(inputs["attention_mask"].numel()))
         return real_forward(inputs)
 
-    counted.forward_inputs = forward
+    counted._forward_inputs = forward
     app = create_app(counted, settings=ServeSettings(max_batch_tokens=64))
     with TestClient(app) as client:
         response = client.post("/embed", json={"inputs": texts, "layers": "last4:concat", "pooling": "cls+mean"})
@@ -38,21 +38,21 @@ def test_a_request_larger_than_the_batch_budget_runs_in_several_passes_and_equal
             atol=1e-5,
         )
     assert len(padded) >= 10 and max(padded) <= 64  # 40 inputs of 5-30 tokens under a 64-token padded budget
-    assert encoder.max_batch_tokens != 64  # the server's budget is its own copy's, not the caller's encoder's
+    assert encoder.runner().max_batch_tokens != 64  # the server's budget is its own copy's, not the caller's encoder's
 
 
 @pytest.mark.slow
 def test_a_crashed_batch_fails_its_request_with_json_and_the_server_keeps_serving(encoder):
     flaky = encoder.with_options(concurrent_batches=1)
     poison = flaky.tokenizer.convert_tokens_to_ids("boycott")
-    real_forward = flaky.forward_inputs
+    real_forward = flaky._forward_inputs
 
     def forward(inputs):
         if (inputs["input_ids"] == poison).any():
             raise RuntimeError("/secret/path/model.bin exploded")
         return real_forward(inputs)
 
-    flaky.forward_inputs = forward
+    flaky._forward_inputs = forward
     with TestClient(create_app(flaky), raise_server_exceptions=False) as client:
         failed = client.post("/embed", json={"inputs": ["EU rejects German call to boycott British lamb ."]})
         assert failed.status_code == 500

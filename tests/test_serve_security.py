@@ -125,7 +125,7 @@ def absolute(tmp_path_factory):
     run = (
         TextClassifier(classifier=LogisticRegression(C=1.0, max_iter=3000))
         .fit([t for t, _ in rows], [y for _, y in rows])
-        .save(root / "runs" / "secret", extra={"data": data})
+        .save_pretrained(root / "runs" / "secret", extra={"data": data})
     )
     model = default_model_dir().resolve()
     probe = root / "probe"

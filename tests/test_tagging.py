@@ -140,3 +140,25 @@ def test_split_words_keeps_character_spans():
         ")",
     ]
     assert all(text[start:end] == word for word, start, end in words)
+
+
+@pytest.mark.parametrize("aggregation", [None, "simple"])
+def test_a_tagger_runs_at_its_precision_without_holding_the_tokenizer(tiny_dirs, monkeypatch, aggregation):
+    """Both entity paths go through the one runner: bf16 autocasts (the aggregation path once ran fp32 whatever the
+    precision, under the tokenizer's lock for the whole forward pass)."""
+    import torch
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    from bertkit.encoder import precision, tokenize
+    from bertkit.tasks.tagger import FineTunedTagger
+
+    monkeypatch.setattr(precision, "fast_bf16_cpu", lambda: True)  # this CPU may emulate bf16: autocast all the same
+    directory = tiny_dirs["bert_cased"]
+    model = AutoModelForTokenClassification.from_pretrained(directory, num_labels=3).eval()
+    tagger = FineTunedTagger(model, AutoTokenizer.from_pretrained(directory), 32, {"precision": "bf16"}, "bf16")
+    seen = []
+    model.classifier.register_forward_hook(
+        lambda module, args, out: seen.append((out.dtype, tokenize.TOKENIZER_LOCK._is_owned()))
+    )
+    tagger.predict(["EU rejects German call to boycott British lamb ."], aggregation=aggregation)
+    assert seen == [(torch.bfloat16, False)]

@@ -1,11 +1,8 @@
-"""What bertkit says about user mistakes: exceptions (the CLI prints their message) and deprecation warnings."""
+"""What bertkit says about user mistakes: the exceptions it raises (the CLI prints their message)."""
 
 from __future__ import annotations
 
 import os
-import sys
-import warnings
-from types import FrameType
 
 
 class BertkitError(Exception):
@@ -63,20 +60,3 @@ def brief(value: object, limit: int = 200) -> str:
 def quoted(value: object, limit: int = 80) -> str:
     """`repr(value)`, cut like `brief`: how a message shows a user's text, label or field."""
     return brief(repr(value), limit)
-
-
-ON_BEHALF = ("bertkit", "sklearn", "joblib")  # packages whose frames call bertkit for the user's code
-
-
-def warn_deprecated(message: str) -> None:
-    """Warn (`DeprecationWarning`) that a name is deprecated, at the first caller outside bertkit and scikit-learn.
-
-    A fixed `stacklevel` is right at one call depth only; the warning must point at the user's line (scikit-learn,
-    through joblib, calls a vectorizer's `fit` for the user's Pipeline), or Python's default filters, which show
-    deprecations in `__main__` only, hide it.
-    """
-    frame: FrameType | None = sys._getframe(1)
-    level = 2
-    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] in ON_BEHALF:
-        frame, level = frame.f_back, level + 1
-    warnings.warn(message, DeprecationWarning, stacklevel=level)

@@ -87,9 +87,10 @@ def _compact_note(output: str, multiplier: int, top_k: int, meta: dict, encoder:
         return f"; binary candidates by Hamming distance, {rescoring}"
     import numpy as np
 
+    from ..encoder.encode import calibration_ranges
     from ..encoder.options import EmbedOptions
 
-    packaged = encoder.calibration_ranges(EmbedOptions.from_record(meta))
+    packaged = calibration_ranges(encoder, EmbedOptions.from_record(meta))
     source = "the packaged calibration sentences" if np.allclose(packaged, meta["ranges"]) else "its own calibration"
     return f"; {output} ranges from {source}, {rescoring}"
 

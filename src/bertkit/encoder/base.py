@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .. import display
-from ..errors import InputError, warn_deprecated
+from ..errors import InputError
 from . import tokenize as tok
 from .coverage import Coverage, coverage
 from .defaults import DEFAULT_BATCH_SIZE
@@ -25,10 +25,10 @@ from .devices import describe, resolve_device, token_budget
 from .int8 import int8_model_for
 from .models import LoadedModel, ModelSource, load_model, resolve_model
 from .options import EmbedOptions, options_from
-from .precision import autocast, check_precision
-from .runner import Runner
+from .precision import check_precision
+from .runner import Runner, call_model
 from .st_config import SentenceConfig
-from .threads import deprecated_threads, total_threads
+from .threads import total_threads
 
 logger = logging.getLogger(__name__)
 
@@ -51,33 +51,31 @@ class EncoderBase:
     def __init__(
         self,
         loaded: LoadedModel,
-        threads: int | None = None,
         precision: str = "fp32",
         concurrent_batches: int | None = None,
         device: str | torch.device | None = "auto",
     ) -> None:
-        deprecated_threads(threads)
-        self.loaded = loaded
+        self._loaded = loaded
         self.device = resolve_device(device)
         self.precision = check_precision(precision, device=self.device)
         self.model = loaded.model.to(self.device)
         self.tokenizer = loaded.tokenizer
         self.max_length = loaded.max_length
-        self.position_limit = loaded.position_limit or loaded.max_length
+        self._position_limit = loaded.position_limit or loaded.max_length
         self._fingerprint: str | None = None
         if concurrent_batches is None:  # a GPU takes one batch at a time; CPU cores each take their own
             concurrent_batches = 1 if self.device.type != "cpu" else min(total_threads(), 2)
         if concurrent_batches < 1:
             raise InputError(f"concurrent_batches={concurrent_batches}: give 1 or more.")
-        self.concurrent_batches = int(concurrent_batches)
-        self.takes_type_ids = "token_type_ids" in inspect.signature(self.model.forward).parameters
+        self._concurrent_batches = int(concurrent_batches)
+        self._takes_type_ids = "token_type_ids" in inspect.signature(self.model.forward).parameters
         for note in loaded.warnings:
             logger.warning("%s: %s", loaded.source.spec, note)
         self._int8: torch.nn.Module | None = None
-        self.int8_calibration: str | None = None  # the digest of the calibration texts int8 was calibrated on
+        self._int8_calibration: str | None = None  # the digest of the calibration texts int8 was calibrated on
         if self.precision == "int8":  # a copy of the model with int8 linear layers (int8.py)
-            self._int8, self.int8_calibration = int8_model_for(self)
-        self.max_batch_tokens = token_budget(self.model, self.device, self.position_limit)
+            self._int8, self._int8_calibration = int8_model_for(self)
+        self._max_batch_tokens = token_budget(self.model, self.device, self._position_limit)
         self._ranges: dict[str, np.ndarray] = {}  # int8/uint8 ranges of the calibration sentences, by options
 
     @classmethod
@@ -85,7 +83,6 @@ class EncoderBase:
         cls: type[E],
         model: str | None = None,
         *,
-        threads: int | None = None,
         precision: str = "fp32",
         concurrent_batches: int | None = None,
         device: str | torch.device | None = "auto",
@@ -96,8 +93,6 @@ class EncoderBase:
         ----------
         model : str, optional
             None (or 'default') is the packaged all-MiniLM-L6-v2; else a model directory or a hub name.
-        threads : int, optional
-            Deprecated: set torch's threads with `bertkit.set_threads` (it changes them for the whole process).
         precision : str
             'fp32'; 'bf16' (autocast: on GPUs that have it, and CPUs with native bf16); 'fp16' (autocast, GPUs);
             'int8' (a CPU copy of the model with int8 linear layers, calibrated once and cached).
@@ -110,7 +105,6 @@ class EncoderBase:
         -------
         Encoder
         """
-        deprecated_threads(threads)
         wanted = resolve_device(device)
         check_precision(precision, device=wanted)
         return cls(
@@ -133,9 +127,9 @@ class EncoderBase:
             Shares the model's memory with this one (int8 builds its own int8 copy).
         """
         return type(self)(
-            self.loaded,
+            self._loaded,
             precision=precision or self.precision,
-            concurrent_batches=self.concurrent_batches if concurrent_batches is None else concurrent_batches,
+            concurrent_batches=self._concurrent_batches if concurrent_batches is None else concurrent_batches,
             device=self.device,
         )
 
@@ -149,18 +143,18 @@ class EncoderBase:
     def _repr_html_(self) -> str:
         shown = ("architecture", "layers", "hidden_size", "attention_heads", "max_length", "vocab_size", "cased")
         facts = {k: v for k, v in self.info().items() if k in shown}
-        facts.update(pooler=self.has_pooler, precision=self.precision, device=describe(self.device))
+        facts.update(pooler=self._has_pooler, precision=self.precision, device=describe(self.device))
         return display.facts_table(facts, f"Encoder {self.name!r}")
 
     @property
     def source(self) -> ModelSource:
         """Where the model came from: its spec, its local path or hub id, and which of the two."""
-        return self.loaded.source
+        return self._loaded.source
 
     @property
     def name(self) -> str:
         """The model as it was asked for: 'default', a folder or a hub name."""
-        return self.loaded.source.spec
+        return self._loaded.source.spec
 
     @property
     def num_layers(self) -> int:
@@ -173,14 +167,14 @@ class EncoderBase:
         return int(self.model.config.hidden_size)
 
     @property
-    def has_pooler(self) -> bool:
+    def _has_pooler(self) -> bool:
         """Whether the model has BERT's pooler (a dense layer with tanh on `[CLS]`), which `pooling='pooler'` needs."""
-        return self.loaded.has_pooler
+        return self._loaded.has_pooler
 
     @property
     def sentence_config(self) -> SentenceConfig:
         """What the model's sentence-transformers files say: pooling, Dense, Normalize, prompts."""
-        return self.loaded.sentence_config
+        return self._loaded.sentence_config
 
     @property
     def fingerprint(self) -> str:
@@ -197,7 +191,7 @@ class EncoderBase:
             for name, tensor in sorted(self.model.state_dict().items()):
                 digest.update(name.encode())
                 digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-            for layer in self.sentence_config.dense:
+            for layer in self._loaded.sentence_config.dense:
                 digest.update(layer.weight.contiguous().view(torch.uint8).numpy().tobytes())
             self._fingerprint = digest.hexdigest()[:32]
         return self._fingerprint
@@ -208,18 +202,18 @@ class EncoderBase:
         The precision and, for int8, the calibration's digest. Cache keys and run records include it, so int8 vectors
         from two calibrations are never mixed up.
         """
-        if self.int8_calibration is None:
+        if self._int8_calibration is None:
             return {"precision": self.precision}
-        return {"precision": self.precision, "int8_calibration": self.int8_calibration}
+        return {"precision": self.precision, "int8_calibration": self._int8_calibration}
 
     @property
-    def default_batch_size(self) -> int:
+    def _default_batch_size(self) -> int:
         """Texts per pass when none is asked for.
 
         32 on a CPU (measured best on small CPUs with length-sorted batches); on a GPU, no row limit: the token budget
         (`max_batch_tokens`) decides.
         """
-        return DEFAULT_BATCH_SIZE if self.device.type == "cpu" else self.max_batch_tokens
+        return DEFAULT_BATCH_SIZE if self.device.type == "cpu" else self._max_batch_tokens
 
     def resolve(self, options: EmbedOptions | None = None, **kwargs: Any) -> EmbedOptions:
         """Embedding options for this model: its defaults filled in, every option checked (nothing runs).
@@ -243,7 +237,7 @@ class EncoderBase:
         config, sentence = self.model.config, self.sentence_config
         return {
             "model": self.name,
-            "path": self.loaded.source.path,
+            "path": self._loaded.source.path,
             "architecture": type(self.model).__name__,
             "model_type": config.model_type,
             "layers": self.num_layers,
@@ -251,12 +245,12 @@ class EncoderBase:
             "hidden_size": self.hidden_size,
             "attention_heads": getattr(config, "num_attention_heads", getattr(config, "n_heads", None)),
             "max_length": self.max_length,
-            "max_length_source": self.loaded.max_length_source,
-            "position_limit": self.position_limit,
+            "max_length_source": self._loaded.max_length_source,
+            "position_limit": self._position_limit,
             "vocab_size": len(self.tokenizer),
-            "cased": self.loaded.is_cased,
-            "pooler": self.has_pooler,
-            "token_type_ids": self.takes_type_ids,
+            "cased": self._loaded.is_cased,
+            "pooler": self._has_pooler,
+            "token_type_ids": self._takes_type_ids,
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "precision": self.precision,
             "device": describe(self.device),
@@ -266,7 +260,7 @@ class EncoderBase:
             "prompts": dict(sentence.prompts),
             "default_prompt_name": sentence.default_prompt_name,
             "threads": total_threads(),
-            "concurrent_batches": self.concurrent_batches,
+            "concurrent_batches": self._concurrent_batches,
         }
 
     # ---- tokenization -------------------------------------------------------------------------------------------
@@ -278,7 +272,6 @@ class EncoderBase:
         max_length: int | None = None,
         padding: str = "longest",
         truncation: bool = True,
-        text_pairs: str | Sequence[str] | None = None,
     ) -> tok.Batch:
         """Tokenize texts (or pairs, or lists of words) into a padded `Batch` with tokens and word ids.
 
@@ -294,8 +287,6 @@ class EncoderBase:
             Pad to the longest row (the tutorial's way) or to `max_length`.
         truncation : bool
             Cut rows at the limit (and say so in `Batch.truncated`); False keeps them whole.
-        text_pairs : str or sequence of str, optional
-            Deprecated name of `text_pair`.
 
         Returns
         -------
@@ -311,8 +302,7 @@ class EncoderBase:
         """
         if padding not in tok.PADDINGS:
             raise InputError(f"padding={padding!r}: valid values are {', '.join(tok.PADDINGS)}.")
-        text_pair = renamed("text_pairs", text_pairs, "text_pair", text_pair)
-        limit = self.check_max_length(max_length)
+        limit = self._check_max_length(max_length)
         encoded = tok.encode(
             self.tokenizer,
             as_list(texts),
@@ -330,56 +320,45 @@ class EncoderBase:
         encoded = tok.encode(self.tokenizer, texts, max_length=self.max_length, long_text="keep")
         return coverage(encoded, texts, self.tokenizer.unk_token_id)
 
-    def check_max_length(self, max_length: int | None) -> int:
+    def _check_max_length(self, max_length: int | None) -> int:
         """`max_length`, or the model's limit for None; refused past what the position table takes."""
         if max_length is None:
             return self.max_length
-        if not 2 < max_length <= self.position_limit:
-            raise InputError(f"max_length={max_length}: this model takes between 3 and {self.position_limit} tokens.")
+        if not 2 < max_length <= self._position_limit:
+            raise InputError(f"max_length={max_length}: this model takes between 3 and {self._position_limit} tokens.")
         return int(max_length)
 
     # ---- forward ------------------------------------------------------------------------------------------------
     def forward(self, batch: tok.Batch) -> ForwardOutput:
         """One no-grad pass returning last_hidden_state, pooler_output and all hidden_states."""
         inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
-        if self.takes_type_ids:
+        if self._takes_type_ids:
             inputs["token_type_ids"] = batch.token_type_ids
-        return self.forward_inputs(inputs)
+        return self._forward_inputs(inputs)
 
-    def forward_inputs(self, inputs: dict[str, torch.Tensor]) -> ForwardOutput:
+    def _forward_inputs(self, inputs: dict[str, torch.Tensor]) -> ForwardOutput:
         """`forward` on padded input tensors (what the runner passes)."""
-        inputs = {name: tensor.to(self.device, non_blocking=True) for name, tensor in inputs.items()}
-        with torch.inference_mode(), autocast(self.precision, self.device):
-            out = (self._int8 or self.model)(**inputs, output_hidden_states=True, return_dict=True)
+        model = self._int8 or self.model
+        out = call_model(model, inputs, self.device, self.precision, output_hidden_states=True, return_dict=True)
         return ForwardOutput(
             last_hidden_state=out.last_hidden_state,
-            pooler_output=getattr(out, "pooler_output", None) if self.has_pooler else None,
+            pooler_output=getattr(out, "pooler_output", None) if self._has_pooler else None,
             hidden_states=tuple(out.hidden_states),
         )
 
     def runner(self, batch_size: int | None = None, pad_multiple: int = 1) -> Runner:
         """Return the runner of this encoder's forward passes (`batch_size` rows at most; None: the default)."""
         return Runner(
-            self.forward_inputs,
+            self._forward_inputs,
             self.tokenizer.pad_token_id,
             self.device,
-            self.max_batch_tokens,
-            self.default_batch_size if batch_size is None else batch_size,
-            self.concurrent_batches,
-            self.takes_type_ids,
+            self._max_batch_tokens,
+            self._default_batch_size if batch_size is None else batch_size,
+            self._concurrent_batches,
+            self._takes_type_ids,
             pad_multiple,
-            self.position_limit,
+            self._position_limit,
         )
-
-
-def renamed(old_name: str, old: Any, new_name: str, new: Any) -> Any:
-    """Return `new`, or `old` with a warning that its name is deprecated (it goes in the next release)."""
-    if old is None:
-        return new
-    if new is not None:
-        raise InputError(f"{old_name}= and {new_name}= are one argument under two names; give {new_name}= only.")
-    warn_deprecated(f"{old_name}= is now {new_name}=; {old_name}= goes in the next release.")
-    return old
 
 
 def as_list(texts: Any) -> Any:

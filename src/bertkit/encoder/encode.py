@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError, warn_deprecated
+from ..errors import InputError
 from . import tokenize as tok
-from .base import EncoderBase, as_list, renamed
+from .base import EncoderBase, as_list
 from .compact import RANGED, int8_ranges
 from .coverage import coverage
 from .int8 import packaged_texts
@@ -42,27 +42,6 @@ class Encoder(EncoderBase):
     """
 
     # ---- vector widths -------------------------------------------------------------------------------------------
-    def sentence_dim(
-        self, layers: str = "last", pooling: str | None = None, options: EmbedOptions | None = None
-    ) -> int:
-        """Width of the sentence vectors `embed` returns for these options (before any truncate_dim).
-
-        Parameters
-        ----------
-        layers : str
-            As `embed` takes it ('last', 'last4:concat', 'all:concat', ...).
-        pooling : str, optional
-            As `embed` takes it; several poolings ('cls+mean') are concatenated. None: the model's.
-        options : EmbedOptions, optional
-            All the options at once (then `layers` and `pooling` are ignored).
-
-        Returns
-        -------
-        int
-            The number of columns, e.g. 384 for 'last' and 1536 for 'last4:concat' on the packaged model.
-        """
-        return self._pooled_width(self.resolve(options or EmbedOptions(layers=layers, pooling=pooling)))
-
     def output_dim(self, options: EmbedOptions) -> int:
         """Columns of the array `embed(texts, options)` returns (after truncate_dim; binary types: 8 to a byte)."""
         resolved = options.resolve(self)
@@ -71,7 +50,7 @@ class Encoder(EncoderBase):
 
     def _pooled_width(self, resolved: EmbedOptions) -> int:
         if resolved.dense:
-            return self.sentence_config.dense[-1].out_features
+            return self._loaded.sentence_config.dense[-1].out_features
         selection, states = VectorHead.of(resolved, 0, ()).selection, self.num_layers + 1
         per_layer = selection.output_dim(self.hidden_size, states)
         return sum(self.hidden_size if m == "pooler" else per_layer for m in (resolved.pooling or "mean").split("+"))
@@ -87,7 +66,6 @@ class Encoder(EncoderBase):
         ranges: np.ndarray | None = None,
         progress: bool | None = None,
         warn: bool = True,
-        return_report: bool = False,
         **kwargs: Any,
     ) -> np.ndarray:
         """Sentence vectors in input order: an (n, dim) array.
@@ -110,8 +88,6 @@ class Encoder(EncoderBase):
             Show a progress bar (default: for large inputs on a terminal).
         warn : bool
             Log truncation and poor vocabulary coverage.
-        return_report : bool
-            Deprecated: use `embed_with_report`.
         **kwargs
             `EmbedOptions` fields: layers ('last', '-2', 'last4:sum', 'all:concat', ...), pooling ('cls',
             'pooler', 'mean', 'max', joined by '+'; default the model's), max_length, long_text ('truncate',
@@ -130,8 +106,8 @@ class Encoder(EncoderBase):
         >>> enc.embed(["I love Korea", "the movie was great"], layers="last4:concat", pooling="cls").shape
         (2, 1536)
         """
-        kwargs = _renamed_kwargs(kwargs, text_pair)
-        text_pair = kwargs.pop("text_pair", text_pair)
+        if kwargs.get("pooling", getattr(options, "pooling", None)) == "none":
+            raise InputError("embed returns sentence vectors; for token vectors (pooling='none') use embed_tokens.")
         result = self.embed_with_report(
             texts,
             options,
@@ -142,15 +118,7 @@ class Encoder(EncoderBase):
             warn=warn,
             **kwargs,
         )
-        if return_report or isinstance(result.vectors, list):
-            what = "return_report=True" if return_report else "pooling='none'"
-            instead = "embed_with_report" if return_report else "embed_tokens"
-            warn_deprecated(
-                f"embed(..., {what}) is deprecated: use {instead}(), which returns one type; embed() will return "
-                "sentence vectors only."
-            )
-            return (result.vectors, result.report) if return_report else result.vectors  # type: ignore[return-value]
-        return result.vectors
+        return result.vectors  # type: ignore[return-value]
 
     def embed_tokens(
         self,
@@ -214,10 +182,8 @@ class Encoder(EncoderBase):
         EmbedResult
             `vectors` and `report` (truncated rows, windows, coverage, the prompt used).
         """
-        kwargs = _renamed_kwargs(kwargs, text_pair)
-        text_pair = kwargs.pop("text_pair", text_pair)
         resolved = options_from(options, kwargs).resolve(self)
-        head = self.vector_head(resolved)
+        head = vector_head(self, resolved)
         texts = _with_prompt(as_list(texts), resolved.prompt or "")
         encoded, report = self._encode(texts, as_list(text_pair), resolved)
         report.prompt = resolved.prompt or ""
@@ -234,32 +200,11 @@ class Encoder(EncoderBase):
             for rows, states, masks, poolers in token_states(self.runner(batch_size), encoded, head, report, progress):
                 pooled[rows] = head.sentences(states, masks.to(states.device), poolers).cpu().numpy()
             if resolved.output_type in RANGED and ranges is None:
-                ranges = self.calibration_ranges(resolved)
+                ranges = calibration_ranges(self, resolved)
             vectors = finish(pooled, resolved, ranges)
         if warn:
             _warn(report, pairs=text_pair is not None)
         return EmbedResult(vectors, report)
-
-    def calibration_ranges(self, options: EmbedOptions | None = None, **kwargs: Any) -> np.ndarray:
-        """int8/uint8 ranges of bertkit's calibration sentences embedded with these options (once per options).
-
-        Parameters
-        ----------
-        options : EmbedOptions, optional
-            The options the vectors are made with (their output_type is ignored).
-        **kwargs
-            Option fields, as `embed` takes them.
-
-        Returns
-        -------
-        numpy.ndarray
-            (2, dim) minima and maxima.
-        """
-        resolved = options_from(options, kwargs).resolve(self).replace(output_type="float32")
-        key = json.dumps(resolved.record(), sort_keys=True, default=str)
-        if key not in self._ranges:
-            self._ranges[key] = int8_ranges(self.embed(packaged_texts(), resolved, progress=False, warn=False))
-        return self._ranges[key]
 
     def embed_words(
         self,
@@ -322,18 +267,6 @@ class Encoder(EncoderBase):
         return (result, report) if return_report else result
 
     # ---- internals ----------------------------------------------------------------------------------------------
-    def vector_head(self, resolved: EmbedOptions) -> VectorHead:
-        """Return what turns this model's hidden states into vectors for resolved options.
-
-        Layers, pooling, prompt tokens left out of the pooling, the model's Dense modules.
-        """
-        prompt_tokens = 0
-        if resolved.prompt and not resolved.include_prompt:  # as sentence-transformers counts them: with the
-            with tok.TOKENIZER_LOCK:  # leading special token, without the closing one
-                ids = self.tokenizer(resolved.prompt)["input_ids"]
-            prompt_tokens = len(ids) - (1 if ids and ids[-1] in set(self.tokenizer.all_special_ids) else 0)
-        return VectorHead.of(resolved, prompt_tokens, self.sentence_config.dense)
-
     def _encode(self, texts: list, pairs: list | None, resolved: EmbedOptions) -> tuple[list[tok.Encoded], EmbedReport]:
         """Tokenize under the long-text policy and start the call's report (limit, truncated rows, coverage)."""
         if pairs is not None and resolved.long_text == "window":
@@ -356,12 +289,39 @@ class Encoder(EncoderBase):
         return encoded, report
 
 
-def _renamed_kwargs(kwargs: dict, text_pair: Any) -> dict:
-    """`text_pairs` (bertkit 0.2) → `text_pair`, with a warning."""
-    if "text_pairs" in kwargs:
-        kwargs = dict(kwargs)
-        kwargs["text_pair"] = renamed("text_pairs", kwargs.pop("text_pairs"), "text_pair", text_pair)
-    return kwargs
+def vector_head(encoder: Encoder, resolved: EmbedOptions) -> VectorHead:
+    """Return what turns the encoder's hidden states into vectors for resolved options.
+
+    Layers, pooling, prompt tokens left out of the pooling, the model's Dense modules.
+    """
+    prompt_tokens = 0
+    if resolved.prompt and not resolved.include_prompt:
+        prompt_tokens = tok.prompt_length(encoder.tokenizer, resolved.prompt)
+    return VectorHead.of(resolved, prompt_tokens, encoder._loaded.sentence_config.dense)
+
+
+def calibration_ranges(encoder: Encoder, options: EmbedOptions | None = None, **kwargs: Any) -> np.ndarray:
+    """int8/uint8 ranges of bertkit's calibration sentences embedded with these options (once per options).
+
+    Parameters
+    ----------
+    encoder : Encoder
+        The encoder the vectors come from.
+    options : EmbedOptions, optional
+        The options the vectors are made with (their output_type is ignored).
+    **kwargs
+        Option fields, as `embed` takes them.
+
+    Returns
+    -------
+    numpy.ndarray
+        (2, dim) minima and maxima.
+    """
+    resolved = options_from(options, kwargs).resolve(encoder).replace(output_type="float32")
+    key = json.dumps(resolved.record(), sort_keys=True, default=str)
+    if key not in encoder._ranges:
+        encoder._ranges[key] = int8_ranges(encoder.embed(packaged_texts(), resolved, progress=False, warn=False))
+    return encoder._ranges[key]
 
 
 def _with_prompt(texts: list, prompt: str) -> list:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import inspect
 import json
 import os
 import tempfile
@@ -22,7 +23,10 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from ..errors import InputError
+from ..records import check_record, new_record, record_kind
+from . import tokenize as tok
 from .defaults import cache_root
+from .runner import call_model
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -30,8 +34,7 @@ if TYPE_CHECKING:
 SMOOTH_ALPHA = 0.5  # SmoothQuant's default; what calibrations written before the search was added used
 ALPHA_GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 CALIBRATION_FILE = "int8_calibration.safetensors"  # in a model or run directory: that directory's own calibration
-CALIBRATION_FORMAT = "bertkit-int8-calibration/1"
-CACHE_VERSION = 2  # cached calibrations of an older version are made again (2: the smoothing strength is chosen)
+CALIBRATION_KIND = "int8-calibration"  # its bertkit record's kind (bertkit.records), in the safetensors metadata
 PACKAGED_TEXTS = ("calibration.txt", "reviews.tsv")  # bertkit/samples: 118 general sentences and 80 short reviews
 
 
@@ -50,21 +53,24 @@ class Calibration:
     alpha: float = SMOOTH_ALPHA  # smoothing strength, chosen on the calibration texts
 
     def save(self, path: Path) -> None:
-        """Atomically write the calibration as safetensors (no pickle)."""
-        meta = {
-            "format": CALIBRATION_FORMAT,
-            "groups": json.dumps(self.groups),
-            "texts": str(self.texts),
-            "alpha": repr(self.alpha),
-        }
+        """Write the calibration as safetensors (no pickle), its bertkit record in the metadata; complete or absent.
+
+        The cache's writer; `bertkit quantize` writes a model's own through `io.writers.atomic_path`.
+        """
         handle, scratch = tempfile.mkstemp(dir=path.parent, prefix=".calibration-", suffix=".partial")
         os.close(handle)
         try:
-            save_file({k: v.contiguous() for k, v in self.absmax.items()}, scratch, metadata=meta)
+            self.write(Path(scratch))
             os.replace(scratch, path)
         except BaseException:
             Path(scratch).unlink(missing_ok=True)
             raise
+
+    def write(self, path: Path) -> None:
+        """Write the safetensors file at `path` itself (the caller makes it atomic)."""
+        record = new_record(CALIBRATION_KIND, groups=self.groups, texts=self.texts, alpha=self.alpha)
+        tensors = {k: v.contiguous() for k, v in self.absmax.items()}
+        save_file(tensors, str(path), metadata={"bertkit": json.dumps(record)})
 
     def digest(self) -> str:
         """Return a short hash of the groups and maxima: equal digests give equal int8 models for equal weights."""
@@ -79,15 +85,18 @@ class Calibration:
         """Read a calibration written by `save`; a file of another format is an `InputError`."""
         with safe_open(str(path), framework="pt") as handle:
             meta = handle.metadata() or {}
-            if meta.get("format") != CALIBRATION_FORMAT:
+            try:
+                record = json.loads(meta.get("bertkit", "null"))
+            except ValueError:
+                record = None
+            if record_kind(record) != CALIBRATION_KIND:
                 raise InputError(
-                    f"{path}: not a bertkit int8 calibration ({meta.get('format')!r}); make one with "
+                    f"{path}: not a bertkit int8 calibration; make one with "
                     "`bertkit quantize MODEL --calibration FILE -o DIR`."
                 )
+            record = check_record(record, CALIBRATION_KIND, path)
             absmax = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 (safe_open has no __iter__)
-        return cls(
-            json.loads(meta["groups"]), absmax, int(meta.get("texts", 0)), float(meta.get("alpha", SMOOTH_ALPHA))
-        )
+        return cls(record["groups"], absmax, int(record["texts"]), float(record["alpha"]))
 
 
 def layer_stack(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList]:
@@ -130,14 +139,13 @@ def calibrate(model: torch.nn.Module, inputs: Iterable[dict]) -> Calibration:
     groups: list[list[str]] | None = None
     feeds: list[dict] = []
     try:
-        with torch.inference_mode():
-            for feed in inputs:
-                feeds.append(feed)
-                norm_outputs.clear()
-                seen.clear()
-                model(**feed)
-                if groups is None:
-                    groups = [names for _, names in seen.values()]
+        for feed in inputs:
+            feeds.append(feed)
+            norm_outputs.clear()
+            seen.clear()
+            call_model(model, feed, torch.device("cpu"))
+            if groups is None:
+                groups = [names for _, names in seen.values()]
     finally:
         for hook in hooks:
             hook.remove()
@@ -165,9 +173,9 @@ def alpha_errors(
     """
     batches = list(_padded_batches(feeds))
 
-    def layer_means(runner: torch.nn.Module, batch: dict) -> list[torch.Tensor]:
+    def layer_means(network: torch.nn.Module, batch: dict) -> list[torch.Tensor]:
         mask = batch["attention_mask"].unsqueeze(-1).float()
-        states = runner(**batch, output_hidden_states=True).hidden_states[1:]
+        states = call_model(network, batch, torch.device("cpu"), output_hidden_states=True).hidden_states[1:]
         return [(h * mask).sum(1) / mask.sum(1) for h in states]
 
     with torch.inference_mode():
@@ -292,15 +300,13 @@ def quantize_model(model: torch.nn.Module, calibration: Calibration, alpha: floa
 
 
 def calibration_inputs(
-    tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_length: int, with_type_ids: bool
+    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_length: int
 ) -> Iterable[dict]:
-    """Yield one unpadded model input per text (padding would put pad tokens into the channel maxima)."""
-    for text in texts:
-        encoded = tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt")
-        feed = {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
-        if with_type_ids and "token_type_ids" in encoded:
-            feed["token_type_ids"] = encoded["token_type_ids"]
-        yield feed
+    """Yield one unpadded input of `model` per text (padding would put pad tokens into the channel maxima)."""
+    with_type_ids = "token_type_ids" in inspect.signature(model.forward).parameters
+    for item in tok.encode(tokenizer, list(texts), max_length=max_length):
+        ids, mask, types = tok.pad_ids([item.ids], [item.type_ids], tokenizer.pad_token_id)
+        yield {"input_ids": ids, "attention_mask": mask, **({"token_type_ids": types} if with_type_ids else {})}
 
 
 def packaged_texts() -> list[str]:
@@ -320,7 +326,6 @@ def calibration_for(
     model: torch.nn.Module,
     tokenizer: PreTrainedTokenizerBase,
     max_length: int,
-    with_type_ids: bool,
     directory: str | None,
     fingerprint: str | None,
 ) -> Calibration:
@@ -331,10 +336,13 @@ def calibration_for(
     own = Path(directory) / CALIBRATION_FILE if directory else None
     if own is not None and own.is_file():
         return Calibration.load(own)
-    cached = cache_dir() / f"{fingerprint}-{CACHE_VERSION}.safetensors" if fingerprint else None
+    cached = cache_dir() / f"{fingerprint}.safetensors" if fingerprint else None
     if cached is not None and cached.is_file():
-        return Calibration.load(cached)
-    calibration = calibrate(model, calibration_inputs(tokenizer, packaged_texts(), max_length, with_type_ids))
+        try:
+            return Calibration.load(cached)
+        except InputError:  # written by another bertkit: made again
+            pass
+    calibration = calibrate(model, calibration_inputs(model, tokenizer, packaged_texts(), max_length))
     if cached is not None:
         try:
             cached.parent.mkdir(parents=True, exist_ok=True)
@@ -351,7 +359,5 @@ def int8_model_for(encoder: Any) -> tuple[torch.nn.Module, str]:  # an Encoder (
     """
     source = encoder.source
     directory = source.path if source.kind in ("local", "default") else None
-    calibration = calibration_for(
-        encoder.model, encoder.tokenizer, encoder.max_length, encoder.takes_type_ids, directory, encoder.fingerprint
-    )
+    calibration = calibration_for(encoder.model, encoder.tokenizer, encoder.max_length, directory, encoder.fingerprint)
     return quantize_model(encoder.model, calibration).eval(), calibration.digest()

@@ -43,12 +43,12 @@ class Model(Protocol):
     def has_pooler(self) -> bool:
         """Whether the model has a pooler."""
 
-    def check_max_length(self, max_length: int | None) -> int:
+    def _check_max_length(self, max_length: int | None) -> int:
         """Return `max_length`, or the model's limit for None; refused past what the position table takes."""
 
 
 def _option(default: Any, help: str, choices: tuple[str, ...] | None = None, flag: str | None = None) -> Any:
-    """A field with the metadata every surface is generated from: help, choices and the command-line flag."""
+    """Return a field carrying what every surface is generated from: help, choices and the command-line flag."""
     return dataclasses.field(default=default, metadata={"help": help, "choices": choices, "flag": flag})
 
 
@@ -97,21 +97,31 @@ class EmbedOptions:
         None, "cls, pooler, mean, max, several joined by +, or none (token vectors); default: the model's, else mean."
     )
     max_length: int | None = _option(None, "The token limit (default: the model's).")
-    long_text: str = _option("truncate", "A text over the limit is cut, refused, or read in windows.", LONG_TEXT_POLICIES)
+    long_text: str = _option(
+        "truncate", "A text over the limit is cut, refused, or read in windows.", LONG_TEXT_POLICIES
+    )
     stride: int | None = _option(None, "Tokens two neighbouring windows share (default: a quarter of a window).")
     truncation_direction: str = _option("right", "right keeps a long text's beginning, left its end.", DIRECTIONS)
     prompt: str | None = _option(None, "Text put before every input, e.g. 'passage: '.")
     prompt_name: str | None = _option(None, "One of the model's named prompts (bertkit info lists them).")
     include_prompt: bool | None = _option(
-        None, "Pool over the prompt's tokens too (default: the model's Pooling config).", flag="--include-prompt/--exclude-prompt"
+        None,
+        "Pool over the prompt's tokens too (default: the model's Pooling config).",
+        flag="--include-prompt/--exclude-prompt",
     )
-    truncate_dim: int | None = _option(None, "Keep the first N numbers of each vector (Matryoshka), before normalizing.")
+    truncate_dim: int | None = _option(
+        None, "Keep the first N numbers of each vector (Matryoshka), before normalizing."
+    )
     normalize_embeddings: bool | None = _option(
-        None, "Unit-length vectors (default: the model's sentence-transformers config).", flag="--normalize/--no-normalize"
+        None,
+        "Unit-length vectors (default: the model's sentence-transformers config).",
+        flag="--normalize/--no-normalize",
     )
     output_type: str = _option("float32", "The vectors' form: float or compact.", OUTPUT_TYPES)
     dense: bool | None = _option(
-        None, "Apply the model's Dense modules (default: to the model's own sentence vector).", flag="--dense/--no-dense"
+        None,
+        "Apply the model's Dense modules (default: to the model's own sentence vector).",
+        flag="--dense/--no-dense",
     )
 
     def __post_init__(self) -> None:
@@ -227,7 +237,7 @@ class EmbedOptions:
                 f"truncate_dim={self.truncate_dim}: these vectors have {width} numbers; give 1 to {width}."
             )
         normalize = config.normalize and own_vector if self.normalize_embeddings is None else self.normalize_embeddings
-        max_length = encoder.check_max_length(self.max_length)
+        max_length = encoder._check_max_length(self.max_length)
         if self.stride is not None:
             if self.long_text != "window":
                 raise InputError(
@@ -263,7 +273,7 @@ FIELDS = tuple(f.name for f in dataclasses.fields(EmbedOptions))
 
 
 def _check_pooler(encoder: Model, last_only: bool, layers: str) -> None:
-    if not encoder.has_pooler:
+    if not encoder._has_pooler:
         raise InputError(
             f"pooling='pooler': {type(encoder.model).__name__} has no trained pooler layer (DistilBERT and ELECTRA "
             "have none). Use pooling='cls' (the raw [CLS] vector), 'mean' or 'max'."

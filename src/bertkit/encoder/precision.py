@@ -26,34 +26,34 @@ def fast_bf16_cpu() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-def check_precision(precision: str, device: torch.device | None = None) -> str:
-    """Validate `precision` for `device` (default the CPU).
+def check_precision(precision: str, device: torch.device | None = None, name: str = "precision") -> str:
+    """Validate `precision` for `device` (default the CPU): the one check, for inference and training alike.
 
-    bf16 only where it is native, fp16 only on a GPU, int8 only on a CPU with torch's int8 matrix product.
+    bf16 only where it is native, fp16 only on a GPU, int8 only on a CPU with torch's int8 matrix product. `name` is
+    the option the message names (`mixed_precision` for training).
     """
     device = device or torch.device("cpu")
     if precision not in PRECISIONS:
-        raise InputError(f"precision={precision!r}: valid values are {', '.join(PRECISIONS)}.")
+        raise InputError(f"{name}={precision!r}: valid values are {', '.join(PRECISIONS)}.")
     if precision == "int8" and device.type != "cpu":
         raise InputError(
-            f"precision='int8' is a CPU option (int8 matrix products through oneDNN's VNNI/AMX kernels); on "
+            f"{name}='int8' is a CPU option (int8 matrix products through oneDNN's VNNI/AMX kernels); on "
             f"{device} use precision='fp16' or precision='bf16', which GPUs run natively."
         )
     if precision == "fp16" and device.type == "cpu":
         raise InputError(
-            "precision='fp16' runs on a GPU (CUDA or MPS); on a CPU use 'bf16' where the CPU has native bf16, or "
-            "'fp32'."
+            f"{name}='fp16' runs on a GPU (CUDA or MPS); on a CPU use 'bf16' where the CPU has native bf16, or 'fp32'."
         )
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise InputError(f"precision='bf16': {torch.cuda.get_device_name(device)} has no bf16; use precision='fp16'.")
+        raise InputError(f"{name}='bf16': {torch.cuda.get_device_name(device)} has no bf16; use {name}='fp16'.")
     if precision == "int8" and not hasattr(torch, "_int_mm"):
         raise InputError(
-            f"precision='int8' needs torch's int8 matrix product (torch >= 2.2; this is {torch.__version__}): "
+            f"{name}='int8' needs torch's int8 matrix product (torch >= 2.2; this is {torch.__version__}): "
             "pip install torch==2.13.0, or use precision='fp32'."
         )
     if precision == "bf16" and device.type == "cpu" and not fast_bf16_cpu():
         raise InputError(
-            f"precision='bf16': this CPU ({torch.backends.cpu.get_cpu_capability()}) has no native bf16 "
+            f"{name}='bf16': this CPU ({torch.backends.cpu.get_cpu_capability()}) has no native bf16 "
             "(no AMX or AVX512-BF16), so bf16 matrix products are emulated and far slower than fp32 "
             "(benchmarks/bench.py --precision fp32,bf16 shows by how much). Use precision='fp32' here; bf16 pays off "
             "on CPUs with AMX (Intel Sapphire Rapids and later) or AVX512-BF16."

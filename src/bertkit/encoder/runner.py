@@ -1,6 +1,7 @@
 """The one runner: tokenized rows → a token-budget plan → forward passes → out-of-memory split → input order.
 
-`Encoder.embed`, every fine-tuned run and the service's batcher run their model through a `Runner`.
+`Encoder.embed`, every fine-tuned run and the service's batcher run their model through a `Runner`; each pass, and
+every other model call (int8 calibration, the explainer's attention), is `call_model`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 
 from ..errors import InputError
 from .devices import OutOfDeviceMemory
+from .precision import autocast
 from .threads import forward_in_parallel, total_threads
 from .tokenize import pad_ids
 
@@ -24,6 +26,38 @@ logger = logging.getLogger(__name__)
 
 PASS_OVERHEAD_TOKENS = 32  # a forward pass's fixed cost on a CPU, in tokens' worth of compute (README, serving)
 GPU_PASS_OVERHEAD_TOKENS = 4096  # on a GPU a pass's launches cost far more than its padding: fewer, fuller passes
+
+
+def call_model(
+    model: torch.nn.Module,
+    inputs: dict[str, torch.Tensor],
+    device: torch.device,
+    precision: str = "fp32",
+    **options: Any,
+) -> Any:
+    """Run one forward pass: the inputs moved to `device`, no gradients, `precision`'s autocast on that device.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A transformers model (or its int8 copy).
+    inputs : dict of str to torch.Tensor
+        Its padded inputs.
+    device : torch.device
+        Where the model's weights are.
+    precision : str
+        A checked precision ('fp32', 'bf16', 'fp16', 'int8').
+    **options
+        The model's own keywords (`output_hidden_states`, `output_attentions`, ...).
+
+    Returns
+    -------
+    Any
+        The model's output.
+    """
+    inputs = {name: tensor.to(device, non_blocking=True) for name, tensor in inputs.items()}
+    with torch.inference_mode(), autocast(precision, device):
+        return model(**inputs, **options)
 
 
 @dataclass(frozen=True)

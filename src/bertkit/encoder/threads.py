@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import InputError, warn_deprecated
+from ..errors import InputError
 
 _layout_lock = threading.Lock()
 _layout_users = 0
@@ -44,17 +44,6 @@ def set_threads(threads: int | None) -> None:
     # that first, or a thread that sets its own count before any op would later be reset to the process-wide one.
     torch.get_num_threads()
     torch.set_num_threads(threads)
-
-
-def deprecated_threads(threads: int | None) -> None:
-    """Honour a deprecated `threads=` argument (bertkit 0.2) with a warning: it sets threads for the whole process."""
-    if threads is None:
-        return
-    warn_deprecated(
-        "threads= is deprecated: it changes torch's threads for the whole process. Call bertkit.set_threads(n) once "
-        "instead."
-    )
-    set_threads(threads)
 
 
 @contextmanager

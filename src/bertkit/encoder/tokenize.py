@@ -174,6 +174,37 @@ def word_spans_of(text: Text) -> tuple[str, list[tuple[int, int]] | None]:
     return " ".join(text), spans
 
 
+def content_bounds(special_mask: Sequence[int]) -> tuple[int, int]:
+    """[start, end) of the non-special tokens of one sequence (specials sit at both ends)."""
+    start, end = 0, len(special_mask)
+    while start < end and special_mask[start]:
+        start += 1
+    while end > start and special_mask[end - 1]:
+        end -= 1
+    return start, end
+
+
+def part_positions(item: Encoded) -> list[list[int | None]]:
+    """For each part the model reads (`Encoded.parts`), each token's position in the whole encoding.
+
+    None marks a window's own special tokens; a window's content starts where the one before ends, less the stride.
+    """
+    if not item.windows:
+        return [list(range(len(item.ids)))]
+    position = content_bounds(item.encoding.special_tokens_mask)[0]
+    result: list[list[int | None]] = []
+    for window in item.windows:
+        a, b = content_bounds(window.special_tokens_mask)
+        result.append([None] * a + list(range(position, position + b - a)) + [None] * (len(window.ids) - b))
+        position += b - a - item.stride
+    return result
+
+
+def word_starts(word_ids: Sequence[int | None]) -> list[int | None]:
+    """Per token, the word it starts (a word's first sub-token: where a tagger reads and learns its tag), else None."""
+    return [w if w is not None and (k == 0 or word_ids[k - 1] != w) else None for k, w in enumerate(word_ids)]
+
+
 def check_texts(texts: str | Sequence, name: str = "texts") -> list:
     """Texts as a list, rejecting None/NaN and non-strings with the row number; '' is valid.
 
@@ -258,7 +289,7 @@ def encode(
         return encoded
     truncation = "longest_first" if second_part is None else f"only_{window_side}"
     budget = max_length - backend.num_special_tokens_to_add(second is not None)
-    overlap = budget // 4 if stride is None else check_stride(stride, budget)
+    overlap = budget // 4 if stride is None else stride  # checked where it entered (EmbedOptions, qa_windows)
     with TOKENIZER_LOCK:
         try:
             windows = _encodings(backend, first_part, second_part, max_length, strategy=truncation, stride=overlap)
@@ -268,6 +299,16 @@ def encode(
         encoded[row].windows = [encoding, *encoding.overflowing]
         encoded[row].stride = overlap
     return encoded
+
+
+def prompt_length(tokenizer: Any, prompt: str) -> int:
+    """Tokens a prompt takes at the start of a text, as sentence-transformers counts them.
+
+    With the leading special token, without the closing one.
+    """
+    with TOKENIZER_LOCK:
+        ids = tokenizer(prompt)["input_ids"]
+    return len(ids) - (1 if ids and ids[-1] in set(tokenizer.all_special_ids) else 0)
 
 
 def _encodings(backend: Any, texts: list[str], pairs: list[str] | None, max_length: int = 0, **truncation: Any) -> list:

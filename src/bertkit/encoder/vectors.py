@@ -22,6 +22,7 @@ from .pooling import parse_pooling, pool_sentences
 from .progress import Progress
 from .runner import Row, Runner
 from .st_config import DenseLayer
+from .tokenize import content_bounds
 
 if TYPE_CHECKING:
     from .results import EmbedReport
@@ -92,16 +93,6 @@ def finish(
     if token_vectors:
         return vectors.astype(np.float32, copy=False)
     return compact(vectors, options.output_type, ranges if options.output_type in RANGED else None)
-
-
-def content_bounds(special_mask: Sequence[int]) -> tuple[int, int]:
-    """[start, end) of the non-special tokens of one sequence (specials sit at both ends)."""
-    start, end = 0, len(special_mask)
-    while start < end and special_mask[start]:
-        start += 1
-    while end > start and special_mask[end - 1]:
-        end -= 1
-    return start, end
 
 
 def stitch(full_mask: Sequence[int], windows: Sequence, stride: int, vectors: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -15,6 +15,7 @@ import torch
 from ..encoder.encode import Encoder
 from ..encoder.layers import parse_layers
 from ..encoder.pooling import parse_pooling
+from ..encoder.runner import call_model
 from ..errors import InputError
 
 if TYPE_CHECKING:
@@ -178,9 +179,7 @@ def attention_weights(encoder: Encoder, batch: Batch) -> tuple[torch.Tensor, ...
     inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
     if "token_type_ids" in inspect.signature(twin.forward).parameters:
         inputs["token_type_ids"] = batch.token_type_ids
-    inputs = {name: tensor.to(encoder.device) for name, tensor in inputs.items()}
-    with torch.inference_mode():
-        out = twin(**inputs, output_attentions=True, return_dict=True)
+    out = call_model(twin, inputs, encoder.device, encoder.precision, output_attentions=True, return_dict=True)
     return tuple(a.float() for a in out.attentions)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..encoder.compact import RANGED, compact
 from ..encoder.devices import OutOfDeviceMemory
-from ..encoder.encode import Encoder
+from ..encoder.encode import Encoder, calibration_ranges
 from ..encoder.options import EmbedOptions, options_from
 from ..encoder.tokenize import TextTooLong
 from ..errors import BertkitError, InputError, add_note
@@ -119,7 +119,7 @@ def embed_file(
     result = StreamResult(total, dim, done, 0, 0, 0, 0)
     rows = islice(read_rows(), done, None)
     if output_type in RANGED and ranges is None:
-        ranges = encoder.calibration_ranges(floats)
+        ranges = calibration_ranges(encoder, floats)
     handle = os.open(partial, os.O_WRONLY)
     try:
         while done < total:

@@ -58,15 +58,16 @@ def served_encoder(encoder: Encoder, settings: ServeSettings) -> Encoder:
 
     `--max-batch-tokens` is the copy's token budget and `--concurrent-batches` its passes in flight; a GPU runs one.
     """
-    budget = settings.max_batch_tokens or encoder.max_batch_tokens
-    concurrent = settings.concurrent_batches or encoder.concurrent_batches
+    runner = encoder.runner()
+    budget = settings.max_batch_tokens or runner.max_batch_tokens
+    concurrent = settings.concurrent_batches or runner.concurrent
     if encoder.device.type != "cpu" and concurrent > 1:
         logger.warning("--concurrent-batches %d: on %s one pass runs at a time; using 1.", concurrent, encoder.device)
         concurrent = 1
-    if (budget, concurrent) == (encoder.max_batch_tokens, encoder.concurrent_batches):
+    if (budget, concurrent) == (runner.max_batch_tokens, runner.concurrent):
         return encoder
     served = copy.copy(encoder)
-    served.max_batch_tokens, served.concurrent_batches = budget, concurrent
+    served._max_batch_tokens, served._concurrent_batches = budget, concurrent  # the copy's own batching
     return served
 
 
@@ -87,8 +88,8 @@ class Service:
         for index in self.indexes.values():  # an index of another model's vectors is refused before the server starts
             index.check_encoder(encoder)
         self.metrics = Metrics()
-        self.concurrent_batches = self.encoder.concurrent_batches
-        self.max_batch_tokens = self.encoder.max_batch_tokens
+        runner = self.encoder.runner()
+        self.concurrent_batches, self.max_batch_tokens = runner.concurrent, runner.max_batch_tokens
         self.batcher = Batcher(self.metrics, self.max_batch_tokens, self.settings.max_queue_tokens)
 
     async def embed(

@@ -19,8 +19,7 @@ from threadpoolctl import threadpool_limits
 
 from ..encoder.devices import describe
 from ..encoder.options import EmbedOptions
-from ..encoder.threads import deprecated_threads
-from ..errors import InputError, ModelLoadError, warn_deprecated
+from ..errors import InputError, ModelLoadError
 
 if TYPE_CHECKING:
     from sklearn.utils import Tags
@@ -36,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 HEAD_FILE = "head.skops"
 # scikit-learn's own helpers inside fitted estimators, which skops does not trust by itself. Anything else in a
-# saved head is refused unless the caller names it (`TextClassifier.load(dir, trusted=[...])`).
+# saved head is refused unless the caller names it (`TextClassifier.from_pretrained(dir, trusted=[...])`).
 TRUSTED_TYPES = (
     "sklearn.calibration._CalibratedClassifier",
     "sklearn.calibration._SigmoidCalibration",
@@ -265,24 +264,12 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         }
         return write_run_directory(directory, files, overwrite)
 
-    def save(self, directory: str | Path, **kwargs: Any) -> Path:
-        """Save the classifier: the deprecated name of `save_pretrained`."""
-        warn_deprecated("TextClassifier.save is now save_pretrained.")
-        return self.save_pretrained(directory, **kwargs)
-
-    @classmethod
-    def load(cls, directory: str | Path, **kwargs: Any) -> TextClassifier:
-        """Load a saved classifier: the deprecated name of `from_pretrained`."""
-        warn_deprecated("TextClassifier.load is now from_pretrained.")
-        return cls.from_pretrained(directory, **kwargs)
-
     @classmethod
     def from_pretrained(
         cls,
         directory: str | Path,
         *,
         cache: str | Path | None = "memory",
-        threads: int | None = None,
         precision: str | None = None,
         trusted: Sequence[str] = (),
         device: str | None = "auto",
@@ -295,8 +282,6 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             A run saved by `save_pretrained` or `bertkit train`.
         cache : str, Path or None
             The vectorizer's embedding cache ("memory", a directory, or None).
-        threads : int, optional
-            Deprecated: `bertkit.set_threads`.
         precision : str, optional
             None uses the precision the run was trained with; another one works and warns, since its vectors
             differ slightly from those the classifier learned on.
@@ -311,7 +296,6 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             Fitted, ready to predict.
         """
         record = read_run_config(directory, expected_kind=KIND_FEATURES)
-        deprecated_threads(threads)
         vectorizer = _saved_vectorizer(directory, record, cache, precision, device)
         head = _load_head(Path(directory) / HEAD_FILE, trusted)
         params = record["params"]
@@ -358,7 +342,7 @@ def _saved_vectorizer(
             precision,
         )
     trained_calibration = features.get("int8_calibration")
-    calibration = vectorizer.encoder_.int8_calibration
+    calibration = vectorizer.encoder_.precision_record().get("int8_calibration")
     if precision == trained_precision == "int8" and trained_calibration not in (None, calibration):
         logger.warning(
             "%s was trained on int8 vectors of calibration %s and now runs with calibration %s: its "
@@ -385,6 +369,6 @@ def _load_head(path: Path, trusted: Sequence[str]) -> Pipeline:
     if unknown:
         raise ModelLoadError(
             f"{path} holds types bertkit does not load unless you trust them: {', '.join(unknown)}. If you made this "
-            "file, pass trusted=[...] with those names to TextClassifier.load."
+            "file, pass trusted=[...] with those names to TextClassifier.from_pretrained."
         )
     return skops.load(path, trusted=found)

@@ -20,10 +20,10 @@ from ..encoder import tokenize as tok
 from ..encoder.devices import describe, resolve_device, token_budget
 from ..encoder.int8 import calibration_for, quantize_model
 from ..encoder.models import quiet_transformers, refuse_model_code
-from ..encoder.precision import autocast, check_precision
-from ..encoder.runner import Row, Runner
-from ..encoder.threads import deprecated_threads, total_threads
-from ..errors import InputError, ModelLoadError, brief, warn_deprecated
+from ..encoder.precision import check_precision
+from ..encoder.runner import Row, Runner, call_model
+from ..encoder.threads import total_threads
+from ..errors import InputError, ModelLoadError, brief
 from ..records import new_record
 from .runs import CONFIG_FILE, read_run_config, write_run_directory
 
@@ -49,12 +49,10 @@ class FineTuned:
         tokenizer: Any,
         max_length: int,
         record: dict | None = None,
-        threads: int | None = None,
         precision: str | None = None,
         long_text: str | None = None,
         directory: str | Path | None = None,
     ) -> None:
-        deprecated_threads(threads)
         self.long_text = long_text or self.LONG_TEXTS[0]
         if self.long_text not in self.LONG_TEXTS:
             honoured = ", ".join(map(repr, self.LONG_TEXTS))
@@ -80,9 +78,7 @@ class FineTuned:
         self.takes_type_ids = "token_type_ids" in inspect.signature(model.forward).parameters
         self.network = model  # what runs: the model, or its int8 copy (the head stays fp32)
         if self.precision == "int8":
-            calibration = calibration_for(
-                model, tokenizer, max_length, self.takes_type_ids, str(directory) if directory else None, None
-            )
+            calibration = calibration_for(model, tokenizer, max_length, str(directory) if directory else None, None)
             self.network = quantize_model(model.eval(), calibration).eval()
 
     @classmethod
@@ -90,7 +86,6 @@ class FineTuned:
         cls,
         directory: str | Path,
         *,
-        threads: int | None = None,
         precision: str | None = None,
         long_text: str | None = None,
         device: str | None = "auto",
@@ -101,8 +96,6 @@ class FineTuned:
         ----------
         directory : str or Path
             The run directory.
-        threads : int, optional
-            Deprecated: `bertkit.set_threads`.
         precision : str, optional
             None runs at the precision the model was trained with; 'int8' quantises the encoder layers (with the
             directory's own calibration when `bertkit quantize` wrote one), 'bf16'/'fp16' autocast where they run.
@@ -132,13 +125,7 @@ class FineTuned:
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"{directory}: cannot load the fine-tuned model ({brief(exc)}).") from None
         model.eval().to(resolve_device(device))
-        return cls(model, tokenizer, int(record["max_length"]), record, threads, precision, long_text, directory)
-
-    @classmethod
-    def load(cls, directory: str | Path, **options: Any) -> Any:
-        """Load a run: the deprecated name of `from_pretrained`."""
-        warn_deprecated(f"{cls.__name__}.load is now from_pretrained.")
-        return cls.from_pretrained(directory, **options)
+        return cls(model, tokenizer, int(record["max_length"]), record, precision, long_text, directory)
 
     def save_pretrained(self, directory: str | Path, *, overwrite: bool = False) -> Path:
         """Write this run (model, tokenizer, `bertkit.json`) as a new directory, complete or absent.
@@ -169,11 +156,6 @@ class FineTuned:
     def device(self) -> torch.device:
         """Where the model's weights are (inputs go there)."""
         return next(self.model.parameters()).device
-
-    @property
-    def with_type_ids(self) -> bool:
-        """Deprecated name of `takes_type_ids`."""
-        return self.takes_type_ids
 
     def facts(self) -> dict[str, str]:
         """Say what this run is, in a few lines: what `repr` and Jupyter show."""
@@ -243,9 +225,7 @@ class FineTuned:
             self.model.train(was_training)
 
     def _forward(self, inputs: dict[str, torch.Tensor]) -> Any:
-        inputs = {name: tensor.to(self.device) for name, tensor in inputs.items()}
-        with torch.inference_mode(), autocast(self.precision, self.device):
-            return self.network(**inputs)
+        return call_model(self.network, inputs, self.device, self.precision)
 
     def _take(self, group: list[int], inputs: dict, out: Any) -> list[torch.Tensor]:
         """Per row of a pass: its logits (a class row, or one row per real token)."""

@@ -19,7 +19,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score
 from threadpoolctl import threadpool_limits
 
-from ..encoder.threads import deprecated_threads
+from ..encoder.runner import call_model
 from ..errors import InputError
 from ..io.cache import EmbeddingCache
 from ..io.conll import read_labelled_text, read_tagged
@@ -110,7 +110,6 @@ def probe_text(
     seed: int = 0,
     cv: int = 5,
     cache: str | Path | None = "memory",
-    threads: int | None = None,
     device: str | None = "auto",
     text_column: str | int | None = None,
     label_column: str | int | None = None,
@@ -137,8 +136,6 @@ def probe_text(
         Folds for choosing C.
     cache : str or Path or None
         Where token vectors are cached ('memory', a folder, or None).
-    threads : int, optional
-        Deprecated: `bertkit.set_threads`.
     device : str, optional
         'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'.
     text_column, label_column, header
@@ -153,7 +150,6 @@ def probe_text(
     poolings = tuple(p.strip().lower() for p in poolings if p.strip())
     if not poolings or set(poolings) - set(TEXT_POOLINGS):
         raise InputError(f"poolings {list(poolings)}: choose from {', '.join(TEXT_POOLINGS)}.")
-    deprecated_threads(threads)
     data = read_labelled_text(train, text_column, label_column, header)
     dev_data = read_labelled_text(dev, text_column, label_column, header)
     texts, labels = data.texts[:limit], [str(v) for v in data.labels[:limit]]
@@ -165,7 +161,7 @@ def probe_text(
         model=model, layers="all:concat", pooling="+".join(token_poolings), cache=cache, progress=False, device=device
     ).fit([])
     encoder = vectorizer.encoder_
-    if "pooler" in poolings and not encoder.has_pooler:
+    if "pooler" in poolings and not encoder.info()["pooler"]:
         logger.info("%s has no pooler: the pooler rows are left out.", type(encoder.model).__name__)
         poolings = tuple(p for p in poolings if p != "pooler")
     started = time.perf_counter()
@@ -204,9 +200,8 @@ def probe_text(
 
 def _pooler(encoder: Encoder, cls_last: np.ndarray) -> np.ndarray:
     """Apply the model's pooler (dense + tanh over the last layer's [CLS]) to cached vectors: no second pass."""
-    with torch.no_grad():
-        states = torch.from_numpy(np.ascontiguousarray(cls_last))[:, None, :].to(encoder.device)
-        return encoder.model.pooler(states).float().cpu().numpy()
+    states = {"hidden_states": torch.from_numpy(np.ascontiguousarray(cls_last))[:, None, :]}
+    return call_model(encoder.model.pooler, states, encoder.device, encoder.precision).float().cpu().numpy()
 
 
 def _fit_text(
@@ -263,7 +258,6 @@ def probe_token(
     seed: int = 0,
     C: float = TOKEN_C,
     cache: str | Path | None = "memory",
-    threads: int | None = None,
     device: str | None = "auto",
 ) -> ProbeResult:
     """Tagging probe: a per-word LogisticRegression on word vectors per layer choice; entity F1 and token accuracy.
@@ -282,7 +276,7 @@ def probe_token(
         The classifier's random state.
     C : float
         The logistic regression's inverse regularisation (fixed: a search per layer costs too much here).
-    cache, threads, device
+    cache, device
         As `probe_text` takes them.
 
     Returns
@@ -294,7 +288,6 @@ def probe_token(
     words, tags = data.words[:limit], data.tags[:limit]
     names = sorted({t for s in tags for t in s})
     check_known_labels(dev, [t for s in dev_data.tags for t in s], names, "the training sentences used")
-    deprecated_threads(threads)
     encoder = shared_encoder(model, device=device)
     options = {
         "model": encoder.fingerprint,

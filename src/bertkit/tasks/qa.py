@@ -74,20 +74,20 @@ def qa_windows(
         )
     keep = max(1, min(max_question_len, room // 2))
     stripped = [q.lstrip() for q in questions]
-    with tok.TOKENIZER_LOCK:
-        backend = tokenizer.backend_tokenizer
-        backend.no_truncation()
-        backend.no_padding()
-        alone = backend.encode_batch(stripped, add_special_tokens=False) if stripped else []
-    kept = [q[: e.offsets[keep - 1][1]] if len(e.ids) > keep else q for q, e in zip(stripped, alone)]
-    strides = [max(0, min(stride, room - min(len(e.ids), keep) - 1)) for e in alone]  # a long question: less overlap
+    specials = tokenizer.num_special_tokens_to_add(pair=False)
+    alone = tok.encode(tokenizer, stripped, max_length=keep + specials)  # a question is truncated as any text is
+    kept, strides = [], []
+    for question, item in zip(stripped, alone):
+        end = tok.content_bounds(item.encoding.special_tokens_mask)[1]
+        kept.append(question[: item.encoding.offsets[end - 1][1]] if item.truncated else question)
+        strides.append(max(0, min(stride, room - min(item.full_length - specials, keep) - 1)))  # long: less overlap
     left = getattr(tokenizer, "padding_side", "right") == "left"
-    side = "first" if left else "second"
     parts: list[list[Any]] = [[] for _ in questions]
     for shared in sorted(set(strides)):
         rows = [i for i, s in enumerate(strides) if s == shared]
         first = [contexts[i] if left else kept[i] for i in rows]
         second = [kept[i] if left else contexts[i] for i in rows]
+        side = "first" if left else "second"
         encoded = tok.encode(
             tokenizer, first, second, max_length=max_length, long_text="window", stride=shared, window_side=side
         )
@@ -114,9 +114,7 @@ class Candidates:
 
 def window_spans(start: np.ndarray, end: np.ndarray, window: Any, side: int, max_answer_len: int) -> list[tuple]:
     """Return (logit, first token, last token) of the spans of a window's best `N_BEST` start and end tokens."""
-    context = np.flatnonzero(np.array([s == side for s in window.sequence_ids], dtype=bool))
-    if context.size == 0:
-        return []
+    context = np.flatnonzero(np.array([s == side for s in window.sequence_ids], dtype=bool))  # may be empty
     starts = context[np.argsort(-start[context], kind="stable")[:N_BEST]]
     ends = context[np.argsort(-end[context], kind="stable")[:N_BEST]]
     length = ends[None, :] - starts[:, None] + 1

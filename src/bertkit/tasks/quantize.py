@@ -16,7 +16,7 @@ import numpy as np
 from ..encoder.encode import Encoder
 from ..encoder.int8 import CALIBRATION_FILE, calibrate, calibration_inputs
 from ..errors import InputError
-from ..io.writers import check_output, staged_directory
+from ..io.writers import atomic_path, check_output, staged_directory
 from ..records import record_kind
 from .finetuned import FineTunedClassifier
 from .runs import CONFIG_FILE, KIND_FEATURES, KIND_TEXT, KIND_TOKEN, read_run_config
@@ -55,14 +55,15 @@ def quantize(model: str | None, output: str | Path, texts: Sequence[str], *, ove
     run = kind in (KIND_TEXT, KIND_TOKEN)
     loader = FineTunedClassifier if kind == KIND_TEXT else FineTunedTagger
     fp32 = loader.from_pretrained(model, precision="fp32") if run else Encoder.from_pretrained(model)
-    calibration = calibrate(fp32.model, calibration_inputs(fp32.tokenizer, texts, fp32.max_length, fp32.takes_type_ids))
+    calibration = calibrate(fp32.model, calibration_inputs(fp32.model, fp32.tokenizer, texts, fp32.max_length))
     with staged_directory(output) as stage:
         if run or fp32.source.kind in ("local", "default"):
             _copy_files(Path(model if run else fp32.source.path), stage)
         else:
             fp32.model.save_pretrained(stage, safe_serialization=True)
             fp32.tokenizer.save_pretrained(stage)
-        calibration.save(stage / CALIBRATION_FILE)
+        with atomic_path(stage / CALIBRATION_FILE) as path:
+            calibration.write(path)
     sample = texts[:FIDELITY_TEXTS]
     if run:
         fidelity = _prediction_fidelity(fp32, loader.from_pretrained(output, precision="int8"), sample, kind)

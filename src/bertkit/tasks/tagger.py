@@ -8,12 +8,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..encoder import tokenize as tok
 from ..encoder.models import quiet_transformers
-from ..encoder.precision import autocast
 from ..encoder.runner import Row
-from ..encoder.tokenize import TOKENIZER_LOCK, check_texts
+from ..encoder.vectors import stitch
 from ..errors import InputError
-from .finetune.examples import split_words, word_pieces
+from .finetune.examples import split_words
 from .finetuned_model import EVAL_BATCH_SIZE, FineTuned
 from .runs import KIND_TOKEN
 from .tagging import Entity, entity_spans
@@ -24,8 +24,8 @@ AGGREGATIONS = ("none", "simple", "first", "average", "max")  # transformers' to
 class FineTunedTagger(FineTuned):
     """Token classification (`AutoModelForTokenClassification`): tags per word, entities with character spans.
 
-    A sentence longer than the run's maximum length is read in pieces cut at word boundaries, the pieces it was
-    trained on: every word stays whole in one piece, tagged at its first sub-token.
+    A sentence longer than the run's maximum length is read in the tokenizer's overflow windows, stitched back by
+    token (as `Encoder.embed_words` does): every word is tagged at its first sub-token, as in training.
     """
 
     KIND = KIND_TOKEN
@@ -54,16 +54,13 @@ class FineTunedTagger(FineTuned):
         tags = [["O"] * len(s) for s in sentences]
         scores = [[0.0] * len(s) for s in sentences]
         nonempty = [i for i, s in enumerate(sentences) if s]
-        if nonempty:
-            pieces, _ = word_pieces(self.tokenizer, [sentences[i] for i in nonempty], self.max_length)
-            logits = self.outputs([Row(p.input_ids, p.token_type_ids) for p in pieces], batch_size)
-            for piece, piece_logits in zip(pieces, logits):
-                sentence = nonempty[piece.sentence]
-                best = torch.softmax(piece_logits, dim=-1).max(dim=-1)
-                for position, word in enumerate(piece.word_starts):
-                    if word is not None:
-                        tags[sentence][piece.first_word + word] = str(self.classes_[int(best.indices[position])])
-                        scores[sentence][piece.first_word + word] = float(best.values[position])
+        encoded = self.encode([sentences[i] for i in nonempty])
+        for sentence, item, logits in zip(nonempty, encoded, self.token_logits(encoded, batch_size)):
+            best = torch.softmax(logits, dim=-1).max(dim=-1)
+            for position, word in enumerate(tok.word_starts(item.word_ids())):
+                if word is not None:
+                    tags[sentence][word] = str(self.classes_[int(best.indices[position])])
+                    scores[sentence][word] = float(best.values[position])
         return (tags, scores) if return_scores else tags
 
     def predict(
@@ -80,15 +77,15 @@ class FineTunedTagger(FineTuned):
         aggregation : str, optional
             None: bertkit's words (CoNLL-style: whitespace, then punctuation peeled off), each tagged at its first
             sub-token as in training and `bertkit evaluate`, an entity's score the mean of its words'.
-            'none', 'simple', 'first', 'average' or 'max': transformers' token-classification pipeline with that
-            `aggregation_strategy` on the same model ('none': one entry per token, typed by its tag).
+            'none', 'simple', 'first', 'average' or 'max': transformers' token-classification pipeline's
+            `aggregation_strategy` over the same logits ('none': one entry per token, typed by its tag).
 
         Returns
         -------
         list of lists of Entity
             One list per text.
         """
-        texts = check_texts(texts)
+        texts = tok.check_texts(texts)
         if aggregation is not None:
             return self._pipeline_entities(texts, aggregation, batch_size)
         split = [split_words(text) for text in texts]
@@ -104,25 +101,45 @@ class FineTunedTagger(FineTuned):
             results.append(entities)
         return results
 
+    def token_logits(self, encoded: Sequence[tok.Encoded], batch_size: int = EVAL_BATCH_SIZE) -> list[torch.Tensor]:
+        """Each input's (tokens, classes) logits over its whole encoding: a long one's windows stitched by token."""
+        outputs = iter(
+            self.outputs([Row(part.ids, part.type_ids) for item in encoded for part in item.parts], batch_size)
+        )
+        result = []
+        for item in encoded:
+            parts = [next(outputs) for _ in item.parts]
+            result.append(
+                stitch(item.encoding.special_tokens_mask, item.windows, item.stride, parts)
+                if item.windows
+                else parts[0]
+            )
+        return result
+
     def _pipeline_entities(self, texts: list[str], aggregation: str, batch_size: int) -> list[list[Entity]]:
-        """Run transformers' token-classification pipeline; its entities in bertkit's shape."""
+        """Entities as transformers' token-classification pipeline aggregates them, from the one runner's logits."""
         if aggregation not in AGGREGATIONS:
             raise InputError(
                 f"aggregation={aggregation!r}: valid values are {', '.join(AGGREGATIONS)} (or None for "
                 "bertkit's word-level tags)."
             )
-        from transformers import pipeline
+        from transformers import TokenClassificationPipeline
+        from transformers.pipelines.token_classification import AggregationStrategy
 
         with quiet_transformers():
-            tagger = pipeline(
-                "token-classification",
-                model=self.network,
-                tokenizer=self.tokenizer,
-                aggregation_strategy=aggregation,
-                device=self.device,
-            )
-        with TOKENIZER_LOCK, torch.inference_mode(), autocast(self.precision):
-            found = tagger(texts, batch_size=batch_size) if texts else []
+            pipeline = TokenClassificationPipeline(model=self.model, tokenizer=self.tokenizer, device=self.device)
+        encoded = self.encode(texts)
+        found = []
+        for text, item, logits in zip(texts, encoded, self.token_logits(encoded, batch_size)):
+            encoding = item.encoding
+            output = {
+                "logits": logits[None],
+                "input_ids": torch.tensor(encoding.ids)[None],
+                "offset_mapping": torch.tensor(encoding.offsets)[None],
+                "special_tokens_mask": torch.tensor(encoding.special_tokens_mask)[None],
+                "sentence": text,
+            }
+            found.append(pipeline.postprocess([output], AggregationStrategy[aggregation.upper()]))
         return [
             [
                 Entity(

@@ -16,7 +16,6 @@ from ..encoder.defaults import DEFAULT_FEATURE_LAYERS, DEFAULT_FEATURE_POOLING
 from ..encoder.devices import resolve_device
 from ..encoder.encode import Encoder
 from ..encoder.options import FIELDS, EmbedOptions
-from ..encoder.threads import deprecated_threads
 from ..encoder.tokenize import check_texts
 from ..errors import InputError
 from ..io.cache import EmbeddingCache
@@ -66,8 +65,6 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         The encoder's arithmetic: 'fp32', 'bf16', 'fp16' (GPUs) or 'int8' (CPUs).
     device : str
         'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'.
-    threads, dimensions, normalize : optional
-        Deprecated: `bertkit.set_threads`, `truncate_dim`, `normalize_embeddings`.
 
     Examples
     --------
@@ -102,9 +99,6 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         progress: bool | None = None,
         precision: str = "fp32",
         device: str | None = "auto",
-        threads: int | None = None,
-        dimensions: int | None = None,
-        normalize: bool | None = None,
     ) -> None:
         self.model = model
         self.layers = layers
@@ -125,9 +119,6 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         self.progress = progress
         self.precision = precision
         self.device = device
-        self.threads = threads
-        self.dimensions = dimensions
-        self.normalize = normalize
 
     def fit(self, X: Sequence[str], y: Any = None) -> BertVectorizer:
         """Load the encoder and check the options; nothing is learned from X.
@@ -150,7 +141,6 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
                 "BertVectorizer makes one vector per text; pooling='none' gives token vectors: use "
                 "Encoder.embed_tokens."
             )
-        deprecated_threads(self.threads)
         self.encoder_ = shared_encoder(self.model, self.precision, self.device)
         self.options_ = options.resolve(self.encoder_)  # refuses options this model cannot serve, before any work
         self.n_features_out_ = self.encoder_.output_dim(self.options_)
@@ -160,7 +150,7 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
     def embed_options(self) -> EmbedOptions:
         """Return the `EmbedOptions` these parameters make (not yet resolved against the model)."""
         values = {name: getattr(self, name) for name in FIELDS}
-        return EmbedOptions.from_kwargs(None, **values, dimensions=self.dimensions, normalize=self.normalize)
+        return EmbedOptions.from_kwargs(None, **values)
 
     def transform(self, X: str | Sequence[str]) -> np.ndarray:
         """(n_texts, n_features) vectors; a single string is one text and gives one row.

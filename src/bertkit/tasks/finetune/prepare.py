@@ -19,7 +19,7 @@ from ...io.squad import QAExample, read_squad
 from ...io.text_files import file_sha256
 from ..labels import check_class_counts, check_known_labels, check_labels, split_holdout
 from ..qa import qa_windows
-from .examples import Example, text_examples, token_examples, word_pieces
+from .examples import Example, text_examples, token_examples
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -195,12 +195,11 @@ def _prepare_token(
         raise InputError(f"{train}: every tag is 'O'; a tagger needs some entity tags (B-TYPE / I-TYPE) to learn.")
     check_known_labels(dev or f"the held-out part of {train}", [t for s in dev_tags for t in s], names, train)
     index = {name: i for i, name in enumerate(names)}
-    pieces, split_count = word_pieces(tokenizer, words, max_length)
-    train_examples = token_examples(pieces, [[index[t] for t in s] for s in tags])
-    _, dev_split = word_pieces(tokenizer, dev_words, max_length)
+    train_examples, split_count = token_examples(tokenizer, words, [[index[t] for t in s] for s in tags], max_length)
+    _, dev_split = token_examples(tokenizer, dev_words, [[0] * len(s) for s in dev_words], max_length)
     notes = [
-        f"{n} {where} sentences were longer than {max_length} tokens and were split into pieces at word "
-        "boundaries (every word keeps its label)."
+        f"{n} {where} sentences were longer than {max_length} tokens and were read in overlapping windows, as the "
+        "tagger reads them (every word keeps its label)."
         for n, where in ((split_count, "training"), (dev_split, "dev"))
         if n
     ]
@@ -275,13 +274,14 @@ def _prepare_qa(
 
 
 def word_tokenizer(encoder: Encoder) -> PreTrainedTokenizerBase:
-    """Return the tokenizer, able to take pre-split words: byte-level BPE (RoBERTa) needs add_prefix_space=True."""
-    try:
-        encoder.tokenizer([["a", "b"]], is_split_into_words=True)
+    """Return the tokenizer for pre-split words: byte-level BPE (RoBERTa) with add_prefix_space=True.
+
+    Each word then reads as a word does mid-sentence, the first one too.
+    """
+    if getattr(encoder.tokenizer.backend_tokenizer.pre_tokenizer, "add_prefix_space", True):
         return encoder.tokenizer
-    except ValueError:
-        source = encoder.source
-        return AutoTokenizer.from_pretrained(source.path, add_prefix_space=True, local_files_only=source.kind != "hub")
+    source = encoder.source
+    return AutoTokenizer.from_pretrained(source.path, add_prefix_space=True, local_files_only=source.kind != "hub")
 
 
 def _data_record(

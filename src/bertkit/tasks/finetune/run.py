@@ -259,14 +259,8 @@ def _trainer(
 def _check_device(args: FinetuneArguments, device: str | None) -> torch.device:
     """Return the device, checked for the mixed precision asked for (one line each that it cannot run)."""
     wanted = resolve_device(device)
-    if args.mixed_precision == "fp16" and wanted.type != "cuda":
-        raise InputError(
-            "mixed_precision='fp16' needs a CUDA GPU; on a CPU use 'bf16' (where the CPU has native bf16) or 'no'."
-        )
-    if args.mixed_precision == "bf16" and wanted.type == "cpu":
-        check_precision("bf16")
-    if args.mixed_precision == "bf16" and wanted.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise InputError("mixed_precision='bf16': this GPU has no bf16; use 'fp16'.")
+    if args.mixed_precision != "no":
+        check_precision(args.mixed_precision, wanted, name="mixed_precision")
     if wanted.type == "cuda":
         torch.cuda.set_device(wanted)
     return wanted
