@@ -159,7 +159,7 @@ def test_serve_and_explain_read_runs_with_the_same_parser():
     from bertkit.cli import serve
     from bertkit.explain import explainer
 
-    assert "parse_run_specs" in inspect.getsource(serve.serve) and "parse_run_specs" in inspect.getsource(
+    assert "parse_run_specs" in inspect.getsource(serve._application) and "parse_run_specs" in inspect.getsource(
         explainer.Explainer.from_paths
     )
 

@@ -121,7 +121,6 @@ def test_a_stride_and_a_name_given_twice_are_refused_whatever_the_texts(encoder,
         ({"long_text": "window", "stride": 500}, "stride=500: give a number of overlapping tokens from 0 to 253"),
         ({"long_text": "window", "max_length": 10, "stride": 8}, "stride=8: give .* from 0 to 7"),
         ({"stride": 8}, "stride=8 is the overlap of long_text='window'; with long_text='truncate' no text is cut"),
-        ({"dimensions": 16}, "unknown embedding option 'dimensions'; the options are layers, pooling"),
     ]:
         for face, call in faces.items():
             with pytest.MonkeyPatch.context() as patch:

@@ -31,7 +31,7 @@ def new_record(kind: str, **fields: Any) -> dict[str, Any]:
     >>> new_record("vectors", rows=2)["bertkit"]["kind"]
     'vectors'
     """
-    stamp = {"kind": kind, "format_version": FORMAT_VERSION, "version": package_version()}
+    stamp = dict(kind=kind, format_version=FORMAT_VERSION, version=package_version())
     return {**fields, "bertkit": stamp}  # last: a record made from another one's fields is of its own kind
 
 
@@ -60,9 +60,10 @@ def check_record(record: object, kinds: str | tuple[str, ...], where: object) ->
     if kind not in kinds:
         raise InputError(f"{where}: holds a {kind}, not a {' or '.join(kinds)}.")
     stamp = record["bertkit"]  # type: ignore[index]
-    if stamp.get("format_version", 0) > FORMAT_VERSION:
+    written = stamp.get("format_version", 0)
+    if written > FORMAT_VERSION:
         raise InputError(f"{where}: written by a newer bertkit ({stamp.get('version')}); upgrade bertkit to read it.")
-    if stamp.get("format_version") != FORMAT_VERSION:
+    if written != FORMAT_VERSION:
         raise InputError(
             f"{where}: written by bertkit {stamp.get('version')}, whose format this one does not read; "
             "make it again with this version."

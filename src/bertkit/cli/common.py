@@ -88,14 +88,6 @@ def apply_threads(threads: int | None) -> int | None:
     return threads
 
 
-# bench's options (cli/tools.py): they go with the bench command; every other command's are in options.py
-ModelOption = typer.Option(None, "--model", "-m", help="Model: a local directory, a hub name, or omit for the default.")
-ThreadsOption = typer.Option(None, "--threads", callback=apply_threads, help="Torch threads.")
-HeaderOption = typer.Option(None, "--header/--no-header", help="First line is a header.")
-BatchSizeOption = typer.Option(None, "--batch-size", "-b", help="Texts per forward pass.")
-DeviceOption = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N | mps.")
-
-
 # Paths are checked as the command line is parsed, before torch or a model loads: a mistyped path costs no seconds.
 def existing_text_file(value: Path | None) -> Path | None:
     """Typer callback: a file of texts must be there, be a file, and hold text (not a binary file)."""

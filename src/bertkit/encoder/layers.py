@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 from ..errors import InputError, quoted
 
@@ -54,6 +56,8 @@ class LayerSelection:
 
     def apply(self, hidden_states: Sequence[torch.Tensor]) -> torch.Tensor:
         """Combine the selected states: each (batch, seq, hidden) → (batch, seq, hidden or hidden × k)."""
+        import torch  # here: parsing a spec (EmbedOptions) loads no torch
+
         chosen = [hidden_states[i] for i in self.resolve(len(hidden_states))]
         if len(chosen) == 1:
             return chosen[0]

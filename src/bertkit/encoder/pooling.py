@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 from ..errors import InputError, quoted
 
@@ -33,6 +36,8 @@ def pool_sentences(
     pooler_output: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(batch, seq, dim) + (batch, seq) mask → (batch, dim × len(methods)); padding never enters mean or max."""
+    import torch  # here: parsing a spec (EmbedOptions) loads no torch
+
     mask = attention_mask.to(dtype=torch.bool).unsqueeze(-1)  # (batch, seq, 1)
     pooled = []
     for method in methods:
@@ -55,6 +60,8 @@ def pool_sentences(
 
 def pool_words(token_vectors: torch.Tensor, word_ids: list[int | None], num_words: int, method: str) -> torch.Tensor:
     """(seq, dim) vectors of one sequence → (num_words, dim or 2·dim); a word with no token gets zeros."""
+    import torch  # here: parsing a spec (EmbedOptions) loads no torch
+
     if method not in SUBTOKEN_POOLINGS:
         raise InputError(f"subtoken_pooling={method!r}: valid values are {', '.join(SUBTOKEN_POOLINGS)}.")
     dim = token_vectors.shape[-1]

@@ -61,7 +61,7 @@ def check_precision(precision: str, device: torch.device | None = None, name: st
     return precision
 
 
-def autocast(precision: str, device: torch.device | None = None) -> contextlib.AbstractContextManager:
+def arithmetic(precision: str, device: torch.device | None = None) -> contextlib.AbstractContextManager:
     """Return the context for one forward pass: bf16/fp16 autocast on `device`'s type.
 
     Nothing for fp32 and int8 (its own int8 layers).

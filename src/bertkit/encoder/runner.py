@@ -18,7 +18,7 @@ import torch
 
 from ..errors import InputError
 from .devices import OutOfDeviceMemory
-from .precision import autocast
+from .precision import arithmetic
 from .threads import forward_in_parallel, total_threads
 from .tokenize import pad_ids
 
@@ -56,7 +56,7 @@ def call_model(
         The model's output.
     """
     inputs = {name: tensor.to(device, non_blocking=True) for name, tensor in inputs.items()}
-    with torch.inference_mode(), autocast(precision, device):
+    with torch.inference_mode(), arithmetic(precision, device):
         return model(**inputs, **options)
 
 

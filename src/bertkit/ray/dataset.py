@@ -183,8 +183,8 @@ def embed_dataset(
         ray.init()  # what Ray Data would do on first use; the CPU plan needs the cluster now
     plan = planned_resources(actors, cpus_per_actor, gpus_per_actor)
     spec = model if model is None or not Path(model).exists() else str(Path(model).resolve())
-    with warnings.catch_warnings():  # Ray 2.5x deprecates passing actor options as keywords, with no other way yet
-        warnings.simplefilter("ignore", DeprecationWarning)
+    with warnings.catch_warnings():  # Ray 2.5x warns that actor options as keywords will change, with no other way yet
+        warnings.filterwarnings("ignore", module="ray")
         return ds.map_batches(
             _Embedder,
             fn_constructor_kwargs={
