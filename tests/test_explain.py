@@ -451,8 +451,8 @@ def test_explain_file_opens_offline_with_no_network(browser, run_dir, probe_dir,
             ],
             "text is empty",
         ),
-        (["hi", "--layers", "bogus"], "--layers/--pooling"),
-        (["hi", "--max-length", "2"], "--max-length: padding 2"),
+        (["hi", "--layers", "bogus"], "--layers bogus is not a valid layer spec"),  # refused where it enters
+        (["hi", "--max-length", "2"], "--max-length 2: give a whole number of at least 3"),
     ],
 )
 def test_explain_command_refuses_bad_options_with_one_line(tmp_path, args, words):
