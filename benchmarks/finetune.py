@@ -45,7 +45,7 @@ def main() -> None:
         learning_rate=options.lr,
         batch_size=options.batch_size,
         seed=options.seed,
-        patience=options.epochs,
+        early_stopping_patience=options.epochs,
     )
     started = time.perf_counter()
     finetune(
