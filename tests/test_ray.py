@@ -107,7 +107,9 @@ def test_embed_dataset_adds_vectors_to_a_users_dataset(head, encoder):
 
     texts = sst2_texts(40, skip=300)
     ds = ray.data.from_items([{"doc": f"d{i:02d}", "body": t} for i, t in enumerate(texts)], override_num_blocks=4)
-    options = dict(layers="last4:sum", pooling="cls+mean", prompt="query: ", truncate_dim=500, normalize_embeddings=True)
+    options = dict(
+        layers="last4:sum", pooling="cls+mean", prompt="query: ", truncate_dim=500, normalize_embeddings=True
+    )
     out = embed_dataset(ds, column="body", actors=1, encoder=encoder, **options)
     table = pa.concat_tables(ray.get(out.to_arrow_refs())).sort_by("doc")
     assert (

@@ -40,7 +40,7 @@ class Model(Protocol):
         """The width of the model's hidden states."""
 
     @property
-    def has_pooler(self) -> bool:
+    def _has_pooler(self) -> bool:
         """Whether the model has a pooler."""
 
     def _check_max_length(self, max_length: int | None) -> int:

@@ -202,7 +202,7 @@ class VectorIndex:
                 f"{self.meta.get('model')!r}: embed the queries with the index's model and options (embed_queries)."
             )
         if self.exact:
-            return nearest(self.engine, queries, top_k, metric, rescore_multiplier)
+            return nearest(self.engine, queries, top_k, metric, rescore_multiplier)  # type: ignore[arg-type]
         breadth = ef_search or self.meta["hnsw"]["ef_search"]
         return nearest(self.engine, queries, top_k, self.metric, rescore_multiplier, ef_search=breadth)
 
@@ -241,7 +241,7 @@ class VectorIndex:
         with atomic_path(path) as temporary, zipfile.ZipFile(temporary, "w", zipfile.ZIP_STORED) as archive:
             with archive.open(ENGINE_MEMBER, "w", force_zip64=True) as target:
                 writer = faiss.PyCallbackIOWriter(target.write)
-                (faiss.write_index_binary if binary else faiss.write_index)(self.engine.graph, writer)
+                (faiss.write_index_binary if binary else faiss.write_index)(self.engine.graph, writer)  # type: ignore[union-attr]
                 del writer  # flushes into the member
             with archive.open(IDS_MEMBER, "w", force_zip64=True) as target:
                 np.lib.format.write_array(target, self.ids, allow_pickle=False)

@@ -39,4 +39,4 @@ def load_run(directory: str | Path, **options: Any) -> Any:
     kind = record_kind(read_run_config(directory))  # one of LOADERS: read_run_config refuses any other
     if kind != KIND_FEATURES:
         options.pop("cache", None)
-    return LOADERS[kind].from_pretrained(directory, **options)
+    return LOADERS[kind].from_pretrained(directory, **options)  # type: ignore[index]

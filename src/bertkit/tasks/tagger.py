@@ -54,7 +54,7 @@ class FineTunedTagger(FineTuned):
         tags = [["O"] * len(s) for s in sentences]
         scores = [[0.0] * len(s) for s in sentences]
         nonempty = [i for i, s in enumerate(sentences) if s]
-        encoded = self.encode([sentences[i] for i in nonempty])
+        encoded = self.encode([sentences[i] for i in nonempty])  # type: ignore[misc]
         for sentence, item, logits in zip(nonempty, encoded, self.token_logits(encoded, batch_size)):
             best = torch.softmax(logits, dim=-1).max(dim=-1)
             for position, word in enumerate(tok.word_starts(item.word_ids())):
