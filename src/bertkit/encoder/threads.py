@@ -106,13 +106,18 @@ def total_threads() -> int:
         return int(_layout_saved) if _layout_users and _layout_saved is not None else torch.get_num_threads()
 
 
+# one pool per width, kept: a pool per call started threads (and malloc arenas) per call, and a server's RSS grew
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
 def forward_in_parallel(forward: Callable, chunks: Sequence, pad: Callable, workers: int) -> Iterator[tuple]:
     """(chunk, batch, forward(batch)) for each chunk in order, `workers` forwards at once on shares of the threads.
 
     On small CPUs one batch per core beats one batch split across cores (benchmarks/throughput.py), since the
     per-batch matrices are too small to keep two threads busy. At most `workers` + 1 outputs are held.
     """
-    with threads_per_batch(workers), ThreadPoolExecutor(workers) as pool:
+    pool = _POOLS.get(workers) or _POOLS.setdefault(workers, ThreadPoolExecutor(workers, "bertkit-forward"))
+    with threads_per_batch(workers):
         pending: deque = deque()
         for chunk in chunks:
             batch = pad(chunk)
