@@ -30,14 +30,11 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -45,6 +42,9 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from servers import Server  # noqa: E402  (the suite's one server helper: the child dies with this process)
 
 log = logging.getLogger("serve_faults")
 
@@ -79,67 +79,12 @@ MALFORMED = [  # (path, content type, body, statuses the server must answer)
 
 
 # ---- the server ---------------------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def rss_mb(pid: int) -> float:
     """The process's resident set size (VmRSS) in MB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError(f"no VmRSS for process {pid}")
-
-
-@dataclass
-class ServerProcess:
-    """`python -m bertkit.cli serve` on a free loopback port, its output in a file."""
-
-    extra: list[str]
-    port: int = field(default_factory=free_port)
-
-    def __post_init__(self) -> None:
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = Path(tempfile.mkstemp(prefix=f"bertkit-faults-{self.port}-", suffix=".log")[1])
-        command = [
-            sys.executable,
-            "-m",
-            "bertkit.cli",
-            "serve",
-            "--port",
-            str(self.port),
-            "--max-body-bytes",
-            str(MAX_BODY),
-            *self.extra,
-        ]
-        with open(self.log_path, "w") as out:
-            self.process = subprocess.Popen(
-                command, env=dict(os.environ, HF_HUB_OFFLINE="1"), stdout=out, stderr=subprocess.STDOUT
-            )
-
-    def wait_ready(self, timeout: float = 180) -> None:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the server exited early:\n{self.output()[-3000:]}")
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        self.kill()
-        raise RuntimeError(f"the server did not start in {timeout:.0f} s:\n{self.output()[-3000:]}")
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
 
 
 # ---- texts and their vectors ----------------------------------------------------------------------------------------
@@ -443,7 +388,7 @@ async def run(args: argparse.Namespace) -> dict:
     reference_seconds = pool.embed(args.threads)
     log.info("reference vectors of %d texts in %.1f s; starting the server", len(pool.texts), reference_seconds)
     extra = ["--log-level", "warning"] + (["--threads", str(args.threads)] if args.threads else [])
-    server = ServerProcess(extra)
+    server = Server("--max-body-bytes", str(MAX_BODY), *extra, wait=False)
     try:
         server.wait_ready()
         log.info(
@@ -526,7 +471,7 @@ async def run(args: argparse.Namespace) -> dict:
     return report
 
 
-async def sigterm_during_burst(soak: Soak, server: ServerProcess, burst: int = 16) -> dict:
+async def sigterm_during_burst(soak: Soak, server: Server, burst: int = 16) -> dict:
     """SIGTERM while `burst` good requests (4 texts each) are in flight: they must finish; the exit status 0."""
     async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from serve_faults import ServerProcess
+from serve_faults import MAX_BODY, Server
 
 log = logging.getLogger("serve_heavy")
 
@@ -149,7 +149,7 @@ async def run(args: argparse.Namespace) -> dict:
         classifier, pairs = build_runs(Path(folder))
         extra = ["--max-body-bytes", "2000000", "--run", f"sst={classifier}", "--run", f"pairs={pairs}"]
         extra += ["--max-inputs", str(args.max_inputs), "--log-level", "warning", "--threads", str(args.threads)]
-        server = ServerProcess(extra)
+        server = Server("--max-body-bytes", str(MAX_BODY), *extra, wait=False)
         try:
             server.wait_ready()
             bodies = {k: json.dumps(v).encode() for k, v in requests_by_route("sst", args.max_inputs).items()}

@@ -6,19 +6,15 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import re
-import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 import torch
+from servers import Server as Served
 from sklearn.linear_model import LogisticRegression
 
 from bertkit.errors import InputError
@@ -232,43 +228,6 @@ def test_tagger_prediction_is_its_predict_and_it_has_no_map(encoder, tagger_dir)
 
 
 # ---- the page in a real browser (slow) -------------------------------------------------------------------------
-class Served:
-    """`bertkit serve` in a subprocess on a free loopback port; stopped with SIGTERM."""
-
-    def __init__(self, *args: str, timeout: float = 120, env: dict[str, str] | None = None):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        command = [sys.executable, "-m", "bertkit.cli", "serve", "--port", str(self.port), *args]
-        self.process = subprocess.Popen(
-            command,
-            env=dict(os.environ, HF_HUB_OFFLINE="1", **(env or {})),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"bertkit serve exited: {self.process.stderr.read()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        self.stop()
-        raise RuntimeError("bertkit serve did not start in time")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-
-
 @pytest.fixture(scope="module")
 def server(run_dir):
     served = Served("--run", f"reviews={run_dir}")

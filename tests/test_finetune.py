@@ -9,6 +9,7 @@ import pytest
 import torch
 from conftest import shared_file
 from safetensors.torch import load_file
+from servers import start_child
 from test_cli import run
 
 from bertkit.errors import InputError
@@ -338,7 +339,7 @@ def test_ctrl_c_on_the_command_line_leaves_a_checkpoint_that_resumes_to_the_same
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     subprocess.run(command + ["-o", str(tmp_path / "whole")], check=True, env=env, capture_output=True)
 
-    process = subprocess.Popen(command + ["-o", str(tmp_path / "cut")], env=env, stderr=subprocess.PIPE, text=True)
+    process = start_child(command + ["-o", str(tmp_path / "cut")], env=env, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while not list((tmp_path / "cut").glob("checkpoint-*/trainer_state.json")) and time.time() < deadline:
         if process.poll() is not None:

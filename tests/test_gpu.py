@@ -528,7 +528,7 @@ def test_amp_fine_tuning_on_the_gpu_learns_and_resumes(tiny_dirs, tmp_path, reco
 @gpu
 def test_serve_on_the_gpu_answers_with_the_cpu_vectors(cpu_encoder, sample, record_property):
     import httpx
-    from test_serve import Server
+    from servers import Server
 
     texts = list(sample[0][:16])
     server = Server("--device", "cuda", "--max-inputs", "64")

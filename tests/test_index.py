@@ -261,7 +261,7 @@ def test_the_docstring_example_runs():
 @pytest.mark.slow
 def test_the_service_answers_search_from_a_loaded_index(vector_files, encoder, texts, tmp_path):
     """`bertkit serve --index` answers POST /search as the library does, documents it, and refuses in one line."""
-    from test_serve import Server
+    from servers import Server
 
     build_index(vector_files["int8"], tmp_path / "reviews.index")
     build_index(vector_files["float32"], tmp_path / "floats.index")
@@ -306,7 +306,7 @@ def test_serve_refuses_an_index_of_another_models_vectors_before_it_starts(vecto
     from bertkit.tasks.runs import parse_run_specs
 
     assert parse_run_specs([str(other)], "--index") == {"other": other}
-    from test_serve import free_port
+    from servers import free_port
 
     done = subprocess.run(
         [sys.executable, "-m", "bertkit.cli", "serve", "--index", str(other), "--port", str(free_port())],

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import LONG_TESTS
+from servers import start_child
 from test_finetune import sentiment_file
 
 from bertkit.io.writers import job_path
@@ -30,7 +31,7 @@ FINETUNE_KILLS = 5
 
 def start(args, cwd):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen(
+    return start_child(
         [*BERTKIT, *map(str, args)],
         cwd=cwd,
         env=env,

@@ -549,7 +549,8 @@ LONG_CONTEXT = " ".join(["the movie was great"] * 8) + " a blue film " + " ".joi
 @pytest.mark.slow
 def test_served_qa_answers_hugging_faces_client_and_bounds_long_contexts(qa_run, qa, monkeypatch):
     from huggingface_hub import InferenceClient, constants
-    from test_serve import KEY, Server
+    from servers import Server
+    from test_serve import KEY
 
     monkeypatch.setattr(constants, "is_offline_mode", lambda: False)  # the tests run offline; this server is local
     server = Server("--run", f"qa={qa_run}", "--max-queue-tokens", "4096", key=KEY)  # 4096 // 32: 128 windows
@@ -642,7 +643,8 @@ def test_the_explainer_view_of_a_qa_run_is_its_answer_with_the_window_and_null_s
 
 @pytest.mark.slow
 def test_the_page_shows_question_context_answer_and_probability_strip(browser, qa_run, qa, tmp_path):  # noqa: F811
-    from test_explain import Served, Watched
+    from servers import Server as Served
+    from test_explain import Watched
 
     served = Served("--run", f"qa={qa_run}")
     watched = Watched(browser)

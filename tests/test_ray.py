@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import LOAD_LOG, LONG_TESTS, shared_file
+from servers import start_child
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs the extra: pip install 'bertkit[ray]'")
 pa = pytest.importorskip("pyarrow")
@@ -126,7 +127,7 @@ def test_embed_dataset_adds_vectors_to_a_users_dataset(head, encoder):
 
 def run_cli(*args: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}  # the CLI finds the head's token itself
-    return subprocess.Popen(
+    return start_child(
         [str(VENV_BIN / "bertkit"), "embed", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
 

@@ -70,7 +70,8 @@ def test_a_run_finds_its_training_file_from_any_folder(monkeypatch, capsys, tmp_
 def test_the_page_without_a_run_says_so_calmly_in_both_forms(tmp_path):
     """Before: with no run, panel 4 was a red error box while panels 5 and 6 were neutral notes, and the saved file
     asked the reader to type into a box it had disabled."""
-    from test_explain import CHROMIUM, CHROMIUM_ARGS, Served, Watched
+    from servers import Server as Served
+    from test_explain import CHROMIUM, CHROMIUM_ARGS, Watched
 
     sync_api = pytest.importorskip("playwright.sync_api")
     output = tmp_path / "explain.html"

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import base64
-import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +14,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from servers import Server
 from sklearn.linear_model import LogisticRegression
 from test_finetune import conll_file, tiny_args
 
@@ -41,65 +39,6 @@ OPTIONS = [
 ]
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Server:
-    """`python -m bertkit.cli serve ...` in a subprocess; `url`, `headers`, `stop()` (SIGTERM → exit status)."""
-
-    def __init__(self, *args: str, key: str | None = None, timeout: float = 120):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, HF_HUB_OFFLINE="1")
-        command = [sys.executable, "-m", "bertkit.cli", "serve", "--port", str(self.port), "--threads", "2", *args]
-        if key:
-            env["BERTKIT_TEST_KEY"] = key
-            command += ["--api-key-env", "BERTKIT_TEST_KEY"]
-        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
-        log = Path(os.environ.get("TMPDIR", "/tmp")) / f"bertkit-serve-{self.port}.log"
-        self.log = open(log, "w+")  # noqa: SIM115  (open for the server's life; closed by the OS when the test ends)
-        self.process = subprocess.Popen(command, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited early:\n{self.output()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"server did not start:\n{self.output()}")
-
-    def output(self) -> str:
-        self.log.flush()
-        self.log.seek(0)
-        return self.log.read()
-
-    def post(self, path: str, body, **kwargs) -> httpx.Response:
-        content = body if isinstance(body, (bytes, str)) else json.dumps(body)
-        headers = {"Content-Type": "application/json", **self.headers, **kwargs.pop("headers", {})}
-        return httpx.post(
-            self.url + path, content=content, headers=headers, timeout=kwargs.pop("timeout", 60), **kwargs
-        )
-
-    def metric(self, name: str) -> float:
-        text = httpx.get(self.url + "/metrics", headers=self.headers).text
-        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith((name + " ", name + "{")))
-
-    def stop(self, timeout: float = 60) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout)
-        finally:
-            if self.process.poll() is None:
-                self.process.kill()
 
 
 @pytest.fixture(scope="session")
@@ -470,3 +409,26 @@ def test_tei_similarity_is_the_cosine_of_the_vectors(server, encoder):
     np.testing.assert_allclose(answer.json(), vectors[1:] @ vectors[0], atol=1e-5)
     bad = server.post("/similarity", {"inputs": {"source_sentence": "x", "sentences": []}})
     assert bad.status_code == 422
+
+
+def test_a_server_dies_with_the_process_that_started_it(tmp_path):
+    """Issue 45: after pytest was stopped with SIGTERM, a test's `bertkit serve` child ran on for 20 minutes. The
+    suite's one helper starts servers that the kernel kills when their starter ends, however it ends."""
+    starter = tmp_path / "starter.py"
+    starter.write_text(
+        f"import sys, time\nsys.path.insert(0, {str(Path(__file__).parent)!r})\nfrom servers import Server\n"
+        "print(Server(wait=False).process.pid, flush=True)\ntime.sleep(600)\n"
+    )
+    for ending in (signal.SIGTERM, signal.SIGKILL):
+        parent = subprocess.Popen([sys.executable, str(starter)], stdout=subprocess.PIPE, text=True)
+        server_pid = int(parent.stdout.readline())
+        parent.send_signal(ending)
+        parent.wait(30)
+        deadline = time.time() + 30
+        while Path(f"/proc/{server_pid}").exists() and time.time() < deadline:
+            status = Path(f"/proc/{server_pid}/status").read_text(errors="replace")
+            if "\nState:\tZ" in status:  # ended, waiting for its new parent to reap it
+                break
+            time.sleep(0.1)
+        else:
+            assert not Path(f"/proc/{server_pid}").exists(), f"the server outlived its starter ({ending.name})"

@@ -29,7 +29,7 @@ import schemathesis
 from schemathesis.checks import CHECKS as SCHEMATHESIS_CHECKS
 from schemathesis.checks import load_all_checks
 from schemathesis.config import CheckConfig
-from test_serve import Server
+from servers import Server
 
 pytestmark = pytest.mark.slow
 

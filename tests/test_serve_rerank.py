@@ -3,9 +3,9 @@
 
 import pytest
 import tiny_models
+from servers import Server
 from test_finetune import sentiment_file, tiny_args
 from test_pairs import COLOURS, pair_file
-from test_serve import Server
 
 from bertkit.tasks.finetune import finetune
 from bertkit.tasks.load import load_run

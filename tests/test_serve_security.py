@@ -9,8 +9,9 @@ import re
 import httpx
 import numpy as np
 import pytest
+from servers import Server
 from sklearn.linear_model import LogisticRegression
-from test_serve import KEY, Server
+from test_serve import KEY
 
 from bertkit.records import new_record
 

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from servers import start_child
 
 from bertkit import InputError
 from bertkit.io.stream import embed_file
@@ -123,7 +124,7 @@ def cli(model_dir, source, output, *extra):
 
 
 def run_until(command, progress_file, min_done, sig):
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = start_child(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 120
     while time.time() < deadline and process.poll() is None:
         try:
