@@ -16,6 +16,8 @@ import pytest
 import tiny_models
 import torch
 from conftest import run_cli
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_explain import browser  # noqa: F401  (the module's Chromium, for the page test)
 from test_finetune import tiny_args
 
@@ -205,6 +207,41 @@ def test_a_nested_file_names_the_id_of_the_bad_question_however_it_is_spelled(tm
     lines_file = write_jsonl(tmp_path / "flat.json", qa_records(3))  # datasets' to_json("x.json") writes JSON Lines
     with pytest.raises(InputError, match="line 2: not valid JSON .*one record a line \\(JSON Lines\\): name it .jsonl"):
         read_squad(lines_file)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    context=st.text(alphabet="ab é\n", max_size=12),
+    text=st.text(alphabet="ab é", max_size=4),
+    start=st.integers(-15, 15),
+)
+def test_the_reader_takes_an_answer_only_where_the_context_holds_it(tmp_path, context, text, start):
+    """Property over the SQuAD reader's offsets: an answer is read exactly when its words stand at answer_start
+    inside the context (Python's negative indexing, an empty text or a blank context are refused), and then the
+    example's span quotes it."""
+    record = {"id": "p", "question": "q?", "context": context, "answers": {"text": [text], "answer_start": [start]}}
+    path = write_jsonl(tmp_path / "one.jsonl", [record])
+    holds = context.strip() and text.strip() and start >= 0 and context[start : start + len(text)] == text
+    if not holds:
+        with pytest.raises(InputError, match="id 'p'"):
+            read_squad(path)
+        return
+    (example,) = read_squad(path).examples
+    ((found, at),) = example.answers
+    assert context[at : at + len(found)] == found == text
+
+
+def test_a_file_given_to_the_wrong_task_is_told_which_task_reads_it(tmp_path, monkeypatch, capsys):
+    """Issue 45: SQuAD JSON without --task qa was called "plain text"; a TSV with --task qa "line 1: not valid JSON"."""
+    squad = tmp_path / "train.json"
+    squad.write_text(json.dumps(as_squad(qa_records(4))), encoding="utf-8")
+    table = tmp_path / "train.tsv"
+    table.write_text("a good film\t1\nbad\t0\n", encoding="utf-8")
+    code, _, err = run_cli(monkeypatch, capsys, "finetune", squad, "-o", tmp_path / "a")
+    assert code == 2 and "not JSON; a SQuAD .json file is question answering: pass --task qa" in err, err
+    code, _, err = run_cli(monkeypatch, capsys, "finetune", table, "--task", "qa", "-o", tmp_path / "b")
+    assert code == 2 and "question answering reads SQuAD JSON" in err and "not a .tsv file" in err, err
+    assert "not valid JSON" not in err and not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 # ---- the official v2.0 scores -------------------------------------------------------------------------------------
@@ -428,7 +465,9 @@ def test_the_null_answer_follows_squad_v2_and_the_threshold_saved_in_the_run(qa)
     answerable, unanswerable = "the movie was red", "the movie was great and big"
     found = qa.answer([QUESTION] * 2, [answerable, unanswerable], handle_impossible_answer=True)
     assert found[0]["answer"] == "red" and found[1] == {"answer": "", "score": found[1]["score"], "start": 0, "end": 0}
-    assert qa.answer(QUESTION, unanswerable)["answer"] != ""  # without handle_impossible_answer: the best span
+    assert qa.answer([QUESTION] * 2, [answerable, unanswerable]) == found  # a v2 run's default: its own threshold
+    best_span = qa.answer(QUESTION, unanswerable, handle_impossible_answer=False)
+    assert best_span["answer"] != "" and best_span["end"] > best_span["start"]
     windows = qa.windows([QUESTION], [unanswerable])
     candidate = qa.candidates(windows)[0]
     (span, logit, _) = candidate.best()
@@ -450,7 +489,7 @@ def test_the_null_answer_follows_squad_v2_and_the_threshold_saved_in_the_run(qa)
         (dict(max_seq_len=1), "max_seq_len=1: give a whole number of at least 8"),
         (dict(max_question_len=0), "max_question_len=0: give a whole number of at least 1"),
         (dict(max_answer_len=-2), "max_answer_len=-2: give a whole number of at least 1"),
-        (dict(handle_impossible_answer="no"), "handle_impossible_answer='no': give True or False"),
+        (dict(handle_impossible_answer="no"), "handle_impossible_answer='no': give True, False or None"),
         (dict(align_to_words=1), "align_to_words=1: give True or False"),
         (dict(question=None), "question=None: give a string, or a list of them"),
     ],
@@ -482,6 +521,49 @@ def test_evaluate_is_squad_on_the_runs_own_predictions(qa_run, qa, tmp_path):
     assert "HasAns" in report.text() and "no-answer threshold" in report.text()
 
 
+def test_one_question_gets_one_answer_on_every_face(qa_run, qa, tmp_path, monkeypatch, capsys):
+    """Issue 45: `answer`, the command line, `predict` on a SQuAD file, the service and the page gave a v2 run's
+    question different answers ("Lima" against "no answer"). Each face now answers with the run's saved threshold."""
+    from fastapi.testclient import TestClient
+
+    from bertkit.explain import views
+    from bertkit.serve.app import create_app
+    from bertkit.serve.runs import load_runs
+
+    records = qa_records(12, seed=7)
+    questions, contexts = [r["question"] for r in records], [r["context"] for r in records]
+    library = [a["answer"] for a in qa.answer(questions, contexts)]
+    assert "" in library and any(library), library  # both kinds of answer are asked, so the faces can disagree
+    predicted = qa.predictions(read_squad(write_jsonl(tmp_path / "q.jsonl", records)).examples)[0]
+    assert [predicted[r["id"]] for r in records] == library
+    page = [views.prediction(qa, q, None, c)["answer"]["answer"] for q, c in zip(questions, contexts)]
+    assert page == library
+    with TestClient(create_app(runs=load_runs({"qa": qa_run}))) as client:
+        body = {"inputs": [{"question": q, "context": c} for q, c in zip(questions, contexts)]}
+        served = client.post("/predict/qa", json=body).json()
+    assert [a["answer"] for a in served] == library
+    for question, context, expected in zip(questions[:4], contexts[:4], library):
+        code, out, err = run_cli(monkeypatch, capsys, "answer", qa_run, "-q", question, "-c", context, "--text")
+        assert code == 0 and json.loads(out)["answer"] == expected, err
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    question=st.text(alphabet=" \t\n\u3000" + "".join(COLOURS + FILLER), max_size=12),
+    context=st.text(alphabet=" \t\n\u00a0" + "".join(COLOURS + FILLER), max_size=60),
+)
+def test_answer_refuses_blank_questions_and_contexts_and_otherwise_quotes_its_context(qa, question, context):
+    """Property over `answer()`'s inputs: a question or context with no words is refused in one line (as transformers'
+    pipeline refuses an empty one); any other gets answers whose offsets quote the context."""
+    if not question.strip() or not context.strip():
+        with pytest.raises(InputError, match="is empty or blank"):
+            qa.answer(question, context)
+        return
+    for found in qa.answer(question, context, top_k=3, handle_impossible_answer=True):
+        assert 0 <= found["start"] <= found["end"] <= len(context)
+        assert context[found["start"] : found["end"]] == found["answer"]
+
+
 # ---- the command line ---------------------------------------------------------------------------------------------
 def test_answer_evaluate_and_predict_on_the_command_line(qa_run, qa, tmp_path, monkeypatch, capsys):
     context = tmp_path / "context.txt"
@@ -502,10 +584,11 @@ def test_answer_evaluate_and_predict_on_the_command_line(qa_run, qa, tmp_path, m
     code, out, err = run_cli(monkeypatch, capsys, "answer", qa_run, "-q", QUESTION, "-c", "red/blue", "--text")
     assert code == 0 and json.loads(out) == qa.answer(QUESTION, "red/blue"), err
     code, out, err = run_cli(monkeypatch, capsys, "answer", qa_run, "-q", QUESTION, "-c", "")  # not the folder "."
-    assert code == 0 and json.loads(out) == qa.answer(QUESTION, ""), err
+    assert code == 2 and "context 0 is empty or blank" in err and not out  # as transformers' pipeline refuses it
     dev = write_jsonl(tmp_path / "dev.jsonl", qa_records(16, seed=3))
     code, out, _ = run_cli(monkeypatch, capsys, "evaluate", qa_run, dev)
-    assert code == 0 and "HasAns" in out and "NoAns" in out and "best threshold here" in out
+    assert code == 0 and "HasAns" in out and "NoAns" in out and "at the run's no-answer threshold" in out
+    assert "best threshold on these questions for F1" in out and "for exact" in out
     code, _, err = run_cli(monkeypatch, capsys, "predict", qa_run, dev, "-o", tmp_path / "predictions.json")
     assert code == 0, err
     written = json.loads((tmp_path / "predictions.json").read_text())

@@ -27,8 +27,12 @@ def answer(
     top_k: TopK = 1,
     max_answer_len: Annotated[int, typer.Option(help="Longest answer, in tokens.")] = 30,
     handle_impossible_answer: Annotated[
-        bool, typer.Option("--handle-impossible-answer", help="Allow 'no answer' ({answer: '', start: 0, end: 0}).")
-    ] = False,
+        bool | None,
+        typer.Option(
+            "--handle-impossible-answer/--no-handle-impossible-answer",
+            help="Allow 'no answer' ({answer: '', start: 0, end: 0}); default: the run's own (on for a SQuAD v2 run).",
+        ),
+    ] = None,
     doc_stride: Annotated[int | None, typer.Option(help="Tokens two windows share (default: the run's).")] = None,
     precision: Precision = None,
     threads: Threads = None,

@@ -260,7 +260,7 @@ def read_text_pairs(
     path = Path(path)
     kind = detect_format(path, fmt)
     if kind == "text":
-        raise InputError(f"{path}: text pairs come from TSV, CSV or JSONL (two text columns), not plain text.")
+        raise InputError(f"{path}: text pairs come from TSV, CSV or JSONL (two text columns), {_not_text(path)}.")
     columns = [_column(text_column, kind, "text", 0), _column(pair_column, kind, "text_pair", 1)]
     rows = []
     for row in iter_rows(path, columns, header=header, fmt=kind):
@@ -309,7 +309,7 @@ def read_labelled(
     path = Path(path)
     kind = detect_format(path, fmt)
     if kind == "text":
-        raise InputError(f"{path}: a labelled file must be TSV, CSV or JSONL (text and label columns), not plain text.")
+        raise InputError(f"{path}: a labelled file is TSV, CSV or JSONL (text and label columns), {_not_text(path)}.")
     if label_kind not in LABEL_KINDS:
         raise InputError(f"label_kind={label_kind!r}: valid values are {', '.join(LABEL_KINDS)}.")
     check_label_separator(label_separator)
@@ -391,3 +391,10 @@ def _header_like(labels: list, kind: str) -> bool:
 def sample_path(name: str) -> Traversable:
     """Return a file from the labelled samples that ship with bertkit (`bertkit/samples/`)."""
     return files("bertkit") / "samples" / name
+
+
+def _not_text(path: Path) -> str:
+    """Say what a file that is no table is: SQuAD JSON (question answering: `--task qa`) or plain text."""
+    if path.suffix.lower() == ".json":
+        return "not JSON; a SQuAD .json file is question answering: pass --task qa"
+    return "not plain text"

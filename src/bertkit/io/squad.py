@@ -62,6 +62,12 @@ def read_squad(path: str | Path) -> SquadData:
         The questions with their gold answers, checked.
     """
     path = Path(path)
+    if path.suffix.lower() not in (".json", ".jsonl", ".ndjson"):
+        raise InputError(
+            f"{path}: question answering reads SQuAD JSON (.json: data → paragraphs → qas) or JSON Lines (.jsonl: "
+            f"id, question, context, answers), not a {path.suffix or 'suffixless'} file; for other tasks leave out "
+            "--task qa."
+        )
     if path.suffix.lower() in (".jsonl", ".ndjson"):
         examples = [_flat(record, path) for _, record in jsonl_records(path)]
     else:
@@ -141,14 +147,21 @@ def _id(record: dict, path: Path) -> str:
 
 def _example(qid: str, question: object, context: object, answers: list, path: Path) -> QAExample:
     where = f"{path}, id {quoted(qid)}"
-    if not isinstance(context, str):
-        raise InputError(f"{where}: the question has no context (a string to find the answer in).")
+    if not isinstance(context, str) or not context.strip():
+        raise InputError(f"{where}: the question has no context (a string with words to find the answer in).")
     if not isinstance(question, str) or not question.strip():
         raise InputError(f"{where}: the question is missing or blank.")
     for text, start in answers:
         if not isinstance(text, str) or isinstance(start, bool) or not isinstance(start, int):
             raise InputError(
                 f"{where}: an answer needs a text and a whole-number answer_start, got {text!r}, {start!r}."
+            )
+        if not text.strip():
+            raise InputError(f"{where}: an answer's text is blank; give its words (an unanswerable question: none).")
+        if not 0 <= start <= len(context) - len(text):
+            raise InputError(
+                f"{where}: answer {quoted(text)} at answer_start {start} lies outside the context's {len(context)} "
+                f"characters (0 to {len(context) - len(text)} for this text)."
             )
         if context[start : start + len(text)] != text:
             found = context.find(text)

@@ -268,7 +268,9 @@ def _run_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseModel]]
         max_seq_len: Annotated[StrictInt, Ge(MIN_WINDOW), BeforeValidator(_whole)] | None = Field(
             None, description="tokens per window (at most the run's)"
         )
-        handle_impossible_answer: StrictBool | None = Field(None, description='allow "no answer" (false)')
+        handle_impossible_answer: StrictBool | None = Field(
+            None, description='allow "no answer" (the run\'s own: true for a run trained with unanswerable questions)'
+        )
         align_to_words: StrictBool | None = Field(None, description="widen answers to whole words (true)")
 
     class PredictRequest(Strict):

@@ -65,6 +65,12 @@ def qa_windows(
     questions, contexts = tok.check_texts(questions, "questions"), tok.check_texts(contexts, "contexts")
     if len(questions) != len(contexts):
         raise InputError(f"{len(questions)} questions but {len(contexts)} contexts; give one context per question.")
+    for name, texts in (("question", questions), ("context", contexts)):
+        blank = next((i for i, text in enumerate(texts) if not text.strip()), None)
+        if blank is not None:
+            raise InputError(
+                f"{name} {blank} is empty or blank; every question needs words, and a context to answer from."
+            )
     room = max_length - tokenizer.num_special_tokens_to_add(pair=True)  # tokens for the question and the context
     stride = min(DOC_STRIDE, room // 2) if doc_stride is None else doc_stride
     if isinstance(stride, bool) or not isinstance(stride, int) or not 0 <= stride <= room // 2:
@@ -228,7 +234,7 @@ class FineTunedQA(FineTuned):
         context: str | Sequence[str],
         top_k: int = 1,
         max_answer_len: int = 30,
-        handle_impossible_answer: bool = False,
+        handle_impossible_answer: bool | None = None,
         doc_stride: int | None = None,
         max_question_len: int = QUESTION_TOKENS,
         align_to_words: bool = True,
@@ -247,9 +253,10 @@ class FineTunedQA(FineTuned):
             Answers per question, best first (fewer when the context holds fewer candidates).
         max_answer_len : int
             Longest answer, in tokens.
-        handle_impossible_answer : bool
+        handle_impossible_answer : bool, optional
             Allow "no answer" (`{"answer": "", "start": 0, "end": 0}`), taken where the null score beats the best
-            span's by more than the run's threshold.
+            span's by more than the run's threshold. Default: the run's own (`negatives`: True for a run trained
+            with unanswerable questions, as `predict` and `evaluate` answer).
         doc_stride : int, optional
             Tokens two windows of a long context share (default: the run's).
         max_question_len : int
@@ -274,7 +281,7 @@ class FineTunedQA(FineTuned):
         questions: list[str] = [question] if isinstance(question, str) else list(question)
         contexts = [context] * len(questions) if isinstance(context, str) else list(context)
         check_whole("top_k", top_k, 1)
-        check_flag("handle_impossible_answer", handle_impossible_answer)
+        check_flag("handle_impossible_answer", handle_impossible_answer, allow_none=True)
         windows = self.windows(questions, contexts, doc_stride, max_question_len, max_seq_len)
         found = self.ranked(windows, top_k, max_answer_len, handle_impossible_answer, align_to_words, batch_size)
         shaped = [answers[0] if top_k == 1 else answers for answers in found]
@@ -285,13 +292,14 @@ class FineTunedQA(FineTuned):
         windows: Windows,
         top_k: int = 1,
         max_answer_len: int = 30,
-        handle_impossible_answer: bool = False,
+        handle_impossible_answer: bool | None = None,
         align_to_words: bool = True,
         batch_size: int = EVAL_BATCH_SIZE,
     ) -> list[list[dict]]:
         """Each question's `top_k` answers, best first: what `answer` returns, before it is shaped."""
         found = self.candidates(windows, max_answer_len, align_to_words, batch_size)
-        return [self._rank(c, f, top_k, handle_impossible_answer) for c, f in zip(windows.contexts, found)]
+        impossible = self.negatives if handle_impossible_answer is None else handle_impossible_answer
+        return [self._rank(c, f, top_k, impossible) for c, f in zip(windows.contexts, found)]
 
     def _rank(self, context: str, found: Candidates, top_k: int, handle_impossible: bool) -> list[dict]:
         spans = sorted(found.spans.items(), key=lambda item: -item[1][0])[: max(top_k, N_BEST)]

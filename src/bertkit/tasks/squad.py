@@ -128,10 +128,13 @@ def format_squad_scores(scores: Mapping[str, float]) -> str:
             row = [scores[f"{prefix}exact"], scores[f"{prefix}f1"]]
             lines.append(f"{name:10} {row[0]:8.2f} {row[1]:8.2f} {int(scores[f'{prefix}total']):10d}")
     if "threshold" in scores:
-        lines.append(f"no-answer threshold (null score − best span score, logits): {scores['threshold']:.4f}")
+        lines.append(f"scored at the run's no-answer threshold: {scores['threshold']:.4f} (null − best span, logits)")
     if "best_f1" in scores:
         lines.append(
-            f"best threshold here: {scores['best_f1_thresh']:.4f} (F1 {scores['best_f1']:.2f}, exact "
-            f"{scores['best_exact']:.2f} at {scores['best_exact_thresh']:.4f})"
+            f"best threshold on these questions for F1:    {scores['best_f1_thresh']:.4f} (F1 {scores['best_f1']:.2f})"
+        )
+        lines.append(
+            f"best threshold on these questions for exact: {scores['best_exact_thresh']:.4f} "
+            f"(exact {scores['best_exact']:.2f})"
         )
     return "\n".join(lines)
