@@ -12,6 +12,8 @@ import httpx
 import numpy as np
 import pytest
 from conftest import run_cli
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("faiss", reason="the index extra (pip install 'bertkit[index]') is not installed")
 
@@ -317,3 +319,62 @@ def test_serve_refuses_an_index_of_another_models_vectors_before_it_starts(vecto
     assert done.returncode != 0
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "fingerprint" in lines[0] and "would not compare" in lines[0], done.stderr
+
+
+def write_npz(path, vectors, ids):
+    """A vectors file as `bertkit embed` writes one: vectors, ids and the bertkit record."""
+    from bertkit.records import new_record
+
+    meta = new_record("vectors", model="default", dim=vectors.shape[1], output="float32", pooling="mean")
+    np.savez(path, vectors=vectors, ids=np.asarray(ids), meta=np.array(json.dumps(meta)))
+    return path
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=st.integers(2, 12),
+    extra=st.integers(0, 5),
+    changed=st.one_of(st.none(), st.integers(0, 11)),
+    seed=st.integers(0, 2**16),
+)
+def test_an_index_is_extended_only_when_its_rows_are_the_files_rows(tmp_path, rows, extra, changed, seed):
+    """Property (issue 45): extending an index keeps its rows only when the file's first rows are the same vectors
+    (not only the same ids); re-embedded rows under old ids are refused, so search never scores a stale vector."""
+    rng = np.random.default_rng(seed)
+    first = rng.standard_normal((rows, 8)).astype(np.float32)
+    ids = [f"d{i}" for i in range(rows + extra)]
+    target = tmp_path / f"{seed}-{rows}-{extra}-{changed}.index"
+    build_index(write_npz(tmp_path / "old.npz", first, ids[:rows]), target)
+    later = np.concatenate((first, rng.standard_normal((extra, 8)).astype(np.float32)))
+    stale = changed is not None and changed < rows
+    if stale:
+        later[changed] += 1.0  # that text embedded again, under its old id
+    extended = write_npz(tmp_path / "new.npz", later, ids)
+    if stale:
+        with pytest.raises(InputError, match="holds other vectors under the file's first .* --overwrite"):
+            build_index(extended, target)
+        report = build_index(extended, target, overwrite=True)
+        assert (report.rows, report.resumed_from) == (rows + extra, 0)
+    else:
+        report = build_index(extended, target)
+        assert (report.rows, report.added, report.resumed_from) == (rows + extra, extra, rows)
+    index = load_index(target)
+    for row in range(rows + extra):  # every row finds itself: none of the index's vectors is stale
+        assert index.search(later[row], top_k=1)[0][0]["corpus_id"] == row
+
+
+def test_an_index_is_never_written_onto_its_vectors_and_token_vectors_are_named(
+    vector_files, tmp_path, monkeypatch, capsys
+):
+    import shutil
+
+    from bertkit.io.vectors import write_token_vectors
+
+    source = shutil.copy(vector_files["float32"], tmp_path / "reviews.npz")
+    before = (tmp_path / "reviews.npz").read_bytes()
+    code, _, err = run_cli(monkeypatch, capsys, "index", source, "-o", source, "--overwrite")
+    assert code == 2 and "is also an input" in err and (tmp_path / "reviews.npz").read_bytes() == before, err
+    tokens = write_token_vectors(tmp_path / "tokens.npz", [["a", "film"]], [np.ones((2, 4), np.float32)], [0])
+    code, _, err = run_cli(monkeypatch, capsys, "index", tokens, "-o", tmp_path / "t.index")
+    assert code == 2 and "holds token vectors (--pooling none)" in err and "damaged" not in err, err
+    assert not (tmp_path / "t.index").exists()

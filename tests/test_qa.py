@@ -625,6 +625,20 @@ def test_finetune_qa_on_the_command_line_warns_when_it_learns_nothing(coloured, 
     assert code == 2 and "--doc-stride 50: give 0 to 10" in err
 
 
+def test_a_qa_run_a_few_points_above_no_answer_is_warned_about(caplog):
+    """Issue 45: dev F1 30.8 against 27.8 for "always no answer" passed silently; within 5 points now warns, saying
+    what to change, and a run clear of the baseline does not."""
+    from bertkit.tasks.finetune.checkpoint import learned_anything
+    from bertkit.tasks.finetune.run import QA_ADVICE, QA_MARGIN
+
+    baseline = {"what": "always answering 'no answer'", "score": 27.8, "margin": QA_MARGIN, "advice": QA_ADVICE}
+    with caplog.at_level("WARNING", logger="bertkit"):
+        assert learned_anything(baseline, 30.8, "F1")["learned"] is False
+        assert learned_anything(baseline, 27.8 + QA_MARGIN + 0.1, "F1")["learned"] is True
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "(30.8000) is within 5 points of always answering 'no answer' (27.8000)" in warning and "--epochs" in warning
+
+
 # ---- the HTTP service and the explainer page ----------------------------------------------------------------------
 LONG_CONTEXT = " ".join(["the movie was great"] * 8) + " a blue film " + " ".join(["good"] * 12) + " red"
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..encoder.compact import RANGED
 from ..errors import InputError
-from ..records import check_record, new_record
+from ..records import check_record, new_record, record_kind
 from .writers import atomic_path, check_output, replace, require_pyarrow
 
 _ARROW_TYPES = {"float32": "float32", "float16": "float16", "int8": "int8", "uint8": "uint8"}
@@ -51,6 +51,11 @@ def read_vectors(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict]:
         vectors, ids, meta = _read_npz(path) if suffix == ".npz" else _read_parquet(path)
     except _damage() as exc:
         raise _damaged(path, exc) from None
+    if record_kind(meta) == "token vectors":
+        raise InputError(
+            f"{path} holds token vectors (--pooling none), one per token; search and indexes take one vector a text: "
+            "embed with a pooling (e.g. --pooling mean)."
+        )
     meta = check_record(meta, "vectors", path)
     try:
         return vectors, ids, _checked_record(vectors, ids, meta)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,11 +12,12 @@ import numpy as np
 
 from ..encoder.progress import Progress
 from ..errors import InputError
-from ..io.writers import check_writable_location
+from ..io.writers import check_output, check_writable_location
 from .index import EF_CONSTRUCTION, EF_SEARCH, HNSW_M, VectorIndex, load_index, read_index_meta
 from .search import model_metric
 
 ADD_ROWS = 65_536  # vectors added between two looks at the clock (checkpoints)
+CONTENT = "rows_sha256"  # the record's digest of the rows indexed (rows_digest)
 PROGRESS_MIN_ROWS = 100_000  # smaller builds take seconds: no progress report unless asked
 
 
@@ -76,11 +78,12 @@ def build_index(
     if output.is_dir():
         raise InputError(f"{output} is a directory; give the index a file name, e.g. {output / 'corpus.index'}.")
     check_writable_location(output)
+    check_output(output, overwrite=True, inputs=[vectors_path])  # an output is never its input, even overwritten
     vectors, ids, meta = read_vectors(vectors_path)
     if not meta.get("model"):
         raise InputError(f"{vectors_path} does not say how its vectors were made; embed it again with bertkit embed.")
     graph, metric = {"m": m, "ef_construction": ef_construction}, metric or model_metric(meta["model"])
-    index = _existing(output, meta, ids, metric, graph, overwrite) or VectorIndex.create(
+    index = _existing(output, meta, vectors, ids, metric, graph, overwrite) or VectorIndex.create(
         meta, metric=metric, **graph, ef_search=EF_SEARCH if ef_search is None else ef_search
     )
     index.meta["source"] = vectors_path.name
@@ -94,12 +97,14 @@ def build_index(
             index.add(vectors[done : done + ADD_ROWS], ids[done : done + ADD_ROWS])
             done = index.rows
             if time.monotonic() - last_save > checkpoint_seconds and done < len(vectors):
+                index.meta[CONTENT] = rows_digest(vectors[:done])
                 index.save(output, overwrite=overwrite)
                 last_save = time.monotonic()
             reporter.to(done - before)
             if on_progress is not None:
                 on_progress(done, len(vectors))
     if done > before or retuned or not output.exists():
+        index.meta[CONTENT] = rows_digest(vectors[:done])
         index.save(output, overwrite=overwrite)
     return IndexReport(index.rows, done - before, before, time.perf_counter() - started)
 
@@ -107,8 +112,13 @@ def build_index(
 _SAME = ("model", "fingerprint", "layers", "pooling", "prompt", "truncate_dim", "normalize_embeddings", "output", "dim")
 
 
+def rows_digest(vectors: np.ndarray) -> str:
+    """SHA-256 of the rows an index holds, as the vectors file stores them: an extension proves its rows are these."""
+    return hashlib.sha256(np.ascontiguousarray(vectors).data).hexdigest()
+
+
 def _existing(
-    output: Path, meta: dict, ids: np.ndarray, metric: str, graph: dict, overwrite: bool
+    output: Path, meta: dict, vectors: np.ndarray, ids: np.ndarray, metric: str, graph: dict, overwrite: bool
 ) -> VectorIndex | None:
     """Return the index at `output` to extend: None when there is none, or when `overwrite` says replace it."""
     if not output.exists() or overwrite:
@@ -138,5 +148,10 @@ def _existing(
         raise InputError(
             f"{output} holds rows that the vectors file does not have in the same order; pass --overwrite to "
             "rebuild it, or choose another -o file."
+        )
+    if index.meta.get(CONTENT) != rows_digest(vectors[: index.rows]):
+        raise InputError(
+            f"{output} holds other vectors under the file's first {index.rows} ids (were the texts embedded again?); "
+            "it is extended only with the rows it already holds unchanged: pass --overwrite to rebuild it."
         )
     return index

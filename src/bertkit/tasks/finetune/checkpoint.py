@@ -72,18 +72,22 @@ def start_run(output: Path, run_record: dict, resume: bool) -> None:
 
 
 def learned_anything(baseline: dict | None, best: float | None, metric_name: str) -> dict | None:
-    """Compare the best dev score with the majority baseline; a run no better than it is saved with a warning."""
+    """Compare the best dev score with the baseline; a run no better (or within `margin`) is saved with a warning."""
     if baseline is None:
         return None
-    learned = best is not None and best > baseline["score"] + 1e-9
+    margin = baseline.get("margin", 0.0)
+    learned = best is not None and best > baseline["score"] + margin + 1e-9
     if not learned:
+        closeness = "no better than" if not margin else f"within {margin:g} points of"
+        advice = baseline.get("advice") or "Try more epochs (--epochs), a higher learning rate (--lr), or more data."
         logger.warning(
-            "the best dev %s (%.4f) is no better than %s (%.4f): the model learned nothing useful. Try more epochs "
-            "(--epochs), a higher learning rate (--lr), or more training data.",
+            "the best dev %s (%.4f) is %s %s (%.4f): the model learned nothing useful. %s",
             metric_name,
             best or 0,
+            closeness,
             baseline["what"],
             baseline["score"],
+            advice,
         )
     return {**baseline, "learned": learned}
 

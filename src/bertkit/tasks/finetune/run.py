@@ -340,13 +340,21 @@ def _arguments(args: FinetuneArguments | None, task: str | None, keywords: dict)
         return dataclasses.replace(base, **given, task=task or chosen or "text")
 
 
+QA_MARGIN = 5.0  # F1 points: a QA run this close to "always no answer" has found few answers (issue 45)
+QA_ADVICE = (
+    "On a few hundred questions, train for more epochs (--epochs 10) at a higher learning rate (--lr 1e-4), or give "
+    "more questions; see docs/how-to/qa.md, 'Small data'."
+)
+
+
 def majority_baseline(prepared: Any) -> dict:
     """Score on dev a model that learned nothing: majority label, training mean, no labels, all 'O', no answer."""
     if prepared.problem in ZERO_BASELINES:
         return {"what": ZERO_BASELINES[prepared.problem], "score": 0.0}
     if prepared.problem == QA:
         unanswerable = sum(1 for answers in prepared.dev_gold if not answers)
-        return {"what": "always answering 'no answer'", "score": 100.0 * unanswerable / max(len(prepared.dev_gold), 1)}
+        score = 100.0 * unanswerable / max(len(prepared.dev_gold), 1)
+        return {"what": "always answering 'no answer'", "score": score, "margin": QA_MARGIN, "advice": QA_ADVICE}
     counts = collections.Counter(example.labels for example in prepared.train)
     majority = prepared.labels[counts.most_common(1)[0][0]]
     score = sum(gold == majority for gold in prepared.dev_gold) / max(len(prepared.dev_gold), 1)
