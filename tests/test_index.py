@@ -202,7 +202,8 @@ def test_an_index_refuses_what_would_not_compare_in_one_line(vector_files, encod
     exact = load_index(vector_files["float32"])  # a vectors file opens as an exact index: the one engine's other kind
     queries = exact.embed_queries(encoder, ["a dull film", "a warm film"])
     assert exact.exact and not index.exact and exact.metric == "cosine"
-    assert exact.search(queries, top_k=4) == semantic_search(queries, exact.engine.vectors, top_k=4)
+    found = [[{"corpus_id": h["corpus_id"], "score": h["score"]} for h in row] for row in exact.search(queries, top_k=4)]
+    assert found == semantic_search(queries, exact.engine.vectors, top_k=4)
     with pytest.raises(InputError, match="an exact index is its vectors file"):
         exact.save(tmp_path / "exact.index")
 
@@ -378,3 +379,27 @@ def test_an_index_is_never_written_onto_its_vectors_and_token_vectors_are_named(
     code, _, err = run_cli(monkeypatch, capsys, "index", tokens, "-o", tmp_path / "t.index")
     assert code == 2 and "holds token vectors (--pooling none)" in err and "damaged" not in err, err
     assert not (tmp_path / "t.index").exists()
+
+
+def test_search_shows_the_matching_texts_while_their_file_is_unchanged(tmp_path, encoder, monkeypatch, capsys):
+    """Issue 45: `bertkit search` printed row ids and the Python example `[(np.int64(41), 0.704), ...]`."""
+    from bertkit.io.stream import embed_file
+
+    source = tmp_path / "films.txt"
+    source.write_text("a warm and funny film\nthe plot made no sense\nI loved the music\n")
+    vectors = tmp_path / "films.npz"
+    embed_file(encoder, source, vectors, normalize_embeddings=True)
+    build_index(vectors, tmp_path / "films.index")
+    for searched in (vectors, tmp_path / "films.index"):
+        index = load_index(searched)
+        (hits,) = index.search(index.embed_queries(encoder, ["a boring plot"]), top_k=3)
+        assert [type(h["id"]) for h in hits] == [int] * 3 and all(type(h["score"]) is float for h in hits)
+        assert [h["text"] for h in hits] == [source.read_text().splitlines()[h["corpus_id"]] for h in hits]
+        assert hits[0]["text"] == "the plot made no sense"
+        code, out, err = run_cli(monkeypatch, capsys, "search", searched, "a boring plot", "--top-k", "1")
+        assert code == 0 and out.splitlines() == ["query\trank\tid\tscore\ttext", out.splitlines()[1]], err
+        assert out.splitlines()[1].startswith("a boring plot\t1\t1\t") and out.endswith("\tthe plot made no sense\n")
+    source.write_text("other texts now\n")
+    code, out, err = run_cli(monkeypatch, capsys, "search", vectors, "a boring plot", "--top-k", "1")
+    assert code == 0 and out.splitlines()[0] == "query\trank\tid\tscore" and "is gone or has changed since" in err
+    assert "text" not in load_index(vectors).search(load_index(vectors).embed_queries(encoder, ["x"]), top_k=1)[0][0]

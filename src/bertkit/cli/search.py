@@ -70,10 +70,22 @@ def search(
         f"{_compact_note(output, multiplier, top_k, meta, encoder)}; {len(queries)} "
         f"quer{'ies' if len(queries) != 1 else 'y'}"
     )
-    typer.echo("query\trank\tid\tscore")
+    texts = loaded.texts
+    if texts is None:
+        say(f"the texts are not shown: {_texts_missing(meta)}")
+    typer.echo("query\trank\tid\tscore" + ("\ttext" if texts is not None else ""))
     for query, hits in zip(queries, results):
         for rank, hit in enumerate(hits, start=1):
-            typer.echo(f"{query}\t{rank}\t{ids[hit['corpus_id']]}\t{hit['score']:.4f}")
+            text = "\t" + " ".join(hit["text"].split()) if texts is not None else ""
+            typer.echo(f"{query}\t{rank}\t{hit['id']}\t{hit['score']:.4f}{text}")
+
+
+def _texts_missing(meta: dict) -> str:
+    """Say why a search cannot show its rows' texts."""
+    source = meta.get("texts_from")
+    if not source:
+        return "the vectors' record does not name the file they were embedded from"
+    return f"{source['path']}, which the vectors were embedded from, is gone or has changed since"
 
 
 def _compact_note(output: str, multiplier: int, top_k: int, meta: dict, encoder: Encoder) -> str:

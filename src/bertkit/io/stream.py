@@ -148,7 +148,8 @@ def embed_file(
     finally:
         os.close(handle)
     ids = lambda: (i for _, _, i in read_rows())  # noqa: E731
-    meta = vector_metadata(encoder, options_record, ranges, dim)
+    source = {"path": job["input"], "size": stat.st_size, "mtime": stat.st_mtime_ns, "fmt": fmt}
+    meta = vector_metadata(encoder, options_record, ranges, dim) | {"texts_from": source | reading}
     if output_type != "float32":
         partial = _compacted(partial, output_type, ranges)
     write_vectors(partial, output, ids, total, "int64" if id_column is None else "string", meta)

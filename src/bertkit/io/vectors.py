@@ -63,6 +63,27 @@ def read_vectors(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict]:
         raise _damaged(path, exc) from None
 
 
+def source_texts(meta: dict) -> list[str] | None:
+    """Re-read the texts of a vectors file's rows from the file `bertkit embed` read (its record's `texts_from`).
+
+    None when the record names no source, or the file is gone or changed since (its size and time differ).
+    """
+    from .readers import iter_texts
+
+    source = meta.get("texts_from")
+    if not isinstance(source, dict):
+        return None
+    path = Path(source["path"])
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    if (stat.st_size, stat.st_mtime_ns) != (source["size"], source["mtime"]):
+        return None
+    reading = {"header": source["header"], "fmt": source["fmt"], "id_column": source["id_column"]}
+    return [text for _, text, _ in iter_texts(path, source["column"], **reading)]
+
+
 def _damaged(path: Path, exc: BaseException) -> BaseException:
     """Return the one error of a vectors file that cannot be read (an access error stays itself)."""
     if isinstance(exc, OSError) and exc.errno in _ACCESS_ERRORS:

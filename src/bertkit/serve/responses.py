@@ -129,6 +129,7 @@ SearchHit = shape(
     id=described(str, "the row's id in the vectors file the index was built from"),
     corpus_id=described(int, "the row's position in the index"),
     score=float,
+    text=described(str | None, "the row's text, where the server can read the file it was embedded from", None),
 )
 RunInfo = shape(
     "RunInfo",

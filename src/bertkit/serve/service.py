@@ -275,7 +275,7 @@ class Service:
         result = await self.embed(queries, options.resolve(self.encoder), disconnected)
         vectors = np.asarray(result.vectors)
         found = await self.call(lambda: index.search(vectors, top_k), len(queries) * top_k, disconnected)
-        hits = [[{"id": str(index.ids[h["corpus_id"]]), **h} for h in row] for row in found]
+        hits = [[{**h, "id": str(h["id"])} for h in row] for row in found]
         return hits, result
 
     def index(self, name: str | None) -> VectorIndex:

@@ -6,6 +6,7 @@ docs/benchmarks.md, "Approximate search".
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import zipfile
@@ -175,9 +176,24 @@ class VectorIndex:
         Returns
         -------
         list of lists of dict
-            Per query, [{"corpus_id": row, "score": float}]; `ids[row]` is the row's id.
+            Per query, [{"corpus_id": row, "score": float, "id": the row's id, "text": its text}], plain Python
+            values; "text" where bertkit knows it (the embedded file is where `bertkit embed` read it, unchanged).
         """
-        return results_of(*self.search_arrays(queries, top_k, metric, rescore_multiplier, ef_search))
+        results = results_of(*self.search_arrays(queries, top_k, metric, rescore_multiplier, ef_search))
+        texts = self.texts
+        for hit in (hit for row in results for hit in row):
+            hit["id"] = self.ids[hit["corpus_id"]].item()
+            if texts is not None:
+                hit["text"] = texts[hit["corpus_id"]]
+        return results
+
+    @functools.cached_property
+    def texts(self) -> list[str] | None:
+        """The rows' texts, re-read from the file they were embedded from; None where it is gone or changed."""
+        from ..io.vectors import source_texts
+
+        texts = source_texts(self.meta)
+        return texts if texts is not None and len(texts) >= self.rows else None
 
     def search_arrays(
         self,

@@ -87,6 +87,7 @@ def build_index(
         meta, metric=metric, **graph, ef_search=EF_SEARCH if ef_search is None else ef_search
     )
     index.meta["source"] = vectors_path.name
+    index.meta["texts_from"] = meta.get("texts_from")  # the index's rows are the file's first rows
     retuned = ef_search is not None and index.meta["hnsw"]["ef_search"] != ef_search  # a search setting: no rebuild
     if retuned:
         index.meta["hnsw"]["ef_search"] = ef_search
