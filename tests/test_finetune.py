@@ -389,3 +389,40 @@ def test_other_architectures_fine_tune_and_reload(tiny_dirs, tmp_path, architect
         best = plain(**encoded).logits[0].argmax(-1)
     firsts = [encoded.word_ids(0).index(w) for w in range(len(words))]  # each word's first sub-token
     assert tagger.predict_word_tags([words]) == [[plain.config.id2label[int(best[p])] for p in firsts]]
+
+
+@pytest.mark.parametrize("on_terminal", [True, False])
+def test_training_reports_its_steps_through_the_one_reporter_and_prints_no_raw_dicts(
+    tiny_dirs, tmp_path, monkeypatch, capsys, caplog, on_terminal
+):
+    """Issue 45: piped, finetune said nothing between epochs; on a terminal transformers printed raw dicts a step."""
+    from bertkit.encoder import progress
+
+    monkeypatch.setattr(progress, "terminal", lambda: on_terminal)
+    monkeypatch.setattr(progress, "LOG_EVERY_S", 0.0)  # a line at every step off a terminal
+    data = sentiment_file(tmp_path / "train.tsv", n=32)
+    with caplog.at_level(logging.INFO, logger="bertkit"):
+        finetune(data, data, output_dir=tmp_path / "run", model=str(tiny_dirs["bert_cased"]), args=tiny_args())
+    err = capsys.readouterr().err
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("finetune: ")]
+    assert "{'loss'" not in err + "".join(r.getMessage() for r in caplog.records) and "train_runtime" not in err
+    if on_terminal:  # tqdm's bar, redrawn in place: steps, loss and speed
+        assert lines == [] and "finetune" in err and "/12" in err and "loss=" in err and "examples/s=" in err
+    else:
+        assert lines[-1].startswith("finetune: 12/12 steps, ") and "loss " in lines[-1] and "examples/s" in lines[-1]
+        assert len(lines) >= 6
+
+
+def test_progress_false_keeps_training_silent(tiny_dirs, tmp_path, capsys, caplog):
+    data = sentiment_file(tmp_path / "train.tsv", n=16)
+    with caplog.at_level(logging.INFO, logger="bertkit"):
+        finetune(
+            data,
+            data,
+            output_dir=tmp_path / "run",
+            model=str(tiny_dirs["bert_cased"]),
+            args=tiny_args(),
+            progress=False,
+        )
+    assert not [r for r in caplog.records if r.getMessage().startswith("finetune: ")]
+    assert "steps" not in capsys.readouterr().err

@@ -36,8 +36,8 @@ class Progress:
         True: report; False: stay silent; None: report when `total` reaches `min_total`.
     min_total : int
         With `show=None`, jobs smaller than this stay silent.
-    every : float
-        Seconds between two log lines.
+    every : float, optional
+        Seconds between two log lines (default: `LOG_EVERY_S`).
 
     Examples
     --------
@@ -55,9 +55,10 @@ class Progress:
         *,
         show: bool | None = None,
         min_total: int = 0,
-        every: float = LOG_EVERY_S,
+        every: float | None = None,
     ) -> None:
-        self.name, self.total, self.unit, self.every = name, total, unit, every
+        self.name, self.total, self.unit = name, total, unit
+        self.every = LOG_EVERY_S if every is None else every
         self.done, self.postfix = 0, {}
         self.on = show if show is not None else (total or 0) >= min_total
         self.started = self.last_line = time.monotonic()
@@ -93,7 +94,8 @@ class Progress:
         seconds = max((time.monotonic() if now is None else now) - self.started, 1e-9)
         rate = self.done / seconds
         of = f"/{self.total:,}" if self.total is not None else ""
-        text = f"{self.name}: {self.done:,}{of} {self.unit}, {rate:,.0f} {self.unit}/s"
+        speed = f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"  # 0.42 steps/s, not 0
+        text = f"{self.name}: {self.done:,}{of} {self.unit}, {speed} {self.unit}/s"
         if self.total is not None and rate > 0:
             text += f", {max(self.total - self.done, 0) / rate:,.0f} s left"
         return text + "".join(f", {key} {value}" for key, value in self.postfix.items())

@@ -8,7 +8,6 @@ import functools
 import json
 import logging
 import math
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -102,7 +101,8 @@ def finetune(
         'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'. Launched by `accelerate launch` or `torchrun`, each process
         takes its own GPU (or, on CPUs, a share of the cores with the gloo backend).
     progress : bool, optional
-        Show the trainer's progress bar (default: on a terminal).
+        Report the steps (loss, examples/s, time left): a bar on a terminal, a line every few seconds elsewhere
+        (default: on; False: silent).
     callbacks : list of callables
         Called after every optimizer step with `Trainer`'s `TrainerState` (a KeyboardInterrupt there interrupts as
         Ctrl-C does: at that step, with a checkpoint).
@@ -185,7 +185,7 @@ def _train(
     resume: bool,
 ) -> FinetuneTrainer:
     """Train (from the last checkpoint when resuming); a Ctrl-C saves the step and raises KeyboardInterrupt."""
-    trainer = _trainer(args, output, evaluator, device, progress, state.num_processes)
+    trainer = _trainer(args, output, evaluator, device, state.num_processes)
     checkpoint = last_checkpoint(output) if resume else None
     if resume and checkpoint is None:
         logger.info("%s stopped before its first checkpoint: starting it from the beginning", output)
@@ -193,6 +193,7 @@ def _train(
     with held_interrupt() as requested:
         epochs, main = args.num_train_epochs, state.is_main_process
         run = RunCallback(output / LOGS, evaluator.metric_name, epochs, args.batch_size, main, callbacks, requested)
+        run.show = main and progress is not False
         trainer.add_callback(run)
         with quiet_transformers():  # the trainer's own bar stays; its printed logs and save bars go
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
@@ -211,7 +212,6 @@ def _trainer(
     output: Path,
     evaluator: Evaluator,
     device: torch.device,
-    progress: bool | None,
     processes: int,
 ) -> FinetuneTrainer:
     """`Trainer` of the dev scorer's model and data: bertkit's batches and loss, best epoch on dev, early stopping."""
@@ -224,7 +224,6 @@ def _trainer(
 
         callbacks.append(TensorBoardCallback(SummaryWriter(log_dir=str(output / LOGS))))
     trackers = [name for name in args.report_to if name != "tensorboard"]
-    show = progress if progress is not None else os.isatty(2)
     per_device = max(1, math.ceil(args.batch_size / (args.gradient_accumulation_steps * processes)))
     with quiet_transformers():  # the run's settings: where, how many processes, which device and precision
         training_args = dataclasses.replace(
@@ -232,7 +231,7 @@ def _trainer(
             output_dir=str(output),
             per_device_train_batch_size=per_device,
             report_to=trackers or "none",
-            disable_tqdm=not show,
+            disable_tqdm=True,  # bertkit's one reporter draws the bar (RunCallback), transformers' prints raw dicts
             use_cpu=device.type == "cpu",
             fp16=args.mixed_precision == "fp16",
             bf16=args.mixed_precision == "bf16",
@@ -289,7 +288,8 @@ def _say_start(
         read = f"{prepared.data_record['train_rows']} questions ({len(prepared.train)} windows)"
     steps = math.ceil(len(prepared.train) / args.batch_size)
     said = (
-        f"fine-tuning {args.task} model on {read}, dev {len(prepared.dev_inputs)}; {args.num_train_epochs} epochs × "
+        f"fine-tuning {args.task} model on {read}, dev {len(prepared.dev_inputs)}; {args.num_train_epochs} "
+        f"epoch{'s' if args.num_train_epochs != 1 else ''} × "
         f"{steps} steps of {args.batch_size}{f' ({chr(44).join(parts)})' if parts else ''}, lr {args.learning_rate:g}, "
         f"on {describe(device)}{'' if device.type != 'cpu' else f' ({torch.get_num_threads()} threads)'}"
         f"{'' if args.mixed_precision == 'no' else f', {args.mixed_precision} mixed precision'}"

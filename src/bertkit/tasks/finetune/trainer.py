@@ -25,6 +25,7 @@ import transformers
 from transformers import Trainer, TrainerCallback
 
 from ...encoder.models import quiet_transformers
+from ...encoder.progress import Progress
 from ...errors import ModelLoadError
 from ...io.squad import QAExample
 from ...io.writers import modes_like_open
@@ -228,6 +229,18 @@ class RunCallback(TrainerCallback):
     interrupted: bool = False
     started: float = field(default_factory=time.perf_counter)
     first_step: int = 0
+    show: bool = False  # report the steps through bertkit's one reporter
+    progress: Progress | None = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Start the step reporter (a bar on a terminal, a line every few seconds elsewhere)."""
+        self.progress = Progress("finetune", state.max_steps, "steps", show=self.show)
+        self.progress.to(state.global_step)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """Close the step reporter."""
+        if self.progress is not None:
+            self.progress.close()
 
     def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Start the epoch's clock and step count."""
@@ -241,6 +254,10 @@ class RunCallback(TrainerCallback):
         except KeyboardInterrupt:
             self.interrupted = True
         self.interrupted = self.interrupted or bool(self.requested)
+        if self.progress is not None:
+            seconds = max(time.perf_counter() - self.started, 1e-9)
+            speed = (state.global_step - self.first_step) * self.batch_size / seconds
+            self.progress.to(state.global_step, **{"examples/s": f"{speed:.1f}"})
         if self.interrupted:  # the step is whole: save here, then stop
             control.should_save, control.should_training_stop = True, True
 
@@ -261,6 +278,8 @@ class RunCallback(TrainerCallback):
     def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
         """Write a logged step's training loss and learning rate to metrics.jsonl."""
         if logs and "loss" in logs:
+            if self.progress is not None:
+                self.progress.postfix["loss"] = f"{logs['loss']:.4f}"
             losses = {"train/loss": logs["loss"], "train/learning_rate": logs.get("learning_rate")}
             self._write(step=state.global_step, epoch=math.ceil(state.epoch or 0) - 1, **losses)
 
