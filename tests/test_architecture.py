@@ -220,12 +220,12 @@ TOTAL_BUDGET = 13_500
 MAX_ENCODER_MEMBERS = 15
 # Where the tree stands (2026-11-29, after the by-construction merge): a ratchet, so that no feature adds a copy while
 # the budgets above are not yet met. Lower these as the wings shrink; never raise them without a note.
-WING_CEILINGS = {
-    "encoder": 3_937,
-    "tasks": 5_700,
-    "serve": 2_415,
-    "io": 2_061,
-    "cli": 2_011,
+WING_CEILINGS = {  # issue 45 raised encoder, tasks, serve, io and cli by the 190 lines its fixes added
+    "encoder": 3_939,
+    "tasks": 5_777,
+    "serve": 2_418,
+    "io": 2_108,
+    "cli": 2_027,
     "ray": 773,
     "explain": 800,
     "(top)": 330,

@@ -18,9 +18,8 @@ from ..encoder.runner import Row
 from ..errors import InputError, check_flag, check_whole, quoted
 from ..io.squad import QAExample, read_squad
 from .finetuned_model import EVAL_BATCH_SIZE, FineTuned
-from .report import EvaluationReport
 from .runs import KIND_QA
-from .squad import format_squad_scores, squad_scores
+from .squad import SquadReport, squad_scores
 
 N_BEST = 20  # start and end tokens kept per window (run_qa's n_best_size), and candidates per question
 QUESTION_TOKENS = 64  # the question is cut to this many tokens (transformers' max_question_len)
@@ -65,12 +64,14 @@ def qa_windows(
     questions, contexts = tok.check_texts(questions, "questions"), tok.check_texts(contexts, "contexts")
     if len(questions) != len(contexts):
         raise InputError(f"{len(questions)} questions but {len(contexts)} contexts; give one context per question.")
-    for name, texts in (("question", questions), ("context", contexts)):
-        blank = next((i for i, text in enumerate(texts) if not text.strip()), None)
-        if blank is not None:
-            raise InputError(
-                f"{name} {blank} is empty or blank; every question needs words, and a context to answer from."
-            )
+    blank = [
+        f"{name} {i}"
+        for name, given in (("question", questions), ("context", contexts))
+        for i, text in enumerate(given)
+        if not text.strip()
+    ]
+    if blank:
+        raise InputError(f"{blank[0]} is empty or blank; every question needs words, and a context to answer from.")
     room = max_length - tokenizer.num_special_tokens_to_add(pair=True)  # tokens for the question and the context
     stride = min(DOC_STRIDE, room // 2) if doc_stride is None else doc_stride
     if isinstance(stride, bool) or not isinstance(stride, int) or not 0 <= stride <= room // 2:
@@ -394,14 +395,3 @@ class FineTunedQA(FineTuned):
         start, end = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
         lengths = inputs["attention_mask"].sum(1).tolist()
         return [(start[k, :n], end[k, :n]) for k, n in enumerate(lengths)]
-
-
-class SquadReport(EvaluationReport):
-    """SQuAD scores (a dict of the official script's keys), printed as `bertkit evaluate` prints them."""
-
-    def __init__(self, metrics: dict) -> None:
-        super().__init__(metrics, "squad")
-
-    def text(self) -> str:
-        """Return the scores as `bertkit evaluate` prints them."""
-        return format_squad_scores(self)

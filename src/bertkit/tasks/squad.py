@@ -10,6 +10,8 @@ import re
 import string
 from collections.abc import Mapping, Sequence
 
+from .report import EvaluationReport
+
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = set(string.punctuation)
 
@@ -138,3 +140,14 @@ def format_squad_scores(scores: Mapping[str, float]) -> str:
             f"(exact {scores['best_exact']:.2f})"
         )
     return "\n".join(lines)
+
+
+class SquadReport(EvaluationReport):
+    """SQuAD scores (a dict of the official script's keys), printed as `bertkit evaluate` prints them."""
+
+    def __init__(self, metrics: dict) -> None:
+        super().__init__(metrics, "squad")
+
+    def text(self) -> str:
+        """Return the scores as `bertkit evaluate` prints them."""
+        return format_squad_scores(self)
