@@ -342,8 +342,8 @@ def _arguments(args: FinetuneArguments | None, task: str | None, keywords: dict)
 
 QA_MARGIN = 5.0  # F1 points: a QA run this close to "always no answer" has found few answers (issue 45)
 QA_ADVICE = (
-    "On a few hundred questions, train for more epochs (--epochs 10) at a higher learning rate (--lr 1e-4), or give "
-    "more questions; see docs/how-to/qa.md, 'Small data'."
+    "On a few hundred questions, batches of 32 make few optimizer steps: try --batch-size 8 and more --epochs, or give "
+    "more questions (docs/how-to/qa.md, 'Small data')."
 )
 
 
