@@ -45,12 +45,19 @@ def int8_cache(monkeypatch, tmp_path):
     return tmp_path / "cache" / "int8"
 
 
-def test_int8_linear_is_the_hand_computed_int8_product():
-    """Weights per output channel, input rows asymmetric per row, exact int32 products: computed here by hand."""
+@pytest.mark.parametrize("hardware", [True, False])
+def test_int8_linear_is_the_hand_computed_int8_product(monkeypatch, hardware):
+    """Weights per output channel, input rows asymmetric per row, exact int32 products: computed here by hand. With
+    VNNI the products are torch._int_mm's; without it the same int8 values are multiplied in fp32 (on AVX2 _int_mm is
+    ~30× slower than fp32): both give the hand-computed product."""
+    from bertkit.encoder import int8 as int8_module
+
+    monkeypatch.setattr(int8_module, "HARDWARE_INT8", hardware)
     weight = torch.tensor([[0.5, -1.0, 0.25], [2.0, 0.1, -0.3]])
     bias = torch.tensor([0.1, -0.2])
     x = torch.tensor([[1.0, 2.0, -0.5], [0.3, 0.3, 0.9]])
     layer = Int8Linear(weight, bias, _InputQuantizer(None))
+    assert (layer.weight_values is None) == hardware
 
     w_scale = np.abs(weight.numpy()).max(1) / 127  # [1/127·1.0, 1/127·2.0]
     w_q = np.round(weight.numpy() / w_scale[:, None])
@@ -62,6 +69,20 @@ def test_int8_linear_is_the_hand_computed_int8_product():
     np.testing.assert_allclose(found, expected, rtol=1e-5, atol=1e-6)
     assert np.abs(found - (x @ weight.T + bias).numpy()).max() < 0.02  # and close to the real product
     assert layer.weight_int8.dtype == torch.int8
+
+
+def test_both_product_paths_give_the_same_layer_output_at_model_size(monkeypatch):
+    from bertkit.encoder import int8 as int8_module
+
+    generator = torch.Generator().manual_seed(0)
+    weight, bias = torch.randn(1536, 384, generator=generator), torch.randn(1536, generator=generator)
+    x = torch.randn(2, 37, 384, generator=generator) * 3
+    outputs = []
+    for hardware in (True, False):
+        monkeypatch.setattr(int8_module, "HARDWARE_INT8", hardware)
+        outputs.append(Int8Linear(weight, bias, _InputQuantizer(None))(x))
+    assert outputs[0].shape == (2, 37, 1536)
+    torch.testing.assert_close(outputs[1], outputs[0], rtol=1e-5, atol=1e-4)  # fp32 sums of int products: exact-ish
 
 
 @pytest.mark.slow

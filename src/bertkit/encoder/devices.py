@@ -131,6 +131,7 @@ def describe(device: torch.device) -> str:
 
 
 BF16_FEATURES = {"amx_bf16", "avx512_bf16"}  # native bf16 on a CPU
+INT8_FEATURES = {"amx_int8", "avx512_vnni", "avx_vnni"}  # int8 products in hardware (VNNI)
 CPU_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8", "avx_vnni")
 
 
@@ -155,7 +156,7 @@ def machine_facts() -> dict[str, str]:
 
     model, flags = cpu_model_and_flags()
     bf16 = sorted(flags & BF16_FEATURES)
-    int8 = [flag for flag in ("amx_int8", "avx512_vnni", "avx_vnni") if flag in flags]
+    int8 = sorted(flags & INT8_FEATURES)
     gpus = [f"cuda:{i} {torch.cuda.get_device_name(i)}" for i in range(torch.cuda.device_count())]
     build = "CUDA " + torch.version.cuda if torch.version.cuda else "CPU-only build"
     return {
@@ -167,7 +168,9 @@ def machine_facts() -> dict[str, str]:
         "bf16 on the cpu": f"native ({', '.join(bf16)}): precision='bf16' is fast"
         if bf16
         else "emulated (no AMX or AVX512-BF16): precision='bf16' is refused",
-        "int8 on the cpu": f"VNNI ({', '.join(int8)})" if int8 else "no VNNI: int8 products run on AVX2 (slow)",
+        "int8 on the cpu": f"VNNI ({', '.join(int8)}): precision='int8' is fast"
+        if int8
+        else "no VNNI: precision='int8' multiplies its int8 values in fp32 (int8's vectors at fp32's speed)",
         "torch threads": str(torch.get_num_threads()),
         "gpus": "; ".join(gpus) if gpus else "none that torch can use",
     }
