@@ -202,7 +202,9 @@ def test_an_index_refuses_what_would_not_compare_in_one_line(vector_files, encod
     exact = load_index(vector_files["float32"])  # a vectors file opens as an exact index: the one engine's other kind
     queries = exact.embed_queries(encoder, ["a dull film", "a warm film"])
     assert exact.exact and not index.exact and exact.metric == "cosine"
-    found = [[{"corpus_id": h["corpus_id"], "score": h["score"]} for h in row] for row in exact.search(queries, top_k=4)]
+    found = [
+        [{"corpus_id": h["corpus_id"], "score": h["score"]} for h in row] for row in exact.search(queries, top_k=4)
+    ]
     assert found == semantic_search(queries, exact.engine.vectors, top_k=4)
     with pytest.raises(InputError, match="an exact index is its vectors file"):
         exact.save(tmp_path / "exact.index")
