@@ -121,8 +121,8 @@ def finetune(
     state = PartialState(cpu=wanted.type == "cpu")
     if not state.is_main_process:  # one voice: the main process says what happens
         logging.getLogger("bertkit").setLevel(logging.ERROR)
-    with state.main_process_first():
-        check_output(output, resume, overwrite)
+    check_output(output, resume, overwrite)
+    state.wait_for_everyone()  # every process has seen the output as it was: only then does the main one write it
     encoder = Encoder.from_pretrained(model, device="cpu")
     columns = Columns(text_column, label_column, pair_column, header, label_separator)
     prepared, run_record, tokenizer = _prepare(args, encoder, train, dev, dev_share, limit, columns)
