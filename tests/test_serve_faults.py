@@ -53,7 +53,8 @@ def test_the_service_keeps_its_promises_under_misbehaving_clients(tmp_path):
     assert outcomes["good/ok"] > 200 and outcomes["malformed/refused"] > 10 and outcomes["oversized/refused"] > 10
     assert outcomes["slow/ok"] > 0 and outcomes["slow/abandoned"] > 0
     assert report["queue"]["dropped_total"] > 0  # requests of clients that left were dropped before the model
-    assert report["health"]["polls"] > 100 and report["rss_mb"]["growth"] < 50
+    # ~27 s of soak at one poll every 0.25 s plus its latency: 100 polls needed a mean latency under 20 ms (a flake)
+    assert report["health"]["polls"] > 60 and report["rss_mb"]["growth"] < 50
     assert report["shutdown"]["exit_status"] == 0 and report["shutdown"]["burst"] == {"200/ok": 16}
 
 
