@@ -121,8 +121,9 @@ def finetune(
     state = PartialState(cpu=wanted.type == "cpu")
     if not state.is_main_process:  # one voice: the main process says what happens
         logging.getLogger("bertkit").setLevel(logging.ERROR)
-    check_output(output, resume, overwrite)
-    state.wait_for_everyone()  # every process has seen the output as it was: only then does the main one write it
+    if state.is_main_process:  # one process checks the output and writes it; the others follow (a second check
+        check_output(output, resume, overwrite)  # raced the main one's job record and refused it, exit 2)
+    state.wait_for_everyone()
     encoder = Encoder.from_pretrained(model, device="cpu")
     columns = Columns(text_column, label_column, pair_column, header, label_separator)
     prepared, run_record, tokenizer = _prepare(args, encoder, train, dev, dev_share, limit, columns)
