@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from pathlib import Path
 
 import httpx
@@ -47,7 +48,7 @@ class Server:
     """`python -m bertkit.cli serve ...` on a free loopback port: `url`, `headers`, `post`, `metric`, `stop()`.
 
     `key` serves with an API key (sent by `post`); `wait=False` returns at once (`wait_ready()` later). The server's
-    output goes to a log file (`output()`).
+    output goes to a temporary log file (`output()`), removed with the object unless `keep_log()` is called.
     """
 
     def __init__(
@@ -64,6 +65,7 @@ class Server:
         handle, log = tempfile.mkstemp(prefix=f"bertkit-serve-{self.port}-", suffix=".log")
         os.close(handle)
         self.log_path = Path(log)
+        self._remove_log = weakref.finalize(self, self.log_path.unlink, missing_ok=True)
         with open(self.log_path, "w") as out:
             self.process = start_child(command, env=environment, stdout=out, stderr=subprocess.STDOUT)
         if wait:
@@ -83,6 +85,11 @@ class Server:
             time.sleep(0.2)
         self.stop()
         raise RuntimeError(f"the server did not start in {timeout:.0f} s:\n{self.output()[-3000:]}")
+
+    def keep_log(self) -> Path:
+        """Leave the log file in place after this object is gone; return its path."""
+        self._remove_log.detach()
+        return self.log_path
 
     def output(self) -> str:
         """Everything the server printed so far."""

@@ -18,11 +18,13 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..encoder.devices import release_free_heap
 from ..errors import BertkitError
 from .errors import ServeError
 from .metrics import Metrics
 
 log = logging.getLogger("bertkit.serve")
+IDLE_TRIM_S = 1.0  # seconds of an empty queue before the heap is trimmed (encoder/devices.py: release_free_heap)
 
 
 class Overloaded(ServeError):
@@ -70,6 +72,7 @@ class Batcher:
         self._stopping = False
         self._task: asyncio.Task | None = None
         self._tokens_per_second = 0.0
+        self._turns_since_trim = 0
 
     def start(self) -> None:
         """Start the consumer on the running event loop (a fresh wake-up event: one per loop)."""
@@ -135,7 +138,11 @@ class Batcher:
                 if self._stopping:
                     return
                 self._wake.clear()
-                await self._wake.wait()
+                try:  # idle for IDLE_TRIM_S after some turns: the freed heap goes back to the system
+                    await asyncio.wait_for(self._wake.wait(), IDLE_TRIM_S if self._turns_since_trim else None)
+                except TimeoutError:
+                    self._turns_since_trim = 0
+                    await asyncio.to_thread(release_free_heap)
                 continue
             jobs = self._take()
             if jobs:
@@ -144,6 +151,7 @@ class Batcher:
     async def _turn(self, jobs: list[Job]) -> None:
         """Run one turn on a worker thread; its results (or its error) go to its jobs' requests."""
         started = time.perf_counter()
+        self._turns_since_trim += 1
         try:
             results = await asyncio.to_thread(jobs[0].run, [job.payload for job in jobs])
         except (ServeError, BertkitError) as exc:  # the request's own fault, said by the library or the service
