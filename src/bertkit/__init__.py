@@ -34,6 +34,7 @@ _LAZY = {
     "TextClassifier": "tasks.classify",
     "TokenEmbedding": "encoder.results",
     "VectorIndex": "tasks.index",
+    "attribute_similarity": "explain.attributions",
     "build_index": "tasks.index_build",
     "entity_scores": "tasks.tagging",
     "finetune": "tasks.finetune",
@@ -57,6 +58,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come fro
     from .encoder.results import EmbedReport, EmbedResult, TokenEmbedding
     from .encoder.threads import set_threads
     from .encoder.tokenize import Batch
+    from .explain.attributions import attribute_similarity
     from .io.conll import read_tagged
     from .io.squad import read_squad
     from .tasks.classify import TextClassifier
@@ -105,6 +107,7 @@ __all__ = [
     "TextClassifier",
     "TokenEmbedding",
     "VectorIndex",
+    "attribute_similarity",
     "build_index",
     "entity_scores",
     "finetune",

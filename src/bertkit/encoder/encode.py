@@ -184,7 +184,7 @@ class Encoder(EncoderBase):
         """
         resolved = options_from(options, kwargs).resolve(self)
         head = vector_head(self, resolved)
-        texts = _with_prompt(as_list(texts), resolved.prompt or "")
+        texts = with_prompt(as_list(texts), resolved.prompt or "")
         encoded, report = self._encode(texts, as_list(text_pair), resolved)
         report.prompt = resolved.prompt or ""
         vectors: Any
@@ -324,7 +324,8 @@ def calibration_ranges(encoder: Encoder, options: EmbedOptions | None = None, **
     return encoder._ranges[key]
 
 
-def _with_prompt(texts: list, prompt: str) -> list:
+def with_prompt(texts: list, prompt: str) -> list:
+    """Return `texts` with `prompt` put before each (lists of words are refused: join them first)."""
     if not prompt:
         return texts
     if any(not isinstance(text, str) for text in texts):

@@ -33,9 +33,10 @@ def call_model(
     inputs: dict[str, torch.Tensor],
     device: torch.device,
     precision: str = "fp32",
+    gradients: bool = False,
     **options: Any,
 ) -> Any:
-    """Run one forward pass: the inputs moved to `device`, no gradients, `precision`'s autocast on that device.
+    """Run one forward pass: the inputs moved to `device`, `precision`'s autocast on that device.
 
     Parameters
     ----------
@@ -47,6 +48,8 @@ def call_model(
         Where the model's weights are.
     precision : str
         A checked precision ('fp32', 'bf16', 'fp16', 'int8').
+    gradients : bool
+        Keep the graph for gradients with respect to the inputs (attributions); otherwise inference mode.
     **options
         The model's own keywords (`output_hidden_states`, `output_attentions`, ...).
 
@@ -56,7 +59,7 @@ def call_model(
         The model's output.
     """
     inputs = {name: tensor.to(device, non_blocking=True) for name, tensor in inputs.items()}
-    with torch.inference_mode(), arithmetic(precision, device):
+    with torch.enable_grad() if gradients else torch.inference_mode(), arithmetic(precision, device):
         return model(**inputs, **options)
 
 
