@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit import Encoder, InputError, attribute_similarity, similarity
+from bertkit import Encoder, FineTunedClassifier, InputError, attribute_prediction, attribute_similarity, similarity
 from bertkit.explain import attributions
 
 
@@ -22,7 +22,8 @@ def test_a_score_linear_in_the_embeddings_gets_the_analytic_attributions(encoder
     item = encoder._encode(["the cat sat"], None, encoder.resolve())[0][0]
     table = encoder.model.get_input_embeddings()
     weights = torch.randn(len(item.ids), table.embedding_dim, generator=torch.Generator().manual_seed(0))
-    result = attributions._integrate(encoder, lambda e: (e * weights).sum((-1, -2)), item, 8, "pad")
+    model = attributions._Model.of(encoder, encoder.model, 8, "pad")
+    [result] = model.integrate(lambda e: (e * weights).sum((-1, -2)), item)
     with torch.no_grad():
         given = table(torch.tensor(item.ids))
         special = item.encoding.special_tokens_mask
@@ -69,18 +70,23 @@ def test_the_score_is_embeds_similarity_and_each_text_adds_up_to_it(encoder, opt
 
 
 def test_the_mask_baseline_puts_mask_in_the_content_positions(encoder, monkeypatch):
-    seen = []
-    original = attributions._integrate
+    embedded = []
+    original = attributions._Model.embed
 
-    def spy(encoder_, score, item, n_steps, baseline):
-        seen.append(baseline)
-        return original(encoder_, score, item, n_steps, baseline)
+    def spy(self, ids):
+        embedded.append(list(ids))
+        return original(self, ids)
 
-    monkeypatch.setattr(attributions, "_integrate", spy)
+    monkeypatch.setattr(attributions._Model, "embed", spy)
     pad = attribute_similarity(encoder, "the cat", "a dog", n_steps=16)
     mask = attribute_similarity(encoder, "the cat", "a dog", n_steps=16, baseline="mask")
-    assert seen == ["pad", "pad", "mask", "mask"] and mask.baseline == "mask"
-    assert pad.score == mask.score and pad.texts[0].baseline_score != mask.texts[0].baseline_score
+    tokenizer = encoder.tokenizer
+    fillers = {tokenizer.pad_token_id, tokenizer.mask_token_id}
+    empties = [ids for ids in embedded if set(ids[1:-1]) <= fillers]
+    assert [ids[1:-1] for ids in empties] == [[tokenizer.pad_token_id] * 2] * 2 + [[tokenizer.mask_token_id] * 2] * 2
+    assert all(ids[0] == tokenizer.cls_token_id and ids[-1] == tokenizer.sep_token_id for ids in empties)
+    assert mask.baseline == "mask" and pad.score == mask.score
+    assert pad.texts[0].baseline_score != mask.texts[0].baseline_score
 
 
 def test_too_few_steps_warn_with_the_delta(encoder, caplog):
@@ -109,3 +115,77 @@ def test_int8_weights_are_refused(tiny_dirs):
     encoder = Encoder.from_pretrained(str(tiny_dirs["bert_cased"]), device="cpu", precision="int8")
     with pytest.raises(InputError, match="int8 weights have no gradients"):
         attribute_similarity(encoder, "the cat", "a dog")
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_dirs):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    path = str(tiny_dirs["bert_cased"])
+    tokenizer = AutoTokenizer.from_pretrained(path)
+
+    def run(task: str, **config) -> FineTunedClassifier:
+        torch.manual_seed(0)  # the heads start random: one seed, the same runs every time
+        model = AutoModelForSequenceClassification.from_pretrained(path, **config)
+        return FineTunedClassifier(model, tokenizer, 64, {"task": task})
+
+    return {
+        "text": run(
+            "text", num_labels=3, id2label={0: "neg", 1: "neu", 2: "pos"}, label2id={"neg": 0, "neu": 1, "pos": 2}
+        ),
+        "pair": run("pair", num_labels=2),
+        "regression": run("text", num_labels=1, problem_type="regression"),
+    }
+
+
+def test_a_classifier_s_predicted_logit_is_attributed_and_adds_up(runs):
+    run, text = runs["text"], "the cat sat on the mat"
+    logits = run.logits(text)[0]
+    result = attribute_prediction(run, text, n_steps=64)
+    predicted = int(logits.argmax())
+    assert result.target == f"logit of {run.classes_[predicted]!r}"
+    assert result.score == pytest.approx(float(logits[predicted]), abs=1e-5)
+    [part] = result.texts
+    assert part.words == text.split() and part.tokens == ["[CLS]", *part.tokens[1:-1], "[SEP]"]
+    assert part.token_scores.sum() + part.baseline_score == pytest.approx(
+        result.score, abs=0.02 * abs(result.score - part.baseline_score) + 1e-6
+    )
+    other = next(label for k, label in enumerate(run.classes_) if k != predicted)
+    chosen = attribute_prediction(run, text, target=str(other), n_steps=16)
+    assert chosen.score == pytest.approx(float(logits[list(run.classes_).index(other)]), abs=1e-5)
+
+
+def test_a_regressor_s_score_is_attributed(runs):
+    run = runs["regression"]
+    result = attribute_prediction(run, "a dog ran", n_steps=32)
+    assert result.target == "score" and result.score == pytest.approx(float(run.predict("a dog ran")[0]), abs=1e-5)
+
+
+def test_a_pair_is_attributed_over_both_texts(runs):
+    run, query, document = runs["pair"], "where is the cat", "the cat sat on the mat"
+    logits = run.logits([(query, document)])[0]
+    result = attribute_prediction(run, query, document, n_steps=64)
+    first, second = result.texts
+    assert (first.text, second.text) == (query, document)
+    assert first.words == query.split() and second.words == document.split()
+    assert first.tokens[0] == "[CLS]" and first.tokens[-1] == "[SEP]" and second.tokens[-1] == "[SEP]"
+    assert len(first.tokens) + len(second.tokens) == len(run.encode([query], [document])[0].ids)
+    assert result.score == pytest.approx(float(logits.max()), abs=1e-5)
+    total = first.token_scores.sum() + second.token_scores.sum()
+    assert first.baseline_score == second.baseline_score  # one path: both texts leave their baseline together
+    assert total + first.baseline_score == pytest.approx(
+        result.score, abs=0.02 * abs(result.score - first.baseline_score) + 1e-6
+    )
+
+
+@pytest.mark.parametrize(
+    "kind, args, kwargs, message",
+    [
+        ("pair", ("where is the cat",), {}, "reads text pairs"),
+        ("text", ("the cat", "a dog"), {}, "reads single texts"),
+        ("text", ("the cat",), {"target": "happy"}, "target='happy'"),
+    ],
+)
+def test_a_run_refuses_what_it_does_not_read(runs, kind, args, kwargs, message):
+    with pytest.raises(InputError, match=message):
+        attribute_prediction(runs[kind], *args, **kwargs)

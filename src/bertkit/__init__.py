@@ -34,6 +34,7 @@ _LAZY = {
     "TextClassifier": "tasks.classify",
     "TokenEmbedding": "encoder.results",
     "VectorIndex": "tasks.index",
+    "attribute_prediction": "explain.attributions",
     "attribute_similarity": "explain.attributions",
     "build_index": "tasks.index_build",
     "entity_scores": "tasks.tagging",
@@ -58,7 +59,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come fro
     from .encoder.results import EmbedReport, EmbedResult, TokenEmbedding
     from .encoder.threads import set_threads
     from .encoder.tokenize import Batch
-    from .explain.attributions import attribute_similarity
+    from .explain.attributions import attribute_prediction, attribute_similarity
     from .io.conll import read_tagged
     from .io.squad import read_squad
     from .tasks.classify import TextClassifier
@@ -107,6 +108,7 @@ __all__ = [
     "TextClassifier",
     "TokenEmbedding",
     "VectorIndex",
+    "attribute_prediction",
     "attribute_similarity",
     "build_index",
     "entity_scores",

@@ -1,4 +1,4 @@
-"""Why this score? Integrated Gradients over the word-embedding layer, for the similarity of two texts.
+"""Why this score? Integrated Gradients over the word-embedding layer: two texts' similarity, a run's prediction.
 
 The path runs from a baseline to the input's word embeddings: the baseline keeps `[CLS]` and `[SEP]` and puts `[PAD]`
 (or `[MASK]`) in every other position. captum's `IntegratedGradients` integrates the score's gradient along it, its
@@ -14,6 +14,7 @@ score. Held one at a time, a word's share says how much it makes its text like t
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from ..errors import InputError, quoted
 if TYPE_CHECKING:
     from ..encoder.encode import Encoder
     from ..encoder.tokenize import Encoded
+    from ..tasks.finetuned import FineTunedClassifier
 
 logger = logging.getLogger(__name__)
 
@@ -163,15 +165,16 @@ def attribute_similarity(
     """
     if metric not in METRICS:
         raise InputError(f"metric={quoted(metric)}: attributions are made for {', '.join(METRICS)}.")
-    resolved = _checked(encoder, options_from(options, kwargs).resolve(encoder), n_steps, baseline)
+    resolved = options_from(options, kwargs).resolve(encoder)
+    if resolved.long_text == "window":
+        raise InputError("long_text='window' stitches several passes; attributions read one: use 'truncate'.")
+    model = _Model.of(encoder, encoder.model, n_steps, baseline)
     head = vector_head(encoder, resolved)
     encoded = encoder._encode(with_prompt([text, other], resolved.prompt or ""), None, resolved)[0]
 
     def vectors(embeds: torch.Tensor, item: Encoded) -> torch.Tensor:
-        inputs = _inputs(encoder, item, embeds)
-        out = call_model(
-            encoder.model, inputs, encoder.device, encoder.precision, gradients=True, output_hidden_states=True
-        )
+        inputs = model.inputs(item, embeds)
+        out = model.call(inputs, output_hidden_states=True)
         pooler = getattr(out, "pooler_output", None)
         pooled = head.sentences(head.tokens(out.hidden_states), inputs["attention_mask"], pooler)
         if resolved.truncate_dim is not None:
@@ -180,82 +183,180 @@ def attribute_similarity(
             pooled = torch.nn.functional.normalize(pooled, dim=-1)
         return pooled
 
-    table = encoder.model.get_input_embeddings()
-    with torch.no_grad():
-        held = [vectors(table(torch.tensor([item.ids], device=encoder.device)), item) for item in encoded]
+    held = [vectors(model.embed(item.ids), item).detach() for item in encoded]
     texts = []
     for side, item in enumerate(encoded):
         partner = held[1 - side]
-        texts.append(
-            _integrate(encoder, lambda e, item=item, p=partner: (vectors(e, item) * p).sum(-1), item, n_steps, baseline)
+        texts += model.integrate(lambda e, item=item, p=partner: (vectors(e, item) * p).sum(-1), item)
+    return model.result(f"{metric} similarity", float((held[0] * held[1]).sum()), texts)
+
+
+def attribute_prediction(
+    run: FineTunedClassifier,
+    text: str,
+    text_pair: str | None = None,
+    *,
+    target: str | None = None,
+    n_steps: int = DEFAULT_STEPS,
+    baseline: str = "pad",
+) -> Attribution:
+    """Which words made a fine-tuned run's prediction: Integrated Gradients of its logit over the input's tokens.
+
+    Parameters
+    ----------
+    run : FineTunedClassifier
+        A fine-tuned text or pair run (classifier, multi-label classifier, regressor or reranker).
+    text : str
+        The text (a pair run: the first text).
+    text_pair : str, optional
+        A pair run's second text (a reranker: the document); its tokens are attributed as a text of their own.
+    target : str, optional
+        The class whose logit is attributed (default: the predicted one; a regressor: its score).
+    n_steps : int
+        Integration steps.
+    baseline : {'pad', 'mask'}
+        The token in every content position of the baseline (`[CLS]` and `[SEP]` stay).
+
+    Returns
+    -------
+    Attribution
+        `score` is the attributed logit (or score); `texts` the text, and the pair's second text.
+
+    Examples
+    --------
+    >>> from bertkit import attribute_prediction, load_run
+    >>> run = load_run("runs/sst2")  # doctest: +SKIP
+    >>> attribute_prediction(run, "a gorgeous, witty film").texts[0].words  # doctest: +SKIP
+    ['a', 'gorgeous,', 'witty', 'film']
+    """
+    model = _Model.of(run, run.model, n_steps, baseline)
+    if (text_pair is not None) != bool(run.takes_pairs):
+        raise InputError(
+            "this run reads text pairs: give text_pair." if run.takes_pairs else "this run reads single texts."
         )
-    _warn_delta(texts, f"{metric} similarity", n_steps)
-    return Attribution(f"{metric} similarity", float((held[0] * held[1]).sum()), texts, n_steps, baseline)
-
-
-def _checked(encoder: Encoder, resolved: EmbedOptions, n_steps: int, baseline: str) -> EmbedOptions:
-    """Refuse what attributions cannot follow: windows, int8 weights, a bad step count or baseline."""
-    if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 2:
-        raise InputError(f"n_steps={n_steps!r}: give a whole number of integration steps, 2 or more.")
-    if baseline not in BASELINES:
-        raise InputError(f"baseline={quoted(baseline)}: give one of {', '.join(BASELINES)}.")
-    if resolved.long_text == "window":
-        raise InputError("long_text='window' stitches several passes; attributions read one: use 'truncate'.")
-    if encoder.precision == "int8":
-        raise InputError("int8 weights have no gradients: attribute with an fp32, bf16 or fp16 encoder.")
-    return resolved
-
-
-def _inputs(encoder: Encoder, item: Encoded, embeds: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Return the model's inputs for `embeds` (k copies of one text's word embeddings, interpolated)."""
-    rows = embeds.shape[0]
-    inputs = {"inputs_embeds": embeds, "attention_mask": torch.ones(rows, len(item.ids), dtype=torch.long)}
-    if encoder._takes_type_ids:
-        inputs["token_type_ids"] = torch.tensor([item.type_ids] * rows, dtype=torch.long)
-    return inputs
-
-
-def _integrate(
-    encoder: Encoder, score: Callable[[torch.Tensor], torch.Tensor], item: Encoded, n_steps: int, baseline: str
-) -> TextAttribution:
-    """Integrated Gradients of `score(word embeddings)` over one text's tokens."""
-    from captum.attr import IntegratedGradients
-
-    table = encoder.model.get_input_embeddings()
-    filler = encoder.tokenizer.pad_token_id if baseline == "pad" else encoder.tokenizer.mask_token_id
-    if filler is None:
-        raise InputError(f"baseline={quoted(baseline)}: this tokenizer has no {baseline} token; use the other.")
-    special = item.encoding.special_tokens_mask
-    with torch.no_grad():
-        given = table(torch.tensor([item.ids], device=encoder.device))
-        empty = table(torch.tensor([[t if s else filler for t, s in zip(item.ids, special)]], device=encoder.device))
-        scores = float(score(given)), float(score(empty))
-    steps_per_pass = max(1, encoder.runner().max_batch_tokens // len(item.ids))
-    attributions, delta = IntegratedGradients(score).attribute(
-        given, empty, n_steps=n_steps, internal_batch_size=steps_per_pass, return_convergence_delta=True
-    )
-    share = abs(float(delta)) / max(abs(scores[0] - scores[1]), 1e-12)
-    return _text(item, attributions[0].sum(-1).detach().double().cpu().numpy(), scores[1], share)
-
-
-def _warn_delta(texts: list[TextAttribution], target: str, n_steps: int) -> None:
-    """Log a warning when a text's attributions miss completeness by more than DELTA_WARNING."""
-    worst = max(text.delta for text in texts)
-    if worst > DELTA_WARNING:
-        logger.warning(
-            "the attributions of the %s miss f(input) - f(baseline) by %.1f%% (over %.0f%%): use more steps than %d",
-            target,
-            100 * worst,
-            100 * DELTA_WARNING,
-            n_steps,
+    item = run.encode([text], None if text_pair is None else [text_pair])[0]
+    if item.windows and len(item.windows) > 1:
+        raise InputError(
+            "this text is read in windows (long_text='window'); attributions read one: load the run "
+            "with long_text='truncate'."
         )
 
+    def logits(embeds: torch.Tensor) -> torch.Tensor:
+        return model.call(model.inputs(item, embeds)).logits.float()
 
-def _text(item: Encoded, token_scores: np.ndarray, baseline_score: float, delta: float) -> TextAttribution:
-    """One text's tokens and words with their scores (word pieces summed onto the whitespace words)."""
-    words = [item.text[start:end] for start, end in item.word_spans]
-    word_scores = np.zeros(len(words))
-    for token, word in enumerate(item.word_ids()):
-        if word is not None:
-            word_scores[word] += token_scores[token]
-    return TextAttribution(item.text, list(item.tokens), token_scores, words, word_scores, baseline_score, delta)
+    given = logits(model.embed(item.ids))[0].detach()
+    if run.problem == "regression":
+        index, name = 0, "score"
+    elif target is None:
+        index = int(given.argmax())
+        name = f"logit of {run.classes_[index]!r}"
+    elif target in set(map(str, run.classes_)):
+        index = [str(c) for c in run.classes_].index(target)
+        name = f"logit of {target!r}"
+    else:
+        raise InputError(f"target={quoted(target)}: this run's classes are {', '.join(map(str, run.classes_))}.")
+    texts = model.integrate(lambda e: logits(e)[:, index], item)
+    return model.result(name, float(given[index]), texts)
+
+
+@dataclass(frozen=True)
+class _Model:
+    """What an attribution needs of a model: its network, word embeddings, tokenizer, device and token budget."""
+
+    network: torch.nn.Module
+    takes_type_ids: bool
+    device: torch.device
+    precision: str
+    filler: int
+    steps_budget: int  # padded tokens one pass of interpolation steps may hold
+    n_steps: int
+    baseline: str
+
+    @classmethod
+    def of(cls, owner: Any, network: torch.nn.Module, n_steps: int, baseline: str) -> _Model:
+        """Check what the call asks for and take the model's parts (`owner`: an Encoder or a fine-tuned run)."""
+        if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 2:
+            raise InputError(f"n_steps={n_steps!r}: give a whole number of integration steps, 2 or more.")
+        if baseline not in BASELINES:
+            raise InputError(f"baseline={quoted(baseline)}: give one of {', '.join(BASELINES)}.")
+        if owner.precision == "int8":
+            raise InputError("int8 weights have no gradients: attribute at fp32, bf16 or fp16.")
+        tokenizer = owner.tokenizer
+        filler = tokenizer.pad_token_id if baseline == "pad" else tokenizer.mask_token_id
+        if filler is None:
+            raise InputError(f"baseline={quoted(baseline)}: this tokenizer has no {baseline} token; use the other.")
+        takes_type_ids = "token_type_ids" in inspect.signature(network.forward).parameters
+        budget = owner.runner().max_batch_tokens
+        return cls(network.eval(), takes_type_ids, owner.device, owner.precision, filler, budget, n_steps, baseline)
+
+    def embed(self, ids: list[int]) -> torch.Tensor:
+        """(1, tokens, dim) word embeddings of `ids`."""
+        return self.network.get_input_embeddings()(torch.tensor([ids], device=self.device))
+
+    def inputs(self, item: Encoded, embeds: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Return the model's inputs for `embeds` (k copies of one input's word embeddings, interpolated)."""
+        rows = embeds.shape[0]
+        inputs = {"inputs_embeds": embeds, "attention_mask": torch.ones(rows, len(item.ids), dtype=torch.long)}
+        if self.takes_type_ids:
+            inputs["token_type_ids"] = torch.tensor([item.type_ids] * rows, dtype=torch.long)
+        return inputs
+
+    def call(self, inputs: dict[str, torch.Tensor], **options: Any) -> Any:
+        """One forward pass that keeps the graph."""
+        return call_model(self.network, inputs, self.device, self.precision, gradients=True, **options)
+
+    def integrate(self, score: Callable[[torch.Tensor], torch.Tensor], item: Encoded) -> list[TextAttribution]:
+        """Integrated Gradients of `score(word embeddings)` over one input's tokens (a pair: one part per text)."""
+        from captum.attr import IntegratedGradients
+
+        special = item.encoding.special_tokens_mask
+        with torch.no_grad():
+            given = self.embed(item.ids)
+            empty = self.embed([t if s else self.filler for t, s in zip(item.ids, special)])
+        scores = float(score(given).detach()), float(score(empty).detach())
+        steps_per_pass = max(1, self.steps_budget // len(item.ids))
+        attributions, delta = IntegratedGradients(score).attribute(
+            given, empty, n_steps=self.n_steps, internal_batch_size=steps_per_pass, return_convergence_delta=True
+        )
+        share = abs(float(delta)) / max(abs(scores[0] - scores[1]), 1e-12)
+        return _texts(item, attributions[0].sum(-1).detach().double().cpu().numpy(), scores[1], share)
+
+    def result(self, target: str, score: float, texts: list[TextAttribution]) -> Attribution:
+        """Return the attribution; warn when a text's attributions miss completeness by over DELTA_WARNING."""
+        worst = max(text.delta for text in texts)
+        if worst > DELTA_WARNING:
+            logger.warning(
+                "the attributions of the %s miss f(input) - f(baseline) by %.1f%% (over %.0f%%): use more steps "
+                "than %d",
+                target,
+                100 * worst,
+                100 * DELTA_WARNING,
+                self.n_steps,
+            )
+        return Attribution(target, score, texts, self.n_steps, self.baseline)
+
+
+def _texts(item: Encoded, token_scores: np.ndarray, baseline_score: float, delta: float) -> list[TextAttribution]:
+    """Each text's tokens and words with their scores (word pieces summed onto the whitespace words).
+
+    A pair's special tokens go with the text before them (`[CLS]` with the first).
+    """
+    parts = [(item.text, item.word_spans)]
+    if item.pair_text is not None:
+        parts.append((item.pair_text, item.pair_word_spans))
+    owner, owners = 0, []
+    for sequence in item.encoding.sequence_ids:
+        owner = owner if sequence is None else sequence
+        owners.append(owner)
+    result = []
+    for part, (text, spans) in enumerate(parts):
+        mine = [k for k, o in enumerate(owners) if o == part]
+        words = [text[start:end] for start, end in spans]
+        word_scores = np.zeros(len(words))
+        word_ids = item.word_ids()
+        for k in mine:
+            if word_ids[k] is not None:
+                word_scores[word_ids[k]] += token_scores[k]
+        tokens = [item.tokens[k] for k in mine]
+        result.append(TextAttribution(text, tokens, token_scores[mine], words, word_scores, baseline_score, delta))
+    return result
