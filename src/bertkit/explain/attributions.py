@@ -14,6 +14,7 @@ score. Held one at a time, a word's share says how much it makes its text like t
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 from collections.abc import Callable
@@ -186,9 +187,15 @@ def attribute_similarity(
     held = [vectors(model.embed(item.ids), item).detach() for item in encoded]
     texts = []
     for side, item in enumerate(encoded):
-        partner = held[1 - side]
-        texts += model.integrate(lambda e, item=item, p=partner: (vectors(e, item) * p).sum(-1), item)
+        texts += model.integrate(functools.partial(_against, vectors, item, held[1 - side]), item)
     return model.result(f"{metric} similarity", float((held[0] * held[1]).sum()), texts)
+
+
+def _against(
+    vectors: Callable[[torch.Tensor, Encoded], torch.Tensor], item: Encoded, partner: torch.Tensor, e: torch.Tensor
+) -> torch.Tensor:
+    """Return the similarity of `item` read from embeddings `e` to a held partner vector."""
+    return (vectors(e, item) * partner).sum(-1)
 
 
 def attribute_prediction(
