@@ -350,7 +350,7 @@ def _texts(item: Encoded, token_scores: np.ndarray, baseline_score: float, delta
     """
     parts = [(item.text, item.word_spans)]
     if item.pair_text is not None:
-        parts.append((item.pair_text, item.pair_word_spans))
+        parts.append((item.pair_text, item.pair_word_spans or []))
     owner, owners = 0, []
     for sequence in item.encoding.sequence_ids:
         owner = owner if sequence is None else sequence
