@@ -322,11 +322,12 @@ class _Model:
             empty = self.embed([t if s else self.filler for t, s in zip(item.ids, special)])
         scores = float(score(given).detach()), float(score(empty).detach())
         steps_per_pass = max(1, self.steps_budget // len(item.ids))
-        attributions, delta = IntegratedGradients(score).attribute(
-            given, empty, n_steps=self.n_steps, internal_batch_size=steps_per_pass, return_convergence_delta=True
+        attributions = IntegratedGradients(score).attribute(
+            given, empty, n_steps=self.n_steps, internal_batch_size=steps_per_pass
         )
-        share = abs(float(delta)) / max(abs(scores[0] - scores[1]), 1e-12)
-        return _texts(item, attributions[0].sum(-1).detach().double().cpu().numpy(), scores[1], share)
+        token_scores = attributions[0].sum(-1).detach().double().cpu().numpy()
+        share = abs(token_scores.sum() - (scores[0] - scores[1])) / max(abs(scores[0] - scores[1]), 1e-12)
+        return _texts(item, token_scores, scores[1], share)
 
     def result(self, target: str, score: float, texts: list[TextAttribution]) -> Attribution:
         """Return the attribution; warn when a text's attributions miss completeness by over DELTA_WARNING."""
