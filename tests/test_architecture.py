@@ -213,7 +213,7 @@ WING_BUDGETS = {
     "io": 1_300,
     "cli": 1_400,
     "ray": 500,
-    "explain": 1_097,
+    "explain": 1_098,
     "(top)": 300,
 }
 TOTAL_BUDGET = 13_500
@@ -221,14 +221,15 @@ MAX_ENCODER_MEMBERS = 15
 # Where the tree stands (2026-11-29, after the by-construction merge): a ratchet, so that no feature adds a copy while
 # the budgets above are not yet met. Lower these as the wings shrink; never raise them without a note.
 WING_CEILINGS = {  # issue 45 raised encoder, tasks, serve, io and cli by the 200 lines its fixes added; the idle
-    # heap trim (a CI failure: RSS under load) added 23 to encoder and serve; issue 46's attributions 369 to explain, 2 to (top)
+    # heap trim (a CI failure: RSS under load) added 23 to encoder and serve; issue 46's attributions 370 to explain
+    # and 2 to (top)
     "encoder": 3_970,
     "tasks": 5_778,
     "serve": 2_426,
     "io": 2_108,
     "cli": 2_027,
     "ray": 773,
-    "explain": 1_097,
+    "explain": 1_098,
     "(top)": 332,
 }
 ENCODER_MEMBERS_NOW = 20
