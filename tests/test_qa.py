@@ -644,6 +644,7 @@ LONG_CONTEXT = " ".join(["the movie was great"] * 8) + " a blue film " + " ".joi
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # /health's latency under a 100,000-character request is measured
 def test_served_qa_answers_hugging_faces_client_and_bounds_long_contexts(qa_run, qa, monkeypatch):
     from huggingface_hub import InferenceClient, constants
     from servers import Server

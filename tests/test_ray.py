@@ -125,6 +125,14 @@ def test_embed_dataset_adds_vectors_to_a_users_dataset(head, encoder):
         embed_dataset(ds.materialize(), column="text", encoder=encoder)
 
 
+def recorded_files(record: Path) -> dict:
+    """The files a job's record holds as complete (none before the record exists)."""
+    try:
+        return json.loads(record.read_text())["state"]["files"]
+    except FileNotFoundError:  # not written yet, or the run finished and removed it
+        return {}
+
+
 def run_cli(*args: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}  # the CLI finds the head's token itself
     return start_child(
@@ -161,11 +169,11 @@ def test_cli_killed_midway_resumes_and_skips_finished_files(head, tmp_path, enco
     ]
     first = run_cli(*args)
     deadline = time.monotonic() + 120
-    while not (out / "p1").is_dir() and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
+    while not recorded_files(job_path(out)) and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)  # the record, not the folder: a kill between the folder's move and its record is legal
     first.kill()  # SIGKILL to the driver: no clean-up runs
     first.wait()
-    done = json.loads(job_path(out).read_text())["state"]["files"]
+    done = recorded_files(job_path(out))
     assert "p1" in done and len(done) < 3, "the run must be killed while later files are still being embedded"
     changed = run_cli(*args[:-2], "--layers", "-2", "-o", str(out))  # another job is refused, naming what changed
     assert changed.communicate(timeout=120)[1].count("options.layers was") == 1 and changed.returncode == 2
@@ -230,8 +238,7 @@ def test_cli_killed_at_seeded_random_points_resumes_to_the_same_vectors(head, tm
         killed += process.poll() is None
         process.kill()
         process.wait()
-        job = job_path(out)
-        for name in json.loads(job.read_text())["state"]["files"] if job.exists() else []:
+        for name in recorded_files(job_path(out)):
             ids, _ = read_output(out / name)  # whatever the job's record calls done is whole
             assert ids == sorted(f"{name}{i}" for i in range(len(texts[name])))
     assert killed >= RAY_KILLS // 2, f"only {killed} runs were still working when killed"
