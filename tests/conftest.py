@@ -1,5 +1,3 @@
-import contextlib
-import fcntl
 import os
 import sys
 from pathlib import Path
@@ -42,31 +40,6 @@ except ImportError:  # pragma: no cover - hypothesis is in the test extra
 LONG_TESTS = os.environ.get("BERTKIT_LONG_TESTS", "") == "1"
 
 SHARED_DATA = Path(os.environ.get("BERTKIT_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-
-
-@contextlib.contextmanager
-def _alone_or_beside_others(folder: Path, alone: bool):
-    """Hold the lock that lets a test run beside other tests (shared), or with none beside it (exclusive).
-
-    A test waiting to run alone first holds the gate, so no new test starts while it waits for the running ones.
-    """
-    with open(folder / "gate.lock", "a") as gate, open(folder / "tests.lock", "a") as tests:
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        if not alone:
-            fcntl.flock(gate, fcntl.LOCK_UN)
-        fcntl.flock(tests, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        yield  # closing the files releases both locks
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    """Under pytest-xdist (the README's command runs 2 workers), a test marked `alone` runs with no other beside it."""
-    if "PYTEST_XDIST_WORKER" not in os.environ:
-        yield
-        return
-    shared = item.config._tmp_path_factory.getbasetemp().parent  # the run's temp root, common to its workers
-    with _alone_or_beside_others(shared, "alone" in item.keywords):
-        yield
 
 
 def pytest_collection_modifyitems(config, items):

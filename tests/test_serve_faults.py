@@ -20,7 +20,7 @@ from conftest import LONG_TESTS
 
 from bertkit.serve import create_app
 
-pytestmark = [pytest.mark.slow, pytest.mark.alone]  # soaks measure RSS and latency: nothing beside them
+pytestmark = pytest.mark.slow
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "serve_faults.py"
 KINDS = {"good", "disconnect", "slow", "oversized", "malformed"}
