@@ -1,6 +1,6 @@
 """Attributions of a similarity on SST-2 dev sentences: speed against plain captum, completeness, and the baseline.
 
-    python benchmarks/attributions.py [--data ../shared/data/sst2/dev.tsv] [--pairs 40] [--json attributions.json]
+    python benchmarks/attributions.py [--data ../shared/data/sst2/dev.tsv] [--pairs 40] [--steps 16 24 32] [--json f]
 
 On the packaged model, with its default embedding options:
 
@@ -8,7 +8,8 @@ On the packaged model, with its default embedding options:
    warm-up: `bertkit.attribute_similarity`'s per-text cost (the call does both texts, 64 tokens each: half its time)
    against plain captum `LayerIntegratedGradients` on the word-embedding layer over the same score, once with all
    steps in one batch (captum's default) and once a step at a time (`internal_batch_size=1`).
-2. Completeness: each text's `delta` (|sum − (f(input) − f(baseline))| as a share) over --pairs pairs: median and max.
+2. Completeness: each text's `delta` (|sum − (f(input) − f(baseline))| as a share) over --pairs pairs: median and max,
+   at each of --steps (speed too: the default number of steps is chosen by these two).
 3. The baseline, by a deletion curve: each pair is an SST-2 dev sentence and its nearest other sentence (cosine of
    the packaged model's vectors among the first 400). The first text's words are deleted in order of attribution,
    most similar-making first, 10 % of them at a time, and the cosine to the second text read after each step; the
@@ -45,7 +46,7 @@ def nearest_pairs(encoder, texts: list[str], count: int) -> list[tuple[str, str]
     return [(texts[i], texts[int(cosines[i].argmax())]) for i in range(count)]
 
 
-def speed(encoder, repeats: int = 5) -> dict:
+def speed(encoder, n_steps: int, repeats: int = 5) -> dict:
     """Seconds per text of 64 tokens: bertkit's per-text half against plain captum LayerIntegratedGradients."""
     from captum.attr import LayerIntegratedGradients
 
@@ -74,9 +75,9 @@ def speed(encoder, repeats: int = 5) -> dict:
 
     lig = LayerIntegratedGradients(score, model.get_input_embeddings())
     ways = {
-        "bertkit (per text)": lambda: attribute_similarity(encoder, text, other),
-        "captum LIG, all steps in one batch": lambda: lig.attribute(ids, base, n_steps=32),
-        "captum LIG, a step at a time": lambda: lig.attribute(ids, base, n_steps=32, internal_batch_size=1),
+        "bertkit (per text)": lambda: attribute_similarity(encoder, text, other, n_steps=n_steps),
+        "captum LIG, all steps in one batch": lambda: lig.attribute(ids, base, n_steps=n_steps),
+        "captum LIG, a step at a time": lambda: lig.attribute(ids, base, n_steps=n_steps, internal_batch_size=1),
     }
     for way in ways.values():
         way()  # warm-up
@@ -88,7 +89,7 @@ def speed(encoder, repeats: int = 5) -> dict:
             times[name].append(time.perf_counter() - started)
     medians = {name: statistics.median(values) for name, values in times.items()}
     medians["bertkit (per text)"] /= 2  # the call attributes both texts, of 64 tokens each
-    return {"tokens": tokens, "steps": 32, "seconds": {k: round(v, 3) for k, v in medians.items()}}
+    return {"tokens": tokens, "steps": n_steps, "seconds": {k: round(v, 3) for k, v in medians.items()}}
 
 
 def deletion_area(encoder, text: str, other: str, order: list[int]) -> float:
@@ -127,20 +128,32 @@ def faithfulness(encoder, pairs: list[tuple[str, str]]) -> dict:
     }
 
 
+def completeness(encoder, pairs: list[tuple[str, str]], n_steps: int) -> dict:
+    """Median and largest `delta` (%) of both texts of every pair at `n_steps`, [PAD] baseline."""
+    from bertkit import attribute_similarity
+
+    deltas = [part.delta for a, b in pairs for part in attribute_similarity(encoder, a, b, n_steps=n_steps).texts]
+    return {"median_pct": round(100 * statistics.median(deltas), 3), "max_pct": round(100 * max(deltas), 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "sst2" / "dev.tsv")
     parser.add_argument("--pairs", type=int, default=40)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--steps", type=int, nargs="+", default=[32], help="the speed and completeness at each")
     args = parser.parse_args()
 
     from bertkit import Encoder
 
     torch.set_num_threads(2)
     encoder = Encoder.from_pretrained(device="cpu")
-    report = {"speed": speed(encoder)}
+    report: dict = {"speed": [speed(encoder, n) for n in args.steps]}
     print(json.dumps(report["speed"], indent=1), flush=True)
-    report["faithfulness"] = faithfulness(encoder, nearest_pairs(encoder, sentences(args.data, 400), args.pairs))
+    pairs = nearest_pairs(encoder, sentences(args.data, 400), args.pairs)
+    report["completeness_by_steps"] = {n: completeness(encoder, pairs, n) for n in args.steps}
+    print(json.dumps(report["completeness_by_steps"], indent=1), flush=True)
+    report["faithfulness"] = faithfulness(encoder, pairs)
     print(json.dumps(report["faithfulness"], indent=1))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))

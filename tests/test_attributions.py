@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bertkit import Encoder, FineTunedClassifier, InputError, attribute_prediction, attribute_similarity, similarity
-from bertkit.explain import attributions
+from bertkit.explain import integrated
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def test_a_score_linear_in_the_embeddings_gets_the_analytic_attributions(encoder
     item = encoder._encode(["the cat sat"], None, encoder.resolve())[0][0]
     table = encoder.model.get_input_embeddings()
     weights = torch.randn(len(item.ids), table.embedding_dim, generator=torch.Generator().manual_seed(0))
-    model = attributions._Model.of(encoder, encoder.model, 8, "pad")
+    model = integrated.Integrator.of(encoder, encoder.model, 8, "pad")
     [result] = model.integrate(lambda e: (e * weights).sum((-1, -2)), item)
     with torch.no_grad():
         given = table(torch.tensor(item.ids))
@@ -71,13 +71,13 @@ def test_the_score_is_embeds_similarity_and_each_text_adds_up_to_it(encoder, opt
 
 def test_the_mask_baseline_puts_mask_in_the_content_positions(encoder, monkeypatch):
     embedded = []
-    original = attributions._Model.embed
+    original = integrated.Integrator.embed
 
     def spy(self, ids):
         embedded.append(list(ids))
         return original(self, ids)
 
-    monkeypatch.setattr(attributions._Model, "embed", spy)
+    monkeypatch.setattr(integrated.Integrator, "embed", spy)
     pad = attribute_similarity(encoder, "the cat", "a dog", n_steps=16)
     mask = attribute_similarity(encoder, "the cat", "a dog", n_steps=16, baseline="mask")
     tokenizer = encoder.tokenizer
@@ -90,10 +90,10 @@ def test_the_mask_baseline_puts_mask_in_the_content_positions(encoder, monkeypat
 
 
 def test_too_few_steps_warn_with_the_delta(encoder, caplog):
-    with caplog.at_level(logging.WARNING, logger="bertkit.explain.attributions"):
+    with caplog.at_level(logging.WARNING, logger="bertkit.explain.integrated"):
         result = attribute_similarity(encoder, "the cat sat on the mat", "dogs run", n_steps=2)
     worst = max(text.delta for text in result.texts)
-    assert (worst > attributions.DELTA_WARNING) == ("use more steps than 2" in caplog.text)
+    assert (worst > integrated.DELTA_WARNING) == ("use more steps than 2" in caplog.text)
 
 
 @pytest.mark.parametrize(
@@ -143,7 +143,7 @@ def test_a_classifier_s_predicted_logit_is_attributed_and_adds_up(runs):
     logits = run.logits(text)[0]
     result = attribute_prediction(run, text, n_steps=64)
     predicted = int(logits.argmax())
-    assert result.target == f"logit of {run.classes_[predicted]!r}"
+    assert result.target == f"logit of '{run.classes_[predicted]}'"  # a label, not numpy's repr of it
     assert result.score == pytest.approx(float(logits[predicted]), abs=1e-5)
     [part] = result.texts
     assert part.words == text.split() and part.tokens == ["[CLS]", *part.tokens[1:-1], "[SEP]"]
@@ -189,3 +189,44 @@ def test_a_pair_is_attributed_over_both_texts(runs):
 def test_a_run_refuses_what_it_does_not_read(runs, kind, args, kwargs, message):
     with pytest.raises(InputError, match=message):
         attribute_prediction(runs[kind], *args, **kwargs)
+
+
+FEATURE_TEXTS = ["the cat sat", "a good dog", "the mat is red", "a bad cat", "dogs ran far", "cats sat still"] * 2
+
+
+@pytest.mark.parametrize("labels", [["neg", "pos"], ["a", "b", "c"]], ids=["two classes", "three classes"])
+@pytest.mark.parametrize("layers, pooling", [("last", "mean"), ("last2:concat", "cls+mean")])
+def test_a_feature_classifier_s_probability_is_the_one_it_predicts_and_adds_up(tiny_dirs, labels, layers, pooling):
+    from sklearn.linear_model import LogisticRegression
+
+    from bertkit import BertVectorizer, TextClassifier
+
+    vectorizer = BertVectorizer(str(tiny_dirs["bert_cased"]), layers=layers, pooling=pooling, device="cpu")
+    y = [labels[k % len(labels)] for k in range(len(FEATURE_TEXTS))]
+    run = TextClassifier(vectorizer, LogisticRegression(C=10.0)).fit(FEATURE_TEXTS, y)
+    text = "the good cat sat"
+    expected = run.predict_proba([text])[0]
+    result = attribute_prediction(run, text, n_steps=64)
+    predicted = int(expected.argmax())
+    assert result.target == f"probability of {labels[predicted]!r}"
+    assert result.score == pytest.approx(float(expected[predicted]), abs=1e-5)
+    [part] = result.texts
+    assert part.words == text.split()
+    assert part.token_scores.sum() + part.baseline_score == pytest.approx(
+        result.score, abs=0.02 * abs(result.score - part.baseline_score) + 1e-6
+    )
+    other = attribute_prediction(run, text, target=labels[1 - predicted if predicted < 2 else 0], n_steps=8)
+    assert other.score == pytest.approx(float(expected[labels.index(other.target.split("'")[1])]), abs=1e-5)
+
+
+def test_a_feature_classifier_whose_head_is_not_linear_is_refused(tiny_dirs):
+    from sklearn.neighbors import KNeighborsClassifier
+
+    from bertkit import BertVectorizer, TextClassifier
+
+    vectorizer = BertVectorizer(str(tiny_dirs["bert_cased"]), layers="last", device="cpu")
+    run = TextClassifier(vectorizer, KNeighborsClassifier(3)).fit(FEATURE_TEXTS, ["a", "b"] * 6)
+    with pytest.raises(InputError, match="standard scaler and a logistic regression.*KNeighborsClassifier"):
+        attribute_prediction(run, "the cat")
+    with pytest.raises(InputError, match="reads single texts"):
+        attribute_prediction(run, "the cat", "a dog")

@@ -35,6 +35,7 @@ CHROMIUM_ARGS = [
 ]
 ROOT = Path(__file__).resolve().parents[1]
 KOREA_IDS = [101, 1045, 2293, 4420, 102, 0, 0]
+PAGE_DATA = r'<script id="bertkit-data" type="application/json">(.*?)</script>'  # the saved page's JSON
 
 
 # ---- fixtures --------------------------------------------------------------------------------------------------
@@ -151,13 +152,16 @@ def test_the_explain_file_holds_every_layer_and_head_and_no_path(tmp_path, run_d
     code, _, err = run_cli(monkeypatch, capsys, "explain", "I love Korea", "--run", str(run_dir), "-o", output)
     assert code == 0, err
     html = output.read_text(encoding="utf-8")
-    data = json.loads(
-        re.search(r'<script id="bertkit-data" type="application/json">(.*?)</script>', html, re.DOTALL)[1]
-    )
+    data = json.loads(re.search(PAGE_DATA, html, re.DOTALL)[1])
     model, heads = data["result"]["model"], data["info"]["heads"]
     assert len(model["vectors"]) == data["info"]["hidden_states"]  # the file switches layers with no server
     assert [len(by_head) for by_head in model["attention"].values()] == [heads] * data["info"]["layers"]
     assert str(run_dir) not in html
+    assert data["result"]["predictions"]["reviews"]["attribution"]["texts"][0]["words"] == ["I", "love", "Korea"]
+    args = ("explain", "I love Korea", "--run", str(run_dir), "--no-attributions", "-o", output, "--overwrite")
+    assert run_cli(monkeypatch, capsys, *args)[0] == 0
+    data = json.loads(re.search(PAGE_DATA, output.read_text(encoding="utf-8"), re.DOTALL)[1])
+    assert "attribution" not in data["result"]["predictions"]["reviews"]
 
 
 def test_sentence_vector_is_encoder_embed_and_cosine_is_right(encoder):
@@ -197,9 +201,26 @@ def test_explain_puts_every_panel_and_keeps_errors_in_their_panel(explainer, run
         ({"text": "x" * 100_000}, "100,000 characters"),
         ({"text": "a", "colour": 1}, "unknown field"),
         ({}, "give the sentence"),
+        ({"text": "a", "attributions": "yes"}, "attributions must be true or false"),
     ]:
         with pytest.raises(InputError, match=words):
             Settings.from_json(bad)
+    assert "attribution" not in result["predictions"]["reviews"]  # asked for only
+
+
+def test_attributions_are_asked_for_and_are_the_library_s(explainer, encoder):
+    from bertkit import attribute_prediction, attribute_similarity
+
+    settings = {"text": "I love Korea", "compare": "I hate Korea", "layers": "last", "pooling": "cls"}
+    result = explainer.explain(Settings.from_json({**settings, "attributions": True}))
+    expected = attribute_similarity(encoder, "I love Korea", "I hate Korea", layers="last", pooling="cls")
+    assert result["sentence"]["attribution"] == expected.to_dict()
+    assert result["sentence"]["attribution"]["score"] == pytest.approx(result["sentence"]["cosine"], abs=1e-4)
+    predicted = attribute_prediction(explainer.runs["reviews"], "I love Korea").to_dict()
+    assert result["predictions"]["reviews"]["attribution"] == predicted
+    assert explainer.work_tokens(Settings.from_json({**settings, "attributions": True})) > 20 * explainer.work_tokens(
+        Settings.from_json(settings)
+    )
 
 
 def test_offline_page_inlines_everything():
@@ -273,6 +294,27 @@ class Watched:
     def heatmap(self) -> list:
         return self.page.evaluate("document.getElementById('heatmap').data[0].z")
 
+    def layout_problems(self) -> list[str]:
+        """Every shown chart whose figure spills out of its box or its panel, and every two charts' boxes that meet."""
+        return self.page.evaluate(LAYOUT_PROBLEMS)
+
+
+LAYOUT_PROBLEMS = """() => {
+  const box = (e) => e.getBoundingClientRect(), name = (e) => e.id || e.className;
+  const inside = (a, b) => a.left >= b.left - 1 && a.right <= b.right + 1 && a.top >= b.top - 1
+    && a.bottom <= b.bottom + 1;
+  const meet = (a, b) => a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1;
+  const charts = [...document.querySelectorAll('.chart')].filter((c) => c.offsetParent !== null && box(c).width > 0);
+  const problems = [];
+  charts.forEach((c, i) => {
+    const figure = c.querySelector('.main-svg');
+    if (figure && !inside(box(figure), box(c))) problems.push(`the figure of ${name(c)} spills out of its box`);
+    if (!inside(box(c), box(c.closest('.panel')))) problems.push(`${name(c)} spills out of its panel`);
+    charts.slice(i + 1).forEach((d) => { if (meet(box(c), box(d))) problems.push(`${name(c)} meets ${name(d)}`); });
+  });
+  return problems;
+}"""
+
 
 @pytest.fixture
 def live(browser, server):
@@ -326,7 +368,25 @@ def test_prediction_panel_says_what_bertkit_predict_says(live, run_dir):
     )
     row = next(csv.DictReader(io.StringIO(cli.stdout), delimiter="\t"))
     assert shown == (row["label"], row["probability"])
+    assert card.locator(".why").count() == 0  # attributions are asked for: the page stays quick without them
+    live.update(lambda: live.page.check("#attributions"))
+    attribution = live.page.evaluate("window.bertkit.result.predictions.reviews.attribution")
+    assert attribution["target"] == f"probability of {row['label']!r}"
+    assert f"{attribution['score']:.4f}" == row["probability"]  # the score attributed is the one predicted
+    assert_strip_is_the_json(card.locator(".why"), attribution)
     assert live.errors == []
+
+
+def assert_strip_is_the_json(strip, attribution: dict) -> None:
+    """The heat strip shows each text's words with the JSON's scores, in order."""
+    rows = strip.locator(".heat")
+    assert rows.count() == len(attribution["texts"])
+    for k, text in enumerate(attribution["texts"]):
+        words = rows.nth(k).locator(".word")
+        assert words.all_inner_texts() == text["words"]
+        shown = [float(words.nth(i).get_attribute("data-score")) for i in range(words.count())]
+        assert shown == pytest.approx(text["word_scores"], rel=1e-9, abs=1e-12)
+    assert "raised the score" in strip.locator(".legend").inner_text()
 
 
 @pytest.mark.slow
@@ -395,6 +455,14 @@ def test_explain_file_opens_offline_with_no_network(browser, run_dir, probe_dir,
         .replace("\n", "")
         .startswith("I love Korea"[: entities[0].char_start] if entities else "I love Korea")
     )
+    result = watched.page.evaluate("window.bertkit.result")  # attributions by default: the cosine's, both texts
+    assert result["sentence"]["attribution"]["score"] == pytest.approx(result["sentence"]["cosine"], abs=1e-4)
+    assert [t["text"] for t in result["sentence"]["attribution"]["texts"]] == ["I love Korea", "I hate Korea"]
+    assert_strip_is_the_json(watched.page.locator("#cosine-attribution"), result["sentence"]["attribution"])
+    assert_strip_is_the_json(
+        watched.page.locator('.prediction[data-run="reviews"] .why'), result["predictions"]["reviews"]["attribution"]
+    )
+    assert "attribution" not in result["predictions"]["ner"]  # a tagger's entities are not attributed (yet)
     assert watched.requests and all(url.split(":", 1)[0] in ("file", "data", "blob") for url in watched.requests)
     assert watched.errors == []
     watched.page.close()

@@ -644,7 +644,6 @@ LONG_CONTEXT = " ".join(["the movie was great"] * 8) + " a blue film " + " ".joi
 
 
 @pytest.mark.slow
-@pytest.mark.alone  # /health's latency under a 100,000-character request is measured
 def test_served_qa_answers_hugging_faces_client_and_bounds_long_contexts(qa_run, qa, monkeypatch):
     from huggingface_hub import InferenceClient, constants
     from servers import Server
@@ -739,10 +738,35 @@ def test_the_explainer_view_of_a_qa_run_is_its_answer_with_the_window_and_null_s
         views.prediction(qa, QUESTION, None, None)
 
 
+@pytest.mark.parametrize("threshold", [1e9, -1e9], ids=["a span", "no answer"])
+def test_an_answer_is_attributed_over_question_and_context_and_adds_up(qa_run, threshold):
+    from bertkit import attribute_prediction
+
+    qa = load_run(qa_run)
+    qa.null_threshold = threshold  # one run, either answer: a span always beats the null, or never
+    answer = qa.answer(QUESTION, LONG_CONTEXT)
+    found = qa.candidates(qa.windows([QUESTION], [LONG_CONTEXT]))[0]
+    result = attribute_prediction(qa, QUESTION, LONG_CONTEXT, n_steps=64)
+    if threshold > 0:
+        assert answer["answer"] and result.target == f"start + end logit of the answer {answer['answer']!r}"
+        assert result.score == pytest.approx(found.spans[(answer["start"], answer["end"])][0], abs=1e-4)
+    else:
+        assert answer["answer"] == "" and result.target == "start + end logit of no answer ([CLS])"
+        assert result.score == pytest.approx(found.null, abs=1e-4)
+    question, context = result.texts
+    assert question.words == QUESTION.split() and context.words == LONG_CONTEXT.split()
+    total = question.token_scores.sum() + context.token_scores.sum()
+    assert total + question.baseline_score == pytest.approx(
+        result.score, abs=0.02 * abs(result.score - question.baseline_score) + 1e-6
+    )
+    with pytest.raises(InputError, match="give the question and its context"):
+        attribute_prediction(qa, QUESTION)
+
+
 @pytest.mark.slow
 def test_the_page_shows_question_context_answer_and_probability_strip(browser, qa_run, qa, tmp_path):  # noqa: F811
     from servers import Server as Served
-    from test_explain import Watched
+    from test_explain import Watched, assert_strip_is_the_json
 
     served = Served("--run", f"qa={qa_run}")
     watched = Watched(browser)
@@ -759,8 +783,16 @@ def test_the_page_shows_question_context_answer_and_probability_strip(browser, q
         assert f"from window {view['window'] + 1} of {view['windows']}" in facts and "null score" in facts
         strip = watched.page.evaluate("document.querySelector('.prediction[data-run=\"qa\"] .qa-strip').data[0]")
         assert strip["z"] == [view["start"], view["end"]] and len(strip["x"]) == len(view["tokens"])
+        watched.update(lambda: watched.page.check("#attributions"))
+        attribution = watched.page.evaluate("window.bertkit.result.predictions.qa.attribution")
+        assert_strip_is_the_json(card.locator(".why"), attribution)
         card.screenshot(path=str(tmp_path / "qa-card.png"))
         watched.page.screenshot(path=str(tmp_path / "qa-page.png"), full_page=True)
+        # a 120-token question and context: every box grows with its figure, and no two meet
+        longer = LONG_CONTEXT + " " + " ".join(["the movie was great"] * 17)
+        watched.update(lambda: watched.page.fill("#pair", longer))
+        assert len(watched.cells("tokens")) >= 120 and watched.layout_problems() == []
+        watched.page.screenshot(path=str(tmp_path / "qa-page-120-tokens.png"), full_page=True)
         assert watched.errors == []
     finally:
         watched.page.close()

@@ -24,12 +24,21 @@ def explain(
     ] = None,
     pair: Pair = None,
     map_texts: MapTexts = False,
+    attributions: Annotated[
+        bool,
+        typer.Option(
+            "--attributions/--no-attributions",
+            help="Attribute the cosine (--compare) and each run's prediction to the words (Integrated Gradients).",
+        ),
+    ] = True,
     model: Model = None,
     device: Device = "auto",
     overwrite: Overwrite = False,
     options: Generated = None,
 ) -> None:
     """Write the visual guide for TEXT as one HTML file: tokens, layers, attention, vector, map, prediction, probe.
+
+    Which words made each score (the cosine to --compare, each run's prediction) is drawn unless --no-attributions.
 
     --pair: a second text read with TEXT (a pair run's pair; a QA run's context); --max-length pads the token table.
     """

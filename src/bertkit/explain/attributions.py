@@ -1,22 +1,14 @@
-"""Why this score? Integrated Gradients over the word-embedding layer: two texts' similarity, a run's prediction.
-
-The path runs from a baseline to the input's word embeddings: the baseline keeps `[CLS]` and `[SEP]` and puts `[PAD]`
-(or `[MASK]`) in every other position. captum's `IntegratedGradients` integrates the score's gradient along it, its
-steps batched as many to a pass as the encoder's token budget holds. A token's attribution is the sum over the
-embedding dimensions; a word's, the sum of its word pieces (the words `embed_words` reads). Completeness: a text's
-attributions add up to f(input) − f(input with that text at its baseline), and `delta` is how far they miss, as a
-share of that difference.
+"""Why this score? The score functions attributions integrate: two texts' similarity, each kind of run's prediction.
 
 A similarity is attributed one text at a time, the other held as it is: with both texts at their baselines the two
 would be the same empty sentence (cosine 0.98 for the packaged model), and every word would only seem to lower the
-score. Held one at a time, a word's share says how much it makes its text like the other.
+score. Held one at a time, a word's share says how much it makes its text like the other. Integrated Gradients itself
+(the path, the steps, completeness, word scores) is `integrated.Integrator`.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,98 +18,20 @@ import torch
 
 from ..encoder.encode import vector_head, with_prompt
 from ..encoder.options import EmbedOptions, options_from
-from ..encoder.runner import call_model
+from ..encoder.tokenize import Encoded
 from ..errors import InputError, quoted
+from .integrated import DEFAULT_STEPS, Attribution, Integrator, TextAttribution
 
 if TYPE_CHECKING:
     from ..encoder.encode import Encoder
-    from ..encoder.tokenize import Encoded
+    from ..tasks.classify import TextClassifier
     from ..tasks.finetuned import FineTunedClassifier
+    from ..tasks.qa import FineTunedQA
 
-logger = logging.getLogger(__name__)
+__all__ = ["Attribution", "TextAttribution", "attribute_prediction", "attribute_similarity"]
 
-DEFAULT_STEPS = 32
-BASELINES = ("pad", "mask")
 METRICS = ("cosine", "dot")
-DELTA_WARNING = 0.05  # a share of f(input) - f(baseline): above it, more steps are needed
-
-
-@dataclass(frozen=True)
-class TextAttribution:
-    """One text's share of an attribution: its tokens and words, each with a signed score (its sum: the text's part).
-
-    Attributes
-    ----------
-    text : str
-        The text as the model read it (with the prompt, where one was given).
-    tokens : list of str
-        The model's tokens, `[CLS]` and `[SEP]` included.
-    token_scores : numpy.ndarray
-        (tokens,) float64: each token's attribution.
-    words : list of str
-        The whitespace words of `text`.
-    word_scores : numpy.ndarray
-        (words,) float64: each word's attribution, the sum of its word pieces'.
-    baseline_score : float
-        The score with this text at its baseline (the others as they are).
-    delta : float
-        |sum of its attributions − (score − baseline_score)| as a share of |score − baseline_score|.
-    """
-
-    text: str
-    tokens: list[str]
-    token_scores: np.ndarray
-    words: list[str]
-    word_scores: np.ndarray
-    baseline_score: float
-    delta: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the JSON form: text, tokens, token_scores, words, word_scores, baseline_score, delta."""
-        return {
-            "text": self.text,
-            "tokens": self.tokens,
-            "token_scores": [float(x) for x in self.token_scores],
-            "words": self.words,
-            "word_scores": [float(x) for x in self.word_scores],
-            "baseline_score": self.baseline_score,
-            "delta": self.delta,
-        }
-
-
-@dataclass(frozen=True)
-class Attribution:
-    """Integrated Gradients of one score over the tokens of its texts.
-
-    Attributes
-    ----------
-    target : str
-        What was attributed (e.g. 'cosine similarity').
-    score : float
-        The score of the input.
-    texts : list of TextAttribution
-        One per text the score reads.
-    n_steps : int
-        Integration steps.
-    baseline : str
-        'pad' or 'mask': the token every content position of the baseline holds.
-    """
-
-    target: str
-    score: float
-    texts: list[TextAttribution]
-    n_steps: int
-    baseline: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the JSON form of the attribution."""
-        return {
-            "target": self.target,
-            "score": self.score,
-            "n_steps": self.n_steps,
-            "baseline": self.baseline,
-            "texts": [text.to_dict() for text in self.texts],
-        }
+MAX_ANSWER_TOKENS = 30  # FineTunedQA.answer's default: the spans an answer is chosen among
 
 
 def attribute_similarity(
@@ -166,40 +80,52 @@ def attribute_similarity(
     """
     if metric not in METRICS:
         raise InputError(f"metric={quoted(metric)}: attributions are made for {', '.join(METRICS)}.")
-    resolved = options_from(options, kwargs).resolve(encoder)
+    model = Integrator.of(encoder, encoder.model, n_steps, baseline)
+    vectors, encoded = _sentence_vectors(encoder, model, options_from(options, kwargs), [text, other])
+    unit = metric == "cosine"
+    held = [vectors(model.embed(item.ids), item, unit).detach() for item in encoded]
+    texts = []
+    for side, item in enumerate(encoded):
+        texts += model.integrate(functools.partial(_against, vectors, item, held[1 - side], unit), item)
+    return model.result(f"{metric} similarity", float((held[0] * held[1]).sum()), texts)
+
+
+def _sentence_vectors(
+    encoder: Encoder, model: Integrator, options: EmbedOptions, texts: list[str]
+) -> tuple[Callable[[torch.Tensor, Encoded, bool], torch.Tensor], list[Encoded]]:
+    """Return the vectors `options` make as a function of word embeddings (unit length on request); the texts read."""
+    resolved = options.resolve(encoder)
     if resolved.long_text == "window":
         raise InputError("long_text='window' stitches several passes; attributions read one: use 'truncate'.")
-    model = _Model.of(encoder, encoder.model, n_steps, baseline)
     head = vector_head(encoder, resolved)
-    encoded = encoder._encode(with_prompt([text, other], resolved.prompt or ""), None, resolved)[0]
 
-    def vectors(embeds: torch.Tensor, item: Encoded) -> torch.Tensor:
+    def vectors(embeds: torch.Tensor, item: Encoded, unit: bool = False) -> torch.Tensor:
         inputs = model.inputs(item, embeds)
         out = model.call(inputs, output_hidden_states=True)
         pooler = getattr(out, "pooler_output", None)
         pooled = head.sentences(head.tokens(out.hidden_states), inputs["attention_mask"], pooler)
         if resolved.truncate_dim is not None:
             pooled = pooled[:, : resolved.truncate_dim]
-        if resolved.normalize_embeddings or metric == "cosine":
+        if resolved.normalize_embeddings or unit:
             pooled = torch.nn.functional.normalize(pooled, dim=-1)
         return pooled
 
-    held = [vectors(model.embed(item.ids), item).detach() for item in encoded]
-    texts = []
-    for side, item in enumerate(encoded):
-        texts += model.integrate(functools.partial(_against, vectors, item, held[1 - side]), item)
-    return model.result(f"{metric} similarity", float((held[0] * held[1]).sum()), texts)
+    return vectors, encoder._encode(with_prompt(texts, resolved.prompt or ""), None, resolved)[0]
 
 
 def _against(
-    vectors: Callable[[torch.Tensor, Encoded], torch.Tensor], item: Encoded, partner: torch.Tensor, e: torch.Tensor
+    vectors: Callable[[torch.Tensor, Encoded, bool], torch.Tensor],
+    item: Encoded,
+    partner: torch.Tensor,
+    unit: bool,
+    e: torch.Tensor,
 ) -> torch.Tensor:
     """Return the similarity of `item` read from embeddings `e` to a held partner vector."""
-    return (vectors(e, item) * partner).sum(-1)
+    return (vectors(e, item, unit) * partner).sum(-1)
 
 
 def attribute_prediction(
-    run: FineTunedClassifier,
+    run: FineTunedClassifier | TextClassifier | FineTunedQA,
     text: str,
     text_pair: str | None = None,
     *,
@@ -207,18 +133,21 @@ def attribute_prediction(
     n_steps: int = DEFAULT_STEPS,
     baseline: str = "pad",
 ) -> Attribution:
-    """Which words made a fine-tuned run's prediction: Integrated Gradients of its logit over the input's tokens.
+    """Which words made a run's prediction: Integrated Gradients of its score over the input's tokens.
 
     Parameters
     ----------
-    run : FineTunedClassifier
-        A fine-tuned text or pair run (classifier, multi-label classifier, regressor or reranker).
+    run : FineTunedClassifier or TextClassifier
+        A fine-tuned text or pair run (classifier, multi-label classifier, regressor or reranker): its logit is
+        attributed; a feature classifier (`bertkit train`): its class probability, through its frozen encoder,
+        scaler and logistic regression; or a question-answering run: its answer's start + end logit.
     text : str
-        The text (a pair run: the first text).
+        The text (a pair run: the first text; a QA run: the question).
     text_pair : str, optional
-        A pair run's second text (a reranker: the document); its tokens are attributed as a text of their own.
+        A pair run's second text (a reranker: the document; a QA run: the context); its tokens are attributed as a
+        text of their own.
     target : str, optional
-        The class whose logit is attributed (default: the predicted one; a regressor: its score).
+        The class whose logit (probability) is attributed (default: the predicted one; a regressor: its score).
     n_steps : int
         Integration steps.
     baseline : {'pad', 'mask'}
@@ -227,7 +156,7 @@ def attribute_prediction(
     Returns
     -------
     Attribution
-        `score` is the attributed logit (or score); `texts` the text, and the pair's second text.
+        `score` is the attributed logit, probability or score; `texts` the text, and the pair's second text.
 
     Examples
     --------
@@ -236,7 +165,38 @@ def attribute_prediction(
     >>> attribute_prediction(run, "a gorgeous, witty film").texts[0].words  # doctest: +SKIP
     ['a', 'gorgeous,', 'witty', 'film']
     """
-    model = _Model.of(run, run.model, n_steps, baseline)
+    return prediction_target(run, text, text_pair, target, Integrator.of_run(run, n_steps, baseline)).attribute()
+
+
+@dataclass(frozen=True)
+class Target:
+    """A run's score as a function of one input's word embeddings: what `attribute_prediction` integrates."""
+
+    name: str
+    item: Encoded
+    score: Callable[[torch.Tensor], torch.Tensor]  # (k, tokens, dim) word embeddings → (k,) scores
+    integrator: Integrator
+
+    def value(self) -> float:
+        """Return the score of the input itself."""
+        return float(self.score(self.integrator.embed(self.item.ids)).detach()[0])
+
+    def attribute(self) -> Attribution:
+        """Integrated Gradients of the score over the input's tokens."""
+        return self.integrator.result(self.name, self.value(), self.integrator.integrate(self.score, self.item))
+
+
+def prediction_target(run: Any, text: str, text_pair: str | None, target: str | None, integrator: Integrator) -> Target:
+    """Return the score a run's prediction is attributed by (see `attribute_prediction`), on `integrator`'s model."""
+    from ..tasks.classify import TextClassifier
+    from ..tasks.qa import FineTunedQA
+
+    if isinstance(run, TextClassifier):
+        return _feature_target(run, text, text_pair, target, integrator)
+    if isinstance(run, FineTunedQA):
+        if text_pair is None or target is not None:
+            raise InputError("a question-answering run attributes its answer: give the question and its context.")
+        return _answer_target(run, text, text_pair, integrator)
     if (text_pair is not None) != bool(run.takes_pairs):
         raise InputError(
             "this run reads text pairs: give text_pair." if run.takes_pairs else "this run reads single texts."
@@ -249,122 +209,106 @@ def attribute_prediction(
         )
 
     def logits(embeds: torch.Tensor) -> torch.Tensor:
-        return model.call(model.inputs(item, embeds)).logits.float()
+        return integrator.call(integrator.inputs(item, embeds)).logits.float()
 
-    given = logits(model.embed(item.ids))[0].detach()
     if run.problem == "regression":
         index, name = 0, "score"
-    elif target is None:
-        index = int(given.argmax())
-        name = f"logit of {run.classes_[index]!r}"
-    elif target in set(map(str, run.classes_)):
-        index = [str(c) for c in run.classes_].index(target)
-        name = f"logit of {target!r}"
     else:
-        raise InputError(f"target={quoted(target)}: this run's classes are {', '.join(map(str, run.classes_))}.")
-    texts = model.integrate(lambda e: logits(e)[:, index], item)
-    return model.result(name, float(given[index]), texts)
+        given = logits(integrator.embed(item.ids))[0].detach()
+        index = int(given.argmax()) if target is None else _class_index(run.classes_, target)
+        name = f"logit of {str(run.classes_[index])!r}"
+    return Target(name, item, lambda e: logits(e)[:, index], integrator)
 
 
-@dataclass(frozen=True)
-class _Model:
-    """What an attribution needs of a model: its network, word embeddings, tokenizer, device and token budget."""
+def _answer_target(run: FineTunedQA, question: str, context: str, integrator: Integrator) -> Target:
+    """Return a QA run's answer score: its first token's start logit plus its last token's end logit.
 
-    network: torch.nn.Module
-    takes_type_ids: bool
-    device: torch.device
-    precision: str
-    filler: int
-    steps_budget: int  # padded tokens one pass of interpolation steps may hold
-    n_steps: int
-    baseline: str
-
-    @classmethod
-    def of(cls, owner: Any, network: torch.nn.Module, n_steps: int, baseline: str) -> _Model:
-        """Check what the call asks for and take the model's parts (`owner`: an Encoder or a fine-tuned run)."""
-        if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 2:
-            raise InputError(f"n_steps={n_steps!r}: give a whole number of integration steps, 2 or more.")
-        if baseline not in BASELINES:
-            raise InputError(f"baseline={quoted(baseline)}: give one of {', '.join(BASELINES)}.")
-        if owner.precision == "int8":
-            raise InputError("int8 weights have no gradients: attribute at fp32, bf16 or fp16.")
-        tokenizer = owner.tokenizer
-        filler = tokenizer.pad_token_id if baseline == "pad" else tokenizer.mask_token_id
-        if filler is None:
-            raise InputError(f"baseline={quoted(baseline)}: this tokenizer has no {baseline} token; use the other.")
-        takes_type_ids = "token_type_ids" in inspect.signature(network.forward).parameters
-        budget = owner.runner().max_batch_tokens
-        return cls(network.eval(), takes_type_ids, owner.device, owner.precision, filler, budget, n_steps, baseline)
-
-    def embed(self, ids: list[int]) -> torch.Tensor:
-        """(1, tokens, dim) word embeddings of `ids`."""
-        return self.network.get_input_embeddings()(torch.tensor([ids], device=self.device))
-
-    def inputs(self, item: Encoded, embeds: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Return the model's inputs for `embeds` (k copies of one input's word embeddings, interpolated)."""
-        rows = embeds.shape[0]
-        inputs = {"inputs_embeds": embeds, "attention_mask": torch.ones(rows, len(item.ids), dtype=torch.long)}
-        if self.takes_type_ids:
-            inputs["token_type_ids"] = torch.tensor([item.type_ids] * rows, dtype=torch.long)
-        return inputs
-
-    def call(self, inputs: dict[str, torch.Tensor], **options: Any) -> Any:
-        """One forward pass that keeps the graph."""
-        return call_model(self.network, inputs, self.device, self.precision, gradients=True, **options)
-
-    def integrate(self, score: Callable[[torch.Tensor], torch.Tensor], item: Encoded) -> list[TextAttribution]:
-        """Integrated Gradients of `score(word embeddings)` over one input's tokens (a pair: one part per text)."""
-        from captum.attr import IntegratedGradients
-
-        special = item.encoding.special_tokens_mask
-        with torch.no_grad():
-            given = self.embed(item.ids)
-            empty = self.embed([t if s else self.filler for t, s in zip(item.ids, special)])
-        scores = float(score(given).detach()), float(score(empty).detach())
-        steps_per_pass = max(1, self.steps_budget // len(item.ids))
-        attributions = IntegratedGradients(score).attribute(
-            given, empty, n_steps=self.n_steps, internal_batch_size=steps_per_pass
-        )
-        token_scores = attributions[0].sum(-1).detach().double().cpu().numpy()
-        share = abs(token_scores.sum() - (scores[0] - scores[1])) / max(abs(scores[0] - scores[1]), 1e-12)
-        return _texts(item, token_scores, scores[1], share)
-
-    def result(self, target: str, score: float, texts: list[TextAttribution]) -> Attribution:
-        """Return the attribution; warn when a text's attributions miss completeness by over DELTA_WARNING."""
-        worst = max(text.delta for text in texts)
-        if worst > DELTA_WARNING:
-            logger.warning(
-                "the attributions of the %s miss f(input) - f(baseline) by %.1f%% (over %.0f%%): use more steps "
-                "than %d",
-                target,
-                100 * worst,
-                100 * DELTA_WARNING,
-                self.n_steps,
-            )
-        return Attribution(target, score, texts, self.n_steps, self.baseline)
-
-
-def _texts(item: Encoded, token_scores: np.ndarray, baseline_score: float, delta: float) -> list[TextAttribution]:
-    """Each text's tokens and words with their scores (word pieces summed onto the whitespace words).
-
-    A pair's special tokens go with the text before them (`[CLS]` with the first).
+    That is the score `answer` ranks spans by, in the window the answer came from; "no answer": the [CLS] start + end
+    logit of its window.
     """
-    parts = [(item.text, item.word_spans)]
-    if item.pair_text is not None:
-        parts.append((item.pair_text, item.pair_word_spans or []))
-    owner, owners = 0, []
-    for sequence in item.encoding.sequence_ids:
-        owner = owner if sequence is None else sequence
-        owners.append(owner)
-    result = []
-    for part, (text, spans) in enumerate(parts):
-        mine = [k for k, o in enumerate(owners) if o == part]
-        words = [text[start:end] for start, end in spans]
-        word_scores = np.zeros(len(words))
-        word_ids = item.word_ids()
-        for k in mine:
-            if word_ids[k] is not None:
-                word_scores[word_ids[k]] += token_scores[k]
-        tokens = [item.tokens[k] for k in mine]
-        result.append(TextAttribution(text, tokens, token_scores[mine], words, word_scores, baseline_score, delta))
-    return result
+    from ..encoder.tokenize import Encoded
+    from ..tasks.qa import character_span, window_spans
+
+    windows = run.windows([question], [context])
+    side, parts, logits = windows.context_side, windows.parts[0], run.outputs(windows.rows())
+    best = run.answer(question, context)
+    cls = [w.ids.index(run.tokenizer.cls_token_id) if run.tokenizer.cls_token_id in w.ids else 0 for w in parts]
+    if best["answer"]:
+        _, k, first, last = max(
+            (score, k, first, last)
+            for k, (window, (start, end)) in enumerate(zip(parts, logits))
+            for score, first, last in window_spans(start, end, window, side, MAX_ANSWER_TOKENS)
+            if character_span(window, side, first, last, True) == (best["start"], best["end"])
+        )
+        name = f"start + end logit of the answer {best['answer']!r}"
+    else:
+        k = min(range(len(parts)), key=lambda j: logits[j][0][cls[j]] + logits[j][1][cls[j]])
+        first = last = cls[k]
+        name = "start + end logit of no answer ([CLS])"
+    texts = (question, context) if side == 1 else (context, question)
+    item = Encoded(parts[k], texts[0], pair_text=texts[1])
+
+    def span_score(embeds: torch.Tensor) -> torch.Tensor:
+        out = integrator.call(integrator.inputs(item, embeds))
+        return out.start_logits[:, first].float() + out.end_logits[:, last].float()
+
+    return Target(name, item, span_score, integrator)
+
+
+def _class_index(classes: Any, target: str) -> int:
+    """Return the position of class `target` (named as a string) among a run's classes."""
+    names = [str(c) for c in classes]
+    if target not in names:
+        raise InputError(f"target={quoted(target)}: this run's classes are {', '.join(names)}.")
+    return names.index(target)
+
+
+def _feature_target(
+    run: TextClassifier, text: str, text_pair: str | None, target: str | None, integrator: Integrator
+) -> Target:
+    """Return a feature classifier's class probability.
+
+    Its frozen encoder's vectors, then the fitted scaler and logistic regression as tensor operations, so that the
+    gradient reaches the tokens.
+    """
+    if text_pair is not None:
+        raise InputError("this run reads single texts.")
+    probabilities = _probabilities(run)
+    vectors, (item,) = _sentence_vectors(run.vectorizer_.encoder_, integrator, run.vectorizer_.options_, [text])
+    given = probabilities(vectors(integrator.embed(item.ids), item, False))[0].detach()
+    index = int(given.argmax()) if target is None else _class_index(run.classes_, target)
+    return Target(
+        f"probability of {str(run.classes_[index])!r}",
+        item,
+        lambda e: probabilities(vectors(e, item, False))[:, index],
+        integrator,
+    )
+
+
+def _probabilities(run: TextClassifier) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Return the run's fitted scaler and logistic regression as tensor operations: vectors → probabilities."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    *scalers, classifier = [step for _, step in run.head_.steps]
+    if not isinstance(classifier, LogisticRegression) or not all(isinstance(s, StandardScaler) for s in scalers):
+        raise InputError(
+            f"attributions follow a standard scaler and a logistic regression; this run's head is "
+            f"{' → '.join(type(step).__name__ for _, step in run.head_.steps)}."
+        )
+
+    def tensor(values: Any) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(values), dtype=torch.float32)
+
+    shifts = [(tensor(s.mean_ if s.with_mean else 0.0), tensor(s.scale_ if s.with_std else 1.0)) for s in scalers]
+    weights, bias = tensor(classifier.coef_), tensor(classifier.intercept_)
+
+    def probabilities(vectors: torch.Tensor) -> torch.Tensor:
+        for mean, scale in shifts:
+            vectors = (vectors.float() - mean) / scale
+        logits = vectors @ weights.T + bias
+        if logits.shape[1] == 1:  # two classes: one logit, for the second
+            return torch.cat([torch.sigmoid(-logits), torch.sigmoid(logits)], dim=1)
+        return torch.softmax(logits, dim=1)
+
+    return probabilities

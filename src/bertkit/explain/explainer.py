@@ -23,9 +23,11 @@ from ..tasks.classify import TextClassifier
 from ..tasks.load import load_run
 from ..tasks.runs import PROBE_FILE, parse_run_specs
 from . import views
+from .attributions import DEFAULT_STEPS, Attribution, attribute_prediction, attribute_similarity
 
 MAP_ROWS = 400  # training sentences drawn on the map (evenly spaced rows of the run's data)
 SAMPLE = "reviews.tsv"
+ATTRIBUTION_PASSES = 3 * (DEFAULT_STEPS + 2)  # an attribution's work, in passes of its input
 RECENT = 16  # sentences whose feature vectors are kept (map and prediction of one request share them)
 
 
@@ -47,6 +49,7 @@ class Settings:
     compare: str | None = None
     map_run: str | None = None
     pair: str | None = None
+    attributions: bool = False
 
     @classmethod
     def from_json(cls, payload: dict) -> Settings:
@@ -65,6 +68,8 @@ class Settings:
         for name in ("compare", "map_run", "pair"):
             if payload.get(name) is not None and not isinstance(payload[name], str):
                 raise InputError(f"{name} must be a string or null.")
+        if not isinstance(payload.get("attributions", False), bool):
+            raise InputError("attributions must be true or false.")
         settings = cls(**payload)
         for name in ("text", "compare", "pair"):
             if name == "text" or getattr(settings, name):
@@ -156,7 +161,7 @@ class Explainer:
         map_run = self._map_run(settings)
         limits = (views.MAX_VECTOR_LAYERS, views.MAX_ATTENTION_MAPS) if bounded else (None, None)
         shown = (settings.layer, settings.attention_layer, settings.head, *limits)
-        return {
+        result = {
             "settings": {**settings.__dict__, "map_run": map_run},
             "tokenization": _panel(lambda: views.tokenization(encoder, text, settings.pad_to, settings.pair)),
             "model": _panel(lambda: views.through_model(encoder, text, settings.pad_to, settings.pair, *shown)),
@@ -174,6 +179,26 @@ class Explainer:
                 name: _panel(lambda record=record: views.probe_table(record)) for name, record in self.probes.items()
             },
         }
+        if settings.attributions:
+            self._attribute(result, settings)
+        return result
+
+    def _attribute(self, result: dict, settings: Settings) -> None:
+        """Add to each panel with a score the score's attributions.
+
+        The two sentences' cosine, each run's prediction (a classifier's class, a regressor's score, a QA answer).
+        """
+        text, sentence = settings.text, result["sentence"]
+        if settings.compare and "error" not in sentence:
+            layers, pooling = settings.layers, settings.pooling
+            sentence["attribution"] = _panel(
+                lambda: attribute_similarity(self.encoder, text, settings.compare, layers=layers, pooling=pooling)
+            )
+        for name, run in self.runs.items():
+            panel = result["predictions"][name]
+            if "error" not in panel and panel["kind"] in ("classifier", "score", "qa"):
+                pair = settings.pair if getattr(run, "takes_pairs", False) is True or panel["kind"] == "qa" else None
+                panel["attribution"] = _panel(lambda run=run, pair=pair: attribute_prediction(run, text, pair))
 
     def work_tokens(self, settings: Settings) -> int:
         """About how many tokens of model work `explain(settings)` does: what it counts against the server's queue.
@@ -187,7 +212,11 @@ class Explainer:
         )
         map_run = self._map_run(settings)
         first_map = MAP_ROWS * 16 if map_run in self.runs and map_run not in self._maps else 0
-        return (sentence + pair) * (3 + len(self.runs)) + compare + first_map
+        attributed = 0
+        if settings.attributions:  # each score: its integration steps, forward and backward (about 3 passes' work)
+            scores = (sentence + compare) * bool(compare) + (sentence + pair) * len(self.runs)
+            attributed = ATTRIBUTION_PASSES * scores
+        return (sentence + pair) * (3 + len(self.runs)) + compare + first_map + attributed
 
     def _map_run(self, settings: Settings) -> str | None:
         return settings.map_run or next(iter(self.info()["map_runs"]), None)
@@ -311,8 +340,9 @@ def run_kind(run: object) -> str:
     return f"{pairs}classifier" if pairs else "fine-tuned classifier"
 
 
-def _panel(compute: Callable[[], dict]) -> dict:
+def _panel(compute: Callable[[], dict | Attribution]) -> dict:
     try:
-        return compute()
+        answer = compute()
     except BertkitError as exc:
         return {"error": str(exc)}
+    return answer.to_dict() if isinstance(answer, Attribution) else answer

@@ -356,3 +356,8 @@ class ExplainRequest(Strict):
     )
     map_run: str | None = Field(None, description="The feature run whose training sentences the map shows.")
     pair: str | None = Field(None, max_length=2000, description="A second text, read as a pair.")
+    attributions: StrictBool = Field(
+        False,
+        description="Attribute each score to the words (Integrated Gradients): the cosine to `compare` and each run's "
+        "prediction carry an `attribution`. Off by default: it costs about 100 passes of the sentence per score.",
+    )

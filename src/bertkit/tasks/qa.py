@@ -130,7 +130,7 @@ def window_spans(start: np.ndarray, end: np.ndarray, window: Any, side: int, max
     return [(float(scores[a, b]), int(starts[a]), int(ends[b])) for a, b in valid]
 
 
-def _character_span(window: Any, side: int, first: int, last: int, align: bool) -> tuple[int, int]:
+def character_span(window: Any, side: int, first: int, last: int, align: bool) -> tuple[int, int]:
     """Find the characters of tokens first..last; `align` widens them to the tokenizer's words (transformers' rule)."""
     begin, finish = window.offsets[first][0], window.offsets[last][1]
     if align:
@@ -223,7 +223,7 @@ class FineTunedQA(FineTuned):
                 if start[cls] + end[cls] < null:
                     null, null_window = float(start[cls] + end[cls]), k
                 for score, first, last in window_spans(start, end, window, side, max_answer_len):
-                    span = _character_span(window, side, first, last, align)
+                    span = character_span(window, side, first, last, align)
                     if span not in spans or spans[span][0] < score:
                         spans[span] = (score, k)
             found.append(Candidates(spans, null, null_window))

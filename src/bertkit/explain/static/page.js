@@ -23,6 +23,16 @@
   function option(select, value, label) { select.appendChild(el("option", { value: String(value), text: label })); }
   function tokenLabels(tokens) { return tokens.map((t, i) => i + " " + t); }
   function margin(l, b) { return { l: l || 90, r: 20, t: 30, b: b || 40 }; }
+  // a chart's box takes its figure's size, so that a long input's figure never spills over the next panel
+  // (and no wider than its panel: a long input's labels thin out rather than push the page sideways)
+  function sized(id, height, width) {
+    const box = $(id);
+    box.style.height = height + "px";
+    if (!width) return { height: height };
+    width = Math.min(width, box.parentElement.clientWidth || width);
+    box.style.width = width + "px";
+    return { height: height, width: width };
+  }
   const WHITE_BLUE = [[0, "#ffffff"], [1, "#08306b"]];
   // matplotlib's default colours, in the run's class order: a label has the colour it has in `train --report`'s pca.png
   const TAB10 = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
@@ -116,6 +126,7 @@
       compare: $("compare").value.trim() === "" ? null : $("compare").value,
       map_run: $("map-run").value || null,
       pair: $("pair").value.trim() === "" ? null : $("pair").value,
+      attributions: $("attributions").checked,
     };
   }
 
@@ -127,6 +138,42 @@
     $("layers").value = s.layers;
     $("pooling").value = s.pooling;
     if (s.map_run) $("map-run").value = s.map_run;
+    $("attributions").checked = Boolean(s.attributions);
+  }
+
+  // a word's share of a score: blue raised it, red lowered it, the strongest word of the score at full colour
+  function heat(share) {
+    const [r, g, b] = share >= 0 ? [33, 102, 172] : [178, 24, 43];
+    return `rgba(${r}, ${g}, ${b}, ${Math.min(1, Math.abs(share)) * 0.85})`;
+  }
+
+  function drawAttribution(box, a) {
+    clear(box);
+    if (!a) return;
+    if (a.error) { box.appendChild(el("div", { class: "error", text: a.error })); return; }
+    const strongest = Math.max(1e-12, ...a.texts.flatMap((t) => t.word_scores.map(Math.abs)));
+    const rows = a.texts.map((t) => {
+      const words = [];
+      t.words.forEach((w, k) => {
+        const v = t.word_scores[k], share = v / strongest;
+        if (k) words.push(" ");
+        words.push(el("span", { class: "word" + (Math.abs(share) > 0.55 ? " strong" : ""), "data-score": String(v),
+          title: `${w}: ${v >= 0 ? "+" : ""}${v.toFixed(4)}`, style: `background:${heat(share)}`, text: w }));
+      });
+      return el("p", { class: "heat" }, words);
+    });
+    const worst = Math.max(...a.texts.map((t) => t.delta));
+    const from = [...new Set(a.texts.map((t) => t.baseline_score.toFixed(4)))].join(" and ");
+    box.appendChild(el("div", { class: "attribution" }, [
+      el("h4", { text: `Why ${a.score.toFixed(4)}? Each word's share of the ${a.target}` }),
+      ...rows,
+      el("p", { class: "muted legend" }, [el("span", { class: "swatch", style: `background:${heat(1)}` }),
+        " raised the score  ", el("span", { class: "swatch", style: `background:${heat(-1)}` }),
+        ` lowered it; hover a word for its number. Integrated Gradients, ${a.n_steps} steps from the input with ` +
+        `${a.texts.length > 1 && from.includes(" and ") ? "one text's words at a time" : "its words"} replaced by ` +
+        `[${a.baseline.toUpperCase()}] (score ${from}); the shares add up to the ` +
+        `difference within ${(100 * worst).toFixed(1)}%. They say which words moved this score in this model, ` +
+        "not what the model learned from them, nor what words would do together."])]));
   }
 
   // ---- panels -----------------------------------------------------------------------------------------------------
@@ -181,7 +228,8 @@
       plots.push(Plotly.react("heatmap", [{ type: "heatmap", z: vectors, y: labels, colorscale: "RdBu", zmid: 0,
         hovertemplate: "%{y}<br>dim %{x}: %{z}<extra></extra>" }],
       { title: { text: `token vectors of hidden_states[${layer}] (tokens × ${d.hidden_size} dims)`, font: { size: 13 } },
-        margin: margin(110), yaxis: { autorange: "reversed" }, height: Math.max(320, 16 * labels.length + 90) }, CONFIG));
+        margin: margin(110), yaxis: { autorange: "reversed" }, ...sized("heatmap", Math.max(320, 16 * labels.length + 90)) },
+      CONFIG));
     }
     const matrix = d.attention[attLayer] && d.attention[attLayer][head];
     if (matrix) {
@@ -189,7 +237,7 @@
         zmin: 0, zmax: 1, hovertemplate: "%{y} attends to %{x}: %{z}<extra></extra>" }],
       { title: { text: `attention of layer ${attLayer}, head ${head} (rows: queries, columns: keys)`, font: { size: 13 } },
         margin: margin(110, 90), xaxis: { tickangle: -45 }, yaxis: { autorange: "reversed" },
-        height: Math.max(560, 14 * labels.length + 200), width: Math.max(640, 14 * labels.length + 260) }, CONFIG));
+        ...sized("attention", Math.max(560, 14 * labels.length + 200), Math.max(640, 14 * labels.length + 260)) }, CONFIG));
     }
     return plots;
   }
@@ -201,6 +249,7 @@
       : "Type a second sentence in “Compare with” to see their cosine.";
     $("cosine").textContent = d.cosine == null ? none
       : `cosine(“${state.result.settings.text}”, “${d.compare}”) = ${d.cosine}`;
+    drawAttribution($("cosine-attribution"), d.attribution);
     return [Plotly.react("strip", [{ type: "heatmap", z: [d.vector], y: ["vector"], colorscale: "RdBu", zmid: 0,
       showscale: false, hovertemplate: "dim %{x}: %{z}<extra></extra>" }],
     { margin: { l: 60, r: 20, t: 10, b: 30 }, yaxis: { showticklabels: false } }, CONFIG)];
@@ -261,6 +310,7 @@
       if (p.error) card.appendChild(el("div", { class: "error", text: p.error }));
       else if (p.kind === "qa") {
         const strip = drawAnswer(card, p);
+        if (p.attribution) drawAttribution(card.appendChild(el("div", { class: "why" })), p.attribution);
         box.appendChild(card);
         plots.push(strip());
         return;
@@ -285,6 +335,7 @@
         card.appendChild(line);
         if (!p.entities.length) card.appendChild(el("p", { class: "muted", text: "no entities found" }));
       }
+      if (p.attribution) drawAttribution(card.appendChild(el("div", { class: "why" })), p.attribution);
       box.appendChild(card);
     });
     return plots;
@@ -371,7 +422,9 @@
     if (OFFLINE) {
       fillControls(OFFLINE.info);
       applySettings(OFFLINE.result.settings);
-      ["text", "pad", "pair", "compare", "layers", "pooling", "map-run"].forEach((id) => { $(id).disabled = true; });
+      ["text", "pad", "pair", "compare", "layers", "pooling", "map-run", "attributions"].forEach((id) => {
+        $(id).disabled = true;
+      });
       const note = $("static-note");
       note.textContent = "Saved by `bertkit explain`: the sentence and its settings are fixed; the heatmap layer, " +
         "attention layer and head switch here. Run `bertkit serve` to explain any sentence.";
@@ -391,7 +444,7 @@
       return;
     }
     ["text", "pad", "pair", "compare", "layers", "pooling"].forEach((id) => $(id).addEventListener("input", later));
-    ["layer", "att-layer", "head", "map-run"].forEach((id) => $(id).addEventListener("change", update));
+    ["layer", "att-layer", "head", "map-run", "attributions"].forEach((id) => $(id).addEventListener("change", update));
     await update();
   }
 
