@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_STEPS = 32
+DEFAULT_STEPS = 24  # chosen by benchmarks/attributions.py: under 1 s a 64-token text, completeness within 0.03 %
 BASELINES = ("pad", "mask")
 DELTA_WARNING = 0.05  # a share of f(input) - f(baseline): above it, more steps are needed
 

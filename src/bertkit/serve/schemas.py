@@ -359,5 +359,5 @@ class ExplainRequest(Strict):
     attributions: StrictBool = Field(
         False,
         description="Attribute each score to the words (Integrated Gradients): the cosine to `compare` and each run's "
-        "prediction carry an `attribution`. Off by default: it costs about 100 passes of the sentence per score.",
+        "prediction carry an `attribution`. Off by default: it costs about 80 passes of the sentence per score.",
     )
