@@ -213,7 +213,7 @@ WING_BUDGETS = {
     "io": 1_300,
     "cli": 1_409,
     "ray": 500,
-    "explain": 1_294,
+    "explain": 1_334,
     "(top)": 300,
 }
 TOTAL_BUDGET = 13_500
@@ -222,7 +222,7 @@ MAX_ENCODER_MEMBERS = 15
 # the budgets above are not yet met. Lower these as the wings shrink; never raise them without a note.
 WING_CEILINGS = {  # issue 45 raised encoder, tasks, serve, io and cli by the 200 lines its fixes added; the idle
     # heap trim (a CI failure: RSS under load) added 23 to encoder and serve; issue 46's attributions 370 to explain
-    # and 2 to (top), then 196 to explain (feature-classifier and QA targets, the page's strips), 9 to cli
+    # and 2 to (top), then 236 to explain (feature-classifier, QA and tagger targets, the page's strips), 9 to cli
     # (--no-attributions) and 5 to serve (the request's field); budgets raised by the same
     "encoder": 3_970,
     "tasks": 5_778,
@@ -230,7 +230,7 @@ WING_CEILINGS = {  # issue 45 raised encoder, tasks, serve, io and cli by the 20
     "io": 2_108,
     "cli": 2_036,
     "ray": 773,
-    "explain": 1_294,
+    "explain": 1_334,
     "(top)": 332,
 }
 ENCODER_MEMBERS_NOW = 20

@@ -230,3 +230,31 @@ def test_a_feature_classifier_whose_head_is_not_linear_is_refused(tiny_dirs):
         attribute_prediction(run, "the cat")
     with pytest.raises(InputError, match="reads single texts"):
         attribute_prediction(run, "the cat", "a dog")
+
+
+def test_a_tagger_s_entity_score_is_the_one_it_predicts_and_adds_up(tiny_dirs):
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    from bertkit.tasks.tagger import FineTunedTagger
+
+    path = str(tiny_dirs["bert_cased"])
+    tags = {0: "O", 1: "B-LOC", 2: "I-LOC"}
+    torch.manual_seed(1)  # a random head: seeded, so that this text has entities
+    model = AutoModelForTokenClassification.from_pretrained(
+        path, num_labels=3, id2label=tags, label2id={v: k for k, v in tags.items()}
+    )
+    tagger = FineTunedTagger(model, AutoTokenizer.from_pretrained(path), 64, {"task": "token"})
+    text = "the cat sat on the mat in Paris and London"
+    entities = tagger.predict([text])[0]
+    assert entities, "the seeded head finds at least one entity here"
+    for entity in (entities[0], entities[-1]):
+        result = attribute_prediction(tagger, text, target=entity.text, n_steps=64)
+        assert result.target == f"score of the {entity.type} entity {entity.text!r}"
+        assert result.score == pytest.approx(entity.score, abs=1e-4)  # the score predict gives, rounded to 4 places
+        [part] = result.texts
+        assert part.words == text.split()
+        assert part.token_scores.sum() + part.baseline_score == pytest.approx(
+            result.score, abs=0.02 * abs(result.score - part.baseline_score) + 1e-6
+        )
+    with pytest.raises(InputError, match="no entity 'Rome'"):
+        attribute_prediction(tagger, text, target="Rome")

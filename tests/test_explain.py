@@ -462,7 +462,11 @@ def test_explain_file_opens_offline_with_no_network(browser, run_dir, probe_dir,
     assert_strip_is_the_json(
         watched.page.locator('.prediction[data-run="reviews"] .why'), result["predictions"]["reviews"]["attribution"]
     )
-    assert "attribution" not in result["predictions"]["ner"]  # a tagger's entities are not attributed (yet)
+    ner = result["predictions"]["ner"]  # a tagger's first entity is attributed, where it finds one
+    assert ("attribution" in ner) == bool(entities)
+    if entities:
+        assert ner["attribution"]["target"].endswith(f"entity {entities[0].text!r}")
+        assert_strip_is_the_json(watched.page.locator('.prediction[data-run="ner"] .why'), ner["attribution"])
     assert watched.requests and all(url.split(":", 1)[0] in ("file", "data", "blob") for url in watched.requests)
     assert watched.errors == []
     watched.page.close()

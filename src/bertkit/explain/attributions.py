@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..tasks.classify import TextClassifier
     from ..tasks.finetuned import FineTunedClassifier
     from ..tasks.qa import FineTunedQA
+    from ..tasks.tagger import FineTunedTagger
 
 __all__ = ["Attribution", "TextAttribution", "attribute_prediction", "attribute_similarity"]
 
@@ -125,7 +126,7 @@ def _against(
 
 
 def attribute_prediction(
-    run: FineTunedClassifier | TextClassifier | FineTunedQA,
+    run: FineTunedClassifier | TextClassifier | FineTunedQA | FineTunedTagger,
     text: str,
     text_pair: str | None = None,
     *,
@@ -140,14 +141,16 @@ def attribute_prediction(
     run : FineTunedClassifier or TextClassifier
         A fine-tuned text or pair run (classifier, multi-label classifier, regressor or reranker): its logit is
         attributed; a feature classifier (`bertkit train`): its class probability, through its frozen encoder,
-        scaler and logistic regression; or a question-answering run: its answer's start + end logit.
+        scaler and logistic regression; a question-answering run: its answer's start + end logit; or a tagger:
+        one entity's score (the mean of its words' tag probabilities, as `predict` gives it).
     text : str
         The text (a pair run: the first text; a QA run: the question).
     text_pair : str, optional
         A pair run's second text (a reranker: the document; a QA run: the context); its tokens are attributed as a
         text of their own.
     target : str, optional
-        The class whose logit (probability) is attributed (default: the predicted one; a regressor: its score).
+        The class whose logit (probability) is attributed (default: the predicted one; a regressor: its score); a
+        tagger: the entity's text (default: its first entity).
     n_steps : int
         Integration steps.
     baseline : {'pad', 'mask'}
@@ -190,6 +193,7 @@ def prediction_target(run: Any, text: str, text_pair: str | None, target: str | 
     """Return the score a run's prediction is attributed by (see `attribute_prediction`), on `integrator`'s model."""
     from ..tasks.classify import TextClassifier
     from ..tasks.qa import FineTunedQA
+    from ..tasks.tagger import FineTunedTagger
 
     if isinstance(run, TextClassifier):
         return _feature_target(run, text, text_pair, target, integrator)
@@ -197,6 +201,10 @@ def prediction_target(run: Any, text: str, text_pair: str | None, target: str | 
         if text_pair is None or target is not None:
             raise InputError("a question-answering run attributes its answer: give the question and its context.")
         return _answer_target(run, text, text_pair, integrator)
+    if isinstance(run, FineTunedTagger):
+        if text_pair is not None:
+            raise InputError("this run reads single texts.")
+        return _entity_target(run, text, target, integrator)
     if (text_pair is not None) != bool(run.takes_pairs):
         raise InputError(
             "this run reads text pairs: give text_pair." if run.takes_pairs else "this run reads single texts."
@@ -253,6 +261,37 @@ def _answer_target(run: FineTunedQA, question: str, context: str, integrator: In
         return out.start_logits[:, first].float() + out.end_logits[:, last].float()
 
     return Target(name, item, span_score, integrator)
+
+
+def _entity_target(run: FineTunedTagger, text: str, target: str | None, integrator: Integrator) -> Target:
+    """Return a tagger's entity score: the mean over its words of the tag's probability at each first sub-token.
+
+    That is `Entity.score`; `target` names the entity by its text (default: the first found).
+    """
+    from ..encoder.tokenize import word_starts
+    from ..tasks.finetune.examples import split_words
+
+    entities = run.predict([text])[0]
+    chosen = next((e for e in entities if target is None or e.text == target), None)
+    if chosen is None:
+        found = ", ".join(repr(e.text) for e in entities) or "none"
+        raise InputError(
+            f"no entity {quoted(target)} in this text (entities found: {found})."
+            if target
+            else "this text has no entities to attribute."
+        )
+    item = run.encode([[word for word, _, _ in split_words(text)]])[0]  # type: ignore[list-item]
+    if item.windows and len(item.windows) > 1:
+        raise InputError("this text is read in windows; attributions read one: give a shorter text.")
+    starts = word_starts(item.word_ids())
+    positions = [starts.index(word) for word in range(chosen.start, chosen.end)]  # type: ignore[arg-type]
+    tags = [int(torch.as_tensor(logits).argmax()) for logits in run.token_logits([item])[0][positions]]
+
+    def entity_score(embeds: torch.Tensor) -> torch.Tensor:
+        probabilities = torch.softmax(integrator.call(integrator.inputs(item, embeds)).logits.float(), dim=-1)
+        return probabilities[:, positions, tags].mean(-1)
+
+    return Target(f"score of the {chosen.type} entity {chosen.text!r}", item, entity_score, integrator)
 
 
 def _class_index(classes: Any, target: str) -> int:

@@ -186,7 +186,8 @@ class Explainer:
     def _attribute(self, result: dict, settings: Settings) -> None:
         """Add to each panel with a score the score's attributions.
 
-        The two sentences' cosine, each run's prediction (a classifier's class, a regressor's score, a QA answer).
+        The two sentences' cosine, each run's prediction (a classifier's class, a regressor's score, a QA answer, a
+        tagger's first entity).
         """
         text, sentence = settings.text, result["sentence"]
         if settings.compare and "error" not in sentence:
@@ -196,7 +197,7 @@ class Explainer:
             )
         for name, run in self.runs.items():
             panel = result["predictions"][name]
-            if "error" not in panel and panel["kind"] in ("classifier", "score", "qa"):
+            if "error" not in panel and (panel["kind"] in ("classifier", "score", "qa") or panel.get("entities")):
                 pair = settings.pair if getattr(run, "takes_pairs", False) is True or panel["kind"] == "qa" else None
                 panel["attribution"] = _panel(lambda run=run, pair=pair: attribute_prediction(run, text, pair))
 
