@@ -207,7 +207,7 @@ def test_public_api_is_unchanged(name):
 # The budgets the maintainer set, in lines of .py (all lines). A later feature may raise its wing's budget by what it
 # adds, and says so in its note.
 WING_BUDGETS = {
-    "encoder": 2_900,
+    "encoder": 3_033,  # issue 48 added 133 (the GPU feed)
     "tasks": 4_400,
     "serve": 1_905,
     "io": 1_300,
@@ -223,8 +223,10 @@ MAX_ENCODER_MEMBERS = 15
 WING_CEILINGS = {  # issue 45 raised encoder, tasks, serve, io and cli by the 200 lines its fixes added; the idle
     # heap trim (a CI failure: RSS under load) added 23 to encoder and serve; issue 46's attributions 370 to explain
     # and 2 to (top), then 236 to explain (feature-classifier, QA and tagger targets, the page's strips), 9 to cli
-    # (--no-attributions) and 5 to serve (the request's field); budgets raised by the same
-    "encoder": 3_970,
+    # (--no-attributions) and 5 to serve (the request's field); budgets raised by the same. Issue 48's GPU feed (chunks
+    # tokenized ahead of the passes, half weights, the sliding-window planner, the vectorised padding) added 133 to
+    # encoder
+    "encoder": 4_103,
     "tasks": 5_778,
     "serve": 2_431,
     "io": 2_108,

@@ -307,3 +307,32 @@ def test_passes_are_cut_by_rows_and_by_padded_tokens():
     assert plan_batches(lengths, 128, max_rows=4) == [[0], [2, 1], [3, 4, 5]]
     assert plan_batches(lengths, 128, max_rows=2) == [[0], [2, 1], [5], [3, 4]]
     assert plan_batches([300], 128, max_rows=4) == [[0]]  # too long even alone: its own pass
+
+
+def test_texts_tokenized_in_chunks_give_the_vectors_and_report_of_one_call(monkeypatch):
+    """A GPU tokenizes a call in chunks, the next one while the passes run; forced small here, on the CPU."""
+    encoder = Encoder.from_pretrained(device="cpu")
+    long_text = " ".join(["the film is long and slow but the ending pays off"] * 12)  # windows at max_length 32
+    texts = [*TEXTS, long_text, "한국어 문장은 이 모델의 어휘로 잘 표현되지 않는다", *TEXTS[:2], long_text]
+    options = {"max_length": 32, "progress": False, "warn": False}
+    calls = {"truncate": {}, "window": {"long_text": "window"}, "pairs": {"text_pair": texts[::-1]}}
+    for name, extra in calls.items():
+        whole = encoder.embed_with_report(texts, **options, **extra)
+        monkeypatch.setattr(encoder, "_chunk_texts", 3)
+        chunked = encoder.embed_with_report(texts, **options, **extra)
+        monkeypatch.setattr(encoder, "_chunk_texts", None)
+        np.testing.assert_allclose(chunked.vectors, whole.vectors, atol=1e-5, err_msg=name)  # other passes
+        assert chunked.report.truncated_rows == whole.report.truncated_rows, name
+        assert (whole.report.truncated_rows == []) == (name == "window"), name
+        assert chunked.report.windowed_rows == whole.report.windowed_rows, name
+        assert chunked.report.coverage == whole.report.coverage, name
+        assert chunked.report.coverage.poor_rows == [6], name  # the Korean text, by its row in the call
+    monkeypatch.setattr(encoder, "_chunk_texts", 3)
+    tokens = encoder.embed_tokens(texts, max_length=32, long_text="window", progress=False)
+    monkeypatch.setattr(encoder, "_chunk_texts", None)
+    for found, expected in zip(tokens, encoder.embed_tokens(texts, max_length=32, long_text="window", progress=False)):
+        assert found.tokens == expected.tokens
+        np.testing.assert_allclose(found.vectors, expected.vectors, atol=1e-5)
+    with pytest.raises(InputError, match=r"texts\[9\] is missing"):  # named by its row in the call, not its chunk
+        monkeypatch.setattr(encoder, "_chunk_texts", 3)
+        encoder.embed([*texts[:9], None])

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import inspect
 import json
@@ -20,12 +21,12 @@ from .. import display
 from ..errors import InputError
 from . import tokenize as tok
 from .coverage import Coverage, coverage
-from .defaults import DEFAULT_BATCH_SIZE
+from .defaults import DEFAULT_BATCH_SIZE, GPU_CHUNK_TEXTS
 from .devices import describe, resolve_device, token_budget
 from .int8 import int8_model_for
 from .models import LoadedModel, ModelSource, load_model, resolve_model
 from .options import EmbedOptions, options_from
-from .precision import check_precision
+from .precision import HALF_DTYPES, check_precision
 from .runner import Runner, call_model
 from .st_config import SentenceConfig
 from .threads import total_threads
@@ -75,7 +76,13 @@ class EncoderBase:
         self._int8_calibration: str | None = None  # the digest of the calibration texts int8 was calibrated on
         if self.precision == "int8":  # a copy of the model with int8 linear layers (int8.py)
             self._int8, self._int8_calibration = int8_model_for(self)
+        # On a GPU, fp16/bf16 run on a half copy of the weights (as sentence-transformers and TEI do): autocast would
+        # cast every weight again in every pass, launches that cost more than a small model's arithmetic there.
+        self._half: torch.nn.Module | None = None
+        if self.device.type == "cuda" and self.precision in HALF_DTYPES:
+            self._half = copy.deepcopy(self.model).to(HALF_DTYPES[self.precision]).eval()
         self._max_batch_tokens = token_budget(self.model, self.device, self._position_limit)
+        self._chunk_texts = GPU_CHUNK_TEXTS if self.device.type == "cuda" else None  # encode.py: _encoded_chunks
         self._ranges: dict[str, np.ndarray] = {}  # int8/uint8 ranges of the calibration sentences, by options
 
     @classmethod
@@ -94,8 +101,8 @@ class EncoderBase:
         model : str, optional
             None (or 'default') is the packaged all-MiniLM-L6-v2; else a model directory or a hub name.
         precision : str
-            'fp32'; 'bf16' (autocast: on GPUs that have it, and CPUs with native bf16); 'fp16' (autocast, GPUs);
-            'int8' (a CPU copy of the model with int8 linear layers, calibrated once and cached).
+            'fp32'; 'bf16' (GPUs that have it: bf16 weights; CPUs with native bf16: autocast); 'fp16' (GPUs: fp16
+            weights); 'int8' (a CPU copy of the model with int8 linear layers, calibrated once and cached).
         concurrent_batches : int, optional
             Batches in flight at once, sharing the CPU threads (default: 2 with 2 or more threads, 1 on a GPU).
         device : str
@@ -338,8 +345,9 @@ class EncoderBase:
 
     def _forward_inputs(self, inputs: dict[str, torch.Tensor]) -> ForwardOutput:
         """`forward` on padded input tensors (what the runner passes)."""
-        model = self._int8 or self.model
-        out = call_model(model, inputs, self.device, self.precision, output_hidden_states=True, return_dict=True)
+        model = self._int8 or self._half or self.model
+        precision = "fp32" if self._half is not None else self.precision  # half weights: nothing left to autocast
+        out = call_model(model, inputs, self.device, precision, output_hidden_states=True, return_dict=True)
         return ForwardOutput(
             last_hidden_state=out.last_hidden_state,
             pooler_output=getattr(out, "pooler_output", None) if self._has_pooler else None,

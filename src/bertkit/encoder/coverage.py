@@ -95,19 +95,35 @@ def coverage(encoded: Sequence[Encoded], texts: Sequence[Text], unk_token_id: in
     scripts: list[str] = []
     decomposed = False
     poor_rows: list[int] = []
-    for row, (item, text) in enumerate(zip(encoded, texts)):
-        ids = item.ids
-        tokens = len(ids) - sum(item.encoding.special_tokens_mask)
-        unknown = sum(1 for i in ids if i == unk_token_id)
-        words = len(_PIECES_OF_WORDS.findall(item.text)) + len(_PIECES_OF_WORDS.findall(item.pair_text or ""))
+    for row, item in enumerate(encoded):
+        encoding = item.encoding
+        tokens = len(encoding) - encoding.special_tokens_mask.count(1)
+        unknown = encoding.ids.count(unk_token_id)
+        words = len(_PIECES_OF_WORDS.findall(item.text))
+        if item.pair_text:
+            words += len(_PIECES_OF_WORDS.findall(item.pair_text))
         n_tokens, n_unknown, n_words = n_tokens + tokens, n_unknown + unknown, n_words + words
-        joined = text if isinstance(text, str) else " ".join(text)
-        row_decomposed, row_scripts = False, []
-        if not joined.isascii():
-            row_scripts = _scripts_in(joined)
+        row_scripts: list[str] = []
+        if not item.text.isascii():  # item.text: the text as tokenized (a list of words joined by spaces)
+            row_scripts = _scripts_in(item.text)
             scripts += [s for s in row_scripts if s not in scripts]
-            row_decomposed = "HANGUL" in row_scripts and any(_JAMO.search(t) for t in item.tokens)
-            decomposed = decomposed or row_decomposed
+        if not unknown and not row_scripts and tokens < PIECES_PER_WORD * words:
+            continue  # no [UNK], no other script, few pieces a word: poor by no rule (the common row, made cheap)
+        row_decomposed = "HANGUL" in row_scripts and any(_JAMO.search(t) for t in item.tokens)
+        decomposed = decomposed or row_decomposed
         if Coverage(tokens, unknown, words, row_scripts, row_decomposed).poor:
             poor_rows.append(row)
     return Coverage(n_tokens, n_unknown, n_words, scripts, decomposed, poor_rows)
+
+
+def combined(parts: Sequence[tuple[int, Coverage]]) -> Coverage:
+    """Sum the coverages of texts tokenized in chunks (each chunk's first row and coverage); rows made global."""
+    scripts = list(dict.fromkeys(script for _, part in parts for script in part.scripts))
+    return Coverage(
+        sum(part.n_tokens for _, part in parts),
+        sum(part.n_unknown for _, part in parts),
+        sum(part.n_words for _, part in parts),
+        scripts,
+        any(part.decomposed for _, part in parts),
+        [first + row for first, part in parts for row in part.poor_rows],
+    )

@@ -11,6 +11,9 @@ MAX_BATCH_TOKENS = 2048
 # On a GPU: padded tokens per pass, at most (text-embeddings-inference's default --max-batch-tokens), within the share
 # of free memory devices.token_budget allows; rows per pass are then as many as fit (batch_size=None).
 GPU_BATCH_TOKENS = 16384
+# On a GPU, texts tokenized at a time, the next chunk while this one's passes run: enough for full passes, few enough
+# that the first pass starts soon (on a CPU a call is one chunk: its cores are busy with the passes).
+GPU_CHUNK_TEXTS = 2048
 # The features of `BertVectorizer`, `TextClassifier` and `bertkit train` when none are given: the mean over tokens of
 # every layer, concatenated (the best of the probe's choices for a linear classifier on SST-2, see the README).
 DEFAULT_FEATURE_LAYERS = "all:concat"

@@ -9,21 +9,24 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..errors import InputError
 from . import tokenize as tok
 from .base import EncoderBase, as_list
 from .compact import RANGED, int8_ranges
-from .coverage import coverage
+from .coverage import Coverage, combined, coverage
 from .int8 import packaged_texts
 from .options import EmbedOptions, options_from
 from .pooling import pool_words
+from .progress import Progress
 from .results import EmbedReport, EmbedResult, TokenEmbedding
-from .vectors import VectorHead, finish, token_states
+from .threads import computed_ahead
+from .vectors import PROGRESS_MIN_ROWS, VectorHead, finish, token_states
 
 logger = logging.getLogger(__name__)
 
@@ -185,20 +188,37 @@ class Encoder(EncoderBase):
         resolved = options_from(options, kwargs).resolve(self)
         head = vector_head(self, resolved)
         texts = with_prompt(as_list(texts), resolved.prompt or "")
-        encoded, report = self._encode(texts, as_list(text_pair), resolved)
+        pairs = as_list(text_pair)
+        runner = self.runner(batch_size)
+        report = EmbedReport(n_texts=len(texts), max_length=resolved.max_length or self.max_length)
+        coverages: list[tuple[int, Coverage]] = []
+        bar = Progress("embed", len(texts), "texts", show=progress, min_total=PROGRESS_MIN_ROWS)
+        token_vectors: list = [None] * len(texts)
+        pooled = np.zeros((0 if resolved.token_vectors else len(texts), self._pooled_width(resolved)), np.float32)
+        waiting: list[tuple[np.ndarray, torch.Tensor]] = []  # pooled rows still on the device, copied a chunk late
+        with bar:
+            for first, encoded, part in self._encoded_chunks(texts, pairs, resolved):
+                report.add_chunk(part, first)
+                coverages.append((first, part.coverage))  # type: ignore[arg-type]
+                done = len(waiting)
+                for rows, states, masks, poolers in token_states(runner, encoded, head, part, bar):
+                    if resolved.token_vectors:
+                        for k, row in enumerate(rows):
+                            length = int(masks[k].sum())
+                            values = finish(states[k, :length].float().cpu().numpy(), resolved, token_vectors=True)
+                            item = encoded[row]
+                            token_vectors[first + row] = TokenEmbedding(item.tokens, values, item.word_ids())
+                    else:
+                        vectors = head.sentences(states, masks.to(states.device, non_blocking=True), poolers)
+                        waiting.append((first + np.asarray(rows), vectors))
+                _copy_back(pooled, waiting[:done])  # the chunk before: its passes have long finished on the device
+                del waiting[:done]
+            _copy_back(pooled, waiting)
+        report.coverage = combined(coverages)
         report.prompt = resolved.prompt or ""
-        vectors: Any
-        if resolved.token_vectors:
-            vectors = [None] * len(texts)
-            for rows, states, masks, _ in token_states(self.runner(batch_size), encoded, head, report, progress):
-                for k, row in enumerate(rows):
-                    length = int(masks[k].sum())
-                    values = finish(states[k, :length].float().cpu().numpy(), resolved, token_vectors=True)
-                    vectors[row] = TokenEmbedding(encoded[row].tokens, values, encoded[row].word_ids())
-        else:
-            pooled = np.zeros((len(texts), self._pooled_width(resolved)), dtype=np.float32)
-            for rows, states, masks, poolers in token_states(self.runner(batch_size), encoded, head, report, progress):
-                pooled[rows] = head.sentences(states, masks.to(states.device), poolers).cpu().numpy()
+        report.forward_seconds = runner.stats.forward_seconds
+        vectors: Any = token_vectors
+        if not resolved.token_vectors:
             if resolved.output_type in RANGED and ranges is None:
                 ranges = calibration_ranges(self, resolved)
             vectors = finish(pooled, resolved, ranges)
@@ -267,6 +287,24 @@ class Encoder(EncoderBase):
         return (result, report) if return_report else result
 
     # ---- internals ----------------------------------------------------------------------------------------------
+    def _encoded_chunks(
+        self, texts: list, pairs: list | None, resolved: EmbedOptions
+    ) -> Iterator[tuple[int, list[tok.Encoded], EmbedReport]]:
+        """(first row, encodings, report) of each chunk of `_chunk_texts` texts, the next tokenized meanwhile (GPU).
+
+        On a CPU a call is one chunk. On a GPU the device is not left idle while the host tokenizes, and the planner's
+        work per text does not grow with the corpus.
+        """
+        size = self._chunk_texts or len(texts)
+        if len(texts) <= size or resolved.long_text == "error":  # 'error' refuses before any pass runs
+            yield 0, *self._encode(texts, pairs, resolved)
+            return
+        tok.check_texts(texts)  # a bad text is named by its row in the call, not in its chunk
+        if pairs is not None and len(tok.check_texts(pairs, "text_pair")) != len(texts):
+            raise InputError(f"{len(texts)} texts but {len(pairs)} text pairs; give one pair per text.")
+        chunk = lambda a: (a, *self._encode(texts[a : a + size], pairs[a : a + size] if pairs else None, resolved))  # noqa: E731
+        yield from computed_ahead(chunk, range(0, len(texts), size))
+
     def _encode(self, texts: list, pairs: list | None, resolved: EmbedOptions) -> tuple[list[tok.Encoded], EmbedReport]:
         """Tokenize under the long-text policy and start the call's report (limit, truncated rows, coverage)."""
         if pairs is not None and resolved.long_text == "window":
@@ -287,6 +325,12 @@ class Encoder(EncoderBase):
         report.coverage = coverage(encoded, texts, self.tokenizer.unk_token_id)
         report.tokenize_seconds = time.perf_counter() - started
         return encoded, report
+
+
+def _copy_back(pooled: np.ndarray, waiting: list[tuple[np.ndarray, torch.Tensor]]) -> None:
+    """Copy pooled rows from the device into `pooled`: one copy (one synchronisation) for all of them."""
+    if waiting:
+        pooled[np.concatenate([rows for rows, _ in waiting])] = torch.cat([v for _, v in waiting]).cpu().numpy()
 
 
 def vector_head(encoder: Encoder, resolved: EmbedOptions) -> VectorHead:

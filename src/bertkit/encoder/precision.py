@@ -15,6 +15,7 @@ from ..errors import InputError
 from .devices import BF16_FEATURES, cpu_model_and_flags
 
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
+HALF_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def fast_bf16_cpu() -> bool:
@@ -66,7 +67,6 @@ def arithmetic(precision: str, device: torch.device | None = None) -> contextlib
 
     Nothing for fp32 and int8 (its own int8 layers).
     """
-    if precision in ("bf16", "fp16"):
-        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-        return torch.autocast((device or torch.device("cpu")).type, dtype=dtype)
+    if precision in HALF_DTYPES:
+        return torch.autocast((device or torch.device("cpu")).type, dtype=HALF_DTYPES[precision])
     return contextlib.nullcontext()

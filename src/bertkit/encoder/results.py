@@ -46,6 +46,12 @@ class EmbedReport:
     tokenize_seconds: float = 0.0  # time spent tokenizing
     forward_seconds: float = 0.0  # time spent inside the model's forward passes (summed over concurrent passes)
 
+    def add_chunk(self, part: EmbedReport, first: int) -> None:
+        """Add the report of a chunk of this call's texts (its rows counted from `first`)."""
+        self.truncated_rows += [first + row for row in part.truncated_rows]
+        self.windowed_rows += [first + row for row in part.windowed_rows]
+        self.tokenize_seconds += part.tokenize_seconds
+
     @property
     def n_truncated(self) -> int:
         """How many texts were cut at the token limit."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -93,19 +94,31 @@ def plan_batches(
     row longer than that is a pass of its own); the longest group comes first.
     """
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    width = [lengths[i] for i in order]
     n = len(order)
-    best = np.zeros(n + 1, dtype=np.int64)  # best[j]: least cost of the first j sorted rows
+    best = [0] * (n + 1)  # best[j]: least cost of the first j sorted rows
     cut = [0] * (n + 1)  # cut[j]: where the last group of that plan starts
-    starts = np.arange(n + 1, dtype=np.int64)
+    # A group [start, j) of width w costs overhead + (j - start) * w, so the best start minimises best[start] -
+    # start * w over the starts a pass of that width can reach. Within a run of equal widths that is a sliding-window
+    # minimum: a deque of starts with increasing keys (on a tie the later start, the smaller group, wins). A GPU
+    # plans hundreds of rows a pass: this keeps the plan's cost per row constant instead of growing with them.
+    window: deque[int] = deque()
+    key = lambda start: best[start] - start * width  # noqa: E731
+    width = -1
     for j in range(1, n + 1):
-        longest = padded_width(width[j - 1], multiple=multiple)
+        longest = padded_width(lengths[order[j - 1]], multiple=multiple)
         most = max(1, max_batch_tokens // longest if max_rows is None else min(max_batch_tokens // longest, max_rows))
         first = max(0, j - most)
-        # a group [start, j) costs overhead + (j - start) * longest; on a tie the later start (the smaller group) wins
-        costs = best[first:j] - starts[first:j] * longest
-        start = j - 1 - int(np.argmin(costs[::-1]))
-        best[j] = best[start] + overhead_tokens + (j - start) * longest
+        if longest != width:  # a new width: every reachable start's key changes
+            width = longest
+            window = _increasing_minima(best, first, j - 1, width)
+        candidate = key(j - 1)
+        while window and key(window[-1]) >= candidate:
+            window.pop()
+        window.append(j - 1)
+        while window[0] < first:
+            window.popleft()
+        start = window[0]
+        best[j] = best[start] + overhead_tokens + (j - start) * width
         cut[j] = start
     groups: list[list[int]] = []
     end = n
@@ -113,6 +126,17 @@ def plan_batches(
         groups.append([order[k] for k in range(cut[end], end)])
         end = cut[end]
     return groups
+
+
+def _increasing_minima(best: list[int], first: int, end: int, width: int) -> deque[int]:
+    """Return the starts in [first, end) whose key best[s] - s * width is below every later one (the deque)."""
+    if end <= first:
+        return deque()
+    keys = np.asarray(best[first:end], dtype=np.int64) - np.arange(first, end, dtype=np.int64) * width
+    later = np.minimum.accumulate(keys[::-1])[::-1]  # later[k]: the least key from k on
+    kept = np.ones(len(keys), dtype=bool)
+    kept[:-1] = keys[:-1] < later[1:]
+    return deque((np.flatnonzero(kept) + first).tolist())
 
 
 @dataclass
@@ -182,6 +206,8 @@ class Runner:
         inputs = {"input_ids": ids, "attention_mask": mask}
         if self.with_type_ids:
             inputs["token_type_ids"] = types
+        if self.device.type == "cuda" and torch.cuda.is_available():  # page-locked: copied beside the passes before it
+            inputs = {name: tensor.pin_memory() for name, tensor in inputs.items()}
         return inputs
 
     def passes(self, rows: Sequence[Row]) -> Iterator[tuple[list[int], dict[str, torch.Tensor], Any]]:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -128,3 +129,20 @@ def forward_in_parallel(forward: Callable, chunks: Sequence, pad: Callable, work
         while pending:
             chunk0, batch0, future = pending.popleft()
             yield chunk0, batch0, future.result()
+
+
+_AHEAD = ThreadPoolExecutor(1, "bertkit-ahead")  # one: what it computes (tokenization) keeps its own order
+
+
+def computed_ahead(function: Callable[[Any], Any], items: Sequence) -> Iterator:
+    """`function(item)` for each item in order, the next one computed on a background thread while this one is used.
+
+    The tokenizer releases the GIL: on a GPU the next texts are tokenized while the passes of these run.
+    """
+    items = list(items)
+    ahead = _AHEAD.submit(function, items[0]) if items else None
+    for k in range(len(items)):
+        result = ahead.result()  # type: ignore[union-attr]
+        if k + 1 < len(items):
+            ahead = _AHEAD.submit(function, items[k + 1])
+        yield result

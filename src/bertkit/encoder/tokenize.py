@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import functools
 import html
+import itertools
 import math
 import re
 import threading
@@ -360,14 +361,15 @@ def pad_ids(
     Gives (input_ids, attention_mask, token_type_ids), each (rows, width) int64. The width is the longest row
     (per-batch padding) or `pad_to` when that is wider.
     """
-    width = max([len(r) for r in id_rows] + [pad_to or 0])
+    lengths = np.fromiter(map(len, id_rows), dtype=np.int64, count=len(id_rows))
+    width = max(int(lengths.max(initial=0)), pad_to or 0)
+    real = np.arange(width) < lengths[:, None]  # one flat copy of every row's ids: no per-row slicing
+    total = int(lengths.sum())
     input_ids = np.full((len(id_rows), width), pad_token_id, dtype=np.int64)
-    mask = np.zeros((len(id_rows), width), dtype=np.int64)
+    input_ids[real] = np.fromiter(itertools.chain.from_iterable(id_rows), dtype=np.int64, count=total)
     type_ids = np.zeros((len(id_rows), width), dtype=np.int64)
-    for row, (ids, types) in enumerate(zip(id_rows, type_rows)):
-        input_ids[row, : len(ids)] = ids
-        mask[row, : len(ids)] = 1
-        type_ids[row, : len(ids)] = types
+    type_ids[real] = np.fromiter(itertools.chain.from_iterable(type_rows), dtype=np.int64, count=total)
+    mask = real.astype(np.int64)
     import torch
 
     return torch.from_numpy(input_ids), torch.from_numpy(mask), torch.from_numpy(type_ids)

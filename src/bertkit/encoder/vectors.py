@@ -55,11 +55,15 @@ class VectorHead:
         return self.selection.apply(hidden_states)
 
     def sentences(self, vectors: torch.Tensor, mask: torch.Tensor, pooler: torch.Tensor | None) -> torch.Tensor:
-        """(batch, dim) sentence vectors of token vectors and their mask (float32 on the vectors' device)."""
+        """(batch, dim) sentence vectors of token vectors and their mask (float32 on the vectors' device).
+
+        Half-precision states are pooled in float32: a mean over hundreds of tokens keeps its digits.
+        """
         if self.prompt_tokens:
             mask = mask.clone()
             mask[:, : self.prompt_tokens] = 0
-        pooled = pool_sentences(vectors, mask, self.methods, pooler).float()
+        pooler = None if pooler is None else pooler.float()
+        pooled = pool_sentences(vectors.float(), mask, self.methods, pooler)
         for layer in self.dense:
             pooled = layer(pooled)
         return pooled
@@ -142,24 +146,29 @@ def token_states(
     encoded: Sequence[Encoded],
     head: VectorHead,
     report: EmbedReport,
-    progress: bool | None = None,
+    progress: bool | None | Progress = None,
 ) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor | None]]:
     """Yield (texts, token vectors (b, seq, dim), mask (b, seq), pooler (b, hidden) or None), pass by pass.
 
-    A long text read in windows comes back stitched, once its last window has run: one vector per token.
+    A long text read in windows comes back stitched, once its last window has run: one vector per token. `progress`
+    may be the caller's own bar (a call tokenized in chunks has one bar over all of them): then it is left open.
     """
     rows = [Row(part.ids, part.type_ids) for item in encoded for part in item.parts]
     owners = [text for text, item in enumerate(encoded) for _ in item.parts]
     windows_left = {text: len(encoded[text].windows or ()) for text in report.windowed_rows}
     pending: dict[int, list] = {}
-    bar = Progress("embed", len(encoded), "texts", show=progress, min_total=PROGRESS_MIN_ROWS)
+    own_bar = not isinstance(progress, Progress)
+    bar = Progress("embed", len(encoded), "texts", show=progress, min_total=PROGRESS_MIN_ROWS) if own_bar else progress
     try:
         for group, inputs, out in runner.passes(rows):
             report.forward_seconds = runner.stats.forward_seconds
             states = head.tokens(out.hidden_states)
             mask = inputs["attention_mask"]
             whole = [k for k, row in enumerate(group) if owners[row] not in windows_left]
-            if whole:
+            if len(whole) == len(group):  # no window in this pass: its tensors as they are, no gather on the device
+                yield [owners[row] for row in group], states, mask, out.pooler_output
+                bar.update(len(group))
+            elif whole:
                 index = torch.tensor(whole, device=states.device)
                 pooler = out.pooler_output[index] if out.pooler_output is not None else None
                 yield [owners[group[k]] for k in whole], states[index], mask[whole], pooler
@@ -190,4 +199,5 @@ def token_states(
         raise OutOfDeviceMemory(owners[exc.row], exc.tokens, exc.device) from None
     finally:
         report.forward_seconds = runner.stats.forward_seconds
-        bar.close()
+        if own_bar:
+            bar.close()
