@@ -41,6 +41,7 @@ TRAVEL_LIMIT = 64 * 2**20  # what one device call carries: the working tree, sha
 # `pip install --no-index --no-deps --target`. typing-extensions is there, maybe older than pydantic needs.
 CARRIED = (
     "annotated-types",
+    "captum",
     "cachetools",
     "fastapi",
     "httptools",

@@ -7,6 +7,7 @@ GPU machine and reports each as a check, with the figures it records (`record_pr
 """
 
 import json
+import re
 import weakref
 
 import numpy as np
@@ -398,10 +399,26 @@ def test_gpu_half_precision_vectors_keep_the_direction(sample, precision, record
     texts = sample[0]
     full = Encoder.from_pretrained(device="cuda").embed(texts, progress=False)
     half = Encoder.from_pretrained(device="cuda", precision=precision).embed(texts, progress=False)
-    record_property("check", f"{precision} autocast on the GPU: cosine to fp32 >= 0.999")
+    record_property("check", f"{precision} on the GPU (half weights): cosine to fp32 >= 0.999")
     record_property("model", "default")
     record_property("min_cos", smallest_cosine(half, full))
     assert smallest_cosine(half, full) >= 0.999
+
+
+@gpu
+def test_gpu_chunks_tokenized_ahead_give_the_vectors_of_one_chunk(sample, no_tf32, record_property):
+    texts = sample[0] * 3
+    on_gpu = Encoder.from_pretrained(device="cuda")
+    on_gpu._chunk_texts = None
+    whole = on_gpu.embed_with_report(texts, progress=False)
+    on_gpu._chunk_texts = 37  # many chunks, each tokenized while the one before runs
+    chunked = on_gpu.embed_with_report(texts, progress=False)
+    record_property("check", "fp32 on the GPU: texts tokenized in chunks ahead of the passes = one chunk, 1e-5")
+    record_property("model", "default")
+    record_property("max_abs", largest_difference(chunked.vectors, whole.vectors))
+    assert largest_difference(chunked.vectors, whole.vectors) <= 1e-5
+    assert chunked.report.coverage == whole.report.coverage
+    assert chunked.report.truncated_rows == whole.report.truncated_rows
 
 
 @gpu
@@ -591,15 +608,20 @@ def test_the_gpu_benchmark_runs_at_ci_size_on_the_cpu(tmp_path):
     lines = done.stdout.splitlines()
     for model in ("default (6x384)", "base-shaped (1x768)"):
         for corpus in ("SST-2 train (24)", "synthetic (24)"):
-            rows = {line.split(" / ")[2][:40].strip(): line for line in lines if line.startswith(f"{model} / {corpus}")}
-            assert len(rows) == 5, rows
+            prefix = f"{model} / {corpus} / "
+            rows = {re.split(r"\s{2,}", line[len(prefix) :])[0]: line for line in lines if line.startswith(prefix)}
+            # tokenization alone, the naive loop, sentence-transformers at 3 batch sizes, bertkit at 3 precisions
+            assert len(rows) == 8, rows
             for way, line in rows.items():
+                # texts/s, range, x ST, x naive, min cos, GiB and GPU busy (both '-' on a CPU)
                 if way.startswith("bertkit fp16"):
                     assert "refused here" in line and "runs on a GPU" in line
                 elif way.startswith("bertkit bf16"):
-                    assert "refused here" in line or float(line.split()[-2]) >= 0.99
+                    assert "refused here" in line or float(line.split()[-3]) >= 0.99
+                elif way.startswith("bertkit tokenization"):
+                    assert float(line[len(prefix) + len(way) :].split()[0]) > 0 and line.split()[-3] == "-"
                 else:  # naive loop, sentence-transformers and bertkit fp32: the same vectors
-                    assert float(line.split()[-2]) >= 0.9999, line
+                    assert float(line.split()[-3]) >= 0.9999, line
     trainer = next(line for line in lines if line.startswith("transformers Trainer (fp32)"))
     ours = next(line for line in lines if line.startswith("bertkit finetune (fp32)"))
     # examples/s, range, x Trainer, dev accuracy, GiB (- on a CPU)

@@ -75,10 +75,15 @@ def test_the_dry_run_takes_every_step_and_writes_the_log_and_the_figures(tmp_pat
         assert all(checks[name]["status"] == "SKIP" and "needs a CUDA GPU" in checks[name]["note"] for name in CHECKS)
     bench = report["benchmark"]
     assert {row["model"] for row in bench["embedding"]} == {"default (1x384)", "base-shaped (1x768)"}
-    assert len(bench["embedding"]) == 20 and [row["way"] for row in bench["finetuning"]] == [
+    assert len(bench["embedding"]) == 2 * 2 * 8 and [row["way"] for row in bench["finetuning"]] == [  # models, corpora
         "transformers Trainer (fp32)",
         "bertkit finetune (fp32)",
     ]
+    servers = {row["server"].split(" (")[0].split(" --")[0]: row for row in bench["serving"]}
+    assert set(servers) == {"bertkit serve", "naive FastAPI + sentence-transformers"}, bench["serving"]
+    assert all(
+        row["per_second"] > 0 and row["errors"] == 0 and row["p99_ms"] >= row["p50_ms"] for row in servers.values()
+    )
     fp32 = [row for row in bench["embedding"] if row["way"] == "bertkit fp32"]
     assert all(row["min_cos"] >= 0.9999 and row["per_second"] > 0 for row in fp32)
     assert report["targets"] == [{"target": "speed targets", "status": "SKIP", "figure": bench["targets"][0]["figure"]}]
