@@ -209,8 +209,8 @@ class Encoder(EncoderBase):
                             item = encoded[row]
                             token_vectors[first + row] = TokenEmbedding(item.tokens, values, item.word_ids())
                     else:
-                        vectors = head.sentences(states, masks.to(states.device, non_blocking=True), poolers)
-                        waiting.append((first + np.asarray(rows), vectors))
+                        sentences = head.sentences(states, masks.to(states.device, non_blocking=True), poolers)
+                        waiting.append((first + np.asarray(rows), sentences))
                 _copy_back(pooled, waiting[:done])  # the chunk before: its passes have long finished on the device
                 del waiting[:done]
             _copy_back(pooled, waiting)
