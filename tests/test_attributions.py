@@ -23,7 +23,7 @@ def test_a_score_linear_in_the_embeddings_gets_the_analytic_attributions(encoder
     table = encoder.model.get_input_embeddings()
     weights = torch.randn(len(item.ids), table.embedding_dim, generator=torch.Generator().manual_seed(0))
     model = integrated.Integrator.of(encoder, encoder.model, 8, "pad")
-    [result] = model.integrate(lambda e: (e * weights).sum((-1, -2)), item)
+    value, [result] = model.integrate(lambda e: (e * weights).sum((-1, -2)), item)
     with torch.no_grad():
         given = table(torch.tensor(item.ids))
         special = item.encoding.special_tokens_mask
@@ -31,6 +31,7 @@ def test_a_score_linear_in_the_embeddings_gets_the_analytic_attributions(encoder
         empty = table(torch.tensor([t if s else filler for t, s in zip(item.ids, special)]))
         expected = ((given - empty) * weights).sum(-1).double().numpy()
     np.testing.assert_allclose(result.token_scores, expected, rtol=1e-4, atol=1e-5)
+    assert value == pytest.approx(float((given * weights).sum()), rel=1e-5)  # the input's own score, f(x)
     assert result.token_scores[0] == 0 and result.token_scores[-1] == 0  # [CLS] and [SEP] are their own baseline
     assert result.words == ["the", "cat", "sat"] and result.delta < 1e-4
     by_word = np.zeros(3)

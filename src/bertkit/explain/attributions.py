@@ -87,7 +87,7 @@ def attribute_similarity(
     held = [vectors(model.embed(item.ids), item, unit).detach() for item in encoded]
     texts = []
     for side, item in enumerate(encoded):
-        texts += model.integrate(functools.partial(_against, vectors, item, held[1 - side], unit), item)
+        texts += model.integrate(functools.partial(_against, vectors, item, held[1 - side], unit), item)[1]
     return model.result(f"{metric} similarity", float((held[0] * held[1]).sum()), texts)
 
 
@@ -180,13 +180,10 @@ class Target:
     score: Callable[[torch.Tensor], torch.Tensor]  # (k, tokens, dim) word embeddings → (k,) scores
     integrator: Integrator
 
-    def value(self) -> float:
-        """Return the score of the input itself."""
-        return float(self.score(self.integrator.embed(self.item.ids)).detach()[0])
-
     def attribute(self) -> Attribution:
         """Integrated Gradients of the score over the input's tokens."""
-        return self.integrator.result(self.name, self.value(), self.integrator.integrate(self.score, self.item))
+        value, parts = self.integrator.integrate(self.score, self.item)
+        return self.integrator.result(self.name, value, parts)
 
 
 def prediction_target(run: Any, text: str, text_pair: str | None, target: str | None, integrator: Integrator) -> Target:

@@ -164,22 +164,27 @@ class Integrator:
         """One forward pass that keeps the graph."""
         return call_model(self.network, inputs, self.device, self.precision, gradients=True, **options)
 
-    def integrate(self, score: Callable[[torch.Tensor], torch.Tensor], item: Encoded) -> list[TextAttribution]:
-        """Integrated Gradients of `score(word embeddings)` over one input's tokens (a pair: one part per text)."""
+    def integrate(
+        self, score: Callable[[torch.Tensor], torch.Tensor], item: Encoded
+    ) -> tuple[float, list[TextAttribution]]:
+        """Integrated Gradients of `score(word embeddings)` over one input's tokens.
+
+        Returns the input's score and its parts (a pair: one part per text).
+        """
         from captum.attr import IntegratedGradients
 
         special = item.encoding.special_tokens_mask
         with torch.no_grad():
             given = self.embed(item.ids)
             empty = self.embed([t if s else self.filler for t, s in zip(item.ids, special)])
-        scores = float(score(given).detach()), float(score(empty).detach())
+            scores = score(torch.cat([given, empty])).tolist()  # the input's and the baseline's, in one pass
         steps_per_pass = max(1, self.steps_budget // len(item.ids))
         attributions = IntegratedGradients(score).attribute(
             given, empty, n_steps=self.n_steps, internal_batch_size=steps_per_pass
         )
         token_scores = attributions[0].sum(-1).detach().double().cpu().numpy()
         share = abs(token_scores.sum() - (scores[0] - scores[1])) / max(abs(scores[0] - scores[1]), 1e-12)
-        return text_parts(item, token_scores, scores[1], share)
+        return scores[0], text_parts(item, token_scores, scores[1], share)
 
     def result(self, target: str, score: float, texts: list[TextAttribution]) -> Attribution:
         """Return the attribution; warn when a text's attributions miss completeness by over DELTA_WARNING."""
