@@ -49,7 +49,7 @@ HALF_WAYS = ("bertkit fp16", "bertkit bf16")
 NAIVE = f"naive transformers loop (fp32, batch {NAIVE_BATCH})"
 TOKENIZE_ONLY = "bertkit tokenization only (no model: the host's ceiling)"
 PEER = "sentence-transformers encode"
-SERVE_CLIENTS, SERVE_PROCESSES = 32, 4
+SERVE_CLIENTS, SERVE_PROCESSES, SERVE_WARM_UP_S = 32, 4, 8
 
 
 class Budget:
@@ -546,28 +546,33 @@ def start_server(command: list[str], port: int, log: Path):
 
 
 def load_clients(url: str, texts: list[str], clients: int, start_at: float, seconds: float, results) -> None:
-    """One load process: `clients` connections, each posting one sentence at a time from `start_at` for `seconds`."""
+    """One load process: `clients` connections, each posting one sentence at a time until `start_at` + `seconds`.
+
+    What runs before `start_at` warms the server up (every shape the clients send); a request counts when it began
+    at `start_at` or later and ended inside the window.
+    """
     import asyncio
 
     import httpx
 
+    end = start_at + seconds
+
     async def client(http, pick: random.Random, latencies: list, errors: list) -> None:
-        while time.time() < start_at + seconds:
-            began = time.perf_counter()
+        while time.time() < end:
+            began, started = time.time(), time.perf_counter()
             try:
                 response = await http.post(url, json={"inputs": pick.choice(texts)})
                 ok = response.status_code == 200
             except httpx.HTTPError:
                 ok = False
-            if time.time() <= start_at + seconds:
-                (latencies if ok else errors).append(time.perf_counter() - began)
+            if began >= start_at and time.time() <= end:
+                (latencies if ok else errors).append(time.perf_counter() - started)
 
     async def run() -> tuple[list, list]:
         latencies: list = []
         errors: list = []
         limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
         async with httpx.AsyncClient(limits=limits, timeout=60) as http:
-            await asyncio.sleep(max(0.0, start_at - time.time()))
             await asyncio.gather(*(client(http, random.Random(k), latencies, errors) for k in range(clients)))
         return latencies, errors
 
@@ -580,7 +585,7 @@ def measure_server(url: str, texts: list[str], seconds: float) -> dict:
 
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    start_at = time.time() + 6  # every process started (spawn imports torch) before the window opens
+    start_at = time.time() + SERVE_WARM_UP_S  # the processes start (spawn imports torch), then warm the server up
     share = SERVE_CLIENTS // SERVE_PROCESSES
     processes = [
         context.Process(target=load_clients, args=(url, texts, share, start_at, seconds, results))
@@ -621,7 +626,6 @@ def serve_table(path: str, texts: list[str], device: torch.device, seconds: floa
             rows.append({"server": name, "note": f"did not start: {exc}"})
             continue
         try:
-            measure_server(f"http://127.0.0.1:{port}/embed", texts, 2)  # warm-up: every shape the clients send
             rows.append({"server": name, **measure_server(f"http://127.0.0.1:{port}/embed", texts, seconds)})
         except Exception as exc:  # one server's failure leaves the other's figures
             rows.append({"server": name, "note": f"failed: {type(exc).__name__}: {exc}"})
