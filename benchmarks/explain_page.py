@@ -177,8 +177,8 @@ def main() -> None:
 
 
 def screenshots(folder: Path) -> None:
-    """The README's pictures: the page with "I love Korea" padded to 7 and compared with "I hate Korea", each panel,
-    Korean on the English vocabulary, and an unknown layer spec's message."""
+    """The README's pictures: the page with "I love Korea" padded to 7 and compared with "I hate Korea" (with word
+    attributions), each panel, Korean on the English vocabulary, and an unknown layer spec's message."""
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         runs = ["--run", f"reviews={feature_run(Path(tmp))}", "--run", f"probe={probe_run(Path(tmp))}"]
@@ -196,6 +196,7 @@ def screenshots(folder: Path) -> None:
                     page.fill("#pad", "7"),
                     page.fill("#text", "I love Korea"),
                     page.fill("#compare", "I hate Korea"),
+                    page.check("#attributions"),  # "Why?": the heat strips of the cosine and the prediction
                 ),
             )
             for panel in PANELS:
