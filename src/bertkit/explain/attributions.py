@@ -182,8 +182,7 @@ class Target:
 
     def attribute(self) -> Attribution:
         """Integrated Gradients of the score over the input's tokens."""
-        value, parts = self.integrator.integrate(self.score, self.item)
-        return self.integrator.result(self.name, value, parts)
+        return self.integrator.result(self.name, *self.integrator.integrate(self.score, self.item))
 
 
 def prediction_target(run: Any, text: str, text_pair: str | None, target: str | None, integrator: Integrator) -> Target:

@@ -164,13 +164,8 @@ class Integrator:
         """One forward pass that keeps the graph."""
         return call_model(self.network, inputs, self.device, self.precision, gradients=True, **options)
 
-    def integrate(
-        self, score: Callable[[torch.Tensor], torch.Tensor], item: Encoded
-    ) -> tuple[float, list[TextAttribution]]:
-        """Integrated Gradients of `score(word embeddings)` over one input's tokens.
-
-        Returns the input's score and its parts (a pair: one part per text).
-        """
+    def integrate(self, score: Callable[[torch.Tensor], torch.Tensor], item: Encoded) -> tuple[float, list]:
+        """Integrated Gradients of `score(word embeddings)` over one input's tokens: its score, its parts (per text)."""
         from captum.attr import IntegratedGradients
 
         special = item.encoding.special_tokens_mask
