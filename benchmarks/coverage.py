@@ -78,7 +78,7 @@ def main() -> int:
 
     def checked(texts: list[str]):
         encoded = encode(tokenizer, texts, max_length=10**9, long_text="keep")
-        return coverage(encoded, texts, unk)
+        return coverage(encoded, unk)
 
     report: dict = {"model": encoder.name, "false_alarms": {}, "hits": {}}
     english = {

@@ -325,7 +325,7 @@ class EncoderBase:
         """Share of [UNK] tokens and other signs that the vocabulary does not fit the text's language."""
         texts = as_list(texts)
         encoded = tok.encode(self.tokenizer, texts, max_length=self.max_length, long_text="keep")
-        return coverage(encoded, texts, self.tokenizer.unk_token_id)
+        return coverage(encoded, self.tokenizer.unk_token_id)
 
     def _check_max_length(self, max_length: int | None) -> int:
         """`max_length`, or the model's limit for None; refused past what the position table takes."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .tokenize import Encoded, Text
+    from .tokenize import Encoded
 
 # The words a WordPiece vocabulary is asked to cover: runs of letters and digits, and each punctuation mark on its own
 # (BERT's pre-tokenizer splits there first; "20-6-70-2" is seven of them, each in the vocabulary).
@@ -89,7 +89,7 @@ def _scripts_in(text: str) -> list[str]:
     return list(dict.fromkeys(scripts))  # each once, in order of appearance
 
 
-def coverage(encoded: Sequence[Encoded], texts: Sequence[Text], unk_token_id: int | None) -> Coverage:
+def coverage(encoded: Sequence[Encoded], unk_token_id: int | None) -> Coverage:
     """Count [UNK] tokens and words, and notice when the vocabulary decomposes a script's syllables."""
     n_tokens = n_unknown = n_words = 0
     scripts: list[str] = []

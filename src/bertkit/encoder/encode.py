@@ -287,21 +287,16 @@ class Encoder(EncoderBase):
         return (result, report) if return_report else result
 
     # ---- internals ----------------------------------------------------------------------------------------------
-    def _encoded_chunks(
-        self, texts: list, pairs: list | None, resolved: EmbedOptions
-    ) -> Iterator[tuple[int, list[tok.Encoded], EmbedReport]]:
+    def _encoded_chunks(self, texts: list, pairs: list | None, resolved: EmbedOptions) -> Iterator[tuple]:
         """(first row, encodings, report) of each chunk of `_chunk_texts` texts, the next tokenized meanwhile (GPU).
 
-        On a CPU a call is one chunk. On a GPU the device is not left idle while the host tokenizes, and the planner's
-        work per text does not grow with the corpus.
+        On a CPU a call is one chunk; on a GPU the device is not idle while the host tokenizes the next texts.
         """
         size = self._chunk_texts or len(texts)
         if len(texts) <= size or resolved.long_text == "error":  # 'error' refuses before any pass runs
             yield 0, *self._encode(texts, pairs, resolved)
             return
-        tok.check_texts(texts)  # a bad text is named by its row in the call, not in its chunk
-        if pairs is not None and len(tok.check_texts(pairs, "text_pair")) != len(texts):
-            raise InputError(f"{len(texts)} texts but {len(pairs)} text pairs; give one pair per text.")
+        tok.check_inputs(texts, pairs)  # a bad text is named by its row in the call, not in its chunk
         chunk = lambda a: (a, *self._encode(texts[a : a + size], pairs[a : a + size] if pairs else None, resolved))  # noqa: E731
         yield from computed_ahead(chunk, range(0, len(texts), size))
 
@@ -322,7 +317,7 @@ class Encoder(EncoderBase):
         )
         report.truncated_rows = [i for i, e in enumerate(encoded) if e.truncated]
         report.windowed_rows = [i for i, e in enumerate(encoded) if e.windows]
-        report.coverage = coverage(encoded, texts, self.tokenizer.unk_token_id)
+        report.coverage = coverage(encoded, self.tokenizer.unk_token_id)
         report.tokenize_seconds = time.perf_counter() - started
         return encoded, report
 

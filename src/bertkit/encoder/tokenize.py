@@ -224,6 +224,14 @@ def check_texts(texts: str | Sequence, name: str = "texts") -> list:
     return checked
 
 
+def check_inputs(texts: Sequence[Text], pairs: Sequence[str] | None) -> tuple[list, list | None]:
+    """Texts and their pairs checked (`check_texts`), one pair per text."""
+    texts, pairs = check_texts(texts), None if pairs is None else check_texts(pairs, "text_pair")
+    if pairs is not None and len(pairs) != len(texts):
+        raise InputError(f"{len(texts)} texts but {len(pairs)} text pairs; give one pair per text.")
+    return texts, pairs
+
+
 def check_stride(stride: int, budget: int) -> int:
     """Return `stride`, refused unless two windows of `budget` content tokens can share that many."""
     if not 0 <= stride < budget:
@@ -251,14 +259,11 @@ def encode(
     """
     if long_text not in (*LONG_TEXT_POLICIES, "keep"):
         raise InputError(f"long_text={long_text!r}: valid values are {', '.join(LONG_TEXT_POLICIES)}.")
-    texts = check_texts(texts)
+    texts, pairs = check_inputs(texts, pairs)
     joined = [word_spans_of(text) for text in texts]
     strings = [s for s, _ in joined]
     pair_joined = None
     if pairs is not None:
-        pairs = check_texts(pairs, "text_pair")
-        if len(pairs) != len(texts):
-            raise InputError(f"{len(texts)} texts but {len(pairs)} text pairs; give one pair per text.")
         pair_joined = [word_spans_of(pair) for pair in pairs]
     second = [s for s, _ in pair_joined] if pair_joined else None
     backend = tokenizer.backend_tokenizer

@@ -109,7 +109,7 @@ class TokenizerOnly:
         ]
         texts = [text] + ([pair] if pair else [])
         everything = tok.encode(self, texts, max_length=self.max_length, long_text="keep")
-        return rows, item.truncated, coverage(everything, texts, self.unk_id).message()
+        return rows, item.truncated, coverage(everything, self.unk_id).message()
 
 
 def _follow_config(backend: Tokenizer, settings: dict) -> None:
