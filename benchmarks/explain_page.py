@@ -4,9 +4,10 @@ README's pictures of the page.
     flock /tmp/bertkit-cpu.lock .venv/bin/python benchmarks/explain_page.py [--sentences 12 --repeats 3]
     .venv/bin/python benchmarks/explain_page.py --screenshots docs/explain
 
-`--screenshots DIR` writes the README's pictures (page.png, one per panel, tokens-korean.png, bad-layer-spec.png)
-into DIR from a live server with a feature run on the sample reviews and a real `bertkit probe` of them (60 to
-train, 20 to score), instead of measuring.
+`--screenshots DIR` writes the README's pictures (page.png, one per panel, tokens-korean.png, bad-layer-spec.png;
+Korean needs a CJK font, Debian's fonts-noto-cjk, or its letters are empty boxes) into DIR from a live server with a
+feature run on the sample reviews and a real `bertkit probe` of them (60 to train, 20 to score), instead of
+measuring.
 
 Starts `bertkit serve` with a feature run (logistic regression on bertkit's sample reviews) on a free loopback port,
 opens the page in Debian's chromium, types SST-2 dev sentences (up to 64 tokens) and reads the page's own
