@@ -186,7 +186,7 @@ def run_benchmark(
     peaks = {p: matmul_peak_gflops(precision=p) for p in precisions if on_cpu and (p == "fp32" or _runs_here(p))}
     bounds = {p: len(texts) / (flops / (value * 1e9)) for p, value in peaks.items()}
     echo(
-        f"{len(texts)} texts, {sum(counts)} tokens (with specials); model {encoder.name} "
+        f"{len(texts)} texts, {sum(counts)} tokens (with specials); model {encoder.source.spec} "
         f"({encoder.num_layers} layers, hidden {encoder.hidden_size}); torch threads {torch.get_num_threads()}"
     )
     echo(

@@ -80,7 +80,7 @@ def main() -> int:
         encoded = encode(tokenizer, texts, max_length=10**9, long_text="keep")
         return coverage(encoded, unk)
 
-    report: dict = {"model": encoder.name, "false_alarms": {}, "hits": {}}
+    report: dict = {"model": encoder.source.spec, "false_alarms": {}, "hits": {}}
     english = {
         "SST-2 train": sst2_sentences("train.tsv"),
         "SST-2 dev": sst2_sentences("dev.tsv"),

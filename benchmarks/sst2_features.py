@@ -52,7 +52,8 @@ def main() -> None:
     embed_seconds = time.perf_counter() - started
     n_texts = len(train.texts) + len(dev.texts)
     print(
-        f"model {encoder.name}: {states - 1} layers, hidden {dim}; embedded {n_texts} texts (all layers, 3 poolings, "
+        f"model {encoder.source.spec}: {states - 1} layers, hidden {dim}; embedded {n_texts} texts (all layers, "
+        f"3 poolings, "
         f"+ pooler) in {embed_seconds:.0f}s = {n_texts / embed_seconds:.0f} texts/s\n"
     )
 

@@ -225,17 +225,17 @@ WING_CEILINGS = {  # issue 45 raised encoder, tasks, serve, io and cli by the 20
     # and 2 to (top), then 236 to explain (feature-classifier, QA and tagger targets, the page's strips), 9 to cli
     # (--no-attributions) and 5 to serve (the request's field); budgets raised by the same. Issue 48's GPU feed (chunks
     # tokenized ahead of the passes, half weights, the sliding-window planner, the vectorised padding) added 133 to
-    # encoder
-    "encoder": 4_103,
-    "tasks": 5_778,
+    # encoder. Issue 44's Encoder of 15 members (text_coverage, vectors_record) took 20 lines from encoder and gave 5
+    # to callers' imports (3 cli, 1 explain, 1 io): the ceilings moved with them, 15 lower in all
+    "encoder": 4_074,
+    "tasks": 5_777,
     "serve": 2_431,
-    "io": 2_108,
-    "cli": 2_036,
+    "io": 2_109,
+    "cli": 2_039,
     "ray": 773,
-    "explain": 1_330,
-    "(top)": 332,
+    "explain": 1_331,
+    "(top)": 331,
 }
-ENCODER_MEMBERS_NOW = 20
 MAX_MODULE_LINES = 400
 # Census rows that a grep cannot tell from a call of the one home: `Encoder.forward` is the tutorial's public forward
 # pass (it runs through runner.call_model), called by the demo and the explainer; the int8 cache is written by the
@@ -304,13 +304,8 @@ def encoder_members() -> list[str]:
     return [name for name in dir(Encoder) if not name.startswith("_")]
 
 
-def test_the_encoder_keeps_its_public_members_few():
-    assert len(encoder_members()) <= ENCODER_MEMBERS_NOW, encoder_members()
-
-
-@pytest.mark.xfail(strict=True, reason="issue 44's target of 15 is not met yet (20): the next round's work")
 def test_the_encoder_has_at_most_fifteen_public_members():
-    assert len(encoder_members()) <= MAX_ENCODER_MEMBERS
+    assert len(encoder_members()) <= MAX_ENCODER_MEMBERS, encoder_members()
 
 
 def test_no_wing_grows_past_where_it_stands():

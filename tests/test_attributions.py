@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit import Encoder, FineTunedClassifier, InputError, attribute_prediction, attribute_similarity, similarity
+from bertkit import (
+    EmbedOptions,
+    Encoder,
+    FineTunedClassifier,
+    InputError,
+    attribute_prediction,
+    attribute_similarity,
+    similarity,
+)
 from bertkit.explain import integrated
 
 
@@ -19,7 +27,7 @@ def encoder(tiny_dirs):
 
 def test_a_score_linear_in_the_embeddings_gets_the_analytic_attributions(encoder):
     # f(e) = sum(e * w): Integrated Gradients is exactly (input - baseline) * w, whatever the steps
-    item = encoder._encode(["the cat sat"], None, encoder.resolve())[0][0]
+    item = encoder._encode(["the cat sat"], None, EmbedOptions().resolve(encoder))[0][0]
     table = encoder.model.get_input_embeddings()
     weights = torch.randn(len(item.ids), table.embedding_dim, generator=torch.Generator().manual_seed(0))
     model = integrated.Integrator.of(encoder, encoder.model, 8, "pad")

@@ -17,6 +17,7 @@ import torch
 from servers import Server as Served
 from sklearn.linear_model import LogisticRegression
 
+from bertkit import text_coverage
 from bertkit.errors import InputError
 from bertkit.explain import page, views
 from bertkit.explain.explainer import Explainer, Settings
@@ -113,7 +114,7 @@ def test_token_table_is_the_cli_table_padded(encoder):
     assert [r["id"] for r in view["rows"]] == KOREA_IDS
     assert [r["mask"] for r in view["rows"]] == [1, 1, 1, 1, 1, 0, 0]
     assert [r["token"] for r in view["rows"]] == ["[CLS]", "i", "love", "korea", "[SEP]", "[PAD]", "[PAD]"]
-    assert view["coverage"]["message"] == encoder.coverage(["I love Korea"]).message()
+    assert view["coverage"]["message"] == text_coverage(encoder.tokenizer, ["I love Korea"]).message()
     korean = views.tokenization(encoder, "한국어 문장입니다")
     assert korean["coverage"]["poor"] and "jamo" in korean["coverage"]["message"]
 

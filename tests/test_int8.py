@@ -8,8 +8,9 @@ from conftest import run_cli, shared_file
 from test_bench import bench
 from test_finetune import sentiment_file, tiny_args
 
-from bertkit import Encoder, InputError
+from bertkit import EmbedOptions, Encoder, InputError
 from bertkit.encoder import precision
+from bertkit.encoder.encode import vectors_record
 from bertkit.encoder.int8 import (
     ALPHA_GRID,
     CALIBRATION_FILE,
@@ -124,9 +125,11 @@ def test_calibration_is_made_once_cached_and_reused(tiny_dirs, int8_cache):
     np.testing.assert_array_equal(first.embed(TEXTS, warn=False), second.embed(TEXTS, warn=False))
     assert second.info()["precision"] == "int8"
     calibration = Calibration.load(cached)
-    assert calibration.texts == 198 and first.precision_record()["int8_calibration"] == calibration.digest()
-    assert first.precision_record() == {"precision": "int8", "int8_calibration": calibration.digest()}
-    assert Encoder.from_pretrained(str(tiny_dirs["bert_cased"])).precision_record() == {"precision": "fp32"}
+    record = vectors_record(first, EmbedOptions().resolve(first))
+    assert calibration.texts == 198 and record["int8_calibration"] == calibration.digest()
+    assert record["precision"] == "int8" and record["fingerprint"] == first.fingerprint
+    fp32 = Encoder.from_pretrained(str(tiny_dirs["bert_cased"]))
+    assert "int8_calibration" not in vectors_record(fp32, EmbedOptions().resolve(fp32))
     assert calibration.alpha in ALPHA_GRID and first._int8 is not None
 
 
@@ -161,11 +164,9 @@ def test_quantize_writes_a_copy_whose_own_calibration_is_used(tiny_dirs, int8_ca
     own = Encoder.from_pretrained(str(out), precision="int8")
     packaged = Encoder.from_pretrained(str(tiny_dirs["bert_cased"]), precision="int8")
     assert own.fingerprint == packaged.fingerprint  # the same weights ...
-    assert own.precision_record()["int8_calibration"] == Calibration.load(out / CALIBRATION_FILE).digest()
-    assert own.precision_record()["int8_calibration"] != packaged.precision_record()["int8_calibration"]
-    assert (
-        own.precision_record() != packaged.precision_record()
-    )  # ... so caches and runs tell the two int8 variants apart
+    own_record, packaged_record = (vectors_record(e, EmbedOptions().resolve(e)) for e in (own, packaged))
+    assert own_record["int8_calibration"] == Calibration.load(out / CALIBRATION_FILE).digest()
+    assert own_record != packaged_record  # ... so caches and runs tell the two int8 variants apart
     assert not np.array_equal(own.embed(TEXTS, warn=False), packaged.embed(TEXTS, warn=False))
     code, _, stderr = run_cli(monkeypatch, capsys, "quantize", str(tiny_dirs["bert_cased"]), "-o", str(out))
     assert code == 2 and "already exists" in stderr

@@ -12,7 +12,7 @@ import pytest
 import tiny_models
 import torch
 
-from bertkit import Encoder, InputError, ModelLoadError
+from bertkit import Encoder, InputError, ModelLoadError, text_coverage
 from bertkit.encoder.models import resolve_model
 
 KOREAN = "이 영화 재미없네요"
@@ -89,7 +89,7 @@ def test_cased_model_keeps_case_and_korean_round_trips(tiny_dirs):
     assert batch.tokens[0][:6] == ["[CLS]", "이", "영화", "재미", "##없", "##네요"]
     assert batch.tokens[1][1:4] == ["I", "love", "Korea"]
     assert encoder.tokenizer.decode(batch.input_ids[0], skip_special_tokens=True) == KOREAN
-    assert not encoder.coverage([KOREAN]).poor
+    assert not text_coverage(encoder.tokenizer, [KOREAN]).poor
 
 
 def test_cased_vocab_without_tokenizer_config_is_not_lowercased(tiny_dirs, tmp_path, caplog):

@@ -77,7 +77,7 @@ def test_options_are_checked_against_the_model_without_running_it(encoder, monke
         ({"max_length": 9999}, "max_length=9999"),
     ]:
         with pytest.raises(InputError, match=message):
-            encoder.resolve(**bad)
+            EmbedOptions(**bad).resolve(encoder)
     with pytest.raises(InputError, match="long_text='chop'"):
         EmbedOptions(long_text="chop")  # what needs no model is refused when the value is made
     upper = EmbedOptions(pooling="MEAN", long_text="Window", truncation_direction="Left", output_type="FLOAT16")
@@ -134,7 +134,7 @@ def test_a_stride_and_a_name_given_twice_are_refused_whatever_the_texts(encoder,
 
 
 def test_resolved_options_record_themselves_one_way(encoder):
-    resolved = encoder.resolve(layers="last4:sum", prompt="query: ", truncate_dim=64)
+    resolved = EmbedOptions(layers="last4:sum", prompt="query: ", truncate_dim=64).resolve(encoder)
     record = resolved.record()
     assert record["pooling"] == "mean" and record["normalize_embeddings"] is False  # not the model's own vector
     assert record["max_length"] == 256 and record["prompt"] == "query: " and "prompt_name" not in record
@@ -164,6 +164,6 @@ def test_the_vectorizer_takes_every_option_and_resolves_them_once():
         layers="last", pooling="cls", long_text="window", stride=8, include_prompt=False, output_type="float16"
     )
     vectorizer.fit([])
-    assert vectorizer.options_ == vectorizer.encoder_.resolve(vectorizer.embed_options())
+    assert vectorizer.options_ == vectorizer.embed_options().resolve(vectorizer.encoder_)
     assert vectorizer.transform(TEXTS).dtype == np.float16
     assert dataclasses.asdict(vectorizer.options_)["stride"] == 8

@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from bertkit import text_coverage
+
 
 def test_flags_show_no_type_in_help():
     """Before: Rich's help panels printed `--version <bool>`, `--help <bool>`, as if those flags took a value."""
@@ -25,7 +27,7 @@ def test_rare_english_words_are_not_poor_coverage(encoder, text):
     """Before: rare English words split into word pieces ("dis ##jo ##int ##ed") told the user to switch to a
     multilingual model; so did an emoji's one [UNK] and cricket figures (benchmarks/coverage.py: SST-2 7 rows,
     CoNLL-2003 6.6% of its rows flagged; now none)."""
-    report = encoder.coverage([text])
+    report = text_coverage(encoder.tokenizer, [text])
     assert not report.poor and "WARNING" not in report.message(), report.message()
 
 
@@ -35,8 +37,8 @@ def test_rare_english_words_are_not_poor_coverage(encoder, text):
 def test_text_in_another_script_is_poor_coverage_row_by_row(encoder, text):
     """Each row is judged with its own script (before: a row's script was not passed, so only jamo and [UNK]s
     counted, and a Russian row in an English vocabulary passed)."""
-    assert encoder.coverage([text]).poor, encoder.coverage([text]).message()
-    assert encoder.coverage([text, "a plain English sentence"]).poor_rows == [0]
+    assert text_coverage(encoder.tokenizer, [text]).poor, text_coverage(encoder.tokenizer, [text]).message()
+    assert text_coverage(encoder.tokenizer, [text, "a plain English sentence"]).poor_rows == [0]
 
 
 def test_a_run_finds_its_training_file_from_any_folder(monkeypatch, capsys, tmp_path, encoder):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from bertkit import InputError
+from bertkit import InputError, text_coverage
 
 TEXTS = ["I love Korea", "Hello, world! This is New-York's finest.", "", "unbelievably tokenizable words"]
 
@@ -66,9 +66,9 @@ def test_table_has_the_tutorial_columns(encoder):
 
 
 def test_coverage_reports_unknown_share(encoder):
-    english = encoder.coverage(["I love Korea"])
+    english = text_coverage(encoder.tokenizer, ["I love Korea"])
     assert english.n_unknown == 0 and not english.poor
-    korean = encoder.coverage(["이 영화 재미없네요"])
+    korean = text_coverage(encoder.tokenizer, ["이 영화 재미없네요"])
     assert korean.n_unknown == 1 and korean.n_tokens == 8 and korean.unknown_share == pytest.approx(1 / 8)
     assert korean.decomposed and korean.poor
     assert "Korean" in korean.message()

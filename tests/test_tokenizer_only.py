@@ -2,7 +2,7 @@
 
 import pytest
 
-from bertkit import Encoder, InputError
+from bertkit import Encoder, InputError, text_coverage
 from bertkit.encoder.tokenizer_only import TokenizerOnly
 
 CASES = [
@@ -33,7 +33,7 @@ def test_the_table_equals_the_encoders(tiny_dirs, name):
         )
         assert rows == batch.table(0), (name, text)
         assert truncated == batch.truncated[0]
-        assert coverage == encoder.coverage([text] + ([pair] if pair else [])).message()
+        assert coverage == text_coverage(encoder.tokenizer, [text] + ([pair] if pair else [])).message()
 
 
 def test_hub_names_and_missing_tokenizer_json_fall_back_to_the_encoder(tiny_dirs, tmp_path):

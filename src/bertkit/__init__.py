@@ -49,10 +49,12 @@ _LAZY = {
     "semantic_search": "tasks.search",
     "set_threads": "encoder.threads",
     "similarity": "tasks.search",
+    "text_coverage": "encoder.coverage",
 }
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come from __getattr__
     from .encoder.base import ForwardOutput
+    from .encoder.coverage import text_coverage
     from .encoder.encode import Encoder
     from .encoder.layers import LayerSelection, parse_layers
     from .encoder.options import EmbedOptions
@@ -123,4 +125,5 @@ __all__ = [
     "semantic_search",
     "set_threads",
     "similarity",
+    "text_coverage",
 ]

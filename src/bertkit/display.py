@@ -42,11 +42,7 @@ def facts_table(facts: dict, caption: str = "") -> str:
 
 
 def _cell(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+    return "" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def token_vectors_html(tokens: Sequence[str], word_ids: Sequence, vectors: np.ndarray) -> str:

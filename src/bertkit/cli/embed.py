@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ..display import text_table as format_table
+from ..encoder.coverage import text_coverage
 from ..errors import InputError
 from ..io.readers import column_spec
 from .common import (
@@ -74,7 +75,7 @@ def tokenize(
         padding = "max_length" if max_length else "longest"
         batch = encoder.tokenize([text], [pair] if pair is not None else None, max_length=max_length, padding=padding)
         rows, truncated = batch.table(0), batch.truncated[0]
-        coverage = encoder.coverage([text] + ([pair] if pair else [])).message()
+        coverage = text_coverage(encoder.tokenizer, [text] + ([pair] if pair else [])).message()
     typer.echo(format_table(rows, ["position", "token", "id", "mask", "type_id", "word"]))
     if truncated:
         say(f"note: the input was truncated to {len(rows)} tokens.", warning=True)
@@ -186,6 +187,7 @@ def _embed_token_vectors(
     overwrite: bool,
 ) -> _Summary:
     """pooling='none': every token's vector, read whole and written as one .npz."""
+    from ..encoder.encode import vectors_record
     from ..encoder.tokenize import TextTooLong
     from ..io.readers import read_texts
     from ..io.vectors import write_token_vectors
@@ -200,7 +202,7 @@ def _embed_token_vectors(
             f"{input}, line {lines[exc.row]}: {exc.tokens} tokens, more than the limit of "
             f"{exc.max_length}; pass --long-text truncate or --long-text window."
         ) from None
-    meta = {"model": encoder.name, "fingerprint": encoder.fingerprint, **options.resolve(encoder).record()}
+    meta = {"model": encoder.source.spec, **vectors_record(encoder, options.resolve(encoder))}
     write_token_vectors(output, [r.tokens for r in result], [r.vectors for r in result], ids, meta, overwrite)
     poor = report.coverage.poor_rows
     return _Summary(
@@ -211,7 +213,7 @@ def _embed_token_vectors(
         report.coverage.message(),
         [lines[row] for row in report.truncated_rows],
         [lines[row] for row in poor],
-        encoder.coverage([texts[row] for row in poor]).message() if poor else "",
+        text_coverage(encoder.tokenizer, [texts[row] for row in poor]).message() if poor else "",
     )
 
 

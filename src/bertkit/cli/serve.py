@@ -176,7 +176,7 @@ def _application(
     indexes = {name: load_index(path) for name, path in parse_run_specs(index, "--index").items()}
     application = create_app(encoder, runs, settings, indexes=indexes)
     application.state.explain_probes = probes
-    serving = f"{encoder.name} on {running_on(encoder)} ({threads} threads), runs: {', '.join(runs) or 'none'}"
+    serving = f"{encoder.source.spec} on {running_on(encoder)} ({threads} threads), runs: {', '.join(runs) or 'none'}"
     for kind, names in (("indexes", indexes), ("probes", probes)):
         serving += f"; {kind}: {', '.join(names)}" if names else ""
     return application, serving

@@ -12,6 +12,7 @@ from .options import Model
 def demo(model: Model = None) -> None:
     """Run a short tour on the packaged default model: tokenization table, embeddings and their shapes."""
     from ..display import text_table as format_table
+    from ..encoder.coverage import text_coverage
     from ..encoder.encode import Encoder
     from ..io.readers import read_labelled, sample_path
     from ..tasks.classify import TextClassifier
@@ -64,7 +65,7 @@ def demo(model: Model = None) -> None:
 
     echo("\n5. Vocabulary coverage check on Korean text:")
     echo(f"   '이 영화 재미없네요' → {encoder.tokenize(['이 영화 재미없네요']).tokens[0]}")
-    echo(f"   {encoder.coverage(['이 영화 재미없네요']).message()}")
+    echo(f"   {text_coverage(encoder.tokenizer, ['이 영화 재미없네요']).message()}")
 
     echo("\n6. The visual guide's pipeline on bertkit's own sample (80 labelled reviews):")
     sample = read_labelled(sample_path("reviews.tsv"), "text", "label")

@@ -20,12 +20,10 @@ import torch
 from .. import display
 from ..errors import InputError
 from . import tokenize as tok
-from .coverage import Coverage, coverage
 from .defaults import DEFAULT_BATCH_SIZE, GPU_CHUNK_TEXTS
 from .devices import describe, resolve_device, token_budget
 from .int8 import int8_model_for
 from .models import LoadedModel, ModelSource, load_model, resolve_model
-from .options import EmbedOptions, options_from
 from .precision import HALF_DTYPES, check_precision
 from .runner import Runner, call_model
 from .st_config import SentenceConfig
@@ -143,25 +141,20 @@ class EncoderBase:
     # ---- facts about the model -------------------------------------------------------------------------------
     def __repr__(self) -> str:
         return (
-            f"Encoder({self.name!r}: {type(self.model).__name__}, {self.num_layers} layers, hidden {self.hidden_size}, "
-            f"max_length {self.max_length}, {self.precision} on {describe(self.device)})"
+            f"Encoder({self.source.spec!r}: {type(self.model).__name__}, {self.num_layers} layers, "
+            f"hidden {self.hidden_size}, max_length {self.max_length}, {self.precision} on {describe(self.device)})"
         )
 
     def _repr_html_(self) -> str:
         shown = ("architecture", "layers", "hidden_size", "attention_heads", "max_length", "vocab_size", "cased")
         facts = {k: v for k, v in self.info().items() if k in shown}
         facts.update(pooler=self._has_pooler, precision=self.precision, device=describe(self.device))
-        return display.facts_table(facts, f"Encoder {self.name!r}")
+        return display.facts_table(facts, f"Encoder {self.source.spec!r}")
 
     @property
     def source(self) -> ModelSource:
         """Where the model came from: its spec, its local path or hub id, and which of the two."""
         return self._loaded.source
-
-    @property
-    def name(self) -> str:
-        """The model as it was asked for: 'default', a folder or a hub name."""
-        return self._loaded.source.spec
 
     @property
     def num_layers(self) -> int:
@@ -179,7 +172,7 @@ class EncoderBase:
         return self._loaded.has_pooler
 
     @property
-    def sentence_config(self) -> SentenceConfig:
+    def _sentence_config(self) -> SentenceConfig:
         """What the model's sentence-transformers files say: pooling, Dense, Normalize, prompts."""
         return self._loaded.sentence_config
 
@@ -198,20 +191,10 @@ class EncoderBase:
             for name, tensor in sorted(self.model.state_dict().items()):
                 digest.update(name.encode())
                 digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-            for layer in self._loaded.sentence_config.dense:
+            for layer in self._sentence_config.dense:
                 digest.update(layer.weight.contiguous().view(torch.uint8).numpy().tobytes())
             self._fingerprint = digest.hexdigest()[:32]
         return self._fingerprint
-
-    def precision_record(self) -> dict:
-        """Record what decides the arithmetic besides the weights.
-
-        The precision and, for int8, the calibration's digest. Cache keys and run records include it, so int8 vectors
-        from two calibrations are never mixed up.
-        """
-        if self._int8_calibration is None:
-            return {"precision": self.precision}
-        return {"precision": self.precision, "int8_calibration": self._int8_calibration}
 
     @property
     def _default_batch_size(self) -> int:
@@ -222,28 +205,11 @@ class EncoderBase:
         """
         return DEFAULT_BATCH_SIZE if self.device.type == "cpu" else self._max_batch_tokens
 
-    def resolve(self, options: EmbedOptions | None = None, **kwargs: Any) -> EmbedOptions:
-        """Embedding options for this model: its defaults filled in, every option checked (nothing runs).
-
-        Parameters
-        ----------
-        options : EmbedOptions, optional
-            The caller's options; keywords (field names) replace its fields.
-        **kwargs
-            Option values, as `EmbedOptions` takes them.
-
-        Returns
-        -------
-        EmbedOptions
-            Resolved (`EmbedOptions.resolve`).
-        """
-        return options_from(options, kwargs).resolve(self)
-
     def info(self) -> dict:
         """Architecture, layers, hidden size, max length, vocabulary size, casing, and the sentence defaults."""
-        config, sentence = self.model.config, self.sentence_config
+        config, sentence = self.model.config, self._sentence_config
         return {
-            "model": self.name,
+            "model": self._loaded.source.spec,
             "path": self._loaded.source.path,
             "architecture": type(self.model).__name__,
             "model_type": config.model_type,
@@ -320,12 +286,6 @@ class EncoderBase:
         return tok.pad(
             encoded, self.tokenizer.pad_token_id, self.tokenizer.pad_token, limit if padding == "max_length" else None
         )
-
-    def coverage(self, texts: Sequence[tok.Text]) -> Coverage:
-        """Share of [UNK] tokens and other signs that the vocabulary does not fit the text's language."""
-        texts = as_list(texts)
-        encoded = tok.encode(self.tokenizer, texts, max_length=self.max_length, long_text="keep")
-        return coverage(encoded, self.tokenizer.unk_token_id)
 
     def _check_max_length(self, max_length: int | None) -> int:
         """`max_length`, or the model's limit for None; refused past what the position table takes."""

@@ -6,7 +6,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .tokenize import Encoded
@@ -114,6 +114,14 @@ def coverage(encoded: Sequence[Encoded], unk_token_id: int | None) -> Coverage:
         if Coverage(tokens, unknown, words, row_scripts, row_decomposed).poor:
             poor_rows.append(row)
     return Coverage(n_tokens, n_unknown, n_words, scripts, decomposed, poor_rows)
+
+
+def text_coverage(tokenizer: Any, texts: str | Sequence[str]) -> Coverage:
+    """Return the `coverage` of texts read whole by `tokenizer`: how well its vocabulary fits their language."""
+    from .tokenize import encode
+
+    encoded = encode(tokenizer, [texts] if isinstance(texts, str) else list(texts), max_length=0, long_text="keep")
+    return coverage(encoded, tokenizer.unk_token_id)
 
 
 def combined(parts: Sequence[tuple[int, Coverage]]) -> Coverage:

@@ -111,17 +111,8 @@ class Encoder(EncoderBase):
         """
         if kwargs.get("pooling", getattr(options, "pooling", None)) == "none":
             raise InputError("embed returns sentence vectors; for token vectors (pooling='none') use embed_tokens.")
-        result = self.embed_with_report(
-            texts,
-            options,
-            text_pair=text_pair,
-            batch_size=batch_size,
-            ranges=ranges,
-            progress=progress,
-            warn=warn,
-            **kwargs,
-        )
-        return result.vectors  # type: ignore[return-value]
+        settings = dict(text_pair=text_pair, batch_size=batch_size, ranges=ranges, progress=progress, warn=warn)
+        return self.embed_with_report(texts, options, **settings, **kwargs).vectors  # type: ignore[return-value]
 
     def embed_tokens(
         self,
@@ -269,9 +260,9 @@ class Encoder(EncoderBase):
         for row, words in enumerate(sentences):
             if isinstance(words, str):
                 raise InputError(f"sentences[{row}] is a string; embed_words takes lists of words (e.g. text.split()).")
-        resolved = self.resolve(
+        resolved = EmbedOptions(
             layers=layers, pooling="none", max_length=max_length, long_text=long_text, stride=stride, prompt=""
-        )
+        ).resolve(self)
         head = VectorHead.of(resolved, 0, ())
         encoded, report = self._encode(list(sentences), None, resolved)
         result: list = [None] * len(sentences)
@@ -388,3 +379,15 @@ def _warn(report: EmbedReport, pairs: bool = False) -> None:
         )
     if report.coverage is not None and report.coverage.poor:
         logger.warning(report.coverage.message())
+
+
+def vectors_record(encoder: Encoder, resolved: EmbedOptions) -> dict:
+    """Record what decides a vector besides its text: cache keys, vector files and runs keep it.
+
+    The weights' fingerprint, the resolved options, the precision and, at int8, the calibration's digest (so int8
+    vectors of two calibrations are never mixed up).
+    """
+    record = {"fingerprint": encoder.fingerprint, **resolved.record(), "precision": encoder.precision}
+    if encoder._int8_calibration is not None:
+        record["int8_calibration"] = encoder._int8_calibration
+    return record

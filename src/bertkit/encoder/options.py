@@ -28,7 +28,7 @@ class Model(Protocol):
     tokenizer: Any
 
     @property
-    def sentence_config(self) -> Any:
+    def _sentence_config(self) -> Any:
         """The model's sentence-transformers configuration (`SentenceConfig`)."""
 
     @property
@@ -212,7 +212,7 @@ class EmbedOptions:
         EmbedOptions
             pooling, max_length, prompt, include_prompt, normalize_embeddings and dense set; prompt_name None.
         """
-        config = encoder.sentence_config
+        config = encoder._sentence_config
         pooling = self.pooling or config.pooling or "mean"
         selection, methods = parse_layers(self.layers), parse_pooling(pooling)
         states = encoder.num_layers + 1

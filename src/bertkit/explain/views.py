@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from ..encoder.coverage import text_coverage
 from ..encoder.encode import Encoder
 from ..encoder.layers import parse_layers
 from ..encoder.pooling import parse_pooling
@@ -53,7 +54,7 @@ def tokenization(encoder: Encoder, text: str, pad_to: int | None = None, pair: s
     With a `pair`, the tutorial's `[CLS] a [SEP] b [SEP]`: where each segment runs and where `[SEP]` divides them.
     """
     batch = _batch(encoder, text, pad_to, pair)
-    coverage = encoder.coverage([text] + ([pair] if pair else []))
+    coverage = text_coverage(encoder.tokenizer, [text] + ([pair] if pair else []))
     rows = batch.table(0)
     separators = [r["position"] for r in rows if r["mask"] and r["token"] == encoder.tokenizer.sep_token]
     return {

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 
 from ..encoder.compact import RANGED, compact
+from ..encoder.coverage import text_coverage
 from ..encoder.devices import OutOfDeviceMemory
-from ..encoder.encode import Encoder, calibration_ranges
+from ..encoder.encode import Encoder, calibration_ranges, vectors_record
 from ..encoder.options import EmbedOptions, options_from
 from ..encoder.tokenize import TextTooLong
 from ..errors import BertkitError, InputError, add_note
@@ -108,7 +109,7 @@ def embed_file(
         )
     floats = resolved.replace(output_type="float32")  # compacted once all rows are in (`_finish`)
     dim = encoder.output_dim(floats)
-    options_record = {"fingerprint": encoder.fingerprint, **resolved.record(), **encoder.precision_record()}
+    options_record = vectors_record(encoder, resolved)
     reading = {"column": column, "id_column": id_column, "header": header, "chunk_rows": chunk_rows}
     stat = input_path.stat()
     job = {"input": str(input_path.resolve()), "size": stat.st_size, "mtime": stat.st_mtime_ns}
@@ -209,13 +210,13 @@ def _embed_chunk(
     poor = report.coverage.poor_rows
     result.poor_coverage_lines += [lines[row] for row in poor]
     if poor and not result.coverage_message:
-        result.coverage_message = encoder.coverage([texts[row] for row in poor]).message()
+        result.coverage_message = text_coverage(encoder.tokenizer, [texts[row] for row in poor]).message()
     return chunk
 
 
 def vector_metadata(encoder: Encoder, options_record: dict, ranges: np.ndarray | None, dim: int) -> dict:
     """Record how a vectors file's vectors were made: enough to embed a query the same way."""
-    model = encoder.source.path if encoder.source.kind == "local" else encoder.name
+    model = encoder.source.path if encoder.source.kind == "local" else encoder.source.spec
     ranges = None if ranges is None else np.asarray(ranges, dtype=np.float32).tolist()
     output = options_record["output_type"]
     return new_record("vectors", model=model, **options_record, dim=dim, output=output, ranges=ranges)

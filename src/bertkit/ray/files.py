@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import ray
 import ray.data
 
-from ..encoder.encode import Encoder
+from ..encoder.encode import Encoder, vectors_record
 from ..encoder.options import EmbedOptions, options_from
 from ..errors import BertkitError, InputError, no_such_path
 from ..io import writers
@@ -212,7 +212,7 @@ def embed_files(
         next(file_rows(path, **reading), None)
     encoder = Encoder.from_pretrained(model, precision=driver_precision(precision, gpus_per_actor), device="cpu")
     resolved = check_options(encoder, requested)
-    recorded = {"fingerprint": encoder.fingerprint, **encoder.precision_record(), **reading, **resolved.record()}
+    recorded = {**vectors_record(encoder, resolved), **reading}
     recorded["precision"] = precision
     identity = {"command": "embed --engine ray", "options": recorded}
     identity["inputs"] = {str(path.resolve()): file_sha256(path) for path in paths}

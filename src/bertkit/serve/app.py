@@ -50,14 +50,14 @@ HTTP_KINDS = {404: "not_found", 405: "method_not_allowed"}
 
 def vocabulary(service: Service) -> Vocabulary:
     """List what this server's requests may say: its limits and its model's option values."""
-    encoder, sentence = service.encoder, service.encoder.sentence_config
+    encoder = service.encoder
     widest = encoder.output_dim(EmbedOptions(layers="all:concat", pooling="cls+mean+max", dense=False))
     return Vocabulary(
         max_inputs=service.settings.max_inputs,
-        max_dimensions=max([widest] + [d.out_features for d in sentence.dense]),
+        max_dimensions=max(widest, encoder.output_dim(EmbedOptions())),  # its own vector: after its Dense layers
         model=encoder,
         model_names=tuple(sorted(service.model_names)),
-        prompt_names=tuple(sorted(sentence.prompts)),
+        prompt_names=tuple(sorted(encoder.info()["prompts"])),
         rerankers=tuple(sorted(name for name, run in service.runs.items() if run.ranks)),
         indexes=tuple(sorted(service.indexes)),
         max_chars=service.settings.max_body_bytes,

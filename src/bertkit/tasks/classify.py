@@ -236,7 +236,7 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             KIND_FEATURES,
             created=time.strftime("%Y-%m-%dT%H:%M:%S"),
             encoder={
-                "model": encoder.source.path if encoder.source.kind == "local" else encoder.name,
+                "model": encoder.source.path if encoder.source.kind == "local" else encoder.source.spec,
                 "fingerprint": encoder.fingerprint,
                 "architecture": type(encoder.model).__name__,
             },
@@ -342,7 +342,7 @@ def _saved_vectorizer(
             precision,
         )
     trained_calibration = features.get("int8_calibration")
-    calibration = vectorizer.encoder_.precision_record().get("int8_calibration")
+    calibration = vectorizer.feature_options().get("int8_calibration")
     if precision == trained_precision == "int8" and trained_calibration not in (None, calibration):
         logger.warning(
             "%s was trained on int8 vectors of calibration %s and now runs with calibration %s: its "

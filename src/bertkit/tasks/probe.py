@@ -366,7 +366,7 @@ def _facts(
     embed_seconds: float,
 ) -> dict:
     return {
-        "model": encoder.name,
+        "model": encoder.source.spec,
         "fingerprint": encoder.fingerprint,
         "architecture": type(encoder.model).__name__,
         "hidden_states": encoder.num_layers + 1,

@@ -14,7 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..encoder.compact import DTYPES
 from ..encoder.defaults import DEFAULT_FEATURE_LAYERS, DEFAULT_FEATURE_POOLING
 from ..encoder.devices import resolve_device
-from ..encoder.encode import Encoder
+from ..encoder.encode import Encoder, vectors_record
 from ..encoder.options import FIELDS, EmbedOptions
 from ..encoder.tokenize import check_texts
 from ..errors import InputError
@@ -179,8 +179,7 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
 
     def feature_options(self) -> dict:
         """Everything that determines a vector besides the text: the cache key and the saved-model record."""
-        encoder = self.encoder_
-        return {"fingerprint": encoder.fingerprint, **self.options_.record(), **encoder.precision_record()}
+        return vectors_record(self.encoder_, self.options_)
 
     def _make_cache(self) -> EmbeddingCache | None:
         if self.cache is None or self.cache is False:

@@ -165,7 +165,7 @@ def _prepare(
     run_record = {
         "task": task,
         "problem": prepared.problem,
-        "base_model": {"spec": encoder.name, "path": str(encoder.source.path), "fingerprint": encoder.fingerprint},
+        "base_model": {**dataclasses.asdict(encoder.source), "fingerprint": encoder.fingerprint},
         "args": args.record(),
         "labels": prepared.labels,
         "max_length": max_length,
