@@ -213,7 +213,7 @@ WING_BUDGETS = {
     "io": 1_300,
     "cli": 1_409,
     "ray": 500,
-    "explain": 1_330,
+    "explain": 1_333,  # issue 46's step doubling added 3
     "(top)": 300,
 }
 TOTAL_BUDGET = 13_500
@@ -226,14 +226,15 @@ WING_CEILINGS = {  # issue 45 raised encoder, tasks, serve, io and cli by the 20
     # (--no-attributions) and 5 to serve (the request's field); budgets raised by the same. Issue 48's GPU feed (chunks
     # tokenized ahead of the passes, half weights, the sliding-window planner, the vectorised padding) added 133 to
     # encoder. Issue 44's Encoder of 15 members (text_coverage, vectors_record) took 20 lines from encoder and gave 5
-    # to callers' imports (3 cli, 1 explain, 1 io): the ceilings moved with them, 15 lower in all
+    # to callers' imports (3 cli, 1 explain, 1 io): the ceilings moved with them, 15 lower in all; then encoder shed 9
+    # more (`embed`'s call), and issue 46's step doubling on saturating scores added 3 to explain (budget likewise)
     "encoder": 4_074,
     "tasks": 5_777,
     "serve": 2_431,
     "io": 2_109,
     "cli": 2_039,
     "ray": 773,
-    "explain": 1_331,
+    "explain": 1_334,
     "(top)": 331,
 }
 MAX_MODULE_LINES = 400

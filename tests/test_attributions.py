@@ -31,7 +31,7 @@ def test_a_score_linear_in_the_embeddings_gets_the_analytic_attributions(encoder
     table = encoder.model.get_input_embeddings()
     weights = torch.randn(len(item.ids), table.embedding_dim, generator=torch.Generator().manual_seed(0))
     model = integrated.Integrator.of(encoder, encoder.model, 8, "pad")
-    value, [result] = model.integrate(lambda e: (e * weights).sum((-1, -2)), item)
+    value, [result], steps = model.integrate(lambda e: (e * weights).sum((-1, -2)), item)
     with torch.no_grad():
         given = table(torch.tensor(item.ids))
         special = item.encoding.special_tokens_mask
@@ -41,7 +41,7 @@ def test_a_score_linear_in_the_embeddings_gets_the_analytic_attributions(encoder
     np.testing.assert_allclose(result.token_scores, expected, rtol=1e-4, atol=1e-5)
     assert value == pytest.approx(float((given * weights).sum()), rel=1e-5)  # the input's own score, f(x)
     assert result.token_scores[0] == 0 and result.token_scores[-1] == 0  # [CLS] and [SEP] are their own baseline
-    assert result.words == ["the", "cat", "sat"] and result.delta < 1e-4
+    assert result.words == ["the", "cat", "sat"] and result.delta < 1e-4 and steps == 8  # exact: no refinement
     by_word = np.zeros(3)
     for token, word in enumerate(item.word_ids()):
         if word is not None:
@@ -98,11 +98,20 @@ def test_the_mask_baseline_puts_mask_in_the_content_positions(encoder, monkeypat
     assert pad.texts[0].baseline_score != mask.texts[0].baseline_score
 
 
-def test_too_few_steps_warn_with_the_delta(encoder, caplog):
+def test_steps_double_while_completeness_misses_and_then_warn(caplog, monkeypatch):
+    """2 steps miss f(input) - f(baseline) by over 5 % here: the text is integrated again at 4, then 8 steps."""
+    encoder, texts = Encoder.from_pretrained(device="cpu"), ("a great movie", "a wonderful film")
+    with monkeypatch.context() as patched:
+        patched.setattr(integrated, "MAX_REFINEMENT", 1)  # no refinement: what 2 steps alone give
+        alone = attribute_similarity(encoder, *texts, n_steps=2)
+    missed = max(text.delta for text in alone.texts)
+    assert alone.n_steps == 2 and missed > integrated.DELTA_WARNING
     with caplog.at_level(logging.WARNING, logger="bertkit.explain.integrated"):
-        result = attribute_similarity(encoder, "the cat sat on the mat", "dogs run", n_steps=2)
+        result = attribute_similarity(encoder, *texts, n_steps=2)
     worst = max(text.delta for text in result.texts)
-    assert (worst > integrated.DELTA_WARNING) == ("use more steps than 2" in caplog.text)
+    assert result.n_steps in (4, 8) and worst < missed
+    assert result.score == alone.score and (result.n_steps == 8 or worst <= integrated.DELTA_WARNING)
+    assert (worst > integrated.DELTA_WARNING) == (f"at {result.n_steps} steps: give more n_steps" in caplog.text)
 
 
 @pytest.mark.parametrize(

@@ -60,7 +60,8 @@ def attribute_similarity(
     metric : {'cosine', 'dot'}
         The similarity attributed (dot on the vectors as the options make them: unit length if they normalize).
     n_steps : int
-        Integration steps (more: a smaller `delta`, a slower call).
+        Integration steps (more: a smaller `delta`, a slower call); doubled while a text's delta is over 5 %,
+        up to 4 times as many.
     baseline : {'pad', 'mask'}
         The token in every content position of the baseline (`[CLS]` and `[SEP]` stay).
     **kwargs
@@ -85,10 +86,11 @@ def attribute_similarity(
     vectors, encoded = _sentence_vectors(encoder, model, options_from(options, kwargs), [text, other])
     unit = metric == "cosine"
     held = [vectors(model.embed(item.ids), item, unit).detach() for item in encoded]
-    texts = []
+    texts, steps = [], 0
     for side, item in enumerate(encoded):
-        texts += model.integrate(functools.partial(_against, vectors, item, held[1 - side], unit), item)[1]
-    return model.result(f"{metric} similarity", float((held[0] * held[1]).sum()), texts)
+        _, parts, used = model.integrate(functools.partial(_against, vectors, item, held[1 - side], unit), item)
+        texts, steps = texts + parts, max(steps, used)
+    return model.result(f"{metric} similarity", float((held[0] * held[1]).sum()), texts, steps)
 
 
 def _sentence_vectors(
@@ -152,7 +154,7 @@ def attribute_prediction(
         The class whose logit (probability) is attributed (default: the predicted one; a regressor: its score); a
         tagger: the entity's text (default: its first entity).
     n_steps : int
-        Integration steps.
+        Integration steps; doubled while a text's delta is over 5 %, up to 4 times as many.
     baseline : {'pad', 'mask'}
         The token in every content position of the baseline (`[CLS]` and `[SEP]` stay).
 
