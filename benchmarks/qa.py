@@ -6,8 +6,8 @@ fine-tuned packaged model against two baselines, the effect of --doc-stride on l
 
 1. Fine-tune: `bertkit.finetune(train.jsonl, task="qa")` on the packaged default model (model=None): two questions
    per train.txt document (1,786), one epoch, lr 2e-4, batch 16, --doc-stride 64, max length 384 capped to the
-   model's 256 (the defaults, lr 1e-4 and batch 32, learned nothing in two epochs of 540 questions: the dev F1 of
-   "no answer"); the no-answer threshold is chosen on 10% of the training questions held out (seeded).
+   model's 256 (lr 2e-4 and batch 16 are now the QA defaults; the old ones, 1e-4 and 32, learned nothing in two epochs
+   of 540 questions); the no-answer threshold is chosen on 10% of the training questions held out (seeded).
 2. Score on the dev split (dev.txt's documents, never trained on or chosen on) by the official SQuAD v2.0 rules:
    exact match, F1, HasAns / NoAns, at the run's threshold. Baselines on the same questions:
    - always "no answer";

@@ -37,6 +37,7 @@ class FinetuneArguments(FinetuneSettings, TrainingArguments):
     remove_unused_columns: bool = False
 
     def __post_init__(self) -> None:
+        self.fill_task_defaults()
         self.check()
         chosen = self.mixed_precision
         super().__post_init__()
