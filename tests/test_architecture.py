@@ -229,13 +229,14 @@ WING_CEILINGS = {  # issue 45 raised encoder, tasks, serve, io and cli by the 20
     # to callers' imports (3 cli, 1 explain, 1 io): the ceilings moved with them, 15 lower in all; then encoder shed 9
     # more (`embed`'s call), and issue 46's step doubling on saturating scores added 3 to explain (budget likewise);
     # issue 45's question-answering step defaults (batch 16, lr 2e-4 when left out) added 11 to tasks (budget likewise)
-    "encoder": 4_074,
+    # and `text_coverage`, public now, took 16 lines of numpydoc and 3 of types (encoder 18, explain 1)
+    "encoder": 4_092,
     "tasks": 5_788,
     "serve": 2_431,
     "io": 2_109,
     "cli": 2_039,
     "ray": 773,
-    "explain": 1_334,
+    "explain": 1_335,
     "(top)": 331,
 }
 MAX_MODULE_LINES = 400

@@ -117,7 +117,26 @@ def coverage(encoded: Sequence[Encoded], unk_token_id: int | None) -> Coverage:
 
 
 def text_coverage(tokenizer: Any, texts: str | Sequence[str]) -> Coverage:
-    """Return the `coverage` of texts read whole by `tokenizer`: how well its vocabulary fits their language."""
+    """How well `tokenizer`'s vocabulary fits the language of `texts`, each read whole (nothing truncated).
+
+    Parameters
+    ----------
+    tokenizer : transformers fast tokenizer
+        An encoder's (`Encoder.tokenizer`).
+    texts : str or list of str
+        The texts (one string is one text).
+
+    Returns
+    -------
+    Coverage
+        [UNK] share, word pieces per word, scripts split into letters, and the rows covered poorly.
+
+    Examples
+    --------
+    >>> from bertkit import Encoder, text_coverage
+    >>> text_coverage(Encoder.from_pretrained().tokenizer, "I love Korea").poor
+    False
+    """
     from .tokenize import encode
 
     encoded = encode(tokenizer, [texts] if isinstance(texts, str) else list(texts), max_length=0, long_text="keep")

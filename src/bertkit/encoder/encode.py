@@ -111,8 +111,8 @@ class Encoder(EncoderBase):
         """
         if kwargs.get("pooling", getattr(options, "pooling", None)) == "none":
             raise InputError("embed returns sentence vectors; for token vectors (pooling='none') use embed_tokens.")
-        settings = dict(text_pair=text_pair, batch_size=batch_size, ranges=ranges, progress=progress, warn=warn)
-        return self.embed_with_report(texts, options, **settings, **kwargs).vectors  # type: ignore[return-value]
+        settings: dict[str, Any] = dict(text_pair=text_pair, batch_size=batch_size, ranges=ranges, progress=progress)
+        return self.embed_with_report(texts, options, **settings, warn=warn, **kwargs).vectors  # type: ignore[return-value]
 
     def embed_tokens(
         self,
@@ -260,9 +260,8 @@ class Encoder(EncoderBase):
         for row, words in enumerate(sentences):
             if isinstance(words, str):
                 raise InputError(f"sentences[{row}] is a string; embed_words takes lists of words (e.g. text.split()).")
-        resolved = EmbedOptions(
-            layers=layers, pooling="none", max_length=max_length, long_text=long_text, stride=stride, prompt=""
-        ).resolve(self)
+        given = dict(layers=layers, pooling="none", max_length=max_length, long_text=long_text, stride=stride)
+        resolved = options_from(None, given | {"prompt": ""}).resolve(self)
         head = VectorHead.of(resolved, 0, ())
         encoded, report = self._encode(list(sentences), None, resolved)
         result: list = [None] * len(sentences)

@@ -86,7 +86,8 @@ def attribute_similarity(
     vectors, encoded = _sentence_vectors(encoder, model, options_from(options, kwargs), [text, other])
     unit = metric == "cosine"
     held = [vectors(model.embed(item.ids), item, unit).detach() for item in encoded]
-    texts, steps = [], 0
+    texts: list[TextAttribution] = []
+    steps = 0
     for side, item in enumerate(encoded):
         _, parts, used = model.integrate(functools.partial(_against, vectors, item, held[1 - side], unit), item)
         texts, steps = texts + parts, max(steps, used)
