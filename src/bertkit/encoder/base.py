@@ -209,7 +209,7 @@ class EncoderBase:
         """Architecture, layers, hidden size, max length, vocabulary size, casing, and the sentence defaults."""
         config, sentence = self.model.config, self._sentence_config
         return {
-            "model": self._loaded.source.spec,
+            "model": self.source.spec,
             "path": self._loaded.source.path,
             "architecture": type(self.model).__name__,
             "model_type": config.model_type,
