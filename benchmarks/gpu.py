@@ -1,7 +1,7 @@
 """bertkit on a GPU against the GPU peers, in one run on one device: embedding throughput and fine-tuning speed.
 
     python benchmarks/gpu.py                          # CUDA: all of SST-2 train and a 100k-text corpus
-    python benchmarks/gpu.py --device cpu --quick     # the same code at CI size (tests/test_benchmark_scripts.py)
+    bash benchmarks/gpu_check.sh --dry-run OUT        # the same code at CI size on a CPU (tests/test_gpu_check.py)
 
 Embedding, sentences/s (median of --repeats after a warm-up) with the device's peak memory beside each row, for
 the packaged default and a BERT-base-shaped model (12 layers, hidden 768, 12 heads, random weights: speed does not
@@ -49,7 +49,7 @@ HALF_WAYS = ("bertkit fp16", "bertkit bf16")
 NAIVE = f"naive transformers loop (fp32, batch {NAIVE_BATCH})"
 TOKENIZE_ONLY = "bertkit tokenization only (no model: the host's ceiling)"
 PEER = "sentence-transformers encode"
-SERVE_CLIENTS, SERVE_PROCESSES, SERVE_WARM_UP_S = 32, 4, 8
+SERVE_CLIENTS, SERVE_PROCESSES, SERVE_WARM_UP_S = 32, 4, 5
 
 
 class Budget:
@@ -545,16 +545,19 @@ def start_server(command: list[str], port: int, log: Path):
     raise RuntimeError("it did not answer /health within 120 s")
 
 
-def load_clients(url: str, texts: list[str], clients: int, start_at: float, seconds: float, results) -> None:
+def load_clients(url: str, texts: list[str], clients: int, ready, starts, seconds: float, results) -> None:
     """One load process: `clients` connections, each posting one sentence at a time until `start_at` + `seconds`.
 
-    What runs before `start_at` warms the server up (every shape the clients send); a request counts when it began
-    at `start_at` or later and ended inside the window.
+    It says it is `ready` once imported and takes `start_at` from `starts`. What runs before `start_at` warms the
+    server up (every shape the clients send); a request counts when it began at `start_at` or later and ended inside
+    the window.
     """
     import asyncio
 
     import httpx
 
+    ready.put(True)
+    start_at = starts.get()
     end = start_at + seconds
 
     async def client(http, pick: random.Random, latencies: list, errors: list) -> None:
@@ -579,20 +582,25 @@ def load_clients(url: str, texts: list[str], clients: int, start_at: float, seco
     results.put(asyncio.run(run()))
 
 
-def measure_server(url: str, texts: list[str], seconds: float) -> dict:
-    """Requests/s, p50 and p99 of `SERVE_CLIENTS` concurrent clients over `SERVE_PROCESSES` processes."""
+def measure_server(url: str, texts: list[str], seconds: float, warm_up: float) -> dict:
+    """Requests/s, p50 and p99 of `SERVE_CLIENTS` concurrent clients over `SERVE_PROCESSES` processes, after
+    `warm_up` seconds of the same load once every process has started (spawn imports torch)."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
-    results = context.Queue()
-    start_at = time.time() + SERVE_WARM_UP_S  # the processes start (spawn imports torch), then warm the server up
+    results, ready, starts = context.Queue(), context.Queue(), context.Queue()
     share = SERVE_CLIENTS // SERVE_PROCESSES
     processes = [
-        context.Process(target=load_clients, args=(url, texts, share, start_at, seconds, results))
+        context.Process(target=load_clients, args=(url, texts, share, ready, starts, seconds, results))
         for _ in range(SERVE_PROCESSES)
     ]
     for process in processes:
         process.start()
+    for _ in processes:
+        ready.get(timeout=120)
+    start_at = time.time() + warm_up
+    for _ in processes:
+        starts.put(start_at)
     latencies, errors = [], []
     for _ in processes:
         found, failed = results.get(timeout=seconds + 120)
@@ -605,7 +613,9 @@ def measure_server(url: str, texts: list[str], seconds: float) -> dict:
     return {"per_second": len(latencies) / seconds, "p50_ms": pick(0.5), "p99_ms": pick(0.99), "errors": len(errors)}
 
 
-def serve_table(path: str, texts: list[str], device: torch.device, seconds: float, folder: Path) -> list[dict]:
+def serve_table(
+    path: str, texts: list[str], device: torch.device, seconds: float, warm_up: float, folder: Path
+) -> list[dict]:
     """`bertkit serve` (fp16 on a GPU) against the naive endpoint, each alone, the same clients and sentences."""
     precision = "fp16" if device.type == "cuda" else "fp32"
     servers = {
@@ -626,7 +636,7 @@ def serve_table(path: str, texts: list[str], device: torch.device, seconds: floa
             rows.append({"server": name, "note": f"did not start: {exc}"})
             continue
         try:
-            rows.append({"server": name, **measure_server(f"http://127.0.0.1:{port}/embed", texts, seconds)})
+            rows.append({"server": name, **measure_server(f"http://127.0.0.1:{port}/embed", texts, seconds, warm_up)})
         except Exception as exc:  # one server's failure leaves the other's figures
             rows.append({"server": name, "note": f"failed: {type(exc).__name__}: {exc}"})
         finally:
@@ -715,11 +725,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dev-rows", type=int, default=0, help="SST-2 dev sentences to score on (0: all 872)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--base-layers", type=int, default=12, help="layers of the BERT-base-shaped model")
-    parser.add_argument("--quick", action="store_true", help="CI size: 24 texts, 1 repeat, a 1-layer base shape")
     parser.add_argument("--models", type=Path, help="models.json of benchmarks/gpu_models.py: the models to use")
     parser.add_argument("--json", type=Path, help="write the figures and targets here (after every table)")
     parser.add_argument("--budget-s", type=float, default=0, help="start no table after this many seconds (0: none)")
     parser.add_argument("--serve-seconds", type=float, default=8, help="seconds each server is measured (0: skip)")
+    parser.add_argument("--serve-warm-up", type=float, default=SERVE_WARM_UP_S, help="seconds of load before that")
     parser.add_argument("--only-ways", default="", help="comma-separated parts of the ways' names to run (default all)")
     parser.add_argument("--serve-first", action="store_true", help="measure the servers before the embedding tables")
     parser.add_argument("--no-finetune", action="store_true", help="leave the fine-tuning table out")
@@ -729,9 +739,6 @@ def main(argv: list[str] | None = None) -> None:
     if options.naive_server:
         naive_server(options.naive_server, options.naive_model, options.device)
         return
-    if options.quick:
-        options.rows, options.synthetic, options.finetune_rows, options.repeats, options.base_layers = 24, 24, 32, 1, 1
-        options.dev_rows, options.serve_seconds = 32, 0
     if not (DATA / "sst2" / "train.tsv").is_file():
         sys.exit(f"{DATA / 'sst2' / 'train.tsv'} is missing: set BERTKIT_DATA to the folder holding sst2/.")
 
@@ -784,7 +791,9 @@ def main(argv: list[str] | None = None) -> None:
 
         def serve() -> None:
             if options.serve_seconds and budget.allows("serving"):
-                payload["serving"] = serve_table(paths["default"], dev[0], device, options.serve_seconds, Path(folder))
+                payload["serving"] = serve_table(
+                    paths["default"], dev[0], device, options.serve_seconds, options.serve_warm_up, Path(folder)
+                )
                 write_json(options.json, payload, device)
 
         if options.serve_first:

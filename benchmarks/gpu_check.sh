@@ -106,7 +106,7 @@ checks() {
         sizes=(--device cuda --rows 20000 --synthetic 4000 --finetune-rows 8000 --repeats 3 --serve-seconds 8)
         sizes+=(--budget-s $((left > 100 ? left - 80 : 20)))
     else
-        sizes=(--device cpu --rows 16 --synthetic 8 --finetune-rows 16 --dev-rows 16 --repeats 1 --serve-seconds 1)
+        sizes=(--device cpu --rows 16 --synthetic 8 --finetune-rows 16 --dev-rows 16 --repeats 1 --serve-seconds 1 --serve-warm-up 1)
     fi
     # the Rust tokenizer on its own threads, as everyone's is by default (false above keeps pytest's forks quiet)
     step benchmark "$left" env TOKENIZERS_PARALLELISM=true "$PYTHON" benchmarks/gpu.py "${sizes[@]}" \

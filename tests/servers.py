@@ -20,6 +20,7 @@ import weakref
 from pathlib import Path
 
 import httpx
+import warm
 
 PR_SET_PDEATHSIG = 1
 # looked up here, not in the forked child (a dlopen after fork can deadlock on a lock another thread held)
@@ -39,8 +40,10 @@ def die_with_parent() -> None:
         _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def start_child(command: list[str], **popen) -> subprocess.Popen:
-    """`subprocess.Popen` of a child that is killed when this process ends."""
+def start_child(command: list[str], **popen) -> subprocess.Popen | warm.WarmProcess:
+    """`subprocess.Popen` of a child that is killed when this process ends (a `bertkit` command: forked warm)."""
+    if warm.can_run_warm(command, popen.get("env")):
+        return warm.WarmProcess(command, **popen)
     return subprocess.Popen(command, preexec_fn=die_with_parent, **popen)  # noqa: PLW1509 (the point of it)
 
 

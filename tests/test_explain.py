@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import warm
 from servers import Server as Served
 from sklearn.linear_model import LogisticRegression
 
@@ -58,7 +59,7 @@ def probe_dir(tmp_path_factory):
     lines = sample_path("reviews.tsv").read_text(encoding="utf-8").splitlines()
     (root / "train.tsv").write_text("\n".join(lines[:61]) + "\n", encoding="utf-8")
     (root / "dev.tsv").write_text("\n".join([lines[0]] + lines[61:]) + "\n", encoding="utf-8")
-    subprocess.run(
+    warm.run(
         [
             sys.executable,
             "-m",
@@ -360,7 +361,7 @@ def test_prediction_panel_says_what_bertkit_predict_says(live, run_dir):
     live.update(lambda: live.page.fill("#text", text))
     card = live.page.locator('.prediction[data-run="reviews"]')
     shown = (card.locator(".label").inner_text(), card.locator(".probability").inner_text())
-    cli = subprocess.run(
+    cli = warm.run(
         [sys.executable, "-m", "bertkit.cli", "predict", str(run_dir), text],
         capture_output=True,
         text=True,
@@ -413,7 +414,7 @@ def test_bad_input_shows_a_message_in_every_panel(live):
 @pytest.mark.slow
 def test_explain_file_opens_offline_with_no_network(browser, run_dir, probe_dir, tagger_dir, tmp_path):
     output = tmp_path / "explain.html"
-    subprocess.run(
+    warm.run(
         [
             sys.executable,
             "-m",
@@ -489,7 +490,7 @@ def test_explain_file_opens_offline_with_no_network(browser, run_dir, probe_dir,
 )
 def test_explain_command_refuses_bad_options_with_one_line(tmp_path, args, words):
     output = tmp_path / "explain.html"
-    done = subprocess.run(
+    done = warm.run(
         [sys.executable, "-m", "bertkit.cli", "explain", *args, "-o", str(output)],
         capture_output=True,
         text=True,

@@ -7,6 +7,7 @@ import random
 import numpy as np
 import pytest
 import torch
+import warm
 from conftest import shared_file
 from safetensors.torch import load_file
 from servers import start_child
@@ -337,7 +338,7 @@ def test_ctrl_c_on_the_command_line_leaves_a_checkpoint_that_resumes_to_the_same
         "1",
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    subprocess.run(command + ["-o", str(tmp_path / "whole")], check=True, env=env, capture_output=True)
+    warm.run(command + ["-o", str(tmp_path / "whole")], check=True, env=env, capture_output=True)
 
     process = start_child(command + ["-o", str(tmp_path / "cut")], env=env, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
@@ -355,7 +356,7 @@ def test_ctrl_c_on_the_command_line_leaves_a_checkpoint_that_resumes_to_the_same
         "--resume" in err and "interrupted in epoch" in err and max(steps) > 135
     )  # after epoch 1 (135 steps), mid-epoch 2
     assert not (tmp_path / "cut" / "bertkit.json").exists()
-    subprocess.run(command + ["-o", str(tmp_path / "cut"), "--resume"], check=True, env=env, capture_output=True)
+    warm.run(command + ["-o", str(tmp_path / "cut"), "--resume"], check=True, env=env, capture_output=True)
     whole, cut = final_weights(tmp_path / "whole"), final_weights(tmp_path / "cut")
     assert all(torch.equal(whole[k], cut[k]) for k in whole)
 

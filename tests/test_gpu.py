@@ -7,13 +7,12 @@ GPU machine and reports each as a check, with the figures it records (`record_pr
 """
 
 import json
-import re
 import weakref
 
 import numpy as np
 import pytest
 import torch
-from conftest import run_cli, shared_file
+from conftest import run_cli
 from test_finetune import sentiment_file, tiny_args
 
 from bertkit import BertVectorizer, Encoder, InputError, TextClassifier
@@ -588,42 +587,3 @@ def test_ray_actors_on_a_gpu_embed_what_the_cpu_embeds(cpu_encoder, tmp_path, no
     np.testing.assert_allclose(found, cpu_encoder.embed(texts, progress=False), atol=1e-4)
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["files"]["in"]["device"] == "cuda"
-
-
-# ---- the benchmark -----------------------------------------------------------------------------------------------
-@pytest.mark.slow
-def test_the_gpu_benchmark_runs_at_ci_size_on_the_cpu(tmp_path):
-    """benchmarks/gpu.py's own code, on the CPU with a few texts: every row there, the peers computing bertkit's
-    numbers, the precisions a CPU lacks said rather than timed."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    shared_file("sst2", "train.tsv")
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu.py"
-    done = subprocess.run(
-        [sys.executable, str(script), "--device", "cpu", "--quick"], capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.splitlines()
-    for model in ("default (6x384)", "base-shaped (1x768)"):
-        for corpus in ("SST-2 train (24)", "synthetic (24)"):
-            prefix = f"{model} / {corpus} / "
-            rows = {re.split(r"\s{2,}", line[len(prefix) :])[0]: line for line in lines if line.startswith(prefix)}
-            # tokenization alone, the naive loop, sentence-transformers at 3 batch sizes, bertkit at 3 precisions
-            assert len(rows) == 8, rows
-            for way, line in rows.items():
-                # texts/s, range, x ST, x naive, min cos, GiB and GPU busy (both '-' on a CPU)
-                if way.startswith("bertkit fp16"):
-                    assert "refused here" in line and "runs on a GPU" in line
-                elif way.startswith("bertkit bf16"):
-                    assert "refused here" in line or float(line.split()[-3]) >= 0.99
-                elif way.startswith("bertkit tokenization"):
-                    assert float(line[len(prefix) + len(way) :].split()[0]) > 0 and line.split()[-3] == "-"
-                else:  # naive loop, sentence-transformers and bertkit fp32: the same vectors
-                    assert float(line.split()[-3]) >= 0.9999, line
-    trainer = next(line for line in lines if line.startswith("transformers Trainer (fp32)"))
-    ours = next(line for line in lines if line.startswith("bertkit finetune (fp32)"))
-    # examples/s, range, x Trainer, dev accuracy, GiB (- on a CPU)
-    assert float(trainer.split()[-3]) == 1.0 and float(ours.split()[-3]) > 0
-    assert 0 <= float(trainer.split()[-2]) <= 1 and 0 <= float(ours.split()[-2]) <= 1 and ours.split()[-1] == "-"

@@ -4,6 +4,7 @@ turns a failed test or a step past its time into FAIL lines and a failing exit s
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -86,6 +87,29 @@ def test_the_dry_run_takes_every_step_and_writes_the_log_and_the_figures(tmp_pat
     )
     fp32 = [row for row in bench["embedding"] if row["way"] == "bertkit fp32"]
     assert all(row["min_cos"] >= 0.9999 and row["per_second"] > 0 for row in fp32)
+    # the printed table, as benchmarks/gpu.py prints it on a GPU
+    lines = log.splitlines()
+    for model in ("default (1x384)", "base-shaped (1x768)"):
+        for corpus in ("SST-2 train (16)", "synthetic (8)"):
+            prefix = f"{model} / {corpus} / "
+            rows = {re.split(r"\s{2,}", line[len(prefix) :])[0]: line for line in lines if line.startswith(prefix)}
+            # tokenization alone, the naive loop, sentence-transformers at 3 batch sizes, bertkit at 3 precisions
+            assert len(rows) == 8, rows
+            for way, line in rows.items():
+                # texts/s, range, x ST, x naive, min cos, GiB and GPU busy (both '-' on a CPU)
+                if way.startswith("bertkit fp16"):
+                    assert "refused here" in line and "runs on a GPU" in line
+                elif way.startswith("bertkit bf16"):
+                    assert "refused here" in line or float(line.split()[-3]) >= 0.99
+                elif way.startswith("bertkit tokenization"):
+                    assert float(line[len(prefix) + len(way) :].split()[0]) > 0 and line.split()[-3] == "-"
+                else:  # naive loop, sentence-transformers and bertkit fp32: the same vectors
+                    assert float(line.split()[-3]) >= 0.9999, line
+    trainer = next(line for line in lines if line.startswith("transformers Trainer (fp32)"))
+    ours = next(line for line in lines if line.startswith("bertkit finetune (fp32)"))
+    # examples/s, range, x Trainer, dev accuracy, GiB (- on a CPU)
+    assert float(trainer.split()[-3]) == 1.0 and float(ours.split()[-3]) > 0
+    assert 0 <= float(trainer.split()[-2]) <= 1 and 0 <= float(ours.split()[-2]) <= 1 and ours.split()[-1] == "-"
     assert report["targets"] == [{"target": "speed targets", "status": "SKIP", "figure": bench["targets"][0]["figure"]}]
 
 

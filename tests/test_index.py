@@ -4,13 +4,13 @@ search finds, keeps the vectors' record, is written atomically, never replaces a
 
 import doctest
 import json
-import subprocess
 import sys
 import zipfile
 
 import httpx
 import numpy as np
 import pytest
+import warm
 from conftest import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -313,7 +313,7 @@ def test_serve_refuses_an_index_of_another_models_vectors_before_it_starts(vecto
     assert parse_run_specs([str(other)], "--index") == {"other": other}
     from servers import free_port
 
-    done = subprocess.run(
+    done = warm.run(
         [sys.executable, "-m", "bertkit.cli", "serve", "--index", str(other), "--port", str(free_port())],
         capture_output=True,
         text=True,

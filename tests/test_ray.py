@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import warm
 from conftest import LOAD_LOG, LONG_TESTS, shared_file
 from servers import start_child
 
@@ -234,7 +235,7 @@ def test_cli_killed_at_seeded_random_points_resumes_to_the_same_vectors(head, tm
     killed = 0
     for _ in range(RAY_KILLS):
         process = run_cli(*args)
-        time.sleep(rng.uniform(4.0, 12.0))  # start-up is ~4 s; the whole run takes longer than the longest wait
+        time.sleep(rng.uniform(4.0, 12.0))  # connecting takes seconds; the whole run takes longer than the longest wait
         killed += process.poll() is None
         process.kill()
         process.wait()
@@ -257,7 +258,7 @@ def test_cli_killed_at_seeded_random_points_resumes_to_the_same_vectors(head, tm
 def test_a_bad_column_is_one_clear_error_before_any_work(tmp_path):
     write_jsonl(tmp_path / "a.jsonl", ["one", "two"])
     started = time.monotonic()
-    result = subprocess.run(
+    result = warm.run(
         [
             str(VENV_BIN / "bertkit"),
             "embed",

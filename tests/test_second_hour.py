@@ -1,9 +1,9 @@
 """Regression tests for what a new user tripped over in the second hour (issue 33)."""
 
-import subprocess
 import sys
 
 import pytest
+import warm
 
 from bertkit import text_coverage
 
@@ -11,7 +11,7 @@ from bertkit import text_coverage
 def test_flags_show_no_type_in_help():
     """Before: Rich's help panels printed `--version <bool>`, `--help <bool>`, as if those flags took a value."""
     for args in (["--help"], ["embed", "--help"], ["finetune", "--help"], ["serve", "--help"], ["answer", "--help"]):
-        shown = subprocess.run(
+        shown = warm.run(
             [sys.executable, "-m", "bertkit.cli", *args], capture_output=True, text=True, check=True, timeout=120
         ).stdout
         assert "<bool>" not in shown and "<list" not in shown, shown  # repeatable options name what they take
@@ -77,7 +77,7 @@ def test_the_page_without_a_run_says_so_calmly_in_both_forms(tmp_path):
 
     sync_api = pytest.importorskip("playwright.sync_api")
     output = tmp_path / "explain.html"
-    done = subprocess.run(
+    done = warm.run(
         [sys.executable, "-m", "bertkit.cli", "explain", "I love Korea", "-o", str(output)],
         capture_output=True,
         text=True,

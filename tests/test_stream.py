@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+import warm
 from servers import start_child
 
 from bertkit import InputError
@@ -145,7 +146,7 @@ def test_killed_run_resumes_to_the_same_file(tiny_dirs, tmp_path, sig):
     model = tiny_dirs["bert_cased"]
     source = make_lines(tmp_path / "in.tsv", 20_000)
     reference = tmp_path / "reference.npy"
-    subprocess.run(cli(model, source, reference), check=True, capture_output=True)
+    warm.run(cli(model, source, reference), check=True, capture_output=True)
 
     output = tmp_path / "out.npy"
     progress = tmp_path / "out.npy.job.json"
@@ -153,7 +154,7 @@ def test_killed_run_resumes_to_the_same_file(tiny_dirs, tmp_path, sig):
     assert process.returncode == (-signal.SIGKILL if sig == signal.SIGKILL else 130)
     done = json.loads(progress.read_text())["state"]["done"]
     assert 0 < done < 20_000 and not output.exists()
-    finished = subprocess.run(cli(model, source, output)[:-1], capture_output=True, text=True)  # not --quiet
+    finished = warm.run(cli(model, source, output)[:-1], capture_output=True, text=True)  # not --quiet
     assert finished.returncode == 0, finished.stderr
     assert f"resumed after row {done}" in finished.stderr
     # the counts are of the part this command embedded, and say so (issue 33: they read as the whole file's)
