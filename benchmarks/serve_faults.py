@@ -391,7 +391,7 @@ async def run(args: argparse.Namespace) -> dict:
     reference_seconds = pool.embed(args.threads)
     log.info("reference vectors of %d texts in %.1f s; starting the server", len(pool.texts), reference_seconds)
     extra = ["--log-level", "warning"] + (["--threads", str(args.threads)] if args.threads else [])
-    server = Server("--max-body-bytes", str(MAX_BODY), *extra, wait=False)
+    server = Server("--max-body-bytes", str(MAX_BODY), *extra, wait=False, cold=True)
     try:
         server.wait_ready()
         log.info(

@@ -149,7 +149,7 @@ async def run(args: argparse.Namespace) -> dict:
         classifier, pairs = build_runs(Path(folder))
         extra = ["--max-body-bytes", "2000000", "--run", f"sst={classifier}", "--run", f"pairs={pairs}"]
         extra += ["--max-inputs", str(args.max_inputs), "--log-level", "warning", "--threads", str(args.threads)]
-        server = Server("--max-body-bytes", str(MAX_BODY), *extra, wait=False)
+        server = Server("--max-body-bytes", str(MAX_BODY), *extra, wait=False, cold=True)
         try:
             server.wait_ready()
             bodies = {k: json.dumps(v).encode() for k, v in requests_by_route("sst", args.max_inputs).items()}

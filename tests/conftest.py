@@ -166,7 +166,7 @@ def head(tmp_path_factory):
         ray.shutdown()
         os.killpg(process.pid, signal.SIGTERM)  # --block: the head's processes stop with it
         try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # a graceful stop takes Ray ~30 s; nothing of it is kept
+            process.wait(timeout=1)
+        except subprocess.TimeoutExpired:  # a graceful stop takes Ray ~30 s (5 s never sufficed); nothing is kept
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=30)

@@ -3,6 +3,7 @@
 Every test that needs a server (the HTTP tests, the browser tests, the soaks in `benchmarks/`) starts it through
 `Server`. The child is started with `PR_SET_PDEATHSIG` (Linux): when the process that started it ends, however it
 ends (SIGTERM to pytest, SIGKILL, a crash), the kernel sends the server SIGKILL, so no server outlives the suite.
+A test's server is a fork of the suite's warm parent (`warm.py`: the imports done once), which dies the same way.
 """
 
 from __future__ import annotations
@@ -40,9 +41,10 @@ def die_with_parent() -> None:
         _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def start_child(command: list[str], **popen) -> subprocess.Popen | warm.WarmProcess:
-    """`subprocess.Popen` of a child that is killed when this process ends (a `bertkit` command: forked warm)."""
-    if warm.can_run_warm(command, popen.get("env")):
+def start_child(command: list[str], warm_start: bool = True, **popen) -> subprocess.Popen | warm.WarmProcess:
+    """`subprocess.Popen` of a child that is killed when this process ends (a `bertkit` command: forked warm unless
+    `warm_start=False`, see `warm`)."""
+    if warm_start and warm.can_run_warm(command, popen.get("env")):
         return warm.WarmProcess(command, **popen)
     return subprocess.Popen(command, preexec_fn=die_with_parent, **popen)  # noqa: PLW1509 (the point of it)
 
@@ -50,12 +52,19 @@ def start_child(command: list[str], **popen) -> subprocess.Popen | warm.WarmProc
 class Server:
     """`python -m bertkit.cli serve ...` on a free loopback port: `url`, `headers`, `post`, `metric`, `stop()`.
 
-    `key` serves with an API key (sent by `post`); `wait=False` returns at once (`wait_ready()` later). The server's
+    `key` serves with an API key (sent by `post`); `wait=False` returns at once (`wait_ready()` later); `cold=True`
+    starts a fresh interpreter, not a fork of the warm parent (the soaks: one server, measured alone). The server's
     output goes to a temporary log file (`output()`), removed with the object unless `keep_log()` is called.
     """
 
     def __init__(
-        self, *args: str, key: str | None = None, timeout: float = 180, env: dict | None = None, wait: bool = True
+        self,
+        *args: str,
+        key: str | None = None,
+        timeout: float = 180,
+        env: dict | None = None,
+        wait: bool = True,
+        cold: bool = False,
     ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -70,7 +79,9 @@ class Server:
         self.log_path = Path(log)
         self._remove_log = weakref.finalize(self, self.log_path.unlink, missing_ok=True)
         with open(self.log_path, "w") as out:
-            self.process = start_child(command, env=environment, stdout=out, stderr=subprocess.STDOUT)
+            self.process = start_child(
+                command, warm_start=not cold, env=environment, stdout=out, stderr=subprocess.STDOUT
+            )
         if wait:
             self.wait_ready(timeout)
 

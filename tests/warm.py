@@ -331,6 +331,9 @@ def _fork(connection: socket.socket, keep_closed: list, prctl) -> int:
         try:
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            # as a shell starts a command, whatever the process that started the parent ignored at that moment
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
             for other in keep_closed:
                 other.close() if isinstance(other, socket.socket) else os.close(other)
             connection.close()
