@@ -208,7 +208,7 @@ def test_public_api_is_unchanged(name):
 # adds, and says so in its note.
 WING_BUDGETS = {
     "encoder": 3_033,  # issue 48 added 133 (the GPU feed)
-    "tasks": 4_413,  # issue 45's QA step defaults added 13
+    "tasks": 4_423,  # issue 45's QA step defaults added 13, keeping a QA model's span head 10
     "serve": 1_905,
     "io": 1_300,
     "cli": 1_409,
@@ -229,9 +229,10 @@ WING_CEILINGS = {  # issue 45 raised encoder, tasks, serve, io and cli by the 20
     # to callers' imports (3 cli, 1 explain, 1 io): the ceilings moved with them, 15 lower in all; then encoder shed 9
     # more (`embed`'s call), and issue 46's step doubling on saturating scores added 3 to explain (budget likewise);
     # issue 45's question-answering step defaults (batch 16, lr 2e-4 when left out) added 13 to tasks (budget likewise)
-    # and `text_coverage`, public now, took 16 lines of numpydoc and 3 of types (encoder 18, explain 1)
+    # and `text_coverage`, public now, took 16 lines of numpydoc and 3 of types (encoder 18, explain 1); keeping a
+    # question-answering model's span head when fine-tuning it added 10 to tasks (budget likewise)
     "encoder": 4_092,
-    "tasks": 5_790,
+    "tasks": 5_800,
     "serve": 2_431,
     "io": 2_109,
     "cli": 2_039,

@@ -356,6 +356,25 @@ def test_labels_mark_the_answer_tokens_or_cls_when_a_window_lacks_it(coloured, t
 
 
 # ---- fine-tuning and answers --------------------------------------------------------------------------------------
+def test_fine_tuning_a_question_answering_model_starts_from_its_span_head(qa_run, coloured):
+    """Issue 45: a SQuAD-trained model fine-tuned on a few hundred questions is the usual small-data recipe, and its
+    span head was drawn afresh. It is kept now (and only a QA model's: a base model's head is new)."""
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+    from bertkit import Encoder
+    from bertkit.tasks.finetune.trainer import build_model
+
+    plain = AutoModelForQuestionAnswering.from_pretrained(qa_run).eval()
+    kept = build_model(Encoder.from_pretrained(str(qa_run)), "qa", ["start", "end"]).eval()
+    inputs = AutoTokenizer.from_pretrained(qa_run)(QUESTION, "the movie was great a red film", return_tensors="pt")
+    with torch.no_grad():
+        expected, found = plain(**inputs), kept(**inputs)
+    torch.testing.assert_close(found.start_logits, expected.start_logits, rtol=0, atol=0)
+    torch.testing.assert_close(found.end_logits, expected.end_logits, rtol=0, atol=0)
+    fresh = build_model(Encoder.from_pretrained(coloured), "qa", ["start", "end"])
+    assert not torch.equal(fresh.qa_outputs.weight, plain.qa_outputs.weight)
+
+
 def test_the_run_is_a_plain_transformers_qa_model_with_the_same_logits(qa_run, qa):
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 

@@ -45,7 +45,11 @@ RUN_CLASSES = {"text": FineTunedClassifier, "pair": FineTunedClassifier, "token"
 
 
 def build_model(encoder: Any, task: str, labels: list[str], problem: str = SINGLE_LABEL) -> Any:
-    """Build a `...ForSequence/TokenClassification` or `...ForQuestionAnswering` model on the encoder (head random)."""
+    """Build a `...ForSequence/TokenClassification` or `...ForQuestionAnswering` model on the encoder.
+
+    The head is new, except a question-answering model's span head for `task="qa"`: it is kept, so fine-tuning a
+    SQuAD-trained model on a few hundred questions starts from a model that already answers.
+    """
     config = copy.deepcopy(encoder.model.config)
     config.num_labels, config.id2label = len(labels), dict(enumerate(labels))
     config.label2id = {label: i for i, label in enumerate(labels)}
@@ -59,6 +63,11 @@ def build_model(encoder: Any, task: str, labels: list[str], problem: str = SINGL
     missing, _unexpected = network.base_model.load_state_dict(encoder.model.state_dict(), strict=False)
     if missing:
         raise ModelLoadError(f"{type(network).__name__} expects weights the base model does not have: {missing[:3]}.")
+    if task == "qa" and any(name.endswith("ForQuestionAnswering") for name in config.architectures or ()):
+        with quiet_transformers():
+            trained = auto.from_pretrained(encoder.source.path, local_files_only=encoder.source.kind != "hub")
+        network.load_state_dict(trained.state_dict())
+        logger.info("%s answers questions already: its span head is kept and trained on", encoder.source.spec)
     return network
 
 
