@@ -128,11 +128,14 @@ def test_a_field_over_the_cap_names_its_line(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ["truncate", "window"])
-def test_long_tsv_row_embeds_with_each_long_text_policy(tmp_path, encoder, policy):
+def test_long_tsv_row_embeds_with_each_long_text_policy(tmp_path, tiny_dirs, policy):
     """A 300,000-character TSV row goes through `bertkit embed` like a JSONL row does (truncated or windowed)."""
     import numpy as np
 
+    from bertkit import Encoder
     from bertkit.io.stream import embed_file
+
+    encoder = Encoder.from_pretrained(tiny_dirs["bert_cased"])  # the readers are under test, not the model
 
     long_text = ("the film is long " * 17_700)[:300_000]
     tsv = write(tmp_path / "long.tsv", f"a short review\t1\n{long_text}\t0\n")
