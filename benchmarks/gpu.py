@@ -591,7 +591,7 @@ def measure_server(url: str, texts: list[str], seconds: float, warm_up: float) -
     results, ready, starts = context.Queue(), context.Queue(), context.Queue()
     share = SERVE_CLIENTS // SERVE_PROCESSES
     processes = [
-        context.Process(target=load_clients, args=(url, texts, share, ready, starts, seconds, results))
+        context.Process(target=load_clients, args=(url, texts, share, ready, starts, seconds, results), daemon=True)
         for _ in range(SERVE_PROCESSES)
     ]
     for process in processes:

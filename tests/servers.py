@@ -44,7 +44,7 @@ def die_with_parent() -> None:
 def start_child(command: list[str], warm_start: bool = True, **popen) -> subprocess.Popen | warm.WarmProcess:
     """`subprocess.Popen` of a child that is killed when this process ends (a `bertkit` command: forked warm unless
     `warm_start=False`, see `warm`)."""
-    if warm_start and warm.can_run_warm(command, popen.get("env")):
+    if warm_start and warm.may_fork(command, popen):
         return warm.WarmProcess(command, **popen)
     return subprocess.Popen(command, preexec_fn=die_with_parent, **popen)  # noqa: PLW1509 (the point of it)
 

@@ -55,7 +55,10 @@ def kill_after(process, delay, wait_for: Path | None = None, limit=120.0):
     time.sleep(delay)
     alive = process.poll() is None
     if alive:
-        os.killpg(process.pid, signal.SIGKILL)
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:  # it ended between the two lines (a warm command is reaped at once)
+            alive = False
     process.communicate()
     return alive
 

@@ -35,10 +35,13 @@ from pathlib import Path
 PR_SET_PDEATHSIG = 1
 BERTKIT_SCRIPT = str(Path(sys.executable).parent / "bertkit")
 # read by torch, transformers, huggingface_hub, tokenizers or bertkit when they are imported: a command whose value
-# differs from the warm parent's runs cold
-IMPORT_TIME_ENV = ("HF_", "HUGGINGFACE", "TRANSFORMERS", "TORCH", "PYTORCH", "CUDA", "MKL", "KMP", "OMP_", "PYTHON")
-IMPORT_TIME_ENV += ("LD_", "XDG_", "SAFETENSORS", "ACCELERATE", "BERTKIT_MEMORY_CACHE_MB", "BERTKIT_DISK_CACHE_MB")
-APPLIED_ENV = {"OMP_NUM_THREADS"}  # set in the fork with torch.set_num_threads
+# differs from the warm parent's runs cold. Left out: what libraries set on themselves while the suite runs
+# (KMP_DUPLICATE_LIB_OK, KMP_INIT_AT_FORK, TORCHINDUCTOR_CACHE_DIR), which the parent's imports set alike, and
+# PYTHONBREAKPOINT, which a Ray driver sets and `breakpoint()` reads when called.
+IMPORT_TIME_ENV = ("HF_", "HUGGINGFACE", "TRANSFORMERS", "PYTORCH", "CUDA", "MKL_", "OMP_", "PYTHON", "LD_", "XDG_")
+IMPORT_TIME_ENV += ("SAFETENSORS", "ACCELERATE", "BERTKIT_MEMORY_CACHE_MB", "BERTKIT_DISK_CACHE_MB", "HOME", "TMPDIR")
+APPLIED_ENV = {"OMP_NUM_THREADS", "PYTHONBREAKPOINT"}  # applied in the fork (set_num_threads) / read when used
+SUITE_ENV = dict(os.environ)  # what the warm parent imports under (conftest has set HF_HUB_OFFLINE by now)
 
 
 def _prctl():
@@ -63,10 +66,18 @@ def can_run_warm(command: list[str], env: dict[str, str] | None) -> bool:
     """Whether `command` may be a fork of the warm parent (see the module's docstring)."""
     if bertkit_args(command) is None or os.environ.get("BERTKIT_TEST_COLD") == "1" or _prctl() is None:
         return False
-    if env is None:
-        return True
-    keys = _import_time_keys(env) | _import_time_keys(dict(os.environ))
-    return all(env.get(key) == os.environ.get(key) for key in keys)
+    env = dict(os.environ) if env is None else env  # a test may have changed this process's environment since
+    keys = _import_time_keys(env) | _import_time_keys(SUITE_ENV)
+    return all(env.get(key) == SUITE_ENV.get(key) for key in keys)
+
+
+def may_fork(command: list[str], popen: dict) -> bool:
+    """Whether `subprocess.Popen(command, **popen)` may be a fork of the warm parent (no stdin pipe, no preexec)."""
+    return (
+        can_run_warm(command, popen.get("env"))
+        and popen.get("stdin") != subprocess.PIPE
+        and not popen.get("preexec_fn")
+    )
 
 
 # ---- the test's side -------------------------------------------------------------------------------------------
@@ -79,10 +90,11 @@ class _Parent:
     def __init__(self) -> None:
         self.folder = tempfile.mkdtemp(prefix="bertkit-warm-")
         self.path = os.path.join(self.folder, "socket")
-        self.lifeline, lifeline_end = os.pipe()  # the parent reads EOF on its end when this process ends
+        lifeline_end, self.lifeline = os.pipe()  # the parent reads EOF on its end when this process ends
         self.process = subprocess.Popen(
             [sys.executable, __file__, self.path, str(lifeline_end)],
             pass_fds=[lifeline_end],
+            env=SUITE_ENV,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             start_new_session=True,
@@ -142,7 +154,7 @@ class WarmProcess:
         request = {
             "args": bertkit_args(command),
             "script": bertkit_args(command) is not None and str(command[0]) == BERTKIT_SCRIPT,
-            "cwd": str(cwd or os.getcwd()),
+            "cwd": os.path.abspath(cwd or os.getcwd()),
             "env": dict(os.environ if env is None else env),
             "session": bool(start_new_session),
         }
@@ -213,7 +225,10 @@ class WarmProcess:
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:
-            os.kill(self.pid, sig)
+            try:  # the parent reaps at once: an exit it has not told us of yet leaves no pid to signal
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
@@ -228,14 +243,14 @@ class WarmProcess:
 
 def popen(command: list, **popen) -> subprocess.Popen | WarmProcess:
     """`subprocess.Popen(command, **popen)`, as a fork of the warm parent where `can_run_warm` says it may be."""
-    if can_run_warm(command, popen.get("env")) and not popen.get("preexec_fn"):
+    if may_fork(command, popen):
         return WarmProcess(command, **popen)
     return subprocess.Popen(command, **popen)
 
 
 def run(command: list, *, capture_output=False, check=False, timeout=None, input=None, **popen):
     """`subprocess.run`, forked from the warm parent where it may be (no `input`)."""
-    if input is not None or not can_run_warm(command, popen.get("env")):
+    if input is not None or not may_fork(command, popen):
         return subprocess.run(command, capture_output=capture_output, check=check, timeout=timeout, input=input,
                               **popen)  # fmt: skip
     if capture_output:
@@ -253,11 +268,13 @@ def run(command: list, *, capture_output=False, check=False, timeout=None, input
 
 
 # ---- the warm parent's side --------------------------------------------------------------------------------------
-def _child(request: dict, fds: list[int], prctl) -> int:
+def _child(request: dict, fds: list[int], prctl, parent: int) -> int:
     """In the fork: become the command and run it; return its exit status."""
     if request["session"]:
         os.setsid()
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent ended before the death signal was asked for
+        os._exit(1)
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
     for fd in set(fds):
@@ -321,10 +338,14 @@ def _fork(connection: socket.socket, keep_closed: list, prctl) -> int:
     size = struct.unpack("!I", head)[0]
     body = b""
     while len(body) < size:
-        body += connection.recv(size - len(body))
+        chunk = connection.recv(size - len(body))
+        if not chunk:
+            raise ConnectionError("the request was cut short")
+        body += chunk
     request = json.loads(body)
     sys.stdout.flush()
     sys.stderr.flush()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:
         code = 1
@@ -337,7 +358,9 @@ def _fork(connection: socket.socket, keep_closed: list, prctl) -> int:
             for other in keep_closed:
                 other.close() if isinstance(other, socket.socket) else os.close(other)
             connection.close()
-            code = _child(request, fds, prctl)
+            code = _child(request, fds, prctl, parent)
+            threading._shutdown()  # as an interpreter ends: its threads, then its exit functions
+            atexit._run_exitfuncs()
         finally:
             try:
                 sys.stdout.flush()
@@ -386,9 +409,16 @@ def _serve(path: str, lifeline: int) -> None:
                 _reap(children)
                 continue
             connection, _ = listener.accept()
-            pid = _fork(connection, [wake_read, wake_write, lifeline, listener, *children.values()], prctl)
-            children[pid] = connection
-            connection.sendall(f"pid {pid}\n".encode())
+            try:
+                pid = _fork(connection, [wake_read, wake_write, lifeline, listener, *children.values()], prctl)
+            except (OSError, ValueError, struct.error):  # a bad or abandoned request ends its connection only
+                connection.close()
+                continue
+            children[pid] = connection  # reaped, and its status sent, once it ends
+            try:
+                connection.sendall(f"pid {pid}\n".encode())
+            except OSError:  # the caller is gone: so is its command
+                os.kill(pid, signal.SIGKILL)
 
 
 if __name__ == "__main__":
