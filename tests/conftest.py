@@ -86,6 +86,20 @@ def hf_default():
     return model, AutoTokenizer.from_pretrained(path)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def ray_temp_dir():
+    """Ray's sessions (the test head's and a job's own local cluster) go in a folder of this run, removed after it.
+
+    A short name: Ray's socket paths must stay under 108 characters."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="bertkit-ray-")
+    os.environ["RAY_TMPDIR"] = folder
+    yield
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def tiny_dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny")

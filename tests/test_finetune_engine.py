@@ -79,7 +79,7 @@ def test_two_processes_train_as_one_with_the_same_global_batch(no_dropout, tmp_p
         "--threads",
         "1",
     ]
-    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}  # torchrun leaves a folder there
     one = subprocess.run(
         [f"{BIN}/bertkit", *command, "-o", str(tmp_path / "one")],
         capture_output=True,

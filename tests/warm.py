@@ -22,6 +22,7 @@ import io
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import struct
@@ -117,9 +118,7 @@ class _Parent:
     def stop(self) -> None:
         os.close(self.lifeline)
         self.process.wait(30)
-        for name in os.listdir(self.folder):
-            os.unlink(os.path.join(self.folder, name))
-        os.rmdir(self.folder)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _fd(stream, default: int, opened: list[int], ours: list[int]) -> int:
@@ -403,6 +402,7 @@ def _serve(path: str, lifeline: int) -> None:
             if key.fileobj == lifeline:  # the process that started the parent ended
                 for pid in children:
                     os.kill(pid, signal.SIGKILL)
+                shutil.rmtree(os.path.dirname(path), ignore_errors=True)  # that process may have had no time to
                 return
             if key.fileobj == wake_read:
                 os.read(wake_read, 4096)
