@@ -15,8 +15,8 @@ from bertkit.encoder.int8 import (
     ALPHA_GRID,
     CALIBRATION_FILE,
     Calibration,
+    Int8Group,
     Int8Linear,
-    _InputQuantizer,
     alpha_errors,
     calibrate,
     calibration_inputs,
@@ -57,8 +57,8 @@ def test_int8_linear_is_the_hand_computed_int8_product(monkeypatch, hardware):
     weight = torch.tensor([[0.5, -1.0, 0.25], [2.0, 0.1, -0.3]])
     bias = torch.tensor([0.1, -0.2])
     x = torch.tensor([[1.0, 2.0, -0.5], [0.3, 0.3, 0.9]])
-    layer = Int8Linear(weight, bias, _InputQuantizer(None))
-    assert (layer.weight_values is None) == hardware
+    layer = Int8Linear(Int8Group([weight], [bias], None), 0)
+    assert (layer.group.weight_values is None) == hardware
 
     w_scale = np.abs(weight.numpy()).max(1) / 127  # [1/127·1.0, 1/127·2.0]
     w_q = np.round(weight.numpy() / w_scale[:, None])
@@ -69,7 +69,7 @@ def test_int8_linear_is_the_hand_computed_int8_product(monkeypatch, hardware):
     found = layer(x).numpy()
     np.testing.assert_allclose(found, expected, rtol=1e-5, atol=1e-6)
     assert np.abs(found - (x @ weight.T + bias).numpy()).max() < 0.02  # and close to the real product
-    assert layer.weight_int8.dtype == torch.int8
+    assert layer.group.weight_int8.dtype == torch.int8
 
 
 def test_both_product_paths_give_the_same_layer_output_at_model_size(monkeypatch):
@@ -81,9 +81,30 @@ def test_both_product_paths_give_the_same_layer_output_at_model_size(monkeypatch
     outputs = []
     for hardware in (True, False):
         monkeypatch.setattr(int8_module, "HARDWARE_INT8", hardware)
-        outputs.append(Int8Linear(weight, bias, _InputQuantizer(None))(x))
+        outputs.append(Int8Linear(Int8Group([weight], [bias], None), 0)(x))
     assert outputs[0].shape == (2, 37, 1536)
     torch.testing.assert_close(outputs[1], outputs[0], rtol=1e-5, atol=1e-4)  # fp32 sums of int products: exact-ish
+
+
+def test_linears_reading_one_tensor_share_one_product_and_each_gets_what_it_alone_would():
+    """Query, key and value: one quantisation and one int8 product, each member its own columns, exactly as one
+    linear map alone gives them (weights are quantised per output channel, so stacking changes nothing); the product
+    is let go once every member has its part."""
+    generator = torch.Generator().manual_seed(0)
+    weights = [torch.randn(out, 16, generator=generator) for out in (8, 8, 4)]
+    biases = [torch.randn(len(w), generator=generator) for w in weights]
+    group = Int8Group(weights, biases, None)
+    members = [Int8Linear(group, i) for i in range(3)]
+    x = torch.randn(2, 5, 16, generator=generator) * 2
+    together = [members[0](x)]
+    assert len(group._last) == 1  # kept for key and value
+    together += [members[1](x), members[2](x)]
+    assert group._last == {}
+    for member, weight, bias, got in zip(members, weights, biases, together):
+        assert got.shape == (2, 5, len(weight)) and member.out_features == len(weight)
+        alone = Int8Linear(Int8Group([weight], [bias], None), 0)
+        torch.testing.assert_close(got, alone(x), rtol=1e-6, atol=1e-5)  # up to fp32 summation order
+    assert torch.equal(members[0](x), together[0]) and torch.equal(members[0](x * 2), Int8Linear(group, 0)(x * 2))
 
 
 @pytest.mark.slow
@@ -103,7 +124,7 @@ def test_int8_matches_fp32_on_every_architecture(tiny_dirs, int8_cache, name):
     quantized = [m for m in stack.modules() if isinstance(m, Int8Linear)]
     plain = [m for m in stack.modules() if isinstance(m, torch.nn.Linear)]
     assert len(quantized) == 6 * len(stack) and plain == []  # every linear map of every layer
-    assert len({id(m.quantizer) for m in quantized}) == 4 * len(stack)  # query, key and value share one input
+    assert len({id(m.group) for m in quantized}) == 4 * len(stack)  # query, key and value: one product
     assert any(isinstance(m, torch.nn.Linear) for m in fp32.model.modules())  # the fp32 model is left as it was
     assert (int8_cache / f"{fp32.fingerprint}.safetensors").is_file()
 
