@@ -264,7 +264,7 @@ class Int8Group:
             kept = self._last[thread] = (x, version, self.product(x), set())  # holding x: its id cannot be reused
         kept[3].add(member)
         if len(kept[3]) == len(self.columns):  # every member has its part: the product is not kept
-            del self._last[thread]
+            self._last.pop(thread, None)  # (another thread may have cleared the table meanwhile)
         return kept[2][:, first:last].reshape(*x.shape[:-1], last - first)
 
 
