@@ -107,6 +107,22 @@ def test_linears_reading_one_tensor_share_one_product_and_each_gets_what_it_alon
     assert torch.equal(members[0](x), together[0]) and torch.equal(members[0](x * 2), Int8Linear(group, 0)(x * 2))
 
 
+def test_a_linear_never_changes_its_input_in_place():
+    """The residual reads the same tensor (ELECTRA's projected embeddings feed layer 0 unsmoothed): under inference
+    mode, whose views keep no base, and for a view of another tensor, with and without smoothing."""
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(6, 8, generator=generator)
+    for smooth in (None, torch.rand(8, generator=generator) + 0.5):
+        layer = Int8Linear(Int8Group([weight], [None], smooth), 0)
+        for inference in (True, False):
+            with torch.inference_mode(inference):
+                whole = torch.randn(3, 4, 8, generator=generator)
+                x = whole[1:]  # a view
+                kept = whole.clone()
+                layer(x)
+            assert torch.equal(whole, kept), (smooth is None, inference)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["bert_cased", "distilbert", "electra", "roberta"])
 def test_int8_matches_fp32_on_every_architecture(tiny_dirs, int8_cache, name):

@@ -241,7 +241,7 @@ class Int8Group:
         high, low = rows.amax(dim=1, keepdim=True), rows.amin(dim=1, keepdim=True)
         middle = (high + low) * 0.5
         scale = ((high - low) * (0.5 / 127)).clamp_(min=1e-12)  # [-127, 127] spans [low, high]
-        centred = rows.sub_(middle) if rows is not x and rows._base is not x else rows - middle  # x itself: untouched
+        centred = rows.sub_(middle) if self.inverse_smooth is not None else rows - middle  # x itself stays as it was
         # (x - middle) / scale lies in [-127, 127] by construction, so rounding needs no clamp; an op per step is
         # 3-7× faster here than torch.addcmul with a broadcast first operand
         quantized = centred.mul_(1.0 / scale).round_().to(torch.int8)
@@ -256,7 +256,7 @@ class Int8Group:
         """Member `member`'s output for `x`, shaped as `x` with its own width."""
         first, last = self.columns[member]
         thread = threading.get_ident()
-        version = None if x.is_inference() else x._version  # inference tensors cannot change in place
+        version = None if x.is_inference() else x._version  # inference tensors keep no version (passes change none)
         kept = self._last.get(thread)
         if kept is None or kept[0] is not x or kept[1] != version or member in kept[3]:
             if len(self._last) > 64:  # threads come and go; keep the table small
