@@ -343,9 +343,9 @@ def _arguments(args: FinetuneArguments | None, task: str | None, keywords: dict)
 
 QA_MARGIN = 5.0  # F1 points: a QA run this close to "always no answer" has found few answers (issue 45)
 QA_ADVICE = (
-    "Give more questions: on the packaged model 300 learned nothing at any batch size, learning rate or number of "
-    "epochs measured, 1,000 did (docs/how-to/qa.md, 'Small data'); or start from a SQuAD-trained --model (its span "
-    "head is kept); or more --epochs if the dev F1 was still rising."
+    "Train longer at a lower rate: on the packaged model 300 questions learned nothing in 3 epochs and reached dev F1 "
+    "46.9 against 27.8 with --epochs 10 --lr 1e-4 --patience 10 (docs/how-to/qa.md, 'Small data'); or give more "
+    "questions (1,000 reached 87.3 at the defaults); or start from a SQuAD-trained --model (its span head is kept)."
 )
 
 
