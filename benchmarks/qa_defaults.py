@@ -2,8 +2,9 @@
 
     python benchmarks/qa_defaults.py [--sizes 300 1000 0] [--configs 32:1e-4 8:1e-4 16:2e-4] [--json out.json]
 
-The CoNLL-2003 reading task of benchmarks/qa_task.py (two questions per document), the packaged model, 3 epochs
-(early stopping keeps the best), the task's other defaults. For each training size (the first N questions of
+The CoNLL-2003 reading task of benchmarks/qa_task.py (two questions per document), the packaged model, bertkit's
+epochs and patience for the size (10 and 10 under 800 training questions, else 3 and 2; --epochs and --patience set
+them), the task's other defaults; the best epoch is kept. For each training size (the first N questions of
 train.txt's; 0: all 1,786, of which 10% are held out to choose the epoch and the no-answer threshold) and each
 `batch:learning-rate`, the dev split's SQuAD v2.0 F1 (407 questions of dev.txt, never trained or chosen on) against
 always answering "no answer", with the training time. Run it with nothing else heavy on the machine; --threads
@@ -33,8 +34,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/qa-defaults"))
     parser.add_argument("--sizes", type=int, nargs="+", default=[300, 1000, 0])
     parser.add_argument("--configs", nargs="+", default=["32:1e-4", "8:1e-4", "16:2e-4"])
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--patience", type=int, default=2, help="epochs without a better dev score before stopping")
+    parser.add_argument("--epochs", type=int, default=None, help="epochs (default: bertkit's, by the data's size)")
+    parser.add_argument("--patience", type=int, default=None, help="epochs without a better dev score (bertkit's)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", type=Path, default=None)
     options = parser.parse_args()

@@ -125,10 +125,11 @@ def run_cli(monkeypatch, capsys, *args):
 LOAD_LOG = "BERTKIT_TEST_LOAD_LOG"  # where test_ray.record_loads logs each model load in a Ray worker
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def head(tmp_path_factory):
     """A Ray head on 127.0.0.1 with 2 CPUs (`ray start --head --block`, stopped by its pid), and this test
-    process connected to it with a worker hook that logs every model load."""
+    process connected to it with a worker hook that logs every model load; one for the session (a head takes ~9 s to
+    start and stop)."""
     import signal
     import socket
     import subprocess

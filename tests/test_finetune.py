@@ -430,15 +430,38 @@ def test_progress_false_keeps_training_silent(tiny_dirs, tmp_path, capsys, caplo
 
 
 def test_question_answering_takes_its_own_step_defaults_and_what_is_given_stays():
-    """benchmarks/qa_defaults.py: on 1,000 questions batches of 16 at 2e-4 learn far more than 32 at 1e-4."""
+    """benchmarks/qa_defaults.py: on 1,000 questions batches of 16 at 2e-4 learn far more than 32 at 1e-4; on 300,
+    3 epochs learn nothing and 10 at 1e-4 do (issue 45): qa's schedule waits for the number of training questions."""
     from bertkit.tasks.finetune.run import _arguments
+    from bertkit.tasks.finetune.settings import SMALL_QA
 
-    assert (FinetuneArguments(task="qa").batch_size, FinetuneArguments(task="qa").learning_rate) == (16, 2e-4)
-    assert (FinetuneArguments(task="text").batch_size, FinetuneArguments(task="text").learning_rate) == (32, 1e-4)
+    text = FinetuneArguments(task="text")
+    assert (text.batch_size, text.learning_rate, text.num_train_epochs, text.early_stopping_patience) == (
+        32,
+        1e-4,
+        3,
+        2,
+    )
     qa = _arguments(None, "qa", {})
-    assert (qa.batch_size, qa.learning_rate, qa.record()["batch_size"]) == (16, 2e-4, 16)
-    given = _arguments(FinetuneArguments(batch_size=8), "qa", {"lr": 5e-5})
-    assert (given.batch_size, given.learning_rate) == (8, 5e-5)
+    assert (qa.batch_size, qa.learning_rate, qa.num_train_epochs, qa.record()["batch_size"]) == (16, None, None, 16)
+    qa.fill_task_defaults(questions=SMALL_QA)
+    assert (qa.learning_rate, qa.num_train_epochs, qa.early_stopping_patience) == (2e-4, 3, 2)
+    small = _arguments(None, "qa", {})
+    small.fill_task_defaults(questions=SMALL_QA - 1)
+    assert (small.batch_size, small.learning_rate, small.num_train_epochs, small.early_stopping_patience) == (
+        16,
+        1e-4,
+        10,
+        10,
+    )
+    given = _arguments(FinetuneArguments(batch_size=8), "qa", {"lr": 5e-5, "num_train_epochs": 2})
+    given.fill_task_defaults(questions=270)
+    assert (given.batch_size, given.learning_rate, given.num_train_epochs, given.early_stopping_patience) == (
+        8,
+        5e-5,
+        2,
+        10,
+    )
     assert _arguments(None, None, {}).batch_size == 32  # no task given: text's
     with pytest.raises(InputError, match="batch_size=0"):
         FinetuneArguments(batch_size=0, task="qa")

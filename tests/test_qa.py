@@ -641,6 +641,8 @@ def test_finetune_qa_on_the_command_line_warns_when_it_learns_nothing(coloured, 
     assert scores[0] == scores[1] and "(best)" in epochs[0] and "(best)" not in epochs[1], epochs  # a tie keeps 1
     record = json.loads((tmp_path / "run" / "bertkit.json").read_text())
     assert record["args"]["doc_stride"] == 4 and record["data"]["doc_stride"] == 4 and not record["baseline"]["learned"]
+    schedule = {key: record["args"][key] for key in ("num_train_epochs", "learning_rate", "early_stopping_patience")}
+    assert schedule == {"num_train_epochs": 2, "learning_rate": 1e-9, "early_stopping_patience": 10}  # 24 questions
     code, _, err = run_cli(monkeypatch, capsys, *args, "--overwrite", "--doc-stride", "50", "--max-length", "24")
     assert code == 2 and "--doc-stride 50: give 0 to 10" in err
 

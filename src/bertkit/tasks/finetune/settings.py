@@ -15,9 +15,12 @@ LOGS = "logs"  # metrics.jsonl and the trackers' files (TensorBoard, ...), kept 
 # max_length by task (token: the model's maximum); pair: a query and a passage; qa: run_qa's max_seq_length
 MAX_LENGTHS = {"text": 128, "pair": 256, "qa": 384}
 TASKS = ("text", "pair", "token", "qa")
-# batch_size, learning_rate left out, by task (benchmarks/qa_defaults.py, 1,000 questions: qa's dev F1 87.3, not 64.0)
-STEP_DEFAULTS = {"batch_size": 32, "learning_rate": 1e-4}
+# the step settings left out, by task and size (benchmarks/qa_defaults.py: qa's dev F1 87.3, not 64.0, at 1,000
+# questions; 46.9 against "no answer"'s 27.8, not 25.7, at 300, where 3 epochs learned nothing; docs/how-to/qa.md)
+STEP_DEFAULTS = {"batch_size": 32, "learning_rate": 1e-4, "num_train_epochs": 3, "early_stopping_patience": 2}
 TASK_STEP_DEFAULTS = {"qa": {"batch_size": 16, "learning_rate": 2e-4}}
+SMALL_QA = 800  # training questions: fewer train longer at a lower rate, with no early stop before the tenth epoch
+SMALL_QA_STEPS = {"learning_rate": 1e-4, "num_train_epochs": 10, "early_stopping_patience": 10}
 MIXED_PRECISIONS = ("no", "fp16", "bf16")
 
 
@@ -43,13 +46,21 @@ class FinetuneSettings:
         "NER) | qa (extractive question answering: SQuAD JSON or JSONL).",
         choices=TASKS,
     )
-    num_train_epochs: int = _setting(3, "Epochs to train (fewer when the dev score stops improving).", "--epochs")
-    learning_rate: float | None = _setting(None, "Peak learning rate, warmed up then decayed (1e-4; qa: 2e-4).", "--lr")
+    num_train_epochs: int | None = _setting(
+        None,
+        "Epochs to train, fewer when the dev score stops improving (3; qa on under 800 questions: 10).",
+        "--epochs",
+    )
+    learning_rate: float | None = _setting(
+        None, "Peak learning rate, warmed up then decayed (1e-4; qa: 2e-4, on under 800 questions 1e-4).", "--lr"
+    )
     batch_size: int | None = _setting(None, "Examples per optimizer step, split between processes (32; qa: 16).")
     weight_decay: float = _setting(0.01, "AdamW's weight decay.")
     warmup_ratio: float = _setting(0.1, "Share of the steps the learning rate warms up over (0 to 1).")
     max_grad_norm: float = _setting(1.0, "Clip the gradients' norm to this.")
-    early_stopping_patience: int = _setting(2, "Stop after this many epochs without a better dev score.", "--patience")
+    early_stopping_patience: int | None = _setting(
+        None, "Stop after this many epochs without a better dev score (2; qa on under 800 questions: 10).", "--patience"
+    )
     seed: int = _setting(0, "Seed of the head's weights, the split and the batches' order.")
     max_length: int | None = _setting(
         None, "Tokens per example (text: 128; pair: 256; qa: 384; token: the model's maximum)."
@@ -73,11 +84,21 @@ class FinetuneSettings:
         [], "Experiment trackers, comma-separated: tensorboard, mlflow, wandb, ... (logs in OUTPUT/logs)."
     )
 
-    def fill_task_defaults(self) -> None:
-        """Give batch_size and learning_rate, where they were left out, the task's defaults (once it is known)."""
+    def fill_task_defaults(self, questions: int | None = None) -> None:
+        """Give the step settings left out the task's defaults, once it is known; qa's wait for its data's size.
+
+        Parameters
+        ----------
+        questions : int, optional
+            The qa task's training questions: under `SMALL_QA`, the small-data schedule (`SMALL_QA_STEPS`).
+        """
         if self.task is None:
             return
-        for name, value in (STEP_DEFAULTS | TASK_STEP_DEFAULTS.get(self.task, {})).items():
+        defaults = STEP_DEFAULTS | TASK_STEP_DEFAULTS.get(self.task, {})
+        if self.task == "qa":
+            defaults = {"batch_size": defaults["batch_size"]} if questions is None else defaults
+            defaults |= SMALL_QA_STEPS if questions is not None and questions < SMALL_QA else {}
+        for name, value in defaults.items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
 
@@ -85,8 +106,9 @@ class FinetuneSettings:
         """Refuse an impossible setting in one `InputError` line; a task-bound one once the task is known."""
         if self.task is not None and self.task not in TASKS:
             raise InputError(f"task={self.task!r}: valid tasks are {', '.join(TASKS)}.")
-        for name in ("num_train_epochs", "early_stopping_patience", "gradient_accumulation_steps"):
-            check_whole(name, getattr(self, name), 1)
+        for name in ("num_train_epochs", "early_stopping_patience"):
+            check_whole(name, getattr(self, name), 1, allow_none=True)
+        check_whole("gradient_accumulation_steps", self.gradient_accumulation_steps, 1)
         check_whole("batch_size", self.batch_size, 1, allow_none=self.task is None)
         check_whole("max_length", self.max_length, 8, allow_none=True)
         check_whole("doc_stride", self.doc_stride, 0, allow_none=True)
