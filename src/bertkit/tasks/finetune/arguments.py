@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from transformers import TrainingArguments
 
+from ...encoder.models import quiet_transformers
 from .settings import FinetuneSettings
 
 
@@ -40,7 +41,8 @@ class FinetuneArguments(FinetuneSettings, TrainingArguments):
         self.fill_task_defaults()
         self.check()
         chosen = self.mixed_precision
-        super().__post_init__()
+        with quiet_transformers():  # its device set-up warns of processes `finetune` sets up on the run's device
+            super().__post_init__()
         self.mixed_precision = chosen  # TrainingArguments (5.x) sets its own from fp16/bf16, which `finetune` sets
 
     def get_warmup_steps(self, num_training_steps: int) -> int:

@@ -116,9 +116,7 @@ def finetune(
     """
     args = _arguments(args, task, training)
     output, wanted = Path(output_dir), _check_device(args, device)
-    from accelerate import PartialState
-
-    state = PartialState(cpu=wanted.type == "cpu")
+    state = _processes(args, wanted)
     if not state.is_main_process:  # one voice: the main process says what happens
         logging.getLogger("bertkit").setLevel(logging.ERROR)
     if state.is_main_process:  # one process checks the output and writes it; the others follow (a second check
@@ -176,6 +174,27 @@ def _prepare(
     return prepared, run_record, tokenizer
 
 
+def _placed(args: FinetuneArguments, device: torch.device, **run: Any) -> FinetuneArguments:
+    """`args` on `device` (accelerate joins the processes on a CPU with gloo), in the precision of `mixed_precision`."""
+    return dataclasses.replace(
+        args,
+        use_cpu=device.type == "cpu",
+        fp16=args.mixed_precision == "fp16",
+        bf16=args.mixed_precision == "bf16",
+        **run,
+    )
+
+
+def _processes(args: FinetuneArguments, device: torch.device) -> Any:
+    """The processes of this run (one, or those `torchrun` / `accelerate launch` started) as `Trainer` will see them.
+
+    `TrainingArguments` sets up accelerate's state (anew) whenever one is made, and one made before the device is
+    known, as `FinetuneArguments` is, counts each process on a CPU as the only one: each would check and write the
+    output. So the state comes from arguments placed on the run's device.
+    """
+    return _placed(args, device).distributed_state
+
+
 def _train(
     args: FinetuneArguments,
     output: Path,
@@ -227,18 +246,15 @@ def _trainer(
         callbacks.append(TensorBoardCallback(SummaryWriter(log_dir=str(output / LOGS))))
     trackers = [name for name in args.report_to if name != "tensorboard"]
     per_device = max(1, math.ceil(args.batch_size / (args.gradient_accumulation_steps * processes)))
-    with quiet_transformers():  # the run's settings: where, how many processes, which device and precision
-        training_args = dataclasses.replace(
-            args,
-            output_dir=str(output),
-            per_device_train_batch_size=per_device,
-            report_to=trackers or "none",
-            disable_tqdm=True,  # bertkit's one reporter draws the bar (RunCallback), transformers' prints raw dicts
-            use_cpu=device.type == "cpu",
-            fp16=args.mixed_precision == "fp16",
-            bf16=args.mixed_precision == "bf16",
-            ddp_backend="gloo" if device.type == "cpu" and processes > 1 else None,
-        )
+    training_args = _placed(
+        args,
+        device,
+        output_dir=str(output),
+        per_device_train_batch_size=per_device,
+        report_to=trackers or "none",
+        disable_tqdm=True,  # bertkit's one reporter draws the bar (RunCallback), transformers' prints raw dicts
+    )
+    with quiet_transformers():
         runner = evaluator.runner
         trainer = FinetuneTrainer(
             model=runner.model,
@@ -338,8 +354,7 @@ def _arguments(args: FinetuneArguments | None, task: str | None, keywords: dict)
     chosen = given.pop("task", None) or base.task
     if task is not None and chosen is not None and task != chosen:
         raise InputError(f"task={task!r} but args.task={chosen!r}: they contradict each other; give the task once.")
-    with quiet_transformers():
-        return dataclasses.replace(base, **given, task=task or chosen or "text")
+    return dataclasses.replace(base, **given, task=task or chosen or "text")
 
 
 QA_MARGIN = 5.0  # F1 points: a QA run this close to "always no answer" has found few answers (issue 45)
