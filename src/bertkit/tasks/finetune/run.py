@@ -116,7 +116,9 @@ def finetune(
     """
     args = _arguments(args, task, training)
     output, wanted = Path(output_dir), _check_device(args, device)
-    state = _processes(args, wanted)
+    # the processes as the run's Trainer will see them: arguments made before the device was known (as `args` were)
+    # set accelerate up with each process on a CPU the only one, so each would check and write the output
+    state = _placed(args, wanted).distributed_state
     if not state.is_main_process:  # one voice: the main process says what happens
         logging.getLogger("bertkit").setLevel(logging.ERROR)
     if state.is_main_process:  # one process checks the output and writes it; the others follow (a second check
@@ -183,16 +185,6 @@ def _placed(args: FinetuneArguments, device: torch.device, **run: Any) -> Finetu
         bf16=args.mixed_precision == "bf16",
         **run,
     )
-
-
-def _processes(args: FinetuneArguments, device: torch.device) -> Any:
-    """The processes of this run (one, or those `torchrun` / `accelerate launch` started) as `Trainer` will see them.
-
-    `TrainingArguments` sets up accelerate's state (anew) whenever one is made, and one made before the device is
-    known, as `FinetuneArguments` is, counts each process on a CPU as the only one: each would check and write the
-    output. So the state comes from arguments placed on the run's device.
-    """
-    return _placed(args, device).distributed_state
 
 
 def _train(
