@@ -38,8 +38,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-import torch
+if __name__ != "__mp_main__":  # the load clients, spawned, import this file again and need neither (4-5 s each)
+    import numpy as np
+    import torch
 
 DATA = Path(os.environ.get("BERTKIT_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 NAIVE_BATCH, PEER_BATCHES, TRAIN_BATCH, LR = 32, (32, 128, 512), 32, 1e-4

@@ -5,6 +5,10 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# in a pytest-xdist worker (`-n 2`: two on two cores) one torch thread, for it and the commands it starts: two pools
+# of two threads each on two cores made the suite slower than one process
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
 sys.path.insert(0, str(Path(__file__).parent))
 
 if sys.version_info < (3, 11, 8):
@@ -42,9 +46,40 @@ LONG_TESTS = os.environ.get("BERTKIT_LONG_TESTS", "") == "1"
 SHARED_DATA = Path(os.environ.get("BERTKIT_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
+# the files that take longest, first, so that two workers end together (seconds of one worker, 2026-12-05)
+LONGEST_FIRST = ("ray", "test_serve_faults", "test_docs", "test_explain", "test_gpu_check", "test_notebooks")
+LONGEST_FIRST += ("test_finetune", "test_serve", "test_stream", "test_wheel", "test_serve_fuzz", "test_finetune_engine")
+
+
+def file_group(nodeid: str) -> str:
+    """The group of a test under `-n 2 --dist loadfile`: its file, one for the Ray files (one Ray head for them)."""
+    name = Path(nodeid.split("::")[0]).stem
+    return "ray" if name.startswith("test_ray") else name
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's `loadfile` with the Ray files as one, in the collection's order (the longest first).
+
+    A scheduler of our own rather than `--dist loadgroup`, whose groups pytest 9.2 drops (pytest-xdist issue 1386)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return file_group(nodeid)
+
+    config.option.loadscopereorder = False
+    return ByFile(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `gpu` skip, with the reason, where torch sees no CUDA GPU (CI never has one)."""
+    """The longest files first; tests marked `gpu` skip, with the reason, where torch sees no CUDA GPU."""
     import torch
+
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(file_group(item.nodeid), len(rank)))
 
     if torch.cuda.is_available():
         return

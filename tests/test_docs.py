@@ -228,6 +228,15 @@ def test_the_collector_finds_the_examples_and_their_marks():
     assert any(mark == "skip" for mark, _, _ in skipped)  # the set-up commands are shown, not re-run inside a test
 
 
+def test_ci_runs_exactly_the_readmes_test_command_and_the_install_page_shows_the_same():
+    """`.ci/run` ends in the README's second command (the whole suite in two workers), and install.md shows it too."""
+    ci_last = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()[-1]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands = [body.strip() for mark, lang, body in FENCE.findall(readme) if lang == "bash" and "pytest" in body]
+    assert commands == [ci_last] and "-n 2 --dist loadfile" in ci_last
+    assert ci_last in (ROOT / "docs" / "getting-started" / "install.md").read_text(encoding="utf-8")
+
+
 @pytest.mark.slow
 def test_the_site_builds_strictly(tmp_path):
     """mkdocs build --strict: a broken link or anchor, a missing API object or a docstring warning fails it."""
