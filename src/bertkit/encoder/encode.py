@@ -207,7 +207,7 @@ class Encoder(EncoderBase):
             _copy_back(pooled, waiting)
         report.coverage = combined(coverages)
         report.prompt = resolved.prompt or ""
-        report.forward_seconds = runner.stats.forward_seconds
+        report.forward_seconds = runner.forward_seconds
         vectors: Any = token_vectors
         if not resolved.token_vectors:
             if resolved.output_type in RANGED and ranges is None:

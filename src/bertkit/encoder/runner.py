@@ -140,16 +140,6 @@ def _increasing_minima(best: list[int], first: int, end: int, width: int) -> deq
 
 
 @dataclass
-class RunnerStats:
-    """What the runner has done: passes, padded and real tokens, seconds inside forward passes."""
-
-    passes: int = 0
-    padded_tokens: int = 0
-    real_tokens: int = 0
-    forward_seconds: float = 0.0
-
-
-@dataclass
 class Runner:
     """A model call over rows of token ids: planned, padded, run, split on out-of-memory, in order.
 
@@ -185,7 +175,7 @@ class Runner:
     with_type_ids: bool = True
     pad_multiple: int = 1
     max_width: int | None = None
-    stats: RunnerStats = field(default_factory=RunnerStats)
+    forward_seconds: float = 0.0  # inside forward passes, every thread's
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -253,11 +243,6 @@ class Runner:
     def _timed(self, inputs: dict[str, torch.Tensor]) -> Any:
         started = time.perf_counter()
         out = self.forward(inputs)
-        mask = inputs["attention_mask"]
         with self._lock:
-            stats = self.stats
-            stats.passes += 1
-            stats.padded_tokens += int(mask.numel())
-            stats.real_tokens += int(mask.sum())
-            stats.forward_seconds += time.perf_counter() - started
+            self.forward_seconds += time.perf_counter() - started
         return out

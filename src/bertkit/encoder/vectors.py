@@ -161,7 +161,7 @@ def token_states(
     bar = Progress("embed", len(encoded), "texts", show=progress, min_total=PROGRESS_MIN_ROWS) if own_bar else progress
     try:
         for group, inputs, out in runner.passes(rows):
-            report.forward_seconds = runner.stats.forward_seconds
+            report.forward_seconds = runner.forward_seconds
             states = head.tokens(out.hidden_states)
             mask = inputs["attention_mask"]
             whole = [k for k, row in enumerate(group) if owners[row] not in windows_left]
@@ -198,6 +198,6 @@ def token_states(
     except OutOfDeviceMemory as exc:
         raise OutOfDeviceMemory(owners[exc.row], exc.tokens, exc.device) from None
     finally:
-        report.forward_seconds = runner.stats.forward_seconds
+        report.forward_seconds = runner.forward_seconds
         if own_bar:
             bar.close()
