@@ -70,7 +70,7 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             return file_group(nodeid)
 
-    config.option.loadscopereorder = False  # xdist would order the files by their number of tests
+    config.option.loadscopereorder = False  # (3.8) xdist would order the files by their number of tests
     return ByFile(config, log)
 
 

@@ -8,6 +8,7 @@ import functools
 import json
 import logging
 import math
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -177,10 +178,12 @@ def _prepare(
 
 
 def _placed(args: FinetuneArguments, device: torch.device, **run: Any) -> FinetuneArguments:
-    """`args` on `device` (accelerate joins the processes on a CPU with gloo), in the precision of `mixed_precision`."""
+    """`args` on `device` (gloo between torchrun's processes on CPUs), in the precision of `mixed_precision`."""
+    cpu, launched = device.type == "cpu", int(os.environ.get("WORLD_SIZE", "1")) > 1  # accelerate would take MPI
     return dataclasses.replace(
         args,
-        use_cpu=device.type == "cpu",
+        use_cpu=cpu,
+        ddp_backend="gloo" if cpu and launched else None,  # a backend given makes one process call get_world_size
         fp16=args.mixed_precision == "fp16",
         bf16=args.mixed_precision == "bf16",
         **run,
