@@ -17,7 +17,7 @@ A full queue answers 429 at once (admission control); that client waits as Retry
 on to the next route. The soak lasts `--seconds`, and longer until every route has done its full work at least
 once (a 200), at most `--max-seconds`. Throughout, `/health` is polled every 50 ms on its own connection. Pass
 (exit 0) when every `/health` poll answers 200 with a p99 under `--p99-ms` (100), every answer is a 200 or a 429,
-every route answered 200, and the server log holds no traceback. `tests/test_serve_faults.py` runs a short
+every route answered 200, and the server log holds no traceback. `tests/test_serve_heavy.py` runs a short
 version (--max-inputs 8).
 """
 

@@ -51,6 +51,10 @@ LONGEST_FIRST = ("ray", "test_serve_faults", "test_docs", "test_explain", "test_
 LONGEST_FIRST += ("test_finetune", "test_serve", "test_stream", "test_wheel", "test_serve_fuzz", "test_finetune_engine")
 
 
+# measured promises of latency: with the box to themselves (a neighbouring worker's load is not the server's)
+ALONE = ("test_serve_heavy",)
+
+
 def file_group(nodeid: str) -> str:
     """The group of a test under `-n 2 --dist loadfile`: its file, one for the Ray files (one Ray head for them)."""
     name = Path(nodeid.split("::")[0]).stem
@@ -59,7 +63,8 @@ def file_group(nodeid: str) -> str:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """pytest-xdist's `loadfile` with the Ray files as one, in the collection's order (the longest first).
+    """pytest-xdist's `loadfile` with the Ray files as one, in the collection's order (the longest first), and the
+    ALONE files last, once every other worker is idle.
 
     A scheduler of our own rather than `--dist loadgroup`, whose groups pytest 9.2 drops (pytest-xdist issue 1386)."""
     if config.getvalue("dist") != "loadfile":
@@ -67,8 +72,31 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class ByFile(LoadScopeScheduling):
+        def __init__(self, config, log=None) -> None:
+            super().__init__(config, log)
+            self.waiting: set = set()  # workers that wait for the others before taking an ALONE file
+
         def _split_scope(self, nodeid: str) -> str:
             return file_group(nodeid)
+
+        def _reschedule(self, node) -> None:
+            # an ALONE file is next only when nothing else is left: the others finish their queues and leave (a
+            # worker runs its last test only once told what follows), then the asking worker takes it
+            others = [other for other in self.assigned_work if other is not node]
+            if not node.shutting_down and self.workqueue and next(iter(self.workqueue)) in ALONE and others:
+                for other in others:
+                    if not other.shutting_down:
+                        other.shutdown()
+                self.waiting.add(node)
+                return
+            super()._reschedule(node)
+
+        def remove_node(self, node):
+            crashed = super().remove_node(node)
+            for waiting in list(self.waiting):
+                self.waiting.discard(waiting)
+                self._reschedule(waiting)
+            return crashed
 
     config.option.loadscopereorder = False  # (3.8) xdist would order the files by their number of tests
     return ByFile(config, log)
@@ -78,8 +106,8 @@ def pytest_collection_modifyitems(config, items):
     """The longest files first; tests marked `gpu` skip, with the reason, where torch sees no CUDA GPU."""
     import torch
 
-    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(file_group(item.nodeid), len(rank)))
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)} | {name: 1000 for name in ALONE}
+    items.sort(key=lambda item: rank.get(file_group(item.nodeid), len(LONGEST_FIRST)))
 
     if torch.cuda.is_available():
         return
