@@ -46,7 +46,7 @@ LONG_TESTS = os.environ.get("BERTKIT_LONG_TESTS", "") == "1"
 SHARED_DATA = Path(os.environ.get("BERTKIT_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
-# the files that take longest (in one process, 2026-12-05: 60-85 s each), first, so that two workers end together
+# the files that take longest (in one process, 2026-12-05: 20-85 s each), first, so that two workers end together
 LONGEST_FIRST = ("ray", "test_serve_faults", "test_docs", "test_explain", "test_gpu_check", "test_notebooks")
 LONGEST_FIRST += ("test_finetune", "test_serve", "test_stream", "test_wheel", "test_serve_fuzz", "test_finetune_engine")
 
