@@ -129,7 +129,7 @@ def test_an_index_is_written_atomically_and_replaces_only_what_it_may(vector_fil
     mine = tmp_path / "notes.txt"
     mine.write_text("my notes")
     code, _, err = run_cli(monkeypatch, capsys, "index", vector_files["float32"], "-o", mine)
-    assert code == 2 and "not a bertkit index; nothing was touched" in err and mine.read_text() == "my notes"
+    assert code == 2 and "notes.txt already exists; nothing was touched" in err and mine.read_text() == "my notes"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # no temporary left behind
     code, _, err = run_cli(monkeypatch, capsys, "index", vector_files["float32"], "-o", tmp_path)
     assert code == 2 and "is a directory" in err
@@ -140,10 +140,12 @@ def test_an_index_is_written_atomically_and_replaces_only_what_it_may(vector_fil
     assert code == 2 and "indexes other vectors (output, ranges differ)" in err and "--overwrite" in err
     index, theirs = load_index(mine), tmp_path / "theirs.txt"
     theirs.write_text("their notes")
-    with pytest.raises(InputError, match="theirs.txt exists and is not a bertkit index; nothing was touched"):
-        index.save(theirs)
+    for taken in (theirs, mine):  # a file of the user's or an index: any file there is refused without overwrite
+        with pytest.raises(InputError, match=f"{taken.name} already exists; nothing was touched"):
+            index.save(taken)
     assert theirs.read_text() == "their notes"
-    assert load_index(index.save(mine)).rows == load_index(index.save(theirs, overwrite=True)).rows == index.rows
+    assert load_index(index.save(mine, overwrite=True)).rows == load_index(index.save(theirs, overwrite=True)).rows
+    assert load_index(mine).rows == index.rows
     (tmp_path / "notes.tsv").write_text("my\tnotes\n")
     code, _, err = run_cli(monkeypatch, capsys, "search", tmp_path / "notes.tsv", "a film")
     assert (
@@ -183,8 +185,8 @@ def test_a_build_resumes_after_an_interruption_and_extends_with_new_rows(vector_
     assert build_index(vector_files["float32"], target).added == 0  # the same command without it: kept as it is
     assert load_index(target).meta["hnsw"]["ef_search"] == 200 and target.stat().st_mtime_ns == retuned
     index = load_index(target)
-    index.add(vectors[:3], ["new-1", "new-2", "new-3"])  # a grown corpus: extended in place
-    index.save(target)
+    index.add(vectors[:3], ["new-1", "new-2", "new-3"])  # a grown corpus: saved over its old self
+    index.save(target, overwrite=True)
     assert load_index(target).rows == len(vectors) + 3 and load_index(target).ids[-1] == "new-3"
     with pytest.raises(InputError, match="holds rows that the vectors file does not have"):
         build_index(vector_files["float32"], target)

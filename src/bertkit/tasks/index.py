@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..errors import InputError
-from ..io.writers import atomic_path, check_writable_location
+from ..io.writers import atomic_path, check_output, check_writable_location
 from ..records import check_record, new_record
 from . import search as exact
 from .engine import BINARY, EF_CONSTRUCTION, EF_SEARCH, HNSW, HNSW_M, Exact, nearest, require_faiss, results_of
@@ -236,9 +236,9 @@ class VectorIndex:
         Parameters
         ----------
         path : str or Path
-            The index file; one already there is replaced when it is a bertkit index.
+            The index file.
         overwrite : bool
-            Replace whatever file is at `path` (without it, a file that is not an index is refused untouched).
+            Replace a file already at `path` (without it, one there is refused untouched).
 
         Returns
         -------
@@ -246,12 +246,7 @@ class VectorIndex:
         """
         if self.exact:
             raise InputError("an exact index is its vectors file; build an HNSW index with `bertkit index`.")
-        faiss, path = require_faiss(), check_writable_location(path)
-        if path.exists() and not overwrite and not _is_index(path):
-            raise InputError(
-                f"{path} exists and is not a bertkit index; nothing was touched. Save to another file, or pass "
-                "overwrite=True to replace it."
-            )
+        faiss, path = require_faiss(), check_output(check_writable_location(path), overwrite)
         meta = {**self.meta, "rows": self.rows}
         binary = self.precision in BINARY
         with atomic_path(path) as temporary, zipfile.ZipFile(temporary, "w", zipfile.ZIP_STORED) as archive:

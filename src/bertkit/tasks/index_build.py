@@ -75,8 +75,6 @@ def build_index(
     from ..io.vectors import read_vectors
 
     started, vectors_path, output = time.perf_counter(), Path(vectors_path), Path(output)
-    if output.is_dir():
-        raise InputError(f"{output} is a directory; give the index a file name, e.g. {output / 'corpus.index'}.")
     check_writable_location(output)
     check_output(output, overwrite=True, inputs=[vectors_path])  # an output is never its input, even overwritten
     vectors, ids, meta = read_vectors(vectors_path)
@@ -99,14 +97,14 @@ def build_index(
             done = index.rows
             if time.monotonic() - last_save > checkpoint_seconds and done < len(vectors):
                 index.meta[CONTENT] = rows_digest(vectors[:done])
-                index.save(output, overwrite=overwrite)
+                index.save(output, overwrite=True)  # the build's own output, checked above
                 last_save = time.monotonic()
             reporter.to(done - before)
             if on_progress is not None:
                 on_progress(done, len(vectors))
     if done > before or retuned or not output.exists():
         index.meta[CONTENT] = rows_digest(vectors[:done])
-        index.save(output, overwrite=overwrite)
+        index.save(output, overwrite=True)
     return IndexReport(index.rows, done - before, before, time.perf_counter() - started)
 
 
@@ -125,10 +123,7 @@ def _existing(
     if not output.exists() or overwrite:
         return None
     if read_index_meta(output) is None:
-        raise InputError(
-            f"{output} exists and is not a bertkit index; nothing was touched. Choose another -o file, or pass "
-            "--overwrite to replace it."
-        )
+        check_output(output)  # not an index: refused as any existing output is
     index = load_index(output)
     differs = [key for key in _SAME if index.meta.get(key) != meta.get(key)]
     differs += ["metric"] if index.metric != metric else []
