@@ -57,8 +57,8 @@ def test_input_that_is_a_directory(monkeypatch, capsys, tmp_path):
             ["--stride", "5"],
             "error: --stride 5 is the overlap of --long-text window; with --long-text truncate no text",
         ),
-        (["--dimensions", "9999"], "error: --dimensions 9999: these vectors have 384 numbers; give 1 to 384."),
-        (["--truncate-dim=9999"], "error: --truncate-dim 9999: these vectors have 384 numbers"),
+        (["--truncate-dim=9999"], "error: --truncate-dim 9999: these vectors have 384 numbers; give 1 to 384."),
+        (["-p", "nope"], "error: --pooling nope:"),
         (["--prompt-name", "nope"], "error: --prompt-name nope: this model's prompts are none"),
     ],
 )

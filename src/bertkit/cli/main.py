@@ -93,9 +93,9 @@ _ASSIGNMENT = re.compile(
 
 
 def in_flags(message: str, argv: list[str]) -> str:
-    """Word the library's `name=value` as the command line says it: `--long-text window`, `--dimensions 9999`.
+    """Word the library's `name=value` as the command line says it: `--long-text window`, `--truncate-dim 9999`.
 
-    Only names that are options of the command in `argv` change; a flag given under an alias keeps the user's spelling.
+    Only names that are options of the command in `argv` change.
     """
     import typer.main
 
@@ -112,9 +112,8 @@ def in_flags(message: str, argv: list[str]) -> str:
         if option.is_bool_flag:  # True: the flag; False: its --no- form, where it has one
             switch = option.opts if value == "True" else option.secondary_opts if value == "False" else []
             return switch[0] if switch else match[0]
-        spellings = [flag for flag in option.opts if flag.startswith("--")] or option.opts
-        typed = next((flag for flag in spellings if any(a.split("=")[0] == flag for a in argv)), spellings[0])
-        return f"{typed} {shlex.quote(value)}" if value or quoted else typed
+        flag = next((flag for flag in option.opts if flag.startswith("--")), option.opts[0])
+        return f"{flag} {shlex.quote(value)}" if value or quoted else flag
 
     return _ASSIGNMENT.sub(as_flag, message)
 

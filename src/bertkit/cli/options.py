@@ -85,7 +85,7 @@ Run = Annotated[
 ]
 Generated = Annotated[Any, typer.Option(hidden=True, parser=str)]  # the value `from_fields` builds
 
-ALIASES = {"layers": ("-l",), "pooling": ("-p",), "truncate_dim": ("--dimensions",), "batch_size": ("-b",)}
+ALIASES = {"layers": ("-l",), "pooling": ("-p",), "batch_size": ("-b",)}
 _CHOSEN: set[str] = set()  # commands whose options are generated besides the one in sys.argv ("*": every one)
 
 

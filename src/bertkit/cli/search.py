@@ -53,11 +53,6 @@ def search(
         )
     loaded = load_index(index)
     ids, meta = loaded.ids, loaded.meta
-    if not meta.get("model"):
-        raise InputError(
-            f"{index} does not say how its vectors were made (written before bertkit 0.2); embed the "
-            "file again with `bertkit embed ... -o FILE.npz`."
-        )
     model = None if meta["model"] == "default" else meta["model"]
     encoder = Encoder.from_pretrained(model, device=device, precision=meta.get("precision", "fp32"))
     found = loaded.embed_queries(encoder, queries, prompt=options.prompt, prompt_name=options.prompt_name)

@@ -151,6 +151,8 @@ def _checked_record(vectors: np.ndarray, ids: np.ndarray, meta: dict) -> dict:
         raise ValueError("its record is not a JSON object")
     if vectors.ndim != 2 or ids.ndim != 1 or len(ids) != len(vectors):
         raise ValueError(f"{len(ids)} ids for vectors of shape {vectors.shape}")
+    if not meta.get("model"):
+        raise ValueError("its record does not name the model that made the vectors")
     output, dim = meta.get("output", "float32"), meta.get("dim")
     if not isinstance(output, str) or vectors.dtype != np.dtype(_ARROW_TYPES.get(output, "object")):
         raise ValueError(f"its record says {output!r} vectors, it holds {vectors.dtype}")

@@ -78,8 +78,6 @@ def build_index(
     check_writable_location(output)
     check_output(output, overwrite=True, inputs=[vectors_path])  # an output is never its input, even overwritten
     vectors, ids, meta = read_vectors(vectors_path)
-    if not meta.get("model"):
-        raise InputError(f"{vectors_path} does not say how its vectors were made; embed it again with bertkit embed.")
     graph, metric = {"m": m, "ef_construction": ef_construction}, metric or model_metric(meta["model"])
     index = _existing(output, meta, vectors, ids, metric, graph, overwrite) or VectorIndex.create(
         meta, metric=metric, **graph, ef_search=EF_SEARCH if ef_search is None else ef_search
