@@ -33,6 +33,32 @@ def test_sentence_pairs_match_hf_and_mark_type_ids(encoder, hf_default):
     assert batch.word_ids[0][batch.tokens[0].index("six")] == 2  # word ids restart in the second sentence
 
 
+@pytest.mark.parametrize("direction", ["right", "left"])
+def test_long_pairs_are_cut_as_hf_cuts_them_with_bounded_work(hf_default, direction):
+    """Longest-first truncation of long pairs keeps transformers' tokens (odd budgets, ties, either side), and a long
+    query with a long document no longer makes one overflow window per pair of windows (132,486 before the cut)."""
+    import random
+
+    from bertkit.encoder import tokenize as tok
+
+    tokenizer, words = hf_default[1], TEXTS[1].split() + TEXTS[3].split() + ["Korea", "tokenizable", "a"]
+    rng = random.Random(7)
+    tokenizer.truncation_side = direction
+    try:
+        for _ in range(150):
+            first, second = (" ".join(rng.choices(words, k=rng.randint(1, 300))) for _ in range(2))
+            second = first if rng.random() < 0.1 else second  # ties: the second is the longer
+            max_length = rng.choice([16, 33, 64, 128])
+            expected = tokenizer(first, second, truncation="longest_first", max_length=max_length)["input_ids"]
+            [got] = tok.encode(tokenizer, [first], [second], max_length=max_length, direction=direction)
+            assert list(got.ids) == expected, (len(first), len(second), max_length)
+        huge = " ".join(rng.choices(words, k=20_000))
+        [got] = tok.encode(tokenizer, [huge], [huge + " more"], max_length=128, direction=direction)
+        assert len(got.encoding.overflowing) < 50 and got.truncated and len(got.ids) == 128
+    finally:
+        tokenizer.truncation_side = "right"
+
+
 def test_word_ids_map_tokens_to_whitespace_words(encoder):
     batch = encoder.tokenize(["New-York's unbelievably big"])
     tokens, words = batch.tokens[0], batch.word_ids[0]

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import bisect
 import functools
-import html
 import itertools
 import math
 import re
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..display import MAX_ROWS, html_table
 from ..errors import InputError, quoted
+from .batch import Batch
 
 if TYPE_CHECKING:  # torch is imported where tensors are made: `bertkit tokenize` runs without it
     import torch
@@ -103,56 +102,6 @@ class Encoded:
             inside = index >= 0 and offset[0] < spans[index][1]
             result.append(index if inside else None)
         return result
-
-
-@dataclass(repr=False)
-class Batch:
-    """Padded model inputs with the human view of them: tokens, word ids, which rows were truncated.
-
-    Printed, it shows its shape and each row's tokens; in Jupyter, the tutorial's token / id / mask table per row.
-    """
-
-    input_ids: torch.Tensor  # (batch, seq) int64
-    attention_mask: torch.Tensor  # (batch, seq) int64, 1 = real token
-    token_type_ids: torch.Tensor  # (batch, seq) int64, 0 = first sentence, 1 = second
-    tokens: list[list[str]]
-    word_ids: list[list[int | None]]
-    truncated: list[bool] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return int(self.input_ids.shape[0])
-
-    def table(self, row: int = 0) -> list[dict]:
-        """One dict per position of `row`: the tutorial's token / id / mask / type id table, plus word id."""
-        return [
-            {
-                "position": position,
-                "token": token,
-                "id": int(self.input_ids[row, position]),
-                "mask": int(self.attention_mask[row, position]),
-                "type_id": int(self.token_type_ids[row, position]),
-                "word": word,
-            }
-            for position, (token, word) in enumerate(zip(self.tokens[row], self.word_ids[row]))
-        ]
-
-    def _summary(self) -> str:
-        rows, length = self.input_ids.shape
-        cut = [row for row, flag in enumerate(self.truncated) if flag]
-        return f"Batch({rows} row{'s' if rows != 1 else ''} × {length} tokens" + (
-            f"; truncated: rows {', '.join(map(str, cut))})" if cut else ")"
-        )
-
-    def __repr__(self) -> str:
-        shown = [f"  {row}: {' '.join(tokens)}" for row, tokens in enumerate(self.tokens[:MAX_ROWS])]
-        more = [f"  … {len(self) - MAX_ROWS} more rows"] if len(self) > MAX_ROWS else []
-        return "\n".join([self._summary(), *shown, *more])
-
-    def _repr_html_(self) -> str:
-        columns = ["position", "token", "id", "mask", "type_id", "word"]
-        tables = [html_table(self.table(row), columns, f"row {row}") for row in range(min(len(self), 8))]
-        more = f"<p>… {len(self) - 8} more rows</p>" if len(self) > 8 else ""
-        return f"<div><strong>{html.escape(self._summary())}</strong>{''.join(tables)}{more}</div>"
 
 
 def _spans(text: str) -> list[tuple[int, int]]:
@@ -288,6 +237,12 @@ def encode(
     first_part = [strings[i] for i in too_long]
     second_part = [second[i] for i in too_long] if second else None
     if long_text == "truncate":
+        if second_part is not None:  # the tokenizer would keep one overflow window per pair of windows of the two
+            parts = [
+                _kept_part(encoded[row].encoding, first_part[n], second_part[n], max_length, direction)
+                for n, row in enumerate(too_long)
+            ]
+            first_part, second_part = [a for a, _ in parts], [b for _, b in parts]
         with TOKENIZER_LOCK:
             cut = _encodings(backend, first_part, second_part, max_length, direction=direction)
         for row, encoding in zip(too_long, cut):
@@ -305,6 +260,28 @@ def encode(
         encoded[row].windows = [encoding, *encoding.overflowing]
         encoded[row].stride = overlap
     return encoded
+
+
+PAIR_MARGIN = 16  # tokens a pair's text keeps past `max_length` before it is cut: its cut decides where it ends
+
+
+def _kept_part(full: Any, first: str, second: str, max_length: int, direction: str) -> tuple[str, str]:
+    """Return the part of each text of a pair that longest-first truncation to `max_length` keeps, and a margin.
+
+    Cut by the pair's whole encoding (`full`), so the truncation that follows keeps the same tokens with work bounded
+    by `max_length` (a 100,000-character query and document took gigabytes of overflow windows). The longer text (on
+    a tie, the second) keeps twice as much, so it stays the longer: the truncation gives it the odd token.
+    """
+    spans = [[span for span, s in zip(full.offsets, full.sequence_ids) if s == sequence] for sequence in (0, 1)]
+    keep = max_length + PAIR_MARGIN
+    second_longer = len(spans[1]) >= len(spans[0])
+    limits = (keep * (1 + (not second_longer)), keep * (1 + second_longer))
+    parts = []
+    for text, kept, limit in zip((first, second), spans, limits):
+        if len(kept) > limit:
+            text = text[: kept[limit - 1][1]] if direction == "right" else text[kept[-limit][0] :]
+        parts.append(text)
+    return parts[0], parts[1]
 
 
 def prompt_length(tokenizer: Any, prompt: str) -> int:

@@ -245,14 +245,13 @@ class Service:
         """Rank `documents` for `query` by reranker `name`: (index, score) best first, tokens, indices of cut pairs.
 
         The pairs are read as the run reads them (cut longest first past its length); with `truncate` false a pair
-        it would cut is a 413. A long query is first cut to what any pair keeps of it (`_query_prefix`).
+        it would cut is a 413.
         """
         run = self.reranker(name)
         model = run.model
 
         def work() -> tuple[list, int, list[int]]:
-            kept = _query_prefix(model.tokenizer, query, model.max_length)
-            encoded = model.encode([kept] * len(documents), documents)  # the run's own reading: lengths, cuts
+            encoded = model.encode([query] * len(documents), documents)  # the run's own reading: lengths, cuts
             cut = [i for i, item in enumerate(encoded) if item.truncated]
             if cut and not truncate:
                 message = (
@@ -261,7 +260,7 @@ class Service:
                     "first), or shorten them."
                 )
                 raise ServeError(413, "input_too_long", message)
-            return run.rerank(kept, documents, raw), sum(len(item.ids) for item in encoded), cut
+            return run.rerank(query, documents, raw), sum(len(item.ids) for item in encoded), cut
 
         estimate = token_estimate((len(query) + len(d) for d in documents), model.max_length)
         return await self.call(work, estimate, disconnected)
@@ -379,22 +378,3 @@ def _too_long(row: int, exc: TextTooLong) -> ServeError:
 def _token_count(encoder: Encoder, texts: list[str], options: EmbedOptions) -> int:
     """Count the tokens the model reads of `texts` (prompt and special tokens included, after truncation)."""
     return int(encoder.tokenize([(options.prompt or "") + text for text in texts]).attention_mask.sum())
-
-
-QUERY_MARGIN = 16  # tokens a cut query keeps past the run's length: the pair's own cut decides where it ends
-
-
-def _query_prefix(tokenizer: Any, query: str, max_length: int) -> str:
-    """Return the beginning of `query` that holds its first `max_length` tokens and a margin (by the library's cut).
-
-    Cutting a pair longest first, the tokenizer keeps every overflow window of both texts: one window per
-    `max_length` tokens of the query for each of the document's (a 100,000-character query took gigabytes). No
-    pair keeps more of the query than this prefix: its pairs are the whole query's while no document is longer.
-    """
-    if len(query) <= max_length + QUERY_MARGIN:  # a token holds at least one character: nothing to cut
-        return query
-    [item] = encode(tokenizer, [query], max_length=max_length + QUERY_MARGIN, long_text="truncate")
-    content = [
-        end for (start, end), special in zip(item.encoding.offsets, item.encoding.special_tokens_mask) if not special
-    ]
-    return query[: content[-1]] if item.truncated and content else query
