@@ -53,7 +53,7 @@ def search(
         )
     loaded = load_index(index)
     ids, meta = loaded.ids, loaded.meta
-    model = None if meta["model"] == "default" else meta["model"]
+    model = None if meta.get("model") in (None, "default") else meta["model"]  # no model: refused by embed_queries
     encoder = Encoder.from_pretrained(model, device=device, precision=meta.get("precision", "fp32"))
     found = loaded.embed_queries(encoder, queries, prompt=options.prompt, prompt_name=options.prompt_name)
     output = meta.get("output", "float32")

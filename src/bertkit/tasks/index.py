@@ -83,8 +83,8 @@ class VectorIndex:
             if not isinstance(value, int) or value < 2:
                 raise InputError(f"{name}={value!r}: give a whole number of at least 2.")
         precision, dim = meta.get("output", "float32"), int(meta.get("dim") or 0)
-        if dim < 1 or not meta.get("model"):
-            raise InputError("the vectors' record does not name their model and size (dim); embed with bertkit embed.")
+        if dim < 1:
+            raise InputError("the vectors' record does not say their size (dim); embed them again with bertkit embed.")
         engine = HNSW.create(precision, dim, metric, m, meta.get("ranges"))
         engine.graph.hnsw.efConstruction, engine.graph.hnsw.efSearch = ef_construction, ef_search
         hnsw = {"m": m, "ef_construction": ef_construction, "ef_search": ef_search}
