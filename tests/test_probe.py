@@ -106,11 +106,20 @@ def test_text_probe_runs_one_forward_per_batch_and_is_reproducible(tiny_dirs, tm
     assert [(r.choice, r.score, r.C) for r in again.rows] == [(r.choice, r.score, r.C) for r in result.rows]
 
 
-def test_token_probe_one_pass_and_entity_scores(tiny_dirs, tmp_path, monkeypatch):
+def test_token_probe_one_pass_and_entity_scores(tiny_dirs, tmp_path, monkeypatch, caplog):
+    import logging
+
+    from bertkit.encoder import progress
+
     train = conll_file(tmp_path / "train.txt", n=60)
     dev = conll_file(tmp_path / "dev.txt", n=30, seed=1)
     calls = count_forwards(monkeypatch)
-    result = probe_token(train, dev, model=str(tiny_dirs["bert_cased"]), cache=None, limit=50)
+    monkeypatch.setattr(progress, "terminal", lambda: False)
+    monkeypatch.setattr(progress, "LOG_EVERY_S", 0.0)
+    with caplog.at_level(logging.INFO, logger="bertkit"):
+        result = probe_token(train, dev, model=str(tiny_dirs["bert_cased"]), cache=None, limit=50, progress=True)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("embed: ")]
+    assert any("50/50 " in line for line in said) and any("30/30 " in line for line in said)  # the one reporter
     assert sum(calls) == 80  # 50 training sentences (--limit) + 30 dev sentences, each embedded once
     assert [r.choice for r in result.rows][-1] == "learned mix of all 3" and result.metric == "entity_f1"
     assert all(0 <= r.score <= 1 and 0 <= r.secondary <= 1 for r in result.rows)

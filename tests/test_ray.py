@@ -4,6 +4,7 @@ one model load per actor, resume after the driver is killed, clear errors before
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -67,7 +68,10 @@ def loads(head) -> list[tuple[int, int]]:
 
 
 @pytest.mark.slow
-def test_files_equal_the_local_path_one_load_per_actor_and_a_finished_output_is_refused(head, tmp_path, encoder):
+def test_files_equal_the_local_path_one_load_per_actor_and_a_finished_output_is_refused(
+    head, tmp_path, encoder, monkeypatch, caplog
+):
+    from bertkit.encoder import progress
     from bertkit.io.stream import embed_file
     from bertkit.io.writers import job_path
     from bertkit.ray import embed_files
@@ -79,7 +83,12 @@ def test_files_equal_the_local_path_one_load_per_actor_and_a_finished_output_is_
     for name, rows in texts.items():
         write_jsonl(inputs / f"{name}.jsonl", rows)
     before = len(loads(head))
-    summary = embed_files(str(inputs / "*.jsonl"), tmp_path / "out", actors=2, rows_per_call=32)
+    monkeypatch.setattr(progress, "terminal", lambda: False)
+    monkeypatch.setattr(progress, "LOG_EVERY_S", 0.0)  # a line per written batch: the one reporter, as embed's
+    with caplog.at_level(logging.INFO, logger="bertkit"):
+        summary = embed_files(str(inputs / "*.jsonl"), tmp_path / "out", actors=2, rows_per_call=32, progress=True)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("embed: ")]
+    assert said and said[-1].startswith("embed: 240/240 rows, ") and len(said) >= 240 // 32
 
     assert summary.files[0] == "c" and sorted(summary.files) == ["a", "b", "c"]  # the empty one at once, no Ray
     assert summary.rows == 240 and summary.skipped == [] and summary.empty == ["c"]

@@ -314,7 +314,8 @@ def _embed_on_ray(
     from ..ray.dataset import DEFAULT_ROWS_PER_CALL
 
     rows_per_call = DEFAULT_ROWS_PER_CALL if chunk_rows is None else chunk_rows
-    settings = options_for(ctx, embed_files, **reading, ray_logs=verbosity() == "verbose", rows_per_call=rows_per_call)
+    logs, progress = verbosity() == "verbose", None if not quiet else False
+    settings = options_for(ctx, embed_files, **reading, ray_logs=logs, rows_per_call=rows_per_call, progress=progress)
     summary = embed_files(pattern, output, options, **settings)
     if quiet:
         return

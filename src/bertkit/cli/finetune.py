@@ -11,7 +11,7 @@ import typer
 from ..display import text_table as format_table
 from ..errors import InputError
 from ..io.readers import column_spec
-from .common import app, cache_option, existing_text_file, options_for, say
+from .common import app, cache_option, existing_text_file, options_for, say, verbosity
 from .options import (
     C,
     CacheDir,
@@ -111,13 +111,14 @@ def probe(
 
     check_output(output, overwrite)
     cache = "memory" if no_cache else cache_option(no_cache, cache_dir)
+    shared = {"cache": cache, "progress": False if verbosity() == "quiet" else None}
     if task == "text":
         columns = {"text_column": column_spec(text_column), "label_column": column_spec(label_column)}
         result = probe_text(
-            train_file, **options_for(ctx, probe_text, poolings=poolings.split(","), cache=cache, **columns)
+            train_file, **options_for(ctx, probe_text, poolings=poolings.split(","), **shared, **columns)
         )
     elif task == "token":
-        result = probe_token(train_file, **options_for(ctx, probe_token, C=c_value, cache=cache))
+        result = probe_token(train_file, **options_for(ctx, probe_token, C=c_value, **shared))
     else:
         raise InputError(f"--task {task!r}: valid tasks are text and token.")
     typer.echo(format_table(result.table(), list(result.table()[0])))

@@ -25,6 +25,8 @@ import ray.data
 
 from ..encoder.encode import Encoder, vectors_record
 from ..encoder.options import EmbedOptions, options_from
+from ..encoder.progress import Progress
+from ..encoder.vectors import PROGRESS_MIN_ROWS
 from ..errors import BertkitError, InputError, no_such_path
 from ..io import writers
 from ..io.text_files import file_sha256
@@ -185,6 +187,7 @@ def embed_files(
     address: str | None = None,
     ray_logs: bool = True,
     overwrite: bool = False,
+    progress: bool | None = None,
     **kwargs: Any,
 ) -> RunSummary:
     """Embed every row of every input into `<output_dir>/<file stem>/part-*.parquet` (id, vector), resumably.
@@ -194,6 +197,7 @@ def embed_files(
     recorded in the job's record as soon as all its rows are written, so a killed run loses only unfinished files
     and the same call resumes it; an existing `output_dir` is otherwise replaced only with `overwrite`.
     `gpus_per_actor` runs the actors on GPUs (see `embed_dataset`); `options` (or keywords) are `EmbedOptions`.
+    `progress` reports the rows written as `embed` does (None: from 256 rows).
     """
     started = time.perf_counter()
     paths = expand_inputs(inputs)
@@ -231,7 +235,7 @@ def embed_files(
         if work:
             job.summary.resources = planned_resources(actors, cpus_per_actor, gpus_per_actor)
             reader = {**reading, "rows_per_block": rows_per_call}
-            _stream_files(job, work, reader, encoder, resolved, model, precision, batch_size)
+            _stream_files(job, work, reader, encoder, resolved, model, precision, batch_size, progress)
     finally:
         if started_ray:
             ray.shutdown()
@@ -308,6 +312,7 @@ def _stream_files(
     model: str | None,
     precision: str,
     batch_size: int | None,
+    progress: bool | None,
 ) -> None:
     """Stream the files (read → embed → write parts), closing each as soon as its rows are all written."""
     plan = job.summary.resources
@@ -333,10 +338,13 @@ def _stream_files(
         _write_parts, fn_kwargs={"staging": staging}, batch_format="pyarrow", batch_size=None, num_cpus=plan.io_cpus
     )
     done = dict.fromkeys(work, 0)
+    ray.data.DataContext.get_current().enable_progress_bars = False  # bertkit's one reporter says how far it is
+    reporter = Progress("embed", sum(counts.values()), "rows", show=progress, min_total=PROGRESS_MIN_ROWS)
     try:
         for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
             for name, rows in zip(batch.column("path").to_pylist(), batch.column("rows").to_pylist()):
                 done[name] += rows
+                reporter.update(rows)
                 if done[name] > counts[name]:
                     raise BertkitError(f"{work[name]}: more rows written ({done[name]}) than it has ({counts[name]}).")
                 if done[name] == counts[name]:
@@ -346,6 +354,8 @@ def _stream_files(
         if cause is not None and cause is not exc:
             raise cause from None
         raise
+    finally:
+        reporter.close()
     short = [f"{work[n]} ({done[n]} of {counts[n]} rows)" for n in done if done[n] != counts[n]]
     if short:
         raise BertkitError(f"rows were lost on the way: {', '.join(short)}; those outputs were not kept. Run again.")

@@ -114,6 +114,7 @@ def probe_text(
     text_column: str | int | None = None,
     label_column: str | int | None = None,
     header: bool | None = None,
+    progress: bool | None = None,
 ) -> ProbeResult:
     """Sentence classification probe: LogisticRegression (C by CV) per pooling × layer choice; accuracy, macro-F1.
 
@@ -140,6 +141,8 @@ def probe_text(
         'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'.
     text_column, label_column, header
         As `bertkit train` takes them.
+    progress : bool, optional
+        Report the embedding as `embed` does (None: from 256 texts).
 
     Returns
     -------
@@ -158,7 +161,12 @@ def probe_text(
     # Always the same three poolings (the pooler is computed from the last [CLS]): one cache entry serves every probe.
     token_poolings = ["cls", "mean", "max"]
     vectorizer = BertVectorizer(
-        model=model, layers="all:concat", pooling="+".join(token_poolings), cache=cache, progress=False, device=device
+        model=model,
+        layers="all:concat",
+        pooling="+".join(token_poolings),
+        cache=cache,
+        progress=progress,
+        device=device,
     ).fit([])
     encoder = vectorizer.encoder_
     if "pooler" in poolings and not encoder.info()["pooler"]:
@@ -259,6 +267,7 @@ def probe_token(
     C: float = TOKEN_C,
     cache: str | Path | None = "memory",
     device: str | None = "auto",
+    progress: bool | None = None,
 ) -> ProbeResult:
     """Tagging probe: a per-word LogisticRegression on word vectors per layer choice; entity F1 and token accuracy.
 
@@ -276,7 +285,7 @@ def probe_token(
         The classifier's random state.
     C : float
         The logistic regression's inverse regularisation (fixed: a search per layer costs too much here).
-    cache, device
+    cache, device, progress
         As `probe_text` takes them.
 
     Returns
@@ -302,7 +311,7 @@ def probe_token(
     store = EmbeddingCache(options, directory=directory) if cache is not None else None
     started = time.perf_counter()
     train_blocks, dev_blocks = (
-        _word_blocks(encoder, sentences, subtoken_pooling, store) for sentences in (words, dev_data.words)
+        _word_blocks(encoder, sentences, subtoken_pooling, store, progress) for sentences in (words, dev_data.words)
     )
     embed_seconds = time.perf_counter() - started
     said = (
@@ -339,14 +348,18 @@ def probe_token(
 
 
 def _word_blocks(
-    encoder: Encoder, sentences: list[list[str]], subtoken_pooling: str, store: EmbeddingCache | None
+    encoder: Encoder,
+    sentences: list[list[str]],
+    subtoken_pooling: str,
+    store: EmbeddingCache | None,
+    progress: bool | None = None,
 ) -> np.ndarray:
     """(total words, layers, hidden): every word's vector in every hidden state, from one pass (cached per sentence)."""
 
     def compute(keys: list[str]) -> list[np.ndarray]:
         words = [key.split("\x1f") for key in keys]
         return encoder.embed_words(
-            words, layers="all:concat", subtoken_pooling=subtoken_pooling, long_text="window", progress=False
+            words, layers="all:concat", subtoken_pooling=subtoken_pooling, long_text="window", progress=progress
         )
 
     keys = ["\x1f".join(s) for s in sentences]
