@@ -16,6 +16,7 @@ from .options import (
     CacheDir,
     Dev,
     Device,
+    Generated,
     Header,
     LabelColumn,
     Limit,
@@ -28,10 +29,17 @@ from .options import (
     Seed,
     TextColumn,
     Threads,
+    from_fields,
 )
 
 
 @app.command()
+@from_fields(
+    "bertkit.encoder.options:EmbedOptions",
+    "options",
+    only=("layers", "pooling"),
+    defaults={"layers": DEFAULT_FEATURE_LAYERS, "pooling": DEFAULT_FEATURE_POOLING},
+)
 def train(
     ctx: typer.Context,
     train_file: Annotated[
@@ -43,12 +51,7 @@ def train(
     text_column: TextColumn = None,
     label_column: LabelColumn = None,
     header: Header = None,
-    layers: Annotated[str, typer.Option("--layers", "-l", help="Layer spec (default: every layer, concatenated).")] = (
-        DEFAULT_FEATURE_LAYERS
-    ),
-    pooling: Annotated[str, typer.Option("--pooling", "-p", help="cls, pooler, mean, max or a '+' combination.")] = (
-        DEFAULT_FEATURE_POOLING
-    ),
+    options: Generated = None,
     classifier: Annotated[str, typer.Option(help="logreg | linear-svm | mlp")] = "logreg",
     c_value: C = None,
     cv: Annotated[int, typer.Option(help="Cross-validation folds for choosing C.")] = 5,
@@ -122,6 +125,6 @@ def train(
     say(f"saved {output}")
     if report is not None:
         vectors = estimator.vectorizer_.transform(dev_texts)
-        title = f"{layers} / {pooling} / {classifier}"
+        title = f"{options.layers} / {options.pooling} / {classifier}"
         for path in write_report(report, metrics, vectors, dev_labels, title=title, overwrite=overwrite):
             say(f"wrote {path}")

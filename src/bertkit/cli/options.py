@@ -99,30 +99,34 @@ def _load(path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def _parameter(field: dataclasses.Field, hint: Any) -> inspect.Parameter:
-    """Make the option of one field: its flag (or `--field-name`), aliases, help and choices."""
+def _parameter(field: dataclasses.Field, hint: Any, defaults: dict[str, Any]) -> inspect.Parameter:
+    """Make the option of one field: its flag (or `--field-name`), aliases, help, choices and the command's default."""
     meta, listed = field.metadata, typing.get_origin(hint) is list
     default = None if listed or field.default is dataclasses.MISSING else field.default
+    help = meta["help"]
+    if field.name in defaults:  # the command's default is shown by typer; the field's own is not this command's
+        default, help = defaults[field.name], help.split("; default:")[0].rstrip(".") + "."
     decls = [meta.get("flag") or f"--{field.name.replace('_', '-')}", *ALIASES.get(field.name, ())]
     extra = {"metavar": "|".join(meta["choices"])} if meta.get("choices") else {}
     if hint in (str, str | None):
         extra["callback"] = utf8_texts
-    option = typer.Option(*decls, help=meta["help"], **extra)
+    option = typer.Option(*decls, help=help, **extra)
     kind = str | None if listed else hint  # a list is given comma-separated
     keyword = inspect.Parameter.KEYWORD_ONLY
     return inspect.Parameter(field.name, keyword, default=default, annotation=Annotated[kind, option])
 
 
 def from_fields(
-    source: str, into: str, only: tuple[str, ...] = (), build: str | None = None
+    source: str, into: str, only: tuple[str, ...] = (), build: str | None = None, defaults: dict | None = None
 ) -> Callable[[Callable], Any]:
     """Give a command one option per field of the class at `source` ('module:Class'; `only` these), as `into`.
 
     The command declares `into: Generated`; it receives `build` (default: the source class) made of the given values.
+    `defaults` are the command's own defaults of some fields (`train`'s layers and pooling are the features').
     """
 
     def decorate(command: Callable) -> Any:
-        return _FieldsCommand(command, source, into, only, build or source)
+        return _FieldsCommand(command, source, into, only, build or source, defaults or {})
 
     return decorate
 
@@ -130,15 +134,18 @@ def from_fields(
 class _FieldsCommand:
     """A command whose signature gains the generated options when it is the one invoked (or the docs ask)."""
 
-    def __init__(self, command: Callable, source: str, into: str, only: tuple[str, ...], build: str) -> None:
+    def __init__(
+        self, command: Callable, source: str, into: str, only: tuple[str, ...], build: str, defaults: dict
+    ) -> None:
         functools.update_wrapper(self, command, assigned=("__module__", "__name__", "__qualname__", "__doc__"))
         self.command, self.source, self.into, self.only, self.build = command, source, into, only, build
+        self.defaults = defaults
 
     def _fields(self) -> list[inspect.Parameter]:
         cls = _load(self.source)
         hints = typing.get_type_hints(cls)
         chosen = [f for f in dataclasses.fields(cls) if "help" in f.metadata and f.name in (self.only or [f.name])]
-        return [_parameter(f, hints[f.name]) for f in chosen]
+        return [_parameter(f, hints[f.name], self.defaults) for f in chosen]
 
     @functools.cached_property
     def _light(self) -> inspect.Signature:
