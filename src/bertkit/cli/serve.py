@@ -6,15 +6,15 @@ import errno
 import os
 import signal
 import socket
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from ..encoder.defaults import GPU_BATCH_TOKENS, MAX_BATCH_TOKENS
 from ..errors import InputError
-from .common import app, existing_indexes, options_for, running_on, say
-from .options import Device, MapTexts, Model, Precision, Runs, Threads
+from .common import app, existing_indexes, running_on, say
+from .options import Device, Generated, MapTexts, Model, Precision, Runs, Threads, from_fields
 
 
 def _cores() -> int:
@@ -46,6 +46,8 @@ def bound_socket(host: str, port: int) -> socket.socket:
     return listening
 
 
+LIMITS = ("max_batch_tokens", "max_queue_tokens", "max_inputs", "max_body_bytes", "max_answer_numbers")
+LIMITS += ("concurrent_batches",)  # `ServeSettings`' fields that are `bertkit serve`'s flags
 KEEP_ALIVE_S = 75  # seconds an idle keep-alive connection stays open (nginx's default)
 
 
@@ -53,6 +55,7 @@ Opt = typer.Option
 
 
 @app.command()
+@from_fields("bertkit.serve.settings:ServeSettings", "settings", only=LIMITS)
 def serve(
     ctx: typer.Context,
     model: Model = None,
@@ -71,26 +74,6 @@ def serve(
     precision: Precision = "fp32",
     device: Device = "auto",
     threads: Threads = None,
-    concurrent_batches: Annotated[
-        int | None,
-        Opt(
-            help="Forward passes in flight, each on its share of the threads (default: one per core, 2 "
-            "at most; 1: one pass at a time on every thread)."
-        ),
-    ] = None,
-    max_batch_tokens: Annotated[
-        int | None,
-        Opt(
-            help=f"Padded tokens per forward pass (default: {MAX_BATCH_TOKENS} on a CPU; on a GPU "
-            f"{GPU_BATCH_TOKENS}, or less when free memory is short)."
-        ),
-    ] = None,
-    max_queue_tokens: Annotated[int, Opt(help="Tokens allowed to wait; beyond it 429.")] = 65536,
-    max_inputs: Annotated[int, Opt(help="Texts per request.")] = 128,
-    max_body_bytes: Annotated[int, Opt(help="Request body limit in bytes.")] = 2_000_000,
-    max_answer_numbers: Annotated[
-        int, Opt(help="Numbers one answer may hold (token vectors: tokens × width; ~90 MB of JSON); beyond it 413.")
-    ] = 1 << 23,
     api_key_env: Annotated[
         str | None, Opt(help="Require this variable's value as 'Authorization: Bearer <key>' (not /health, the page).")
     ] = None,
@@ -112,6 +95,7 @@ def serve(
         ),
     ] = None,
     map_texts: MapTexts = False,
+    settings: Generated = None,
     graceful_timeout: Annotated[int, Opt(help="Seconds SIGTERM waits for requests in flight.")] = 30,
     access_log: Annotated[bool, Opt("--access-log/--no-access-log", help="Log every request (off: faster).")] = False,
     log_level: Annotated[str, Opt(help="uvicorn's log level.")] = "info",
@@ -121,12 +105,10 @@ def serve(
     import uvicorn
 
     from ..serve.security import load_api_key
-    from ..serve.settings import ServeSettings
 
     api_key = load_api_key(api_key_env, api_key_file)
     hosts, origins = tuple(allow_host or ()), tuple(allow_origin or ())
-    given = options_for(ctx, ServeSettings, api_key=api_key, allow_hosts=hosts, allow_origins=origins)
-    settings = ServeSettings(**given)  # checks its values
+    settings = replace(settings, api_key=api_key, allow_hosts=hosts, allow_origins=origins, map_texts=map_texts)
     application, serving = _application(model, precision, device, threads or _cores(), run or [], index or [], settings)
     if host in ("0.0.0.0", "::") and not settings.allow_hosts:
         say(

@@ -47,9 +47,14 @@ class Model(Protocol):
         """Return `max_length`, or the model's limit for None; refused past what the position table takes."""
 
 
-def _option(default: Any, help: str, choices: tuple[str, ...] | None = None, flag: str | None = None) -> Any:
-    """Return a field carrying what every surface is generated from: help, choices and the command-line flag."""
-    return dataclasses.field(default=default, metadata={"help": help, "choices": choices, "flag": flag})
+def option_field(default: Any, help: str, choices: tuple[str, ...] | None = None, flag: str | None = None) -> Any:
+    """Return a dataclass field carrying what its surfaces are generated from: help, choices, command-line flag.
+
+    The one declaration of an option (`EmbedOptions`, `FinetuneSettings`, `ServeSettings`); `[]` defaults to a
+    fresh list.
+    """
+    factory = {"default_factory": list} if default == [] else {"default": default}
+    return dataclasses.field(**factory, metadata={"help": help, "choices": choices, "flag": flag})
 
 
 @dataclass(frozen=True)
@@ -92,33 +97,33 @@ class EmbedOptions:
     'last4:sum'
     """
 
-    layers: str = _option("last", "Hidden states: last, -2, 0, last4:sum, last4:concat, all:mean, '-1,-2'.")
-    pooling: str | None = _option(
+    layers: str = option_field("last", "Hidden states: last, -2, 0, last4:sum, last4:concat, all:mean, '-1,-2'.")
+    pooling: str | None = option_field(
         None, "cls, pooler, mean, max, several joined by +, or none (token vectors); default: the model's, else mean."
     )
-    max_length: int | None = _option(None, "The token limit (default: the model's).")
-    long_text: str = _option(
+    max_length: int | None = option_field(None, "The token limit (default: the model's).")
+    long_text: str = option_field(
         "truncate", "A text over the limit is cut, refused, or read in windows.", LONG_TEXT_POLICIES
     )
-    stride: int | None = _option(None, "Tokens two neighbouring windows share (default: a quarter of a window).")
-    truncation_direction: str = _option("right", "right keeps a long text's beginning, left its end.", DIRECTIONS)
-    prompt: str | None = _option(None, "Text put before every input, e.g. 'passage: '.")
-    prompt_name: str | None = _option(None, "One of the model's named prompts (bertkit info lists them).")
-    include_prompt: bool | None = _option(
+    stride: int | None = option_field(None, "Tokens two neighbouring windows share (default: a quarter of a window).")
+    truncation_direction: str = option_field("right", "right keeps a long text's beginning, left its end.", DIRECTIONS)
+    prompt: str | None = option_field(None, "Text put before every input, e.g. 'passage: '.")
+    prompt_name: str | None = option_field(None, "One of the model's named prompts (bertkit info lists them).")
+    include_prompt: bool | None = option_field(
         None,
         "Pool over the prompt's tokens too (default: the model's Pooling config).",
         flag="--include-prompt/--exclude-prompt",
     )
-    truncate_dim: int | None = _option(
+    truncate_dim: int | None = option_field(
         None, "Keep the first N numbers of each vector (Matryoshka), before normalizing."
     )
-    normalize_embeddings: bool | None = _option(
+    normalize_embeddings: bool | None = option_field(
         None,
         "Unit-length vectors (default: the model's sentence-transformers config).",
         flag="--normalize/--no-normalize",
     )
-    output_type: str = _option("float32", "The vectors' form: float or compact.", OUTPUT_TYPES)
-    dense: bool | None = _option(
+    output_type: str = option_field("float32", "The vectors' form: float or compact.", OUTPUT_TYPES)
+    dense: bool | None = option_field(
         None,
         "Apply the model's Dense modules (default: to the model's own sentence vector).",
         flag="--dense/--no-dense",

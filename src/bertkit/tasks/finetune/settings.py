@@ -9,6 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from ...encoder.options import option_field
 from ...errors import InputError, check_flag, check_whole
 
 LOGS = "logs"  # metrics.jsonl and the trackers' files (TensorBoard, ...), kept in the finished run
@@ -24,12 +25,6 @@ SMALL_QA_STEPS = {"learning_rate": 1e-4, "num_train_epochs": 10, "early_stopping
 MIXED_PRECISIONS = ("no", "fp16", "bf16")
 
 
-def _setting(default: Any, help: str, flag: str | None = None, choices: tuple[str, ...] | None = None) -> Any:
-    """Declare a field with its command-line help, flag (None: `--field-name`) and choices."""
-    factory = {"default_factory": list} if default == [] else {"default": default}
-    return dataclasses.field(**factory, metadata={"help": help, "choices": choices, "flag": flag})
-
-
 @dataclass
 class FinetuneSettings:
     """bertkit's fine-tuning settings; the defaults are the ones measured in benchmarks/finetune.py.
@@ -40,47 +35,49 @@ class FinetuneSettings:
     `multi_label`; `mixed_precision`, accelerate's one option for TrainingArguments' `fp16` and `bf16`.
     """
 
-    task: str | None = _setting(
+    task: str | None = option_field(
         None,
         "text (sentences; the default) | pair (sentence pairs: NLI, paraphrase, STS, relevance) | token (tagging, e.g. "
         "NER) | qa (extractive question answering: SQuAD JSON or JSONL).",
         choices=TASKS,
     )
-    num_train_epochs: int | None = _setting(
+    num_train_epochs: int | None = option_field(
         None,
         "Epochs to train, fewer when the dev score stops improving (3; qa on under 800 questions: 10).",
-        "--epochs",
+        flag="--epochs",
     )
-    learning_rate: float | None = _setting(
-        None, "Peak learning rate, warmed up then decayed (1e-4; qa: 2e-4, on under 800 questions 1e-4).", "--lr"
+    learning_rate: float | None = option_field(
+        None, "Peak learning rate, warmed up then decayed (1e-4; qa: 2e-4, on under 800 questions 1e-4).", flag="--lr"
     )
-    batch_size: int | None = _setting(None, "Examples per optimizer step, split between processes (32; qa: 16).")
-    weight_decay: float = _setting(0.01, "AdamW's weight decay.")
-    warmup_ratio: float = _setting(0.1, "Share of the steps the learning rate warms up over (0 to 1).")
-    max_grad_norm: float = _setting(1.0, "Clip the gradients' norm to this.")
-    early_stopping_patience: int | None = _setting(
-        None, "Stop after this many epochs without a better dev score (2; qa on under 800 questions: 10).", "--patience"
+    batch_size: int | None = option_field(None, "Examples per optimizer step, split between processes (32; qa: 16).")
+    weight_decay: float = option_field(0.01, "AdamW's weight decay.")
+    warmup_ratio: float = option_field(0.1, "Share of the steps the learning rate warms up over (0 to 1).")
+    max_grad_norm: float = option_field(1.0, "Clip the gradients' norm to this.")
+    early_stopping_patience: int | None = option_field(
+        None,
+        "Stop after this many epochs without a better dev score (2; qa on under 800 questions: 10).",
+        flag="--patience",
     )
-    seed: int = _setting(0, "Seed of the head's weights, the split and the batches' order.")
-    max_length: int | None = _setting(
+    seed: int = option_field(0, "Seed of the head's weights, the split and the batches' order.")
+    max_length: int | None = option_field(
         None, "Tokens per example (text: 128; pair: 256; qa: 384; token: the model's maximum)."
     )
-    doc_stride: int | None = _setting(
+    doc_stride: int | None = option_field(
         None, "qa: tokens two windows of a long context share (default 128, at most half)."
     )
-    regression: bool = _setting(
+    regression: bool = option_field(
         False, "Text/pair: learn a score (one output, mean squared error); labels with decimals imply it."
     )
-    multi_label: bool = _setting(
+    multi_label: bool = option_field(
         False, "Text/pair: several labels a row (separated by --label-separator; JSONL: a list)."
     )
-    gradient_accumulation_steps: int = _setting(
+    gradient_accumulation_steps: int = option_field(
         1, "Split each step's batch into this many micro-batches (less memory, the same updates)."
     )
-    mixed_precision: str = _setting(
+    mixed_precision: str = option_field(
         "no", "no | fp16 (CUDA) | bf16 (CUDA, or a CPU with native bf16).", choices=MIXED_PRECISIONS
     )
-    report_to: list[str] = _setting(
+    report_to: list[str] = option_field(
         [], "Experiment trackers, comma-separated: tensorboard, mlflow, wandb, ... (logs in OUTPUT/logs)."
     )
 
