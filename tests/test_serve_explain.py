@@ -141,3 +141,11 @@ def test_explain_sends_one_layer_and_the_mean_attention_unless_asked_and_caps_wh
         assert f"at most {views.MAX_VECTOR_LAYERS}" in too_many["error"]
         wrong = client.post("/explain", json={"text": "I love Korea", "head": "max"}).json()["model"]
         assert "'all', 'mean'" in wrong["error"]
+        for bad, words in [  # the request model refuses what is not the page's JSON, before any work
+            ({"text": "a", "colour": 1}, "colour"),
+            ({}, "text"),
+            ({"text": "a", "attributions": "yes"}, "attributions"),
+            ({"text": "   "}, "text"),
+        ]:
+            refused = client.post("/explain", json=bad)
+            assert refused.status_code == 422 and words in refused.json()["error"], refused.text[:300]

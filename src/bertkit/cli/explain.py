@@ -52,7 +52,7 @@ def explain(
     # every layer, attention layer and head: the file switches between them with no server
     every = {"layer": "all", "attention_layer": "all", "head": "all"}
     chosen = dict(layers=options.layers, pooling=options.pooling or "mean", pad_to=options.max_length)
-    settings = Settings.from_json(options_for(ctx, Settings, **chosen, **every))
+    settings = Settings(**options_for(ctx, Settings, **chosen, **every))
     result = explainer.explain(settings, bounded=False)
     option_of = {"tokenization": "--max-length", "model": "--max-length", "sentence": "--layers/--pooling"}
     for name, option in option_of.items():

@@ -16,7 +16,7 @@ from cachetools import FIFOCache
 from sklearn.decomposition import PCA
 
 from ..encoder.encode import Encoder
-from ..errors import BertkitError, InputError, ModelLoadError
+from ..errors import BertkitError, InputError, ModelLoadError, check_flag
 from ..io.readers import column_spec, read_labelled, sample_path
 from ..records import check_record
 from ..tasks.classify import TextClassifier
@@ -33,7 +33,7 @@ RECENT = 16  # sentences whose feature vectors are kept (map and prediction of o
 
 @dataclass
 class Settings:
-    """What the page asks for.
+    """What the page asks for (checked when made).
 
     `layer`, `attention_layer`, `head`: a number, a list, 'all' ('mean' for the head), or None for the small default
     (the last hidden state, the last layer's attention averaged over its heads).
@@ -51,30 +51,15 @@ class Settings:
     pair: str | None = None
     attributions: bool = False
 
-    @classmethod
-    def from_json(cls, payload: dict) -> Settings:
-        """Read settings from a request body; unknown keys and wrong types get a message naming them."""
-        if not isinstance(payload, dict):
-            raise InputError('the request body must be a JSON object such as {"text": "I love Korea"}.')
-        if "text" not in payload:
-            raise InputError('give the sentence to explain: {"text": "I love Korea"}.')
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(payload) - known)
-        if unknown:
-            raise InputError(f"unknown field(s) {', '.join(unknown)}; known fields: {', '.join(sorted(known))}.")
-        for name in ("layers", "pooling"):
-            if name in payload and not isinstance(payload[name], str):
-                raise InputError(f"{name} must be a string such as 'last4:sum' or 'mean'.")
-        for name in ("compare", "map_run", "pair"):
-            if payload.get(name) is not None and not isinstance(payload[name], str):
-                raise InputError(f"{name} must be a string or null.")
-        if not isinstance(payload.get("attributions", False), bool):
-            raise InputError("attributions must be true or false.")
-        settings = cls(**payload)
+    def __post_init__(self) -> None:
+        """Refuse a text, compare or pair sentence that is not one (empty, too long) and a non-bool `attributions`.
+
+        The service's request model checks JSON types first (`serve/schemas.py: ExplainRequest`).
+        """
         for name in ("text", "compare", "pair"):
-            if name == "text" or getattr(settings, name):
-                views.check_text(getattr(settings, name), name)
-        return settings
+            if name == "text" or getattr(self, name):
+                views.check_text(getattr(self, name), name)
+        check_flag("attributions", self.attributions)
 
 
 @dataclass

@@ -314,7 +314,7 @@ def _explainer_routes(router: APIRouter) -> None:
         responses=responses("/explain", ExplainResponse, POST_ERRORS),
     )
     async def explain(body: ExplainRequest, request: Request) -> JSONResponse:
-        settings = Settings.from_json(body.model_dump(exclude_unset=True))
+        settings = Settings(**body.model_dump(exclude_unset=True))
         explainer = explainer_of(request.app)
         result = await _service(request).call(lambda: explainer.explain(settings), explainer.work_tokens(settings))
         return await json_answer(result)  # written off the loop (FastAPI's encoder would walk every float)

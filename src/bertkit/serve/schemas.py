@@ -331,7 +331,7 @@ class TextObject(Strict):
 
 
 class ExplainRequest(Strict):
-    """The explainer's `POST /explain` body (parsed by `explain.explainer.Settings.from_json`; documentation only).
+    """The explainer's `POST /explain` body: its JSON types; `explain.explainer.Settings` is made of it.
 
     Out-of-range `pad_to`, `layer`, `attention_layer`, `head`, `layers` or `pooling` do not fail the request: the
     panel they concern carries `{"error": message}` instead of its data.
