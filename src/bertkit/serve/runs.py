@@ -94,9 +94,7 @@ class ServedRun:
 
     def rerank(self, query: str, documents: list[str], raw: bool = False) -> list[tuple[int, float]]:
         """(index, score) of every document for `query`, best first: the run's `rank` (raw: the logit margin)."""
-        scores = self.model.scores([(query, document) for document in documents], raw=raw)
-        order = sorted(range(len(documents)), key=lambda i: -float(scores[i]))
-        return [(i, float(scores[i])) for i in order]
+        return self.model.rank(query, documents, raw=raw)
 
 
 def load_runs(directories: dict[str, Path]) -> dict[str, ServedRun]:

@@ -141,7 +141,12 @@ class FineTunedClassifier(FineTuned):
         return margin if raw else 1.0 / (1.0 + np.exp(-margin))  # = softmax probability of the last class
 
     def rank(
-        self, query: str, documents: Sequence[str], top_k: int | None = None, batch_size: int = EVAL_BATCH_SIZE
+        self,
+        query: str,
+        documents: Sequence[str],
+        top_k: int | None = None,
+        batch_size: int = EVAL_BATCH_SIZE,
+        raw: bool = False,
     ) -> list[tuple[int, float]]:
         """Rank the documents for `query`: (index, score), best first, as sentence-transformers' `CrossEncoder.rank`.
 
@@ -155,6 +160,8 @@ class FineTunedClassifier(FineTuned):
             Keep the best `top_k` only.
         batch_size : int
             Pairs per forward pass.
+        raw : bool
+            Rank by the logit margin, as `scores(raw=True)` gives it.
 
         Returns
         -------
@@ -164,7 +171,7 @@ class FineTunedClassifier(FineTuned):
         if self.takes_pairs is False:
             raise InputError("this model was fine-tuned on single texts; ranking needs a pair model (--task pair).")
         documents = check_texts(documents, "documents")
-        scores = self.scores([(query, document) for document in documents], batch_size)
+        scores = self.scores([(query, document) for document in documents], batch_size, raw=raw)
         order = sorted(range(len(documents)), key=lambda i: -float(scores[i]))
         return [(i, float(scores[i])) for i in order[:top_k]]
 
