@@ -88,7 +88,7 @@ def test_files_equal_the_local_path_one_load_per_actor_and_a_finished_output_is_
     with caplog.at_level(logging.INFO, logger="bertkit"):
         summary = embed_files(str(inputs / "*.jsonl"), tmp_path / "out", actors=2, rows_per_call=32, progress=True)
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("embed: ")]
-    assert said and said[-1].startswith("embed: 240/240 rows, ") and len(said) >= 240 // 32
+    assert len(said) >= 2 and said[-1].startswith("embed: 240/240 rows, ")  # as Ray hands the written rows back
 
     assert summary.files[0] == "c" and sorted(summary.files) == ["a", "b", "c"]  # the empty one at once, no Ray
     assert summary.rows == 240 and summary.skipped == [] and summary.empty == ["c"]

@@ -1,7 +1,9 @@
-"""Defaults shared by the API and the CLI, in a module light enough for the CLI to import at start-up."""
+"""Defaults shared by the API and the CLI, and `option_field`: light enough for the CLI to import at start-up."""
 
+import dataclasses
 import os
 from pathlib import Path
+from typing import Any
 
 DEFAULT_BATCH_SIZE = 32  # the best on a 2-core CPU with length-sorted batches (README, performance)
 # Padded tokens per forward pass, at most: rows of long texts go in smaller batches. Past ~2k tokens a batch's
@@ -28,3 +30,13 @@ def cache_root() -> Path:
     if os.environ.get("BERTKIT_CACHE"):
         return Path(os.environ["BERTKIT_CACHE"])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bertkit"
+
+
+def option_field(default: Any, help: str, choices: tuple[str, ...] | None = None, flag: str | None = None) -> Any:
+    """Return a dataclass field carrying what its surfaces are generated from: help, choices, command-line flag.
+
+    The one declaration of an option (`EmbedOptions`, `FinetuneSettings`, `ServeSettings`); `[]` defaults to a
+    fresh list.
+    """
+    factory = {"default_factory": list} if default == [] else {"default": default}
+    return dataclasses.field(**factory, metadata={"help": help, "choices": choices, "flag": flag})

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import InputError, check_flag, check_whole, quoted
 from .compact import OUTPUT_TYPES
+from .defaults import option_field
 from .layers import parse_layers
 from .pooling import parse_pooling
 from .tokenize import DIRECTIONS, LONG_TEXT_POLICIES, check_stride
@@ -45,16 +46,6 @@ class Model(Protocol):
 
     def _check_max_length(self, max_length: int | None) -> int:
         """Return `max_length`, or the model's limit for None; refused past what the position table takes."""
-
-
-def option_field(default: Any, help: str, choices: tuple[str, ...] | None = None, flag: str | None = None) -> Any:
-    """Return a dataclass field carrying what its surfaces are generated from: help, choices, command-line flag.
-
-    The one declaration of an option (`EmbedOptions`, `FinetuneSettings`, `ServeSettings`); `[]` defaults to a
-    fresh list.
-    """
-    factory = {"default_factory": list} if default == [] else {"default": default}
-    return dataclasses.field(**factory, metadata={"help": help, "choices": choices, "flag": flag})
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,17 @@
 May import: `bertkit.errors`, `bertkit.encoder`, `bertkit.io`, `bertkit.tasks`, `bertkit.explain`.
 """
 
-from .app import create_app
+from typing import Any
+
 from .settings import ServeSettings
 
 __all__ = ["ServeSettings", "create_app"]
+
+
+def __getattr__(name: str) -> Any:
+    """`create_app` is imported when asked for: `bertkit serve` reads `ServeSettings` before torch loads."""
+    if name == "create_app":
+        from .app import create_app
+
+        return create_app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

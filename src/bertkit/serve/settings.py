@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..encoder.defaults import GPU_BATCH_TOKENS, MAX_BATCH_TOKENS
-from ..encoder.options import option_field
+from ..encoder.defaults import GPU_BATCH_TOKENS, MAX_BATCH_TOKENS, option_field
 from ..errors import InputError
 from .security import check_allow_hosts, check_allow_origins
 

@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ...encoder.options import option_field
+from ...encoder.defaults import option_field
 from ...errors import InputError, check_flag, check_whole
 
 LOGS = "logs"  # metrics.jsonl and the trackers' files (TensorBoard, ...), kept in the finished run
