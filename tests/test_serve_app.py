@@ -41,6 +41,27 @@ def test_a_request_larger_than_the_batch_budget_runs_in_several_passes_and_equal
     assert encoder.runner().max_batch_tokens != 64  # the server's budget is its own copy's, not the caller's encoder's
 
 
+def test_every_model_call_runs_on_the_one_model_thread(encoder):
+    """Each thread running torch keeps its own OpenMP team; turns handed to whichever thread of asyncio's pool was free
+    made one client's requests 1.5x slower (52-54 against 77-84 requests/s, benchmarks/serve.py at c=1)."""
+    import threading
+
+    watched = encoder.with_options(concurrent_batches=1)
+    threads: set[str] = set()
+    real_forward = watched._forward_inputs
+
+    def forward(inputs):
+        threads.add(threading.current_thread().name)
+        return real_forward(inputs)
+
+    watched._forward_inputs = forward
+    with TestClient(create_app(watched)) as client:
+        for k in range(12):
+            assert client.post("/embed", json={"inputs": [f"request {k}"]}).status_code == 200
+            assert client.post("/tokenize", json={"inputs": f"request {k}"}).status_code == 200
+    assert len(threads) == 1 and next(iter(threads)).startswith("bertkit-model"), threads
+
+
 @pytest.mark.slow
 def test_a_crashed_batch_fails_its_request_with_json_and_the_server_keeps_serving(encoder):
     flaky = encoder.with_options(concurrent_batches=1)

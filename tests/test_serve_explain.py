@@ -75,8 +75,8 @@ def test_explain_and_predict_wait_in_the_one_queue_and_run_off_the_event_loop(en
         assert answers[1].json()["predictions"]["clf"]["label"] == "pos"
         assert client.post("/embed", json={"inputs": ["I love Korea"]}).status_code == 200
     assert len(run.threads) == 2 and forwards
-    # the event loop's worker threads (asyncio.to_thread), never the loop itself
-    assert all(name.startswith("asyncio_") for name in run.threads + forwards), run.threads + forwards
+    # the one model thread (encoder/threads.py: MODEL_CALLS), never the event loop itself
+    assert {name.rsplit("_", 1)[0] for name in run.threads + forwards} == {"bertkit-model"}, run.threads + forwards
 
 
 def test_explain_answers_429_with_retry_after_when_the_queue_is_full(encoder):

@@ -132,6 +132,10 @@ def forward_in_parallel(forward: Callable, chunks: Sequence, pad: Callable, work
 
 
 _AHEAD = ThreadPoolExecutor(1, "bertkit-ahead")  # one: what it computes (tokenization) keeps its own order
+# The service's model calls, one at a time on one thread: each thread running torch keeps a team of OpenMP threads,
+# and past one team per core libgomp stops spin-waiting (see `release_openmp_threads`): asyncio's default pool hands
+# turns to whichever of its threads is free, and one request at a time then ran 1.5x slower than on one thread.
+MODEL_CALLS = ThreadPoolExecutor(1, "bertkit-model")
 
 
 def computed_ahead(function: Callable[[Any], Any], items: Sequence) -> Iterator:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..encoder.devices import release_free_heap
+from ..encoder.threads import MODEL_CALLS
 from ..errors import BertkitError
 from .errors import ServeError
 from .metrics import Metrics
@@ -142,7 +143,7 @@ class Batcher:
                     await asyncio.wait_for(self._wake.wait(), IDLE_TRIM_S if self._turns_since_trim else None)
                 except TimeoutError:
                     self._turns_since_trim = 0
-                    await asyncio.to_thread(release_free_heap)
+                    await asyncio.get_running_loop().run_in_executor(MODEL_CALLS, release_free_heap)
                 continue
             jobs = self._take()
             if jobs:
@@ -153,7 +154,9 @@ class Batcher:
         started = time.perf_counter()
         self._turns_since_trim += 1
         try:
-            results = await asyncio.to_thread(jobs[0].run, [job.payload for job in jobs])
+            results = await asyncio.get_running_loop().run_in_executor(
+                MODEL_CALLS, jobs[0].run, [job.payload for job in jobs]
+            )
         except (ServeError, BertkitError) as exc:  # the request's own fault, said by the library or the service
             results = [exc] * len(jobs)
         except Exception as exc:  # a crashed turn fails only its own requests
