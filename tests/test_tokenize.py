@@ -35,9 +35,10 @@ def test_sentence_pairs_match_hf_and_mark_type_ids(encoder, hf_default):
 
 @pytest.mark.parametrize("direction", ["right", "left"])
 def test_long_pairs_are_cut_as_hf_cuts_them_with_bounded_work(hf_default, direction):
-    """Longest-first truncation of long pairs keeps transformers' tokens (odd budgets, ties, either side), and a long
-    query with a long document no longer makes one overflow window per pair of windows (132,486 before the cut)."""
+    """Longest-first truncation of long pairs keeps transformers' tokens and offsets (odd budgets, ties, either side),
+    and a long query with a long document no longer makes one overflow window per pair of windows (132,486 before)."""
     import random
+    import re
 
     from bertkit.encoder import tokenize as tok
 
@@ -49,12 +50,21 @@ def test_long_pairs_are_cut_as_hf_cuts_them_with_bounded_work(hf_default, direct
             first, second = (" ".join(rng.choices(words, k=rng.randint(1, 300))) for _ in range(2))
             second = first if rng.random() < 0.1 else second  # ties: the second is the longer
             max_length = rng.choice([16, 33, 64, 128])
-            expected = tokenizer(first, second, truncation="longest_first", max_length=max_length)["input_ids"]
+            expected = tokenizer(
+                first, second, truncation="longest_first", max_length=max_length, return_offsets_mapping=True
+            )
             [got] = tok.encode(tokenizer, [first], [second], max_length=max_length, direction=direction)
-            assert list(got.ids) == expected, (len(first), len(second), max_length)
-        huge = " ".join(rng.choices(words, k=20_000))
-        [got] = tok.encode(tokenizer, [huge], [huge + " more"], max_length=128, direction=direction)
-        assert len(got.encoding.overflowing) < 50 and got.truncated and len(got.ids) == 128
+            assert list(got.ids) == expected["input_ids"], (len(first), len(second), max_length)
+            spans = [[m.span() for m in re.finditer(r"\S+", text)] for text in (first, second)]
+            words_read = [
+                None if s is None else next(k for k, (a, b) in enumerate(spans[s]) if a <= start < b)
+                for (start, _), s in zip(expected["offset_mapping"], expected.sequence_ids())
+            ]
+            assert got.word_ids() == words_read  # the offsets still point into the texts as given
+        if direction == "right":  # the side pairs are read from (rank, predict); a left cut would move the offsets
+            huge = " ".join(rng.choices(words, k=20_000))
+            [got] = tok.encode(tokenizer, [huge], [huge + " more"], max_length=128)
+            assert len(got.encoding.overflowing) < 50 and got.truncated and len(got.ids) == 128
     finally:
         tokenizer.truncation_side = "right"
 

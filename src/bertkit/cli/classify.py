@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ..encoder.defaults import DEFAULT_FEATURE_LAYERS, DEFAULT_FEATURE_POOLING
+from ..errors import InputError
 from ..io.readers import column_spec
 from .common import app, cache_option, existing_text_file, options_for, running_on, say
 from .options import (
@@ -82,6 +83,8 @@ def train(
     from ..tasks.vectorizer import BertVectorizer
 
     check_output(output, overwrite)
+    if options.token_vectors:
+        raise InputError("--pooling none gives token vectors; a classifier reads one vector a text: give cls or mean.")
     if report is not None:
         check_report_directory(report, overwrite)
     columns = column_spec(text_column), column_spec(label_column)

@@ -53,7 +53,9 @@ def search(
         )
     loaded = load_index(index)
     ids, meta = loaded.ids, loaded.meta
-    model = None if meta.get("model") in (None, "default") else meta["model"]  # no model: refused by embed_queries
+    if not meta.get("model"):  # an index made in Python from bare vectors: no model to embed the queries with
+        raise InputError(f"{index} does not say which model made its vectors; search it in Python with that model.")
+    model = None if meta["model"] == "default" else meta["model"]
     encoder = Encoder.from_pretrained(model, device=device, precision=meta.get("precision", "fp32"))
     found = loaded.embed_queries(encoder, queries, prompt=options.prompt, prompt_name=options.prompt_name)
     output = meta.get("output", "float32")

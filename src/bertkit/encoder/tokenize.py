@@ -237,9 +237,11 @@ def encode(
     first_part = [strings[i] for i in too_long]
     second_part = [second[i] for i in too_long] if second else None
     if long_text == "truncate":
-        if second_part is not None:  # the tokenizer would keep one overflow window per pair of windows of the two
+        # a long pair is cut first (the tokenizer would keep an overflow window per pair of windows of the two); not
+        # from the left, which would move the offsets that word ids read
+        if second_part is not None and direction == "right":
             parts = [
-                _kept_part(encoded[row].encoding, first_part[n], second_part[n], max_length, direction)
+                _kept_part(encoded[row].encoding, first_part[n], second_part[n], max_length)
                 for n, row in enumerate(too_long)
             ]
             first_part, second_part = [a for a, _ in parts], [b for _, b in parts]
@@ -265,21 +267,27 @@ def encode(
 PAIR_MARGIN = 16  # tokens a pair's text keeps past `max_length` before it is cut: its cut decides where it ends
 
 
-def _kept_part(full: Any, first: str, second: str, max_length: int, direction: str) -> tuple[str, str]:
-    """Return the part of each text of a pair that longest-first truncation to `max_length` keeps, and a margin.
+def _kept_part(full: Any, first: str, second: str, max_length: int) -> tuple[str, str]:
+    """Return the beginning of each text of a pair that longest-first truncation to `max_length` keeps, and a margin.
 
-    Cut by the pair's whole encoding (`full`), so the truncation that follows keeps the same tokens with work bounded
-    by `max_length` (a 100,000-character query and document took gigabytes of overflow windows). The longer text (on
-    a tie, the second) keeps twice as much, so it stays the longer: the truncation gives it the odd token.
+    Cut by the pair's whole encoding (`full`) at the end of a word, so the truncation that follows keeps the same
+    tokens, at the same offsets, with work bounded by `max_length` (a 100,000-character query and document took
+    gigabytes of overflow windows). The longer text (on a tie, the second) keeps twice as much, so it stays the
+    longer: the truncation gives it the odd token.
     """
-    spans = [[span for span, s in zip(full.offsets, full.sequence_ids) if s == sequence] for sequence in (0, 1)]
+    tokens = [
+        [(span, word) for span, word, s in zip(full.offsets, full.word_ids, full.sequence_ids) if s == n]
+        for n in (0, 1)
+    ]
     keep = max_length + PAIR_MARGIN
-    second_longer = len(spans[1]) >= len(spans[0])
-    limits = (keep * (1 + (not second_longer)), keep * (1 + second_longer))
+    second_longer = len(tokens[1]) >= len(tokens[0])
     parts = []
-    for text, kept, limit in zip((first, second), spans, limits):
+    for text, kept, limit in zip((first, second), tokens, (keep * (2 - second_longer), keep * (1 + second_longer))):
         if len(kept) > limit:
-            text = text[: kept[limit - 1][1]] if direction == "right" else text[kept[-limit][0] :]
+            last = limit - 1
+            while last + 1 < len(kept) and kept[last + 1][1] == kept[last][1]:  # to the end of its word
+                last += 1
+            text = text[: kept[last][0][1]]
         parts.append(text)
     return parts[0], parts[1]
 

@@ -3,9 +3,12 @@
 May import: `bertkit.errors`, `bertkit.encoder`, `bertkit.io`, `bertkit.tasks`, `bertkit.explain`.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .settings import ServeSettings
+
+if TYPE_CHECKING:
+    from .app import create_app as create_app
 
 __all__ = ["ServeSettings", "create_app"]
 
