@@ -337,7 +337,6 @@ def _stream_files(
     ds = ds.map_batches(
         _write_parts, fn_kwargs={"staging": staging}, batch_format="pyarrow", batch_size=None, num_cpus=plan.io_cpus
     )
-    ds.context.enable_progress_bars = False  # this job's own context (Ray copies it when the dataset is made): one bar
     done = dict.fromkeys(work, 0)
     reporter = Progress("embed", sum(counts.values()), "rows", show=progress, min_total=PROGRESS_MIN_ROWS)
     try:
