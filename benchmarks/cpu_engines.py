@@ -8,14 +8,15 @@ interleaved (texts/s: the median; × sentence-transformers torch). Each way's ve
 `transformers` (max abs difference, fp32 ways) and with sentence-transformers torch (min cosine).
 
 The ways:
-- sentence-transformers at batch 32 with its torch backend and `backend="openvino"` with
+- sentence-transformers at batch 32 and 128 with its torch backend and `backend="openvino"` with
   `INFERENCE_PRECISION_HINT: f32` and with its default hint (bf16 where the CPU has native bf16); its
   `backend="onnx"` needs optimum-onnx, which pins transformers 4 and so cannot sit beside optimum-intel 2.2;
-- bertkit on torch at fp32 and (native bf16 only) bf16, as it runs today;
-- bertkit's tokenization, batch plan and pooling with another engine behind its one forward pass: OpenVINO (f32 and
-  bf16 hints, through optimum-intel's exported model) and ONNX Runtime (fp32, `torch.onnx.export` of the model).
-  These give the last hidden state only: enough for the default options; inner layers need the graph's other
-  outputs.
+- bertkit at fp32 and (native bf16 only) bf16 on each of its engines (`engine="torch"`, `engine="openvino"`);
+- bertkit's tokenization, batch plan and pooling with ONNX Runtime (fp32, `torch.onnx.export` of the model) behind
+  its one forward pass (a prototype here: the last hidden state only).
+With --int8: bertkit's own int8; OpenVINO's post-training static int8 through sentence-transformers and behind
+bertkit's plan; OpenVINO with int8 weights and int8 activations quantised per token as each pass runs (NNCF's weight
+compression of bertkit's exported graph, the CPU plugin's dynamic quantisation); ONNX Runtime's dynamic int8.
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ def int8_ways(folder: Path, texts: list[str], export: Path, fp32: Encoder) -> di
     from bertkit.encoder.int8 import packaged_texts
 
     ways: dict[str, callable] = {}
-    own = Encoder.from_pretrained(device="cpu", precision="int8")
+    own = Encoder.from_pretrained(device="cpu", precision="int8", engine="torch")
     ways["bertkit torch int8 (its own calibration)"] = lambda t: own.embed(t, progress=False, warn=False)
 
     calibration = packaged_texts()
@@ -178,11 +179,29 @@ def int8_ways(folder: Path, texts: list[str], export: Path, fp32: Encoder) -> di
             t, batch_size=b
         )
     ov_int8 = OVModelForFeatureExtraction.from_pretrained(export / "ov-int8", compile=True)
-    ov_encoder = with_engine(Encoder.from_pretrained(device="cpu", concurrent_batches=1), optimum_engine(ov_int8))
+    ov_encoder = with_engine(
+        Encoder.from_pretrained(device="cpu", concurrent_batches=1, engine="torch"), optimum_engine(ov_int8)
+    )
     ways["bertkit plan + OpenVINO static int8"] = lambda t: ov_encoder.embed(t, progress=False, warn=False)
+    import nncf
+    import openvino
+
+    graph = Encoder.from_pretrained(device="cpu", engine="openvino")._openvino.graph
+    compressed = nncf.compress_weights(graph.clone(), mode=nncf.CompressWeightsMode.INT8_ASYM)
+    dynamic = openvino.Core().compile_model(
+        compressed, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "32"}
+    )
+    dynamic_encoder = with_engine(
+        Encoder.from_pretrained(device="cpu", concurrent_batches=1, engine="torch"),
+        lambda inputs: torch.from_numpy(dynamic({k: v.numpy() for k, v in inputs.items()})[len(dynamic.outputs) - 1]),
+    )
+    ways["bertkit plan + OpenVINO int8 weights, dynamic int8 activations"] = lambda t: dynamic_encoder.embed(
+        t, progress=False, warn=False
+    )
     quantize_dynamic(str(export / "model.onnx"), str(export / "dynamic.onnx"), weight_type=QuantType.QInt8)
     ort_int8 = with_engine(
-        Encoder.from_pretrained(device="cpu", concurrent_batches=1), onnx_engine(fp32, export / "dynamic.onnx", False)
+        Encoder.from_pretrained(device="cpu", concurrent_batches=1, engine="torch"),
+        onnx_engine(fp32, export / "dynamic.onnx", False),
     )
     ways["bertkit plan + ONNX Runtime dynamic int8"] = lambda t: ort_int8.embed(t, progress=False, warn=False)
     return ways
@@ -218,22 +237,18 @@ def main() -> None:
             t, batch_size=b
         )
 
-    fp32 = Encoder.from_pretrained(device="cpu")
-    ways["bertkit torch fp32"] = lambda t: fp32.embed(t, progress=False, warn=False)
-    if native_bf16():
-        bf16 = Encoder.from_pretrained(device="cpu", precision="bf16")
-        ways["bertkit torch bf16"] = lambda t: bf16.embed(t, progress=False, warn=False)
-
-    from optimum.intel import OVModelForFeatureExtraction
-
-    for hint in ("f32", "bf16") if native_bf16() else ("f32",):
-        ov = OVModelForFeatureExtraction.from_pretrained(
-            folder, export=True, ov_config={"INFERENCE_PRECISION_HINT": hint}, compile=True
-        )
-        encoder = with_engine(Encoder.from_pretrained(device="cpu", concurrent_batches=1), optimum_engine(ov))
-        ways[f"bertkit plan + OpenVINO {hint}"] = lambda t, e=encoder: e.embed(t, progress=False, warn=False)
+    fp32 = Encoder.from_pretrained(device="cpu", engine="torch")
+    for precision in ("fp32", "bf16") if native_bf16() else ("fp32",):
+        for engine in ("torch", "openvino"):
+            encoder = (
+                fp32
+                if (precision, engine) == ("fp32", "torch")
+                else Encoder.from_pretrained(device="cpu", precision=precision, engine=engine)
+            )
+            ways[f"bertkit {engine} {precision}"] = lambda t, e=encoder: e.embed(t, progress=False, warn=False)
     ort_encoder = with_engine(
-        Encoder.from_pretrained(device="cpu", concurrent_batches=1), onnx_engine(fp32, export / "model.onnx")
+        Encoder.from_pretrained(device="cpu", concurrent_batches=1, engine="torch"),
+        onnx_engine(fp32, export / "model.onnx"),
     )
     ways["bertkit plan + ONNX Runtime fp32"] = lambda t: ort_encoder.embed(t, progress=False, warn=False)
     if options.int8:

@@ -5,6 +5,8 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# the suite checks bertkit's behaviours on torch, the engine every install has; test_engines.py runs OpenVINO's
+os.environ.setdefault("BERTKIT_ENGINE", "torch")
 # in a pytest-xdist worker (`-n 2`: two on two cores) one torch thread, for it and the commands it starts: two pools
 # of two threads each on two cores made the suite slower than one process
 if os.environ.get("PYTEST_XDIST_WORKER"):

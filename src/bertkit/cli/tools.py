@@ -94,5 +94,6 @@ def demo(model: Model = None) -> None:
 def env() -> None:
     """Show the machine as bertkit sees it: CPU features (bf16, int8), threads, GPUs, versions (for bug reports)."""
     from ..encoder.devices import machine_facts
+    from ..encoder.engines import engine_facts
 
-    echo_facts(machine_facts())
+    echo_facts(machine_facts() | engine_facts())

@@ -22,6 +22,7 @@ from ..errors import InputError
 from . import tokenize as tok
 from .defaults import DEFAULT_BATCH_SIZE, GPU_CHUNK_TEXTS
 from .devices import describe, resolve_device, token_budget
+from .engines import OpenVINOForward, check_engine, choose_engine, openvino_forward
 from .int8 import int8_model_for
 from .models import LoadedModel, ModelSource, load_model, resolve_model
 from .precision import HALF_DTYPES, check_precision
@@ -53,6 +54,7 @@ class EncoderBase:
         precision: str = "fp32",
         concurrent_batches: int | None = None,
         device: str | torch.device | None = "auto",
+        engine: str | None = None,
     ) -> None:
         self._loaded = loaded
         self.device = resolve_device(device)
@@ -79,6 +81,18 @@ class EncoderBase:
         self._half: torch.nn.Module | None = None
         if self.device.type == "cuda" and self.precision in HALF_DTYPES:
             self._half = copy.deepcopy(self.model).to(HALF_DTYPES[self.precision]).eval()
+        self._engine_asked = check_engine(engine)
+        self.engine, self.engine_reason = choose_engine(self._engine_asked, self.device, self.precision)
+        self._openvino: OpenVINOForward | None = None
+        if self.engine == "openvino":
+            try:
+                self._openvino = openvino_forward(self, self.precision)
+            except Exception as error:  # noqa: BLE001 (an architecture torch.export or OpenVINO cannot take)
+                why = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                if self._engine_asked == "openvino":
+                    raise InputError(f"engine='openvino': this model does not export to OpenVINO ({why}).") from error
+                self.engine, self.engine_reason = "torch", f"the model does not export to OpenVINO ({why})"
+                logger.warning("%s: %s; running on torch", loaded.source.spec, self.engine_reason)
         self._max_batch_tokens = token_budget(self.model, self.device, self._position_limit)
         self._chunk_texts = GPU_CHUNK_TEXTS if self.device.type == "cuda" else None  # encode.py: _encoded_chunks
         self._ranges: dict[str, np.ndarray] = {}  # int8/uint8 ranges of the calibration sentences, by options
@@ -91,6 +105,7 @@ class EncoderBase:
         precision: str = "fp32",
         concurrent_batches: int | None = None,
         device: str | torch.device | None = "auto",
+        engine: str | None = None,
     ) -> E:
         """Load the packaged default (None), a local directory saved with `save_pretrained`, or a hub name.
 
@@ -105,6 +120,10 @@ class EncoderBase:
             Batches in flight at once, sharing the CPU threads (default: 2 with 2 or more threads, 1 on a GPU).
         device : str
             'auto' (CUDA, then MPS, then the CPU), 'cpu', 'cuda', 'cuda:N' or 'mps'.
+        engine : str, optional
+            What runs the forward passes: 'auto' (OpenVINO for fp32 and bf16 on a CPU when it is installed, else
+            torch), 'torch' or 'openvino'; None reads $BERTKIT_ENGINE, else 'auto'. `engine` and `engine_reason`
+            say what was chosen and why.
 
         Returns
         -------
@@ -112,11 +131,18 @@ class EncoderBase:
         """
         wanted = resolve_device(device)
         check_precision(precision, device=wanted)
+        check_engine(engine)
         return cls(
-            load_model(resolve_model(model)), precision=precision, concurrent_batches=concurrent_batches, device=wanted
+            load_model(resolve_model(model)),
+            precision=precision,
+            concurrent_batches=concurrent_batches,
+            device=wanted,
+            engine=engine,
         )
 
-    def with_options(self: E, *, precision: str | None = None, concurrent_batches: int | None = None) -> E:
+    def with_options(
+        self: E, *, precision: str | None = None, concurrent_batches: int | None = None, engine: str | None = None
+    ) -> E:
         """Another `Encoder` over the same loaded weights and tokenizer, at another precision or concurrency.
 
         Parameters
@@ -125,6 +151,8 @@ class EncoderBase:
             'fp32', 'bf16' or 'int8'; None keeps this encoder's.
         concurrent_batches : int, optional
             Batches in flight at once; None keeps this encoder's.
+        engine : str, optional
+            'auto', 'torch' or 'openvino'; None keeps the one this encoder was asked for.
 
         Returns
         -------
@@ -136,6 +164,7 @@ class EncoderBase:
             precision=precision or self.precision,
             concurrent_batches=self._concurrent_batches if concurrent_batches is None else concurrent_batches,
             device=self.device,
+            engine=engine or self._engine_asked,
         )
 
     # ---- facts about the model -------------------------------------------------------------------------------
@@ -305,6 +334,9 @@ class EncoderBase:
 
     def _forward_inputs(self, inputs: dict[str, torch.Tensor]) -> ForwardOutput:
         """`forward` on padded input tensors (what the runner passes)."""
+        if self._openvino is not None:
+            pooler, states = self._openvino(inputs)
+            return ForwardOutput(last_hidden_state=states[-1], pooler_output=pooler, hidden_states=states)
         model = self._int8 or self._half or self.model
         precision = "fp32" if self._half is not None else self.precision  # half weights: nothing left to autocast
         out = call_model(model, inputs, self.device, precision, output_hidden_states=True, return_dict=True)

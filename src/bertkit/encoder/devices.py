@@ -186,6 +186,7 @@ def machine_facts() -> dict[str, str]:
         "int8 on the cpu": f"VNNI ({', '.join(int8)}): precision='int8' is fast"
         if int8
         else "no VNNI: precision='int8' multiplies its int8 values in fp32 (int8's vectors at fp32's speed)",
+        "openvino": package("openvino"),
         "torch threads": str(torch.get_num_threads()),
         "gpus": "; ".join(gpus) if gpus else "none that torch can use",
     }

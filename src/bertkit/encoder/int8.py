@@ -11,8 +11,6 @@ import hashlib
 import inspect
 import itertools
 import json
-import os
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -26,6 +24,7 @@ from safetensors.torch import save_file
 from ..errors import InputError
 from ..records import check_record, new_record, record_kind
 from . import tokenize as tok
+from .cache_files import cache_files
 from .defaults import cache_root
 from .devices import INT8_FEATURES, cpu_model_and_flags
 from .runner import call_model
@@ -60,14 +59,8 @@ class Calibration:
 
         The cache's writer; `bertkit quantize` writes a model's own through `io.writers.atomic_path`.
         """
-        handle, scratch = tempfile.mkstemp(dir=path.parent, prefix=".calibration-", suffix=".partial")
-        os.close(handle)
-        try:
-            self.write(Path(scratch))
-            os.replace(scratch, path)
-        except BaseException:
-            Path(scratch).unlink(missing_ok=True)
-            raise
+        with cache_files(path.parent, [path.name]) as scratch:
+            self.write(scratch / path.name)
 
     def write(self, path: Path) -> None:
         """Write the safetensors file at `path` itself (the caller makes it atomic)."""
@@ -363,7 +356,6 @@ def calibration_for(
     calibration = calibrate(model, calibration_inputs(model, tokenizer, packaged_texts(), max_length))
     if cached is not None:
         try:
-            cached.parent.mkdir(parents=True, exist_ok=True)
             calibration.save(cached)
         except OSError:  # a read-only home: calibrate again next time
             pass

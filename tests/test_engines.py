@@ -1,0 +1,173 @@
+"""The OpenVINO engine: the same vectors as plain transformers for every option, chosen by 'auto' where it can run,
+torch where it cannot (with the reason), its exported graph cached complete or not at all.
+
+The rest of the suite runs on torch (conftest sets BERTKIT_ENGINE=torch); this file runs OpenVINO itself."""
+
+import numpy as np
+import pytest
+import torch
+from servers import Server
+
+from bertkit import Encoder, InputError
+from bertkit.encoder import engines
+from bertkit.encoder.precision import fast_bf16_cpu
+
+openvino = pytest.importorskip("openvino", reason="OpenVINO is not installed (pip install 'bertkit[openvino]')")
+
+TEXTS = [
+    "I love Korea",
+    "EU rejects German call to boycott British lamb .",
+    "",
+    "a much longer sentence with many words so that the padding differs between rows of the batch",
+] * 3
+
+
+@pytest.fixture(autouse=True)
+def own_cache(monkeypatch, tmp_path):
+    """Each test exports into its own cache, from an empty table of this process's graphs."""
+    monkeypatch.setenv("BERTKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("BERTKIT_ENGINE", raising=False)
+    monkeypatch.setattr(engines, "_GRAPHS", {})
+    return tmp_path / "cache" / "openvino"
+
+
+def transformers_states(folder, texts, max_length):
+    """Every hidden state and the pooler from plain transformers, one text at a time (no padding at all)."""
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModel.from_pretrained(folder).eval()
+    with torch.no_grad():
+        return [
+            model(
+                **tokenizer(text, truncation=True, max_length=max_length, return_tensors="pt"),
+                output_hidden_states=True,
+            )
+            for text in texts
+        ]
+
+
+@pytest.mark.parametrize("name", ["bert_cased", "distilbert", "electra", "roberta"])
+def test_every_layer_and_pooling_equals_transformers_on_openvino(tiny_dirs, name):
+    """Each architecture's tokens and sentences from any layer, against transformers' own hidden states."""
+    folder = tiny_dirs[name]
+    encoder = Encoder.from_pretrained(str(folder), device="cpu", engine="openvino")
+    assert encoder.engine == "openvino", encoder.engine_reason
+    reference = transformers_states(folder, TEXTS, encoder.max_length)
+    for layer in (0, 1, -1):
+        tokens = encoder.embed_tokens(TEXTS, layers=str(layer), progress=False)
+        for got, want in zip(tokens, reference):
+            np.testing.assert_allclose(got.vectors, want.hidden_states[layer][0].numpy(), atol=1e-4)
+    means = encoder.embed(TEXTS, layers="all:mean", pooling="mean", progress=False)
+    for got, want in zip(means, reference):
+        np.testing.assert_allclose(got, torch.stack(want.hidden_states).mean(0)[0].mean(0).numpy(), atol=1e-4)
+    if getattr(reference[0], "pooler_output", None) is not None and encoder._has_pooler:
+        pooled = encoder.embed(TEXTS, pooling="pooler", progress=False)
+        np.testing.assert_allclose(pooled, torch.cat([r.pooler_output for r in reference]).numpy(), atol=1e-4)
+
+
+def test_the_packaged_model_on_openvino_equals_torch_and_runs_concurrent_passes():
+    """fp32 on OpenVINO is torch's fp32 (max abs ≤ 1e-4), one pass at a time or two at once."""
+    torch_run = Encoder.from_pretrained(device="cpu", engine="torch")
+    expected = torch_run.embed(TEXTS * 10, layers="last4:concat", progress=False)
+    for concurrent in (1, 2):
+        ov = Encoder.from_pretrained(device="cpu", engine="openvino", concurrent_batches=concurrent)
+        got = ov.embed(TEXTS * 10, layers="last4:concat", batch_size=4, progress=False)
+        assert np.abs(got - expected).max() <= 1e-4
+
+
+@pytest.mark.skipif(not fast_bf16_cpu(), reason="this CPU has no native bf16 (AMX or AVX512-BF16)")
+def test_bf16_on_openvino_is_bf16_and_close_to_fp32():
+    """bf16 is pinned: it differs from fp32 (so it is not fp32 behind the user's back) and keeps cosine ≥ 0.999."""
+    fp32 = Encoder.from_pretrained(device="cpu", engine="torch").embed(TEXTS, progress=False)
+    bf16 = Encoder.from_pretrained(device="cpu", precision="bf16", engine="openvino")
+    assert bf16.engine == "openvino"
+    got = bf16.embed(TEXTS, progress=False)
+    cosines = (got * fp32).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(fp32, axis=1)
+    assert cosines.min() >= 0.999
+    assert np.abs(got - fp32).max() > 1e-4
+
+
+def test_auto_chooses_openvino_where_it_can_and_torch_with_the_reason_elsewhere(monkeypatch):
+    encoder = Encoder.from_pretrained(device="cpu")
+    assert encoder.engine == "openvino" and "fp32 pinned" in encoder.engine_reason
+    int8 = encoder.with_options(precision="int8")
+    assert int8.engine == "torch" and "int8" in int8.engine_reason
+    assert encoder.with_options(engine="torch").engine == "torch"
+    monkeypatch.setenv("BERTKIT_ENGINE", "torch")
+    assert Encoder.from_pretrained(device="cpu").engine == "torch"
+    monkeypatch.setattr(engines, "openvino_version", lambda: None)  # as without the extra
+    monkeypatch.delenv("BERTKIT_ENGINE")
+    plain = Encoder.from_pretrained(device="cpu")
+    assert plain.engine == "torch" and "bertkit[openvino]" in plain.engine_reason
+    with pytest.raises(InputError, match=r"engine='openvino': OpenVINO is not installed"):
+        Encoder.from_pretrained(device="cpu", engine="openvino")
+
+
+def test_a_bad_engine_is_refused_where_it_enters(monkeypatch):
+    with pytest.raises(InputError, match=r"engine='onnx': give one of auto, torch, openvino"):
+        Encoder.from_pretrained(device="cpu", engine="onnx")
+    monkeypatch.setenv("BERTKIT_ENGINE", "fast")
+    with pytest.raises(InputError, match=r"BERTKIT_ENGINE=fast: give one of"):
+        Encoder.from_pretrained(device="cpu")
+    with pytest.raises(InputError, match=r"engine='openvino': int8 is bertkit's own int8"):
+        Encoder.from_pretrained(device="cpu", precision="int8", engine="openvino")
+
+
+def test_the_graph_is_exported_once_cached_complete_and_made_again_when_damaged(own_cache, monkeypatch):
+    first = Encoder.from_pretrained(device="cpu", engine="openvino")
+    files = sorted(p.name for p in own_cache.iterdir())
+    assert [p.rsplit(".", 1)[1] for p in files] == ["bin", "xml"]  # no scratch folder left behind
+    assert files[0].startswith(first.fingerprint)
+    exports = []
+    real_export = engines._export
+    monkeypatch.setattr(engines, "_export", lambda *a: exports.append(1) or real_export(*a))
+    monkeypatch.setattr(engines, "_GRAPHS", {})
+    again = Encoder.from_pretrained(device="cpu", engine="openvino")
+    assert exports == []  # read from the cache
+    np.testing.assert_array_equal(again.embed(TEXTS, progress=False), first.embed(TEXTS, progress=False))
+    (own_cache / files[1]).write_text("<not a graph")
+    monkeypatch.setattr(engines, "_GRAPHS", {})
+    made = Encoder.from_pretrained(device="cpu", engine="openvino")
+    assert exports == [1]
+    np.testing.assert_array_equal(made.embed(TEXTS, progress=False), first.embed(TEXTS, progress=False))
+
+
+def test_a_model_that_does_not_export_runs_on_torch_with_the_reason(monkeypatch, caplog):
+    def refuse(*args):
+        raise RuntimeError("no graph for this one\nmore detail")
+
+    monkeypatch.setattr(engines, "_export", refuse)
+    encoder = Encoder.from_pretrained(device="cpu")
+    assert encoder.engine == "torch"
+    assert encoder.engine_reason == "the model does not export to OpenVINO (no graph for this one)"
+    assert "running on torch" in caplog.text
+    with pytest.raises(InputError, match=r"does not export to OpenVINO \(no graph for this one\)"):
+        Encoder.from_pretrained(device="cpu", engine="openvino")
+
+
+def test_env_says_which_engine_runs_each_precision(monkeypatch, capsys):
+    from conftest import run_cli
+
+    code, out, _ = run_cli(monkeypatch, capsys, "env")
+    assert code == 0
+    assert "openvino (OpenVINO" in next(line for line in out.splitlines() if line.startswith("engine, fp32"))
+    assert "torch (int8 is bertkit's own" in next(line for line in out.splitlines() if line.startswith("engine, int8"))
+
+
+def test_the_service_on_openvino_answers_the_same_vectors_to_the_openai_client(tmp_path):
+    """A real `bertkit serve` process that chose OpenVINO by itself, and the openai client."""
+    import openai
+
+    expected = Encoder.from_pretrained(device="cpu", engine="torch").embed(
+        TEXTS[:4], normalize_embeddings=True, progress=False
+    )
+    server = Server(env={"BERTKIT_ENGINE": "auto", "BERTKIT_CACHE": str(tmp_path / "cache")})
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+        got = client.embeddings.create(model="default", input=[t or " " for t in TEXTS[:4]])
+        vectors = np.array([row.embedding for row in got.data])
+    finally:
+        server.stop()
+    assert "exporting the model to OpenVINO" in server.output() or (tmp_path / "cache" / "openvino").is_dir()
+    assert list((tmp_path / "cache" / "openvino").glob("*.xml"))
+    np.testing.assert_allclose(vectors[[0, 1, 3]], expected[[0, 1, 3]], atol=1e-4)
