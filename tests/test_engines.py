@@ -75,6 +75,20 @@ def test_the_packaged_model_on_openvino_equals_torch_and_runs_concurrent_passes(
         assert np.abs(got - expected).max() <= 1e-4
 
 
+def test_windows_prompts_and_words_run_on_openvino_as_on_torch():
+    """Long texts in overflow windows, a prompt, word vectors: the options that shape the passes, not only pooling."""
+    long_texts = [" ".join(["the film was long but never dull"] * 12), "short one"]
+    settings = {"long_text": "window", "max_length": 16, "stride": 4, "prompt": "query: ", "progress": False}
+    torch_run = Encoder.from_pretrained(device="cpu", engine="torch")
+    ov = Encoder.from_pretrained(device="cpu", engine="openvino")
+    assert np.abs(ov.embed(long_texts, **settings) - torch_run.embed(long_texts, **settings)).max() <= 1e-4
+    words = [text.split() for text in long_texts]
+    got = ov.embed_words(words, subtoken_pooling="mean", long_text="window", max_length=16, progress=False)
+    want = torch_run.embed_words(words, subtoken_pooling="mean", long_text="window", max_length=16, progress=False)
+    assert [g.shape for g in got] == [(len(w), 384) for w in words]
+    assert all(np.abs(g - w).max() <= 1e-4 for g, w in zip(got, want))
+
+
 @pytest.mark.skipif(not fast_bf16_cpu(), reason="this CPU has no native bf16 (AMX or AVX512-BF16)")
 def test_bf16_on_openvino_is_bf16_and_close_to_fp32():
     """bf16 is pinned: it differs from fp32 (so it is not fp32 behind the user's back) and keeps cosine ≥ 0.999."""
