@@ -46,19 +46,36 @@ def int8_cache(monkeypatch, tmp_path):
     return tmp_path / "cache" / "int8"
 
 
-@pytest.mark.parametrize("hardware", [True, False])
-def test_int8_linear_is_the_hand_computed_int8_product(monkeypatch, hardware):
+PATHS = [
+    pytest.param(True, False, id="vnni"),
+    pytest.param(False, False, id="no-vnni"),
+    pytest.param(
+        True,
+        True,
+        id="packed",
+        marks=pytest.mark.skipif(
+            not hasattr(torch.ops.onednn, "qlinear_pointwise"), reason="this torch has no oneDNN int8 linear"
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("hardware", "packed"), PATHS)
+def test_int8_linear_is_the_hand_computed_int8_product(monkeypatch, hardware, packed):
     """Weights per output channel, input rows asymmetric per row, exact int32 products: computed here by hand. With
-    VNNI the products are torch._int_mm's; without it the same int8 values are multiplied in fp32 (on AVX2 _int_mm is
-    ~30× slower than fp32): both give the hand-computed product."""
+    VNNI the products are torch._int_mm's; with AMX oneDNN's int8 linear on prepacked weights (run here on any CPU);
+    without VNNI the same int8 values are multiplied in fp32 (on AVX2 _int_mm is ~30× slower than fp32): each gives
+    the hand-computed product."""
     from bertkit.encoder import int8 as int8_module
 
     monkeypatch.setattr(int8_module, "HARDWARE_INT8", hardware)
+    monkeypatch.setattr(int8_module, "PACKED_INT8", packed)
     weight = torch.tensor([[0.5, -1.0, 0.25], [2.0, 0.1, -0.3]])
     bias = torch.tensor([0.1, -0.2])
     x = torch.tensor([[1.0, 2.0, -0.5], [0.3, 0.3, 0.9]])
     layer = Int8Linear(Int8Group([weight], [bias], None), 0)
     assert (layer.group.weight_values is None) == hardware
+    assert (layer.group.weight_packed is not None) == packed
 
     w_scale = np.abs(weight.numpy()).max(1) / 127  # [1/127·1.0, 1/127·2.0]
     w_q = np.round(weight.numpy() / w_scale[:, None])
@@ -79,11 +96,14 @@ def test_both_product_paths_give_the_same_layer_output_at_model_size(monkeypatch
     weight, bias = torch.randn(1536, 384, generator=generator), torch.randn(1536, generator=generator)
     x = torch.randn(2, 37, 384, generator=generator) * 3
     outputs = []
-    for hardware in (True, False):
+    paths = [(True, False), (False, False)] + [(True, True)] * hasattr(torch.ops.onednn, "qlinear_pointwise")
+    for hardware, packed in paths:
         monkeypatch.setattr(int8_module, "HARDWARE_INT8", hardware)
+        monkeypatch.setattr(int8_module, "PACKED_INT8", packed)
         outputs.append(Int8Linear(Int8Group([weight], [bias], None), 0)(x))
     assert outputs[0].shape == (2, 37, 1536)
-    torch.testing.assert_close(outputs[1], outputs[0], rtol=1e-5, atol=1e-4)  # fp32 sums of int products: exact-ish
+    for other in outputs[1:]:  # fp32 sums of int products: exact-ish
+        torch.testing.assert_close(other, outputs[0], rtol=1e-5, atol=1e-4)
 
 
 def test_linears_reading_one_tensor_share_one_product_and_each_gets_what_it_alone_would():

@@ -38,6 +38,10 @@ CALIBRATION_FILE = "int8_calibration.safetensors"  # in a model or run directory
 CALIBRATION_KIND = "int8-calibration"  # its bertkit record's kind (bertkit.records), in the safetensors metadata
 PACKAGED_TEXTS = ("calibration.txt", "reviews.tsv")  # bertkit/samples: 118 general sentences and 80 short reviews
 HARDWARE_INT8 = bool(INT8_FEATURES & cpu_model_and_flags()[1])  # int8 products in hardware: torch._int_mm is fast
+# With AMX, oneDNN's int8 linear on weights packed once for its tiles, giving fp32 scaled by the weights' scales, ran
+# 1.6-3x torch._int_mm and its conversion at the packaged model's shapes (docs/how-to/speed.md, int8); on AVX-512
+# VNNI alone it measured no faster, so there the product stays torch._int_mm's.
+PACKED_INT8 = "amx_int8" in cpu_model_and_flags()[1] and hasattr(torch.ops.onednn, "qlinear_pointwise")
 
 
 def cache_dir() -> Path:
@@ -215,6 +219,8 @@ class Int8Group:
         # without VNNI, torch._int_mm is ~30× slower than an fp32 product: the same int8 values are multiplied in fp32
         # (sums exact to fp32 rounding), so the vectors stay int8's and the speed is fp32's (`bertkit env` says so)
         self.weight_values = None if HARDWARE_INT8 else quantized.float().t().contiguous()
+        self.weight_packed = torch.ops.onednn.qlinear_prepack(quantized, None) if PACKED_INT8 else None
+        self.weight_zero_points = torch.zeros(len(scale), dtype=torch.long)  # symmetric weights
         self.weight_scale = scale
         # x = scale·q + middle per row, so x·Wᵀ + b = scale·(q·Wᵀ) + [middle, 1]·[row sums of W; b]: the second term
         # is one rank-2 product, with the sums precomputed
@@ -237,12 +243,30 @@ class Int8Group:
         centred = rows.sub_(middle) if self.inverse_smooth is not None else rows - middle  # x itself stays as it was
         # (x - middle) / scale lies in [-127, 127] by construction, so rounding needs no clamp; an op per step is
         # 3-7× faster here than torch.addcmul with a broadcast first operand
-        quantized = centred.mul_(1.0 / scale).round_().to(torch.int8)
+        centred.mul_(1.0 / scale).round_()
+        middle_and_one = torch.cat([middle, torch.ones_like(middle)], dim=1)
+        if self.weight_packed is not None:  # uint8 rows (q + 128, zero point 128): x·Wᵀ in fp32, times W's scales
+            y = torch.ops.onednn.qlinear_pointwise(
+                centred.add_(128).to(torch.uint8),
+                1.0,
+                128,
+                self.weight_packed,
+                self.weight_scale,
+                self.weight_zero_points,
+                None,
+                1.0,
+                0,
+                torch.float32,
+                "none",
+                [],
+                "",
+            )
+            return y.mul_(scale).addmm_(middle_and_one, self.offset)
+        quantized = centred.to(torch.int8)
         if self.weight_values is None:
             y = torch._int_mm(quantized, self.weight_int8.t()).float()  # faster than int32 × fp32 in one op
         else:
             y = torch.mm(quantized.float(), self.weight_values)
-        middle_and_one = torch.cat([middle, torch.ones_like(middle)], dim=1)
         return y.mul_(scale).mul_(self.weight_scale).addmm_(middle_and_one, self.offset)
 
     def __call__(self, x: torch.Tensor, member: int) -> torch.Tensor:
