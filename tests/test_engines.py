@@ -185,3 +185,40 @@ def test_the_service_on_openvino_answers_the_same_vectors_to_the_openai_client(t
     assert "exporting the model to OpenVINO" in server.output() or (tmp_path / "cache" / "openvino").is_dir()
     assert list((tmp_path / "cache" / "openvino").glob("*.xml"))
     np.testing.assert_allclose(vectors[[0, 1, 3]], expected[[0, 1, 3]], atol=1e-4)
+
+
+def test_fine_tuned_runs_run_on_openvino_as_on_torch(tiny_dirs, tmp_path):
+    """A saved classifier, tagger and question-answering run loaded on OpenVINO give torch's scores (their heads are
+    in the graph); a run being trained is scored on torch, whose weights change under it."""
+    from test_finetune import conll_file, sentiment_file, tiny_args
+    from test_qa import qa_records, write_jsonl
+
+    from bertkit.encoder.runner import Row
+    from bertkit.tasks.finetune import finetune
+    from bertkit.tasks.load import load_run
+
+    model = str(tiny_dirs["bert_cased"])
+    one_epoch = tiny_args(num_train_epochs=1)
+    text, tags, qa = tmp_path / "text", tmp_path / "token", tmp_path / "qa"
+    finetune(sentiment_file(tmp_path / "s.tsv", n=32), task="text", output_dir=text, model=model, args=one_epoch)
+    finetune(conll_file(tmp_path / "c.txt", n=16), task="token", output_dir=tags, model=model, args=one_epoch)
+    finetune(write_jsonl(tmp_path / "q.jsonl", qa_records(16)), task="qa", output_dir=qa, model=model, args=one_epoch)
+
+    texts = ["good movie", "a bad and very long film about nothing at all", "EU rejects German call"]
+    on = {engine: load_run(text, engine=engine) for engine in ("torch", "openvino")}
+    assert on["openvino"].engine == "openvino" and on["torch"].engine == "torch"
+    np.testing.assert_allclose(on["openvino"].predict_proba(texts), on["torch"].predict_proba(texts), atol=1e-4)
+
+    on = {engine: load_run(tags, engine=engine) for engine in ("torch", "openvino")}
+    assert on["openvino"].engine == "openvino"
+    ids = on["torch"].tokenizer(texts)["input_ids"]
+    rows = [Row(row, [0] * len(row)) for row in ids]
+    for got, want in zip(on["openvino"].outputs(rows), on["torch"].outputs(rows)):
+        assert got.shape == (len(want), len(on["torch"].classes_))
+        np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-4)
+
+    on = {engine: load_run(qa, engine=engine) for engine in ("torch", "openvino")}
+    assert on["openvino"].engine == "openvino"
+    for record in qa_records(4, seed=3):
+        got, want = (on[e].answer(record["question"], record["context"]) for e in ("openvino", "torch"))
+        assert got["answer"] == want["answer"] and got["score"] == pytest.approx(want["score"], abs=1e-4)

@@ -22,7 +22,7 @@ from ..errors import InputError
 from . import tokenize as tok
 from .defaults import DEFAULT_BATCH_SIZE, GPU_CHUNK_TEXTS
 from .devices import describe, resolve_device, token_budget
-from .engines import OpenVINOForward, check_engine, choose_engine, openvino_forward
+from .engines import check_engine, engine_for, hash_weights, openvino_forward
 from .int8 import int8_model_for
 from .models import LoadedModel, ModelSource, load_model, resolve_model
 from .precision import HALF_DTYPES, check_precision
@@ -82,17 +82,12 @@ class EncoderBase:
         if self.device.type == "cuda" and self.precision in HALF_DTYPES:
             self._half = copy.deepcopy(self.model).to(HALF_DTYPES[self.precision]).eval()
         self._engine_asked = check_engine(engine)
-        self.engine, self.engine_reason = choose_engine(self._engine_asked, self.device, self.precision)
-        self._openvino: OpenVINOForward | None = None
-        if self.engine == "openvino":
-            try:
-                self._openvino = openvino_forward(self, self.precision)
-            except Exception as error:  # noqa: BLE001 (an architecture torch.export or OpenVINO cannot take)
-                why = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-                if self._engine_asked == "openvino":
-                    raise InputError(f"engine='openvino': this model does not export to OpenVINO ({why}).") from error
-                self.engine, self.engine_reason = "torch", f"the model does not export to OpenVINO ({why})"
-                logger.warning("%s: %s; running on torch", loaded.source.spec, self.engine_reason)
+        build = lambda: openvino_forward(  # noqa: E731
+            self.model, self._takes_type_ids, self._position_limit, self.precision, self.fingerprint
+        )
+        self.engine, self.engine_reason, self._openvino = engine_for(
+            self._engine_asked, self.device, self.precision, build, loaded.source.spec
+        )
         self._max_batch_tokens = token_budget(self.model, self.device, self._position_limit)
         self._chunk_texts = GPU_CHUNK_TEXTS if self.device.type == "cuda" else None  # encode.py: _encoded_chunks
         self._ranges: dict[str, np.ndarray] = {}  # int8/uint8 ranges of the calibration sentences, by options
@@ -217,9 +212,7 @@ class EncoderBase:
             tokenizer_state.pop("truncation", None)
             tokenizer_state.pop("padding", None)
             digest.update(json.dumps(tokenizer_state, sort_keys=True).encode())
-            for name, tensor in sorted(self.model.state_dict().items()):
-                digest.update(name.encode())
-                digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+            hash_weights(digest, self.model)
             for layer in self._sentence_config.dense:
                 digest.update(layer.weight.contiguous().view(torch.uint8).numpy().tobytes())
             self._fingerprint = digest.hexdigest()[:32]
@@ -335,7 +328,9 @@ class EncoderBase:
     def _forward_inputs(self, inputs: dict[str, torch.Tensor]) -> ForwardOutput:
         """`forward` on padded input tensors (what the runner passes)."""
         if self._openvino is not None:
-            pooler, states = self._openvino(inputs)
+            outputs = self._openvino(inputs)  # the pooler's output where the model has one, then every hidden state
+            states = outputs[-(self.num_layers + 1) :]
+            pooler = outputs[0] if len(outputs) > len(states) and self._has_pooler else None
             return ForwardOutput(last_hidden_state=states[-1], pooler_output=pooler, hidden_states=states)
         model = self._int8 or self._half or self.model
         precision = "fp32" if self._half is not None else self.precision  # half weights: nothing left to autocast

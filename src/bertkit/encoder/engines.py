@@ -3,16 +3,19 @@
 OpenVINO (`pip install "bertkit[openvino]"`) runs the model's own graph, exported from torch once per model (through
 `torch.export`, converted by `openvino.convert_model`) and kept in the cache by the model's fingerprint, at the
 precision asked for and no other (its CPU default would run bf16 for fp32). It gives every hidden state and the
-pooler, so every embedding option works on it; gradients (attributions), attentions (the explainer), int8 (bertkit's
-own) and fine-tuned runs' heads stay on torch. Measured in docs/benchmarks.md, "CPU engines".
+pooler, so every embedding option works on it; a saved fine-tuned run's graph gives its head's logits. Gradients
+(attributions), attentions (the explainer), int8 (bertkit's own) and runs being trained stay on torch. Measured in
+docs/benchmarks.md, "CPU engines".
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -72,30 +75,50 @@ def choose_engine(engine: str, device: torch.device, precision: str) -> tuple[st
     return "torch", reason
 
 
-class _AllStates(torch.nn.Module):
-    """The model's pooler output (when it has one) and every hidden state, as one tuple: what the graph returns."""
+def engine_for(
+    engine: str, device: torch.device, precision: str, build: Callable[[], OpenVINOForward], source: str
+) -> tuple[str, str, OpenVINOForward | None]:
+    """Return (engine that runs, why, its OpenVINO forward or None): `choose_engine`, then `build` for OpenVINO.
 
-    def __init__(self, model: torch.nn.Module, names: tuple[str, ...], pooler: bool) -> None:
+    A model that does not export runs on torch with a warning, or is an `InputError` when 'openvino' was asked for.
+    """
+    chosen, reason = choose_engine(engine, device, precision)
+    if chosen != "openvino":
+        return chosen, reason, None
+    try:
+        return chosen, reason, build()
+    except Exception as error:  # noqa: BLE001 (an architecture torch.export or OpenVINO cannot take)
+        why = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if engine == "openvino":
+            raise InputError(f"engine='openvino': this model does not export to OpenVINO ({why}).") from error
+        reason = f"the model does not export to OpenVINO ({why})"
+        logger.warning("%s: %s; running on torch", source, reason)
+        return "torch", reason, None
+
+
+class _Outputs(torch.nn.Module):
+    """A model's forward pass as the graph returns it: its inputs by name in, a flat tuple of tensors out."""
+
+    def __init__(self, model: torch.nn.Module, names: tuple[str, ...], flatten: Callable[[Any], tuple]) -> None:
         super().__init__()
-        self.model, self.names, self.pooler = model, names, pooler
+        self.model, self.names, self.flatten = model, names, flatten
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, ...]:
         given = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
         inputs = {name: given[name] for name in self.names}
-        out = call_model(self.model, inputs, torch.device("cpu"), output_hidden_states=True, return_dict=True)
-        return ((out.pooler_output,) if self.pooler else ()) + tuple(out.hidden_states)
+        return self.flatten(call_model(self.model, inputs, torch.device("cpu"), **FLATTEN_OPTIONS[self.flatten]))
 
 
-_GRAPHS: dict[str, Any] = {}  # cache key → openvino.Model, for the encoders of one process
+_GRAPHS: dict[str, Any] = {}  # cache key → openvino.Model, for the models of one process
 _GRAPHS_LOCK = threading.Lock()
 
 
-def openvino_graph(model: torch.nn.Module, names: tuple[str, ...], pooler: bool, key: str, width: int) -> Any:
-    """Return the OpenVINO graph of `model`: from this process, else the cache, else exported and cached.
+def openvino_graph(module: _Outputs, key: str, width: int) -> Any:
+    """Return the OpenVINO graph of `module`: from this process, else the cache, else exported and cached.
 
-    `key` names the model (its fingerprint) and the versions that made the graph; `width` is the longest input.
+    `key` names the model (its weights' digest) and the versions that made the graph; `width` is the longest input.
     """
     import openvino
 
@@ -103,15 +126,14 @@ def openvino_graph(model: torch.nn.Module, names: tuple[str, ...], pooler: bool,
         if key in _GRAPHS:
             return _GRAPHS[key]
         folder, xml = cache_root() / "openvino", f"{key}.xml"
-        core = openvino.Core()
         graph = None
         if (folder / xml).is_file():
             try:
-                graph = core.read_model(folder / xml)
+                graph = openvino.Core().read_model(folder / xml)
             except RuntimeError:  # damaged or another version's: exported again
                 graph = None
         if graph is None:
-            graph = _export(model, names, pooler, width)
+            graph = _export(module, width)
             try:
                 with cache_files(folder, [f"{key}.bin", xml]) as scratch:
                     openvino.save_model(graph, scratch / xml, compress_to_fp16=False)
@@ -121,7 +143,7 @@ def openvino_graph(model: torch.nn.Module, names: tuple[str, ...], pooler: bool,
         return graph
 
 
-def _export(model: torch.nn.Module, names: tuple[str, ...], pooler: bool, width: int) -> Any:
+def _export(module: _Outputs, width: int) -> Any:
     import openvino
 
     logger.info("exporting the model to OpenVINO (once per model; cached under %s)", cache_root() / "openvino")
@@ -131,23 +153,23 @@ def _export(model: torch.nn.Module, names: tuple[str, ...], pooler: bool, width:
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence", max=width)
     with torch.no_grad():
         program = torch.export.export(
-            _AllStates(model, names, pooler).eval(),
-            tuple(sample[name] for name in names),
-            dynamic_shapes={name: {0: batch, 1: sequence} for name in names},
+            module.eval(),
+            tuple(sample[name] for name in module.names),
+            dynamic_shapes={name: {0: batch, 1: sequence} for name in module.names},
             strict=False,
         )
         return openvino.convert_model(program)
 
 
 class OpenVINOForward:
-    """Forward passes on OpenVINO: padded CPU tensors in, (pooler output or None, every hidden state) out.
+    """Forward passes on OpenVINO: padded CPU tensors in, the graph's outputs (a tuple of tensors) out.
 
     A pass on all of torch's threads runs one stream on them; concurrent passes, each on its share of the threads
     (`threads.forward_in_parallel`), run one stream each: a compiled model per layout, an infer request per thread.
     """
 
-    def __init__(self, graph: Any, names: tuple[str, ...], pooler: bool, precision: str) -> None:
-        self.graph, self.names, self.pooler = graph, names, pooler
+    def __init__(self, graph: Any, names: tuple[str, ...], precision: str) -> None:
+        self.graph, self.names = graph, names
         self.hint = OPENVINO_PRECISIONS[precision]
         self._compiled: dict[int, Any] = {}
         self._requests = threading.local()
@@ -170,25 +192,56 @@ class OpenVINOForward:
             requests[streams] = self._compiled[streams].create_infer_request()
         return requests[streams]
 
-    def __call__(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor | None, tuple[torch.Tensor, ...]]:
+    def __call__(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """Run one pass on `inputs` (the runner's padded tensors)."""
-        request = self._request()
-        results = request.infer({name: inputs[name].numpy() for name in self.names}, share_inputs=True)
+        results = self._request().infer({name: inputs[name].numpy() for name in self.names}, share_inputs=True)
         # copied: the request's output buffers are its next pass's, and the runner may hold this one until then
-        outputs = [torch.from_numpy(results[i].copy()) for i in range(len(results))]
-        pooler = outputs.pop(0) if self.pooler else None
-        return pooler, tuple(outputs)
+        return tuple(torch.from_numpy(results[i].copy()) for i in range(len(results)))
 
 
-def openvino_forward(encoder: Any, precision: str) -> OpenVINOForward:
-    """Return the OpenVINO forward pass of an `Encoder`'s model at `precision` (whose module imports this one)."""
+def _encoder_states(out: Any) -> tuple[torch.Tensor, ...]:
+    """Return an encoder's pooler output (where it has one) and every hidden state."""
+    pooler = getattr(out, "pooler_output", None)
+    return ((pooler,) if pooler is not None else ()) + tuple(out.hidden_states)
+
+
+def _head_outputs(out: Any) -> tuple[torch.Tensor, ...]:
+    """Return a fine-tuned head's outputs: its logits, or a span head's start and end logits."""
+    return tuple(out[name] for name in HEAD_OUTPUTS if name in out)
+
+
+HEAD_OUTPUTS = ("logits", "start_logits", "end_logits")
+FLATTEN_OPTIONS: dict[Callable, dict] = {
+    _encoder_states: {"output_hidden_states": True, "return_dict": True},
+    _head_outputs: {"return_dict": True},
+}
+
+
+def hash_weights(digest: Any, model: torch.nn.Module) -> Any:
+    """Feed every weight of `model` (name and bytes, in name order) to the hash `digest`; return it."""
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """Hash of a model's config and weights: equal digests, equal graphs."""
+    return hash_weights(hashlib.sha256(model.config.to_json_string(use_diff=False).encode()), model).hexdigest()[:32]
+
+
+def openvino_forward(model: torch.nn.Module, takes_type_ids: bool, width: int, precision: str, digest: str) -> Any:
+    """Return the OpenVINO forward pass of a transformers model at `precision`; `digest` names its weights.
+
+    An encoder (`AutoModel`) gives its pooler output and every hidden state, a fine-tuned head its logits.
+    """
     import transformers
 
-    names = INPUT_NAMES if encoder._takes_type_ids else INPUT_NAMES[:2]
-    pooler = encoder._has_pooler
-    key = f"{encoder.fingerprint}-ov{openvino_version()}-tf{transformers.__version__}-{int(pooler)}"
-    graph = openvino_graph(encoder.model, names, pooler, key, encoder._position_limit)
-    return OpenVINOForward(graph, names, pooler, precision)
+    names = INPUT_NAMES if takes_type_ids else INPUT_NAMES[:2]
+    flatten = _encoder_states if model.base_model is model else _head_outputs
+    key = f"{digest}-ov{openvino_version()}-tf{transformers.__version__}-{flatten.__name__.strip('_')}"
+    graph = openvino_graph(_Outputs(model, names, flatten), key, width)
+    return OpenVINOForward(graph, names, precision)
 
 
 def engine_facts() -> dict[str, str]:
@@ -200,5 +253,5 @@ def engine_facts() -> dict[str, str]:
             facts[f"engine, {precision} on the cpu"] = f"{engine} ({reason})"
         except InputError as error:
             facts[f"engine, {precision} on the cpu"] = f"refused: {error}"
-    facts["engine, other passes"] = "torch (GPUs, fine-tuned runs' heads, attributions, attentions)"
+    facts["engine, other passes"] = "torch (GPUs, runs being trained, attributions, attentions)"
     return facts

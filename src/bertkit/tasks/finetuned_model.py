@@ -8,6 +8,7 @@ import logging
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from transformers import AutoTokenizer
 from ..display import facts_table
 from ..encoder import tokenize as tok
 from ..encoder.devices import describe, resolve_device, token_budget
+from ..encoder.engines import check_engine, engine_for, openvino_forward, weights_digest
 from ..encoder.int8 import calibration_for, quantize_model
 from ..encoder.models import quiet_transformers, refuse_model_code
 from ..encoder.precision import check_precision
@@ -42,6 +44,7 @@ class FineTuned:
     KIND: str  # the run kind written in the run's config
     AUTO_CLASS: str  # the transformers auto class that loads the model
     LONG_TEXTS: tuple[str, ...] = ("window",)  # the long-text policies it honours, its default first
+    OUTPUTS: tuple[str, ...] = ("logits",)  # what its model returns that `_take` reads (engines.HEAD_OUTPUTS' order)
 
     def __init__(
         self,
@@ -52,6 +55,7 @@ class FineTuned:
         precision: str | None = None,
         long_text: str | None = None,
         directory: str | Path | None = None,
+        engine: str = "torch",
     ) -> None:
         self.long_text = long_text or self.LONG_TEXTS[0]
         if self.long_text not in self.LONG_TEXTS:
@@ -80,6 +84,13 @@ class FineTuned:
         if self.precision == "int8":
             calibration = calibration_for(model, tokenizer, max_length, str(directory) if directory else None, None)
             self.network = quantize_model(model.eval(), calibration).eval()
+        # a run being trained is scored on torch (its weights change); a saved one may run on OpenVINO
+        build = lambda: openvino_forward(  # noqa: E731
+            model, self.takes_type_ids, max_length, self.precision, weights_digest(model)
+        )
+        self.engine, self.engine_reason, self._openvino = engine_for(
+            check_engine(engine), self.device, self.precision, build, str(directory or type(self).__name__)
+        )
 
     @classmethod
     def from_pretrained(
@@ -89,6 +100,7 @@ class FineTuned:
         precision: str | None = None,
         long_text: str | None = None,
         device: str | None = "auto",
+        engine: str | None = None,
     ) -> Any:
         """Load a run with plain transformers from safetensors (what `bertkit finetune` saved), remote code off.
 
@@ -105,6 +117,9 @@ class FineTuned:
             'window'.
         device : str
             'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'.
+        engine : str, optional
+            'auto' (OpenVINO for fp32 and bf16 on a CPU when it is installed, else torch), 'torch' or 'openvino';
+            None reads $BERTKIT_ENGINE, else 'auto' (as `Encoder.from_pretrained`).
 
         Returns
         -------
@@ -125,7 +140,8 @@ class FineTuned:
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"{directory}: cannot load the fine-tuned model ({brief(exc)}).") from None
         model.eval().to(resolve_device(device))
-        return cls(model, tokenizer, int(record["max_length"]), record, precision, long_text, directory)
+        engine = check_engine(engine)
+        return cls(model, tokenizer, int(record["max_length"]), record, precision, long_text, directory, engine)
 
     def save_pretrained(self, directory: str | Path, *, overwrite: bool = False) -> Path:
         """Write this run (model, tokenizer, `bertkit.json`) as a new directory, complete or absent.
@@ -225,6 +241,8 @@ class FineTuned:
             self.model.train(was_training)
 
     def _forward(self, inputs: dict[str, torch.Tensor]) -> Any:
+        if self._openvino is not None:  # the head's outputs by their transformers names
+            return SimpleNamespace(**dict(zip(self.OUTPUTS, self._openvino(inputs))))
         return call_model(self.network, inputs, self.device, self.precision)
 
     def _take(self, group: list[int], inputs: dict, out: Any) -> list[torch.Tensor]:

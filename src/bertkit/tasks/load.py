@@ -29,7 +29,8 @@ def load_run(directory: str | Path, **options: Any) -> Any:
         A run written by `bertkit train`, `bertkit finetune`, `save_pretrained` or `finetune`; its `bertkit.json`
         names the kind.
     **options
-        Passed to the loader: `threads`, `precision`, `device`; `cache` only to feature classifiers.
+        Passed to the loader: `threads`, `precision`, `device`; `cache` only to feature classifiers, `engine` only to
+        fine-tuned runs (a feature classifier's encoder reads $BERTKIT_ENGINE).
 
     Returns
     -------

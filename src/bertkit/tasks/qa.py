@@ -157,6 +157,7 @@ class FineTunedQA(FineTuned):
 
     KIND = KIND_QA
     AUTO_CLASS = "AutoModelForQuestionAnswering"
+    OUTPUTS = ("start_logits", "end_logits")
     _threshold: float | None = None
 
     @property
