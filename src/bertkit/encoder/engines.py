@@ -99,16 +99,18 @@ def engine_for(
 class _Outputs(torch.nn.Module):
     """A model's forward pass as the graph returns it: its inputs by name in, a flat tuple of tensors out."""
 
-    def __init__(self, model: torch.nn.Module, names: tuple[str, ...], flatten: Callable[[Any], tuple]) -> None:
+    def __init__(
+        self, model: torch.nn.Module, names: tuple[str, ...], flatten: Callable[[Any], tuple], **options: Any
+    ) -> None:
         super().__init__()
-        self.model, self.names, self.flatten = model, names, flatten
+        self.model, self.names, self.flatten, self.options = model, names, flatten, options
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, ...]:
         given = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
         inputs = {name: given[name] for name in self.names}
-        return self.flatten(call_model(self.model, inputs, torch.device("cpu"), **FLATTEN_OPTIONS[self.flatten]))
+        return self.flatten(call_model(self.model, inputs, torch.device("cpu"), return_dict=True, **self.options))
 
 
 _GRAPHS: dict[str, Any] = {}  # cache key → openvino.Model, for the models of one process
@@ -211,10 +213,6 @@ def _head_outputs(out: Any) -> tuple[torch.Tensor, ...]:
 
 
 HEAD_OUTPUTS = ("logits", "start_logits", "end_logits")
-FLATTEN_OPTIONS: dict[Callable, dict] = {
-    _encoder_states: {"output_hidden_states": True, "return_dict": True},
-    _head_outputs: {"return_dict": True},
-}
 
 
 def hash_weights(digest: Any, model: torch.nn.Module) -> Any:
@@ -238,9 +236,11 @@ def openvino_forward(model: torch.nn.Module, takes_type_ids: bool, width: int, p
     import transformers
 
     names = INPUT_NAMES if takes_type_ids else INPUT_NAMES[:2]
-    flatten = _encoder_states if model.base_model is model else _head_outputs
-    key = f"{digest}-ov{openvino_version()}-tf{transformers.__version__}-{flatten.__name__.strip('_')}"
-    graph = openvino_graph(_Outputs(model, names, flatten), key, width)
+    kind, flatten, options = ("head", _head_outputs, {})  # a head on an encoder; else an `AutoModel` itself
+    if model.base_model is model:
+        kind, flatten, options = ("encoder", _encoder_states, {"output_hidden_states": True})
+    key = f"{digest}-ov{openvino_version()}-tf{transformers.__version__}-{kind}"
+    graph = openvino_graph(_Outputs(model, names, flatten, **options), key, width)
     return OpenVINOForward(graph, names, precision)
 
 
