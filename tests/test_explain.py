@@ -235,6 +235,20 @@ def test_offline_page_inlines_everything():
     assert "displayModeBar: false" in page.static_text("page.js")  # plotly's tool bar covered chart titles
 
 
+# what a sentence may hold that a <script> element or JSON.parse could take for its own (issue 60)
+TRICKY = "a <!-- b </script> <script>c ]]> d &amp; \u2028e\u2029 </SCRIPT "
+
+
+def test_the_saved_page_s_data_is_valid_json_whatever_the_text_holds():
+    data = {"info": {"model": "m"}, "result": {"text": TRICKY, "words": TRICKY.split()}}
+    block = re.search(PAGE_DATA, page.offline_page(data["info"], data["result"]), re.DOTALL)[1]
+    assert json.loads(block) == data  # what the page's JSON.parse reads: `<\!--` was no JSON escape
+    assert not re.search(r"</script|<!--|<script|[<>&\u2028\u2029]", block, re.IGNORECASE)
+    script = "const s = '</script><!-- <script>', t = `</Script >`;"  # the inlined scripts: cannot end early either
+    assert not re.search(r"</script|<!--", page._script_safe(script), re.IGNORECASE)
+    assert page._script_safe("a < b && c </p>") == "a < b && c </p>"  # and are otherwise left as they are
+
+
 @pytest.mark.slow
 def test_tagger_prediction_is_its_predict_and_it_has_no_map(encoder, tagger_dir):
     explainer = Explainer.from_paths(encoder=encoder, run_dirs=[f"ner={tagger_dir}"])
@@ -469,6 +483,26 @@ def test_explain_file_opens_offline_with_no_network(browser, run_dir, probe_dir,
         assert ner["attribution"]["target"].endswith(f"entity {entities[0].text!r}")
         assert_strip_is_the_json(watched.page.locator('.prediction[data-run="ner"] .why'), ner["attribution"])
     assert watched.requests and all(url.split(":", 1)[0] in ("file", "data", "blob") for url in watched.requests)
+    assert watched.errors == []
+    watched.page.close()
+
+
+@pytest.mark.slow
+def test_the_saved_page_of_a_text_with_comment_and_script_marks_draws(browser, tmp_path, monkeypatch, capsys):
+    from conftest import run_cli
+
+    output = tmp_path / "explain.html"
+    code, _, err = run_cli(monkeypatch, capsys, "explain", TRICKY, "--no-attributions", "-o", output)
+    assert code == 0, err
+    watched = Watched(browser)
+    watched.page.goto(output.as_uri())
+    assert watched.errors == []  # a JSON.parse of the data would throw here, and the page would stay blank
+    watched.page.wait_for_function("document.body.dataset.updated === 'offline'", timeout=60_000)
+    assert watched.page.evaluate("window.bertkit.result.settings.text") == TRICKY
+    tokens = watched.cells("tokens")
+    assert {"<", "!", "-", "/", "script", ">", "]", "&"} <= set(tokens) and tokens[:2] == ["[CLS]", "a"]
+    assert "script" in watched.page.locator("#words").inner_text()
+    assert len(watched.heatmap()) == len(tokens)  # the inlined plotly.js drew too
     assert watched.errors == []
     watched.page.close()
 

@@ -3,6 +3,7 @@ admission control, and with a small answer unless more is asked for (up to a cap
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -149,3 +150,71 @@ def test_explain_sends_one_layer_and_the_mean_attention_unless_asked_and_caps_wh
         ]:
             refused = client.post("/explain", json=bad)
             assert refused.status_code == 422 and words in refused.json()["error"], refused.text[:300]
+
+
+def nested(depth: int, inner: str = "1") -> str:
+    """JSON text of `depth` lists inside each other around `inner`."""
+    return "[" * depth + inner + "]" * depth
+
+
+def test_a_deeply_nested_field_is_a_422_that_names_it_and_the_server_keeps_serving(encoder):
+    """Issue 60: 400 to 1000 lists deep in a field the explainer echoes were a 500 (RecursionError while answering)."""
+    app = create_app(encoder, {"clf": ServedRun("clf", KIND_TEXT, GatedRun())})
+    json_body = {"content-type": "application/json"}
+    with TestClient(app, raise_server_exceptions=False) as client:
+        for field in ("pad_to", "layer", "head", "attention_layer"):
+            for depth in (400, 1000):
+                body = f'{{"text": "I love Korea", "{field}": {nested(depth)}}}'
+                refused = client.post("/explain", content=body, headers=json_body)
+                assert refused.status_code == 422, refused.text[:300]
+                message = refused.json()["error"]
+                assert message.startswith(f"{field}: ") and "\n" not in message and len(message) < 200, message
+                assert "[[" not in message  # says the depth, not the value
+        shallow = client.post("/explain", json={"text": "I love Korea", "layer": [[[0]]]})  # the panel says it
+        assert shallow.status_code == 200 and "error" in shallow.json()["model"]
+        # every route that reads a body, every one of its fields: the same 422
+        schema = app.openapi()
+        posts = [(path, ops["post"]) for path, ops in schema["paths"].items() if "post" in ops]
+        assert {"/embed", "/v1/embeddings", "/explain", "/predict/{run}"} <= {path for path, _ in posts}
+        for path, operation in posts:
+            reference = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+            fields = schema["components"]["schemas"][reference.rsplit("/", 1)[1]]["properties"]
+            for field in fields:
+                body = f'{{"{field}": {nested(1000, "{}")}}}'
+                answer = client.post(path.replace("{run}", "clf"), content=body, headers=json_body)
+                assert answer.status_code == 422, (path, field, answer.text[:300])
+                said = answer.json()["error"]
+                said = said["message"] if path.startswith("/v1/") else said
+                assert said.startswith(f"{field}: ") and "\n" not in said, (path, said)
+        assert client.post("/embed", content=nested(1000), headers=json_body).status_code == 422  # not an object
+        assert client.get("/health").json() == {"status": "ok"}
+        assert client.post("/explain", json={"text": "I love Korea"}).status_code == 200
+
+
+def test_the_error_answer_never_echoes_a_deep_value_of_another_face_s_route(encoder):
+    """A route of another face (`create_app(routers=...)`) reads its body its own way: the shared error answer still
+    shows nothing of a value nested past Python's recursion limit."""
+    from fastapi import APIRouter
+    from fastapi.exceptions import RequestValidationError
+
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    router = APIRouter()
+
+    @router.post("/named")
+    def named() -> None:
+        error = {"type": "literal_error", "loc": ("body", "model"), "msg": "Input should be 'default'", "input": deep}
+        raise RequestValidationError([error])
+
+    with TestClient(create_app(encoder, routers=[router]), raise_server_exceptions=False) as client:
+        refused = client.post("/named", json={})
+        assert refused.status_code == 422, refused.text[:300]
+        assert refused.json()["error"] == "model: Input should be 'default'."
+    from bertkit.serve.web import MAX_NESTING, nested_deeper
+
+    assert nested_deeper(deep) and not nested_deeper([[1]], 2) and nested_deeper([[1]], 1)
+    assert not nested_deeper({"a": [{"b": 1}]}, 3) and nested_deeper({"a": [{"b": {}}]}, 3)
+    assert not nested_deeper("[[[", 0) and not nested_deeper([0] * 100, 1) and nested_deeper([0, [], 0], 1)
+    edge = json.loads(nested(MAX_NESTING))
+    assert not nested_deeper(edge) and nested_deeper([edge]) and not nested_deeper([edge], MAX_NESTING + 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from importlib.resources import files
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def offline_page(info: dict, result: dict) -> str:
     data = json.dumps({"info": info, "result": result}, separators=(",", ":"))
     page = _fill(
         style=f"<style>\n{static_text('page.css')}\n</style>",
-        data=f'<script id="bertkit-data" type="application/json">{_script_safe(data)}</script>',
+        data=f'<script id="bertkit-data" type="application/json">{_json_safe(data)}</script>',
         scripts="\n".join(
             f"<script>\n{_script_safe(static_text(name))}\n</script>" for name in ("plotly.min.js", "page.js")
         ),
@@ -53,6 +54,17 @@ def _fill(style: str, data: str, scripts: str) -> str:
     return page.replace("<!--STYLE-->", style).replace("<!--DATA-->", data).replace("<!--SCRIPTS-->", scripts)
 
 
+# JSON's own escapes for what could end or change a <script> element (or a JS string, U+2028/9): JSON.parse reads
+# them back as the same characters, and in JSON these characters only ever stand inside a string
+_JSON_ESCAPES = str.maketrans({c: f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029"})
+_SCRIPT_END = re.compile(r"<(?=/script|!--)", re.IGNORECASE)
+
+
+def _json_safe(text: str) -> str:
+    r"""JSON text for a `type="application/json"` script element: `<`, `>`, `&` and U+2028/9 only as `\uXXXX`."""
+    return text.translate(_JSON_ESCAPES)
+
+
 def _script_safe(text: str) -> str:
-    """Text that cannot end its <script> element early (JSON strings may hold '</script>')."""
-    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+    r"""JavaScript that cannot end its <script> element early: `</script`, `<!--` become `<\/script`, `<\!--`."""
+    return _SCRIPT_END.sub(r"<\\", text)

@@ -38,6 +38,7 @@ from .runs import ServedRun
 from .schemas import Vocabulary, check_option
 from .service import ClientGone, Service
 from .settings import ServeSettings
+from .web import nested_deeper
 
 if TYPE_CHECKING:
     from ..tasks.index import VectorIndex
@@ -226,6 +227,8 @@ def _special(request: Request, error: dict) -> tuple[int, str, str, str | None] 
     service = request.app.state.service
     loc, kind, value = tuple(str(p) for p in error.get("loc", ())), error.get("type"), error.get("input")
     field = loc[1] if len(loc) > 1 else None
+    if nested_deeper(value):  # never shown: its text alone recurses past Python's limit (a route of another face)
+        return None
     if loc[:2] in NOT_SERVED and kind in ("literal_error", "enum"):
         if loc == ("path", "run"):
             served = ", ".join(sorted(service.runs)) or "none (start the server with --run NAME=DIR)"

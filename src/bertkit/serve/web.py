@@ -2,6 +2,7 @@
 
 import asyncio
 from collections.abc import Callable, Sequence
+from itertools import chain, compress
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
 
+from ..errors import brief
 from .errors import OPENAI_PREFIX, ServeError
 from .responses import ErrorResponse, OpenAIErrorResponse
 from .security import is_json
@@ -90,12 +92,66 @@ class StrictJSONRoute(APIRoute):
                 raise ServeError(415, "unsupported_media_type", message)
             # the body is read here, not inside FastAPI (which answers any failure there with a 400): a body over
             # the limit is a 413 and a client gone mid-body a 499, as the app's handlers say
-            if request.method == "POST" and not await request.body():
-                error = {"type": "json_invalid", "loc": ("body", 0), "msg": "empty", "ctx": {"error": "no body"}}
-                raise RequestValidationError([error])
+            if request.method == "POST":
+                await _refuse_empty_or_deep(request)
             return await handler(request)
 
         return strict
+
+
+async def _refuse_empty_or_deep(request: StrictJSONRequest) -> None:
+    """Refuse an empty body (400) and one nested deeper than `MAX_NESTING` (422), before FastAPI reads the body."""
+    if not await request.body():
+        error = {"type": "json_invalid", "loc": ("body", 0), "msg": "empty", "ctx": {"error": "no body"}}
+        raise RequestValidationError([error])
+    try:  # parsed once: FastAPI's handler gets the same parsed body
+        field = _deep_field(await request.json())
+    except orjson.JSONDecodeError:  # not JSON: FastAPI's handler answers it (400, invalid_json)
+        return
+    if field is not None:
+        raise ServeError(422, "validation_error", _too_deep(field), param=field)
+
+
+# lists and objects inside each other in one field's value: no field of the service takes more than two; orjson reads
+# up to 1024, deep enough that Python code walking such a value (its repr, an error message, a renderer) recurses past
+# Python's limit
+MAX_NESTING = 32
+_CONTAINERS = frozenset({list, dict})
+
+
+def nested_deeper(value: Any, limit: int = MAX_NESTING) -> bool:
+    """Say whether JSON `value` holds lists or objects more than `limit` deep, walked level by level (no recursion).
+
+    Parameters
+    ----------
+    value : Any
+        A value as a JSON reader returns it (dicts, lists, strings, numbers, booleans, None).
+    limit : int
+        How many lists and objects inside each other are allowed; `[[1]]` is 2 deep, `1` is 0.
+
+    Returns
+    -------
+    bool
+        True when `value` nests deeper than `limit`.
+    """
+    level = [value] if type(value) in _CONTAINERS else []
+    for _ in range(limit):
+        if not level:
+            return False
+        items = list(chain.from_iterable(c.values() if type(c) is dict else c for c in level))
+        level = list(compress(items, map(_CONTAINERS.__contains__, map(type, items))))  # the lists and objects in them
+    return bool(level)
+
+
+def _deep_field(body: Any) -> str | None:
+    """Name the first field of a JSON body that nests deeper than `MAX_NESTING` (`body` for a body not an object)."""
+    fields = body.items() if isinstance(body, dict) else [("body", body)]
+    return next((brief(name, 80) for name, value in fields if nested_deeper(value)), None)
+
+
+def _too_deep(field: str) -> str:
+    """Say in one line that `field` nests deeper than `MAX_NESTING`, showing nothing of its value."""
+    return f"{field}: lists or objects nested more than {MAX_NESTING} deep; no field of this API takes that."
 
 
 def _array_fallback(value: Any) -> Any:
