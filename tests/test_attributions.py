@@ -129,6 +129,21 @@ def test_what_attributions_cannot_follow_is_refused_in_one_line(encoder, kwargs,
         attribute_similarity(encoder, "the cat", "a dog", **kwargs)
 
 
+def test_n_steps_over_the_limit_is_refused_before_any_work(encoder, monkeypatch):
+    """10**6 steps used to reach captum's Gauss-Legendre weights and raise numpy's MemoryError (7.28 TiB)."""
+    from captum.attr import IntegratedGradients
+
+    def never(*args, **kwargs):
+        raise AssertionError("integrated although n_steps is over the limit")
+
+    monkeypatch.setattr(IntegratedGradients, "attribute", never)
+    for n_steps in (integrated.MAX_STEPS + 1, 10**6):
+        with pytest.raises(InputError, match=rf"n_steps={n_steps}: .* 2 to {integrated.MAX_STEPS}\."):
+            attribute_similarity(encoder, "the cat", "a dog", n_steps=n_steps)
+    with pytest.raises(InputError, match=rf"n_steps={10**6}: .* 2 to {integrated.MAX_STEPS}\."):
+        integrated.Integrator.of(encoder, encoder.model, 10**6, "pad")
+
+
 def test_int8_weights_are_refused(tiny_dirs):
     encoder = Encoder.from_pretrained(str(tiny_dirs["bert_cased"]), device="cpu", precision="int8")
     with pytest.raises(InputError, match="int8 weights have no gradients"):

@@ -49,3 +49,20 @@ def test_a_total_learned_later_and_an_unknown_one(monkeypatch, caplog):
     first, second = (r.getMessage() for r in caplog.records)
     assert first.startswith("embed: 10 rows, ") and "left" not in first
     assert second.startswith("embed: 20/40 rows, ") and second.endswith(" s left")
+
+
+def test_a_piped_embed_reports_as_passes_finish_not_only_per_chunk(monkeypatch, capsys, tmp_path, tiny_dirs):
+    """Issue 60: 2,000 rows in one chunk printed one line, at the end; the lines now come as the passes finish."""
+    from conftest import run_cli
+
+    monkeypatch.setattr(progress, "terminal", lambda: False)  # piped: plain lines, no bar
+    monkeypatch.setattr(progress, "LOG_EVERY_S", 0.0)  # a line at every update: what reaches the reporter, and when
+    source = tmp_path / "texts.txt"
+    source.write_text("".join(f"the cat sat on the mat {k}\n" for k in range(300)), encoding="utf-8")
+    args = ["embed", source, "-m", tiny_dirs["bert_cased"], "-b", "32", "-o", tmp_path / "v.npy"]
+    code, _, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if line.startswith("embed: ")]
+    counts = [int(line.split()[1].split("/")[0].replace(",", "")) for line in lines]
+    assert len(counts) > 1 and counts == sorted(counts), err  # within the one chunk of 300 rows, pass by pass
+    assert counts[0] < 300 and counts[-1] == 300 and all("/300 texts, " in line for line in lines), err

@@ -1,6 +1,8 @@
 """The one progress reporter: a tqdm bar on a terminal, a plain log line every few seconds anywhere else.
 
-Embedding, index building, probes and Ray jobs report through it; nothing else in bertkit draws a bar.
+Embedding, index building, probes and Ray jobs report through it; nothing else in bertkit draws a bar. A job that
+embeds a chunk at a time (`embed_file`) hears of each chunk's passes through `counting`, so its lines come every few
+seconds within a chunk too.
 """
 
 from __future__ import annotations
@@ -8,12 +10,16 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from types import TracebackType
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
 LOG_EVERY_S = 5.0  # seconds between two plain lines when stderr is not a terminal
+_OUTER: ContextVar[Callable[[int], None] | None] = ContextVar("bertkit_outer_progress", default=None)
 
 
 def terminal() -> bool:
@@ -61,6 +67,7 @@ class Progress:
         self.every = LOG_EVERY_S if every is None else every
         self.done, self.postfix = 0, {}
         self.on = show if show is not None else (total or 0) >= min_total
+        self.outer = _OUTER.get()  # a job's own count, told of this call's units as they are done (`counting`)
         self.started = self.last_line = time.monotonic()
         self.bar: Any = None
         if self.on and terminal():
@@ -76,6 +83,8 @@ class Progress:
         """Say that `done` units are done (of `total`, when it is known only now)."""
         self.done, self.total = done, total if total is not None else self.total
         self.postfix.update(postfix)
+        if self.outer is not None:
+            self.outer(done)
         if not self.on:
             return
         if self.bar is not None:
@@ -113,3 +122,29 @@ class Progress:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         self.close()
+
+
+@contextmanager
+def counting(count: Callable[[int], None]) -> Iterator[None]:
+    """Tell `count` the units done of each reporter opened within, as they are done.
+
+    A job that calls `embed` a chunk at a time reports within the chunk, pass by pass, not only after it.
+
+    Parameters
+    ----------
+    count : callable
+        Called with the units the inner reporter has done so far (e.g. the rows of this chunk).
+
+    Examples
+    --------
+    >>> seen = []
+    >>> with counting(seen.append), Progress("embed", 3, show=False) as inner:
+    ...     inner.update(2)
+    >>> seen
+    [2]
+    """
+    token = _OUTER.set(count)
+    try:
+        yield
+    finally:
+        _OUTER.reset(token)

@@ -60,8 +60,8 @@ def attribute_similarity(
     metric : {'cosine', 'dot'}
         The similarity attributed (dot on the vectors as the options make them: unit length if they normalize).
     n_steps : int
-        Integration steps (more: a smaller `delta`, a slower call); doubled while a text's delta is over 5 %,
-        up to 4 times as many.
+        Integration steps, 2 to 1000 (more: a smaller `delta`, a slower call); doubled while a text's delta is over
+        5 %, up to 4 times as many.
     baseline : {'pad', 'mask'}
         The token in every content position of the baseline (`[CLS]` and `[SEP]` stay).
     **kwargs
@@ -155,7 +155,7 @@ def attribute_prediction(
         The class whose logit (probability) is attributed (default: the predicted one; a regressor: its score); a
         tagger: the entity's text (default: its first entity).
     n_steps : int
-        Integration steps; doubled while a text's delta is over 5 %, up to 4 times as many.
+        Integration steps, 2 to 1000; doubled while a text's delta is over 5 %, up to 4 times as many.
     baseline : {'pad', 'mask'}
         The token in every content position of the baseline (`[CLS]` and `[SEP]` stay).
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_STEPS = 24  # chosen by benchmarks/attributions.py: under 1 s a 64-token text, completeness within 0.03 %
+MAX_STEPS = 1000  # 40 times the default: a short text in about 4 s on 2 CPU cores; captum's weights grow as steps²
 BASELINES = ("pad", "mask")
 DELTA_WARNING = 0.05  # a share of f(input) - f(baseline): above it, the steps are doubled, up to MAX_REFINEMENT times
 MAX_REFINEMENT = 4  # a saturating score (a probability near 0 or 1) changes fast on a short stretch of the path
@@ -127,8 +128,8 @@ class Integrator:
     @classmethod
     def of(cls, owner: Any, network: torch.nn.Module, n_steps: int, baseline: str) -> Integrator:
         """Check what the call asks for and take the model's parts (`owner`: an Encoder or a fine-tuned run)."""
-        if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 2:
-            raise InputError(f"n_steps={n_steps!r}: give a whole number of integration steps, 2 or more.")
+        if isinstance(n_steps, bool) or not isinstance(n_steps, int) or not 2 <= n_steps <= MAX_STEPS:
+            raise InputError(f"n_steps={n_steps!r}: give a whole number of integration steps, 2 to {MAX_STEPS}.")
         if baseline not in BASELINES:
             raise InputError(f"baseline={quoted(baseline)}: give one of {', '.join(BASELINES)}.")
         if owner.precision == "int8":

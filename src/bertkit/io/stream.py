@@ -20,6 +20,7 @@ from ..encoder.coverage import text_coverage
 from ..encoder.devices import OutOfDeviceMemory
 from ..encoder.encode import Encoder, calibration_ranges, vectors_record
 from ..encoder.options import EmbedOptions, options_from
+from ..encoder.progress import counting
 from ..encoder.tokenize import TextTooLong
 from ..errors import BertkitError, InputError, add_note
 from ..records import new_record
@@ -61,6 +62,7 @@ def embed_file(
     ranges: np.ndarray | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     on_chunk: Callable[[int, int], None] | None = None,
+    on_rows: Callable[[int, int], None] | None = None,
     overwrite: bool = False,
     **kwargs: Any,
 ) -> StreamResult:
@@ -84,7 +86,10 @@ def embed_file(
     chunk_rows : int
         Rows read, embedded and written at a time: the memory bound and the unit of resuming.
     on_chunk : callable, optional
-        Called with (rows done, rows in all) after each chunk.
+        Called with (rows done, rows in all) after each chunk (its rows are on disk and resume from there).
+    on_rows : callable, optional
+        Called with (rows embedded, rows in all) as each forward pass finishes: a progress reporter's count, which
+        moves within a chunk too.
     overwrite : bool
         Replace an existing `output_path`, or start over an unfinished job of other settings there.
     **kwargs
@@ -125,7 +130,8 @@ def embed_file(
     try:
         while done < total:
             read = list(islice(rows, chunk_rows))
-            chunk = _embed_chunk(encoder, read, input_path, floats, batch_size, result)
+            with counting(functools.partial(_report, on_rows, done, total)):  # within the chunk, pass by pass
+                chunk = _embed_chunk(encoder, read, input_path, floats, batch_size, result)
             # Plain positional writes, not a memory map: written pages do not stay in this process's memory.
             os.pwrite(handle, np.ascontiguousarray(chunk, dtype=np.float32).tobytes(), offset + done * dim * 4)
             os.fsync(handle)  # the data is on disk before the progress record says so
@@ -156,6 +162,12 @@ def embed_file(
     write_vectors(partial, output, ids, total, "int64" if id_column is None else "string", meta)
     end_job(output)
     return result
+
+
+def _report(on_rows: Callable[[int, int], None] | None, before: int, total: int, rows: int) -> None:
+    """Tell `on_rows` the rows embedded: the chunks before, and `rows` of this one."""
+    if on_rows is not None:
+        on_rows(before + rows, total)
 
 
 def _open_partial(
