@@ -130,7 +130,7 @@ def test_a_bad_engine_is_refused_where_it_enters(monkeypatch):
 def test_the_graph_is_exported_once_cached_complete_and_made_again_when_damaged(own_cache, monkeypatch):
     first = Encoder.from_pretrained(device="cpu", engine="openvino")
     files = sorted(p.name for p in own_cache.iterdir())
-    assert [p.rsplit(".", 1)[1] for p in files] == ["bin", "xml"]  # no scratch folder left behind
+    assert [p.rsplit(".", 1)[1] for p in files] == ["bin", "json", "xml"]  # no scratch folder left behind
     assert files[0].startswith(first.fingerprint)
     exports = []
     real_export = engines._export
@@ -139,7 +139,7 @@ def test_the_graph_is_exported_once_cached_complete_and_made_again_when_damaged(
     again = Encoder.from_pretrained(device="cpu", engine="openvino")
     assert exports == []  # read from the cache
     np.testing.assert_array_equal(again.embed(TEXTS, progress=False), first.embed(TEXTS, progress=False))
-    (own_cache / files[1]).write_text("<not a graph")
+    (own_cache / files[2]).write_text("<not a graph")
     monkeypatch.setattr(engines, "_GRAPHS", {})
     made = Encoder.from_pretrained(device="cpu", engine="openvino")
     assert exports == [1]
@@ -222,3 +222,95 @@ def test_fine_tuned_runs_run_on_openvino_as_on_torch(tiny_dirs, tmp_path):
     for record in qa_records(4, seed=3):
         got, want = (on[e].answer(record["question"], record["context"]) for e in ("openvino", "torch"))
         assert got["answer"] == want["answer"] and got["score"] == pytest.approx(want["score"], abs=1e-4)
+
+
+def test_a_cached_graph_changed_in_place_is_found_and_exported_again(own_cache, monkeypatch, caplog):
+    first = Encoder.from_pretrained(device="cpu", engine="openvino")
+    expected = first.embed(TEXTS, progress=False)
+    [weights] = own_cache.glob("*.bin")
+    data = bytearray(weights.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 4096] = bytes(4096)  # same size, other bytes: the graph would still read
+    weights.write_bytes(bytes(data))
+    monkeypatch.setattr(engines, "_GRAPHS", {})
+    again = Encoder.from_pretrained(device="cpu", engine="openvino")
+    assert "is damaged" in caplog.text and weights.name in caplog.text
+    np.testing.assert_allclose(again.embed(TEXTS, progress=False), expected, atol=1e-6)
+    torch_vectors = Encoder.from_pretrained(device="cpu", engine="torch").embed(TEXTS, progress=False)
+    np.testing.assert_allclose(again.embed(TEXTS, progress=False), torch_vectors, atol=1e-4)
+
+
+def test_openvino_forced_at_int8_is_refused_before_any_work_naming_how_it_was_forced(monkeypatch, capsys, tmp_path):
+    from conftest import run_cli
+
+    from bertkit.encoder import int8, models
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the model loaded or int8 calibrated before the refusal")
+
+    monkeypatch.setattr(int8, "calibrate", no_work)
+    monkeypatch.setattr(models, "load_model", no_work)
+    monkeypatch.setattr("bertkit.encoder.base.load_model", no_work)
+    monkeypatch.setenv("BERTKIT_ENGINE", "openvino")
+    with pytest.raises(InputError, match=r"^BERTKIT_ENGINE=openvino: int8 is bertkit's own int8"):
+        Encoder.from_pretrained(device="cpu", precision="int8")
+    texts = tmp_path / "t.txt"
+    texts.write_text("a film\n")
+    code, _, err = run_cli(monkeypatch, capsys, "embed", texts, "--precision", "int8", "-o", tmp_path / "v.npy")
+    assert code == 2 and "BERTKIT_ENGINE=openvino" in err and "--engine" not in err, err
+    assert not (tmp_path / "v.npy").exists()
+
+
+FIRST_PASSES = """
+import faulthandler, sys, threading
+faulthandler.dump_traceback_later(float(sys.argv[1]), exit=True)  # a watchdog that needs no GIL: exit 1 on a stall
+import torch
+from bertkit import Encoder
+from bertkit.encoder.threads import threads_per_batch
+encoder = Encoder.from_pretrained(device="cpu", engine="openvino")
+ids = torch.randint(1000, 2000, (4, 24))
+inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
+barrier = threading.Barrier(2)
+def first_pass():
+    barrier.wait()  # both threads' first passes at the same moment: what two concurrent batches do
+    encoder._openvino(inputs)
+with threads_per_batch(2):
+    threads = [threading.Thread(target=first_pass) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_two_first_passes_at_once_never_stall(own_cache, tmp_path):
+    """Fresh processes, two threads making their first pass together, four processes at once on the cores.
+
+    Before every request's first pass ran alone, 1 of 40 such processes stalled forever (AMD EPYC, 2 cores).
+    BERTKIT_LONG_TESTS=1 runs 200.
+    """
+    import os
+    import subprocess
+    import sys
+
+    from conftest import LONG_TESTS
+
+    script = tmp_path / "first_passes.py"
+    script.write_text(FIRST_PASSES)
+    Encoder.from_pretrained(device="cpu", engine="openvino")  # the graph exported once, into the cache
+    env = {**os.environ, "BERTKIT_CACHE": str(own_cache.parent), "OMP_NUM_THREADS": "2"}
+    runs, stalled = (200 if LONG_TESTS else 16), []
+    for start in range(0, runs, 4):
+        processes = [
+            subprocess.Popen(
+                [sys.executable, str(script), "60"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+            for _ in range(min(4, runs - start))
+        ]
+        for process in processes:
+            out, err = process.communicate(timeout=120)
+            if process.returncode != 0 or b"ok" not in out:
+                stalled.append(err.decode()[-2000:])
+    assert not stalled, f"{len(stalled)} of {runs} processes stalled; the first:\n{stalled[0]}"

@@ -300,3 +300,29 @@ def test_int8_default_model_keeps_the_vectors_on_sst2_and_conll(encoder, int8_ca
         assert found.min() >= 0.99 and np.median(found) >= 0.999
         assert bench.compare(a, b)[1] == pytest.approx(found.min(), abs=1e-5)
         assert np.median(found) < 1 - 1e-7  # and not an fp32 run in disguise
+
+
+def test_a_cached_calibration_changed_in_place_is_found_and_made_again(tiny_dirs, tmp_path, monkeypatch, caplog):
+    import json
+    import struct
+
+    from bertkit.encoder import int8
+    from bertkit.errors import DamagedFileError
+
+    monkeypatch.setenv("BERTKIT_CACHE", str(tmp_path / "cache"))
+    encoder = Encoder.from_pretrained(str(tiny_dirs["bert_cased"]), device="cpu", engine="torch")
+    made = int8.calibration_for(encoder.model, encoder.tokenizer, encoder.max_length, None, "tiny")
+    cached = int8.cache_dir() / "tiny.safetensors"
+    data = bytearray(cached.read_bytes())
+    header = 8 + struct.unpack("<Q", data[:8])[0]
+    assert json.loads(json.loads(data[8:header])["__metadata__"]["bertkit"])["digest"] == made.digest()
+    data[header : header + 8] = struct.pack("<2f", 1e6, 1e6)  # a maximum changed, the file the same size
+    cached.write_bytes(bytes(data))
+    with pytest.raises(DamagedFileError, match="damaged"):
+        Calibration.load(cached)
+    calibrations = []
+    real = int8.calibrate
+    monkeypatch.setattr(int8, "calibrate", lambda *a: calibrations.append(1) or real(*a))
+    again = int8.calibration_for(encoder.model, encoder.tokenizer, encoder.max_length, None, "tiny")
+    assert calibrations == [1] and "damaged" in caplog.text and "calibrating again" in caplog.text
+    assert again.digest() == made.digest() and Calibration.load(cached).digest() == made.digest()

@@ -17,6 +17,10 @@ class InputError(BertkitError, ValueError):
     """Bad input data or a bad option value (file, line, column, spec)."""
 
 
+class DamagedFileError(InputError):
+    """A file bertkit wrote whose contents no longer match the digest it was written with."""
+
+
 def add_note(exc: BaseException, note: str) -> None:
     """Attach a note (PEP 678) that the CLI appends to the error's one line; also on Python 3.10."""
     notes = getattr(exc, "__notes__", None)

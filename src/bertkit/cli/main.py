@@ -118,6 +118,18 @@ def in_flags(message: str, argv: list[str]) -> str:
     return _ASSIGNMENT.sub(as_flag, message)
 
 
+def _exit_now_if_passes_run(code: int) -> None:
+    """End the process at once when forward passes still run in native code (Ctrl-C must not wait for them).
+
+    Python's exit would join their threads, and a pass stuck in a native library would hold the exit forever.
+    """
+    threads = sys.modules.get("bertkit.encoder.threads")
+    if threads is not None and threads.passes_in_flight():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
 def main() -> None:
     """Run the console entry point: a user's mistake becomes one 'error:' line and exit status 2."""
     with warnings.catch_warnings():
@@ -126,10 +138,13 @@ def main() -> None:
             app()
         except KeyboardInterrupt:
             say("interrupted.", warning=True)
+            _exit_now_if_passes_run(130)
             sys.exit(130)
         except SystemExit as exc:  # Typer ends a Ctrl-C with status 130 and no word; commands with more to say exit
             if exc.code == 130 and isinstance(getattr(exc.__context__, "__cause__", None), KeyboardInterrupt):
                 say("interrupted.", warning=True)
+            if exc.code == 130:
+                _exit_now_if_passes_run(130)
             raise
         except Exception as exc:  # the one CLI boundary: user-fixable errors become one line, bugs keep their traceback
             message = user_message(exc)

@@ -22,7 +22,7 @@ from ..errors import InputError
 from . import tokenize as tok
 from .defaults import DEFAULT_BATCH_SIZE, GPU_CHUNK_TEXTS
 from .devices import describe, resolve_device, token_budget
-from .engines import check_engine, engine_for, hash_weights, openvino_forward
+from .engines import check_engine, engine_for, engine_named, hash_weights, openvino_forward
 from .int8 import int8_model_for
 from .models import LoadedModel, ModelSource, load_model, resolve_model
 from .precision import HALF_DTYPES, check_precision
@@ -72,6 +72,7 @@ class EncoderBase:
         self._takes_type_ids = "token_type_ids" in inspect.signature(self.model.forward).parameters
         for note in loaded.warnings:
             logger.warning("%s: %s", loaded.source.spec, note)
+        self._engine_asked = check_engine(engine, self.device, self.precision)  # before int8 calibrates
         self._int8: torch.nn.Module | None = None
         self._int8_calibration: str | None = None  # the digest of the calibration texts int8 was calibrated on
         if self.precision == "int8":  # a copy of the model with int8 linear layers (int8.py)
@@ -81,12 +82,11 @@ class EncoderBase:
         self._half: torch.nn.Module | None = None
         if self.device.type == "cuda" and self.precision in HALF_DTYPES:
             self._half = copy.deepcopy(self.model).to(HALF_DTYPES[self.precision]).eval()
-        self._engine_asked = check_engine(engine)
         build = lambda: openvino_forward(  # noqa: E731
             self.model, self._takes_type_ids, self._position_limit, self.precision, self.fingerprint
         )
         self.engine, self.engine_reason, self._openvino = engine_for(
-            self._engine_asked, self.device, self.precision, build, loaded.source.spec
+            self._engine_asked, self.device, self.precision, build, loaded.source.spec, engine_named(engine)
         )
         self._max_batch_tokens = token_budget(self.model, self.device, self._position_limit)
         self._chunk_texts = GPU_CHUNK_TEXTS if self.device.type == "cuda" else None  # encode.py: _encoded_chunks
@@ -125,8 +125,7 @@ class EncoderBase:
         Encoder
         """
         wanted = resolve_device(device)
-        check_precision(precision, device=wanted)
-        check_engine(engine)
+        check_engine(engine, wanted, check_precision(precision, device=wanted))  # before the model loads
         return cls(
             load_model(resolve_model(model)),
             precision=precision,

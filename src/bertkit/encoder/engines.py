@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import logging
 import os
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..errors import InputError
+from ..records import check_record, new_record
 from .cache_files import cache_files
 from .defaults import cache_root
 from .precision import fast_bf16_cpu
@@ -35,13 +38,23 @@ OPENVINO_PRECISIONS = {"fp32": "f32", "bf16": "bf16"}  # bertkit's precision →
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 
 
-def check_engine(engine: str | None) -> str:
-    """Return the engine asked for: `engine`, else $BERTKIT_ENGINE, else 'auto'; anything else is an `InputError`."""
+def check_engine(engine: str | None, device: torch.device | None = None, precision: str | None = None) -> str:
+    """Return the engine asked for: `engine`, else $BERTKIT_ENGINE, else 'auto'; anything else is an `InputError`.
+
+    Given the `device` and `precision`, an engine forced where it cannot run is refused too (`choose_engine`), before
+    any work: the model loading, int8's calibration.
+    """
     value = engine if engine is not None else os.environ.get(ENGINE_VARIABLE) or "auto"
     if value not in ENGINES:
-        where = f"engine={value!r}" if engine is not None else f"{ENGINE_VARIABLE}={value}"
-        raise InputError(f"{where}: give one of {', '.join(ENGINES)}.")
+        raise InputError(f"{engine_named(engine)}: give one of {', '.join(ENGINES)}.")
+    if device is not None and precision is not None:
+        choose_engine(value, device, precision, engine_named(engine))
     return value
+
+
+def engine_named(engine: str | None) -> str:
+    """Say how the engine was asked for, as the caller wrote it: "engine='openvino'" or 'BERTKIT_ENGINE=openvino'."""
+    return f"engine={engine!r}" if engine is not None else f"{ENGINE_VARIABLE}={os.environ.get(ENGINE_VARIABLE)}"
 
 
 def openvino_version() -> str | None:
@@ -53,11 +66,13 @@ def openvino_version() -> str | None:
     return version("openvino")
 
 
-def choose_engine(engine: str, device: torch.device, precision: str) -> tuple[str, str]:
+def choose_engine(
+    engine: str, device: torch.device, precision: str, named: str = "engine='openvino'"
+) -> tuple[str, str]:
     """Return the engine that will run (`engine` checked by `check_engine`) and why, in words.
 
     'auto' is OpenVINO where it can run the request (a CPU, fp32 or bf16, installed), else torch; a forced
-    'openvino' that cannot is an `InputError`.
+    'openvino' that cannot is an `InputError` that says how it was forced (`named`).
     """
     if engine == "torch":
         return "torch", "asked for"
@@ -71,18 +86,23 @@ def choose_engine(engine: str, device: torch.device, precision: str) -> tuple[st
     else:
         return "openvino", f"OpenVINO {installed}, {precision} pinned"
     if engine == "openvino":
-        raise InputError(f"engine='openvino': {reason}.")
+        raise InputError(f"{named}: {reason}.")
     return "torch", reason
 
 
 def engine_for(
-    engine: str, device: torch.device, precision: str, build: Callable[[], OpenVINOForward], source: str
+    engine: str,
+    device: torch.device,
+    precision: str,
+    build: Callable[[], OpenVINOForward],
+    source: str,
+    named: str = "engine='openvino'",
 ) -> tuple[str, str, OpenVINOForward | None]:
     """Return (engine that runs, why, its OpenVINO forward or None): `choose_engine`, then `build` for OpenVINO.
 
     A model that does not export runs on torch with a warning, or is an `InputError` when 'openvino' was asked for.
     """
-    chosen, reason = choose_engine(engine, device, precision)
+    chosen, reason = choose_engine(engine, device, precision, named)
     if chosen != "openvino":
         return chosen, reason, None
     try:
@@ -90,7 +110,7 @@ def engine_for(
     except Exception as error:  # noqa: BLE001 (an architecture torch.export or OpenVINO cannot take)
         why = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         if engine == "openvino":
-            raise InputError(f"engine='openvino': this model does not export to OpenVINO ({why}).") from error
+            raise InputError(f"{named}: this model does not export to OpenVINO ({why}).") from error
         reason = f"the model does not export to OpenVINO ({why})"
         logger.warning("%s: %s; running on torch", source, reason)
         return "torch", reason, None
@@ -113,6 +133,11 @@ class _Outputs(torch.nn.Module):
         return self.flatten(call_model(self.model, inputs, torch.device("cpu"), return_dict=True, **self.options))
 
 
+# Two infer requests making their first pass at once can deadlock inside OpenVINO's Python binding (one thread holds
+# the GIL in a C++ static initializer that the other, waiting for the GIL, is running: about 1 run in 10 of a bare
+# OpenVINO script with two threads behind a barrier; 3 in 58 `bertkit embed` runs froze): every request's first
+# pass runs alone, under this process-wide lock, before the request is used.
+_FIRST_PASS_LOCK = threading.Lock()
 _GRAPHS: dict[str, Any] = {}  # cache key → openvino.Model, for the models of one process
 _GRAPHS_LOCK = threading.Lock()
 
@@ -127,22 +152,53 @@ def openvino_graph(module: _Outputs, key: str, width: int) -> Any:
     with _GRAPHS_LOCK:
         if key in _GRAPHS:
             return _GRAPHS[key]
-        folder, xml = cache_root() / "openvino", f"{key}.xml"
+        folder, names = cache_root() / "openvino", [f"{key}.bin", f"{key}.xml"]
         graph = None
-        if (folder / xml).is_file():
+        if (folder / names[1]).is_file() and _verified(folder, names, key):
             try:
-                graph = openvino.Core().read_model(folder / xml)
+                graph = openvino.Core().read_model(folder / names[1])
             except RuntimeError:  # damaged or another version's: exported again
                 graph = None
         if graph is None:
             graph = _export(module, width)
             try:
-                with cache_files(folder, [f"{key}.bin", xml]) as scratch:
-                    openvino.save_model(graph, scratch / xml, compress_to_fp16=False)
+                with cache_files(folder, [*names, f"{key}.json"]) as scratch:  # the record last: the set is whole
+                    openvino.save_model(graph, scratch / names[1], compress_to_fp16=False)
+                    record = new_record(GRAPH_KIND, sha256={name: _sha256(scratch / name) for name in names})
+                    (scratch / f"{key}.json").write_text(json.dumps(record), encoding="utf-8")
             except OSError as error:  # a read-only home: exported again next time
                 logger.info("the OpenVINO graph was not cached (%s)", error)
         _GRAPHS[key] = graph
         return graph
+
+
+GRAPH_KIND = "openvino-graph"  # the record beside a cached graph: its files' digests
+
+
+def _verified(folder: Path, names: list[str], key: str) -> bool:
+    """Check a cached graph's files against the digests of its record; a mismatch is said and the graph made again."""
+    try:
+        record = check_record(json.loads((folder / f"{key}.json").read_text(encoding="utf-8")), GRAPH_KIND, key)
+        damaged = [name for name in names if record["sha256"].get(name) != _sha256(folder / name)]
+    except (OSError, ValueError, KeyError, AttributeError):  # no record (another version's, or cut short)
+        logger.info("the cached OpenVINO graph %s has no valid record: exported again", key)
+        return False
+    if damaged:
+        logger.warning(
+            "the cached OpenVINO graph %s is damaged (%s differs from its digest): exported again",
+            folder / names[0],
+            ", ".join(damaged),
+        )
+    return not damaged
+
+
+def _sha256(path: Path) -> str:
+    """Return the SHA-256 of a file, read in blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _export(module: _Outputs, width: int) -> Any:
@@ -191,14 +247,22 @@ class OpenVINOForward:
                         "INFERENCE_NUM_THREADS": str(total_threads()),
                     }
                     self._compiled[streams] = openvino.Core().compile_model(self.graph, "CPU", settings)
-            requests[streams] = self._compiled[streams].create_infer_request()
+            request = self._compiled[streams].create_infer_request()
+            with _FIRST_PASS_LOCK:  # a request's first pass alone in the process: see _FIRST_PASS_LOCK
+                ids = torch.ones((1, 2), dtype=torch.long)
+                self._run(request, {"input_ids": ids, "attention_mask": ids, "token_type_ids": torch.zeros_like(ids)})
+            requests[streams] = request
         return requests[streams]
+
+    def _run(self, request: Any, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """Run one pass of `request` on `inputs`; the outputs copied out of the request's buffers."""
+        results = request.infer({name: inputs[name].numpy() for name in self.names}, share_inputs=True)
+        # copied: the request's output buffers are its next pass's, and the runner may hold this one until then
+        return tuple(torch.from_numpy(results[i].copy()) for i in range(len(results)))
 
     def __call__(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """Run one pass on `inputs` (the runner's padded tensors)."""
-        results = self._request().infer({name: inputs[name].numpy() for name in self.names}, share_inputs=True)
-        # copied: the request's output buffers are its next pass's, and the runner may hold this one until then
-        return tuple(torch.from_numpy(results[i].copy()) for i in range(len(results)))
+        return self._run(self._request(), inputs)
 
 
 def _encoder_states(out: Any) -> tuple[torch.Tensor, ...]:

@@ -11,6 +11,7 @@ import hashlib
 import inspect
 import itertools
 import json
+import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -21,8 +22,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from ..errors import InputError
-from ..records import check_record, new_record, record_kind
+from ..errors import DamagedFileError, InputError
+from ..records import CALIBRATION_FILE, check_record, new_record, record_kind
 from . import tokenize as tok
 from .cache_files import cache_files
 from .defaults import cache_root
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
 SMOOTH_ALPHA = 0.5  # SmoothQuant's default; what calibrations written before the search was added used
 ALPHA_GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
-CALIBRATION_FILE = "int8_calibration.safetensors"  # in a model or run directory: that directory's own calibration
+logger = logging.getLogger(__name__)
 CALIBRATION_KIND = "int8-calibration"  # its bertkit record's kind (bertkit.records), in the safetensors metadata
 PACKAGED_TEXTS = ("calibration.txt", "reviews.tsv")  # bertkit/samples: 118 general sentences and 80 short reviews
 HARDWARE_INT8 = bool(INT8_FEATURES & cpu_model_and_flags()[1])  # int8 products in hardware: torch._int_mm is fast
@@ -68,7 +69,9 @@ class Calibration:
 
     def write(self, path: Path) -> None:
         """Write the safetensors file at `path` itself (the caller makes it atomic)."""
-        record = new_record(CALIBRATION_KIND, groups=self.groups, texts=self.texts, alpha=self.alpha)
+        record = new_record(
+            CALIBRATION_KIND, groups=self.groups, texts=self.texts, alpha=self.alpha, digest=self.digest()
+        )
         tensors = {k: v.contiguous() for k, v in self.absmax.items()}
         save_file(tensors, str(path), metadata={"bertkit": json.dumps(record)})
 
@@ -96,7 +99,13 @@ class Calibration:
                 )
             record = check_record(record, CALIBRATION_KIND, path)
             absmax = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 (safe_open has no __iter__)
-        return cls(record["groups"], absmax, int(record["texts"]), float(record["alpha"]))
+        calibration = cls(record["groups"], absmax, int(record["texts"]), float(record["alpha"]))
+        if record.get("digest", calibration.digest()) != calibration.digest():
+            raise DamagedFileError(
+                f"{path}: damaged (its maxima do not match the digest it was written with); make it again with "
+                "`bertkit quantize MODEL --calibration FILE -o DIR`."
+            )
+        return calibration
 
 
 def layer_stack(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList]:
@@ -375,6 +384,8 @@ def calibration_for(
     if cached is not None and cached.is_file():
         try:
             return Calibration.load(cached)
+        except DamagedFileError as error:
+            logger.warning("%s; calibrating again", str(error).split(";")[0])
         except InputError:  # written by another bertkit: made again
             pass
     calibration = calibrate(model, calibration_inputs(model, tokenizer, packaged_texts(), max_length))

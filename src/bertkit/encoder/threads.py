@@ -109,6 +109,25 @@ def total_threads() -> int:
 
 # one pool per width, kept: a pool per call started threads (and malloc arenas) per call, and a server's RSS grew
 _POOLS: dict[int, ThreadPoolExecutor] = {}
+_in_flight = 0  # forward passes running on the pools' threads now (`passes_in_flight`)
+_in_flight_lock = threading.Lock()
+
+
+def passes_in_flight() -> int:
+    """Count the forward passes running on bertkit's threads now: the command line's Ctrl-C does not wait for them."""
+    return _in_flight
+
+
+def _counted(forward: Callable, batch: Any) -> Any:
+    """Run `forward(batch)`, counted in `passes_in_flight` while it runs."""
+    global _in_flight
+    with _in_flight_lock:
+        _in_flight += 1
+    try:
+        return forward(batch)
+    finally:
+        with _in_flight_lock:
+            _in_flight -= 1
 
 
 def forward_in_parallel(forward: Callable, chunks: Sequence, pad: Callable, workers: int) -> Iterator[tuple]:
@@ -122,7 +141,7 @@ def forward_in_parallel(forward: Callable, chunks: Sequence, pad: Callable, work
         pending: deque = deque()
         for chunk in chunks:
             batch = pad(chunk)
-            pending.append((chunk, batch, pool.submit(forward, batch)))
+            pending.append((chunk, batch, pool.submit(_counted, forward, batch)))
             if len(pending) > workers:
                 chunk0, batch0, future = pending.popleft()
                 yield chunk0, batch0, future.result()

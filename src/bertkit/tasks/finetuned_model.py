@@ -19,7 +19,7 @@ from transformers import AutoTokenizer
 from ..display import facts_table
 from ..encoder import tokenize as tok
 from ..encoder.devices import describe, resolve_device, token_budget
-from ..encoder.engines import check_engine, engine_for, openvino_forward, weights_digest
+from ..encoder.engines import check_engine, engine_for, engine_named, openvino_forward, weights_digest
 from ..encoder.int8 import calibration_for, quantize_model
 from ..encoder.models import quiet_transformers, refuse_model_code
 from ..encoder.precision import check_precision
@@ -81,6 +81,7 @@ class FineTuned:
         self.classes_ = np.array([labels.get(i, str(i)) for i in range(model.config.num_labels)])
         self.takes_type_ids = "token_type_ids" in inspect.signature(model.forward).parameters
         self.network = model  # what runs: the model, or its int8 copy (the head stays fp32)
+        asked = check_engine(engine, self.device, self.precision)  # before int8 calibrates
         if self.precision == "int8":
             calibration = calibration_for(model, tokenizer, max_length, str(directory) if directory else None, None)
             self.network = quantize_model(model.eval(), calibration).eval()
@@ -89,7 +90,7 @@ class FineTuned:
             model, self.takes_type_ids, max_length, self.precision, weights_digest(model)
         )
         self.engine, self.engine_reason, self._openvino = engine_for(
-            check_engine(engine), self.device, self.precision, build, str(directory or type(self).__name__)
+            asked, self.device, self.precision, build, str(directory or type(self).__name__), engine_named(engine)
         )
 
     @classmethod
@@ -140,7 +141,6 @@ class FineTuned:
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"{directory}: cannot load the fine-tuned model ({brief(exc)}).") from None
         model.eval().to(resolve_device(device))
-        engine = check_engine(engine)
         return cls(model, tokenizer, int(record["max_length"]), record, precision, long_text, directory, engine)
 
     def save_pretrained(self, directory: str | Path, *, overwrite: bool = False) -> Path:
