@@ -109,7 +109,7 @@ def test_same_seed_same_weights_and_resume_matches_an_uninterrupted_run(tiny_dir
 
     with pytest.raises(KeyboardInterrupt):
         finetune(data, output_dir=tmp_path / "c", callbacks=[interrupt], **options)
-    saved = json.loads((tmp_path / "c" / f"checkpoint-{stop}" / "trainer_state.json").read_text())
+    saved = json.loads((tmp_path / "c.partial" / f"checkpoint-{stop}" / "trainer_state.json").read_text())
     assert saved["global_step"] == stop and saved["epoch"] == pytest.approx(stop / 6)  # the step it stopped after
     assert not (tmp_path / "c" / "bertkit.json").exists()
     with pytest.raises(InputError, match="unfinished run; pass --resume"):
@@ -342,7 +342,7 @@ def test_ctrl_c_on_the_command_line_leaves_a_checkpoint_that_resumes_to_the_same
 
     process = start_child(command + ["-o", str(tmp_path / "cut")], env=env, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
-    while not list((tmp_path / "cut").glob("checkpoint-*/trainer_state.json")) and time.time() < deadline:
+    while not list((tmp_path / "cut.partial").glob("checkpoint-*/trainer_state.json")) and time.time() < deadline:
         if process.poll() is not None:
             break
         time.sleep(0.05)
@@ -350,7 +350,8 @@ def test_ctrl_c_on_the_command_line_leaves_a_checkpoint_that_resumes_to_the_same
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130, err
     steps = [
-        json.loads(p.read_text())["global_step"] for p in (tmp_path / "cut").glob("checkpoint-*/trainer_state.json")
+        json.loads(p.read_text())["global_step"]
+        for p in (tmp_path / "cut.partial").glob("checkpoint-*/trainer_state.json")
     ]
     assert (
         "--resume" in err and "interrupted in epoch" in err and max(steps) > 135

@@ -526,7 +526,7 @@ def test_amp_fine_tuning_on_the_gpu_learns_and_resumes(tiny_dirs, tmp_path, reco
 
     with pytest.raises(KeyboardInterrupt):
         finetune(data, output_dir=tmp_path / "run", callbacks=[interrupt], **options)
-    checkpoint = tmp_path / "run" / "checkpoint-30"
+    checkpoint = tmp_path / "run.partial" / "checkpoint-30"
     saved = sorted(path.name for path in checkpoint.iterdir()) if checkpoint.is_dir() else []
     finetune(data, output_dir=tmp_path / "run", resume=True, **options)
     record = json.loads((tmp_path / "run" / "bertkit.json").read_text())

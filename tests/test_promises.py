@@ -22,7 +22,7 @@ def mode(path):
     return stat.S_IMODE(path.stat().st_mode)
 
 
-# ---- 1. an existing output is replaced only with --overwrite, whoever wrote it ------------------------------------
+# ---- 1. an existing output is replaced only with --overwrite (a folder: only one bertkit wrote) ------------------
 def test_one_refusal_for_a_file_bertkit_wrote_and_a_users_file_and_nothing_is_touched(tmp_path):
     from bertkit.io.writers import check_output, write_json
     from bertkit.records import new_record
@@ -39,7 +39,11 @@ def test_one_refusal_for_a_file_bertkit_wrote_and_a_users_file_and_nothing_is_to
         with pytest.raises(InputError) as refused:
             check_output(path, overwrite=False)
         messages.add(str(refused.value).replace(str(path), "PATH"))
-        assert check_output(path, overwrite=True) == path  # --overwrite: whoever wrote it
+        if path.is_file():
+            assert check_output(path, overwrite=True) == path  # --overwrite: a file, whoever wrote it
+        else:  # a folder of the user's own files: not even with --overwrite
+            with pytest.raises(InputError, match="bertkit did not write"):
+                check_output(path, overwrite=True)
     assert messages == {
         "PATH already exists; nothing was touched. Choose another output, or pass --overwrite to replace it."
     }
@@ -181,11 +185,11 @@ def test_a_second_interrupt_inside_a_step_keeps_the_last_checkpoint(tiny_dirs, t
     monkeypatch.setattr(torch.optim.AdamW, "step", step_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         finetune(data, output_dir=tmp_path / "run", **options)
-    [saved] = [json.loads(p.read_text()) for p in (tmp_path / "run").glob("checkpoint-*/trainer_state.json")]
+    [saved] = [json.loads(p.read_text()) for p in (tmp_path / "run.partial").glob("checkpoint-*/trainer_state.json")]
     assert saved["global_step"] == 6 and saved["epoch"] == 1.0  # the end-of-epoch-1 checkpoint, nothing after it
     umask = os.umask(0)
     os.umask(umask)
-    files = [p for p in (tmp_path / "run").glob("checkpoint-*/**/*") if p.is_file()]
+    files = [p for p in (tmp_path / "run.partial").glob("checkpoint-*/**/*") if p.is_file()]
     assert files and {oct(mode(p)) for p in files} == {oct(0o666 & ~umask)}  # safetensors writes 0600
     monkeypatch.setattr(torch.optim.AdamW, "step", original_step)
     finetune(data, output_dir=tmp_path / "run", resume=True, **options)

@@ -90,7 +90,7 @@ def qa_run(coloured, tmp_path_factory):
 
     with pytest.raises(KeyboardInterrupt):
         finetune(train, dev, output_dir=root / "run", callbacks=[interrupt], **options)
-    assert (root / "run" / "checkpoint-20").is_dir() and not (root / "run" / "bertkit.json").exists()
+    assert (root / "run.partial" / "checkpoint-20").is_dir() and not (root / "run" / "bertkit.json").exists()
     finetune(train, dev, output_dir=root / "run", resume=True, **options)
     return root / "run"
 

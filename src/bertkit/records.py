@@ -6,8 +6,11 @@ an int8 calibration all start from `new_record(kind)` and are read back through 
 
 from __future__ import annotations
 
+import json
+import struct
 from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 from .errors import InputError
@@ -69,3 +72,29 @@ def check_record(record: object, kinds: str | tuple[str, ...], where: object) ->
             "make it again with this version."
         )
     return dict(record)  # type: ignore[arg-type]
+
+
+RUN_FILE = "bertkit.json"  # a run's record: what it is, how it was made
+PROBE_FILE = "probe.json"  # what `bertkit probe` writes (scores by layer and pooling)
+MANIFEST_FILE = "manifest.json"  # a Ray embedding job's finished folder: its options and each file's rows
+CALIBRATION_FILE = "int8_calibration.safetensors"  # a model or run directory's own int8 calibration
+FOLDER_RECORDS = (RUN_FILE, PROBE_FILE, MANIFEST_FILE, CALIBRATION_FILE)  # the files that carry a folder's record
+
+
+def is_bertkit_folder(folder: str | Path) -> bool:
+    """Tell whether bertkit wrote `folder`: one of its `FOLDER_RECORDS` holds a bertkit record."""
+    for name in FOLDER_RECORDS:
+        path = Path(folder) / name
+        try:
+            if name.endswith(".safetensors"):  # the record is in the header's metadata: read the header only
+                with path.open("rb") as handle:
+                    (size,) = struct.unpack("<Q", handle.read(8))
+                    header = json.loads(handle.read(min(size, 1 << 24)))
+                record = json.loads(header.get("__metadata__", {}).get("bertkit", "null"))
+            else:
+                record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, struct.error, AttributeError):
+            continue
+        if record_kind(record) is not None:
+            return True
+    return False

@@ -74,19 +74,22 @@ def train(
 
     -o: the run directory to create (config, classifier, metrics).
     """
-    from ..io.readers import read_labelled
     from ..io.writers import check_output
+
+    check_output(output, overwrite, [train_file, *([dev] if dev is not None else [])])  # before the heavy imports
+    if report is not None:
+        from ..tasks.report import check_report_directory
+
+        check_report_directory(report, overwrite)
+    from ..io.readers import read_labelled
     from ..tasks.classify import TextClassifier
     from ..tasks.heads import check_training_labels, named_classifier
     from ..tasks.labels import check_known_labels, split_holdout
-    from ..tasks.report import check_report_directory, classification_metrics, format_metrics, write_report
+    from ..tasks.report import classification_metrics, format_metrics, write_report
     from ..tasks.vectorizer import BertVectorizer
 
-    check_output(output, overwrite)
     if options.token_vectors:
         raise InputError("--pooling none gives token vectors; a classifier reads one vector a text: give cls or mean.")
-    if report is not None:
-        check_report_directory(report, overwrite)
     columns = column_spec(text_column), column_spec(label_column)
     data = read_labelled(train_file, *columns, header=header)
     texts, labels = data.texts[:limit], data.labels[:limit]

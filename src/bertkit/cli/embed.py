@@ -135,10 +135,11 @@ def embed(
         raise InputError("--gpus-per-actor applies to --engine ray; with --engine local give --device cuda.")
     existing_text_file(input)  # a missing, unreadable or binary input is refused before the model loads
     column, header = _text_column(input, column_spec(column), header, fmt, quiet)
+    inputs = [input, *([calibration] if calibration is not None else [])]
     if options.token_vectors:
-        check_output(check_writable_location(output), overwrite, [input])
+        check_output(check_writable_location(output), overwrite, inputs)
     else:
-        check_output_path(output, overwrite, [input])
+        check_output_path(output, overwrite, inputs)
     encoder = make_encoder(model, precision, device)
     reading = dict(column=column, id_column=column_spec(id_column), header=header, fmt=fmt)
     started = time.perf_counter()
@@ -226,7 +227,7 @@ def _embed_streamed(
 
     bar = Progress("embed", unit="texts", show=not quiet)
     try:
-        result = embed_file(encoder, input, output, options, **settings, on_chunk=bar.to)
+        result = embed_file(encoder, input, output, options, **settings, on_rows=bar.to)
     except KeyboardInterrupt:
         say("interrupted: finished chunks are kept; run the same command again to continue.", warning=True)
         sys.exit(130)

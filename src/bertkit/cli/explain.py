@@ -42,11 +42,12 @@ def explain(
 
     --pair: a second text read with TEXT (a pair run's pair; a QA run's context); --max-length pads the token table.
     """
-    from ..explain.explainer import Explainer, Settings
-    from ..explain.page import offline_page
     from ..io.writers import atomic_path, check_output, check_writable_location
 
-    check_output(check_writable_location(output), overwrite)  # before the model loads
+    check_output(check_writable_location(output), overwrite)  # before the heavy imports
+    from ..explain.explainer import Explainer, Settings
+    from ..explain.page import offline_page
+
     explainer = Explainer.from_paths(model, run or [], device=device)
     explainer.map_texts = map_texts
     # every layer, attention layer and head: the file switches between them with no server

@@ -66,13 +66,16 @@ def finetune(
     Several processes (GPUs, or CPU cores with gloo): `torchrun --nproc_per_node N -m bertkit finetune ...` or
     `accelerate launch -m bertkit finetune ...`; --batch-size stays the batch of one step, split between them.
     """
+    from ..tasks.finetune.checkpoint import check_output
+
+    check_output(output_dir, resume, overwrite, [train_file, dev])  # before torch loads
     from ..tasks.finetune import finetune as run_finetune
 
     columns = {
         name: column_spec(value) for name, value in options_for(ctx, run_finetune).items() if name.endswith("_column")
     }
     try:
-        run_finetune(train_file, **options_for(ctx, run_finetune, args=args, **columns))
+        run_finetune(train_file, **options_for(ctx, run_finetune, args=args(), **columns))
     except KeyboardInterrupt:
         sys.exit(130)
 
@@ -105,11 +108,12 @@ def probe(
     -o: a folder for probe.md, probe.csv, probe.json and probe.png.
     """
     from ..io.writers import check_output
+
+    check_output(output, overwrite, [train_file, dev])  # before the heavy imports
     from ..tasks.probe import probe_text, probe_token
     from ..tasks.report import probe_files
     from ..tasks.runs import write_run_directory
 
-    check_output(output, overwrite)
     cache = "memory" if no_cache else cache_option(no_cache, cache_dir)
     shared = {"cache": cache, "progress": False if verbosity() == "quiet" else None}
     if task == "text":

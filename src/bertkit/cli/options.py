@@ -121,7 +121,8 @@ def from_fields(
 ) -> Callable[[Callable], Any]:
     """Give a command one option per field of the class at `source` ('module:Class'; `only` these), as `into`.
 
-    The command declares `into: Generated`; it receives `build` (default: the source class) made of the given values.
+    The command declares `into: Generated`; it receives the source class made of the given values, or with `build`
+    (a heavy class) a function that makes `build` of them, for the command to call after its cheap checks.
     `defaults` are the command's own defaults of some fields (`train`'s layers and pooling are the features').
     """
 
@@ -169,4 +170,6 @@ class _FieldsCommand:
         for name in [n for n in given if typing.get_origin(hints[n]) is list]:
             given[name] = [part.strip() for part in given[name].split(",") if part.strip()]
         rest = {k: v for k, v in values.items() if k not in names}
-        return self.command(**rest, **{self.into: _load(self.build)(**given)})
+        if self.build != self.source:  # a heavy class (transformers'): made when the command has done its cheap checks
+            return self.command(**rest, **{self.into: lambda: _load(self.build)(**given)})
+        return self.command(**rest, **{self.into: _load(self.source)(**given)})

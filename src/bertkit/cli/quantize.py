@@ -31,8 +31,11 @@ def quantize(
     -o: a new directory, a copy of MODEL with its int8 calibration; then `--model DIR --precision int8` (or the run)
     uses that calibration.
     """
-    from ..encoder.int8 import packaged_texts
     from ..errors import InputError
+    from ..io.writers import check_output
+
+    check_output(output, overwrite, [given for given in (model, calibration) if given is not None])  # before torch
+    from ..encoder.int8 import packaged_texts
     from ..io.readers import read_texts
     from ..tasks.quantize import quantize as quantize_model
 

@@ -131,9 +131,9 @@ def predict(
     Taggers print each entity with its character span; regressors their score. -o writes a TSV (label, probability,
     text; taggers: one row per entity; question answering: JSON, {id: answer}).
     """
+    _check_table_output(output, overwrite, inputs)  # before the heavy imports
     from ..tasks.tagger import FineTunedTagger
 
-    _check_table_output(output, overwrite, inputs)
     estimator = _load(run, no_cache, cache_dir, precision, device)
     if hasattr(estimator, "answer"):  # question answering: a SQuAD file's answers, {id: answer}
         from .qa import write_predictions

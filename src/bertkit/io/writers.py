@@ -7,6 +7,8 @@ A job's unfinished state is a record beside its output (`read_job` / `save_job`)
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import json
 import os
 import re
@@ -20,22 +22,27 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, add_note
-from ..records import check_record, new_record
+from ..records import check_record, is_bertkit_folder, new_record
 
 VECTOR_FORMATS = (".npy", ".npz", ".parquet")
 
 
 def check_output(path: str | Path, overwrite: bool = False, inputs: Iterable[str | Path] = ()) -> Path:
-    """Refuse an output path that holds anything unless `overwrite`, and one that is one of the `inputs` always.
+    """Refuse an output that touches an input, or holds what `overwrite` may not replace: the one output check.
+
+    An output is never one of the `inputs`, a folder holding one, or inside an input folder, even with `overwrite`.
+    Anything at `path` is refused unless `overwrite` (an empty folder is taken as new); a non-empty folder is replaced
+    only when bertkit wrote it (it holds a bertkit record, `records.is_bertkit_folder`), never a folder of the
+    user's own files.
 
     Parameters
     ----------
     path : str or Path
         The file or folder about to be written.
     overwrite : bool
-        The caller's `--overwrite`: replace whatever is there.
+        The caller's `--overwrite`: replace what bertkit wrote there before.
     inputs : iterable of str or Path
-        The files the command reads.
+        The files and folders the command reads.
 
     Returns
     -------
@@ -43,13 +50,44 @@ def check_output(path: str | Path, overwrite: bool = False, inputs: Iterable[str
         `path`.
     """
     path = Path(path)
-    if any(Path(given).is_file() and path.is_file() and path.samefile(given) for given in inputs):
-        raise InputError(f"-o {path} is also an input; choose another output (nothing was touched).")
-    if (path.exists() or path.is_symlink()) and not overwrite:
+    for given in inputs:
+        clash = _input_clash(path, Path(given))
+        if clash:
+            raise InputError(f"-o {path} {clash}; choose another output (nothing was touched).")
+    _existing_folder(path)
+    if not (path.exists() or path.is_symlink()) or _empty_folder(path):
+        return path
+    if not overwrite:
         raise InputError(
             f"{path} already exists; nothing was touched. Choose another output, or pass --overwrite to replace it."
         )
+    if path.is_dir() and not path.is_symlink() and not is_bertkit_folder(path):
+        raise InputError(
+            f"{path} is a folder bertkit did not write (it holds no bertkit record); nothing was touched, and "
+            "--overwrite replaces only bertkit's own outputs: give a new or empty folder."
+        )
     return path
+
+
+def _input_clash(output: Path, given: Path) -> str | None:
+    """Say how `output` would touch the input `given`: it is the input, holds it, or lies inside it; else None."""
+    if not given.exists():
+        return None
+    if output.exists() and output.is_file() and given.is_file() and output.samefile(given):
+        return "is also an input"
+    out, read = output.resolve(), given.resolve()
+    if out == read:
+        return "is also an input"
+    if out in read.parents:
+        return f"holds the input {given}"
+    if read in out.parents and given.is_dir():
+        return f"is inside the input folder {given}"
+    return None
+
+
+def _empty_folder(path: Path) -> bool:
+    """Tell whether `path` is a real (not linked) folder with nothing in it."""
+    return path.is_dir() and not path.is_symlink() and next(path.iterdir(), None) is None
 
 
 def remove_output(path: str | Path) -> None:
@@ -105,9 +143,10 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def staged_directory(target: str | Path) -> Iterator[Path]:
-    """Yield an empty directory beside `target`; once it is written whole, it replaces `target` (removed first).
+    """Yield an empty directory beside `target`; once it is written whole, it takes `target`'s place.
 
-    The caller has checked `target` with `check_output`. On failure the staging directory goes and `target` stays.
+    The caller has checked `target` with `check_output`. On failure the staging directory goes and `target` stays;
+    an old `target` stays whole until the new one is complete (`replace_folder`).
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -117,10 +156,68 @@ def staged_directory(target: str | Path) -> Iterator[Path]:
         yield staging
         modes_like_open(staging)
         os.chmod(staging, _mode_like_open(target, directory=True))
-        remove_output(target)
-        replace(staging, target)
+        replace_folder(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def replace_folder(complete: Path, target: Path) -> None:
+    """Put the folder `complete` at `target`; a folder already there is swapped out in one step, then removed.
+
+    Linux swaps the two names atomically (renameat2's RENAME_EXCHANGE): a kill leaves the old folder or the new one
+    at `target`, never neither. Elsewhere the old one is renamed aside first and put back by the next sweep
+    (`sweep_stale_temporaries`) if the process dies before the new one is in place.
+    """
+    if not (target.is_dir() and not target.is_symlink()):
+        remove_output(target)
+        replace(complete, target)
+        return
+    if _exchange(complete, target):
+        shutil.rmtree(complete)  # now the old folder
+        return
+    aside = target.with_name(f"{_temporary_prefix(target)}old.tmp")
+    replace(target, aside)
+    replace(complete, target)
+    shutil.rmtree(aside)
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap two paths' names atomically where the OS can (Linux renameat2); False where it cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_cwd, exchange = -100, 2  # AT_FDCWD, RENAME_EXCHANGE
+    if renameat2(at_cwd, os.fsencode(first), at_cwd, os.fsencode(second), exchange) == 0:
+        return True
+    error = ctypes.get_errno()
+    if error in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # a file system or kernel without it
+        return False
+    raise OSError(error, os.strerror(error), str(first), None, str(second))
+
+
+def work_folder(output: str | Path) -> Path:
+    """Return the folder a job that writes the folder `output` works in until it is complete: `<output>.partial`."""
+    output = Path(output)
+    return output.with_name(output.name + ".partial")
+
+
+def check_job_output(output: str | Path, overwrite: bool, inputs: Iterable[str | Path] = ()) -> bool:
+    """Check the folder output of a resumable job (`check_output`); return whether an unfinished one is there.
+
+    The job works in `work_folder(output)`, its record beside `output`: an unfinished job may meet the previous
+    output at `output` (an interrupted `--overwrite`), which stays there whole until the new one replaces it.
+    """
+    output = Path(output)
+    unfinished = job_path(output).is_file()
+    work = work_folder(output)
+    if (work.exists() or work.is_symlink()) and not unfinished:
+        raise InputError(
+            f"{work} is in the way: bertkit writes {output} there until it is complete; move it, or choose another -o."
+        )
+    check_output(output, overwrite or unfinished, inputs)
+    return unfinished
 
 
 def modes_like_open(folder: Path) -> None:
@@ -160,7 +257,10 @@ def sweep_stale_temporaries(target: Path) -> None:
         for entry in target.parent.iterdir():
             match = _TEMPORARY.fullmatch(entry.name)
             if match and match["name"] == target.name and not _process_alive(int(match["pid"])):
-                remove_output(entry)
+                if entry.name.endswith(".old.tmp") and not (target.exists() or target.is_symlink()):
+                    replace(entry, target)  # a replaced output set aside by a process killed before the new one
+                else:
+                    remove_output(entry)
 
 
 def job_path(output: str | Path) -> Path:
@@ -246,11 +346,7 @@ def check_writable_location(path: str | Path) -> Path:
             f"output {path} is a directory; give a file name inside it, e.g. "
             f"{path / ('vectors' + (path.suffix or '.npy'))}."
         )
-    folder = path.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir():
-        raise InputError(f"output {path}: {folder} is a file, not a directory; choose another output path.")
+    folder = _existing_folder(path)
     if _read_only(folder):
         raise InputError(
             f"output {path}: {folder} is on a read-only file system; choose a folder you can write to "
@@ -261,6 +357,16 @@ def check_writable_location(path: str | Path) -> Path:
             f"output {path}: cannot write in {folder} (permission denied); choose a folder you can write to."
         )
     return path
+
+
+def _existing_folder(path: Path) -> Path:
+    """Return the nearest folder above `path` that exists; one that is a file is refused."""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise InputError(f"output {path}: {folder} is a file, not a directory; choose another output path.")
+    return folder
 
 
 def _read_only(folder: Path) -> bool:

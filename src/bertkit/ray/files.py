@@ -34,14 +34,13 @@ from ..io.writers import (
     VECTOR_FORMATS,
     atomic_path,
     end_job,
-    job_path,
     read_job,
     remove_output,
     replace,
     save_job,
     write_json,
 )
-from ..records import new_record
+from ..records import MANIFEST_FILE, new_record
 from .dataset import (
     DEFAULT_ROWS_PER_CALL,
     Resources,
@@ -59,7 +58,7 @@ try:  # Ray's own switch to token mode (what `ray.init(address="auto")` uses); a
 except ImportError:
     maybe_enable_token_auth_if_token_available = None
 
-MANIFEST = "manifest.json"
+MANIFEST = MANIFEST_FILE
 
 
 @dataclass
@@ -155,14 +154,19 @@ class _Job:
     summary: RunSummary
     pending: dict[Path, dict] = field(default_factory=dict)
 
+    @property
+    def work(self) -> Path:
+        """The folder the job writes until every file is in it (`writers.work_folder`)."""
+        return writers.work_folder(self.output)
+
     def staging(self, path: Path) -> Path:
-        return self.output / f".{path.stem}.tmp"
+        return self.work / f".{path.stem}.tmp"
 
     def finish(self, path: Path) -> None:
         """Move a complete file's folder into place and record it in the job's record."""
         entry = self.pending[path]
-        remove_output(self.output / path.stem)
-        replace(self.staging(path), self.output / path.stem)
+        remove_output(self.work / path.stem)
+        replace(self.staging(path), self.work / path.stem)
         self.state["files"][path.stem] = entry
         save_job(self.output, self.job, self.state)
         self.summary.rows += entry["rows"]
@@ -203,9 +207,7 @@ def embed_files(
     paths = expand_inputs(inputs)
     output = Path(output_dir)
     check_folder_output(output)
-    unfinished = job_path(output).is_file()  # an unfinished run of this job resumes; other contents need `overwrite`
-    if not unfinished:
-        writers.check_output(output, overwrite)
+    unfinished = writers.check_job_output(output, overwrite, paths)  # an unfinished run of this job resumes
     if id_column is not None and id_column == column:
         raise InputError(
             f"--id-column {id_column!r} is the text column; name another column, or leave it out for row numbers."
@@ -221,13 +223,14 @@ def embed_files(
     identity = {"command": "embed --engine ray", "options": recorded}
     identity["inputs"] = {str(path.resolve()): file_sha256(path) for path in paths}
     state = read_job(output, identity, overwrite) if unfinished else None  # another job's is refused
-    if state is None:
-        remove_output(output)
+    if state is None or not writers.work_folder(output).is_dir():  # the record speaks of its work folder's files
+        state = None
+        remove_output(writers.work_folder(output))  # this job's own, started over
     job = _Job(output, identity, state or {"files": {}}, RunSummary(output))
     for path in paths:
         _plan_file(job, path, reading)
-    save_job(output, job.job, job.state)  # first: a folder is never there without its job's record
-    output.mkdir(parents=True, exist_ok=True)
+    save_job(output, job.job, job.state)  # first: a work folder is never there without its job's record
+    job.work.mkdir(parents=True, exist_ok=True)
     _write_empty(job, encoder.output_dim(resolved), id_column)
     work = {str(path.resolve()): path for path, entry in job.pending.items() if entry["rows"]}
     started_ray = bool(work) and connect(address, ray_logs)
@@ -239,7 +242,8 @@ def embed_files(
     finally:
         if started_ray:
             ray.shutdown()
-    write_json(output / MANIFEST, new_record("ray manifest", options=recorded, files=job.state["files"]))
+    write_json(job.work / MANIFEST, new_record("ray manifest", options=recorded, files=job.state["files"]))
+    writers.replace_folder(job.work, output)  # a previous output stays whole until this one is complete
     end_job(output)
     job.summary.seconds = time.perf_counter() - started
     return job.summary

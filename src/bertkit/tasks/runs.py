@@ -11,10 +11,9 @@ from pathlib import Path
 
 from ..errors import InputError, ModelLoadError, no_such_path, quoted
 from ..io.writers import check_output, staged_directory
-from ..records import check_record
+from ..records import PROBE_FILE, RUN_FILE, check_record
 
-CONFIG_FILE = "bertkit.json"
-PROBE_FILE = "probe.json"  # what `bertkit probe` writes (scores by layer and pooling); shown by the explainer
+CONFIG_FILE, PROBE_FILE = RUN_FILE, PROBE_FILE  # a run's record; a probe's scores, shown by the explainer
 KIND_FEATURES = "features"
 KIND_TEXT = "finetuned-text"
 KIND_TOKEN = "finetuned-token"

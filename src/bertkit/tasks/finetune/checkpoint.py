@@ -10,10 +10,10 @@ import logging
 import re
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ...encoder.models import quiet_transformers
 from ...errors import InputError
 from ...io import writers
 from ...io.writers import end_job, job_path, read_job, replace, save_job, staged_directory
@@ -26,11 +26,15 @@ CHECKPOINT = re.compile(r"checkpoint-([0-9]+)")
 RESUMED_KEYS = ("task", "args", "labels", "max_length", "data", "base_model")  # what makes a run this run
 
 
-def check_output(output: Path, resume: bool, overwrite: bool) -> None:
-    """Refuse what would lose work or mix two runs, before anything is read or written."""
+def check_output(output: Path, resume: bool, overwrite: bool, inputs: Sequence[str | Path | None] = ()) -> None:
+    """Refuse what would lose work, touch an input or mix two runs, before anything is read or written.
+
+    A run trains in `<output>.partial` (its job's record beside it) and replaces `output` only once complete, so an
+    interrupted `--overwrite` leaves the old run loadable and `--resume` continues the new one.
+    """
     if resume and overwrite:
         raise InputError("--resume continues a run and --overwrite starts over: give one of them.")
-    unfinished = job_path(output).is_file() and not (output / CONFIG_FILE).is_file()
+    unfinished = job_path(output).is_file()
     if resume and not unfinished:
         if (output / CONFIG_FILE).is_file():
             raise InputError(f"{output}: this run already finished; nothing to resume (--overwrite trains it again).")
@@ -39,8 +43,7 @@ def check_output(output: Path, resume: bool, overwrite: bool) -> None:
         raise InputError(
             f"{output} holds an unfinished run; pass --resume to continue it or --overwrite to start over."
         )
-    if not resume:
-        writers.check_output(output, overwrite)
+    writers.check_job_output(output, overwrite, [given for given in inputs if given is not None])
 
 
 def last_checkpoint(output: Path) -> Path | None:
@@ -61,14 +64,20 @@ def last_checkpoint(output: Path) -> Path | None:
     return None
 
 
-def start_run(output: Path, run_record: dict, resume: bool) -> None:
-    """Record a new run's job beside `output`, or check that a resumed run is the same command (`read_job`)."""
+def start_run(output: Path, run_record: dict, resume: bool) -> Path:
+    """Record a new run's job and make its work folder, or check that a resumed run is the same command (`read_job`).
+
+    Returns the work folder, where the run trains until `write_final` puts it at `output`.
+    """
     job = {"command": "finetune", **{key: run_record[key] for key in RESUMED_KEYS}}
+    work = writers.work_folder(output)
     if resume:
         read_job(output, job)
-        return
-    save_job(output, job, {})  # first: the folder is never there without its job's record
-    output.mkdir(parents=True, exist_ok=True)
+        return work
+    writers.remove_output(work)  # an unfinished run of this output, started over (`check_output` allowed it)
+    save_job(output, job, {})  # first: the work folder is never there without its job's record
+    work.mkdir(parents=True)
+    return work
 
 
 def learned_anything(baseline: dict | None, best: float | None, metric_name: str) -> dict | None:
@@ -92,11 +101,15 @@ def learned_anything(baseline: dict | None, best: float | None, metric_name: str
     return {**baseline, "learned": learned}
 
 
-def write_final(output: Path, network: Any, runner: Any, run_record: dict, training: dict, metrics: dict) -> Any:
+def write_final(
+    output: Path, work: Path, network: Any, runner: Any, run_record: dict, training: dict, metrics: dict
+) -> Any:
     """Replace `output` by the trained `network` (the best epoch) + the runner's tokenizer + bertkit.json.
 
-    Checkpoints go, logs stay; the run loads back as the runner's class.
+    The work folder's checkpoints go, its logs stay with the run; the run loads back as the runner's class.
     """
+    from ...encoder.models import quiet_transformers
+
     best = training["best_score"]
     record = new_record(
         runner.KIND,
@@ -115,8 +128,9 @@ def write_final(output: Path, network: Any, runner: Any, run_record: dict, train
             network.save_pretrained(str(staging), safe_serialization=True)
             runner.tokenizer.save_pretrained(str(staging))
         (staging / CONFIG_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
-        if (output / LOGS).is_dir():  # metrics.jsonl and the trackers' files stay with the run
-            shutil.copytree(output / LOGS, staging / LOGS)
+        if (work / LOGS).is_dir():  # metrics.jsonl and the trackers' files stay with the run
+            shutil.copytree(work / LOGS, staging / LOGS)
     end_job(output)
+    shutil.rmtree(work, ignore_errors=True)
     logger.info("saved %s: best epoch %s (dev %s %.4f)", output, training["best_epoch"], training["metric"], best)
     return type(runner).from_pretrained(output)

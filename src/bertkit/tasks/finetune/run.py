@@ -20,7 +20,7 @@ from ...encoder.encode import Encoder
 from ...encoder.models import quiet_transformers
 from ...encoder.precision import check_precision
 from ...errors import InputError
-from ...io.writers import remove_output
+from ...io.writers import work_folder
 from .arguments import FinetuneArguments
 from .checkpoint import check_output, last_checkpoint, start_run, write_final
 from .examples import collate
@@ -123,15 +123,12 @@ def finetune(
     if not state.is_main_process:  # one voice: the main process says what happens
         logging.getLogger("bertkit").setLevel(logging.ERROR)
     if state.is_main_process:  # one process checks the output and writes it; the others follow (a second check
-        check_output(output, resume, overwrite)  # raced the main one's job record and refused it, exit 2)
+        check_output(output, resume, overwrite, [train, dev])  # raced the main one's job record and refused it)
     state.wait_for_everyone()
     encoder = Encoder.from_pretrained(model, device="cpu")
     columns = Columns(text_column, label_column, pair_column, header, label_separator)
     prepared, run_record, tokenizer = _prepare(args, encoder, train, dev, dev_share, limit, columns)
-    if state.is_main_process:
-        if not resume and output.exists():
-            remove_output(output)  # --overwrite, checked above; only after the data has been read
-        start_run(output, run_record, resume)
+    work = start_run(output, run_record, resume) if state.is_main_process else work_folder(output)
     state.wait_for_everyone()
     for note in prepared.notes:
         logger.warning(note)
@@ -139,13 +136,13 @@ def finetune(
     network = build_model(encoder, args.task, prepared.labels, prepared.problem)
     evaluator = Evaluator(args.task, network, tokenizer, run_record["max_length"], prepared)
     del encoder
-    trainer = _train(args, output, evaluator, wanted, progress, state, list(callbacks), resume)
+    trainer = _train(args, work, evaluator, wanted, progress, state, list(callbacks), resume)
     training = _training_record(trainer, evaluator.metric_name, args)
     run_record.update(device=describe(trainer.args.device), processes=state.num_processes)
     result = None
     if state.is_main_process:
         metrics = best_metrics(trainer.state)
-        result = write_final(output, trainer.model, evaluator.runner, run_record, training, metrics)
+        result = write_final(output, work, trainer.model, evaluator.runner, run_record, training, metrics)
     state.wait_for_everyone()
     return result
 
@@ -192,7 +189,7 @@ def _placed(args: FinetuneArguments, device: torch.device, **run: Any) -> Finetu
 
 def _train(
     args: FinetuneArguments,
-    output: Path,
+    work: Path,
     evaluator: Evaluator,
     device: torch.device,
     progress: bool | None,
@@ -200,15 +197,15 @@ def _train(
     callbacks: list,
     resume: bool,
 ) -> FinetuneTrainer:
-    """Train (from the last checkpoint when resuming); a Ctrl-C saves the step and raises KeyboardInterrupt."""
-    trainer = _trainer(args, output, evaluator, device, state.num_processes)
-    checkpoint = last_checkpoint(output) if resume else None
+    """Train in `work` (from its last checkpoint when resuming); a Ctrl-C saves the step, raises KeyboardInterrupt."""
+    trainer = _trainer(args, work, evaluator, device, state.num_processes)
+    checkpoint = last_checkpoint(work) if resume else None
     if resume and checkpoint is None:
-        logger.info("%s stopped before its first checkpoint: starting it from the beginning", output)
-    _say_start(args, evaluator.prepared, trainer, output, checkpoint, device)
+        logger.info("%s stopped before its first checkpoint: starting it from the beginning", work)
+    _say_start(args, evaluator.prepared, trainer, work, checkpoint, device)
     with held_interrupt() as requested:
         epochs, main = args.num_train_epochs, state.is_main_process
-        run = RunCallback(output / LOGS, evaluator.metric_name, epochs, args.batch_size, main, callbacks, requested)
+        run = RunCallback(work / LOGS, evaluator.metric_name, epochs, args.batch_size, main, callbacks, requested)
         run.show = main and progress is not False
         trainer.add_callback(run)
         with quiet_transformers():  # the trainer's own bar stays; its printed logs and save bars go
@@ -217,7 +214,7 @@ def _train(
         logger.warning(
             "interrupted %s: checkpoint saved in %s; run the same command with --resume to continue.",
             _where(trainer.state.global_step, trainer.state.max_steps, int(args.num_train_epochs)),
-            output / f"checkpoint-{trainer.state.global_step}",
+            work / f"checkpoint-{trainer.state.global_step}",
         )
         raise KeyboardInterrupt
     return trainer
@@ -225,7 +222,7 @@ def _train(
 
 def _trainer(
     args: FinetuneArguments,
-    output: Path,
+    work: Path,
     evaluator: Evaluator,
     device: torch.device,
     processes: int,
@@ -238,13 +235,13 @@ def _trainer(
     if "tensorboard" in args.report_to:
         from torch.utils.tensorboard import SummaryWriter
 
-        callbacks.append(TensorBoardCallback(SummaryWriter(log_dir=str(output / LOGS))))
+        callbacks.append(TensorBoardCallback(SummaryWriter(log_dir=str(work / LOGS))))
     trackers = [name for name in args.report_to if name != "tensorboard"]
     per_device = max(1, math.ceil(args.batch_size / (args.gradient_accumulation_steps * processes)))
     training_args = _placed(
         args,
         device,
-        output_dir=str(output),
+        output_dir=str(work),
         per_device_train_batch_size=per_device,
         report_to=trackers or "none",
         disable_tqdm=True,  # bertkit's one reporter draws the bar (RunCallback), transformers' prints raw dicts
