@@ -188,9 +188,14 @@ def test_an_existing_run_directory_is_replaced_only_with_overwrite(sample, tmp_p
     with pytest.raises(InputError, match="run already exists; nothing was touched.*--overwrite"):
         classifier.save_pretrained(tmp_path / "run")
     assert (tmp_path / "run" / "mine.txt").read_text() == "keep me"
-    classifier.save_pretrained(tmp_path / "run", overwrite=True)  # asked for: replaced whole, whoever wrote it
-    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["bertkit.json", "head.skops"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    with pytest.raises(InputError, match="bertkit did not write.*give a new or empty folder"):
+        classifier.save_pretrained(tmp_path / "run", overwrite=True)  # a folder of the user's: not even then
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["mine.txt"]
+    classifier.save_pretrained(tmp_path / "ours")
+    (tmp_path / "ours" / "notes.txt").write_text("a file in a run of bertkit's")
+    classifier.save_pretrained(tmp_path / "ours", overwrite=True)  # bertkit's own run: replaced whole
+    assert sorted(p.name for p in (tmp_path / "ours").iterdir()) == ["bertkit.json", "head.skops"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ours", "run"]
 
 
 def test_a_run_without_the_bertkit_record_is_refused_in_one_line(sample, tmp_path):

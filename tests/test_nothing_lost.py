@@ -40,18 +40,31 @@ def labelled(folder: Path) -> Path:
     return sentiment_file(folder / "train.tsv", n=24)
 
 
-# (command, its arguments before -o) → what it reads; DATA is the input under test
+# each command that writes, its arguments before -o: DATA is the input under test, OTHER another input, RUN a run
 COMMANDS = {
-    "train": lambda data, other: ["train", data, "-l", "last", "--C", "1.0"],
-    "train --dev": lambda data, other: ["train", other, "--dev", data, "-l", "last", "--C", "1.0"],
-    "finetune": lambda data, other: ["finetune", data, "--epochs", "1"],
-    "finetune --dev": lambda data, other: ["finetune", other, "--dev", data, "--epochs", "1"],
-    "probe": lambda data, other: ["probe", data, "--dev", other],
-    "probe --dev": lambda data, other: ["probe", other, "--dev", data],
-    "embed": lambda data, other: ["embed", data, "--column", "0"],
-    "embed --calibration": lambda data, other: ["embed", other, "--column", "0", "--calibration", data],
-    "quantize --calibration": lambda data, other: ["quantize", "--calibration", data],
+    "train": lambda data, other, run: ["train", data, "-l", "last", "--C", "1.0"],
+    "train --dev": lambda data, other, run: ["train", other, "--dev", data, "-l", "last", "--C", "1.0"],
+    "finetune": lambda data, other, run: ["finetune", data, "--epochs", "1"],
+    "finetune --dev": lambda data, other, run: ["finetune", other, "--dev", data, "--epochs", "1"],
+    "probe": lambda data, other, run: ["probe", data, "--dev", other],
+    "probe --dev": lambda data, other, run: ["probe", other, "--dev", data],
+    "embed": lambda data, other, run: ["embed", data, "--column", "0"],
+    "embed --calibration": lambda data, other, run: ["embed", other, "--column", "0", "--calibration", data],
+    "quantize --calibration": lambda data, other, run: ["quantize", "--calibration", data],
+    "predict": lambda data, other, run: ["predict", run, data, "--column", "0"],
+    "rerank": lambda data, other, run: ["rerank", run, data, "--query", "a film"],
 }
+
+
+@pytest.fixture(scope="module")
+def features_run(tmp_path_factory):
+    from sklearn.linear_model import LogisticRegression
+
+    from bertkit import BertVectorizer, TextClassifier
+
+    texts, labels = ["good film", "great film", "bad film", "awful plot"] * 3, ["pos", "pos", "neg", "neg"] * 3
+    estimator = TextClassifier(BertVectorizer(layers="last"), LogisticRegression(C=1.0, max_iter=3000))
+    return estimator.fit(texts, labels).save_pretrained(tmp_path_factory.mktemp("run") / "run")
 
 
 def spellings(path: Path, cwd: Path):
@@ -75,7 +88,9 @@ def spellings(path: Path, cwd: Path):
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data(), relation=st.sampled_from(["equal", "holding", "inside"]), overwrite=st.booleans())
-def test_no_command_writes_over_its_input(command, tmp_path_factory, monkeypatch, capsys, data, relation, overwrite):
+def test_no_command_writes_over_its_input(
+    command, features_run, tmp_path_factory, monkeypatch, capsys, data, relation, overwrite
+):
     root = tmp_path_factory.mktemp("lost")
     monkeypatch.chdir(root)
     data_file = labelled(root / "data")
@@ -85,12 +100,24 @@ def test_no_command_writes_over_its_input(command, tmp_path_factory, monkeypatch
     out = data.draw(spellings(target, root))
     if relation == "inside":  # a path inside the input
         out = str(Path(out) / "out")
-    command_args = COMMANDS[command](str(data_file), str(other))
-    before = snapshot(root / "data"), other.read_bytes()
+    command_args = COMMANDS[command](str(data_file), str(other), str(features_run))
+    before = snapshot(root / "data"), other.read_bytes(), snapshot(features_run)
     code, _, err = run_cli(monkeypatch, capsys, *command_args, "-o", out, *(["--overwrite"] if overwrite else []))
     assert code == 2, err
-    assert (snapshot(root / "data"), other.read_bytes()) == before
+    assert (snapshot(root / "data"), other.read_bytes(), snapshot(features_run)) == before
     assert len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("command", ["predict", "rerank"])
+def test_a_table_is_never_written_into_the_run_it_reads(command, features_run, tmp_path, monkeypatch, capsys):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a good film\n")
+    before = snapshot(features_run)
+    for name in ("bertkit.json", "predictions.tsv"):
+        args = COMMANDS[command](str(texts), None, str(features_run))
+        code, _, err = run_cli(monkeypatch, capsys, *args, "-o", features_run / name, "--overwrite")
+        assert code == 2 and "is inside the input folder" in err, err
+    assert snapshot(features_run) == before
 
 
 def test_overwrite_refuses_a_folder_bertkit_did_not_write(monkeypatch, capsys, tmp_path):
@@ -109,16 +136,15 @@ def test_overwrite_refuses_a_folder_bertkit_did_not_write(monkeypatch, capsys, t
         check_output(mydocs, overwrite=True)
 
 
-def test_an_empty_folder_is_taken_as_new_and_a_bertkit_folder_is_replaced_only_with_overwrite(tmp_path):
-    empty = tmp_path / "empty"
+def test_an_empty_folder_or_a_bertkit_folder_is_replaced_with_overwrite_only(tmp_path):
+    empty, run = tmp_path / "empty", tmp_path / "run"
     empty.mkdir()
-    assert check_output(empty) == empty
-    run = tmp_path / "run"
     run.mkdir()
     (run / "bertkit.json").write_text(json.dumps(new_record("features")))
-    with pytest.raises(InputError, match="already exists"):
-        check_output(run)
-    assert check_output(run, overwrite=True) == run
+    for folder in (empty, run):
+        with pytest.raises(InputError, match="already exists"):
+            check_output(folder)
+        assert check_output(folder, overwrite=True) == folder
 
 
 def test_a_work_folder_of_someone_elses_is_in_the_way(tmp_path):

@@ -215,7 +215,7 @@ def test_cli_killed_at_seeded_random_points_resumes_to_the_same_vectors(head, tm
     """SIGKILL the driver at random moments (after it has started working), again and again; then finish."""
     import random
 
-    from bertkit.io.writers import job_path
+    from bertkit.io.writers import job_path, work_folder
 
     inputs = tmp_path / "in"
     inputs.mkdir()
@@ -249,7 +249,7 @@ def test_cli_killed_at_seeded_random_points_resumes_to_the_same_vectors(head, tm
         process.kill()
         process.wait()
         for name in recorded_files(job_path(out)):
-            ids, _ = read_output(out / name)  # whatever the job's record calls done is whole
+            ids, _ = read_output(work_folder(out) / name)  # whatever the job's record calls done is whole
             assert ids == sorted(f"{name}{i}" for i in range(len(texts[name])))
     assert killed >= RAY_KILLS // 2, f"only {killed} runs were still working when killed"
     final = run_cli(*args)

@@ -76,7 +76,7 @@ def train(
     """
     from ..io.writers import check_output
 
-    check_output(output, overwrite, [train_file, *([dev] if dev is not None else [])])  # before the heavy imports
+    check_output(output, overwrite, [train_file, dev, model])  # before the heavy imports
     if report is not None:
         from ..tasks.report import check_report_directory
 

@@ -135,7 +135,7 @@ def embed(
         raise InputError("--gpus-per-actor applies to --engine ray; with --engine local give --device cuda.")
     existing_text_file(input)  # a missing, unreadable or binary input is refused before the model loads
     column, header = _text_column(input, column_spec(column), header, fmt, quiet)
-    inputs = [input, *([calibration] if calibration is not None else [])]
+    inputs = [input, calibration, model]
     if options.token_vectors:
         check_output(check_writable_location(output), overwrite, inputs)
     else:

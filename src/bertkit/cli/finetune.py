@@ -68,7 +68,7 @@ def finetune(
     """
     from ..tasks.finetune.checkpoint import check_output
 
-    check_output(output_dir, resume, overwrite, [train_file, dev])  # before torch loads
+    check_output(output_dir, resume, overwrite, [train_file, dev, model])  # before torch loads
     from ..tasks.finetune import finetune as run_finetune
 
     columns = {
@@ -109,7 +109,7 @@ def probe(
     """
     from ..io.writers import check_output
 
-    check_output(output, overwrite, [train_file, dev])  # before the heavy imports
+    check_output(output, overwrite, [train_file, dev, model])  # before the heavy imports
     from ..tasks.probe import probe_text, probe_token
     from ..tasks.report import probe_files
     from ..tasks.runs import write_run_directory

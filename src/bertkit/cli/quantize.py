@@ -34,7 +34,7 @@ def quantize(
     from ..errors import InputError
     from ..io.writers import check_output
 
-    check_output(output, overwrite, [given for given in (model, calibration) if given is not None])  # before torch
+    check_output(output, overwrite, [model, calibration])  # before torch loads
     from ..encoder.int8 import packaged_texts
     from ..io.readers import read_texts
     from ..tasks.quantize import quantize as quantize_model

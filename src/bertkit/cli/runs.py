@@ -131,7 +131,7 @@ def predict(
     Taggers print each entity with its character span; regressors their score. -o writes a TSV (label, probability,
     text; taggers: one row per entity; question answering: JSON, {id: answer}).
     """
-    _check_table_output(output, overwrite, inputs)  # before the heavy imports
+    _check_table_output(output, overwrite, run, inputs)  # before the heavy imports
     from ..tasks.tagger import FineTunedTagger
 
     estimator = _load(run, no_cache, cache_dir, precision, device)
@@ -202,12 +202,13 @@ def _prediction_rows(estimator: Any, texts: list[str], pairs: list[str] | None) 
     return rows
 
 
-def _check_table_output(output: Path | None, overwrite: bool, inputs: list[str]) -> None:
-    """Before the model loads: `-o` can be written, is not an input, and is new unless `overwrite`."""
+def _check_table_output(output: Path | None, overwrite: bool, run: Path, inputs: list[str]) -> None:
+    """Before the model loads: `-o` can be written, is no input nor in the run, and is new unless `overwrite`."""
     from ..io.writers import check_output, check_writable_location
 
     if output is not None:
-        check_output(check_writable_location(output), overwrite, [g for g in inputs if path_kind(g) == "file"])
+        files = [given for given in inputs if path_kind(given) == "file"]
+        check_output(check_writable_location(output), overwrite, [run, *files])
 
 
 def _write_rows(rows: list[list], output: Path | None, done: str) -> None:
@@ -245,7 +246,7 @@ def rerank(
     """
     from ..io.readers import read_texts
 
-    _check_table_output(output, overwrite, documents)
+    _check_table_output(output, overwrite, run, documents)
     estimator = _load(run, True, None, precision, device)
     if not hasattr(estimator, "rank"):
         raise InputError(f"{run} is not a text-pair model; rerank needs a run fine-tuned with --task pair.")

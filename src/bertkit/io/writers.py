@@ -27,13 +27,12 @@ from ..records import check_record, is_bertkit_folder, new_record
 VECTOR_FORMATS = (".npy", ".npz", ".parquet")
 
 
-def check_output(path: str | Path, overwrite: bool = False, inputs: Iterable[str | Path] = ()) -> Path:
+def check_output(path: str | Path, overwrite: bool = False, inputs: Iterable[str | Path | None] = ()) -> Path:
     """Refuse an output that touches an input, or holds what `overwrite` may not replace: the one output check.
 
     An output is never one of the `inputs`, a folder holding one, or inside an input folder, even with `overwrite`.
-    Anything at `path` is refused unless `overwrite` (an empty folder is taken as new); a non-empty folder is replaced
-    only when bertkit wrote it (it holds a bertkit record, `records.is_bertkit_folder`), never a folder of the
-    user's own files.
+    Anything at `path` is refused unless `overwrite`; a non-empty folder is replaced only when bertkit wrote it (it
+    holds a bertkit record, `records.is_bertkit_folder`), never a folder of the user's own files.
 
     Parameters
     ----------
@@ -41,8 +40,9 @@ def check_output(path: str | Path, overwrite: bool = False, inputs: Iterable[str
         The file or folder about to be written.
     overwrite : bool
         The caller's `--overwrite`: replace what bertkit wrote there before.
-    inputs : iterable of str or Path
-        The files and folders the command reads.
+    inputs : iterable of str, Path or None
+        The files and folders the command reads (a local model's folder too; None and names that are no path are
+        skipped).
 
     Returns
     -------
@@ -50,18 +50,18 @@ def check_output(path: str | Path, overwrite: bool = False, inputs: Iterable[str
         `path`.
     """
     path = Path(path)
-    for given in inputs:
+    for given in filter(None, inputs):
         clash = _input_clash(path, Path(given))
         if clash:
             raise InputError(f"-o {path} {clash}; choose another output (nothing was touched).")
     _existing_folder(path)
-    if not (path.exists() or path.is_symlink()) or _empty_folder(path):
+    if not (path.exists() or path.is_symlink()):
         return path
     if not overwrite:
         raise InputError(
             f"{path} already exists; nothing was touched. Choose another output, or pass --overwrite to replace it."
         )
-    if path.is_dir() and not path.is_symlink() and not is_bertkit_folder(path):
+    if not _empty_folder(path) and path.is_dir() and not path.is_symlink() and not is_bertkit_folder(path):
         raise InputError(
             f"{path} is a folder bertkit did not write (it holds no bertkit record); nothing was touched, and "
             "--overwrite replaces only bertkit's own outputs: give a new or empty folder."
@@ -203,7 +203,7 @@ def work_folder(output: str | Path) -> Path:
     return output.with_name(output.name + ".partial")
 
 
-def check_job_output(output: str | Path, overwrite: bool, inputs: Iterable[str | Path] = ()) -> bool:
+def check_job_output(output: str | Path, overwrite: bool, inputs: Iterable[str | Path | None] = ()) -> bool:
     """Check the folder output of a resumable job (`check_output`); return whether an unfinished one is there.
 
     The job works in `work_folder(output)`, its record beside `output`: an unfinished job may meet the previous

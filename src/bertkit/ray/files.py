@@ -207,7 +207,7 @@ def embed_files(
     paths = expand_inputs(inputs)
     output = Path(output_dir)
     check_folder_output(output)
-    unfinished = writers.check_job_output(output, overwrite, paths)  # an unfinished run of this job resumes
+    unfinished = writers.check_job_output(output, overwrite, [*paths, model])  # an unfinished job resumes
     if id_column is not None and id_column == column:
         raise InputError(
             f"--id-column {id_column!r} is the text column; name another column, or leave it out for row numbers."

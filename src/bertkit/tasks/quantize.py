@@ -40,7 +40,7 @@ class QuantizeReport:
 
 def quantize(model: str | None, output: str | Path, texts: Sequence[str], *, overwrite: bool = False) -> QuantizeReport:
     """Calibrate `model` (a model, or a `bertkit finetune` run directory) on `texts`; write the copy to `output`."""
-    output = check_output(output, overwrite, [model] if model is not None and Path(model).exists() else [])
+    output = check_output(output, overwrite, [model])
     texts = [t for t in texts if t.strip()]
     if not texts:
         raise InputError("no calibration texts: give a file with a few hundred sentences like the ones you will embed.")

@@ -43,7 +43,7 @@ def check_output(output: Path, resume: bool, overwrite: bool, inputs: Sequence[s
         raise InputError(
             f"{output} holds an unfinished run; pass --resume to continue it or --overwrite to start over."
         )
-    writers.check_job_output(output, overwrite, [given for given in inputs if given is not None])
+    writers.check_job_output(output, overwrite, inputs)
 
 
 def last_checkpoint(output: Path) -> Path | None:

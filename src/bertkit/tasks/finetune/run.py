@@ -123,7 +123,7 @@ def finetune(
     if not state.is_main_process:  # one voice: the main process says what happens
         logging.getLogger("bertkit").setLevel(logging.ERROR)
     if state.is_main_process:  # one process checks the output and writes it; the others follow (a second check
-        check_output(output, resume, overwrite, [train, dev])  # raced the main one's job record and refused it)
+        check_output(output, resume, overwrite, [train, dev, model])  # raced the main one's job record and refused it)
     state.wait_for_everyone()
     encoder = Encoder.from_pretrained(model, device="cpu")
     columns = Columns(text_column, label_column, pair_column, header, label_separator)
