@@ -169,17 +169,17 @@ def test_replacing_a_folder_keeps_the_old_one_until_the_new_one_is_in_place(tmp_
     monkeypatch.setattr(writers, "_exchange", lambda first, second: False)
     again = tmp_path / "again"
     again.mkdir()
-    real_replace = writers.replace
+    real_replace = writers._replace
 
     def killed_after_setting_aside(source, target):
         real_replace(source, target)
         if Path(target).name.endswith(".old.tmp"):
             raise SystemExit("killed")
 
-    monkeypatch.setattr(writers, "replace", killed_after_setting_aside)
+    monkeypatch.setattr(writers, "_replace", killed_after_setting_aside)
     with pytest.raises(SystemExit):
         replace_folder(again, old)
-    monkeypatch.setattr(writers, "replace", real_replace)
+    monkeypatch.setattr(writers, "_replace", real_replace)
     assert not old.exists()
     [aside] = [p for p in tmp_path.iterdir() if p.name.endswith(".old.tmp")]
     dead = aside.with_name(aside.name.replace(f".{os.getpid()}.", ".999999999."))  # as if its process had died

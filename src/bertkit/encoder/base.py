@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import inspect
 import json
 import logging
 from collections.abc import Sequence
@@ -26,7 +25,7 @@ from .engines import check_engine, engine_for, engine_named, hash_weights, openv
 from .int8 import int8_model_for
 from .models import LoadedModel, ModelSource, load_model, resolve_model
 from .precision import HALF_DTYPES, check_precision
-from .runner import Runner, call_model
+from .runner import Runner, call_model, takes_type_ids
 from .st_config import SentenceConfig
 from .threads import total_threads
 
@@ -69,7 +68,7 @@ class EncoderBase:
         if concurrent_batches < 1:
             raise InputError(f"concurrent_batches={concurrent_batches}: give 1 or more.")
         self._concurrent_batches = int(concurrent_batches)
-        self._takes_type_ids = "token_type_ids" in inspect.signature(self.model.forward).parameters
+        self._takes_type_ids = takes_type_ids(self.model)
         for note in loaded.warnings:
             logger.warning("%s: %s", loaded.source.spec, note)
         self._engine_asked = check_engine(engine, self.device, self.precision)  # before int8 calibrates

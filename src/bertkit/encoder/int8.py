@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import inspect
 import itertools
 import json
 import logging
@@ -28,7 +27,7 @@ from . import tokenize as tok
 from .cache_files import cache_files
 from .defaults import cache_root
 from .devices import INT8_FEATURES, cpu_model_and_flags
-from .runner import call_model
+from .runner import call_model, takes_type_ids
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -206,11 +205,13 @@ def _padded_batches(feeds: Sequence[dict], size: int = 32) -> Iterable[dict]:
     ordered = sorted(feeds, key=lambda feed: feed["input_ids"].shape[1])
     for start in range(0, len(ordered), size):
         chunk = ordered[start : start + size]
-        width = max(feed["input_ids"].shape[1] for feed in chunk)
-        yield {
-            key: torch.cat([torch.nn.functional.pad(feed[key], (0, width - feed[key].shape[1])) for feed in chunk])
-            for key in chunk[0]
-        }
+        ids = [feed["input_ids"][0].tolist() for feed in chunk]
+        types = [
+            feed["token_type_ids"][0].tolist() if "token_type_ids" in feed else [0] * len(row)
+            for feed, row in zip(chunk, ids)
+        ]
+        padded = dict(zip(("input_ids", "attention_mask", "token_type_ids"), tok.pad_ids(ids, types, 0)))
+        yield {key: padded[key] for key in chunk[0]}  # what the model takes; pad ids are 0, masked out
 
 
 class Int8Group:
@@ -347,7 +348,7 @@ def calibration_inputs(
     model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_length: int
 ) -> Iterable[dict]:
     """Yield one unpadded input of `model` per text (padding would put pad tokens into the channel maxima)."""
-    with_type_ids = "token_type_ids" in inspect.signature(model.forward).parameters
+    with_type_ids = takes_type_ids(model)
     for item in tok.encode(tokenizer, list(texts), max_length=max_length):
         ids, mask, types = tok.pad_ids([item.ids], [item.type_ids], tokenizer.pad_token_id)
         yield {"input_ids": ids, "attention_mask": mask, **({"token_type_ids": types} if with_type_ids else {})}

@@ -6,6 +6,7 @@ every other model call (int8 calibration, the explainer's attention), is `call_m
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
@@ -27,6 +28,11 @@ logger = logging.getLogger(__name__)
 
 PASS_OVERHEAD_TOKENS = 32  # a forward pass's fixed cost on a CPU, in tokens' worth of compute (README, serving)
 GPU_PASS_OVERHEAD_TOKENS = 4096  # on a GPU a pass's launches cost far more than its padding: fewer, fuller passes
+
+
+def takes_type_ids(model: torch.nn.Module) -> bool:
+    """Tell whether `model`'s forward takes token type ids (BERT does; DistilBERT and RoBERTa-style models do not)."""
+    return "token_type_ids" in inspect.signature(model.forward).parameters
 
 
 def call_model(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
 import threading
@@ -155,6 +156,11 @@ _AHEAD = ThreadPoolExecutor(1, "bertkit-ahead")  # one: what it computes (tokeni
 # and past one team per core libgomp stops spin-waiting (see `release_openmp_threads`): asyncio's default pool hands
 # turns to whichever of its threads is free, and one request at a time then ran 1.5x slower than on one thread.
 MODEL_CALLS = ThreadPoolExecutor(1, "bertkit-model")
+
+
+async def off_the_loop(function: Callable[..., Any], *args: Any) -> Any:
+    """Run `function(*args)` on asyncio's default pool and await it: CPU work the service keeps off its event loop."""
+    return await asyncio.to_thread(function, *args)
 
 
 def computed_ahead(function: Callable[[Any], Any], items: Sequence) -> Iterator:

@@ -10,7 +10,6 @@ share of that difference.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..encoder.runner import call_model
+from ..encoder.runner import call_model, takes_type_ids
 from ..errors import InputError, quoted
 
 if TYPE_CHECKING:
@@ -138,9 +137,9 @@ class Integrator:
         filler = tokenizer.pad_token_id if baseline == "pad" else tokenizer.mask_token_id
         if filler is None:
             raise InputError(f"baseline={quoted(baseline)}: this tokenizer has no {baseline} token; use the other.")
-        takes_type_ids = "token_type_ids" in inspect.signature(network.forward).parameters
+        with_type_ids = takes_type_ids(network)
         budget = owner.runner().max_batch_tokens
-        return cls(network.eval(), takes_type_ids, owner.device, owner.precision, filler, budget, n_steps, baseline)
+        return cls(network.eval(), with_type_ids, owner.device, owner.precision, filler, budget, n_steps, baseline)
 
     @classmethod
     def of_run(cls, run: Any, n_steps: int, baseline: str) -> Integrator:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import inspect
 import weakref
 from collections.abc import Sequence
 from pathlib import PurePath
@@ -16,7 +15,7 @@ from ..encoder.coverage import text_coverage
 from ..encoder.encode import Encoder
 from ..encoder.layers import parse_layers
 from ..encoder.pooling import parse_pooling
-from ..encoder.runner import call_model
+from ..encoder.runner import call_model, takes_type_ids
 from ..errors import InputError
 
 if TYPE_CHECKING:
@@ -178,7 +177,7 @@ def attention_weights(encoder: Encoder, batch: Batch) -> tuple[torch.Tensor, ...
         twin.set_attn_implementation("eager")
         _EAGER[encoder.model] = twin
     inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
-    if "token_type_ids" in inspect.signature(twin.forward).parameters:
+    if takes_type_ids(twin):
         inputs["token_type_ids"] = batch.token_type_ids
     out = call_model(twin, inputs, encoder.device, encoder.precision, output_attentions=True, return_dict=True)
     return tuple(a.float() for a in out.attentions)

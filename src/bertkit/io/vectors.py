@@ -22,7 +22,7 @@ import numpy as np
 from ..encoder.compact import RANGED
 from ..errors import InputError
 from ..records import check_record, new_record, record_kind
-from .writers import atomic_path, check_output, replace, require_pyarrow
+from .writers import atomic_path, check_output, publish, require_pyarrow
 
 _ARROW_TYPES = {"float32": "float32", "float16": "float16", "int8": "int8", "uint8": "uint8"}
 _ARROW_TYPES |= {"binary": "int8", "ubinary": "uint8"}  # packed bits
@@ -206,7 +206,7 @@ def write_vectors(
     """
     suffix = output.suffix.lower()
     if suffix == ".npy":
-        replace(partial, output)
+        publish(partial, output)
         return
     header = np.load(partial, mmap_mode="r")
     offset, width, dtype = header.offset, header.shape[1], header.dtype

@@ -116,9 +116,15 @@ def _mode_like_open(target: Path, directory: bool) -> int:
     return (0o777 if directory else 0o666) & ~caller_umask()
 
 
-def replace(source: str | Path, target: str | Path) -> None:
+def _replace(source: str | Path, target: str | Path) -> None:
     """Rename `source` onto `target` in one step (the same file system): the one rename bertkit does."""
     os.replace(source, target)
+
+
+def publish(partial: str | Path, output: str | Path) -> None:
+    """Put a job's finished `partial` file at `output` in one step, with the mode a new file there would have."""
+    os.chmod(partial, _mode_like_open(Path(output), directory=False))
+    _replace(partial, output)
 
 
 @contextlib.contextmanager
@@ -133,7 +139,7 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     try:
         yield temporary
         os.chmod(temporary, _mode_like_open(target, directory=False))
-        replace(temporary, target)
+        _replace(temporary, target)
     except OSError as exc:
         add_note(exc, "nothing partial was kept")
         raise
@@ -170,14 +176,14 @@ def replace_folder(complete: Path, target: Path) -> None:
     """
     if not (target.is_dir() and not target.is_symlink()):
         remove_output(target)
-        replace(complete, target)
+        _replace(complete, target)
         return
     if _exchange(complete, target):
         shutil.rmtree(complete)  # now the old folder
         return
     aside = target.with_name(f"{_temporary_prefix(target)}old.tmp")
-    replace(target, aside)
-    replace(complete, target)
+    _replace(target, aside)
+    _replace(complete, target)
     shutil.rmtree(aside)
 
 
@@ -258,7 +264,7 @@ def sweep_stale_temporaries(target: Path) -> None:
             match = _TEMPORARY.fullmatch(entry.name)
             if match and match["name"] == target.name and not _process_alive(int(match["pid"])):
                 if entry.name.endswith(".old.tmp") and not (target.exists() or target.is_symlink()):
-                    replace(entry, target)  # a replaced output set aside by a process killed before the new one
+                    _replace(entry, target)  # a replaced output set aside by a process killed before the new one
                 else:
                     remove_output(entry)
 

@@ -36,7 +36,7 @@ from ..io.writers import (
     end_job,
     read_job,
     remove_output,
-    replace,
+    replace_folder,
     save_job,
     write_json,
 )
@@ -165,8 +165,7 @@ class _Job:
     def finish(self, path: Path) -> None:
         """Move a complete file's folder into place and record it in the job's record."""
         entry = self.pending[path]
-        remove_output(self.work / path.stem)
-        replace(self.staging(path), self.work / path.stem)
+        replace_folder(self.staging(path), self.work / path.stem)
         self.state["files"][path.stem] = entry
         save_job(self.output, self.job, self.state)
         self.summary.rows += entry["rows"]

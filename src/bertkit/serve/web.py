@@ -1,6 +1,5 @@
 """What every route of the service shares over HTTP: documented answers, strict JSON bodies, fast vector JSON."""
 
-import asyncio
 from collections.abc import Callable, Sequence
 from itertools import chain, compress
 from typing import Any
@@ -166,7 +165,9 @@ async def json_answer(content: Any, headers: dict[str, str] | None = None) -> Re
     orjson holds the GIL while it writes, so one call per piece lets the loop answer other requests (/health) in
     between.
     """
-    body = await asyncio.to_thread(_render, content)
+    from ..encoder.threads import off_the_loop  # here: this module loads before torch
+
+    body = await off_the_loop(_render, content)
     return Response(body, media_type="application/json", headers=headers)
 
 

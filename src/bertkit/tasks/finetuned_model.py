@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import tempfile
@@ -23,7 +22,7 @@ from ..encoder.engines import check_engine, engine_for, engine_named, openvino_f
 from ..encoder.int8 import calibration_for, quantize_model
 from ..encoder.models import quiet_transformers, refuse_model_code
 from ..encoder.precision import check_precision
-from ..encoder.runner import Row, Runner, call_model
+from ..encoder.runner import Row, Runner, call_model, takes_type_ids
 from ..encoder.threads import total_threads
 from ..errors import InputError, ModelLoadError, brief
 from ..records import new_record
@@ -79,7 +78,7 @@ class FineTuned:
             )
         labels = getattr(model.config, "id2label", None) or {}
         self.classes_ = np.array([labels.get(i, str(i)) for i in range(model.config.num_labels)])
-        self.takes_type_ids = "token_type_ids" in inspect.signature(model.forward).parameters
+        self.takes_type_ids = takes_type_ids(model)
         self.network = model  # what runs: the model, or its int8 copy (the head stays fp32)
         asked = check_engine(engine, self.device, self.precision)  # before int8 calibrates
         if self.precision == "int8":

@@ -16,7 +16,7 @@ from typing import Any
 
 from ...errors import InputError
 from ...io import writers
-from ...io.writers import end_job, job_path, read_job, replace, save_job, staged_directory
+from ...io.writers import end_job, job_path, read_job, replace_folder, save_job, staged_directory
 from ...records import new_record, package_version
 from ..runs import CONFIG_FILE
 from .settings import LOGS
@@ -59,8 +59,7 @@ def last_checkpoint(output: Path) -> Path | None:
             return path
         except (OSError, ValueError):
             logger.info("%s was cut short (no trainer_state.json): set aside", path)
-            shutil.rmtree(output / f".incomplete-{path.name}", ignore_errors=True)
-            replace(path, output / f".incomplete-{path.name}")
+            replace_folder(path, output / f".incomplete-{path.name}")
     return None
 
 
