@@ -675,3 +675,24 @@ def test_the_page_shows_a_pair_and_a_served_pair_runs_score(browser, pair_dir, t
     finally:
         watched.page.close()
         served.stop()
+
+
+def test_the_default_pooling_is_the_model_s_own_as_embed_s(tmp_path):
+    """A CLS-pooled model: the page's sentence vector is the one `Encoder.embed` (and `/embed`) gives by default."""
+    import shutil
+
+    from bertkit import Encoder
+    from bertkit.encoder.models import default_model_dir
+
+    folder = shutil.copytree(default_model_dir(), tmp_path / "cls-model")
+    config = json.loads((folder / "1_Pooling" / "config.json").read_text())
+    config.update(pooling_mode_cls_token=True, pooling_mode_mean_tokens=False)
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(config))
+    encoder = Encoder.from_pretrained(str(folder), device="cpu")
+    explainer = Explainer(encoder)
+    assert explainer.info()["pooling"] == "cls"
+    result = explainer.explain(Settings(text="I love Korea"))
+    assert result["sentence"]["pooling"] == "cls" and result["settings"]["pooling"] == "cls"
+    np.testing.assert_allclose(result["sentence"]["vector"], encoder.embed(["I love Korea"])[0], atol=1e-4)
+    mean = explainer.explain(Settings(text="I love Korea", pooling="mean"))["sentence"]["vector"]
+    assert not np.allclose(mean, result["sentence"]["vector"], atol=1e-3)

@@ -819,3 +819,18 @@ def test_the_page_shows_question_context_answer_and_probability_strip(browser, q
     finally:
         watched.page.close()
         served.stop()
+
+
+def test_a_quantized_qa_run_loads_and_answers_at_int8(qa_run, qa, tmp_path):
+    """`bertkit quantize` of a QA run keys its calibration on the run's own layers: it loads at int8 and answers."""
+    from bertkit.tasks.quantize import quantize
+
+    records = qa_records(48, seed=2)
+    contexts = [r["context"] for r in records]
+    report = quantize(str(qa_run), tmp_path / "int8", contexts)
+    assert report.kind == "finetuned-qa" and report.smoothed > 0 and "same answer span" in report.fidelity
+    int8 = load_run(tmp_path / "int8", precision="int8")
+    questions = [r["question"] for r in records]
+    ours, reference = (run.answer(questions, contexts) for run in (int8, qa))
+    same = sum(a["answer"] == b["answer"] for a, b in zip(ours, reference)) / len(records)
+    assert same >= 0.75, (same, ours[:3], reference[:3])

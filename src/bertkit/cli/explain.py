@@ -52,7 +52,7 @@ def explain(
     explainer.map_texts = map_texts
     # every layer, attention layer and head: the file switches between them with no server
     every = {"layer": "all", "attention_layer": "all", "head": "all"}
-    chosen = dict(layers=options.layers, pooling=options.pooling or "mean", pad_to=options.max_length)
+    chosen = dict(layers=options.layers, pooling=options.pooling, pad_to=options.max_length)
     settings = Settings(**options_for(ctx, Settings, **chosen, **every))
     result = explainer.explain(settings, bounded=False)
     option_of = {"tokenization": "--max-length", "model": "--max-length", "sentence": "--layers/--pooling"}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +45,7 @@ class Settings:
     attention_layer: int | list[int] | str | None = None
     head: int | list[int] | str | None = None
     layers: str = "last"
-    pooling: str = "mean"
+    pooling: str | None = None  # None: the model's own, as `Encoder.embed`'s default
     compare: str | None = None
     map_run: str | None = None
     pair: str | None = None
@@ -118,6 +118,7 @@ class Explainer:
             "hidden_states": facts["hidden_states"],
             "hidden_size": facts["hidden_size"],
             "heads": facts["attention_heads"],
+            "pooling": facts["pooling"],
             "max_length": facts["max_length"],
             "pooler": facts["pooler"],
             "limits": {"chars": views.MAX_CHARS, "tokens": min(views.MAX_TOKENS, self.encoder.max_length)},
@@ -142,6 +143,8 @@ class Explainer:
         dict
             One entry per panel, plus the settings used.
         """
+        if settings.pooling is None:  # the model's own pooling: the vector `Encoder.embed` and `/embed` give
+            settings = replace(settings, pooling=self.encoder.info()["pooling"])
         text, encoder = settings.text, self.encoder
         map_run = self._map_run(settings)
         limits = (views.MAX_VECTOR_LAYERS, views.MAX_ATTENTION_MAPS) if bounded else (None, None)

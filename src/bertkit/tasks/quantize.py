@@ -19,11 +19,13 @@ from ..errors import InputError
 from ..io.writers import atomic_path, check_output, staged_directory
 from ..records import record_kind
 from .finetuned import FineTunedClassifier
-from .runs import CONFIG_FILE, KIND_FEATURES, KIND_TEXT, KIND_TOKEN, read_run_config
+from .qa import FineTunedQA
+from .runs import CONFIG_FILE, KIND_FEATURES, KIND_QA, KIND_TEXT, KIND_TOKEN, read_run_config
 from .search import cosines
 from .tagger import FineTunedTagger
 
 FIDELITY_TEXTS = 256  # texts the report compares fp32 and int8 on
+LOADERS = {KIND_TEXT: FineTunedClassifier, KIND_TOKEN: FineTunedTagger, KIND_QA: FineTunedQA}  # a run's class, by kind
 
 
 @dataclass
@@ -52,9 +54,9 @@ def quantize(model: str | None, output: str | Path, texts: Sequence[str], *, ove
             f"{model} is a feature-classifier run: it embeds with its encoder, so quantize that model "
             "(bertkit quantize MODEL --calibration FILE -o DIR) and use the run with --precision int8."
         )
-    run = kind in (KIND_TEXT, KIND_TOKEN)
-    loader = FineTunedClassifier if kind == KIND_TEXT else FineTunedTagger
-    fp32 = loader.from_pretrained(model, precision="fp32") if run else Encoder.from_pretrained(model)
+    run = kind in LOADERS
+    loader = LOADERS.get(kind)
+    fp32 = loader.from_pretrained(model, precision="fp32") if loader else Encoder.from_pretrained(model)
     calibration = calibrate(fp32.model, calibration_inputs(fp32.model, fp32.tokenizer, texts, fp32.max_length))
     with staged_directory(output) as stage:
         if run or fp32.source.kind in ("local", "default"):
@@ -89,7 +91,15 @@ def _copy_files(source: Path, target: Path) -> None:
             shutil.copytree(item, target / item.name)
 
 
+QA_QUESTION = "What is it about?"  # a question each calibration text is asked, to compare int8's answers with fp32's
+
+
 def _prediction_fidelity(fp32: Any, int8: Any, texts: list[str], kind: str) -> str:  # the run at fp32 and at int8
+    if kind == KIND_QA:
+        questions = [QA_QUESTION] * len(texts)
+        a, b = (model.answer(questions, texts, handle_impossible_answer=False) for model in (fp32, int8))
+        agree = sum((x["start"], x["end"]) == (y["start"], y["end"]) for x, y in zip(a, b)) / max(len(texts), 1)
+        return f"same answer span as fp32 on {agree:.1%} of {len(texts)} of these texts (each asked {QA_QUESTION!r})"
     if kind == KIND_TEXT:
         p, q = fp32.predict_proba(texts), int8.predict_proba(texts)
         agree = float(np.mean(p.argmax(1) == q.argmax(1)))

@@ -107,6 +107,7 @@
     for (let i = 1; i <= info.layers; i++) option(attLayer, i, String(i));
     for (let h = 0; h < info.heads; h++) option(head, h, String(h));
     layer.value = String(info.hidden_states - 1);
+    $("pooling").value = info.pooling;  // the model's own, as Encoder.embed's default
     attLayer.value = String(info.layers);
     if (info.map_runs.length === 0) option(run, "", "(no feature run)");
     info.map_runs.forEach((name) => option(run, name, name));
