@@ -274,6 +274,30 @@ def test_a_fine_tuned_classifier_runs_int8_and_quantize_calibrates_the_run(
     assert code == 0 and ("pos" in stdout or "neg" in stdout)
 
 
+def test_a_fine_tuned_run_without_its_own_calibration_calibrates_once_and_reuses_it(
+    tiny_dirs, tmp_path, int8_cache, monkeypatch
+):
+    from bertkit.encoder import int8
+    from bertkit.encoder.engines import weights_digest
+
+    data = sentiment_file(tmp_path / "train.tsv", n=32)
+    finetune(data, None, task="text", output_dir=tmp_path / "run", model=str(tiny_dirs["bert_cased"]), args=tiny_args())
+    assert not (tmp_path / "run" / CALIBRATION_FILE).exists()
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return calibrate(*args, **kwargs)
+
+    monkeypatch.setattr(int8, "calibrate", counted)
+    texts = [line.split("\t")[0] for line in data.read_text().splitlines()]
+    first = FineTunedClassifier.from_pretrained(tmp_path / "run", precision="int8", device="cpu")
+    second = FineTunedClassifier.from_pretrained(tmp_path / "run", precision="int8", device="cpu")
+    assert len(calls) == 1
+    assert [p.name for p in int8_cache.iterdir()] == [f"{weights_digest(first.model)}.safetensors"]
+    np.testing.assert_array_equal(first.predict_proba(texts), second.predict_proba(texts))
+
+
 def test_int8_needs_torch_int8_products(monkeypatch):
     monkeypatch.delattr(torch, "_int_mm")
     with pytest.raises(InputError, match=r"needs torch's int8 matrix product \(torch >= 2.2"):

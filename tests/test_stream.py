@@ -199,3 +199,43 @@ def test_a_damaged_or_foreign_job_record_is_one_clear_error(encoder, tmp_path):
         assert record.read_text() == content  # nothing was touched
     embed_file(encoder, source, tmp_path / "v.npy", column=1, overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.tsv", "v.npy"]
+
+
+def test_out_of_device_memory_keeps_the_finished_chunks_and_the_same_command_resumes(encoder, tmp_path, monkeypatch):
+    import torch
+
+    from bertkit.encoder.devices import OutOfDeviceMemory
+    from bertkit.io.writers import job_path
+
+    source = make_lines(tmp_path / "in.tsv", 30)
+    settings = {"column": 1, "id_column": 0, "header": False, "layers": "last4:sum", "chunk_rows": 10}
+    embed_file(encoder, source, tmp_path / "whole.npz", **settings)
+    original = encoder.embed_with_report
+    embedded = []
+
+    def second_chunk_runs_out(texts, *args, **kwargs):
+        embedded.append(len(texts))
+        if len(embedded) == 2:
+            raise OutOfDeviceMemory(3, 57, torch.device("cuda", 0))
+        return original(texts, *args, **kwargs)
+
+    monkeypatch.setattr(encoder, "embed_with_report", second_chunk_runs_out)
+    output = tmp_path / "v.npz"
+    line = settings["chunk_rows"] + 3 + 1  # row 3 of the second chunk, on a file without a header
+    message = rf"in.tsv, line {line}: 57 tokens do not fit in the memory of cuda:0 even alone. Rows 1-10 are kept"
+    with pytest.raises(InputError, match=message):
+        embed_file(encoder, source, output, **settings)
+    assert json.loads(job_path(output).read_text())["state"] == {"rows": 30, "done": 10}
+    assert (tmp_path / "v.npz.partial.npy").exists() and not output.exists()
+
+    def count_only(texts, *args, **kwargs):
+        embedded.append(len(texts))
+        return original(texts, *args, **kwargs)
+
+    monkeypatch.setattr(encoder, "embed_with_report", count_only)
+    embedded.clear()
+    result = embed_file(encoder, source, output, **settings)
+    assert result.resumed_from == 10 and sum(embedded) == result.rows - 10
+    resumed, whole = np.load(output), np.load(tmp_path / "whole.npz")
+    assert np.array_equal(resumed["vectors"], whole["vectors"]) and resumed["ids"].tolist() == whole["ids"].tolist()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.tsv", "v.npz", "whole.npz"]

@@ -174,3 +174,13 @@ def test_fingerprint_ignores_the_tokenizers_truncation_state():
     after = Encoder.from_pretrained()
     after.tokenizer(["a sentence that is long enough"], truncation=True, max_length=4)
     assert after.fingerprint == expected
+
+
+@pytest.mark.parametrize("output_type", ["float32", "ubinary"])
+def test_no_texts_give_an_empty_matrix_of_the_full_width(tmp_path, output_type):
+    for cache in ("memory", tmp_path / "cache", None):
+        vectorizer = BertVectorizer(layers="last4:sum", output_type=output_type, cache=cache).fit(["a film"])
+        one = vectorizer.transform(["a film"])
+        empty = vectorizer.transform([])
+        assert empty.shape == (0, vectorizer.n_features_out_) == (0, one.shape[1])
+        assert empty.dtype == one.dtype

@@ -1,6 +1,7 @@
 """Embed a file of any size in constant memory, chunk by chunk into `<output>.partial.npy`, resumably.
 
-The job's record (`<output>.job.json`) counts the finished chunks; the complete output appears at once.
+The job's record (`<output>.job.json`) counts the finished chunks; the complete output appears at once. A run
+that stops keeps both, so the same command resumes, unless only other settings can get past the error.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ..encoder.encode import Encoder, calibration_ranges, vectors_record
 from ..encoder.options import EmbedOptions, options_from
 from ..encoder.progress import counting
 from ..encoder.tokenize import TextTooLong
-from ..errors import BertkitError, InputError, add_note
+from ..errors import InputError, add_note
 from ..records import new_record
 from .readers import iter_texts
 from .vectors import write_vectors
@@ -131,7 +132,7 @@ def embed_file(
         while done < total:
             read = list(islice(rows, chunk_rows))
             with counting(functools.partial(_report, on_rows, done, total)):  # within the chunk, pass by pass
-                chunk = _embed_chunk(encoder, read, input_path, floats, batch_size, result)
+                chunk = _embed_chunk(encoder, read, floats, batch_size, result)
             # Plain positional writes, not a memory map: written pages do not stay in this process's memory.
             os.pwrite(handle, np.ascontiguousarray(chunk, dtype=np.float32).tobytes(), offset + done * dim * 4)
             os.fsync(handle)  # the data is on disk before the progress record says so
@@ -149,9 +150,19 @@ def embed_file(
             _discard(partial, output)
             add_note(exc, "nothing partial was kept")
         raise
-    except BertkitError:
-        _discard(partial, output)  # a user mistake (e.g. --long-text error on a long row): the command must change
-        raise
+    except TextTooLong as exc:  # only other settings get past this row: this job cannot resume, so nothing is kept
+        _discard(partial, output)
+        raise InputError(
+            f"{input_path}, line {read[exc.row][0]}: {exc.tokens} tokens, more than the limit of "
+            f"{exc.max_length}; pass --long-text truncate (cut it) or --long-text window (embed it in "
+            "overlapping windows), or long_text= in Python."
+        ) from None
+    except OutOfDeviceMemory as exc:  # as every other error, it keeps the finished chunks and the job record
+        raise InputError(
+            f"{input_path}, line {read[exc.row][0]}: {exc.tokens} tokens do not fit in the memory of {exc.device} "
+            f"even alone. {_kept(done)}: run the same command again with --device cpu, or when the GPU has more "
+            "free memory, and it resumes there (a smaller --max-length needs a new output)."
+        ) from None
     finally:
         os.close(handle)
     ids = lambda: (i for _, _, i in read_rows())  # noqa: E731
@@ -192,27 +203,13 @@ def _open_partial(
 def _embed_chunk(
     encoder: Encoder,
     read: list[tuple[int, str, object]],
-    input_path: Path,
     options: EmbedOptions,
     batch_size: int | None,
     result: StreamResult,
 ) -> np.ndarray:
     """Embed one chunk of (line, text, id) rows and add what happened to `result`, by file line."""
     texts, lines = [text for _, text, _ in read], [line for line, _, _ in read]
-    try:
-        chunk, report = encoder.embed_with_report(texts, options, batch_size=batch_size, progress=False, warn=False)
-    except TextTooLong as exc:
-        raise InputError(
-            f"{input_path}, line {lines[exc.row]}: {exc.tokens} tokens, more than the limit of "
-            f"{exc.max_length}; pass --long-text truncate (cut it) or --long-text window (embed it in "
-            "overlapping windows), or long_text= in Python."
-        ) from None
-    except OutOfDeviceMemory as exc:
-        raise InputError(
-            f"{input_path}, line {lines[exc.row]}: {exc.tokens} tokens do not fit in the memory of {exc.device} even "
-            "alone. The rows before it are kept: run the same command again with --device cpu, or when the GPU has "
-            "more free memory, and it resumes there (a smaller --max-length needs a new output)."
-        ) from None
+    chunk, report = encoder.embed_with_report(texts, options, batch_size=batch_size, progress=False, warn=False)
     result.blank_lines += [line for text, line in zip(texts, lines) if not text.strip()]
     result.truncated += report.n_truncated
     result.truncated_lines += [lines[row] for row in report.truncated_rows]
@@ -249,6 +246,11 @@ def _compacted(partial: Path, output_type: str, ranges: np.ndarray | None, slice
     del target, source
     partial.unlink()
     return target_path
+
+
+def _kept(done: int) -> str:
+    """Say which rows an interrupted job keeps on disk."""
+    return f"Rows 1-{done} are kept" if done else "The job is kept (no row was finished yet)"
 
 
 def _discard(partial: Path, output: Path) -> None:

@@ -82,7 +82,8 @@ class FineTuned:
         self.network = model  # what runs: the model, or its int8 copy (the head stays fp32)
         asked = check_engine(engine, self.device, self.precision)  # before int8 calibrates
         if self.precision == "int8":
-            calibration = calibration_for(model, tokenizer, max_length, str(directory) if directory else None, None)
+            own = str(directory) if directory else None  # a run without its own calibration: cached by its weights
+            calibration = calibration_for(model, tokenizer, max_length, own, weights_digest(model))
             self.network = quantize_model(model.eval(), calibration).eval()
         # a run being trained is scored on torch (its weights change); a saved one may run on OpenVINO
         build = lambda: openvino_forward(  # noqa: E731

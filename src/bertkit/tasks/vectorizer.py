@@ -167,7 +167,7 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         """
         check_is_fitted(self, "encoder_")
         texts = check_texts(_column(X), "X")
-        if self.cache_ is None:
+        if self.cache_ is None or not texts:  # no texts: the encoder knows the width, the cache does not
             return self._embed(texts)
         vectors = self.cache_.get_or_compute(texts, self._embed)  # the cache keeps float32: exact for every type
         return vectors.reshape(len(texts), -1).astype(DTYPES[self.options_.output_type], copy=False)
