@@ -327,3 +327,67 @@ def test_compact_searches_cost_their_bytes_and_score_as_defined(encoder):
         scores = similarity(asked, buckets.astype(np.float32), metric)
         for row, hits in zip(scores, found):
             np.testing.assert_allclose([h["score"] for h in hits], np.sort(row)[::-1][:3], rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "model, flags, prompt",
+    [("default", ("--prompt", "passage: "), "passage: "), ("prompted", ("--prompt-name", "passage"), "passage: ")],
+)
+def test_bertkit_search_and_the_service_embed_the_query_with_the_vectors_prompt(
+    model, flags, prompt, encoder, prompted, monkeypatch, capsys, tmp_path
+):
+    """Issue 61 (5): the command line and POST /search both put the recorded prompt before the query."""
+    from fastapi.testclient import TestClient
+
+    from bertkit.serve import create_app
+    from bertkit.tasks.index import load_index
+
+    source, target = tmp_path / "corpus.txt", tmp_path / "v.npz"
+    source.write_text("\n".join(TEXTS) + "\n")
+    model_flags = () if model == "default" else ("--model", prompted)
+    assert run_cli(monkeypatch, capsys, "embed", source, "-o", target, *model_flags, *flags)[0] == 0
+    query = "how old is he?"
+    code, out, err = run_cli(monkeypatch, capsys, "search", target, query, "--top-k", len(TEXTS))
+    assert code == 0, err
+    printed = {int(row.split("\t")[2]): float(row.split("\t")[3]) for row in out.splitlines()[1:]}
+
+    model_encoder = encoder if model == "default" else Encoder.from_pretrained(prompted)
+    corpus = model_encoder.embed(TEXTS, prompt=prompt)  # the plain computation: the prompt on both sides, cosine
+    wanted = similarity(model_encoder.embed([query], prompt=prompt), corpus)[0]
+    unprompted = similarity(model_encoder.embed([query]), corpus)[0]
+    assert np.abs(wanted - unprompted).max() > 1e-3  # the prompt matters to these scores
+    np.testing.assert_allclose([printed[i] for i in range(len(TEXTS))], wanted, atol=1e-4)
+
+    with TestClient(create_app(model_encoder, indexes={"v": load_index(target)})) as client:
+        answer = client.post("/search", json={"query": query, "top_k": len(TEXTS)})
+    assert answer.status_code == 200, answer.text
+    served = {hit["corpus_id"]: hit["score"] for hit in answer.json()}
+    np.testing.assert_allclose([served[i] for i in range(len(TEXTS))], wanted, atol=1e-4)
+
+
+def test_vectors_read_in_windows_are_searched_with_queries_cut(encoder, monkeypatch, capsys, tmp_path):
+    """A stride recorded with long_text='window' is the corpus's: a query is cut, so the query's options drop it."""
+    source, target = tmp_path / "corpus.txt", tmp_path / "v.npz"
+    source.write_text("\n".join(TEXTS) + "\n")
+    windows = ("--long-text", "window", "--stride", "16")
+    assert run_cli(monkeypatch, capsys, "embed", source, "-o", target, *windows)[0] == 0
+    code, out, err = run_cli(monkeypatch, capsys, "search", target, TEXTS[3], "--top-k", len(TEXTS))
+    assert code == 0, err
+    printed = {int(row.split("\t")[2]): float(row.split("\t")[3]) for row in out.splitlines()[1:]}
+    wanted = similarity(encoder.embed([TEXTS[3]]), encoder.embed(TEXTS, long_text="window", stride=16))[0]
+    np.testing.assert_allclose([printed[i] for i in range(len(TEXTS))], wanted, atol=1e-4)
+
+
+@pytest.mark.parametrize("output", ["int8", "uint8"])
+def test_compact_ranges_calibrate_on_cut_sentences_while_the_callers_long_text_holds(encoder, output):
+    """Issue 61 (6): long_text='error' refuses the caller's long texts, not bertkit's own calibration sentences."""
+    from bertkit.encoder.int8 import packaged_texts
+
+    calibration = packaged_texts()
+    assert max(len(ids) for ids in encoder.tokenizer(calibration)["input_ids"]) > 8  # some are cut at 8 tokens
+    texts = ["short text", "how old are you?"]
+    got = encoder.embed(texts, output_type=output, long_text="error", max_length=8)
+    ranges = int8_ranges(encoder.embed(calibration, max_length=8, long_text="truncate", warn=False))
+    np.testing.assert_array_equal(got, compact(encoder.embed(texts, max_length=8), output, ranges))
+    with pytest.raises(InputError, match="long_text"):
+        encoder.embed([TEXTS[2]], output_type=output, long_text="error", max_length=8)

@@ -105,3 +105,22 @@ def test_the_openapi_document_bounds_with_json_schema_keywords(encoder):
     assert not found, found
     dimensions = document["components"]["schemas"]["EmbedRequest"]["properties"]["dimensions"]["anyOf"][0]
     assert (dimensions["minimum"], dimensions["maximum"]) == (1, 8064)  # the widest vector of the packaged model
+
+
+def test_the_openapi_document_gives_the_layer_grammar_as_a_pattern(encoder):
+    """Issue 61 (9): `layers` is published with the parser's grammar; a spec it allows is served or its range said."""
+    from bertkit.encoder.layers import LAYERS_PATTERN
+
+    app = create_app(encoder)
+    schemas = app.openapi()["components"]["schemas"]
+    for body in ("EmbedRequest", "EmbedAllRequest", "OpenAIEmbeddingRequest"):
+        layers = schemas[body]["properties"]["layers"]
+        assert (layers["type"], layers["pattern"], layers["default"]) == ("string", LAYERS_PATTERN, "last"), body
+    with TestClient(app) as client:
+        answer = client.post("/embed", json={"inputs": ["a film"], "layers": " LAST2 : Mean "})
+        assert answer.status_code == 200, answer.text
+        np.testing.assert_allclose(answer.json(), encoder.embed(["a film"], layers="last2:mean"), atol=1e-5)
+        lacking = client.post("/embed", json={"inputs": ["a film"], "layers": "0,9"})  # the pattern's, not the model's
+        assert lacking.status_code == 422 and "layer 9 does not exist" in lacking.text, lacking.text
+        blank = client.post("/embed", json={"inputs": ["a film"], "layers": ""})
+        assert blank.status_code == 422 and "not a valid layer spec" in blank.text, blank.text

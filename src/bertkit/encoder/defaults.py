@@ -32,11 +32,17 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bertkit"
 
 
-def option_field(default: Any, help: str, choices: tuple[str, ...] | None = None, flag: str | None = None) -> Any:
-    """Return a dataclass field carrying what its surfaces are generated from: help, choices, command-line flag.
+def option_field(
+    default: Any,
+    help: str,
+    choices: tuple[str, ...] | None = None,
+    flag: str | None = None,
+    pattern: str | None = None,
+) -> Any:
+    """Return a dataclass field carrying what its surfaces are generated from: help, choices, flag, pattern.
 
     The one declaration of an option (`EmbedOptions`, `FinetuneSettings`, `ServeSettings`); `[]` defaults to a
-    fresh list.
+    fresh list. `pattern`: a string option's grammar as a regular expression, which request schemas publish.
     """
     factory = {"default_factory": list} if default == [] else {"default": default}
-    return dataclasses.field(**factory, metadata={"help": help, "choices": choices, "flag": flag})
+    return dataclasses.field(**factory, metadata={"help": help, "choices": choices, "flag": flag, "pattern": pattern})

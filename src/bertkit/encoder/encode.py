@@ -337,7 +337,8 @@ def calibration_ranges(encoder: Encoder, options: EmbedOptions | None = None, **
     encoder : Encoder
         The encoder the vectors come from.
     options : EmbedOptions, optional
-        The options the vectors are made with (their output_type is ignored).
+        The options the vectors are made with (their output_type is ignored). long_text='error' is the caller's
+        policy for the caller's texts: a calibration sentence over max_length is cut ('truncate'), not refused.
     **kwargs
         Option fields, as `embed` takes them.
 
@@ -346,7 +347,9 @@ def calibration_ranges(encoder: Encoder, options: EmbedOptions | None = None, **
     numpy.ndarray
         (2, dim) minima and maxima.
     """
-    resolved = options_from(options, kwargs).resolve(encoder).replace(output_type="float32")
+    resolved = options_from(options, kwargs).resolve(encoder)
+    cut = "truncate" if resolved.long_text == "error" else resolved.long_text  # a window's vectors stay windowed
+    resolved = resolved.replace(output_type="float32", long_text=cut)
     key = json.dumps(resolved.record(), sort_keys=True, default=str)
     if key not in encoder._ranges:
         encoder._ranges[key] = int8_ranges(encoder.embed(packaged_texts(), resolved, progress=False, warn=False))

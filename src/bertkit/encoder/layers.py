@@ -20,7 +20,29 @@ VALID_FORMS = (
 )
 _NAMED = {"last": (-1,), "second_to_last": (-2,), "embeddings": (0,)}
 MAX_LAYERS = 1000  # far above any encoder; a larger lastN is a typo, not a request
-_INT_LIST = re.compile(r"-?[0-9]+( *, *-?[0-9]+)*")  # spaces only: int() refuses some other whitespace
+_INDICES = "-?[0-9]+(?: *, *-?[0-9]+)*"  # spaces only: int() refuses some other whitespace
+_INT_LIST = re.compile(_INDICES)
+
+
+def _any_case(*words: str) -> str:
+    """Return a regular expression of `words` in any case (their letters are ASCII, which str.lower folds alone)."""
+    return "(?:" + "|".join("".join(f"[{c.upper()}{c}]" if c.isalpha() else c for c in word) for word in words) + ")"
+
+
+# white space as str.strip() sees it, spelled out: JSON Schema's (ECMAScript's), Python's and Rust's `\s` disagree
+_SPACE = "[\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]*"
+_COMBINE = f"{_SPACE}:{_SPACE}{_any_case(*COMBINES)}"
+# Exactly the specs `parse_layers` takes, as one regular expression that ECMAScript (JSON Schema), Python and Rust
+# (pydantic) read alike: the service's request schemas publish it as the `pattern` of `layers` (lastN: N from 1 to
+# MAX_LAYERS). It is the syntax only: an index the model lacks (e.g. '9' or 'last12:sum' for a 6-layer model)
+# matches, and is refused when the options are resolved against the model, with the valid range (the service: a 422
+# that says it).
+LAYERS_PATTERN = (
+    f"^{_SPACE}(?:{_any_case(*_NAMED)}(?:{_SPACE}:)?"  # 'last', 'second_to_last', 'embeddings' ('last:' too)
+    f"|{_INDICES}(?:{_SPACE}:(?:{_SPACE}{_any_case(*COMBINES)})?)?"  # '3', '-1,-2', '0,3,5:mean'
+    f"|(?:{_any_case('all')}|{_any_case('last')}0*(?:[1-9][0-9]{{0,2}}|1000)){_COMBINE}"  # 'all:sum', 'last4:sum'
+    f"){_SPACE}$"
+)
 
 
 @dataclass(frozen=True)
@@ -68,7 +90,7 @@ class LayerSelection:
 
 
 def parse_layers(spec: str | int | Sequence[int] | LayerSelection) -> LayerSelection:
-    """Parse a layers spec; the error lists every valid form."""
+    """Parse a layers spec (`LAYERS_PATTERN` is its grammar); the error lists every valid form."""
     if isinstance(spec, LayerSelection):
         return spec
     if isinstance(spec, int):

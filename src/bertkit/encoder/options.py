@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..errors import InputError, check_flag, check_whole, quoted
 from .compact import OUTPUT_TYPES
 from .defaults import option_field
-from .layers import parse_layers
+from .layers import LAYERS_PATTERN, parse_layers
 from .pooling import parse_pooling
 from .tokenize import DIRECTIONS, LONG_TEXT_POLICIES, check_stride
 
@@ -88,7 +88,9 @@ class EmbedOptions:
     'last4:sum'
     """
 
-    layers: str = option_field("last", "Hidden states: last, -2, 0, last4:sum, last4:concat, all:mean, '-1,-2'.")
+    layers: str = option_field(
+        "last", "Hidden states: last, -2, 0, last4:sum, last4:concat, all:mean, '-1,-2'.", pattern=LAYERS_PATTERN
+    )
     pooling: str | None = option_field(
         None, "cls, pooler, mean, max, several joined by +, or none (token vectors); default: the model's, else mean."
     )

@@ -83,20 +83,23 @@ class Vocabulary:
 
 
 def option_field(name: str, v: Vocabulary) -> tuple[Any, Any]:
-    """Make the request field of `EmbedOptions` field `name`: its type, choices (in either case) and help."""
+    """Make the request field of `EmbedOptions` field `name`: its type, choices (in either case), pattern and help."""
     option = OPTIONS[name]
     kind: Any = {"str": StrictStr, "int": Whole(1), "bool": StrictBool}[str(option.type).split(" |")[0]]
-    choices = option.metadata["choices"]
+    choices, pattern, help = option.metadata["choices"], option.metadata.get("pattern"), option.metadata["help"]
     if name == "prompt_name":  # the model's own prompts
         choices = v.prompt_names
     if choices is not None:
         kind = Literal[tuple(dict.fromkeys([*choices, *(c.capitalize() for c in choices)]))] if choices else None
+    elif pattern is not None:  # published; the library's own check refuses a value, in its words (validated once)
+        kind = Annotated[StrictStr, WithJsonSchema({"type": "string", "pattern": pattern})]
+        help += " The pattern is the syntax; a value the served model cannot take (a layer it lacks) is a 422."
     elif name == "truncate_dim":
         kind = Whole(1, v.max_dimensions)
     elif name == "prompt":
         kind = Annotated[StrictStr, Field(max_length=v.max_chars)]
     optional = kind | None if option.default is None and kind is not None else kind
-    return optional, Field(option.default, description=option.metadata["help"])
+    return optional, Field(option.default, description=help)
 
 
 class OptionsBody(Strict):
@@ -347,7 +350,7 @@ class ExplainRequest(Strict):
     attention_layer: Any = Field(None, description="Layers whose attention to send: an index, a list, 'all' or null.")
     head: Any = Field(None, description="Heads of those layers: an index, a list, 'all', 'mean' or null (their mean).")
     layers: str = Field("last", description=OPTIONS["layers"].metadata["help"])
-    pooling: str = Field("mean", description=OPTIONS["pooling"].metadata["help"])
+    pooling: str | None = Field(None, description=OPTIONS["pooling"].metadata["help"])
     compare: str | None = Field(
         None,
         max_length=2000,

@@ -199,11 +199,18 @@ def check_encoder(encoder: Encoder, meta: dict, source: str) -> None:
         )
 
 
-def query_options(meta: dict, **prompts: str | None) -> EmbedOptions:
-    """Make queries' options for the vectors `meta` records (float32, long texts cut, `prompt=` / `prompt_name=`)."""
+def query_options(meta: dict, *, prompt: str | None = None, prompt_name: str | None = None) -> EmbedOptions:
+    """Make queries' options for the vectors `meta` records: theirs in float32 with long texts cut, prompt included.
+
+    The one rule of every face (`bertkit search`, the service's /search): `prompt` or `prompt_name` replaces the
+    prompt the vectors record; both None keep it. A query is cut, not windowed: the windows' stride goes.
+    """
     from ..encoder.options import EmbedOptions
 
-    return EmbedOptions.from_record(meta).replace(**prompts, output_type="float32", long_text="truncate")
+    options = EmbedOptions.from_record(meta).replace(output_type="float32", long_text="truncate", stride=None)
+    if prompt is None and prompt_name is None:
+        return options
+    return options.replace(prompt=prompt, prompt_name=prompt_name)
 
 
 def embed_queries(
