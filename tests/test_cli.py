@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import huggingface_hub.constants
 import numpy as np
 import pyarrow.parquet as pq  # a test dependency (.[test]): missing means failing, not skipping
 import pytest
@@ -122,7 +123,7 @@ def test_bad_input_is_one_clear_line_and_writes_nothing(monkeypatch, capsys, tmp
 
 
 def test_offline_hub_name_is_a_clear_error(monkeypatch, capsys):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     code, _, err = run(monkeypatch, capsys, "info", "--model", "bert-base-cased")
     assert code == 2 and "not reachable" in err and "Traceback" not in err
 

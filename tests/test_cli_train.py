@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from test_cli import run
 
-from bertkit.io.cache import clear_memory
+from bertkit.io.cache import MEMORY
 from bertkit.io.readers import sample_path
 
 SAMPLE = str(sample_path("reviews.tsv"))
@@ -32,7 +32,7 @@ def train(monkeypatch, capsys, tmp_path, *extra):
 
 
 def test_train_evaluate_predict(monkeypatch, capsys, tmp_path):
-    clear_memory()
+    MEMORY.clear()
     code, out, err = train(
         monkeypatch, capsys, tmp_path, "--test-size", "0.25", "-o", tmp_path / "run", "--report", tmp_path / "report"
     )

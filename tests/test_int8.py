@@ -183,7 +183,7 @@ def test_calibration_is_made_once_cached_and_reused(tiny_dirs, int8_cache):
     assert second.info()["precision"] == "int8"
     calibration = Calibration.load(cached)
     record = vectors_record(first, EmbedOptions().resolve(first))
-    assert calibration.texts == 198 and record["int8_calibration"] == calibration.digest()
+    assert calibration.texts == 198 and record["int8_calibration"] == calibration.key
     assert record["precision"] == "int8" and record["fingerprint"] == first.fingerprint
     fp32 = Encoder.from_pretrained(str(tiny_dirs["bert_cased"]))
     assert "int8_calibration" not in vectors_record(fp32, EmbedOptions().resolve(fp32))
@@ -222,7 +222,7 @@ def test_quantize_writes_a_copy_whose_own_calibration_is_used(tiny_dirs, int8_ca
     packaged = Encoder.from_pretrained(str(tiny_dirs["bert_cased"]), precision="int8")
     assert own.fingerprint == packaged.fingerprint  # the same weights ...
     own_record, packaged_record = (vectors_record(e, EmbedOptions().resolve(e)) for e in (own, packaged))
-    assert own_record["int8_calibration"] == Calibration.load(out / CALIBRATION_FILE).digest()
+    assert own_record["int8_calibration"] == Calibration.load(out / CALIBRATION_FILE).key
     assert own_record != packaged_record  # ... so caches and runs tell the two int8 variants apart
     assert not np.array_equal(own.embed(TEXTS, warn=False), packaged.embed(TEXTS, warn=False))
     code, _, stderr = run_cli(monkeypatch, capsys, "quantize", str(tiny_dirs["bert_cased"]), "-o", str(out))
@@ -339,7 +339,7 @@ def test_a_cached_calibration_changed_in_place_is_found_and_made_again(tiny_dirs
     cached = int8.cache_dir() / "tiny.safetensors"
     data = bytearray(cached.read_bytes())
     header = 8 + struct.unpack("<Q", data[:8])[0]
-    assert json.loads(json.loads(data[8:header])["__metadata__"]["bertkit"])["digest"] == made.digest()
+    assert json.loads(json.loads(data[8:header])["__metadata__"]["bertkit"])["digest"] == made.key
     data[header : header + 8] = struct.pack("<2f", 1e6, 1e6)  # a maximum changed, the file the same size
     cached.write_bytes(bytes(data))
     with pytest.raises(DamagedFileError, match="damaged"):
@@ -349,4 +349,4 @@ def test_a_cached_calibration_changed_in_place_is_found_and_made_again(tiny_dirs
     monkeypatch.setattr(int8, "calibrate", lambda *a: calibrations.append(1) or real(*a))
     again = int8.calibration_for(encoder.model, encoder.tokenizer, encoder.max_length, None, "tiny")
     assert calibrations == [1] and "damaged" in caplog.text and "calibrating again" in caplog.text
-    assert again.digest() == made.digest() and Calibration.load(cached).digest() == made.digest()
+    assert again.key == made.key and Calibration.load(cached).key == made.key

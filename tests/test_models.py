@@ -29,7 +29,7 @@ def test_default_model_is_packaged_and_offline(encoder, monkeypatch):
 
 
 def test_hub_name_offline_fails_fast_with_a_way_out(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read by huggingface_hub at import
     started = time.perf_counter()
     with pytest.raises(ModelLoadError, match="HF_HUB_OFFLINE=1.*save_pretrained.*pass its path"):
         Encoder.from_pretrained("bert-base-uncased")
@@ -64,7 +64,7 @@ def test_a_name_the_hub_does_not_know_is_named_as_such(monkeypatch):
 
 
 def test_unreachable_hub_endpoint_fails_fast(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: connection refused at once
     started = time.perf_counter()
     with pytest.raises(ModelLoadError, match="not reachable"):

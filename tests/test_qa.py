@@ -506,8 +506,8 @@ def test_the_null_answer_follows_squad_v2_and_the_threshold_saved_in_the_run(qa)
     "options, words",
     [
         (dict(max_seq_len=1), "max_seq_len=1: give a whole number of at least 8"),
-        (dict(max_question_len=0), "max_question_len=0: give a whole number of at least 1"),
-        (dict(max_answer_len=-2), "max_answer_len=-2: give a whole number of at least 1"),
+        (dict(max_question_len=0), "max_question_len=0: give a whole number from 1 to 1024"),
+        (dict(max_answer_len=-2), "max_answer_len=-2: give a whole number from 1 to 1024"),
         (dict(handle_impossible_answer="no"), "handle_impossible_answer='no': give True, False or None"),
         (dict(align_to_words=1), "align_to_words=1: give True or False"),
         (dict(question=None), "question=None: give a string, or a list of them"),
@@ -517,6 +517,36 @@ def test_answers_parameters_are_refused_in_one_line_not_changed(qa, options, wor
     texts = {"question": options.pop("question", QUESTION), "context": "the movie was red"}
     with pytest.raises(InputError, match=words.replace("(", "\\(")):
         qa.answer(**texts, **options)
+
+
+def test_answer_options_are_one_table_for_python_the_command_line_and_http(monkeypatch, capsys):
+    """`AnswerOptions` is the one declaration: the request model's `parameters`, `bertkit answer`'s flags and the
+    Python keywords are its fields, with its bounds; a bound is refused in the same words on every face."""
+    import dataclasses
+
+    from bertkit.serve.schemas import Vocabulary, request_models
+    from bertkit.tasks.qa import AnswerOptions
+
+    fields = {f.name: f for f in dataclasses.fields(AnswerOptions)}
+    models = request_models(Vocabulary(max_inputs=4, max_dimensions=8))
+    schema = models.PredictRequest.model_json_schema()["$defs"]["QuestionParameters"]["properties"]
+    assert set(schema) == set(fields)
+    for name, field in fields.items():
+        number = schema[name]["anyOf"][0]
+        if field.metadata["low"] is not None:
+            assert (number["minimum"], number.get("maximum")) == (field.metadata["low"], field.metadata["high"]), name
+        else:
+            assert number["type"] == "boolean", name
+    code, out, _ = run_cli(monkeypatch, capsys, "answer", "--help")
+    flags = [(f.metadata["flag"] or "--" + name.replace("_", "-")).split("/")[0] for name, f in fields.items()]
+    assert code == 0 and all(flag in out for flag in flags), out
+    with pytest.raises(InputError, match=r"^top_k=101: give a whole number from 1 to 100\.$"):
+        AnswerOptions(top_k=101)
+    with pytest.raises(InputError, match=r"^doc_stride=-1: give a whole number of at least 0, or None\.$"):
+        AnswerOptions(doc_stride=-1)
+    with pytest.raises(ValueError, match="top_k\n  Input should be less than or equal to 100"):
+        body = {"inputs": {"question": "q", "context": "c"}, "parameters": {"top_k": 101}}
+        models.PredictRequest.model_validate(body)
 
 
 def test_questions_come_as_any_list_of_strings(qa):
@@ -731,7 +761,7 @@ def test_served_qa_answers_hugging_faces_client_and_bounds_long_contexts(qa_run,
             {"question": QUESTION, "context": "a", "contxt": "b"},
             "inputs: unknown field 'contxt'; check its spelling",
         ),
-        (5, "inputs: must be a string or a list of strings, not int"),
+        (5, "inputs: must be a string, a list of strings or of [text, pair] pairs, or a question object, not int"),
     ],
 )
 def test_a_question_with_a_field_missing_or_wrong_is_named_by_that_field(qa_run, inputs, words):

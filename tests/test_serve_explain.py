@@ -84,7 +84,6 @@ def test_explain_answers_429_with_retry_after_when_the_queue_is_full(encoder):
     run = GatedRun()
     app = create_app(encoder, {"clf": ServedRun("clf", KIND_TEXT, run)}, ServeSettings(max_queue_tokens=64))
     with TestClient(app) as client:
-        service = app.state.service
         run.gate.clear()
         answers: list[int] = []
         busy = threading.Thread(
@@ -97,7 +96,7 @@ def test_explain_answers_429_with_retry_after_when_the_queue_is_full(encoder):
         )
         queued.start()
         deadline = time.time() + 30
-        while service.batcher.queue_depth()[0] < 1 and time.time() < deadline:
+        while "bertkit_queue_requests 1.0" not in client.get("/metrics").text and time.time() < deadline:
             time.sleep(0.01)
         try:
             refused = client.post("/explain", json={"text": "I love Korea"})

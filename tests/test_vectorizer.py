@@ -9,7 +9,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.utils import estimator_checks as checks
 
 from bertkit import BertVectorizer, InputError
-from bertkit.io.cache import EmbeddingCache, clear_memory
+from bertkit.io.cache import MEMORY, EmbeddingCache
 from bertkit.io.readers import read_labelled, sample_path
 
 
@@ -75,7 +75,7 @@ def count_embedded(monkeypatch, vectorizer_class=BertVectorizer):
 
 
 def test_pipeline_and_grid_search_embed_each_text_once(monkeypatch, sample):
-    clear_memory()
+    MEMORY.clear()
     texts, labels = sample
     seen = count_embedded(monkeypatch)
     pipe = make_pipeline(BertVectorizer(layers="second_to_last", pooling="mean"), LogisticRegression(max_iter=1000))
@@ -94,11 +94,11 @@ def test_without_cache_every_call_embeds(monkeypatch, sample):
 
 def test_disk_cache_survives_a_new_process_and_keys_on_options(monkeypatch, sample, tmp_path):
     texts = sample[0][:12]
-    clear_memory()
+    MEMORY.clear()
     first = BertVectorizer(layers="-3", cache=tmp_path).fit(texts)
     expected = first.transform(texts)
     assert first.cache_.stats.misses == 12
-    clear_memory()  # a new process: only the disk is left
+    MEMORY.clear()  # a new process: only the disk is left
     seen = count_embedded(monkeypatch)
     again = BertVectorizer(layers="-3", cache=tmp_path).fit(texts)
     np.testing.assert_array_equal(again.transform(texts), expected)
@@ -110,7 +110,7 @@ def test_disk_cache_survives_a_new_process_and_keys_on_options(monkeypatch, samp
 
 
 def test_interrupted_caching_keeps_finished_chunks(tmp_path):
-    clear_memory()
+    MEMORY.clear()
     texts = [f"text {i}" for i in range(10)]
     calls = []
 
@@ -124,7 +124,7 @@ def test_interrupted_caching_keeps_finished_chunks(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         cache.get_or_compute(texts, flaky)
     assert stored_keys(tmp_path, cache.key) == 8  # two finished chunks of 4, committed; the third left nothing
-    clear_memory()
+    MEMORY.clear()
     calls.clear()
     resumed = EmbeddingCache({"test": 1}, tmp_path, chunk_size=4)
     vectors = resumed.get_or_compute(texts, flaky)
@@ -147,21 +147,21 @@ def test_disk_cache_keeps_keys_that_end_in_a_zero_byte(tmp_path):
 
     texts = [t for t in (f"text {i}" for i in range(5000)) if text_key(t).endswith(b"\0")][:3] + ["plain text"]
     assert len(texts) == 4
-    clear_memory()
+    MEMORY.clear()
     EmbeddingCache({"test": "nul"}, tmp_path).get_or_compute(texts, lambda chunk: np.ones((len(chunk), 2), np.float32))
-    clear_memory()
+    MEMORY.clear()
     reloaded = EmbeddingCache({"test": "nul"}, tmp_path)
     reloaded.get_or_compute(texts, lambda chunk: pytest.fail(f"re-embedded {chunk}"))
     assert reloaded.stats.hits == 4
 
 
 def test_ragged_entries_round_trip_through_disk(tmp_path):
-    clear_memory()
+    MEMORY.clear()
     words = {"a b": np.ones((2, 3), np.float32), "c": np.full((1, 3), 2, np.float32)}
     EmbeddingCache({"test": "ragged"}, tmp_path).get_or_compute(
         list(words), lambda keys: [words[k] for k in keys], stack=False
     )
-    clear_memory()
+    MEMORY.clear()
     got = EmbeddingCache({"test": "ragged"}, tmp_path).get_or_compute(list(words), pytest.fail, stack=False)
     assert all(np.array_equal(g, words[k]) for g, k in zip(got, words))
 

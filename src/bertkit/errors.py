@@ -39,14 +39,13 @@ def is_a_folder(path: object) -> InputError:
     return InputError(f"{path}: is a directory; give a file path, not a directory.")
 
 
-def check_whole(name: str, value: object, least: int, allow_none: bool = False) -> None:
-    """Refuse, in one line, a value that is not a whole number of at least `least` (True is not one)."""
+def check_whole(name: str, value: object, least: int, allow_none: bool = False, most: int | None = None) -> None:
+    """Refuse, in one line, a value that is not a whole number from `least` (to `most`) (True is not one)."""
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise InputError(
-            f"{name}={value!r}: give a whole number of at least {least}{', or None' if allow_none else ''}."
-        )
+    if isinstance(value, bool) or not isinstance(value, int) or value < least or (most is not None and value > most):
+        bounds = f"of at least {least}" if most is None else f"from {least} to {most}"
+        raise InputError(f"{name}={value!r}: give a whole number {bounds}{', or None' if allow_none else ''}.")
 
 
 def check_flag(name: str, value: object, allow_none: bool = False) -> None:

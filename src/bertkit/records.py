@@ -74,6 +74,23 @@ def check_record(record: object, kinds: str | tuple[str, ...], where: object) ->
     return dict(record)  # type: ignore[arg-type]
 
 
+def read_record(
+    path: str | Path, kinds: str | tuple[str, ...], remedy: str, error: type[Exception] = InputError
+) -> dict[str, Any]:
+    """Read the JSON record file at `path` through `check_record`: bertkit's one reader of its record files.
+
+    A file that is not JSON, or not a record of `kinds`, is one line (`error`, saying `remedy` for broken JSON).
+    """
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise error(f"{path}: not valid JSON ({exc}); {remedy}.") from None
+    try:
+        return check_record(record, kinds, path)
+    except InputError as exc:
+        raise (exc if error is InputError else error(str(exc))) from None
+
+
 RUN_FILE = "bertkit.json"  # a run's record: what it is, how it was made
 PROBE_FILE = "probe.json"  # what `bertkit probe` writes (scores by layer and pooling)
 MANIFEST_FILE = "manifest.json"  # a Ray embedding job's finished folder: its options and each file's rows

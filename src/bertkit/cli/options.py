@@ -85,7 +85,7 @@ Run = Annotated[
 ]
 Generated = Annotated[Any, typer.Option(hidden=True, parser=str)]  # the value `from_fields` builds
 
-ALIASES = {"layers": ("-l",), "pooling": ("-p",), "batch_size": ("-b",)}
+ALIASES = {"layers": ("-l",), "pooling": ("-p",), "batch_size": ("-b",), "top_k": ("-k",)}
 _CHOSEN: set[str] = set()  # commands whose options are generated besides the one in sys.argv ("*": every one)
 
 

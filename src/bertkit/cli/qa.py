@@ -10,30 +10,22 @@ import typer
 
 from ..errors import InputError
 from .common import app, path_kind, texts_or_file, utf8_texts, write_output
-from .options import AsText, Device, Precision, Run, Threads, TopK
+from .options import AsText, Device, Generated, Precision, Run, Threads, from_fields
 
 if TYPE_CHECKING:
     from ..tasks.qa import FineTunedQA
 
 
 @app.command()
+@from_fields("bertkit.tasks.qa:AnswerOptions", "options")
 def answer(
     run: Run,
     question: Annotated[
         list[str], typer.Option("--question", "-q", metavar="TEXT", callback=utf8_texts, help="Question; repeatable.")
     ],
     context: Annotated[str, typer.Option("--context", "-c", callback=utf8_texts, help="The text, or its file.")],
+    options: Generated,
     as_text: AsText = False,
-    top_k: TopK = 1,
-    max_answer_len: Annotated[int, typer.Option(help="Longest answer, in tokens.")] = 30,
-    handle_impossible_answer: Annotated[
-        bool | None,
-        typer.Option(
-            "--handle-impossible-answer/--no-handle-impossible-answer",
-            help="Allow 'no answer' ({answer: '', start: 0, end: 0}); default: the run's own (on for a SQuAD v2 run).",
-        ),
-    ] = None,
-    doc_stride: Annotated[int | None, typer.Option(help="Tokens two windows share (default: the run's).")] = None,
     precision: Precision = None,
     threads: Threads = None,
     device: Device = "auto",
@@ -53,8 +45,7 @@ def answer(
     model = load_run(run, precision=precision, device=device)
     if not hasattr(model, "answer"):
         raise InputError(f"{run} is not a question-answering run; fine-tune one with --task qa.")
-    found = model.answer(list(question), context, top_k, max_answer_len, handle_impossible_answer, doc_stride)
-    for item in found:
+    for item in model.answer(list(question), context, options):
         typer.echo(json.dumps(item, ensure_ascii=False))
 
 

@@ -6,8 +6,7 @@
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from ..errors import InputError
 from . import tokenize as tok
 from .defaults import DEFAULT_BATCH_SIZE, GPU_CHUNK_TEXTS
 from .devices import describe, resolve_device, token_budget
-from .engines import check_engine, engine_for, engine_named, hash_weights, openvino_forward
+from .engines import check_engine, encoder_digest, engine_for, engine_named, openvino_forward
 from .int8 import int8_model_for
 from .models import LoadedModel, ModelSource, load_model, resolve_model
 from .precision import HALF_DTYPES, check_precision
@@ -31,7 +30,6 @@ from .threads import total_threads
 
 logger = logging.getLogger(__name__)
 
-_PATH_DEPENDENT_CONFIG = {"_name_or_path", "transformers_version", "_commit_hash", "name_or_path"}
 E = TypeVar("E", bound="EncoderBase")
 
 
@@ -62,7 +60,6 @@ class EncoderBase:
         self.tokenizer = loaded.tokenizer
         self.max_length = loaded.max_length
         self._position_limit = loaded.position_limit or loaded.max_length
-        self._fingerprint: str | None = None
         if concurrent_batches is None:  # a GPU takes one batch at a time; CPU cores each take their own
             concurrent_batches = 1 if self.device.type != "cpu" else min(total_threads(), 2)
         if concurrent_batches < 1:
@@ -198,23 +195,7 @@ class EncoderBase:
         """What the model's sentence-transformers files say: pooling, Dense, Normalize, prompts."""
         return self._loaded.sentence_config
 
-    @property
-    def fingerprint(self) -> str:
-        """Hash of the weights, config and tokenizer: equal fingerprints mean equal embeddings."""
-        if self._fingerprint is None:
-            digest = hashlib.sha256()
-            config = {k: v for k, v in self.model.config.to_dict().items() if k not in _PATH_DEPENDENT_CONFIG}
-            digest.update(json.dumps(config, sort_keys=True, default=str).encode())
-            # truncation / padding settings change with each call; they are not part of what the tokenizer is
-            tokenizer_state = json.loads(self.tokenizer.backend_tokenizer.to_str())
-            tokenizer_state.pop("truncation", None)
-            tokenizer_state.pop("padding", None)
-            digest.update(json.dumps(tokenizer_state, sort_keys=True).encode())
-            hash_weights(digest, self.model)
-            for layer in self._sentence_config.dense:
-                digest.update(layer.weight.contiguous().view(torch.uint8).numpy().tobytes())
-            self._fingerprint = digest.hexdigest()[:32]
-        return self._fingerprint
+    fingerprint = functools.cached_property(encoder_digest)  # equal fingerprints mean equal embeddings
 
     @property
     def _default_batch_size(self) -> int:

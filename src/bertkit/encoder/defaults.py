@@ -38,11 +38,31 @@ def option_field(
     choices: tuple[str, ...] | None = None,
     flag: str | None = None,
     pattern: str | None = None,
+    low: int | None = None,
+    high: int | None = None,
 ) -> Any:
-    """Return a dataclass field carrying what its surfaces are generated from: help, choices, flag, pattern.
+    """Return a dataclass field carrying what its surfaces are generated from: help, choices, flag, pattern, bounds.
 
-    The one declaration of an option (`EmbedOptions`, `FinetuneSettings`, `ServeSettings`); `[]` defaults to a
-    fresh list. `pattern`: a string option's grammar as a regular expression, which request schemas publish.
+    The one declaration of an option (`EmbedOptions`, `AnswerOptions`, `FinetuneSettings`, `ServeSettings`); `[]`
+    defaults to a fresh list. `pattern`: a string option's grammar as a regular expression, which request schemas
+    publish; `low` and `high`: a whole number's bounds, which `check_fields` holds and request schemas publish; a
+    `flag` with a '/' is a switch.
     """
     factory = {"default_factory": list} if default == [] else {"default": default}
-    return dataclasses.field(**factory, metadata={"help": help, "choices": choices, "flag": flag, "pattern": pattern})
+    meta = {"help": help, "choices": choices, "flag": flag, "pattern": pattern, "low": low, "high": high}
+    return dataclasses.field(**factory, metadata=meta)
+
+
+def check_fields(options: Any) -> None:
+    """Refuse, in one line, a field of an options dataclass outside its metadata: a switch, a whole number's bounds.
+
+    A field whose default is None may be None.
+    """
+    from ..errors import check_flag, check_whole
+
+    for field in dataclasses.fields(options):
+        value, meta, allow_none = getattr(options, field.name), field.metadata, field.default is None
+        if "/" in (meta.get("flag") or ""):
+            check_flag(field.name, value, allow_none)
+        elif meta.get("low") is not None:
+            check_whole(field.name, value, meta["low"], allow_none, meta.get("high"))

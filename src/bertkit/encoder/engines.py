@@ -279,17 +279,48 @@ def _head_outputs(out: Any) -> tuple[torch.Tensor, ...]:
 HEAD_OUTPUTS = ("logits", "start_logits", "end_logits")
 
 
-def hash_weights(digest: Any, model: torch.nn.Module) -> Any:
-    """Feed every weight of `model` (name and bytes, in name order) to the hash `digest`; return it."""
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return digest
+PATH_DEPENDENT_CONFIG = {"_name_or_path", "transformers_version", "_commit_hash", "name_or_path"}
+
+
+def digest(*parts: Any, length: int = 32) -> str:
+    """Hash `parts` in order (hex, `length` digits): bertkit's one hash of weights, tokenizers and calibrations.
+
+    A tensor gives its bytes, a {name: tensor} mapping (a state dict) each name and bytes in name order, any other
+    part its JSON with sorted keys.
+    """
+    hasher = hashlib.sha256()
+    for part in parts:
+        named = isinstance(part, dict) and part and all(isinstance(v, torch.Tensor) for v in part.values())
+        for name, tensor in sorted(part.items()) if named else [(None, part)]:
+            if name is not None:
+                hasher.update(name.encode())
+            if isinstance(tensor, torch.Tensor):
+                hasher.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+            else:
+                hasher.update(json.dumps(tensor, sort_keys=True, default=str).encode())
+    return hasher.hexdigest()[:length]
+
+
+def model_config(model: torch.nn.Module) -> dict:
+    """Return a model's config as a dict, without where it was read from (a moved model is the same model)."""
+    return {k: v for k, v in model.config.to_dict().items() if k not in PATH_DEPENDENT_CONFIG}
 
 
 def weights_digest(model: torch.nn.Module) -> str:
-    """Hash of a model's config and weights: equal digests, equal graphs."""
-    return hash_weights(hashlib.sha256(model.config.to_json_string(use_diff=False).encode()), model).hexdigest()[:32]
+    """Hash a model's config and weights: equal digests, equal outputs (a run's graph and int8 calibration key)."""
+    return digest(model_config(model), model.state_dict())
+
+
+def encoder_digest(encoder: Any) -> str:
+    """Hash an `Encoder`'s config, tokenizer, weights and Dense layers: equal digests mean equal embeddings.
+
+    Saved runs, vector files and indexes record it and refuse another model's vectors: its bytes never change.
+    """
+    tokenizer = json.loads(encoder.tokenizer.backend_tokenizer.to_str())
+    tokenizer.pop("truncation", None)  # set per call: not part of what the tokenizer is
+    tokenizer.pop("padding", None)
+    dense = [layer.weight for layer in encoder._sentence_config.dense]
+    return digest(model_config(encoder.model), tokenizer, encoder.model.state_dict(), *dense)
 
 
 def openvino_forward(model: torch.nn.Module, takes_type_ids: bool, width: int, precision: str, digest: str) -> Any:

@@ -7,7 +7,6 @@ and speed are in docs/how-to/speed.md and benchmarks/int8_frontier.py.
 from __future__ import annotations
 
 import copy
-import hashlib
 import itertools
 import json
 import logging
@@ -27,6 +26,7 @@ from . import tokenize as tok
 from .cache_files import cache_files
 from .defaults import cache_root
 from .devices import INT8_FEATURES, cpu_model_and_flags
+from .engines import digest
 from .runner import call_model, takes_type_ids
 
 if TYPE_CHECKING:
@@ -58,6 +58,11 @@ class Calibration:
     texts: int
     alpha: float = SMOOTH_ALPHA  # smoothing strength, chosen on the calibration texts
 
+    @property
+    def key(self) -> str:
+        """Digest of the groups and maxima: equal keys give equal int8 models for equal weights."""
+        return digest([self.groups, self.alpha], self.absmax, length=16)
+
     def save(self, path: Path) -> None:
         """Write the calibration as safetensors (no pickle), its bertkit record in the metadata; complete or absent.
 
@@ -68,19 +73,9 @@ class Calibration:
 
     def write(self, path: Path) -> None:
         """Write the safetensors file at `path` itself (the caller makes it atomic)."""
-        record = new_record(
-            CALIBRATION_KIND, groups=self.groups, texts=self.texts, alpha=self.alpha, digest=self.digest()
-        )
+        record = new_record(CALIBRATION_KIND, groups=self.groups, texts=self.texts, alpha=self.alpha, digest=self.key)
         tensors = {k: v.contiguous() for k, v in self.absmax.items()}
         save_file(tensors, str(path), metadata={"bertkit": json.dumps(record)})
-
-    def digest(self) -> str:
-        """Return a short hash of the groups and maxima: equal digests give equal int8 models for equal weights."""
-        hasher = hashlib.sha256(json.dumps([self.groups, self.alpha]).encode())
-        for key in sorted(self.absmax):
-            hasher.update(key.encode())
-            hasher.update(self.absmax[key].contiguous().numpy().tobytes())
-        return hasher.hexdigest()[:16]
 
     @classmethod
     def load(cls, path: Path) -> Calibration:
@@ -99,7 +94,7 @@ class Calibration:
             record = check_record(record, CALIBRATION_KIND, path)
             absmax = {key: handle.get_tensor(key) for key in handle.keys()}  # noqa: SIM118 (safe_open has no __iter__)
         calibration = cls(record["groups"], absmax, int(record["texts"]), float(record["alpha"]))
-        if record.get("digest", calibration.digest()) != calibration.digest():
+        if record.get("digest", calibration.key) != calibration.key:
             raise DamagedFileError(
                 f"{path}: damaged (its maxima do not match the digest it was written with); make it again with "
                 "`bertkit quantize MODEL --calibration FILE -o DIR`."
@@ -406,4 +401,4 @@ def int8_model_for(encoder: Any) -> tuple[torch.nn.Module, str]:  # an Encoder (
     source = encoder.source
     directory = source.path if source.kind in ("local", "default") else None
     calibration = calibration_for(encoder.model, encoder.tokenizer, encoder.max_length, directory, encoder.fingerprint)
-    return quantize_model(encoder.model, calibration).eval(), calibration.digest()
+    return quantize_model(encoder.model, calibration).eval(), calibration.key

@@ -58,12 +58,12 @@ def hub_problem(name: str, timeout: float = HUB_TIMEOUT_S) -> str | None:
     Asked through huggingface_hub (its offline mode, endpoint and errors), with one short metadata request: a
     download call would retry for half a minute on a machine without network.
     """
-    from huggingface_hub import HfApi, try_to_load_from_cache
+    from huggingface_hub import HfApi, is_offline_mode, try_to_load_from_cache
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
     if isinstance(try_to_load_from_cache(name, "config.json"), str):
         return None
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
+    if is_offline_mode():
         return (
             "the Hugging Face Hub is not reachable (HF_HUB_OFFLINE=1 turns it off) and the model is not in the local "
             "hub cache"

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -81,25 +79,15 @@ def release_openmp_threads() -> bool:
     main thread's team left over from loading, a model running on a second thread runs its small ops several times
     slower. A server calls this on its main thread once loading is done.
     """
+    from threadpoolctl import ThreadpoolController
+
     released = False
-    for path in _loaded_openmp_libraries():  # torch's, and others' (scikit-learn bundles its own libgomp)
-        try:
-            pause = ctypes.CDLL(path).omp_pause_resource_all
-        except (OSError, AttributeError):
-            continue
-        pause.argtypes, pause.restype = [ctypes.c_int], ctypes.c_int
-        released = pause(1) == 0 or released  # omp_pause_soft: the threads go, the settings stay
+    for library in ThreadpoolController().select(user_api="openmp").lib_controllers:  # torch's, scikit-learn's...
+        pause = getattr(library.dynlib, "omp_pause_resource_all", None)
+        if pause is not None:
+            pause.argtypes, pause.restype = [ctypes.c_int], ctypes.c_int
+            released = pause(1) == 0 or released  # omp_pause_soft: the threads go, the settings stay
     return released
-
-
-def _loaded_openmp_libraries() -> list[str]:
-    """Paths of the OpenMP runtimes mapped into this process (torch bundles libgomp on Linux)."""
-    try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:
-        return []
-    paths = {line.split()[-1] for line in maps.splitlines() if "/" in line}
-    return sorted(p for p in paths if os.path.basename(p).startswith(("libgomp", "libomp", "libiomp5")))
 
 
 def total_threads() -> int:

@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 __all__ = ["Attribution", "TextAttribution", "attribute_prediction", "attribute_similarity"]
 
 METRICS = ("cosine", "dot")
-MAX_ANSWER_TOKENS = 30  # FineTunedQA.answer's default: the spans an answer is chosen among
 
 
 def attribute_similarity(
@@ -234,7 +233,7 @@ def _answer_target(run: FineTunedQA, question: str, context: str, integrator: In
     logit of its window.
     """
     from ..encoder.tokenize import Encoded
-    from ..tasks.qa import character_span, window_spans
+    from ..tasks.qa import AnswerOptions, character_span, window_spans
 
     windows = run.windows([question], [context])
     side, parts, logits = windows.context_side, windows.parts[0], run.outputs(windows.rows())
@@ -244,7 +243,7 @@ def _answer_target(run: FineTunedQA, question: str, context: str, integrator: In
         _, k, first, last = max(
             (score, k, first, last)
             for k, (window, (start, end)) in enumerate(zip(parts, logits))
-            for score, first, last in window_spans(start, end, window, side, MAX_ANSWER_TOKENS)
+            for score, first, last in window_spans(start, end, window, side, AnswerOptions.max_answer_len)
             if character_span(window, side, first, last, True) == (best["start"], best["end"])
         )
         name = f"start + end logit of the answer {best['answer']!r}"

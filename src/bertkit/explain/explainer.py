@@ -5,7 +5,6 @@ A panel whose options are wrong carries its own error message; only a bad senten
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -16,9 +15,9 @@ from cachetools import FIFOCache
 from sklearn.decomposition import PCA
 
 from ..encoder.encode import Encoder
-from ..errors import BertkitError, InputError, ModelLoadError, check_flag
+from ..errors import BertkitError, InputError, check_flag
 from ..io.readers import column_spec, read_labelled, sample_path
-from ..records import check_record
+from ..records import read_record
 from ..tasks.classify import TextClassifier
 from ..tasks.load import load_run
 from ..tasks.runs import PROBE_FILE, parse_run_specs
@@ -308,11 +307,7 @@ def load_probe(directory: str) -> dict | None:
     path = Path(directory) / PROBE_FILE
     if not path.is_file():
         return None
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ModelLoadError(f"{path}: not valid JSON ({exc}); run `bertkit probe` again.") from None
-    return check_record(record, "probe", path)
+    return read_record(path, "probe", "run `bertkit probe` again")
 
 
 def run_kind(run: object) -> str:

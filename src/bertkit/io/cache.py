@@ -380,8 +380,3 @@ class EmbeddingCache:
                 MEMORY.put(self.key, key, vector)
                 del missing[key]
         return found, missing
-
-
-def clear_memory() -> None:
-    """Forget every in-memory vector (disk entries stay)."""
-    MEMORY.clear()

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, add_note
-from ..records import check_record, is_bertkit_folder, new_record
+from ..records import is_bertkit_folder, new_record, read_record
 
 VECTOR_FORMATS = (".npy", ".npz", ".parquet")
 
@@ -296,11 +296,7 @@ def read_job(output: str | Path, job: dict, overwrite: bool = False) -> dict | N
     path = job_path(output)
     if not path.is_file() or overwrite:
         return None
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc}); pass --overwrite to start over.") from None
-    record = check_record(record, "job", path)
+    record = read_record(path, "job", "pass --overwrite to start over")
     changed = _changes(record["job"], json.loads(json.dumps(job, default=str)))  # compared as JSON holds it
     if changed:
         said = "; ".join(f"{key} was {then!r}, now {now!r}" for key, then, now in changed[:3])

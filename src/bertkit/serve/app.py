@@ -151,15 +151,16 @@ def _validation_answer(request: Request, exc: RequestValidationError) -> tuple[i
         if answer is not None:
             return answer
     parts: dict[str, str] = {}
-    for error in sorted(_closest_branch(errors), key=lambda e: e.get("type") != "extra_forbidden"):  # unknown first
+    for error in sorted(errors, key=lambda e: e.get("type") != "extra_forbidden"):  # an unknown field first
         where = _where(error)
         if where not in parts:
             message = error.get("msg", "invalid")
             if error.get("type") == "extra_forbidden":
                 message = f"unknown field {str(error['loc'][-1])!r}; check its spelling"
+            elif error.get("type") == "wrong_shape":
+                message = f"{message}, not {type(error.get('input')).__name__}"
             elif where.split(".")[0] in ("inputs", "input") and error.get("type") == "string_type":
-                shape = "a string" if "." in where else "a string or a list of strings"
-                message = f"must be {shape}, not {type(error.get('input')).__name__}"
+                message = f"must be a string, not {type(error.get('input')).__name__}"
             parts[where] = message
     text = "; ".join(f"{where}: {brief(message)}" for where, message in list(parts.items())[:4])
     first = next((str(e["loc"][1]) for e in errors if len(e.get("loc", ())) > 1), None)
@@ -180,38 +181,6 @@ def _tags(error: dict) -> list[bool]:
     return [
         i != user and isinstance(p, str) and (not _FIELD.fullmatch(p) or p in _TYPE_TAGS) for i, p in enumerate(loc)
     ]
-
-
-def _closest_branch(errors: list[dict]) -> list[dict]:
-    """Keep, where a value fits the shape of a union's object member, only that member's errors.
-
-    `{"question": "q"}` sent as a question fails inside the question object (`inputs.context` missing), and that is
-    the error to name, not that it is not a string; where no member's errors reach a field of an object, all are kept.
-    """
-    branches: dict[tuple, dict[object, list[tuple[dict, int]]]] = {}
-    kept = []
-    for error in errors:
-        tag = next((i for i, is_tag in enumerate(_tags(error)) if is_tag), None)
-        if tag is None:
-            kept.append(error)
-        else:
-            loc = tuple(error.get("loc", ()))
-            branches.setdefault(loc[:tag], {}).setdefault(loc[tag], []).append((error, tag))
-    for members in branches.values():
-        depth = {member: max(_field_depth(e, tag) for e, tag in found) for member, found in members.items()}
-        if max(depth.values()) == 0:
-            kept.extend(e for found in members.values() for e, _ in found)
-            continue
-        closest = min(members, key=lambda member: (-depth[member], len(members[member])))
-        kept.extend(e for e, _ in members[closest])
-    return kept
-
-
-def _field_depth(error: dict, tag: int) -> int:
-    """How deep an error inside a union's member lies when it reaches a field of an object (else 0)."""
-    loc, tags = error.get("loc", ()), _tags(error)
-    named = any(isinstance(p, str) and not t for p, t in zip(loc[tag + 1 :], tags[tag + 1 :]))
-    return len(loc) if named else 0
 
 
 def _where(error: dict) -> str:

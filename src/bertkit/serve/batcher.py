@@ -106,10 +106,6 @@ class Batcher:
         self._gauges()
         self._wake.set()
 
-    def queue_depth(self) -> tuple[int, int]:
-        """Count the (requests, tokens) waiting."""
-        return len(self._queue), self._queued_tokens
-
     def _gauges(self) -> None:
         self.metrics.queue_requests.set(len(self._queue))
         self.metrics.queue_tokens.set(self._queued_tokens)

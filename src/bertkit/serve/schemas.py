@@ -10,18 +10,20 @@ served model as it is read: a value the library refuses is a 422 that names the 
 import dataclasses
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from annotated_types import Ge, Le
 from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     PrivateAttr,
     StrictBool,
     StrictInt,
     StrictStr,
+    Tag,
     WithJsonSchema,
     create_model,
     model_validator,
@@ -30,7 +32,8 @@ from pydantic_core import PydanticCustomError
 
 from ..encoder.options import EmbedOptions
 from ..errors import InputError, brief
-from ..tasks.qa import MIN_WINDOW
+from ..explain.views import MAX_CHARS
+from ..tasks.qa import AnswerOptions
 
 OPTIONS = {f.name: f for f in dataclasses.fields(EmbedOptions)}
 # the library's name → the one a peer's request shape fixes: TEI's /embed (huggingface_hub's feature_extraction sends
@@ -54,6 +57,27 @@ def _whole(value: Any) -> Any:
 
 
 PositiveWhole = Annotated[StrictInt, Ge(1), BeforeValidator(_whole)]
+
+
+def _shape(value: Any) -> str:
+    """Name a JSON value's shape as `by_shape` tags do: str, int, {}, and a list by its first item: [str], [[int]]."""
+    if isinstance(value, list):
+        return f"[{_shape(value[0]) if value else 'str'}]"
+    return "{}" if isinstance(value, dict) else type(value).__name__
+
+
+def by_shape(expected: str, members: dict[str, Any]) -> Any:
+    """Make a union whose member is chosen by the value's shape (`_shape`): a value is checked by that one alone.
+
+    Any other shape is one `wrong_shape` error: "must be `expected`".
+    """
+    tagged = tuple(Annotated[member, Tag(shape)] for shape, member in members.items())
+    return Annotated[
+        Union[tagged],  # noqa: UP007 - a union built from a tuple
+        Discriminator(_shape, custom_error_type="wrong_shape", custom_error_message=f"must be {expected}"),
+    ]
+
+
 MAX_SEARCH_TOP_K = 1000  # rows one query of /search may ask for
 
 
@@ -61,6 +85,20 @@ def Whole(low: int, high: int | None = None) -> Any:  # noqa: N802 - a type
     """Type a whole number from `low` to `high` (JSON Schema's minimum and maximum)."""
     bounds = (Ge(low),) if high is None else (Ge(low), Le(high))
     return Annotated[(StrictInt, *bounds, BeforeValidator(_whole))]
+
+
+def fields_model(name: str, doc: str, options: type) -> type[BaseModel]:
+    """Make the request model of an options dataclass (`AnswerOptions`) from its fields' metadata.
+
+    Each field is optional (null or absent: its default), typed and bounded as the metadata says, described by its help.
+    """
+    fields: dict[str, Any] = {}
+    for field in dataclasses.fields(options):
+        meta = field.metadata
+        kind = StrictBool if "/" in (meta.get("flag") or "") else Whole(meta["low"], meta.get("high"))
+        described = meta["help"] if field.default is None else f"{meta['help']} ({field.default})"
+        fields[field.name] = (kind | None, Field(None, description=described))
+    return create_model(name, __base__=Strict, __doc__=doc, **fields)
 
 
 # a character that is not white space as Python's str.strip() sees it, spelled out: JSON Schema's (ECMAScript's),
@@ -174,7 +212,8 @@ def request_models(v: Vocabulary) -> SimpleNamespace:
     texts = {"anyOf": [text, many], "description": f"One text, or a list of 1 to {v.max_inputs} (--max-inputs)."}
     t = SimpleNamespace(texts_schema=texts, Text=Annotated[StrictStr, Field(max_length=v.max_chars)])
     t.TextList = Annotated[list[t.Text], Field(min_length=1, max_length=v.max_inputs)]
-    t.Texts = Annotated[t.Text | t.TextList, WithJsonSchema(texts)]
+    one_or_many = "a string or a list of strings"
+    t.Texts = Annotated[by_shape(one_or_many, {"str": t.Text, "[str]": t.TextList}), WithJsonSchema(texts)]
     t.Pair = Annotated[list[t.Text], Field(min_length=2, max_length=2)]
     t.Reranker = Literal[tuple(v.rerankers)] if v.rerankers else StrictStr  # type: ignore[valid-type]
     return SimpleNamespace(**_embedding_models(v, t), **_run_models(v, t))
@@ -205,7 +244,8 @@ def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseM
         **tei,
     )
     # token ids are parsed so that the answer can say they are not accepted (422 invalid_input, param "input")
-    ids = Annotated[list[StrictInt], Field(min_length=1)] | Annotated[list[list[StrictInt]], Field(min_length=1)]
+    ids = {"[int]": list[StrictInt], "[[int]]": Annotated[list[list[StrictInt]], Field(min_length=1)]}
+    texts_or_ids = by_shape("a string or a list of strings", {"str": t.Text, "[str]": t.TextList, **ids})
     refused = {**t.texts_schema, "description": "One text or a list of texts; token ids are refused (422)."}
     names = Literal[tuple(v.model_names)]  # type: ignore[valid-type]
     openai = options_body(
@@ -215,7 +255,7 @@ def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseM
         SENTENCE,
         {"normalize_embeddings": True},  # unit length, as OpenAI's (after dimensions)
         OPENAI_NAMES,
-        input=(Annotated[t.Text | t.TextList | ids, WithJsonSchema(refused)], ...),
+        input=(Annotated[texts_or_ids, WithJsonSchema(refused)], ...),
         model=(names, Field(description="'default', 'bertkit' or the model's name (see /info)")),
         encoding_format=(
             Literal["float", "base64"],
@@ -259,22 +299,11 @@ def _run_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseModel]]
         question: t.Text
         context: t.Text
 
-    class QuestionParameters(Strict):
-        """Hugging Face's question-answering parameters (a QA run's `answer`); null or absent: its default."""
-
-        top_k: Whole(1, 100) | None = Field(None, description="answers per question (1)")
-        doc_stride: Annotated[StrictInt, Ge(0), BeforeValidator(_whole)] | None = Field(
-            None, description="tokens two windows share (the run's; at most half a window: else 422)"
-        )
-        max_answer_len: Whole(1, 1024) | None = Field(None, description="tokens (30)")
-        max_question_len: Whole(1, 1024) | None = Field(None, description="tokens (64)")
-        max_seq_len: Annotated[StrictInt, Ge(MIN_WINDOW), BeforeValidator(_whole)] | None = Field(
-            None, description="tokens per window (at most the run's)"
-        )
-        handle_impossible_answer: StrictBool | None = Field(
-            None, description='allow "no answer" (the run\'s own: true for a run trained with unanswerable questions)'
-        )
-        align_to_words: StrictBool | None = Field(None, description="widen answers to whole words (true)")
+    QuestionParameters = fields_model(  # noqa: N806 - a class
+        "QuestionParameters",
+        "Hugging Face's question-answering parameters (a QA run's `answer`); null or absent: its default.",
+        AnswerOptions,
+    )
 
     class PredictRequest(Strict):
         """Texts (or [text, pair] pairs, for a pair run) for a served run, as TEI's /predict.
@@ -282,12 +311,15 @@ def _run_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseModel]]
         For a question-answering run, Hugging Face's shape: `{"inputs": {"question", "context"}, "parameters": {...}}`.
         """
 
-        inputs: (
-            t.Text
-            | t.TextList
-            | Annotated[list[t.Pair], Field(min_length=1, max_length=v.max_inputs)]
-            | QuestionInput
-            | Annotated[list[QuestionInput], Field(min_length=1, max_length=v.max_inputs)]
+        inputs: by_shape(  # type: ignore[valid-type]
+            "a string, a list of strings or of [text, pair] pairs, or a question object",
+            {
+                "str": t.Text,
+                "[str]": t.TextList,
+                "[[str]]": Annotated[list[t.Pair], Field(min_length=1, max_length=v.max_inputs)],
+                "{}": QuestionInput,
+                "[{}]": Annotated[list[QuestionInput], Field(min_length=1, max_length=v.max_inputs)],
+            },
         )
         parameters: QuestionParameters | None = Field(None, description="question answering only")
 
@@ -307,7 +339,10 @@ def _run_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseModel]]
 
         model: t.Reranker = Field(description="a served pair run's name (see /info)")  # type: ignore[valid-type]
         query: t.Text
-        documents: Annotated[list[t.Text | TextObject], Field(min_length=1, max_length=v.max_inputs)]
+        documents: Annotated[
+            list[by_shape("a string or a {'text': ...} object", {"str": t.Text, "{}": TextObject})],  # type: ignore[misc]
+            Field(min_length=1, max_length=v.max_inputs),
+        ]
         top_n: PositiveWhole | None = None
         return_documents: StrictBool = False
         rank_fields: list[Literal["text"]] | None = Field(None, description="only 'text' is ranked")
@@ -340,7 +375,7 @@ class ExplainRequest(Strict):
     panel they concern carries `{"error": message}` instead of its data.
     """
 
-    text: str = Field(min_length=1, max_length=2000, pattern=NOT_BLANK, description="The sentence (not blank).")
+    text: str = Field(min_length=1, max_length=MAX_CHARS, pattern=NOT_BLANK, description="The sentence (not blank).")
     # any JSON is taken for these four: a value the model cannot show is reported in its panel, not refused
     pad_to: Any = Field(None, description="Pad the tokens to this length (3 to 128), or null.")
     layer: Any = Field(
@@ -353,12 +388,12 @@ class ExplainRequest(Strict):
     pooling: str | None = Field(None, description=OPTIONS["pooling"].metadata["help"])
     compare: str | None = Field(
         None,
-        max_length=2000,
+        max_length=MAX_CHARS,
         pattern=f"^$|{NOT_BLANK}",
         description="A second sentence to compare with (cosine), or null.",
     )
     map_run: str | None = Field(None, description="The feature run whose training sentences the map shows.")
-    pair: str | None = Field(None, max_length=2000, description="A second text, read as a pair.")
+    pair: str | None = Field(None, max_length=MAX_CHARS, description="A second text, read as a pair.")
     attributions: StrictBool = Field(
         False,
         description="Attribute each score to the words (Integrated Gradients): the cosine to `compare` and each run's "

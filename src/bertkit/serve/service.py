@@ -23,6 +23,7 @@ from ..encoder.options import EmbedOptions
 from ..encoder.results import TokenEmbedding
 from ..encoder.tokenize import TextTooLong, encode
 from ..explain.explainer import model_name
+from ..tasks.qa import AnswerOptions
 from ..tasks.runs import KIND_QA
 from ..tasks.search import query_options
 from .batcher import Batcher, Job
@@ -184,14 +185,12 @@ class Service:
         items = inputs if isinstance(inputs, list) else [inputs]
         if not all(hasattr(item, "question") for item in items):
             raise _questions_wanted(name)
-        options = parameters.model_dump(exclude_none=True) if parameters is not None else {}
-        top_k = options.pop("top_k", 1)
-        read = {k: options.pop(k) for k in ("doc_stride", "max_question_len", "max_seq_len") if k in options}
+        options = AnswerOptions(**(parameters.model_dump(exclude_none=True) if parameters is not None else {}))
         questions, contexts = [i.question for i in items], [i.context for i in items]
         most = max(1, self.settings.max_queue_tokens // run.model.max_length)
 
         def work() -> list:
-            windows = run.model.windows(questions, contexts, **read)
+            windows = run.model.windows(questions, contexts, options)
             if windows.count > most:
                 longest = max(len(w.ids) for part in windows.parts for w in part)
                 message = (
@@ -202,12 +201,12 @@ class Service:
                 )
                 raise ServeError(413, "input_too_long", message)
             self.metrics.tokens.inc(windows.tokens)
-            return run.model.ranked(windows, top_k, **options)
+            return run.model.ranked(windows, options)
 
         found = await self.call(
             work, token_estimate(len(q) + len(c) for q, c in zip(questions, contexts)), disconnected
         )
-        shaped = [answers[0] if top_k == 1 else answers for answers in found]
+        shaped = [answers[0] if options.top_k == 1 else answers for answers in found]
         return shaped if isinstance(inputs, list) else shaped[0]
 
     def reranker(self, name: str | None) -> ServedRun:

@@ -6,6 +6,7 @@ candidate spans, merged across windows; the null answer scores the smallest [CLS
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from ..encoder import tokenize as tok
+from ..encoder.defaults import check_fields, option_field
 from ..encoder.runner import Row
-from ..errors import InputError, check_flag, check_whole, quoted
+from ..errors import InputError, quoted
 from ..io.squad import QAExample, read_squad
 from .finetuned_model import EVAL_BATCH_SIZE, FineTuned
 from .runs import KIND_QA
@@ -26,6 +28,54 @@ QUESTION_TOKENS = 64  # the question is cut to this many tokens (transformers' m
 DOC_STRIDE = 128  # tokens two windows share (run_qa's doc_stride), at most half the room a window has for context
 MIN_WINDOW = 8  # tokens a window needs at least (--max-length's floor)
 NO_ANSWER = float("inf")  # the null-score difference of a question with no span at all
+
+
+@dataclass(frozen=True)
+class AnswerOptions:
+    """How a question-answering run answers: transformers' question-answering pipeline's parameters.
+
+    The one table of them: `FineTunedQA.answer`'s keywords, `bertkit answer`'s options and `POST /predict`'s
+    `parameters` are made of these fields, and checked here.
+
+    Parameters
+    ----------
+    top_k : int
+        Answers per question, best first (fewer when the context holds fewer candidates).
+    max_answer_len : int
+        Longest answer, in tokens.
+    max_question_len : int
+        Tokens of the question kept.
+    doc_stride : int, optional
+        Tokens two windows of a long context share (None: the run's; at most half a window).
+    max_seq_len : int, optional
+        Tokens per window (None and at most: the run's maximum length).
+    handle_impossible_answer : bool, optional
+        Allow "no answer" (`{"answer": "", "start": 0, "end": 0}`), taken where the null score beats the best span's
+        by more than the run's threshold (None: the run's own, True for a run trained with unanswerable questions).
+    align_to_words : bool
+        Widen a span to whole words (as the tokenizer splits them).
+    """
+
+    top_k: int = option_field(1, "Answers per question, best first.", low=1, high=100)
+    max_answer_len: int = option_field(30, "Longest answer, in tokens.", low=1, high=1024)
+    max_question_len: int = option_field(QUESTION_TOKENS, "Tokens of the question kept.", low=1, high=1024)
+    doc_stride: int | None = option_field(
+        None, "Tokens two windows share (default: the run's; at most half a window).", low=0
+    )
+    max_seq_len: int | None = option_field(
+        None, "Tokens per window (default and at most: the run's length).", low=MIN_WINDOW
+    )
+    handle_impossible_answer: bool | None = option_field(
+        None,
+        "Allow 'no answer' ({answer: '', start: 0, end: 0}); default: the run's own (on for a SQuAD v2 run).",
+        flag="--handle-impossible-answer/--no-handle-impossible-answer",
+    )
+    align_to_words: bool = option_field(
+        True, "Widen answers to whole words.", flag="--align-to-words/--no-align-to-words"
+    )
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclass
@@ -188,29 +238,21 @@ class FineTunedQA(FineTuned):
         return facts
 
     def windows(
-        self,
-        questions: Sequence[str],
-        contexts: Sequence[str],
-        doc_stride: int | None = None,
-        max_question_len: int = QUESTION_TOKENS,
-        max_seq_len: int | None = None,
+        self, questions: Sequence[str], contexts: Sequence[str], options: AnswerOptions = AnswerOptions()
     ) -> Windows:
         """Tokenize the windows the model reads (`qa_windows` at this run's length and stride), and nothing more."""
-        check_whole("max_question_len", max_question_len, 1)
-        check_whole("max_seq_len", max_seq_len, MIN_WINDOW, allow_none=True)  # room for question, context, specials
-        length = self.max_length if max_seq_len is None else min(max_seq_len, self.max_length)
-        stride = doc_stride
+        length = self.max_length if options.max_seq_len is None else min(options.max_seq_len, self.max_length)
+        stride = options.doc_stride
         if stride is None and self.doc_stride is not None:  # the run's, within a shorter window's half
             stride = min(self.doc_stride, (length - self.tokenizer.num_special_tokens_to_add(pair=True)) // 2)
-        return qa_windows(self.tokenizer, questions, contexts, length, stride, max_question_len)
+        return qa_windows(self.tokenizer, questions, contexts, length, stride, options.max_question_len)
 
     def candidates(
-        self, windows: Windows, max_answer_len: int = 30, align_to_words: bool = True, batch_size: int = EVAL_BATCH_SIZE
+        self, windows: Windows, options: AnswerOptions = AnswerOptions(), batch_size: int = EVAL_BATCH_SIZE
     ) -> list[Candidates]:
         """Every window through the runner in token-budget passes; each question's spans merged over its windows."""
-        check_whole("max_answer_len", max_answer_len, 1)
-        check_flag("align_to_words", align_to_words)
-        return self._merge(windows, self.outputs(windows.rows(), batch_size), max_answer_len, align_to_words)
+        logits = self.outputs(windows.rows(), batch_size)
+        return self._merge(windows, logits, options.max_answer_len, options.align_to_words)
 
     def _merge(self, windows: Windows, logits: list, max_answer_len: int, align: bool) -> list[Candidates]:
         rows, cls_id, side = iter(logits), self.tokenizer.cls_token_id, windows.context_side
@@ -234,14 +276,10 @@ class FineTunedQA(FineTuned):
         self,
         question: str | Sequence[str],
         context: str | Sequence[str],
-        top_k: int = 1,
-        max_answer_len: int = 30,
-        handle_impossible_answer: bool | None = None,
-        doc_stride: int | None = None,
-        max_question_len: int = QUESTION_TOKENS,
-        align_to_words: bool = True,
-        max_seq_len: int | None = None,
+        options: AnswerOptions | None = None,
+        *,
         batch_size: int = EVAL_BATCH_SIZE,
+        **parameters: Any,
     ) -> Any:
         """Answer each question from its context, as transformers' question-answering pipeline does.
 
@@ -251,24 +289,13 @@ class FineTunedQA(FineTuned):
             One question, or several.
         context : str or list of str
             The text each answer is found in: one per question, or one for all of them.
-        top_k : int
-            Answers per question, best first (fewer when the context holds fewer candidates).
-        max_answer_len : int
-            Longest answer, in tokens.
-        handle_impossible_answer : bool, optional
-            Allow "no answer" (`{"answer": "", "start": 0, "end": 0}`), taken where the null score beats the best
-            span's by more than the run's threshold. Default: the run's own (`negatives`: True for a run trained
-            with unanswerable questions, as `predict` and `evaluate` answer).
-        doc_stride : int, optional
-            Tokens two windows of a long context share (default: the run's).
-        max_question_len : int
-            Tokens of the question kept.
-        align_to_words : bool
-            Widen a span to whole words (as the tokenizer splits them).
-        max_seq_len : int, optional
-            Tokens per window (default and at most: the run's maximum length).
+        options : AnswerOptions, optional
+            How to answer; `parameters` (`top_k=3`, `max_answer_len=`, ...: `AnswerOptions`' fields) replace its
+            fields, as the pipeline's keywords.
         batch_size : int
             Windows per forward pass at most (within the token budget).
+        **parameters
+            `AnswerOptions`' fields.
 
         Returns
         -------
@@ -279,29 +306,22 @@ class FineTunedQA(FineTuned):
         for name, given in (("question", question), ("context", context)):
             if not isinstance(given, (str, Iterable)):  # a list, an array, a pandas Series
                 raise InputError(f"{name}={quoted(given)}: give a string, or a list of them.")
+        options = dataclasses.replace(options or AnswerOptions(), **parameters)
         single = isinstance(question, str)
         questions: list[str] = [question] if isinstance(question, str) else list(question)
         contexts = [context] * len(questions) if isinstance(context, str) else list(context)
-        check_whole("top_k", top_k, 1)
-        check_flag("handle_impossible_answer", handle_impossible_answer, allow_none=True)
-        windows = self.windows(questions, contexts, doc_stride, max_question_len, max_seq_len)
-        found = self.ranked(windows, top_k, max_answer_len, handle_impossible_answer, align_to_words, batch_size)
-        shaped = [answers[0] if top_k == 1 else answers for answers in found]
+        found = self.ranked(self.windows(questions, contexts, options), options, batch_size)
+        shaped = [answers[0] if options.top_k == 1 else answers for answers in found]
         return shaped[0] if single else shaped
 
     def ranked(
-        self,
-        windows: Windows,
-        top_k: int = 1,
-        max_answer_len: int = 30,
-        handle_impossible_answer: bool | None = None,
-        align_to_words: bool = True,
-        batch_size: int = EVAL_BATCH_SIZE,
+        self, windows: Windows, options: AnswerOptions = AnswerOptions(), batch_size: int = EVAL_BATCH_SIZE
     ) -> list[list[dict]]:
         """Each question's `top_k` answers, best first: what `answer` returns, before it is shaped."""
-        found = self.candidates(windows, max_answer_len, align_to_words, batch_size)
-        impossible = self.negatives if handle_impossible_answer is None else handle_impossible_answer
-        return [self._rank(c, f, top_k, impossible) for c, f in zip(windows.contexts, found)]
+        found = self.candidates(windows, options, batch_size)
+        impossible = options.handle_impossible_answer
+        impossible = self.negatives if impossible is None else impossible
+        return [self._rank(c, f, options.top_k, impossible) for c, f in zip(windows.contexts, found)]
 
     def _rank(self, context: str, found: Candidates, top_k: int, handle_impossible: bool) -> list[dict]:
         spans = sorted(found.spans.items(), key=lambda item: -item[1][0])[: max(top_k, N_BEST)]
@@ -325,7 +345,7 @@ class FineTunedQA(FineTuned):
         """
         windows = self.windows([question], [context])
         logits = self.outputs(windows.rows())
-        found = self._merge(windows, logits, 30, True)[0]
+        found = self._merge(windows, logits, AnswerOptions.max_answer_len, True)[0]
         best = self._rank(context, found, 1, self.negatives)[0]
         k = found.spans[(best["start"], best["end"])][1] if best["answer"] else found.null_window
         window, (start, end) = windows.parts[0][k], logits[k]

@@ -5,13 +5,12 @@ Written into a staging directory and swapped into place, so a run is complete or
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from ..errors import InputError, ModelLoadError, no_such_path, quoted
 from ..io.writers import check_output, staged_directory
-from ..records import PROBE_FILE, RUN_FILE, check_record
+from ..records import PROBE_FILE, RUN_FILE, read_record
 
 CONFIG_FILE, PROBE_FILE = RUN_FILE, PROBE_FILE  # a run's record; a probe's scores, shown by the explainer
 KIND_FEATURES = "features"
@@ -46,14 +45,7 @@ def read_run_config(directory: str | Path, expected_kind: str | None = None) -> 
             f"{directory} is not a bertkit run directory (no {CONFIG_FILE}); give the -o directory of `bertkit "
             "train` or `bertkit finetune`."
         )
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ModelLoadError(f"{path}: not valid JSON ({exc}); the run is damaged, train it again.") from None
-    try:
-        return check_record(record, expected_kind or KINDS, path)
-    except InputError as exc:
-        raise ModelLoadError(str(exc)) from None
+    return read_record(path, expected_kind or KINDS, "the run is damaged, train it again", ModelLoadError)
 
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
