@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from bertkit import Encoder
-from bertkit.encoder.base import ForwardOutput
+from bertkit.encoder.encode import ForwardOutput
 from bertkit.encoder.models import default_model_dir
 from bertkit.io.readers import read_labelled
 

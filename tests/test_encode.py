@@ -336,3 +336,27 @@ def test_texts_tokenized_in_chunks_give_the_vectors_and_report_of_one_call(monke
     with pytest.raises(InputError, match=r"texts\[9\] is missing"):  # named by its row in the call, not its chunk
         monkeypatch.setattr(encoder, "_chunk_texts", 3)
         encoder.embed([*texts[:9], None])
+
+
+def test_embed_reaches_the_model_in_five_frames_and_parses_its_layers_and_pooling_once():
+    """`Encoder.embed` reads top to bottom: embed → its report → the vector head's token states → the runner's pass →
+    the one model call, then the model (a traceback taken inside it, through torch's public forward pre-hook); the
+    layers and pooling specs are parsed once each, however many parts of the call read them."""
+    import traceback
+
+    from bertkit.encoder import layers, pooling
+
+    encoder = Encoder.from_pretrained(device="cpu", engine="torch")
+    stacks = []
+    handle = encoder.model.register_forward_pre_hook(
+        lambda module, args: stacks.append([f.name for f in traceback.extract_stack() if "/bertkit/" in f.filename])
+    )
+    try:
+        layers._parse_text.cache_clear()
+        pooling._parse_text.cache_clear()
+        encoder.embed(["a film", "another film"], layers="last3:sum", pooling="cls+mean", progress=False)
+    finally:
+        handle.remove()
+    assert stacks[0] == ["embed", "embed_with_report", "token_states", "passes", "call_model"], stacks[0]
+    for parsed in (layers._parse_text.cache_info(), pooling._parse_text.cache_info()):
+        assert parsed.misses == parsed.currsize <= 2, parsed  # each spec once: the caller's (and the default 'last')

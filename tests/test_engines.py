@@ -252,7 +252,7 @@ def test_openvino_forced_at_int8_is_refused_before_any_work_naming_how_it_was_fo
 
     monkeypatch.setattr(int8, "calibrate", no_work)
     monkeypatch.setattr(models, "load_model", no_work)
-    monkeypatch.setattr("bertkit.encoder.base.load_model", no_work)
+    monkeypatch.setattr("bertkit.encoder.encode.load_model", no_work)
     monkeypatch.setenv("BERTKIT_ENGINE", "openvino")
     with pytest.raises(InputError, match=r"^BERTKIT_ENGINE=openvino: int8 is bertkit's own int8"):
         Encoder.from_pretrained(device="cpu", precision="int8")

@@ -8,7 +8,6 @@ import torch
 from test_cli import run
 from test_finetune import conll_file, sentiment_file
 
-from bertkit.encoder.encode import Encoder
 from bertkit.errors import InputError
 from bertkit.tasks.layer_choices import layer_choices, select
 from bertkit.tasks.probe import probe_text, probe_token
@@ -74,23 +73,32 @@ def test_probe_slices_equal_direct_embeddings():
     assert np.allclose(pooled, encoder.embed(texts, pooling="pooler"), atol=1e-6)
 
 
-def count_forwards(monkeypatch):
-    calls = []
-    original = Encoder._forward_inputs
+@pytest.fixture
+def forwards(monkeypatch):
+    """Rows of each model pass, counted by torch's public forward hook (on the torch engine: OpenVINO runs none)."""
+    from transformers import PreTrainedModel
 
-    def counting(self, inputs):
-        calls.append(len(inputs["input_ids"]))
-        return original(self, inputs)
+    from bertkit.tasks import vectorizer
 
-    monkeypatch.setattr(Encoder, "_forward_inputs", counting)
-    return calls
+    monkeypatch.setenv("BERTKIT_ENGINE", "torch")
+    vectorizer._load_shared.cache_clear()  # an encoder shared from an earlier test may run on OpenVINO
+    calls: list[int] = []
+
+    def count(module, args, output):
+        if isinstance(module, PreTrainedModel):
+            calls.append(len(output.last_hidden_state))
+
+    handle = torch.nn.modules.module.register_module_forward_hook(count)
+    yield calls
+    handle.remove()
+    vectorizer._load_shared.cache_clear()
 
 
 @pytest.mark.slow
-def test_text_probe_runs_one_forward_per_batch_and_is_reproducible(tiny_dirs, tmp_path, monkeypatch):
+def test_text_probe_runs_one_forward_per_batch_and_is_reproducible(tiny_dirs, tmp_path, forwards):
     train = sentiment_file(tmp_path / "train.tsv", n=80)
     dev = sentiment_file(tmp_path / "dev.tsv", n=40, seed=1)
-    calls = count_forwards(monkeypatch)
+    calls = forwards
     options = dict(model=str(tiny_dirs["bert_cased"]), cache=None, cv=3)
     result = probe_text(train, dev, **options)
     # the vectorizer checks its options without running the model; 80 + 40 texts in passes of at most 32: each once
@@ -106,14 +114,14 @@ def test_text_probe_runs_one_forward_per_batch_and_is_reproducible(tiny_dirs, tm
     assert [(r.choice, r.score, r.C) for r in again.rows] == [(r.choice, r.score, r.C) for r in result.rows]
 
 
-def test_token_probe_one_pass_and_entity_scores(tiny_dirs, tmp_path, monkeypatch, caplog):
+def test_token_probe_one_pass_and_entity_scores(tiny_dirs, tmp_path, monkeypatch, caplog, forwards):
     import logging
 
     from bertkit.encoder import progress
 
     train = conll_file(tmp_path / "train.txt", n=60)
     dev = conll_file(tmp_path / "dev.txt", n=30, seed=1)
-    calls = count_forwards(monkeypatch)
+    calls = forwards
     monkeypatch.setattr(progress, "terminal", lambda: False)
     monkeypatch.setattr(progress, "LOG_EVERY_S", 0.0)
     with caplog.at_level(logging.INFO, logger="bertkit"):

@@ -29,7 +29,7 @@ _LAZY = {
     "FineTunedQA": "tasks.qa",
     "FineTunedTagger": "tasks.tagger",
     "FinetuneArguments": "tasks.finetune",
-    "ForwardOutput": "encoder.base",
+    "ForwardOutput": "encoder.encode",
     "LayerSelection": "encoder.layers",
     "TextClassifier": "tasks.classify",
     "TokenEmbedding": "encoder.results",
@@ -53,9 +53,8 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come from __getattr__
-    from .encoder.base import ForwardOutput
     from .encoder.coverage import text_coverage
-    from .encoder.encode import Encoder
+    from .encoder.encode import Encoder, ForwardOutput
     from .encoder.layers import LayerSelection, parse_layers
     from .encoder.options import EmbedOptions
     from .encoder.results import EmbedReport, EmbedResult, TokenEmbedding

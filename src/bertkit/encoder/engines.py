@@ -18,6 +18,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -220,14 +221,16 @@ def _export(module: _Outputs, width: int) -> Any:
 
 
 class OpenVINOForward:
-    """Forward passes on OpenVINO: padded CPU tensors in, the graph's outputs (a tuple of tensors) out.
+    """Forward passes on OpenVINO: padded CPU tensors in, the graph's outputs out (a tuple, or as `unpack` reads it).
 
     A pass on all of torch's threads runs one stream on them; concurrent passes, each on its share of the threads
     (`threads.forward_in_parallel`), run one stream each: a compiled model per layout, an infer request per thread.
     """
 
-    def __init__(self, graph: Any, names: tuple[str, ...], precision: str) -> None:
-        self.graph, self.names = graph, names
+    def __init__(
+        self, graph: Any, names: tuple[str, ...], precision: str, unpack: Callable[[tuple], Any] = tuple
+    ) -> None:
+        self.graph, self.names, self.unpack = graph, names, unpack
         self.hint = OPENVINO_PRECISIONS[precision]
         self._compiled: dict[int, Any] = {}
         self._requests = threading.local()
@@ -260,15 +263,26 @@ class OpenVINOForward:
         # copied: the request's output buffers are its next pass's, and the runner may hold this one until then
         return tuple(torch.from_numpy(results[i].copy()) for i in range(len(results)))
 
-    def __call__(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-        """Run one pass on `inputs` (the runner's padded tensors)."""
-        return self._run(self._request(), inputs)
+    def __call__(self, inputs: dict[str, torch.Tensor]) -> Any:
+        """Run one pass on `inputs` (the runner's padded tensors): the outputs, as `unpack` gives them."""
+        return self.unpack(self._run(self._request(), inputs))
 
 
 def _encoder_states(out: Any) -> tuple[torch.Tensor, ...]:
     """Return an encoder's pooler output (where it has one) and every hidden state."""
     pooler = getattr(out, "pooler_output", None)
     return ((pooler,) if pooler is not None else ()) + tuple(out.hidden_states)
+
+
+def _states_unpacker(has_pooler: bool) -> Callable[[tuple], SimpleNamespace]:
+    """Return how an encoder graph's outputs read as transformers' do: hidden_states, last_hidden_state, pooler."""
+
+    def unpack(outputs: tuple) -> SimpleNamespace:
+        states = outputs[1:] if has_pooler else outputs
+        pooler = outputs[0] if has_pooler else None
+        return SimpleNamespace(hidden_states=states, last_hidden_state=states[-1], pooler_output=pooler)
+
+    return unpack
 
 
 def _head_outputs(out: Any) -> tuple[torch.Tensor, ...]:
@@ -336,7 +350,10 @@ def openvino_forward(model: torch.nn.Module, takes_type_ids: bool, width: int, p
         kind, flatten, options = ("encoder", _encoder_states, {"output_hidden_states": True})
     key = f"{digest}-ov{openvino_version()}-tf{transformers.__version__}-{kind}"
     graph = openvino_graph(_Outputs(model, names, flatten, **options), key, width)
-    return OpenVINOForward(graph, names, precision)
+    if kind == "head":
+        return OpenVINOForward(graph, names, precision)
+    has_pooler = len(graph.outputs) > model.config.num_hidden_layers + 1  # the pooler's output comes first
+    return OpenVINOForward(graph, names, precision, _states_unpacker(has_pooler))
 
 
 def engine_facts() -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -97,6 +98,12 @@ def parse_layers(spec: str | int | Sequence[int] | LayerSelection) -> LayerSelec
         return LayerSelection(str(spec), (spec,), "concat")
     if isinstance(spec, (list, tuple)):
         return parse_layers(",".join(str(int(i)) for i in spec))
+    return _parse_text(spec) if isinstance(spec, str) else _parse_text.__wrapped__(spec)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_text(spec: str) -> LayerSelection:
+    """Parse a layers spec's text: once per spec in a process (a selection is frozen; every call shares it)."""
     text = str(spec).strip().lower()
     head, _, combine = text.partition(":")
     head = head.strip()

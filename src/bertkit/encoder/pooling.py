@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -15,6 +16,12 @@ SUBTOKEN_POOLINGS = ("first", "last", "mean", "first_last")
 
 def parse_pooling(spec: str) -> tuple[str, ...]:
     """'mean', or several joined by '+' ('cls+mean'), concatenated in that order; 'none' stands alone."""
+    return _parse_text(spec) if isinstance(spec, str) else _parse_text.__wrapped__(spec)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_text(spec: str) -> tuple[str, ...]:
+    """Parse a pooling spec's text: once per spec in a process."""
     parts = tuple(part.strip().lower() for part in str(spec).split("+"))
     for part in parts:
         if part not in SENTENCE_POOLINGS:

@@ -215,28 +215,38 @@ class Runner:
             yield from forward_in_parallel(self._timed, groups, pad, workers)
             return
         for group in groups:
-            yield from self.fitting(rows, group)
-
-    def fitting(self, rows: Sequence[Row], group: list[int]) -> Iterator[tuple[list[int], dict, Any]]:
-        """One planned pass; out of GPU memory, it is split in two and each half tried again."""
-        inputs = self.inputs([rows[i] for i in group])
-        try:
-            out = self._timed(inputs)
-        except torch.cuda.OutOfMemoryError:
-            out = None
-        if out is not None:
+            inputs = self.inputs([rows[i] for i in group])
+            started = time.perf_counter()
+            try:
+                out = self.forward(inputs)
+            except torch.cuda.OutOfMemoryError:
+                out = None
+            if out is None:  # split only here, once the error's traceback (and the tensors it holds) is gone
+                del inputs
+                yield from self._halves(rows, group)
+                continue
+            with self._lock:
+                self.forward_seconds += time.perf_counter() - started
             yield group, inputs, out
-            return
-        # out of memory: split only here, once the error's traceback (and the failed pass's tensors it holds) is gone
-        shape = tuple(inputs["input_ids"].shape)
-        del inputs
+
+    def _halves(self, rows: Sequence[Row], group: list[int]) -> Iterator[tuple[list[int], dict, Any]]:
+        """Run a pass that ran out of GPU memory as two halves, each split again while it does not fit (to one row)."""
         torch.cuda.empty_cache()
         if len(group) == 1:
             raise OutOfDeviceMemory(group[0], len(rows[group[0]].ids), self.device)
-        logger.info("%s ran out of memory on %d rows × %d tokens: trying halves", self.device, *shape)
+        logger.info("%s ran out of memory on %d rows: trying halves", self.device, len(group))
         half = len(group) // 2
-        yield from self.fitting(rows, group[:half])
-        yield from self.fitting(rows, group[half:])
+        for part in (group[:half], group[half:]):
+            inputs = self.inputs([rows[i] for i in part])
+            try:
+                out = self._timed(inputs)
+            except torch.cuda.OutOfMemoryError:
+                out = None
+            if out is None:
+                del inputs
+                yield from self._halves(rows, part)
+            else:
+                yield part, inputs, out
 
     def run(self, rows: Sequence[Row], take: Callable[[list[int], dict, Any], Sequence[Any]]) -> list[Any]:
         """`take(indices, inputs, output)` gives one result per row of a pass; the results come back in input order."""

@@ -162,15 +162,15 @@ def token_states(
     try:
         for group, inputs, out in runner.passes(rows):
             report.forward_seconds = runner.forward_seconds
-            states = head.tokens(out.hidden_states)
+            states, poolers = head.tokens(out.hidden_states), getattr(out, "pooler_output", None)
             mask = inputs["attention_mask"]
             whole = [k for k, row in enumerate(group) if owners[row] not in windows_left]
             if len(whole) == len(group):  # no window in this pass: its tensors as they are, no gather on the device
-                yield [owners[row] for row in group], states, mask, out.pooler_output
+                yield [owners[row] for row in group], states, mask, poolers
                 bar.update(len(group))
             elif whole:
                 index = torch.tensor(whole, device=states.device)
-                pooler = out.pooler_output[index] if out.pooler_output is not None else None
+                pooler = poolers[index] if poolers is not None else None
                 yield [owners[group[k]] for k in whole], states[index], mask[whole], pooler
                 bar.update(len(whole))
             for k, row in enumerate(group):
@@ -178,7 +178,7 @@ def token_states(
                 if text not in windows_left:
                     continue
                 length = len(rows[row].ids)
-                pooler = out.pooler_output[k].float().cpu() if out.pooler_output is not None else None
+                pooler = poolers[k].float().cpu() if poolers is not None else None
                 pending.setdefault(text, []).append((row, states[k, :length].float().cpu().clone(), pooler))
                 windows_left[text] -= 1
                 if windows_left[text] == 0:
