@@ -214,7 +214,9 @@ class Runner:
             pad = lambda group: self.inputs([rows[i] for i in group])  # noqa: E731
             yield from forward_in_parallel(self._timed, groups, pad, workers)
             return
-        for group in groups:
+        pending = groups[::-1]  # a stack: a pass out of GPU memory comes back as its two halves, the first on top
+        while pending:
+            group = pending.pop()
             inputs = self.inputs([rows[i] for i in group])
             started = time.perf_counter()
             try:
@@ -223,30 +225,15 @@ class Runner:
                 out = None
             if out is None:  # split only here, once the error's traceback (and the tensors it holds) is gone
                 del inputs
-                yield from self._halves(rows, group)
+                torch.cuda.empty_cache()
+                if len(group) == 1:
+                    raise OutOfDeviceMemory(group[0], len(rows[group[0]].ids), self.device)
+                logger.info("%s ran out of memory on %d rows: trying halves", self.device, len(group))
+                pending += [group[len(group) // 2 :], group[: len(group) // 2]]
                 continue
             with self._lock:
                 self.forward_seconds += time.perf_counter() - started
             yield group, inputs, out
-
-    def _halves(self, rows: Sequence[Row], group: list[int]) -> Iterator[tuple[list[int], dict, Any]]:
-        """Run a pass that ran out of GPU memory as two halves, each split again while it does not fit (to one row)."""
-        torch.cuda.empty_cache()
-        if len(group) == 1:
-            raise OutOfDeviceMemory(group[0], len(rows[group[0]].ids), self.device)
-        logger.info("%s ran out of memory on %d rows: trying halves", self.device, len(group))
-        half = len(group) // 2
-        for part in (group[:half], group[half:]):
-            inputs = self.inputs([rows[i] for i in part])
-            try:
-                out = self._timed(inputs)
-            except torch.cuda.OutOfMemoryError:
-                out = None
-            if out is None:
-                del inputs
-                yield from self._halves(rows, part)
-            else:
-                yield part, inputs, out
 
     def run(self, rows: Sequence[Row], take: Callable[[list[int], dict, Any], Sequence[Any]]) -> list[Any]:
         """`take(indices, inputs, output)` gives one result per row of a pass; the results come back in input order."""
