@@ -182,25 +182,49 @@ def test_the_checks_catch_a_cycle_and_an_upward_import(tmp_path):
     assert upward_imports(graph) == ["bertkit.encoder.a imports bertkit.tasks.b"]
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "Encoder",
-        "BertVectorizer",
-        "TextClassifier",
-        "finetune",
-        "FinetuneArguments",
-        "load_run",
-        "probe_text",
-        "probe_token",
-        "read_tagged",
-        "entity_scores",
-    ],
-)
-def test_public_api_is_unchanged(name):
+PUBLIC_API = Path(__file__).with_name("public_api.txt")
+
+
+def public_api() -> list[str]:
+    """Every public name of `bertkit` with its signature; a class with its public members, its bertkit bases' too."""
+    import dataclasses
+    import functools
+    import inspect
+
     import bertkit
 
-    assert name in bertkit.__all__ and getattr(bertkit, name) is not None
+    lines = []
+    for name in bertkit.__all__:
+        obj = getattr(bertkit, name)
+        if not inspect.isclass(obj):
+            lines.append(f"{name}{inspect.signature(obj)}")
+            continue
+        if dataclasses.is_dataclass(obj):  # its own fields (a transformers subclass inherits a hundred)
+            own = obj.__dict__.get("__annotations__", {})
+            lines.append(f"{name} fields: {', '.join(f.name for f in dataclasses.fields(obj) if f.name in own)}")
+        elif "__init__" in vars(obj):
+            lines.append(f"{name}{inspect.signature(obj.__init__)}")
+        else:
+            lines.append(name)
+        ours = [base for base in obj.__mro__ if base.__module__.startswith("bertkit")]
+        for member in sorted({m for base in ours for m in vars(base) if not m.startswith("_")}):
+            value = inspect.getattr_static(obj, member)
+            if isinstance(value, (property, functools.cached_property)):
+                lines.append(f"{name}.{member} (property)")
+            elif callable(value) or isinstance(value, (staticmethod, classmethod)):
+                lines.append(f"{name}.{member}{inspect.signature(getattr(obj, member))}")
+    return lines
+
+
+def test_the_public_api_is_what_public_api_txt_says():
+    """A change to a public name or signature is deliberate: it updates tests/public_api.txt and says so in the
+    CHANGELOG (before 1.0 a rename is a CHANGELOG line, not a shim)."""
+    import difflib
+
+    now, recorded = public_api(), PUBLIC_API.read_text(encoding="utf-8").splitlines()
+    changed = "\n".join(difflib.unified_diff(recorded, now, "public_api.txt", "bertkit now", lineterm="", n=0))
+    assert now == recorded, f"the public API changed; write it to {PUBLIC_API.name} if that is meant:\n{changed}"
+
 
 
 # ---- each concept in its home, and the code-line budget (issue 61) ------------------------------------------------
