@@ -195,3 +195,26 @@ def test_map_texts_shows_the_training_sentences_when_asked(absolute):
         np.testing.assert_array_equal(sorted(g["label"] for g in result["map"]["groups"]), ["neg", "pos"])
     finally:
         assert server.stop() == 0
+
+
+def test_every_serve_setting_is_a_generated_flag_checked_in_one_place(monkeypatch, capsys):
+    """`bertkit serve`'s limits, access and map flags are made of `ServeSettings`' fields (help, metavar, repeatable
+    tuples) and checked by their one constructor, before the port is bound or the model loads."""
+    import dataclasses
+
+    from conftest import run_cli
+
+    from bertkit.serve.settings import ServeSettings
+
+    code, out, _ = run_cli(monkeypatch, capsys, "serve", "--help")
+    flags = [
+        (f.metadata["flag"] or "--" + f.name.replace("_", "-")).split("/")[0]
+        for f in dataclasses.fields(ServeSettings)
+        if f.metadata.get("help")
+    ]
+    assert code == 0 and len(flags) == 9 and all(flag in out for flag in flags), out
+    assert ServeSettings(allow_hosts=("A.test", "b.test")).allow_hosts == ("a.test", "b.test")
+    code, _, err = run_cli(monkeypatch, capsys, "serve", "--max-inputs", "0", "--port", "1")
+    assert code == 2 and "--max-inputs 0: give a whole number of at least 1." in err, err
+    code, _, err = run_cli(monkeypatch, capsys, "serve", "--allow-origin", "ftp://x/y", "--port", "1")
+    assert code == 2 and "--allow-origin 'ftp://x/y'" in err, err

@@ -101,17 +101,19 @@ def _load(path: str) -> Any:
 
 def _parameter(field: dataclasses.Field, hint: Any, defaults: dict[str, Any]) -> inspect.Parameter:
     """Make the option of one field: its flag (or `--field-name`), aliases, help, choices and the command's default."""
-    meta, listed = field.metadata, typing.get_origin(hint) is list
-    default = None if listed or field.default is dataclasses.MISSING else field.default
+    meta, listed, repeated = field.metadata, typing.get_origin(hint) is list, typing.get_origin(hint) is tuple
+    default = None if listed or repeated or field.default is dataclasses.MISSING else field.default
     help = meta["help"]
     if field.name in defaults:  # the command's default is shown by typer; the field's own is not this command's
         default, help = defaults[field.name], help.split("; default:")[0].rstrip(".") + "."
     decls = [meta.get("flag") or f"--{field.name.replace('_', '-')}", *ALIASES.get(field.name, ())]
     extra = {"metavar": "|".join(meta["choices"])} if meta.get("choices") else {}
+    if meta.get("metavar"):
+        extra["metavar"] = meta["metavar"]
     if hint in (str, str | None):
         extra["callback"] = utf8_texts
     option = typer.Option(*decls, help=help, **extra)
-    kind = str | None if listed else hint  # a list is given comma-separated
+    kind = str | None if listed else list[str] | None if repeated else hint  # a list comma-separated, a tuple repeated
     keyword = inspect.Parameter.KEYWORD_ONLY
     return inspect.Parameter(field.name, keyword, default=default, annotation=Annotated[kind, option])
 
@@ -169,6 +171,8 @@ class _FieldsCommand:
         hints = typing.get_type_hints(_load(self.source))
         for name in [n for n in given if typing.get_origin(hints[n]) is list]:
             given[name] = [part.strip() for part in given[name].split(",") if part.strip()]
+        for name in [n for n in given if typing.get_origin(hints[n]) is tuple]:
+            given[name] = tuple(given[name])
         rest = {k: v for k, v in values.items() if k not in names}
         if self.build != self.source:  # a heavy class (transformers'): made when the command has done its cheap checks
             return self.command(**rest, **{self.into: lambda: _load(self.build)(**given)})

@@ -14,7 +14,7 @@ import typer
 
 from ..errors import InputError
 from .common import app, existing_indexes, running_on, say
-from .options import Device, Generated, MapTexts, Model, Precision, Runs, Threads, from_fields
+from .options import Device, Generated, Model, Precision, Runs, Threads, from_fields
 
 
 def _cores() -> int:
@@ -46,8 +46,6 @@ def bound_socket(host: str, port: int) -> socket.socket:
     return listening
 
 
-LIMITS = ("max_batch_tokens", "max_queue_tokens", "max_inputs", "max_body_bytes", "max_answer_numbers")
-LIMITS += ("concurrent_batches",)  # `ServeSettings`' fields that are `bertkit serve`'s flags
 KEEP_ALIVE_S = 75  # seconds an idle keep-alive connection stays open (nginx's default)
 
 
@@ -55,7 +53,7 @@ Opt = typer.Option
 
 
 @app.command()
-@from_fields("bertkit.serve.settings:ServeSettings", "settings", only=LIMITS)
+@from_fields("bertkit.serve.settings:ServeSettings", "settings")
 def serve(
     ctx: typer.Context,
     model: Model = None,
@@ -78,23 +76,6 @@ def serve(
         str | None, Opt(help="Require this variable's value as 'Authorization: Bearer <key>' (not /health, the page).")
     ] = None,
     api_key_file: Annotated[Path | None, Opt(help="The same, with the key read from a file.")] = None,
-    allow_host: Annotated[
-        list[str] | None,
-        Opt(
-            metavar="NAME",
-            help="Also answer Host: NAME (NAME or NAME:PORT; '*' for any, behind a "
-            "proxy that checks it; repeatable). Always: the bound address and localhost names.",
-        ),
-    ] = None,
-    allow_origin: Annotated[
-        list[str] | None,
-        Opt(
-            metavar="ORIGIN",
-            help="Admit browser requests from this origin, e.g. "
-            "http://localhost:3000, with CORS answers ('*': any; repeatable); others get 403.",
-        ),
-    ] = None,
-    map_texts: MapTexts = False,
     settings: Generated = None,
     graceful_timeout: Annotated[int, Opt(help="Seconds SIGTERM waits for requests in flight.")] = 30,
     access_log: Annotated[bool, Opt("--access-log/--no-access-log", help="Log every request (off: faster).")] = False,
@@ -107,8 +88,7 @@ def serve(
     from ..serve.security import load_api_key
 
     api_key = load_api_key(api_key_env, api_key_file)
-    hosts, origins = tuple(allow_host or ()), tuple(allow_origin or ())
-    settings = replace(settings, api_key=api_key, allow_hosts=hosts, allow_origins=origins, map_texts=map_texts)
+    settings = replace(settings, api_key=api_key)
     application, serving = _application(model, precision, device, threads or _cores(), run or [], index or [], settings)
     if host in ("0.0.0.0", "::") and not settings.allow_hosts:
         say(

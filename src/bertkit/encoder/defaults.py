@@ -40,16 +40,18 @@ def option_field(
     pattern: str | None = None,
     low: int | None = None,
     high: int | None = None,
+    metavar: str | None = None,
 ) -> Any:
     """Return a dataclass field carrying what its surfaces are generated from: help, choices, flag, pattern, bounds.
 
     The one declaration of an option (`EmbedOptions`, `AnswerOptions`, `FinetuneSettings`, `ServeSettings`); `[]`
     defaults to a fresh list. `pattern`: a string option's grammar as a regular expression, which request schemas
     publish; `low` and `high`: a whole number's bounds, which `check_fields` holds and request schemas publish; a
-    `flag` with a '/' is a switch.
+    `flag` with a '/' is a switch; `metavar` names a command-line value (a tuple field's flag is repeatable).
     """
     factory = {"default_factory": list} if default == [] else {"default": default}
     meta = {"help": help, "choices": choices, "flag": flag, "pattern": pattern, "low": low, "high": high}
+    meta["metavar"] = metavar
     return dataclasses.field(**factory, metadata=meta)
 
 
