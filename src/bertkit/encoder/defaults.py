@@ -55,16 +55,24 @@ def option_field(
     return dataclasses.field(**factory, metadata=meta)
 
 
-def check_fields(options: Any) -> None:
-    """Refuse, in one line, a field of an options dataclass outside its metadata: a switch, a whole number's bounds.
+def check_fields(options: Any, table: type | None = None) -> None:
+    """Refuse, in one line, a field of an options dataclass outside its metadata; a choice is kept lower-cased.
 
-    A field whose default is None may be None.
+    Its `choices`, a switch (a `flag` with a '/', or a bool default), a whole number's `low` and `high`; a field whose
+    default is None may be None. `table`: the dataclass whose fields to check (default: the options' own class).
     """
-    from ..errors import check_flag, check_whole
+    from ..errors import InputError, check_flag, check_whole
 
-    for field in dataclasses.fields(options):
+    for field in dataclasses.fields(table or options):
         value, meta, allow_none = getattr(options, field.name), field.metadata, field.default is None
-        if "/" in (meta.get("flag") or ""):
+        if value is None and allow_none:
+            continue
+        if meta.get("choices"):
+            said = str(value).lower()  # any case, as pooling takes it
+            if said not in meta["choices"]:
+                raise InputError(f"{field.name}={value!r}: valid values are {', '.join(meta['choices'])}.")
+            object.__setattr__(options, field.name, said)
+        elif "/" in (meta.get("flag") or "") or isinstance(field.default, bool):
             check_flag(field.name, value, allow_none)
         elif meta.get("low") is not None:
             check_whole(field.name, value, meta["low"], allow_none, meta.get("high"))

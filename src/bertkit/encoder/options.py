@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import InputError, check_flag, check_whole, quoted
+from ..errors import InputError, quoted
 from .compact import OUTPUT_TYPES
-from .defaults import option_field
+from .defaults import check_fields, option_field
 from .layers import LAYERS_PATTERN, parse_layers
 from .pooling import parse_pooling
 from .tokenize import DIRECTIONS, LONG_TEXT_POLICIES, check_stride
@@ -94,11 +94,13 @@ class EmbedOptions:
     pooling: str | None = option_field(
         None, "cls, pooler, mean, max, several joined by +, or none (token vectors); default: the model's, else mean."
     )
-    max_length: int | None = option_field(None, "The token limit (default: the model's).")
+    max_length: int | None = option_field(None, "The token limit (default: the model's).", low=3)
     long_text: str = option_field(
         "truncate", "A text over the limit is cut, refused, or read in windows.", LONG_TEXT_POLICIES
     )
-    stride: int | None = option_field(None, "Tokens two neighbouring windows share (default: a quarter of a window).")
+    stride: int | None = option_field(
+        None, "Tokens two neighbouring windows share (default: a quarter of a window).", low=0
+    )
     truncation_direction: str = option_field("right", "right keeps a long text's beginning, left its end.", DIRECTIONS)
     prompt: str | None = option_field(None, "Text put before every input, e.g. 'passage: '.")
     prompt_name: str | None = option_field(None, "One of the model's named prompts (bertkit info lists them).")
@@ -108,7 +110,7 @@ class EmbedOptions:
         flag="--include-prompt/--exclude-prompt",
     )
     truncate_dim: int | None = option_field(
-        None, "Keep the first N numbers of each vector (Matryoshka), before normalizing."
+        None, "Keep the first N numbers of each vector (Matryoshka), before normalizing.", low=1
     )
     normalize_embeddings: bool | None = option_field(
         None,
@@ -127,20 +129,7 @@ class EmbedOptions:
         set_field("layers", parse_layers(self.layers).spec)
         if self.pooling is not None:
             set_field("pooling", "+".join(parse_pooling(self.pooling)))
-        for name, choices in (
-            ("long_text", LONG_TEXT_POLICIES),
-            ("truncation_direction", DIRECTIONS),
-            ("output_type", OUTPUT_TYPES),
-        ):  # any case, as pooling takes it
-            value = str(getattr(self, name)).lower()
-            if value not in choices:
-                raise InputError(f"{name}={getattr(self, name)!r}: valid values are {', '.join(choices)}.")
-            set_field(name, value)
-        check_whole("max_length", self.max_length, 3, allow_none=True)
-        check_whole("stride", self.stride, 0, allow_none=True)
-        check_whole("truncate_dim", self.truncate_dim, 1, allow_none=True)
-        for name in ("include_prompt", "normalize_embeddings", "dense"):
-            check_flag(name, getattr(self, name), allow_none=True)
+        check_fields(self)
         for name in ("prompt", "prompt_name"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
                 raise InputError(f"{name}={getattr(self, name)!r}: give a string or None.")

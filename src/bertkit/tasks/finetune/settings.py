@@ -9,8 +9,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ...encoder.defaults import option_field
-from ...errors import InputError, check_flag, check_whole
+from ...encoder.defaults import check_fields, option_field
+from ...errors import InputError, check_whole
 
 LOGS = "logs"  # metrics.jsonl and the trackers' files (TensorBoard, ...), kept in the finished run
 # max_length by task (token: the model's maximum); pair: a query and a passage; qa: run_qa's max_seq_length
@@ -45,11 +45,14 @@ class FinetuneSettings:
         None,
         "Epochs to train, fewer when the dev score stops improving (3; qa on under 800 questions: 10).",
         flag="--epochs",
+        low=1,
     )
     learning_rate: float | None = option_field(
         None, "Peak learning rate, warmed up then decayed (1e-4; qa: 2e-4, on under 800 questions 1e-4).", flag="--lr"
     )
-    batch_size: int | None = option_field(None, "Examples per optimizer step, split between processes (32; qa: 16).")
+    batch_size: int | None = option_field(
+        None, "Examples per optimizer step, split between processes (32; qa: 16).", low=1
+    )
     weight_decay: float = option_field(0.01, "AdamW's weight decay.")
     warmup_ratio: float = option_field(0.1, "Share of the steps the learning rate warms up over (0 to 1).")
     max_grad_norm: float = option_field(1.0, "Clip the gradients' norm to this.")
@@ -57,13 +60,14 @@ class FinetuneSettings:
         None,
         "Stop after this many epochs without a better dev score (2; qa on under 800 questions: 10).",
         flag="--patience",
+        low=1,
     )
     seed: int = option_field(0, "Seed of the head's weights, the split and the batches' order.")
     max_length: int | None = option_field(
-        None, "Tokens per example (text: 128; pair: 256; qa: 384; token: the model's maximum)."
+        None, "Tokens per example (text: 128; pair: 256; qa: 384; token: the model's maximum).", low=8
     )
     doc_stride: int | None = option_field(
-        None, "qa: tokens two windows of a long context share (default 128, at most half)."
+        None, "qa: tokens two windows of a long context share (default 128, at most half).", low=0
     )
     regression: bool = option_field(
         False, "Text/pair: learn a score (one output, mean squared error); labels with decimals imply it."
@@ -72,7 +76,7 @@ class FinetuneSettings:
         False, "Text/pair: several labels a row (separated by --label-separator; JSONL: a list)."
     )
     gradient_accumulation_steps: int = option_field(
-        1, "Split each step's batch into this many micro-batches (less memory, the same updates)."
+        1, "Split each step's batch into this many micro-batches (less memory, the same updates).", low=1
     )
     mixed_precision: str = option_field(
         "no", "no | fp16 (CUDA) | bf16 (CUDA, or a CPU with native bf16).", choices=MIXED_PRECISIONS
@@ -101,22 +105,12 @@ class FinetuneSettings:
 
     def check(self) -> None:
         """Refuse an impossible setting in one `InputError` line; a task-bound one once the task is known."""
-        if self.task is not None and self.task not in TASKS:
-            raise InputError(f"task={self.task!r}: valid tasks are {', '.join(TASKS)}.")
-        for name in ("num_train_epochs", "early_stopping_patience"):
-            check_whole(name, getattr(self, name), 1, allow_none=True)
-        check_whole("gradient_accumulation_steps", self.gradient_accumulation_steps, 1)
-        check_whole("batch_size", self.batch_size, 1, allow_none=self.task is None)
-        check_whole("max_length", self.max_length, 8, allow_none=True)
-        check_whole("doc_stride", self.doc_stride, 0, allow_none=True)
-        for name in ("regression", "multi_label"):
-            check_flag(name, getattr(self, name))
+        check_fields(self, FinetuneSettings)  # its own fields: TrainingArguments checks the rest
+        check_whole("batch_size", self.batch_size, 1, allow_none=self.task is None)  # the task's default, once known
         if self.learning_rate is not None and not self.learning_rate > 0:
             raise InputError(f"learning_rate={self.learning_rate}: give a positive number such as 5e-5.")
         if not 0 <= self.warmup_ratio < 1:
             raise InputError(f"warmup_ratio={self.warmup_ratio}: give a share between 0 and 1.")
-        if self.mixed_precision not in MIXED_PRECISIONS:
-            raise InputError(f"mixed_precision={self.mixed_precision!r}: valid values are no, fp16, bf16.")
         if self.gradient_accumulation_steps > (self.batch_size or self.gradient_accumulation_steps):
             raise InputError(
                 f"gradient_accumulation_steps={self.gradient_accumulation_steps}: give 1 to batch_size "
