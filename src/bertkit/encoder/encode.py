@@ -23,7 +23,7 @@ import torch
 from .. import display
 from ..errors import InputError
 from . import tokenize as tok
-from .compact import RANGED, int8_ranges
+from .compact import RANGED, compact, int8_ranges
 from .coverage import Coverage, combined, coverage
 from .defaults import DEFAULT_BATCH_SIZE, GPU_CHUNK_TEXTS
 from .devices import describe, resolve_device, token_budget
@@ -38,7 +38,7 @@ from .results import EmbedReport, EmbedResult, TokenEmbedding
 from .runner import Runner, call_model, takes_type_ids
 from .st_config import SentenceConfig
 from .threads import computed_ahead, total_threads
-from .vectors import PROGRESS_MIN_ROWS, VectorHead, finish, token_states
+from .vectors import PROGRESS_MIN_ROWS, VectorHead, token_states
 
 logger = logging.getLogger(__name__)
 
@@ -495,7 +495,8 @@ class Encoder:
         coverages: list[tuple[int, Coverage]] = []
         bar = Progress("embed", len(texts), "texts", show=progress, min_total=PROGRESS_MIN_ROWS)
         token_vectors: list = [None] * len(texts)
-        pooled = np.zeros((0 if resolved.token_vectors else len(texts), self._pooled_width(resolved)), np.float32)
+        width = resolved.truncate_dim or self._pooled_width(resolved)
+        pooled = np.zeros((0 if resolved.token_vectors else len(texts), width), np.float32)
         waiting: list[tuple[np.ndarray, torch.Tensor]] = []  # pooled rows still on the device, copied a chunk late
         with bar:
             for first, encoded, part in self._encoded_chunks(texts, pairs, resolved):
@@ -506,7 +507,7 @@ class Encoder:
                     if resolved.token_vectors:
                         for k, row in enumerate(rows):
                             length = int(masks[k].sum())
-                            values = finish(states[k, :length].float().cpu().numpy(), resolved, token_vectors=True)
+                            values = head.unit(states[k, :length].float()).cpu().numpy()
                             item = encoded[row]
                             token_vectors[first + row] = TokenEmbedding(item.tokens, values, item.word_ids())
                     else:
@@ -522,7 +523,7 @@ class Encoder:
         if not resolved.token_vectors:
             if resolved.output_type in RANGED and ranges is None:
                 ranges = calibration_ranges(self, resolved)
-            vectors = finish(pooled, resolved, ranges)
+            vectors = compact(pooled, resolved.output_type, ranges if resolved.output_type in RANGED else None)
         if warn:
             _warn(report, pairs=text_pair is not None)
         return EmbedResult(vectors, report)
@@ -678,17 +679,7 @@ def with_prompt(texts: list, prompt: str) -> list:
 
 
 def _warn(report: EmbedReport, pairs: bool = False) -> None:
-    if report.n_truncated:
-        logger.warning(
-            "%d of %d %s were longer than %d tokens and were truncated; %s.",
-            report.n_truncated,
-            report.n_texts,
-            "pairs" if pairs else "texts",
-            report.max_length,
-            "shorten them (long_text='window' takes single texts)"
-            if pairs
-            else "use long_text='window' to keep all of them",
-        )
+    tok.warn_truncated(report.n_truncated, report.n_texts, report.max_length, pairs)
     if report.coverage is not None and report.coverage.poor:
         logger.warning(report.coverage.message())
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
+import logging
 import math
 import re
 import threading
@@ -16,6 +17,8 @@ import numpy as np
 
 from ..errors import InputError, quoted
 from .batch import Batch
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # torch is imported where tensors are made: `bertkit tokenize` runs without it
     import torch
@@ -374,3 +377,12 @@ class TextTooLong(InputError):
             f"text {row} has {tokens} tokens, more than max_length={max_length} ({count} texts are too "
             "long). Use long_text='truncate' or long_text='window', or shorten it."
         )
+
+
+def warn_truncated(cut: int, total: int, max_length: int, pairs: bool = False) -> None:
+    """Say, in the one warning bertkit gives for it, that `cut` of `total` texts (or pairs) were cut at the limit."""
+    if cut:
+        what, advice = ("pairs", "shorten them (long_text='window' takes single texts)") if pairs else ("texts", "")
+        advice = advice or "use long_text='window' to keep all of them"
+        message = "%d of %d %s were longer than %d tokens and were truncated; %s."
+        logger.warning(message, cut, total, what, max_length, advice)

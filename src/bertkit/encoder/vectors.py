@@ -11,10 +11,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 
-from .compact import RANGED, compact
 from .devices import OutOfDeviceMemory
 from .layers import LayerSelection, parse_layers
 from .options import EmbedOptions
@@ -39,6 +37,8 @@ class VectorHead:
     methods: tuple[str, ...]
     prompt_tokens: int  # leading tokens kept out of mean and max pooling (a prompt, with include_prompt off)
     dense: tuple[DenseLayer, ...]
+    truncate_dim: int | None = None  # the Matryoshka cut, before unit length
+    normalize: bool = False  # unit length
 
     @classmethod
     def of(cls, options: EmbedOptions, prompt_tokens: int, dense: Sequence[DenseLayer]) -> VectorHead:
@@ -48,6 +48,8 @@ class VectorHead:
             parse_pooling(options.pooling or "mean"),
             0 if options.include_prompt else prompt_tokens,
             tuple(dense) if options.dense else (),
+            options.truncate_dim,
+            bool(options.normalize_embeddings),
         )
 
     def tokens(self, hidden_states: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -66,37 +68,11 @@ class VectorHead:
         pooled = pool_sentences(vectors.float(), mask, self.methods, pooler)
         for layer in self.dense:
             pooled = layer(pooled)
-        return pooled
+        return self.unit(pooled if self.truncate_dim is None else pooled[:, : self.truncate_dim])
 
-
-def finish(
-    vectors: np.ndarray, options: EmbedOptions, ranges: np.ndarray | None = None, token_vectors: bool = False
-) -> np.ndarray:
-    """Apply the last steps of every embedding: the Matryoshka cut, unit length, then the compact type.
-
-    Parameters
-    ----------
-    vectors : numpy.ndarray
-        (n, dim) float32 (token vectors: one text's (tokens, dim)).
-    options : EmbedOptions
-        Resolved options (truncate_dim, normalize_embeddings, output_type).
-    ranges : numpy.ndarray, optional
-        (2, dim) int8/uint8 ranges, required for those types.
-    token_vectors : bool
-        The rows are token vectors (only normalization applies).
-
-    Returns
-    -------
-    numpy.ndarray
-        In `options.output_type`; binary types pack 8 columns per byte.
-    """
-    if options.truncate_dim is not None and not token_vectors:
-        vectors = np.ascontiguousarray(vectors[:, : options.truncate_dim])
-    if options.normalize_embeddings:
-        vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
-    if token_vectors:
-        return vectors.astype(np.float32, copy=False)
-    return compact(vectors, options.output_type, ranges if options.output_type in RANGED else None)
+    def unit(self, vectors: torch.Tensor) -> torch.Tensor:
+        """Return `vectors` at unit length along their last axis where the options ask for it (else as they are)."""
+        return vectors / vectors.norm(dim=-1, keepdim=True).clamp_min(1e-12) if self.normalize else vectors
 
 
 def stitch(full_mask: Sequence[int], windows: Sequence, stride: int, vectors: Sequence[torch.Tensor]) -> torch.Tensor:

@@ -8,6 +8,7 @@ score. Held one at a time, a word's share says how much it makes its text like t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -101,17 +102,13 @@ def _sentence_vectors(
     if resolved.long_text == "window":
         raise InputError("long_text='window' stitches several passes; attributions read one: use 'truncate'.")
     head = vector_head(encoder, resolved)
+    heads = {False: head, True: dataclasses.replace(head, normalize=True)}  # cosine: unit vectors whatever the options
 
     def vectors(embeds: torch.Tensor, item: Encoded, unit: bool = False) -> torch.Tensor:
         inputs = model.inputs(item, embeds)
         out = model.call(inputs, output_hidden_states=True)
         pooler = getattr(out, "pooler_output", None)
-        pooled = head.sentences(head.tokens(out.hidden_states), inputs["attention_mask"], pooler)
-        if resolved.truncate_dim is not None:
-            pooled = pooled[:, : resolved.truncate_dim]
-        if resolved.normalize_embeddings or unit:
-            pooled = torch.nn.functional.normalize(pooled, dim=-1)
-        return pooled
+        return heads[unit].sentences(heads[unit].tokens(out.hidden_states), inputs["attention_mask"], pooler)
 
     return vectors, encoder._encode(with_prompt(texts, resolved.prompt or ""), None, resolved)[0]
 

@@ -266,14 +266,5 @@ class FineTuned:
                 f"{what}[{exc.row}] has {exc.tokens} tokens, more than this model's maximum of {self.max_length}; "
                 "use long_text='truncate'" + (" or 'window'." if pairs is None else ".")
             ) from None
-        cut = [i for i, e in enumerate(encoded) if e.truncated]
-        if cut:
-            logger.warning(
-                "%d of %d %s were longer than %d tokens and were truncated%s.",
-                len(cut),
-                len(texts),
-                "pairs" if pairs is not None else "texts",
-                self.max_length,
-                " (longest first)" if pairs is not None else "; use long_text='window' to read all of them",
-            )
+        tok.warn_truncated(sum(e.truncated for e in encoded), len(texts), self.max_length, pairs is not None)
         return encoded
