@@ -60,7 +60,7 @@ def test_every_layer_and_pooling_equals_transformers_on_openvino(tiny_dirs, name
     means = encoder.embed(TEXTS, layers="all:mean", pooling="mean", progress=False)
     for got, want in zip(means, reference):
         np.testing.assert_allclose(got, torch.stack(want.hidden_states).mean(0)[0].mean(0).numpy(), atol=1e-4)
-    if getattr(reference[0], "pooler_output", None) is not None and encoder._has_pooler:
+    if getattr(reference[0], "pooler_output", None) is not None and encoder.has_pooler:
         pooled = encoder.embed(TEXTS, pooling="pooler", progress=False)
         np.testing.assert_allclose(pooled, torch.cat([r.pooler_output for r in reference]).numpy(), atol=1e-4)
 

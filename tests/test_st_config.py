@@ -74,7 +74,7 @@ def test_an_unknown_similarity_is_refused(tmp_path):
 def test_a_dot_model_is_searched_by_dot_product_as_sentence_transformers_does(dot_model):
     folder, reference = dot_model
     encoder = Encoder.from_pretrained(str(folder))
-    assert encoder._sentence_config.similarity == "dot" and reference.similarity_fn_name == "dot"
+    assert encoder.sentence_config.similarity == "dot" and reference.similarity_fn_name == "dot"
     corpus, queries = encoder.embed(TEXTS), encoder.embed(["I love the movie", "German lamb"])
     np.testing.assert_allclose(corpus, reference.encode(TEXTS), atol=1e-5)
     theirs = reference.similarity(queries, corpus).numpy()  # the model's own similarity: dot products

@@ -198,7 +198,7 @@ class Encoder:
     def _repr_html_(self) -> str:
         shown = ("architecture", "layers", "hidden_size", "attention_heads", "max_length", "vocab_size", "cased")
         facts = {k: v for k, v in self.info().items() if k in shown}
-        facts.update(pooler=self._has_pooler, precision=self.precision, device=describe(self.device))
+        facts.update(pooler=self.has_pooler, precision=self.precision, device=describe(self.device))
         return display.facts_table(facts, f"Encoder {self.source.spec!r}")
 
     @property
@@ -217,12 +217,12 @@ class Encoder:
         return int(self.model.config.hidden_size)
 
     @property
-    def _has_pooler(self) -> bool:
+    def has_pooler(self) -> bool:
         """Whether the model has BERT's pooler (a dense layer with tanh on `[CLS]`), which `pooling='pooler'` needs."""
         return self._loaded.has_pooler
 
     @property
-    def _sentence_config(self) -> SentenceConfig:
+    def sentence_config(self) -> SentenceConfig:
         """What the model's sentence-transformers files say: pooling, Dense, Normalize, prompts."""
         return self._loaded.sentence_config
 
@@ -239,7 +239,7 @@ class Encoder:
 
     def info(self) -> dict:
         """Architecture, layers, hidden size, max length, vocabulary size, casing, and the sentence defaults."""
-        config, sentence = self.model.config, self._sentence_config
+        config, sentence = self.model.config, self.sentence_config
         return {
             "model": self.source.spec,
             "path": self._loaded.source.path,
@@ -254,7 +254,7 @@ class Encoder:
             "position_limit": self._position_limit,
             "vocab_size": len(self.tokenizer),
             "cased": self._loaded.is_cased,
-            "pooler": self._has_pooler,
+            "pooler": self.has_pooler,
             "token_type_ids": self._takes_type_ids,
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "precision": self.precision,
@@ -307,7 +307,7 @@ class Encoder:
         """
         if padding not in tok.PADDINGS:
             raise InputError(f"padding={padding!r}: valid values are {', '.join(tok.PADDINGS)}.")
-        limit = self._check_max_length(max_length)
+        limit = self.check_max_length(max_length)
         encoded = tok.encode(
             self.tokenizer,
             as_list(texts),
@@ -319,8 +319,19 @@ class Encoder:
             encoded, self.tokenizer.pad_token_id, self.tokenizer.pad_token, limit if padding == "max_length" else None
         )
 
-    def _check_max_length(self, max_length: int | None) -> int:
-        """`max_length`, or the model's limit for None; refused past what the position table takes."""
+    def check_max_length(self, max_length: int | None) -> int:
+        """Return `max_length`, or the model's limit for None; refused past what the position table takes.
+
+        Parameters
+        ----------
+        max_length : int, optional
+            Tokens per text.
+
+        Returns
+        -------
+        int
+            The limit to use.
+        """
         if max_length is None:
             return self.max_length
         if not 2 < max_length <= self._position_limit:
@@ -336,7 +347,7 @@ class Encoder:
         out = self._forward_inputs(inputs)
         return ForwardOutput(
             last_hidden_state=out.last_hidden_state,
-            pooler_output=getattr(out, "pooler_output", None) if self._has_pooler else None,
+            pooler_output=getattr(out, "pooler_output", None) if self.has_pooler else None,
             hidden_states=tuple(out.hidden_states),
         )
 
@@ -363,7 +374,7 @@ class Encoder:
 
     def _pooled_width(self, resolved: EmbedOptions) -> int:
         if resolved.dense:
-            return self._loaded.sentence_config.dense[-1].out_features
+            return self.sentence_config.dense[-1].out_features
         selection, states = VectorHead.of(resolved, 0, ()).selection, self.num_layers + 1
         per_layer = selection.output_dim(self.hidden_size, states)
         return sum(self.hidden_size if m == "pooler" else per_layer for m in (resolved.pooling or "mean").split("+"))
@@ -637,7 +648,7 @@ def vector_head(encoder: Encoder, resolved: EmbedOptions) -> VectorHead:
     prompt_tokens = 0
     if resolved.prompt and not resolved.include_prompt:
         prompt_tokens = tok.prompt_length(encoder.tokenizer, resolved.prompt)
-    return VectorHead.of(resolved, prompt_tokens, encoder._loaded.sentence_config.dense)
+    return VectorHead.of(resolved, prompt_tokens, encoder.sentence_config.dense)
 
 
 def calibration_ranges(encoder: Encoder, options: EmbedOptions | None = None, **kwargs: Any) -> np.ndarray:

@@ -333,7 +333,7 @@ def encoder_digest(encoder: Any) -> str:
     tokenizer = json.loads(encoder.tokenizer.backend_tokenizer.to_str())
     tokenizer.pop("truncation", None)  # set per call: not part of what the tokenizer is
     tokenizer.pop("padding", None)
-    dense = [layer.weight for layer in encoder._sentence_config.dense]
+    dense = [layer.weight for layer in encoder.sentence_config.dense]
     return digest(model_config(encoder.model), tokenizer, encoder.model.state_dict(), *dense)
 
 

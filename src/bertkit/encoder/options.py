@@ -29,7 +29,7 @@ class Model(Protocol):
     tokenizer: Any
 
     @property
-    def _sentence_config(self) -> Any:
+    def sentence_config(self) -> Any:
         """The model's sentence-transformers configuration (`SentenceConfig`)."""
 
     @property
@@ -41,10 +41,10 @@ class Model(Protocol):
         """The width of the model's hidden states."""
 
     @property
-    def _has_pooler(self) -> bool:
+    def has_pooler(self) -> bool:
         """Whether the model has a pooler."""
 
-    def _check_max_length(self, max_length: int | None) -> int:
+    def check_max_length(self, max_length: int | None) -> int:
         """Return `max_length`, or the model's limit for None; refused past what the position table takes."""
 
 
@@ -199,7 +199,7 @@ class EmbedOptions:
         EmbedOptions
             pooling, max_length, prompt, include_prompt, normalize_embeddings and dense set; prompt_name None.
         """
-        config = encoder._sentence_config
+        config = encoder.sentence_config
         pooling = self.pooling or config.pooling or "mean"
         selection, methods = parse_layers(self.layers), parse_pooling(pooling)
         states = encoder.num_layers + 1
@@ -224,7 +224,7 @@ class EmbedOptions:
                 f"truncate_dim={self.truncate_dim}: these vectors have {width} numbers; give 1 to {width}."
             )
         normalize = config.normalize and own_vector if self.normalize_embeddings is None else self.normalize_embeddings
-        max_length = encoder._check_max_length(self.max_length)
+        max_length = encoder.check_max_length(self.max_length)
         if self.stride is not None:
             if self.long_text != "window":
                 raise InputError(
@@ -260,7 +260,7 @@ FIELDS = tuple(f.name for f in dataclasses.fields(EmbedOptions))
 
 
 def _check_pooler(encoder: Model, last_only: bool, layers: str) -> None:
-    if not encoder._has_pooler:
+    if not encoder.has_pooler:
         raise InputError(
             f"pooling='pooler': {type(encoder.model).__name__} has no trained pooler layer (DistilBERT and ELECTRA "
             "have none). Use pooling='cls' (the raw [CLS] vector), 'mean' or 'max'."

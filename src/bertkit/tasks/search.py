@@ -151,7 +151,7 @@ def model_metric(model: Encoder | str | None) -> str:
     `model` is an Encoder, or a model as a record names it ('default', a folder, a hub name read from the hub cache).
     """
     if model is None or not isinstance(model, str):
-        return (model._sentence_config.similarity if model is not None else None) or "cosine"
+        return (model.sentence_config.similarity if model is not None else None) or "cosine"
     from ..encoder.models import DEFAULT_MODEL, default_model_dir
     from ..encoder.st_config import declared_similarity
 
