@@ -226,7 +226,7 @@ def test_finetune_arguments_are_training_arguments_checked_where_they_are_made(t
     for bad, message in [
         (dict(num_train_epochs=0), "num_train_epochs=0"),
         (dict(warmup_ratio=1.5), "warmup_ratio=1.5"),
-        (dict(task="tokens"), "valid tasks"),
+        (dict(task="tokens"), "task=.tokens.: valid values are text, pair, token, qa"),
         (dict(regression=True, multi_label=True), "exclude each other"),
         (dict(task="text", doc_stride=64), "doc_stride=64 is for the qa task"),
     ]:
