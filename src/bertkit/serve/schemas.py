@@ -30,6 +30,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from ..encoder.layers import WHITE_SPACE
 from ..encoder.options import EmbedOptions
 from ..errors import InputError, brief
 from ..explain.views import MAX_CHARS
@@ -101,9 +102,7 @@ def fields_model(name: str, doc: str, options: type) -> type[BaseModel]:
     return create_model(name, __base__=Strict, __doc__=doc, **fields)
 
 
-# a character that is not white space as Python's str.strip() sees it, spelled out: JSON Schema's (ECMAScript's),
-# Python's and pydantic's (Rust's) `\S` each disagree on some characters (U+0085, U+001C-U+001F)
-NOT_BLANK = "[^\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
+NOT_BLANK = WHITE_SPACE.replace("[", "[^", 1)  # a character that is not white space as str.strip() sees it
 
 
 @dataclass(frozen=True)

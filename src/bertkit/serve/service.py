@@ -269,7 +269,7 @@ class Service:
     ) -> tuple[list[list[dict]], EmbedResult]:
         """Find the `top_k` nearest rows of index `name` to each query, embedded as the index's vectors were."""
         index = self.index(name)
-        options = query_options(index.meta, **({"prompt": prompt} if prompt is not None else {}))
+        options = query_options(index.meta, prompt=prompt)
         result = await self.embed(queries, options.resolve(self.encoder), disconnected)
         vectors = np.asarray(result.vectors)
         found = await self.call(lambda: index.search(vectors, top_k), len(queries) * top_k, disconnected)
