@@ -49,9 +49,8 @@ SHARED_DATA = Path(os.environ.get("BERTKIT_DATA", Path(__file__).resolve().paren
 
 
 # the files that take longest (in one process, 2026-12-05: 20-85 s each), first, so that two workers end together
-LONGEST_FIRST = ("ray", "test_serve_fuzz", "test_engines", "test_int8", "test_explain", "test_docs", "test_notebooks")
-LONGEST_FIRST += ("test_finetune", "test_gpu_check", "test_serve_faults", "test_serve", "test_wheel", "test_stream")
-LONGEST_FIRST += ("test_nothing_lost", "test_new_surfaces", "test_finetune_engine")  # by a --durations=0 run, 12-07
+LONGEST_FIRST = ("ray", "test_serve_faults", "test_docs", "test_explain", "test_gpu_check", "test_notebooks")
+LONGEST_FIRST += ("test_finetune", "test_serve", "test_stream", "test_wheel", "test_serve_fuzz", "test_finetune_engine")
 
 
 # measured promises of latency: with the box to themselves (a neighbouring worker's load is not the server's)
