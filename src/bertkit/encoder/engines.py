@@ -25,7 +25,7 @@ import torch
 
 from ..errors import InputError
 from ..records import check_record, new_record
-from .cache_files import cache_files
+from ..io.writers import staged_files
 from .defaults import cache_root
 from .precision import fast_bf16_cpu
 from .runner import call_model
@@ -163,7 +163,7 @@ def openvino_graph(module: _Outputs, key: str, width: int) -> Any:
         if graph is None:
             graph = _export(module, width)
             try:
-                with cache_files(folder, [*names, f"{key}.json"]) as scratch:  # the record last: the set is whole
+                with staged_files(folder, [*names, f"{key}.json"]) as scratch:  # the record last: the set is whole
                     openvino.save_model(graph, scratch / names[1], compress_to_fp16=False)
                     record = new_record(GRAPH_KIND, sha256={name: _sha256(scratch / name) for name in names})
                     (scratch / f"{key}.json").write_text(json.dumps(record), encoding="utf-8")

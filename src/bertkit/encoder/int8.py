@@ -23,7 +23,7 @@ from safetensors.torch import save_file
 from ..errors import DamagedFileError, InputError
 from ..records import CALIBRATION_FILE, check_record, new_record, record_kind
 from . import tokenize as tok
-from .cache_files import cache_files
+from ..io.writers import staged_files
 from .defaults import cache_root
 from .devices import INT8_FEATURES, cpu_model_and_flags
 from .engines import digest
@@ -68,7 +68,7 @@ class Calibration:
 
         The cache's writer; `bertkit quantize` writes a model's own through `io.writers.atomic_path`.
         """
-        with cache_files(path.parent, [path.name]) as scratch:
+        with staged_files(path.parent, [path.name]) as scratch:
             self.write(scratch / path.name)
 
     def write(self, path: Path) -> None:

@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -145,6 +145,23 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
         raise
     finally:
         temporary.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def staged_files(folder: Path, names: Sequence[str]) -> Iterator[Path]:
+    """Yield a scratch folder in `folder`; once the block succeeds, its files `names` replace those of `folder`.
+
+    They are moved in the order given (the last one marks the set complete); the scratch folder goes either way.
+    The writer of bertkit's own cache (int8 calibrations, exported graphs), which the encoder wing uses at model load.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(dir=folder, prefix=".partial-"))
+    try:
+        yield scratch
+        for name in names:
+            _replace(scratch / name, folder / name)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @contextlib.contextmanager
