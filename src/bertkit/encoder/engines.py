@@ -24,8 +24,8 @@ from typing import Any
 import torch
 
 from ..errors import InputError
-from ..records import check_record, new_record
 from ..io.writers import staged_files
+from ..records import check_record, new_record
 from .defaults import cache_root
 from .precision import fast_bf16_cpu
 from .runner import call_model

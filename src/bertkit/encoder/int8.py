@@ -21,9 +21,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from ..errors import DamagedFileError, InputError
+from ..io.writers import staged_files
 from ..records import CALIBRATION_FILE, check_record, new_record, record_kind
 from . import tokenize as tok
-from ..io.writers import staged_files
 from .defaults import cache_root
 from .devices import INT8_FEATURES, cpu_model_and_flags
 from .engines import digest
