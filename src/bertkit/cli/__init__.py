@@ -17,9 +17,5 @@ def __getattr__(name: str) -> Any:
     if name == "click_command":
         import typer.main
 
-        from .options import generate_for
-
-        generate_for()
-
         return typer.main.get_command(app)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ..encoder.defaults import DEFAULT_FEATURE_LAYERS, DEFAULT_FEATURE_POOLING
+from ..encoder.options import EmbedOptions
 from ..errors import InputError
 from ..io.readers import column_spec
 from .common import app, cache_option, existing_text_file, options_for, running_on, say
@@ -36,7 +37,7 @@ from .options import (
 
 @app.command()
 @from_fields(
-    "bertkit.encoder.options:EmbedOptions",
+    EmbedOptions,
     "options",
     only=("layers", "pooling"),
     defaults={"layers": DEFAULT_FEATURE_LAYERS, "pooling": DEFAULT_FEATURE_POOLING},

@@ -12,6 +12,7 @@ import typer
 
 from ..display import text_table as format_table
 from ..encoder.coverage import text_coverage
+from ..encoder.options import EmbedOptions
 from ..errors import InputError
 from ..io.readers import column_spec
 from .common import (
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..encoder.encode import Encoder
-    from ..encoder.options import EmbedOptions
 
 
 @app.command()
@@ -83,7 +83,7 @@ def tokenize(
 
 
 @app.command()
-@from_fields("bertkit.encoder.options:EmbedOptions", "options")
+@from_fields(EmbedOptions, "options")
 def embed(
     ctx: typer.Context,
     input: Annotated[Path, typer.Argument(callback=existing_inputs, help="TSV/CSV/JSONL or text (one per line).")],

@@ -7,13 +7,14 @@ from typing import Annotated
 
 import typer
 
+from ..encoder.options import EmbedOptions
 from ..errors import InputError
 from .common import app, options_for, say, utf8_texts
 from .options import Device, Generated, MapTexts, Model, Output, Overwrite, Pair, Runs, from_fields
 
 
 @app.command()
-@from_fields("bertkit.encoder.options:EmbedOptions", "options", only=("layers", "pooling", "max_length"))
+@from_fields(EmbedOptions, "options", only=("layers", "pooling", "max_length"))
 def explain(
     ctx: typer.Context,
     text: Annotated[str, typer.Argument(callback=utf8_texts, help="The sentence to explain.")],

@@ -11,6 +11,7 @@ import typer
 from ..display import text_table as format_table
 from ..errors import InputError
 from ..io.readers import column_spec
+from ..tasks.finetune.settings import FinetuneSettings
 from .common import app, cache_option, existing_text_file, options_for, say, verbosity
 from .options import (
     C,
@@ -35,9 +36,7 @@ from .options import (
 
 
 @app.command()
-@from_fields(
-    "bertkit.tasks.finetune.settings:FinetuneSettings", "args", build="bertkit.tasks.finetune:FinetuneArguments"
-)
+@from_fields(FinetuneSettings, "args", build="bertkit.tasks.finetune:FinetuneArguments")
 def finetune(
     ctx: typer.Context,
     train_file: Annotated[Path, typer.Argument(callback=existing_text_file, help="Training data (see above).")],

@@ -15,7 +15,7 @@ import typer
 
 from ..errors import BertkitError, brief
 from .common import app, say, show_logs, stop_showing_logs, verbosity
-from .options import Quiet, generate_for
+from .options import Quiet
 
 
 def _print_version(value: bool) -> None:
@@ -100,7 +100,6 @@ def in_flags(message: str, argv: list[str]) -> str:
     import typer.main
 
     name = next((argument for argument in argv if not argument.startswith("-")), "")
-    generate_for(name)
     command = getattr(typer.main.get_command(app), "commands", {}).get(name)
     options = {param.name: param for param in getattr(command, "params", ()) if param.param_type_name == "option"}
 

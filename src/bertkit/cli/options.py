@@ -1,8 +1,8 @@
-"""Every option two commands share, declared once; and the options generated from a settings class's fields.
+"""Every option two commands share, declared once; and the options generated from an option table's fields.
 
-`from_fields` gives a command the fields of `EmbedOptions` or `FinetuneSettings` as options (help, choices and
-spelling from each field's metadata) and hands it the built value. The fields are read only when the command runs or
-shows its help (their modules load torch or transformers): `bertkit --help` stays light.
+`from_fields` gives a command the fields of `EmbedOptions`, `AnswerOptions`, `FinetuneSettings` or `ServeSettings`
+as options (help, choices and spelling from each field's metadata) and hands it the built value. The tables import
+nothing heavy, so the command line is built whole at import and `bertkit --help` stays light.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import dataclasses
 import functools
 import importlib
 import inspect
-import sys
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -86,17 +85,6 @@ Run = Annotated[
 Generated = Annotated[Any, typer.Option(hidden=True, parser=str)]  # the value `from_fields` builds
 
 ALIASES = {"layers": ("-l",), "pooling": ("-p",), "batch_size": ("-b",), "top_k": ("-k",)}
-_CHOSEN: set[str] = set()  # commands whose options are generated besides the one in sys.argv ("*": every one)
-
-
-def generate_for(name: str = "*") -> None:
-    """Generate the options of command `name` (default: of every one, for the docs' CLI reference) from now on."""
-    _CHOSEN.add(name)
-
-
-def _load(path: str) -> Any:
-    module, name = path.split(":")
-    return getattr(importlib.import_module(module), name)
 
 
 def _parameter(field: dataclasses.Field, hint: Any, defaults: dict[str, Any]) -> inspect.Parameter:
@@ -119,61 +107,38 @@ def _parameter(field: dataclasses.Field, hint: Any, defaults: dict[str, Any]) ->
 
 
 def from_fields(
-    source: str, into: str, only: tuple[str, ...] = (), build: str | None = None, defaults: dict | None = None
-) -> Callable[[Callable], Any]:
-    """Give a command one option per field of the class at `source` ('module:Class'; `only` these), as `into`.
+    table: type, into: str, only: tuple[str, ...] = (), build: str | None = None, defaults: dict | None = None
+) -> Callable[[Callable], Callable]:
+    """Give a command one option per field of the option table `table` (`only` these), as its parameter `into`.
 
-    The command declares `into: Generated`; it receives the source class made of the given values, or with `build`
-    (a heavy class) a function that makes `build` of them, for the command to call after its cheap checks.
+    The command declares `into: Generated`; it receives the table made of the given values, or with `build` (a heavy
+    class, 'module:Class') a function that makes `build` of them, for the command to call after its cheap checks.
     `defaults` are the command's own defaults of some fields (`train`'s layers and pooling are the features').
     """
+    hints = typing.get_type_hints(table)
+    fields = [f for f in dataclasses.fields(table) if "help" in f.metadata and f.name in (only or [f.name])]
+    generated = [_parameter(f, hints[f.name], defaults or {}) for f in fields]
 
-    def decorate(command: Callable) -> Any:
-        return _FieldsCommand(command, source, into, only, build or source, defaults or {})
+    def decorate(command: Callable) -> Callable:
+        light = inspect.signature(command, eval_str=True)
+
+        @functools.wraps(command, assigned=("__module__", "__name__", "__qualname__", "__doc__"))
+        def run(**values: Any) -> Any:
+            given = {f.name: values.pop(f.name, None) for f in fields}
+            given = {name: value for name, value in given.items() if value is not None}
+            for name in given:
+                if typing.get_origin(hints[name]) is list:
+                    given[name] = [part.strip() for part in given[name].split(",") if part.strip()]
+                elif typing.get_origin(hints[name]) is tuple:
+                    given[name] = tuple(given[name])
+            if build is not None:  # a heavy class (transformers'): made when the command has done its cheap checks
+                module, name = build.split(":")
+                return command(**values, **{into: lambda: getattr(importlib.import_module(module), name)(**given)})
+            return command(**values, **{into: table(**given)})
+
+        parameters = [p for p in light.parameters.values() if p.name != into] + generated
+        run.__signature__ = light.replace(parameters=parameters)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in parameters}
+        return run
 
     return decorate
-
-
-class _FieldsCommand:
-    """A command whose signature gains the generated options when it is the one invoked (or the docs ask)."""
-
-    def __init__(
-        self, command: Callable, source: str, into: str, only: tuple[str, ...], build: str, defaults: dict
-    ) -> None:
-        functools.update_wrapper(self, command, assigned=("__module__", "__name__", "__qualname__", "__doc__"))
-        self.command, self.source, self.into, self.only, self.build = command, source, into, only, build
-        self.defaults = defaults
-
-    def _fields(self) -> list[inspect.Parameter]:
-        cls = _load(self.source)
-        hints = typing.get_type_hints(cls)
-        chosen = [f for f in dataclasses.fields(cls) if "help" in f.metadata and f.name in (self.only or [f.name])]
-        return [_parameter(f, hints[f.name], self.defaults) for f in chosen]
-
-    @functools.cached_property
-    def _light(self) -> inspect.Signature:
-        return inspect.signature(self.command, eval_str=True)
-
-    @property
-    def __annotations__(self) -> dict[str, Any]:  # type: ignore[override]
-        return {name: p.annotation for name, p in self.__signature__.parameters.items()}
-
-    @property
-    def __signature__(self) -> inspect.Signature:  # noqa: D105
-        light = [p for p in self._light.parameters.values() if p.name != self.into]
-        if not ({"*", self.__name__} & (_CHOSEN | set(sys.argv[1:]))):
-            return self._light.replace(parameters=light)
-        return self._light.replace(parameters=light + self._fields())
-
-    def __call__(self, **values: Any) -> Any:
-        names = {p.name for p in self._fields()}
-        given = {k: v for k, v in values.items() if k in names and v is not None}
-        hints = typing.get_type_hints(_load(self.source))
-        for name in [n for n in given if typing.get_origin(hints[n]) is list]:
-            given[name] = [part.strip() for part in given[name].split(",") if part.strip()]
-        for name in [n for n in given if typing.get_origin(hints[n]) is tuple]:
-            given[name] = tuple(given[name])
-        rest = {k: v for k, v in values.items() if k not in names}
-        if self.build != self.source:  # a heavy class (transformers'): made when the command has done its cheap checks
-            return self.command(**rest, **{self.into: lambda: _load(self.build)(**given)})
-        return self.command(**rest, **{self.into: _load(self.source)(**given)})

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ..errors import InputError
+from ..tasks.answer_options import AnswerOptions
 from .common import app, path_kind, texts_or_file, utf8_texts, write_output
 from .options import AsText, Device, Generated, Precision, Run, Threads, from_fields
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 
 
 @app.command()
-@from_fields("bertkit.tasks.qa:AnswerOptions", "options")
+@from_fields(AnswerOptions, "options")
 def answer(
     run: Run,
     question: Annotated[

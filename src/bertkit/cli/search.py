@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ..encoder.options import EmbedOptions
 from ..errors import InputError, no_such_path
 from .common import app, options_for, say, utf8_texts, verbosity
 from .options import Device, Generated, Metric, Output, Overwrite, Threads, TopK, from_fields
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 
 
 @app.command()
-@from_fields("bertkit.encoder.options:EmbedOptions", "options", only=("prompt", "prompt_name"))
+@from_fields(EmbedOptions, "options", only=("prompt", "prompt_name"))
 def search(
     index: Path = typer.Argument(
         ..., help="A .npz or .parquet file written by `bertkit embed`, or an index written by `bertkit index`."
@@ -97,7 +98,6 @@ def _compact_note(output: str, multiplier: int, top_k: int, meta: dict, encoder:
     import numpy as np
 
     from ..encoder.encode import calibration_ranges
-    from ..encoder.options import EmbedOptions
 
     packaged = calibration_ranges(encoder, EmbedOptions.from_record(meta))
     source = "the packaged calibration sentences" if np.allclose(packaged, meta["ranges"]) else "its own calibration"

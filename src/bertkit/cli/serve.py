@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import InputError
+from ..serve.settings import ServeSettings
 from .common import app, existing_indexes, running_on, say
 from .options import Device, Generated, Model, Precision, Runs, Threads, from_fields
 
@@ -53,7 +54,7 @@ Opt = typer.Option
 
 
 @app.command()
-@from_fields("bertkit.serve.settings:ServeSettings", "settings")
+@from_fields(ServeSettings, "settings")
 def serve(
     ctx: typer.Context,
     model: Model = None,

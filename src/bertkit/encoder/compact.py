@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputError
+from .options import OUTPUT_TYPES
 
-OUTPUT_TYPES = ("float32", "float16", "int8", "uint8", "binary", "ubinary")
 RANGED = ("int8", "uint8")
 DTYPES = {"float32": "float32", "float16": "float16", "int8": "int8", "uint8": "uint8", "binary": "int8"}
 DTYPES["ubinary"] = "uint8"  # what each output type's array holds

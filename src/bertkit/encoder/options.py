@@ -12,14 +12,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import InputError, quoted
-from .compact import OUTPUT_TYPES
 from .defaults import check_fields, option_field
 from .layers import LAYERS_PATTERN, parse_layers
 from .pooling import parse_pooling
-from .tokenize import DIRECTIONS, LONG_TEXT_POLICIES, check_stride
 
 if TYPE_CHECKING:
     from .st_config import SentenceConfig
+
+# the choices of the table's fields (this module imports nothing heavy: the command line builds its options from it)
+LONG_TEXT_POLICIES = ("truncate", "error", "window")
+DIRECTIONS = ("right", "left")  # which side of a long text truncation cuts
+OUTPUT_TYPES = ("float32", "float16", "int8", "uint8", "binary", "ubinary")
 
 
 class Model(Protocol):
@@ -275,3 +278,10 @@ def _check_pooler(encoder: Model, last_only: bool, layers: str) -> None:
 def options_from(options: EmbedOptions | None, kwargs: Mapping[str, Any]) -> EmbedOptions:
     """`EmbedOptions.from_kwargs(options, **kwargs)`: a name that is not an option (a typo) is refused, not dropped."""
     return EmbedOptions.from_kwargs(options, **kwargs)
+
+
+def check_stride(stride: int, budget: int) -> int:
+    """Return `stride`, refused unless two windows of `budget` content tokens can share that many."""
+    if not 0 <= stride < budget:
+        raise InputError(f"stride={stride}: give a number of overlapping tokens from 0 to {budget - 1}.")
+    return stride

@@ -17,14 +17,13 @@ import numpy as np
 
 from ..errors import InputError, quoted
 from .batch import Batch
+from .options import LONG_TEXT_POLICIES
 
 logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # torch is imported where tensors are made: `bertkit tokenize` runs without it
     import torch
 
-LONG_TEXT_POLICIES = ("truncate", "error", "window")
-DIRECTIONS = ("right", "left")  # which side of a long text truncation cuts
 PADDINGS = ("longest", "max_length")
 _WORD = re.compile(r"\S+")
 
@@ -182,13 +181,6 @@ def check_inputs(texts: Sequence[Text], pairs: Sequence[str] | None) -> tuple[li
     if pairs is not None and len(pairs) != len(texts):
         raise InputError(f"{len(texts)} texts but {len(pairs)} text pairs; give one pair per text.")
     return texts, pairs
-
-
-def check_stride(stride: int, budget: int) -> int:
-    """Return `stride`, refused unless two windows of `budget` content tokens can share that many."""
-    if not 0 <= stride < budget:
-        raise InputError(f"stride={stride}: give a number of overlapping tokens from 0 to {budget - 1}.")
-    return stride
 
 
 def encode(

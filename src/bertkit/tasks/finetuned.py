@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..encoder.options import LONG_TEXT_POLICIES
 from ..encoder.runner import Row
-from ..encoder.tokenize import LONG_TEXT_POLICIES, check_texts
+from ..encoder.tokenize import check_texts
 from ..errors import InputError
 from .finetuned_model import EVAL_BATCH_SIZE, FineTuned
 from .runs import KIND_TEXT
