@@ -97,9 +97,7 @@ def _gpu_actors(cluster_gpus: float, gpus_per_actor: float, actors: int | None) 
     return actors or fits
 
 
-def planned_resources(
-    actors: int | None, cpus_per_actor: float | None, gpus_per_actor: float | None = None
-) -> Resources:
+def planned_resources(actors: int | None, cpus_per_actor: float | None, gpus_per_actor: float | None) -> Resources:
     """`plan_resources` for the CPUs (in all, of the largest node, nodes) and GPUs of the connected cluster."""
     alive = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
     cpus = [r.get("CPU", 0.0) for r in alive if r.get("CPU", 0.0) > 0]
@@ -173,9 +171,7 @@ def embed_dataset(
         raise InputError(f"no column named {column!r}; the dataset has columns {names}.")
     if vector_column in names:
         raise InputError(f"the dataset already has a column {vector_column!r}; choose another vector_column.")
-    driver = encoder or Encoder.from_pretrained(
-        model, precision=driver_precision(precision, gpus_per_actor), device="cpu"
-    )
+    driver = encoder or driver_encoder(model, precision, gpus_per_actor)
     resolved = check_options(driver, options_from(options, kwargs))
     if rows_per_call < 1:
         raise InputError(f"rows_per_call={rows_per_call}: give a positive number of rows.")
@@ -183,20 +179,12 @@ def embed_dataset(
         ray.init()  # what Ray Data would do on first use; the CPU plan needs the cluster now
     plan = planned_resources(actors, cpus_per_actor, gpus_per_actor)
     spec = model if model is None or not Path(model).exists() else str(Path(model).resolve())
+    actor_args = (spec, precision, plan.threads, column, vector_column, resolved.record(), plan.device, batch_size)
     with warnings.catch_warnings():  # Ray 2.5x warns that actor options as keywords will change, with no other way yet
         warnings.filterwarnings("ignore", module="ray")
         return ds.map_batches(
             _Embedder,
-            fn_constructor_kwargs={
-                "model": spec,
-                "precision": precision,
-                "threads": plan.threads,
-                "column": column,
-                "vector_column": vector_column,
-                "options": resolved.record(),
-                "device": plan.device,
-                "batch_size": batch_size,
-            },
+            fn_constructor_args=actor_args,
             batch_size=rows_per_call,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=plan.actors),
@@ -209,17 +197,15 @@ def embed_dataset(
         )
 
 
-def driver_precision(precision: str, gpus_per_actor: float | None) -> str:
-    """Return the precision the driver checks options with: fp32 for GPU actors (fp16/bf16 fail on a CPU)."""
+def driver_encoder(model: str | None, precision: str, gpus_per_actor: float | None) -> Encoder:
+    """Load the encoder the driver checks options with, on its CPU: fp32 for GPU actors (fp16/bf16 fail on a CPU)."""
     import torch
 
     from ..encoder.precision import check_precision
 
-    if not gpus_per_actor:
-        return precision
-    if precision == "int8":
+    if gpus_per_actor and precision == "int8":
         check_precision(precision, device=torch.device("cuda"))  # int8 on a GPU: its one-line refusal
-    return "fp32"
+    return Encoder.from_pretrained(model, precision="fp32" if gpus_per_actor else precision, device="cpu")
 
 
 def check_options(encoder: Encoder, options: EmbedOptions) -> EmbedOptions:

@@ -23,42 +23,21 @@ import pyarrow.parquet as pq
 import ray
 import ray.data
 
-from ..encoder.encode import Encoder, vectors_record
+from ..encoder.encode import vectors_record
 from ..encoder.options import EmbedOptions, options_from
 from ..encoder.progress import Progress
 from ..encoder.vectors import PROGRESS_MIN_ROWS
 from ..errors import BertkitError, InputError, no_such_path
 from ..io import writers
 from ..io.text_files import file_sha256
-from ..io.writers import (
-    VECTOR_FORMATS,
-    atomic_path,
-    end_job,
-    read_job,
-    remove_output,
-    replace_folder,
-    save_job,
-    write_json,
-)
 from ..records import MANIFEST_FILE, new_record
-from .dataset import (
-    DEFAULT_ROWS_PER_CALL,
-    Resources,
-    check_options,
-    driver_precision,
-    embed_dataset,
-    planned_resources,
-)
+from .dataset import DEFAULT_ROWS_PER_CALL, Resources, check_options, driver_encoder, embed_dataset, planned_resources
 from .rows import RAY_FORMATS, FileRowsDatasource, file_rows
 
 try:  # Ray's own switch to token mode (what `ray.init(address="auto")` uses); absent in Rays without token auth
-    from ray._private.authentication.authentication_token_setup import (
-        maybe_enable_token_auth_if_token_available,
-    )
+    from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
 except ImportError:
     maybe_enable_token_auth_if_token_available = None
-
-MANIFEST = MANIFEST_FILE
 
 
 @dataclass
@@ -111,11 +90,9 @@ def _expand_one(pattern: str) -> list[Path]:
     matches = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
     matches = [m for m in matches if not Path(m).is_dir()]
     if not matches or not Path(matches[0]).exists():
-        raise (
-            InputError(f"{pattern}: no file matches; check the pattern.")
-            if glob.has_magic(pattern)
-            else no_such_path(pattern)
-        )
+        if glob.has_magic(pattern):
+            raise InputError(f"{pattern}: no file matches; check the pattern.")
+        raise no_such_path(pattern)
     return [Path(m) for m in matches]
 
 
@@ -123,7 +100,7 @@ def check_folder_output(output: Path) -> None:
     """Refuse an `-o` that names a file: the Ray engine writes a folder of per-file Parquet folders."""
     if output.exists() and not output.is_dir():
         raise InputError(f"-o {output} is a file; the Ray engine writes a directory (one folder per input file).")
-    if output.suffix.lower() in VECTOR_FORMATS and not output.is_dir():
+    if output.suffix.lower() in writers.VECTOR_FORMATS and not output.is_dir():
         raise InputError(
             f"-o {output}: the Ray engine writes a folder (one Parquet folder per input file), not a "
             f"{output.suffix} file; give a folder name such as {output.with_suffix('')}/, or use "
@@ -137,7 +114,7 @@ def _write_parts(batch: pa.Table, staging: dict) -> pa.Table:
     for path in batch.column("path").unique().to_pylist():
         part = batch.filter(pc.equal(batch.column("path"), path))
         target = Path(staging[path]) / f"part-{part.column('row')[0].as_py():012d}.parquet"
-        with atomic_path(target) as temporary:
+        with writers.atomic_path(target) as temporary:
             pq.write_table(pa.table({"id": part.column("id"), "vector": part.column("vector")}), temporary)
         paths.append(path)
         counts.append(part.num_rows)
@@ -165,9 +142,9 @@ class _Job:
     def finish(self, path: Path) -> None:
         """Move a complete file's folder into place and record it in the job's record."""
         entry = self.pending[path]
-        replace_folder(self.staging(path), self.work / path.stem)
+        writers.replace_folder(self.staging(path), self.work / path.stem)
         self.state["files"][path.stem] = entry
-        save_job(self.output, self.job, self.state)
+        writers.save_job(self.output, self.job, self.state)
         self.summary.rows += entry["rows"]
         self.summary.files.append(path.stem)
 
@@ -215,20 +192,19 @@ def embed_files(
     reading = {"column": column, "id_column": id_column, "header": header}
     for path in paths:  # refuses a missing text or id column of any file before any work, reading up to its first row
         next(file_rows(path, **reading), None)
-    encoder = Encoder.from_pretrained(model, precision=driver_precision(precision, gpus_per_actor), device="cpu")
+    encoder = driver_encoder(model, precision, gpus_per_actor)
     resolved = check_options(encoder, requested)
-    recorded = {**vectors_record(encoder, resolved), **reading}
-    recorded["precision"] = precision
+    recorded = {**vectors_record(encoder, resolved), **reading, "precision": precision}
     identity = {"command": "embed --engine ray", "options": recorded}
     identity["inputs"] = {str(path.resolve()): file_sha256(path) for path in paths}
-    state = read_job(output, identity, overwrite) if unfinished else None  # another job's is refused
+    state = writers.read_job(output, identity, overwrite) if unfinished else None  # another job's is refused
     if state is None or not writers.work_folder(output).is_dir():  # the record speaks of its work folder's files
         state = None
-        remove_output(writers.work_folder(output))  # this job's own, started over
+        writers.remove_output(writers.work_folder(output))  # this job's own, started over
     job = _Job(output, identity, state or {"files": {}}, RunSummary(output))
     for path in paths:
         _plan_file(job, path, reading)
-    save_job(output, job.job, job.state)  # first: a work folder is never there without its job's record
+    writers.save_job(output, job.job, job.state)  # first: a work folder is never there without its job's record
     job.work.mkdir(parents=True, exist_ok=True)
     _write_empty(job, encoder.output_dim(resolved), id_column)
     work = {str(path.resolve()): path for path, entry in job.pending.items() if entry["rows"]}
@@ -236,14 +212,14 @@ def embed_files(
     try:
         if work:
             job.summary.resources = planned_resources(actors, cpus_per_actor, gpus_per_actor)
-            reader = {**reading, "rows_per_block": rows_per_call}
-            _stream_files(job, work, reader, encoder, resolved, model, precision, batch_size, progress)
+            embedding = dict(options=resolved, model=model, precision=precision, encoder=encoder, batch_size=batch_size)
+            _stream_files(job, work, {**reading, "rows_per_block": rows_per_call}, embedding, progress)
     finally:
         if started_ray:
             ray.shutdown()
-    write_json(job.work / MANIFEST, new_record("ray manifest", options=recorded, files=job.state["files"]))
+    writers.write_json(job.work / MANIFEST_FILE, new_record("ray manifest", options=recorded, files=job.state["files"]))
     writers.replace_folder(job.work, output)  # a previous output stays whole until this one is complete
-    end_job(output)
+    writers.end_job(output)
     job.summary.seconds = time.perf_counter() - started
     return job.summary
 
@@ -264,7 +240,7 @@ def _plan_file(job: _Job, path: Path, reading: dict) -> None:
 def _write_empty(job: _Job, dim: int, id_column: str | int | None) -> None:
     """Clear the staging folders; a file with no rows gets an empty output with the right schema, without Ray."""
     for path, entry in list(job.pending.items()):
-        remove_output(job.staging(path))
+        writers.remove_output(job.staging(path))
         job.staging(path).mkdir()
         if entry["rows"] == 0:
             id_type = pa.int64() if id_column is None else pa.string()
@@ -306,18 +282,11 @@ def _local_hosts() -> set[str]:
     return hosts
 
 
-def _stream_files(
-    job: _Job,
-    work: dict[str, Path],
-    reader: dict,
-    encoder: Encoder,
-    options: EmbedOptions,
-    model: str | None,
-    precision: str,
-    batch_size: int | None,
-    progress: bool | None,
-) -> None:
-    """Stream the files (read → embed → write parts), closing each as soon as its rows are all written."""
+def _stream_files(job: _Job, work: dict[str, Path], reader: dict, embedding: dict, progress: bool | None) -> None:
+    """Stream the files (read → embed → write parts), closing each as soon as its rows are all written.
+
+    `embedding`: `embed_dataset`'s options, model, precision, encoder and batch_size.
+    """
     plan = job.summary.resources
     for path in work.values():
         job.pending[path]["device"] = plan.device
@@ -326,11 +295,7 @@ def _stream_files(
     ds = embed_dataset(
         ds,
         "text",
-        options,
-        batch_size=batch_size,
-        model=model,
-        precision=precision,
-        encoder=encoder,
+        **embedding,
         actors=plan.actors,
         cpus_per_actor=plan.cpus_per_actor,
         gpus_per_actor=plan.gpus_per_actor,

@@ -101,17 +101,10 @@ class FileRowsDatasource(Datasource):
     Rows are numbered as they are read, so no later step has to keep Ray's block order.
     """
 
-    def __init__(
-        self,
-        files: dict[str, int],
-        column: str | int | None,
-        id_column: str | int | None,
-        header: bool | None,
-        rows_per_block: int,
-    ) -> None:
+    def __init__(self, files: dict[str, int], **options: Any) -> None:
         super().__init__()
         self.files = files  # absolute path → its row count (from the driver)
-        self.options = {"column": column, "id_column": id_column, "header": header, "rows_per_block": rows_per_block}
+        self.options = options  # `read_blocks`' column, id_column, header and rows_per_block
 
     def estimate_inmemory_data_size(self) -> int:
         """Estimate the data's size in memory: the files' sizes on disk."""
@@ -145,7 +138,6 @@ def read_blocks(
 
 def _metadata(name: str, rows: int) -> BlockMetadata:
     fields = {field.name for field in dataclasses.fields(BlockMetadata)}
-    values = {"num_rows": rows, "size_bytes": os.path.getsize(name), "input_files": [name], "exec_stats": None}
-    if "schema" in fields:  # Ray before 2.40 kept the schema in the metadata
-        values["schema"] = None
+    # schema: Ray before 2.40 kept it in the metadata
+    values = dict(num_rows=rows, size_bytes=os.path.getsize(name), input_files=[name], exec_stats=None, schema=None)
     return BlockMetadata(**{k: v for k, v in values.items() if k in fields})

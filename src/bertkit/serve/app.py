@@ -27,12 +27,7 @@ from ..encoder.options import EmbedOptions
 from ..encoder.threads import release_openmp_threads
 from ..errors import BertkitError, brief
 from .errors import OPENAI_PREFIX, ServeError, error_response
-from .middleware import (
-    ApiKeyMiddleware,
-    BodyLimitMiddleware,
-    LocalAccessMiddleware,
-    MetricsMiddleware,
-)
+from .middleware import ApiKeyMiddleware, BodyLimitMiddleware, LocalAccessMiddleware, MetricsMiddleware
 from .routes import service_routes
 from .runs import ServedRun
 from .schemas import Vocabulary, check_option

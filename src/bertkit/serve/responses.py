@@ -41,9 +41,7 @@ TokenView = shape(
     "TokenView",
     "One input's tokenization: the tutorial's table as parallel lists.",
     tokens=list[str],
-    ids=list[int],
-    attention_mask=list[int],
-    type_ids=list[int],
+    **{name: list[int] for name in ("ids", "attention_mask", "type_ids")},
     word_ids=list[int | None],
     offsets=described(list[tuple[int, int]], "character [start, end) of each token in the input"),
     truncated=bool,
@@ -148,10 +146,7 @@ RunInfo = shape(
 Limits = shape(
     "Limits",
     "The server's limits on requests and batching.",
-    max_inputs=int,
-    max_body_bytes=int,
-    max_batch_tokens=int,
-    max_queue_tokens=int,
+    **{name: int for name in ("max_inputs", "max_body_bytes", "max_batch_tokens", "max_queue_tokens")},
 )
 FACTS = {"attention_heads": int | None, "cased": bool, "pooler": bool, "token_type_ids": bool}
 ServiceInfo = shape(

@@ -20,23 +20,7 @@ from ..explain import page
 from ..explain.explainer import Explainer, Settings
 from ..tasks.search import model_metric
 from ..tasks.search import similarity as similarity_of
-from .responses import (
-    Answer,
-    ClassPrediction,
-    CohereRerankResponse,
-    ExplainInfo,
-    ExplainResponse,
-    Health,
-    LabelSetPrediction,
-    OpenAIEmbeddingResponse,
-    RerankItem,
-    ScorePrediction,
-    SearchHit,
-    ServiceInfo,
-    TagPrediction,
-    TokenVectors,
-    TokenView,
-)
+from . import responses as shapes
 from .schemas import ExplainRequest, Vocabulary, request_models
 from .service import ServeError, Service
 from .web import GET_ERRORS, POST_ERRORS, StrictJSONRoute, json_answer, responses
@@ -90,8 +74,8 @@ def _truncation_headers(truncated: list[int]) -> dict[str, str]:
 def _status_routes(router: APIRouter, key: bool) -> None:
     """/health, /info, /metrics."""
     health_answers = {
-        **responses("/health", Health, (403, 500)),
-        503: {"model": Health, "description": "queue stopped"},
+        **responses("/health", shapes.Health, (403, 500)),
+        503: {"model": shapes.Health, "description": "queue stopped"},
     }
 
     @router.get("/health", summary="Liveness: 200 while the queue runs (no key needed)", responses=health_answers)
@@ -102,7 +86,7 @@ def _status_routes(router: APIRouter, key: bool) -> None:
     @router.get(
         "/info",
         summary="Model, layers, hidden size, max length, served runs, limits",
-        responses=responses("/info", ServiceInfo, GET_ERRORS, key),
+        responses=responses("/info", shapes.ServiceInfo, GET_ERRORS, key),
     )
     async def info(request: Request) -> JSONResponse:
         probes = sorted(getattr(request.app.state, "explain_probes", None) or {})
@@ -121,7 +105,7 @@ def _status_routes(router: APIRouter, key: bool) -> None:
 
 def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
     """/embed (and TEI's POST /), /embed_all, /v1/embeddings, /similarity, /tokenize."""
-    embed_answers = responses("/embed", list[list[float]] | list[TokenVectors], key=key, headers=TRUNCATED)
+    embed_answers = responses("/embed", list[list[float]] | list[shapes.TokenVectors], key=key, headers=TRUNCATED)
 
     @router.post("/embed", responses=embed_answers, summary="Sentence vectors (TEI's /embed), or token vectors")
     @router.post("/", include_in_schema=False)  # TEI answers POST / too; huggingface_hub's InferenceClient posts there
@@ -144,7 +128,7 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
 
     @router.post(
         "/v1/embeddings",
-        responses=responses("/v1/embeddings", OpenAIEmbeddingResponse, (*POST_ERRORS, 404), key, TRUNCATED),
+        responses=responses("/v1/embeddings", shapes.OpenAIEmbeddingResponse, (*POST_ERRORS, 404), key, TRUNCATED),
         summary="OpenAI's embeddings API",
     )
     async def openai_embeddings(body: models.OpenAIEmbeddingRequest, request: Request) -> Response:
@@ -176,7 +160,7 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
 
     @router.post(
         "/tokenize",
-        responses=responses("/tokenize", list[TokenView], key=key, headers=TRUNCATED),
+        responses=responses("/tokenize", list[shapes.TokenView], key=key, headers=TRUNCATED),
         summary="Tokens, ids, mask, word ids, character offsets",
     )
     async def tokenize(body: models.TokenizeRequest, request: Request) -> Response:
@@ -200,10 +184,8 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
 def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rerankers: tuple[str, ...]) -> None:
     """/predict/{run}, /rerank (TEI), /v1/rerank (Cohere v1, Jina) and /v2/rerank (Cohere v2)."""
     run_name = Literal[tuple(runs)] if runs else str  # type: ignore[valid-type]
-    answers = Answer | list[Answer] | list[list[Answer]]
-    predictions = (
-        list[ClassPrediction] | list[ScorePrediction] | list[LabelSetPrediction] | list[TagPrediction] | answers
-    )
+    labels = list[shapes.ClassPrediction] | list[shapes.ScorePrediction] | list[shapes.LabelSetPrediction]
+    predictions = labels | list[shapes.TagPrediction] | shapes.Answer | list[shapes.Answer] | list[list[shapes.Answer]]
 
     @router.post(
         "/predict/{run}",
@@ -218,9 +200,8 @@ def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rera
         run: run_name = Path(description="a served run"),  # type: ignore[valid-type]
     ) -> Response:
         service = _service(request)
-        questions = isinstance(body.inputs, BaseModel) or (
-            isinstance(body.inputs, list) and bool(body.inputs) and isinstance(body.inputs[0], BaseModel)
-        )
+        # a list holds one input or more (the request model's min_length): its first says what they are
+        questions = isinstance(body.inputs[0] if isinstance(body.inputs, list) else body.inputs, BaseModel)
         if questions or body.parameters is not None:
             return await json_answer(await service.answer(run, body.inputs, body.parameters, _disconnected(request)))
         return await json_answer(await service.predict(run, _texts(body.inputs), _disconnected(request)))
@@ -229,7 +210,7 @@ def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rera
 
     @router.post(
         "/rerank",
-        responses=responses("/rerank", list[RerankItem], (*POST_ERRORS, 404), key, TRUNCATED),
+        responses=responses("/rerank", list[shapes.RerankItem], (*POST_ERRORS, 404), key, TRUNCATED),
         summary="TEI's /rerank: the texts scored against the query by a served pair run, best first",
         include_in_schema=ranks,
     )
@@ -241,7 +222,7 @@ def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rera
 
     @router.post(
         "/v1/rerank",
-        responses=responses("/v1/rerank", CohereRerankResponse, (*POST_ERRORS, 404), key, TRUNCATED),
+        responses=responses("/v1/rerank", shapes.CohereRerankResponse, (*POST_ERRORS, 404), key, TRUNCATED),
         summary="Cohere's and Jina's /v1/rerank: documents ranked by a served pair run (model: its name)",
         include_in_schema=ranks,
     )
@@ -260,10 +241,11 @@ def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rera
 
 def _search_routes(router: APIRouter, models: Any, key: bool, loaded: bool) -> None:
     """/search over the vector indexes loaded with `--index` (bertkit's own route: TEI has none)."""
+    ranked = list[shapes.SearchHit]  # one query's answer
 
     @router.post(
         "/search",
-        responses=responses("/search", list[SearchHit] | list[list[SearchHit]], (*POST_ERRORS, 404), key, TRUNCATED),
+        responses=responses("/search", ranked | list[ranked], (*POST_ERRORS, 404), key, TRUNCATED),
         summary="The rows of a loaded vector index nearest to the query (a list per query for a list), best first",
         include_in_schema=loaded,
     )
@@ -303,7 +285,7 @@ def _explainer_routes(router: APIRouter) -> None:
     @router.get(
         "/explain/info",
         summary="Explainer: model facts, served runs and probes (the page's menus)",
-        responses=responses("/explain/info", ExplainInfo, GET_ERRORS),
+        responses=responses("/explain/info", shapes.ExplainInfo, GET_ERRORS),
     )
     def explainer_info(request: Request) -> JSONResponse:
         return JSONResponse(explainer_of(request.app).info())
@@ -311,7 +293,7 @@ def _explainer_routes(router: APIRouter) -> None:
     @router.post(
         "/explain",
         summary="Explainer: every panel for one sentence (tokens, layers, attention, vector, map, predictions, probes)",
-        responses=responses("/explain", ExplainResponse, POST_ERRORS),
+        responses=responses("/explain", shapes.ExplainResponse, POST_ERRORS),
     )
     async def explain(body: ExplainRequest, request: Request) -> JSONResponse:
         settings = Settings(**body.model_dump(exclude_unset=True))

@@ -65,36 +65,22 @@ class ServedRun:
         entities with type, text, character span and score (taggers).
         """
         if self.kind == KIND_TOKEN:
-            return [
-                {
-                    "entities": [
-                        {"type": e.type, "text": e.text, "start": e.char_start, "end": e.char_end, "score": e.score}
-                        for e in entities
-                    ]
-                }
-                for entities in self.model.predict(inputs)
-            ]
+            return [{"entities": [_entity(e) for e in entities]} for entities in self.model.predict(inputs)]
         if self.problem == "regression":
             return [{"score": round(float(score), 6)} for score in self.model.predict(inputs)]
         probabilities = np.asarray(self.model.predict_proba(inputs), dtype=np.float64)
         classes = [str(c) for c in self.model.classes_]
-        if self.problem == "multi_label_classification":
-            threshold = self.model.threshold
-            return [
-                {
-                    "labels": [c for c, p in zip(classes, row) if p >= threshold],
-                    "probabilities": [{"label": c, "score": round(float(p), 6)} for c, p in zip(classes, row)],
-                }
-                for row in probabilities
-            ]
-        ranked = [
-            [{"label": classes[k], "score": round(float(row[k]), 6)} for k in np.argsort(-row)] for row in probabilities
-        ]
+        scored = [[{"label": c, "score": round(float(p), 6)} for c, p in zip(classes, row)] for row in probabilities]
+        if self.problem == "multi_label_classification":  # the threshold applies to the unrounded probabilities
+            chosen = [[c for c, p in zip(classes, row) if p >= self.model.threshold] for row in probabilities]
+            return [{"labels": labels, "probabilities": row} for labels, row in zip(chosen, scored)]
+        ranked = [[row[k] for k in np.argsort(-p)] for p, row in zip(probabilities, scored)]
         return [{**labels[0], "probabilities": labels} for labels in ranked]
 
-    def rerank(self, query: str, documents: list[str], raw: bool = False) -> list[tuple[int, float]]:
-        """(index, score) of every document for `query`, best first: the run's `rank` (raw: the logit margin)."""
-        return self.model.rank(query, documents, raw=raw)
+
+def _entity(e: Any) -> dict:
+    """One entity a tagger found, as the service answers it: type, text, character span and score."""
+    return {"type": e.type, "text": e.text, "start": e.char_start, "end": e.char_end, "score": e.score}
 
 
 def load_runs(directories: dict[str, Path]) -> dict[str, ServedRun]:

@@ -57,9 +57,6 @@ def _whole(value: Any) -> Any:
     return value
 
 
-PositiveWhole = Annotated[StrictInt, Ge(1), BeforeValidator(_whole)]
-
-
 def _shape(value: Any) -> str:
     """Name a JSON value's shape as `by_shape` tags do: str, int, {}, and a list by its first item: [str], [[int]]."""
     if isinstance(value, list):
@@ -176,8 +173,7 @@ def options_body(
 
     options = {said[option]: option_field(option, v) for option in names}
     validators = {"resolve": model_validator(mode="after")(resolve)}
-    model = create_model(name, __base__=OptionsBody, __doc__=doc, __validators__=validators, **fields, **options)
-    return model
+    return create_model(name, __base__=OptionsBody, __doc__=doc, __validators__=validators, **fields, **options)
 
 
 def option_error(message: str, said: dict[str, str]) -> PydanticCustomError:
@@ -342,7 +338,7 @@ def _run_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseModel]]
             list[by_shape("a string or a {'text': ...} object", {"str": t.Text, "{}": TextObject})],  # type: ignore[misc]
             Field(min_length=1, max_length=v.max_inputs),
         ]
-        top_n: PositiveWhole | None = None
+        top_n: Whole(1) | None = None
         return_documents: StrictBool = False
         rank_fields: list[Literal["text"]] | None = Field(None, description="only 'text' is ranked")
 

@@ -68,31 +68,27 @@ def bracketed(address: str) -> str:
 
 def check_allow_hosts(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """`--allow-host` values, lower-cased: a name, `name:port`, `[v6]`, or `*`; refuses URLs and empty names."""
-    checked = []
-    for name in names:
-        value = name.strip().lower()
+    checked = tuple(name.strip().lower() for name in names)
+    for name, value in zip(names, checked):
         if not value or "/" in value or " " in value:
             raise InputError(
                 f"--allow-host {name!r}: give a host name as clients send it (e.g. bertkit.example.org "
                 "or 10.0.0.5:8080), or '*' for any."
             )
-        checked.append(value)
-    return tuple(checked)
+    return checked
 
 
 def check_allow_origins(origins: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """`--allow-origin` values: `scheme://host[:port]` without a path (as browsers send them), `null`, or `*`."""
-    checked = []
-    for origin in origins:
-        value = origin.strip().rstrip("/").lower()
+    checked = tuple(origin.strip().rstrip("/").lower() for origin in origins)
+    for origin, value in zip(origins, checked):
         parts = urlsplit(value)
         if value not in ("*", "null") and (parts.scheme not in ("http", "https") or not parts.netloc or parts.path):
             raise InputError(
                 f"--allow-origin {origin!r}: give an origin as a browser sends it, e.g. "
                 "http://localhost:3000 (scheme, host and port; no path), or '*' for any."
             )
-        checked.append(value)
-    return tuple(checked)
+    return checked
 
 
 def host_allowed(host: str | None, server: tuple[str, int] | None, allowed: tuple[str, ...]) -> bool:
@@ -104,11 +100,8 @@ def host_allowed(host: str | None, server: tuple[str, int] | None, allowed: tupl
     name, port = split_host(host)
     if host.strip().lower() in allowed or name in allowed:
         return True
-    own_port = str(server[1]) if server else None
-    own_names = set(LOCAL_NAMES)
-    if server:
-        own_names.add(bracketed(str(server[0]).lower()))
-    return name in own_names and (port is None or port == own_port)
+    own_name, own_port = (bracketed(str(server[0]).lower()), str(server[1])) if server else (None, None)
+    return name in (*LOCAL_NAMES, own_name) and (port is None or port == own_port)
 
 
 def same_origin(origin: str, host: str | None) -> bool:

@@ -104,11 +104,14 @@ async def _refuse_empty_or_deep(request: StrictJSONRequest) -> None:
         error = {"type": "json_invalid", "loc": ("body", 0), "msg": "empty", "ctx": {"error": "no body"}}
         raise RequestValidationError([error])
     try:  # parsed once: FastAPI's handler gets the same parsed body
-        field = _deep_field(await request.json())
+        body = await request.json()
     except orjson.JSONDecodeError:  # not JSON: FastAPI's handler answers it (400, invalid_json)
         return
-    if field is not None:
-        raise ServeError(422, "validation_error", _too_deep(field), param=field)
+    fields = body.items() if isinstance(body, dict) else [("body", body)]  # the first field too deep, shown by name
+    field = next((brief(name, 80) for name, value in fields if nested_deeper(value)), None)
+    if field is not None:  # nothing of its value is shown
+        message = f"{field}: lists or objects nested more than {MAX_NESTING} deep; no field of this API takes that."
+        raise ServeError(422, "validation_error", message, param=field)
 
 
 # lists and objects inside each other in one field's value: no field of the service takes more than two; orjson reads
@@ -140,17 +143,6 @@ def nested_deeper(value: Any, limit: int = MAX_NESTING) -> bool:
         items = list(chain.from_iterable(c.values() if type(c) is dict else c for c in level))
         level = list(compress(items, map(_CONTAINERS.__contains__, map(type, items))))  # the lists and objects in them
     return bool(level)
-
-
-def _deep_field(body: Any) -> str | None:
-    """Name the first field of a JSON body that nests deeper than `MAX_NESTING` (`body` for a body not an object)."""
-    fields = body.items() if isinstance(body, dict) else [("body", body)]
-    return next((brief(name, 80) for name, value in fields if nested_deeper(value)), None)
-
-
-def _too_deep(field: str) -> str:
-    """Say in one line that `field` nests deeper than `MAX_NESTING`, showing nothing of its value."""
-    return f"{field}: lists or objects nested more than {MAX_NESTING} deep; no field of this API takes that."
 
 
 def _array_fallback(value: Any) -> Any:
