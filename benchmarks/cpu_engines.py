@@ -80,7 +80,7 @@ def with_engine(encoder: Encoder, engine) -> Encoder:
             last_hidden_state=states, pooler_output=None, hidden_states=(states,) * (encoder.num_layers + 1)
         )
 
-    encoder._forward_inputs = forward  # the runner takes the bound method when it is built, per call
+    encoder.network.forward_inputs = forward  # the runner takes the bound method when it is built, per call
     return encoder
 
 
@@ -99,7 +99,7 @@ def onnx_engine(encoder: Encoder, path: Path, export: bool = True) -> callable:
     """Export `encoder`'s model to ONNX (its last hidden state) and run it in an ONNX Runtime session."""
     import onnxruntime as ort
 
-    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if encoder._takes_type_ids else [])
+    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if encoder.network.takes_type_ids else [])
     sample = encoder.tokenizer(["a short one", "and a longer second sentence"], padding=True, return_tensors="pt")
 
     class LastHiddenState(torch.nn.Module):
@@ -186,7 +186,7 @@ def int8_ways(folder: Path, texts: list[str], export: Path, fp32: Encoder) -> di
     import nncf
     import openvino
 
-    graph = Encoder.from_pretrained(device="cpu", engine="openvino")._openvino.graph
+    graph = Encoder.from_pretrained(device="cpu", engine="openvino").network.openvino.graph
     compressed = nncf.compress_weights(graph.clone(), mode=nncf.CompressWeightsMode.INT8_ASYM)
     dynamic = openvino.Core().compile_model(
         compressed, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "32"}

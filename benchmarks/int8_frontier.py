@@ -49,7 +49,7 @@ class OnnxModel:
         options = ort.SessionOptions()
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        self.names = ["input_ids", "attention_mask"] + (["token_type_ids"] if encoder._takes_type_ids else [])
+        self.names = ["input_ids", "attention_mask"] + (["token_type_ids"] if encoder.network.takes_type_ids else [])
         self.with_pooler, self.config = encoder.info()["pooler"], encoder.model.config
 
     def forward(self, input_ids, attention_mask, token_type_ids=None, **_):

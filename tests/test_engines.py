@@ -275,7 +275,7 @@ inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_
 barrier = threading.Barrier(2)
 def first_pass():
     barrier.wait()  # both threads' first passes at the same moment: what two concurrent batches do
-    encoder._openvino(inputs)
+    encoder.network.openvino(inputs)
 with threads_per_batch(2):
     threads = [threading.Thread(target=first_pass) for _ in range(2)]
     for thread in threads:

@@ -164,14 +164,16 @@ def test_batches_are_sized_for_the_device(encoder, monkeypatch):
     assert encoder._default_batch_size == 32
     planned = encoder.with_options()
     monkeypatch.setattr(planned, "device", torch.device("cuda", 0))
-    monkeypatch.setattr(planned, "_max_batch_tokens", GPU_BATCH_TOKENS)
+    monkeypatch.setattr(planned.network, "max_batch_tokens", GPU_BATCH_TOKENS)
     rows = planned._default_batch_size
     assert rows == GPU_BATCH_TOKENS  # on a GPU no row limit: the token budget decides
     monkeypatch.setattr(planned, "device", torch.device("cpu"))  # run here what a GPU would be given
     shapes = []
-    forward = planned._forward_inputs
+    forward = planned.network.forward_inputs
     monkeypatch.setattr(
-        planned, "_forward_inputs", lambda inputs: shapes.append(tuple(inputs["input_ids"].shape)) or forward(inputs)
+        planned.network,
+        "forward_inputs",
+        lambda inputs: shapes.append(tuple(inputs["input_ids"].shape)) or forward(inputs),
     )
     texts = [f"text {i} " + "word " * (i % 5) for i in range(300)]
     found = planned.embed(texts, batch_size=rows, progress=False)
@@ -183,7 +185,7 @@ def test_batches_are_sized_for_the_device(encoder, monkeypatch):
 
 def _out_of_memory_above(encoder, monkeypatch, rows: int, calls: list):
     """Make the encoder's forward fail as a GPU out of memory does when a batch holds more than `rows` rows."""
-    forward = encoder._forward_inputs
+    forward = encoder.network.forward_inputs
 
     def limited(inputs):
         size = inputs["input_ids"].shape[0]
@@ -192,7 +194,7 @@ def _out_of_memory_above(encoder, monkeypatch, rows: int, calls: list):
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return forward(inputs)
 
-    monkeypatch.setattr(encoder, "_forward_inputs", limited)
+    monkeypatch.setattr(encoder.network, "forward_inputs", limited)
 
 
 def test_an_out_of_memory_batch_is_split_and_gives_the_same_vectors(encoder, monkeypatch):
@@ -238,7 +240,7 @@ def test_a_row_too_big_alone_is_named_with_its_tokens_and_the_stream_is_resumabl
     source.write_text("".join(f"short text {i}\n" for i in range(6)) + "a much longer text " * 20 + "\n")
     one_at_a_time = encoder.with_options(concurrent_batches=1)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    forward = one_at_a_time._forward_inputs
+    forward = one_at_a_time.network.forward_inputs
 
     def too_long_fails(inputs):
         if inputs["input_ids"].shape[1] > 40:
@@ -246,13 +248,13 @@ def test_a_row_too_big_alone_is_named_with_its_tokens_and_the_stream_is_resumabl
         return forward(inputs)
 
     with pytest.raises(OutOfDeviceMemory) as caught:
-        monkeypatch.setattr(one_at_a_time, "_forward_inputs", too_long_fails)
+        monkeypatch.setattr(one_at_a_time.network, "forward_inputs", too_long_fails)
         one_at_a_time.embed(["fits", "a much longer text " * 20], progress=False)
     assert caught.value.row == 1 and caught.value.tokens == 82
     output = tmp_path / "v.npz"
     with pytest.raises(InputError, match=r"texts.txt, line 7: 82 tokens do not fit in the memory of cpu even alone"):
         embed_file(one_at_a_time, source, output, chunk_rows=3)
-    monkeypatch.setattr(one_at_a_time, "_forward_inputs", forward)
+    monkeypatch.setattr(one_at_a_time.network, "forward_inputs", forward)
     embed_file(one_at_a_time, source, output, chunk_rows=3)  # the same call resumes and completes
     np.testing.assert_allclose(
         np.load(output)["vectors"], encoder.embed(source.read_text().splitlines(), progress=False), atol=1e-5
@@ -445,7 +447,7 @@ def test_gpu_out_of_memory_batches_are_split_under_a_real_memory_cap(no_tf32, mo
     torch.cuda.empty_cache()
     cap = torch.cuda.memory_reserved(device) + working // 4
     passes: list[tuple[int, bool]] = []  # (rows, ran) of every forward pass under the cap
-    forward = on_gpu._forward_inputs
+    forward = on_gpu.network.forward_inputs
 
     def counted(inputs):
         try:
@@ -456,7 +458,7 @@ def test_gpu_out_of_memory_batches_are_split_under_a_real_memory_cap(no_tf32, mo
         passes.append((inputs["input_ids"].shape[0], True))
         return out
 
-    monkeypatch.setattr(on_gpu, "_forward_inputs", counted)
+    monkeypatch.setattr(on_gpu.network, "forward_inputs", counted)
     record_property("check", "out of GPU memory under a real cap: the passes split, the run completes, same vectors")
     record_property("model", "default")
     record_property("planned_pass_mib", round(working / 2**20, 1))

@@ -156,7 +156,7 @@ def test_int8_matches_fp32_on_every_architecture(tiny_dirs, int8_cache, name):
         assert cosines(a, b).min() > 0.99
     if fp32.info()["pooler"]:
         np.testing.assert_allclose(int8.embed(TEXTS, pooling="pooler"), fp32.embed(TEXTS, pooling="pooler"), atol=0.05)
-    _, stack = layer_stack(int8._int8)
+    _, stack = layer_stack(int8.network.running)
     quantized = [m for m in stack.modules() if isinstance(m, Int8Linear)]
     plain = [m for m in stack.modules() if isinstance(m, torch.nn.Linear)]
     assert len(quantized) == 6 * len(stack) and plain == []  # every linear map of every layer
@@ -187,7 +187,7 @@ def test_calibration_is_made_once_cached_and_reused(tiny_dirs, int8_cache):
     assert record["precision"] == "int8" and record["fingerprint"] == first.fingerprint
     fp32 = Encoder.from_pretrained(str(tiny_dirs["bert_cased"]))
     assert "int8_calibration" not in vectors_record(fp32, EmbedOptions().resolve(fp32))
-    assert calibration.alpha in ALPHA_GRID and first._int8 is not None
+    assert calibration.alpha in ALPHA_GRID and first.network.running is not first.model
 
 
 @pytest.mark.slow

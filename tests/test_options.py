@@ -68,7 +68,7 @@ def test_options_are_checked_against_the_model_without_running_it(encoder, monke
     def no_forward(*_):
         raise AssertionError("the model ran")
 
-    monkeypatch.setattr(encoder, "_forward_inputs", no_forward)
+    monkeypatch.setattr(encoder.network, "forward_inputs", no_forward)
     for bad, message in [
         ({"layers": "9"}, "layer 9 does not exist"),
         ({"pooling": "pooler", "layers": "last4:sum"}, "layers='last'"),
@@ -101,7 +101,7 @@ def test_a_misspelled_option_is_refused_not_dropped(encoder, tmp_path):
     }
     for face, call in faces.items():
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(encoder, "_forward_inputs", no_forward)
+            patch.setattr(encoder.network, "forward_inputs", no_forward)
             with pytest.raises(InputError, match="unknown embedding option 'poolng'; the options are layers, pooling"):
                 call(poolng="cls")
         assert not (tmp_path / "out.npy").exists(), face
@@ -124,7 +124,9 @@ def test_a_stride_and_a_name_given_twice_are_refused_whatever_the_texts(encoder,
     ]:
         for face, call in faces.items():
             with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(encoder, "_forward_inputs", lambda *_, face=face: pytest.fail(f"{face} ran the model"))
+                patch.setattr(
+                    encoder.network, "forward_inputs", lambda *_, face=face: pytest.fail(f"{face} ran the model")
+                )
                 with pytest.raises(InputError, match=message):
                     call(**bad)
             assert not (tmp_path / "out.npy").exists(), face

@@ -21,13 +21,13 @@ def test_a_request_larger_than_the_batch_budget_runs_in_several_passes_and_equal
     texts = [f"sentence number {i} " + "about a movie " * (i % 7) for i in range(40)]
     counted = encoder.with_options(concurrent_batches=1)
     padded: list[int] = []
-    real_forward = counted._forward_inputs
+    real_forward = counted.network.forward_inputs
 
     def forward(inputs):
         padded.append(int(inputs["attention_mask"].numel()))
         return real_forward(inputs)
 
-    counted._forward_inputs = forward
+    counted.network.forward_inputs = forward
     app = create_app(counted, settings=ServeSettings(max_batch_tokens=64))
     with TestClient(app) as client:
         response = client.post("/embed", json={"inputs": texts, "layers": "last4:concat", "pooling": "cls+mean"})
@@ -48,13 +48,13 @@ def test_every_model_call_runs_on_the_one_model_thread(encoder):
 
     watched = encoder.with_options(concurrent_batches=1)
     threads: set[str] = set()
-    real_forward = watched._forward_inputs
+    real_forward = watched.network.forward_inputs
 
     def forward(inputs):
         threads.add(threading.current_thread().name)
         return real_forward(inputs)
 
-    watched._forward_inputs = forward
+    watched.network.forward_inputs = forward
     with TestClient(create_app(watched)) as client:
         for k in range(12):
             assert client.post("/embed", json={"inputs": [f"request {k}"]}).status_code == 200
@@ -66,14 +66,14 @@ def test_every_model_call_runs_on_the_one_model_thread(encoder):
 def test_a_crashed_batch_fails_its_request_with_json_and_the_server_keeps_serving(encoder):
     flaky = encoder.with_options(concurrent_batches=1)
     poison = flaky.tokenizer.convert_tokens_to_ids("boycott")
-    real_forward = flaky._forward_inputs
+    real_forward = flaky.network.forward_inputs
 
     def forward(inputs):
         if (inputs["input_ids"] == poison).any():
             raise RuntimeError("/secret/path/model.bin exploded")
         return real_forward(inputs)
 
-    flaky._forward_inputs = forward
+    flaky.network.forward_inputs = forward
     with TestClient(create_app(flaky), raise_server_exceptions=False) as client:
         failed = client.post("/embed", json={"inputs": ["EU rejects German call to boycott British lamb ."]})
         assert failed.status_code == 500

@@ -8,12 +8,11 @@ turns hidden states into vectors.
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -26,16 +25,17 @@ from . import tokenize as tok
 from .compact import RANGED, compact, int8_ranges
 from .coverage import Coverage, combined, coverage
 from .defaults import DEFAULT_BATCH_SIZE, GPU_CHUNK_TEXTS
-from .devices import describe, resolve_device, token_budget
-from .engines import check_engine, encoder_digest, engine_for, engine_named, openvino_forward
-from .int8 import int8_model_for, packaged_texts
+from .devices import describe, resolve_device
+from .engines import check_engine, encoder_digest
+from .int8 import packaged_texts
 from .models import LoadedModel, ModelSource, load_model, resolve_model
+from .network import Network
 from .options import EmbedOptions, options_from
 from .pooling import pool_words
-from .precision import HALF_DTYPES, check_precision
+from .precision import check_precision
 from .progress import Progress
 from .results import EmbedReport, EmbedResult, TokenEmbedding
-from .runner import Runner, call_model, takes_type_ids
+from .runner import Runner
 from .st_config import SentenceConfig
 from .threads import computed_ahead, total_threads
 from .vectors import PROGRESS_MIN_ROWS, VectorHead, token_states
@@ -76,46 +76,28 @@ class Encoder:
         engine: str | None = None,
     ) -> None:
         self._loaded = loaded
-        self.device = resolve_device(device)
-        self.precision = check_precision(precision, device=self.device)
-        self.model = loaded.model.to(self.device)
-        self.tokenizer = loaded.tokenizer
-        self.max_length = loaded.max_length
+        self.model, self.tokenizer, self.max_length = loaded.model, loaded.tokenizer, loaded.max_length
         self._position_limit = loaded.position_limit or loaded.max_length
-        if concurrent_batches is None:  # a GPU takes one batch at a time; CPU cores each take their own
-            concurrent_batches = 1 if self.device.type != "cpu" else min(total_threads(), 2)
-        if concurrent_batches < 1:
-            raise InputError(f"concurrent_batches={concurrent_batches}: give 1 or more.")
-        self._concurrent_batches = int(concurrent_batches)
-        self._takes_type_ids = takes_type_ids(self.model)
         for note in loaded.warnings:
             logger.warning("%s: %s", loaded.source.spec, note)
-        self._engine_asked = check_engine(engine, self.device, self.precision)  # before int8 calibrates
-        self._int8: torch.nn.Module | None = None
-        self._int8_calibration: str | None = None  # the digest of the calibration texts int8 was calibrated on
-        if self.precision == "int8":  # a copy of the model with int8 linear layers (int8.py)
-            self._int8, self._int8_calibration = int8_model_for(self)
-        # On a GPU, fp16/bf16 run on a half copy of the weights (as sentence-transformers and TEI do): autocast would
-        # cast every weight again in every pass, launches that cost more than a small model's arithmetic there.
-        self._half: torch.nn.Module | None = None
-        if self.device.type == "cuda" and self.precision in HALF_DTYPES:
-            self._half = copy.deepcopy(self.model).to(HALF_DTYPES[self.precision]).eval()
-        build = lambda: openvino_forward(  # noqa: E731
-            self.model, self._takes_type_ids, self._position_limit, self.precision, self.fingerprint
+        source = loaded.source
+        self.network = Network(
+            loaded.model,
+            loaded.tokenizer,
+            width=self._position_limit,
+            max_length=loaded.max_length,
+            digest=lambda: self.fingerprint,
+            source=source.spec,
+            device=device,
+            precision=precision,
+            engine=engine,
+            concurrent_batches=concurrent_batches,
+            calibration_dir=source.path if source.kind in ("local", "default") else None,
+            half_copy=True,
+            call_options={"output_hidden_states": True, "return_dict": True},  # every hidden state (and a pooler's)
         )
-        self.engine, self.engine_reason, self._openvino = engine_for(
-            self._engine_asked, self.device, self.precision, build, loaded.source.spec, engine_named(engine)
-        )
-        # the pass on padded inputs that the runner calls: its output has hidden_states (and a pooler's pooler_output)
-        self._forward_inputs: Callable[[dict[str, torch.Tensor]], Any] = self._openvino or functools.partial(
-            call_model,
-            self._int8 or self._half or self.model,
-            device=self.device,
-            precision="fp32" if self._half is not None else self.precision,  # half weights: nothing left to autocast
-            output_hidden_states=True,
-            return_dict=True,
-        )
-        self._max_batch_tokens = token_budget(self.model, self.device, self._position_limit)
+        self.device, self.precision, self.engine = self.network.device, self.network.precision, self.network.engine
+        self.engine_reason = self.network.engine_reason
         self._chunk_texts = GPU_CHUNK_TEXTS if self.device.type == "cuda" else None  # encode.py: _encoded_chunks
         self._ranges: dict[str, np.ndarray] = {}  # int8/uint8 ranges of the calibration sentences, by options
 
@@ -183,9 +165,9 @@ class Encoder:
         return type(self)(
             self._loaded,
             precision=precision or self.precision,
-            concurrent_batches=self._concurrent_batches if concurrent_batches is None else concurrent_batches,
+            concurrent_batches=self.network.concurrent_batches if concurrent_batches is None else concurrent_batches,
             device=self.device,
-            engine=engine or self._engine_asked,
+            engine=engine or self.network.engine_asked,
         )
 
     # ---- facts about the model -------------------------------------------------------------------------------
@@ -235,7 +217,7 @@ class Encoder:
         32 on a CPU (measured best on small CPUs with length-sorted batches); on a GPU, no row limit: the token budget
         (`max_batch_tokens`) decides.
         """
-        return DEFAULT_BATCH_SIZE if self.device.type == "cpu" else self._max_batch_tokens
+        return DEFAULT_BATCH_SIZE if self.device.type == "cpu" else self.network.max_batch_tokens
 
     def info(self) -> dict:
         """Architecture, layers, hidden size, max length, vocabulary size, casing, and the sentence defaults."""
@@ -255,7 +237,7 @@ class Encoder:
             "vocab_size": len(self.tokenizer),
             "cased": self._loaded.is_cased,
             "pooler": self.has_pooler,
-            "token_type_ids": self._takes_type_ids,
+            "token_type_ids": self.network.takes_type_ids,
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "precision": self.precision,
             "device": describe(self.device),
@@ -265,7 +247,7 @@ class Encoder:
             "prompts": dict(sentence.prompts),
             "default_prompt_name": sentence.default_prompt_name,
             "threads": total_threads(),
-            "concurrent_batches": self._concurrent_batches,
+            "concurrent_batches": self.network.concurrent_batches,
         }
 
     # ---- tokenization -------------------------------------------------------------------------------------------
@@ -342,9 +324,9 @@ class Encoder:
     def forward(self, batch: tok.Batch) -> ForwardOutput:
         """One no-grad pass returning last_hidden_state, pooler_output and all hidden_states."""
         inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
-        if self._takes_type_ids:
+        if self.network.takes_type_ids:
             inputs["token_type_ids"] = batch.token_type_ids
-        out = self._forward_inputs(inputs)
+        out = self.network.forward_inputs(inputs)
         return ForwardOutput(
             last_hidden_state=out.last_hidden_state,
             pooler_output=getattr(out, "pooler_output", None) if self.has_pooler else None,
@@ -353,17 +335,7 @@ class Encoder:
 
     def runner(self, batch_size: int | None = None, pad_multiple: int = 1) -> Runner:
         """Return the runner of this encoder's forward passes (`batch_size` rows at most; None: the default)."""
-        return Runner(
-            self._forward_inputs,
-            self.tokenizer.pad_token_id,
-            self.device,
-            self._max_batch_tokens,
-            self._default_batch_size if batch_size is None else batch_size,
-            self._concurrent_batches,
-            self._takes_type_ids,
-            pad_multiple,
-            self._position_limit,
-        )
+        return self.network.runner(self._default_batch_size if batch_size is None else batch_size, pad_multiple)
 
     # ---- vector widths -------------------------------------------------------------------------------------------
     def output_dim(self, options: EmbedOptions) -> int:
@@ -702,8 +674,8 @@ def vectors_record(encoder: Encoder, resolved: EmbedOptions) -> dict:
     vectors of two calibrations are never mixed up).
     """
     record = {"fingerprint": encoder.fingerprint, **resolved.record(), "precision": encoder.precision}
-    if encoder._int8_calibration is not None:
-        record["int8_calibration"] = encoder._int8_calibration
+    if encoder.network.int8_calibration is not None:
+        record["int8_calibration"] = encoder.network.int8_calibration
     return record
 
 

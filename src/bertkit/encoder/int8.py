@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors import safe_open
@@ -391,14 +391,3 @@ def calibration_for(
         except OSError:  # a read-only home: calibrate again next time
             pass
     return calibration
-
-
-def int8_model_for(encoder: Any) -> tuple[torch.nn.Module, str]:  # an Encoder (whose module imports this one)
-    """Return the int8 copy of an `Encoder`'s model, and the calibration's digest.
-
-    The copy is calibrated by its directory's file, the cache, or the packaged texts.
-    """
-    source = encoder.source
-    directory = source.path if source.kind in ("local", "default") else None
-    calibration = calibration_for(encoder.model, encoder.tokenizer, encoder.max_length, directory, encoder.fingerprint)
-    return quantize_model(encoder.model, calibration).eval(), calibration.key

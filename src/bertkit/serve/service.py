@@ -67,8 +67,8 @@ def served_encoder(encoder: Encoder, settings: ServeSettings) -> Encoder:
         concurrent = 1
     if (budget, concurrent) == (runner.max_batch_tokens, runner.concurrent):
         return encoder
-    served = copy.copy(encoder)
-    served._max_batch_tokens, served._concurrent_batches = budget, concurrent  # the copy's own batching
+    served, served.network = copy.copy(encoder), copy.copy(encoder.network)
+    served.network.max_batch_tokens, served.network.concurrent_batches = budget, concurrent  # the copy's own batching
     return served
 
 
@@ -102,9 +102,8 @@ class Service:
         truncate=false) is a 413 that names it.
         """
         estimate = token_estimate((len(t) + len(options.prompt or "") for t in texts), options.max_length)
-        result = await self._wait(
-            Job(self._embed_turn(options), (texts, count), estimate, options, len(texts)), disconnected
-        )
+        job = Job(self._embed_turn(options), (texts, count), estimate, options, len(texts))
+        result = await self._wait(job, disconnected)
         numbers = sum(item.vectors.size for item in result.vectors) if options.token_vectors else 0
         if numbers > (limit := self.settings.max_answer_numbers):  # seconds of JSON
             message = (
@@ -171,9 +170,7 @@ class Service:
         estimate = token_estimate(lengths, getattr(run.model, "max_length", None))
         return await self.call(lambda: run.predict(items), estimate, disconnected)
 
-    async def answer(
-        self, name: str, inputs: Any, parameters: Any = None, disconnected: Disconnected | None = None
-    ) -> Any:
+    async def answer(self, name: str, inputs: Any, parameters: Any, disconnected: Disconnected | None) -> Any:
         """Answer Hugging Face's question-answering task on a served QA run: one answer, or lists.
 
         The contexts are cut into windows in the queue's turn, refused (413) past the windows the queue holds.
@@ -203,9 +200,8 @@ class Service:
             self.metrics.tokens.inc(windows.tokens)
             return run.model.ranked(windows, options)
 
-        found = await self.call(
-            work, token_estimate(len(q) + len(c) for q, c in zip(questions, contexts)), disconnected
-        )
+        estimate = token_estimate(len(q) + len(c) for q, c in zip(questions, contexts))
+        found = await self.call(work, estimate, disconnected)
         shaped = [answers[0] if options.top_k == 1 else answers for answers in found]
         return shaped if isinstance(inputs, list) else shaped[0]
 
@@ -246,8 +242,7 @@ class Service:
         The pairs are read as the run reads them (cut longest first past its length); with `truncate` false a pair
         it would cut is a 413.
         """
-        run = self.reranker(name)
-        model = run.model
+        model = self.reranker(name).model
 
         def work() -> tuple[list, int, list[int]]:
             encoded = model.encode([query] * len(documents), documents)  # the run's own reading: lengths, cuts
@@ -259,7 +254,7 @@ class Service:
                     "first), or shorten them."
                 )
                 raise ServeError(413, "input_too_long", message)
-            return run.rerank(query, documents, raw), sum(len(item.ids) for item in encoded), cut
+            return model.rank(query, documents, raw=raw), sum(len(item.ids) for item in encoded), cut
 
         estimate = token_estimate((len(query) + len(d) for d in documents), model.max_length)
         return await self.call(work, estimate, disconnected)
