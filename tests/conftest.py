@@ -11,6 +11,15 @@ os.environ.setdefault("BERTKIT_ENGINE", "torch")
 # of two threads each on two cores made the suite slower than one process
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = "1"
+# bertkit's own cache (embeddings, int8 calibrations, OpenVINO graphs) in a folder of this run, removed after it: the
+# suite writes only under temporary folders. The xdist workers and the commands they start inherit it.
+if not os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("BERTKIT_CACHE"):
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["BERTKIT_CACHE"] = tempfile.mkdtemp(prefix="bertkit-cache-")
+    atexit.register(shutil.rmtree, os.environ["BERTKIT_CACHE"], True)
 sys.path.insert(0, str(Path(__file__).parent))
 
 if sys.version_info < (3, 11, 8):
