@@ -243,11 +243,11 @@ def test_a_killed_overwrite_leaves_the_previous_run_loadable(tiny_dirs, tmp_path
 
 STUCK = """
 import sys, time
-from bertkit.encoder import encode
+from bertkit.encoder import network
 def stuck(*args, **kwargs):  # a pass that never returns, outside Python's reach as a native call is
     print("passing", flush=True)
     time.sleep(600)
-encode.call_model = stuck  # the torch engine's pass (BERTKIT_ENGINE=torch)
+network.call_model = stuck  # the torch engine's pass (BERTKIT_ENGINE=torch)
 from bertkit.cli.main import main
 sys.argv = ["bertkit", *sys.argv[1:]]
 main()

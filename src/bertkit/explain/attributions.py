@@ -9,7 +9,6 @@ score. Held one at a time, a word's share says how much it makes its text like t
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -88,8 +87,9 @@ def attribute_similarity(
     held = [vectors(model.embed(item.ids), item, unit).detach() for item in encoded]
     texts: list[TextAttribution] = []
     steps = 0
-    for side, item in enumerate(encoded):
-        _, parts, used = model.integrate(functools.partial(_against, vectors, item, held[1 - side], unit), item)
+    for side, item in enumerate(encoded):  # the similarity of `item` read from embeddings `e` to the held partner
+        similarity = lambda e, item=item, partner=held[1 - side]: (vectors(e, item, unit) * partner).sum(-1)
+        _, parts, used = model.integrate(similarity, item)
         texts, steps = texts + parts, max(steps, used)
     return model.result(f"{metric} similarity", float((held[0] * held[1]).sum()), texts, steps)
 
@@ -111,17 +111,6 @@ def _sentence_vectors(
         return heads[unit].sentences(heads[unit].tokens(out.hidden_states), inputs["attention_mask"], pooler)
 
     return vectors, encoder._encode(with_prompt(texts, resolved.prompt or ""), None, resolved)[0]
-
-
-def _against(
-    vectors: Callable[[torch.Tensor, Encoded, bool], torch.Tensor],
-    item: Encoded,
-    partner: torch.Tensor,
-    unit: bool,
-    e: torch.Tensor,
-) -> torch.Tensor:
-    """Return the similarity of `item` read from embeddings `e` to a held partner vector."""
-    return (vectors(e, item, unit) * partner).sum(-1)
 
 
 def attribute_prediction(
@@ -190,20 +179,17 @@ def prediction_target(run: Any, text: str, text_pair: str | None, target: str | 
     from ..tasks.qa import FineTunedQA
     from ..tasks.tagger import FineTunedTagger
 
-    if isinstance(run, TextClassifier):
-        return _feature_target(run, text, text_pair, target, integrator)
     if isinstance(run, FineTunedQA):
         if text_pair is None or target is not None:
             raise InputError("a question-answering run attributes its answer: give the question and its context.")
         return _answer_target(run, text, text_pair, integrator)
+    pairs = not isinstance(run, (TextClassifier, FineTunedTagger)) and bool(run.takes_pairs)
+    if (text_pair is not None) != pairs:
+        raise InputError("this run reads text pairs: give text_pair." if pairs else "this run reads single texts.")
+    if isinstance(run, TextClassifier):
+        return _feature_target(run, text, target, integrator)
     if isinstance(run, FineTunedTagger):
-        if text_pair is not None:
-            raise InputError("this run reads single texts.")
         return _entity_target(run, text, target, integrator)
-    if (text_pair is not None) != bool(run.takes_pairs):
-        raise InputError(
-            "this run reads text pairs: give text_pair." if run.takes_pairs else "this run reads single texts."
-        )
     item = run.encode([text], None if text_pair is None else [text_pair])[0]
     if item.windows and len(item.windows) > 1:
         raise InputError(
@@ -217,8 +203,7 @@ def prediction_target(run: Any, text: str, text_pair: str | None, target: str | 
     if run.problem == "regression":
         index, name = 0, "score"
     else:
-        given = logits(integrator.embed(item.ids))[0].detach()
-        index = int(given.argmax()) if target is None else _class_index(run.classes_, target)
+        index = _class_index(run.classes_, target, lambda: logits(integrator.embed(item.ids)))
         name = f"logit of {str(run.classes_[index])!r}"
     return Target(name, item, lambda e: logits(e)[:, index], integrator)
 
@@ -229,7 +214,6 @@ def _answer_target(run: FineTunedQA, question: str, context: str, integrator: In
     That is the score `answer` ranks spans by, in the window the answer came from; "no answer": the [CLS] start + end
     logit of its window.
     """
-    from ..encoder.tokenize import Encoded
     from ..tasks.qa import AnswerOptions, character_span, window_spans
 
     windows = run.windows([question], [context])
@@ -289,34 +273,27 @@ def _entity_target(run: FineTunedTagger, text: str, target: str | None, integrat
     return Target(f"score of the {chosen.type} entity {chosen.text!r}", item, entity_score, integrator)
 
 
-def _class_index(classes: Any, target: str) -> int:
-    """Return the position of class `target` (named as a string) among a run's classes."""
+def _class_index(classes: Any, target: str | None, scores: Callable[[], torch.Tensor]) -> int:
+    """Return the position of class `target` (named as a string) among a run's classes; None: the best of `scores()`."""
+    if target is None:
+        return int(scores()[0].detach().argmax())
     names = [str(c) for c in classes]
     if target not in names:
         raise InputError(f"target={quoted(target)}: this run's classes are {', '.join(names)}.")
     return names.index(target)
 
 
-def _feature_target(
-    run: TextClassifier, text: str, text_pair: str | None, target: str | None, integrator: Integrator
-) -> Target:
+def _feature_target(run: TextClassifier, text: str, target: str | None, integrator: Integrator) -> Target:
     """Return a feature classifier's class probability.
 
     Its frozen encoder's vectors, then the fitted scaler and logistic regression as tensor operations, so that the
     gradient reaches the tokens.
     """
-    if text_pair is not None:
-        raise InputError("this run reads single texts.")
     probabilities = _probabilities(run)
     vectors, (item,) = _sentence_vectors(run.vectorizer_.encoder_, integrator, run.vectorizer_.options_, [text])
-    given = probabilities(vectors(integrator.embed(item.ids), item, False))[0].detach()
-    index = int(given.argmax()) if target is None else _class_index(run.classes_, target)
-    return Target(
-        f"probability of {str(run.classes_[index])!r}",
-        item,
-        lambda e: probabilities(vectors(e, item, False))[:, index],
-        integrator,
-    )
+    index = _class_index(run.classes_, target, lambda: probabilities(vectors(integrator.embed(item.ids), item, False)))
+    score = lambda e: probabilities(vectors(e, item, False))[:, index]
+    return Target(f"probability of {str(run.classes_[index])!r}", item, score, integrator)
 
 
 def _probabilities(run: TextClassifier) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -331,9 +308,7 @@ def _probabilities(run: TextClassifier) -> Callable[[torch.Tensor], torch.Tensor
             f"{' → '.join(type(step).__name__ for _, step in run.head_.steps)}."
         )
 
-    def tensor(values: Any) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(values), dtype=torch.float32)
-
+    tensor = lambda values: torch.as_tensor(np.asarray(values), dtype=torch.float32)
     shifts = [(tensor(s.mean_ if s.with_mean else 0.0), tensor(s.scale_ if s.with_std else 1.0)) for s in scalers]
     weights, bias = tensor(classifier.coef_), tensor(classifier.intercept_)
 

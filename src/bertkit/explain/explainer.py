@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from cachetools import FIFOCache
@@ -110,16 +111,10 @@ class Explainer:
     def info(self) -> dict:
         """Return what the page needs before the first sentence: model facts, runs by kind, probe names."""
         facts = self.encoder.info()
+        keys = ("architecture", "layers", "hidden_states", "hidden_size", "heads", "pooling", "max_length", "pooler")
         return {
             "model": model_name(self.encoder),
-            "architecture": facts["architecture"],
-            "layers": facts["layers"],
-            "hidden_states": facts["hidden_states"],
-            "hidden_size": facts["hidden_size"],
-            "heads": facts["attention_heads"],
-            "pooling": facts["pooling"],
-            "max_length": facts["max_length"],
-            "pooler": facts["pooler"],
+            **{key: facts["attention_heads" if key == "heads" else key] for key in keys},
             "limits": {"chars": views.MAX_CHARS, "tokens": min(views.MAX_TOKENS, self.encoder.max_length)},
             "runs": {name: run_kind(run) for name, run in self.runs.items()},
             "map_runs": [name for name, run in self.runs.items() if isinstance(run, TextClassifier)],
@@ -150,21 +145,14 @@ class Explainer:
         shown = (settings.layer, settings.attention_layer, settings.head, *limits)
         result = {
             "settings": {**settings.__dict__, "map_run": map_run},
-            "tokenization": _panel(lambda: views.tokenization(encoder, text, settings.pad_to, settings.pair)),
-            "model": _panel(lambda: views.through_model(encoder, text, settings.pad_to, settings.pair, *shown)),
+            "tokenization": _panel(views.tokenization, encoder, text, settings.pad_to, settings.pair),
+            "model": _panel(views.through_model, encoder, text, settings.pad_to, settings.pair, *shown),
             "sentence": _panel(
-                lambda: views.sentence_vector(encoder, text, settings.layers, settings.pooling, settings.compare)
+                views.sentence_vector, encoder, text, settings.layers, settings.pooling, settings.compare
             ),
-            "map": _panel(lambda: self.map_view(map_run, text)),
-            "predictions": {
-                name: _panel(
-                    lambda name=name, run=run: views.prediction(run, text, self._features(name, text), settings.pair)
-                )
-                for name, run in self.runs.items()
-            },
-            "probes": {
-                name: _panel(lambda record=record: views.probe_table(record)) for name, record in self.probes.items()
-            },
+            "map": _panel(self.map_view, map_run, text),
+            "predictions": {name: _panel(self._prediction, name, text, settings.pair) for name in self.runs},
+            "probes": {name: _panel(views.probe_table, record) for name, record in self.probes.items()},
         }
         if settings.attributions:
             self._attribute(result, settings)
@@ -178,15 +166,13 @@ class Explainer:
         """
         text, sentence = settings.text, result["sentence"]
         if settings.compare and "error" not in sentence:
-            layers, pooling = settings.layers, settings.pooling
-            sentence["attribution"] = _panel(
-                lambda: attribute_similarity(self.encoder, text, settings.compare, layers=layers, pooling=pooling)
-            )
+            options = {"layers": settings.layers, "pooling": settings.pooling}
+            sentence["attribution"] = _panel(attribute_similarity, self.encoder, text, settings.compare, **options)
         for name, run in self.runs.items():
             panel = result["predictions"][name]
             if "error" not in panel and (panel["kind"] in ("classifier", "score", "qa") or panel.get("entities")):
                 pair = settings.pair if getattr(run, "takes_pairs", False) is True or panel["kind"] == "qa" else None
-                panel["attribution"] = _panel(lambda run=run, pair=pair: attribute_prediction(run, text, pair))
+                panel["attribution"] = _panel(attribute_prediction, run, text, pair)
 
     def work_tokens(self, settings: Settings) -> int:
         """About how many tokens of model work `explain(settings)` does: what it counts against the server's queue.
@@ -200,10 +186,9 @@ class Explainer:
         )
         map_run = self._map_run(settings)
         first_map = MAP_ROWS * 16 if map_run in self.runs and map_run not in self._maps else 0
-        attributed = 0
-        if settings.attributions:  # each score: its integration steps, forward and backward (about 3 passes' work)
-            scores = (sentence + compare) * bool(compare) + (sentence + pair) * len(self.runs)
-            attributed = ATTRIBUTION_PASSES * scores
+        # each attributed score: its integration steps, forward and backward (about 3 passes' work)
+        scores = (sentence + compare) * bool(compare) + (sentence + pair) * len(self.runs)
+        attributed = ATTRIBUTION_PASSES * scores if settings.attributions else 0
         return (sentence + pair) * (3 + len(self.runs)) + compare + first_map + attributed
 
     def _map_run(self, settings: Settings) -> str | None:
@@ -228,11 +213,10 @@ class Explainer:
                 self._maps[name] = _fit_map(run, name, self.map_texts)
         data = self._maps[name]
         features = self._features(name, text)
-        point = data.pca.transform(features)[0]
+        point_x, point_y = (round(float(value), 3) for value in data.pca.transform(features)[0])
         predicted = run.classes_[int(run.head_.predict_proba(features).argmax(axis=1)[0])]
 
-        def group_of(label: str) -> dict:
-            return {"label": label, "x": [], "y": [], **({"text": []} if data.public else {})}
+        group_of = lambda label: {"label": label, "x": [], "y": [], **({"text": []} if data.public else {})}
 
         # the run's classes in order, as `train --report`'s pca.png draws them, so a label has one colour on both
         groups = {str(label): group_of(str(label)) for label in run.classes_}
@@ -248,13 +232,12 @@ class Explainer:
             "n": len(data.texts),
             "explained_variance": [round(float(v), 4) for v in data.pca.explained_variance_ratio_],
             "groups": [group for group in groups.values() if group["x"]],
-            "sentence": {
-                "x": round(float(point[0]), 3),
-                "y": round(float(point[1]), 3),
-                "text": text[:80],
-                "predicted": str(predicted),
-            },
+            "sentence": {"x": point_x, "y": point_y, "text": text[:80], "predicted": str(predicted)},
         }
+
+    def _prediction(self, name: str, text: str, pair: str | None) -> dict:
+        """Return a run's prediction panel; a feature run's vectors are shared with the map."""
+        return views.prediction(self.runs[name], text, self._features(name, text), pair)
 
     def _features(self, name: str, text: str) -> np.ndarray | None:
         """Compute a feature run's vectors of [text], once per sentence for the map and the prediction."""
@@ -298,16 +281,13 @@ def map_source(run: TextClassifier, name: str = "the run") -> tuple[list[str], l
 
 def model_name(encoder: Encoder) -> str:
     """Name the model for answers and pages: the hub name, 'default', or a local model's directory name (no path)."""
-    source = encoder.source
-    return Path(source.path).name if source.kind == "local" else source.spec
+    return Path(encoder.source.path).name if encoder.source.kind == "local" else encoder.source.spec
 
 
 def load_probe(directory: str) -> dict | None:
     """Read the `probe.json` of a `bertkit probe` output directory, or None when the directory is not one."""
     path = Path(directory) / PROBE_FILE
-    if not path.is_file():
-        return None
-    return read_record(path, "probe", "run `bertkit probe` again")
+    return read_record(path, "probe", "run `bertkit probe` again") if path.is_file() else None
 
 
 def run_kind(run: object) -> str:
@@ -324,9 +304,10 @@ def run_kind(run: object) -> str:
     return f"{pairs}classifier" if pairs else "fine-tuned classifier"
 
 
-def _panel(compute: Callable[[], dict | Attribution]) -> dict:
+def _panel(compute: Callable[..., dict | Attribution], *args: Any, **kwargs: Any) -> dict:
+    """Return `compute(*args, **kwargs)` as a panel: its data, or {"error": message}."""
     try:
-        answer = compute()
+        answer = compute(*args, **kwargs)
     except BertkitError as exc:
         return {"error": str(exc)}
     return answer.to_dict() if isinstance(answer, Attribution) else answer

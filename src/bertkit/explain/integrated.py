@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -65,15 +66,8 @@ class TextAttribution:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form: text, tokens, token_scores, words, word_scores, baseline_score, delta."""
-        return {
-            "text": self.text,
-            "tokens": self.tokens,
-            "token_scores": [float(x) for x in self.token_scores],
-            "words": self.words,
-            "word_scores": [float(x) for x in self.word_scores],
-            "baseline_score": self.baseline_score,
-            "delta": self.delta,
-        }
+        scores = {name: [float(x) for x in getattr(self, name)] for name in ("token_scores", "word_scores")}
+        return {**vars(self), **scores}
 
 
 @dataclass(frozen=True)
@@ -102,13 +96,8 @@ class Attribution:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form of the attribution."""
-        return {
-            "target": self.target,
-            "score": self.score,
-            "n_steps": self.n_steps,
-            "baseline": self.baseline,
-            "texts": [text.to_dict() for text in self.texts],
-        }
+        plain = {name: getattr(self, name) for name in ("target", "score", "n_steps", "baseline")}
+        return {**plain, "texts": [text.to_dict() for text in self.texts]}
 
 
 @dataclass(frozen=True)
@@ -133,8 +122,7 @@ class Integrator:
             raise InputError(f"baseline={quoted(baseline)}: give one of {', '.join(BASELINES)}.")
         if owner.precision == "int8":
             raise InputError("int8 weights have no gradients: attribute at fp32, bf16 or fp16.")
-        tokenizer = owner.tokenizer
-        filler = tokenizer.pad_token_id if baseline == "pad" else tokenizer.mask_token_id
+        filler = getattr(owner.tokenizer, f"{baseline}_token_id")  # pad_token_id or mask_token_id
         if filler is None:
             raise InputError(f"baseline={quoted(baseline)}: this tokenizer has no {baseline} token; use the other.")
         with_type_ids = takes_type_ids(network)
@@ -179,10 +167,8 @@ class Integrator:
             scores = score(torch.cat([given, empty])).tolist()  # the input's and the baseline's, in one pass
         steps, per_pass = self.n_steps, max(1, self.steps_budget // len(item.ids))
         while True:
-            attributions = IntegratedGradients(score).attribute(
-                given, empty, n_steps=steps, internal_batch_size=per_pass
-            )
-            token_scores = attributions[0].sum(-1).detach().double().cpu().numpy()
+            path = IntegratedGradients(score).attribute(given, empty, n_steps=steps, internal_batch_size=per_pass)
+            token_scores = path[0].sum(-1).detach().double().cpu().numpy()
             share = abs(token_scores.sum() - (scores[0] - scores[1])) / max(abs(scores[0] - scores[1]), 1e-12)
             if share <= DELTA_WARNING or steps >= MAX_REFINEMENT * self.n_steps:
                 return scores[0], text_parts(item, token_scores, scores[1], share), steps
@@ -205,16 +191,13 @@ def text_parts(item: Encoded, token_scores: np.ndarray, baseline_score: float, d
     parts = [(item.text, item.word_spans)]
     if item.pair_text is not None:
         parts.append((item.pair_text, item.pair_word_spans or []))
-    owner, owners = 0, []
-    for sequence in item.encoding.sequence_ids:
-        owner = owner if sequence is None else sequence
-        owners.append(owner)
-    result = []
+    # owners[k + 1]: the text of token k, its sequence's (a special token's: the one before it; owners[0] starts)
+    owners = list(accumulate(item.encoding.sequence_ids, lambda owner, seq: owner if seq is None else seq, initial=0))
+    word_ids, result = item.word_ids(), []
     for part, (text, spans) in enumerate(parts):
-        mine = [k for k, o in enumerate(owners) if o == part]
+        mine = [k for k, o in enumerate(owners[1:]) if o == part]
         words = [text[start:end] for start, end in spans]
         word_scores = np.zeros(len(words))
-        word_ids = item.word_ids()
         for k in mine:
             if word_ids[k] is not None:
                 word_scores[word_ids[k]] += token_scores[k]

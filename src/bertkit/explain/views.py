@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import weakref
 from collections.abc import Sequence
+from itertools import groupby
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ DIGITS = 4
 MAX_VECTOR_LAYERS = 4
 MAX_ATTENTION_MAPS = 16
 ALL, MEAN = "all", "mean"
+Choice = int | list[int] | str | None  # layers or heads asked for: a number, a list, 'all' (a head: 'mean') or None
 
 _EAGER: weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module] = weakref.WeakKeyDictionary()
 
@@ -81,9 +83,9 @@ def through_model(
     text: str,
     pad_to: int | None = None,
     pair: str | None = None,
-    layer: int | list[int] | str | None = None,
-    attention_layer: int | list[int] | str | None = None,
-    head: int | list[int] | str | None = None,
+    layer: Choice = None,
+    attention_layer: Choice = None,
+    head: Choice = None,
     max_layers: int | None = None,
     max_maps: int | None = None,
 ) -> dict:
@@ -119,24 +121,17 @@ def through_model(
     norms = stacked.norm(dim=-1)
     cosines = torch.nn.functional.cosine_similarity(stacked[1:], stacked[:-1], dim=-1)
     n, hidden = int(batch.input_ids.shape[1]), encoder.hidden_size
-    pooler = out.pooler_output
-    shapes = [{"name": "input_ids", "shape": [1, n]}, {"name": "attention_mask", "shape": [1, n]}]
-    shapes += [
-        {"name": f"hidden_states[{i}]" + (" (embeddings)" if i == 0 else ""), "shape": [1, n, hidden]}
-        for i in range(n_states)
-    ]
-    shapes += [
-        {"name": "attentions[i] (each layer)", "shape": [1, n_heads, n, n]},
-        {"name": "last_hidden_state", "shape": [1, n, hidden]},
-        {"name": "pooler_output", "shape": [1, hidden] if pooler is not None else None},
-    ]
+    named: list[tuple[str, list[int] | None]] = [("input_ids", [1, n]), ("attention_mask", [1, n])]
+    named += [(f"hidden_states[{i}]" + (" (embeddings)" if i == 0 else ""), [1, n, hidden]) for i in range(n_states)]
+    named += [("attentions[i] (each layer)", [1, n_heads, n, n]), ("last_hidden_state", [1, n, hidden])]
+    named += [("pooler_output", [1, hidden] if out.pooler_output is not None else None)]
     return {
         "tokens": batch.tokens[0],
         "mask": batch.attention_mask[0].tolist(),
         "n_states": n_states,
         "n_heads": n_heads,
         "hidden_size": hidden,
-        "shapes": shapes,
+        "shapes": [{"name": name, "shape": shape} for name, shape in named],
         "norms": _round(norms),
         "cosine_to_previous": _round(cosines),
         "vectors": {str(i): _round(stacked[i]) for i in layers},
@@ -193,21 +188,18 @@ def sentence_vector(
         raise InputError(
             "pooling='none' gives token vectors, not one sentence vector; choose cls, mean, max or pooler."
         )
-    texts = [text] if not compare else [text, compare]
-    vectors = encoder.embed(texts, layers=layers, pooling=pooling, warn=False)
-    result = {
+    vectors = encoder.embed([text, compare] if compare else [text], layers=layers, pooling=pooling, warn=False)
+    a, b = vectors[0], vectors[-1]
+    cosine = round(float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12)), DIGITS) if compare else None
+    return {
         "layers": selection.spec,
         "pooling": "+".join(methods),
         "dim": int(vectors.shape[1]),
-        "vector": _round(vectors[0]),
-        "norm": round(float(np.linalg.norm(vectors[0])), DIGITS),
+        "vector": _round(a),
+        "norm": round(float(np.linalg.norm(a)), DIGITS),
         "compare": compare or None,
-        "cosine": None,
+        "cosine": cosine,
     }
-    if compare:
-        a, b = vectors[0], vectors[1]
-        result["cosine"] = round(float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12)), DIGITS)
-    return result
 
 
 def prediction(run: Any, text: str, features: np.ndarray | None = None, pair: str | None = None) -> dict:
@@ -238,15 +230,11 @@ def prediction(run: Any, text: str, features: np.ndarray | None = None, pair: st
                 {"label": str(c), "probability": round(float(p), DIGITS)} for c, p in zip(run.classes_, probabilities)
             ],
         }
-    entities = run.predict([text])[0]
-    return {
-        "kind": "tagger",
-        "text": text,
-        "entities": [
-            {"type": e.type, "text": e.text, "start": e.char_start, "end": e.char_end, "score": e.score}
-            for e in entities
-        ],
-    }
+    found = run.predict([text])[0]
+    entities = [
+        {"type": e.type, "text": e.text, "start": e.char_start, "end": e.char_end, "score": e.score} for e in found
+    ]
+    return {"kind": "tagger", "text": text, "entities": entities}
 
 
 def probe_table(record: dict) -> dict:
@@ -305,25 +293,12 @@ def _batch(encoder: Encoder, text: str, pad_to: int | None, pair: str | None = N
 
 def _segments(rows: list[dict]) -> list[dict]:
     """Each segment's real tokens: [{type_id, first, last}] in order (one for a single text, two for a pair)."""
-    segments: list[dict] = []
-    for row in rows:
-        if not row["mask"]:
-            continue
-        if segments and segments[-1]["type_id"] == row["type_id"]:
-            segments[-1]["last"] = row["position"]
-        else:
-            segments.append({"type_id": row["type_id"], "first": row["position"], "last": row["position"]})
-    return segments
+    runs = [list(run) for _, run in groupby((row for row in rows if row["mask"]), key=lambda row: row["type_id"])]
+    return [{"type_id": run[0]["type_id"], "first": run[0]["position"], "last": run[-1]["position"]} for run in runs]
 
 
 def _pick(
-    choice: int | list[int] | str | None,
-    count: int,
-    name: str,
-    what: str,
-    default: int | str,
-    first: int = 0,
-    extra: Sequence[str] = (),
+    choice: Choice, count: int, name: str, what: str, default: int | str, first: int = 0, extra: Sequence[str] = ()
 ) -> list:
     """Return the chosen indices: None → [default], 'all' → every one, a number or a list (or an `extra` word)."""
     if choice is None:

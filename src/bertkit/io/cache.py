@@ -15,7 +15,7 @@ import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,11 +152,8 @@ class DiskStore:
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
         try:
-            db = sqlite3.connect(self.path, timeout=120, isolation_level=None)
-        except sqlite3.OperationalError as exc:
-            raise _os_error(exc, self.path) from None
-        try:
-            yield db
+            with closing(sqlite3.connect(self.path, timeout=120, isolation_level=None)) as db:
+                yield db
         except sqlite3.OperationalError as exc:
             raise _os_error(exc, self.path) from None
         except sqlite3.DatabaseError as exc:  # not a database, or a damaged one
@@ -164,8 +161,6 @@ class DiskStore:
                 f"{self.path}: the embedding cache is damaged ({exc}); delete the file (it is only a "
                 "cache) or choose another cache directory."
             ) from None
-        finally:
-            db.close()
 
     @property
     def bytes(self) -> int:
@@ -220,10 +215,8 @@ class DiskStore:
                 break
             victims = min(count, max(1, -(-(used - max(target, 0)) * count // used)))  # at the average row cost
             last = db.execute("SELECT id FROM vectors ORDER BY id LIMIT 1 OFFSET ?", (victims - 1,)).fetchone()[0]
-            for config, number in db.execute(
-                "SELECT config, COUNT(*) FROM vectors WHERE id <= ? GROUP BY config", (last,)
-            ):
-                per_config[config] += number
+            query = "SELECT config, COUNT(*) FROM vectors WHERE id <= ? GROUP BY config"
+            per_config.update(dict(db.execute(query, (last,))))
             db.execute("DELETE FROM vectors WHERE id <= ?", (last,))
             used = _used_bytes(db)
         if per_config:

@@ -113,13 +113,11 @@ def looks_like_token_file(path: str | Path, lines: int = 20) -> bool:
 
 def to_iob2(tags: Sequence[str]) -> list[str]:
     """IOB1 → IOB2: an I-X that does not continue an X entity starts one, so it becomes B-X."""
-    fixed = []
-    previous = "O"
+    fixed: list[str] = []
     for tag in tags:
-        if tag.startswith("I-") and (previous == "O" or previous[2:] != tag[2:]):
-            tag = "B-" + tag[2:]
-        fixed.append(tag)
-        previous = tag
+        previous = fixed[-1] if fixed else "O"
+        starts = tag.startswith("I-") and (previous == "O" or previous[2:] != tag[2:])
+        fixed.append("B-" + tag[2:] if starts else tag)
     return fixed
 
 

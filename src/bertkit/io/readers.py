@@ -62,19 +62,11 @@ def _resolve_columns(path: Path, header: list[str] | None, wanted: list[str | in
     return indices
 
 
-def iter_rows(
-    path: str | Path,
-    columns: list[str | int],
-    *,
-    header: bool | None = None,
-    fmt: str | None = None,
-) -> Iterator[Row]:
-    """Stream the requested columns (indices or names; JSONL: field names) of each record, validated.
+def iter_rows(path: Path, kind: str, columns: list[str | int], header: bool | None = None) -> Iterator[Row]:
+    """Stream the requested columns (indices or names; JSONL: field names) of each record of a `kind` file, validated.
 
     `header=None` reads a header line exactly when some column is given by name.
     """
-    path = Path(path)
-    kind = detect_format(path, fmt)
     empty = True
     if kind == "jsonl":
         rows = _jsonl_rows(path, columns)
@@ -129,9 +121,7 @@ def delimited_rows(
                 names, header_line = [_restore_bare_cr(name).strip() for name in record], line
                 continue
             if indices is None:
-                indices = _resolve_columns(
-                    path, names, columns, len(names) if names else len(record), header_line or line
-                )
+                indices = _resolve_columns(path, names, columns, len(names or record), header_line or line)
             if not ragged and max(indices) >= len(record):
                 raise InputError(
                     f"{path}, line {line}: {len(record)} fields, but column {max(indices)} was asked for"
@@ -180,15 +170,13 @@ def jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 def _jsonl_rows(path: Path, fields: list[str | int]) -> Iterator[Row]:
+    keys = [str(field) for field in fields]
     for number, record in jsonl_records(path):
         if not isinstance(record, dict):
             raise InputError(f"{path}, line {number}: each line must be a JSON object, got {type(record).__name__}.")
-        keys = [str(field) for field in fields]
-        for key in keys:
-            if key not in record:
-                raise InputError(
-                    f"{path}, line {number}: no field {quoted(key)}; the fields are {brief(sorted(record))}."
-                )
+        key = next((key for key in keys if key not in record), None)
+        if key is not None:
+            raise InputError(f"{path}, line {number}: no field {quoted(key)}; the fields are {brief(sorted(record))}.")
         yield Row(number, tuple(record[key] for key in keys))
 
 
@@ -220,7 +208,7 @@ def iter_texts(
     path = Path(path)
     kind = detect_format(path, fmt)
     columns = [_column(column, kind, "text", 0)] + ([id_column] if id_column is not None else [])
-    for index, row in enumerate(iter_rows(path, columns, header=header, fmt=kind)):
+    for index, row in enumerate(iter_rows(path, kind, columns, header)):
         _check_string(path, row.line, row.values[0])
         yield row.line, row.values[0], (row.values[1] if id_column is not None else index)
 
@@ -257,13 +245,10 @@ def read_text_pairs(
     fmt: str | None = None,
 ) -> tuple[list[str], list[str], list[int]]:
     """Two text columns of every row (defaults: 0 and 1; JSONL 'text' and 'text_pair') with their line numbers."""
-    path = Path(path)
-    kind = detect_format(path, fmt)
-    if kind == "text":
-        raise InputError(f"{path}: text pairs come from TSV, CSV or JSONL (two text columns), {_not_text(path)}.")
+    path, kind = _table(path, fmt, "text pairs come from TSV, CSV or JSONL (two text columns)")
     columns = [_column(text_column, kind, "text", 0), _column(pair_column, kind, "text_pair", 1)]
     rows = []
-    for row in iter_rows(path, columns, header=header, fmt=kind):
+    for row in iter_rows(path, kind, columns, header):
         for value, what in zip(row.values, ("text", "pair text")):
             _check_string(path, row.line, value, what, repr)
         rows.append(row)
@@ -306,10 +291,7 @@ def read_labelled(
     a JSON list; an empty field is no label). A first line whose label appears nowhere else (numeric: is no number)
     is taken for an unannounced header and refused, unless `header=False` says it is data.
     """
-    path = Path(path)
-    kind = detect_format(path, fmt)
-    if kind == "text":
-        raise InputError(f"{path}: a labelled file is TSV, CSV or JSONL (text and label columns), {_not_text(path)}.")
+    path, kind = _table(path, fmt, "a labelled file is TSV, CSV or JSONL (text and label columns)")
     if label_kind not in LABEL_KINDS:
         raise InputError(f"label_kind={label_kind!r}: valid values are {', '.join(LABEL_KINDS)}.")
     check_label_separator(label_separator)
@@ -317,7 +299,7 @@ def read_labelled(
     columns = [_column(text_column, kind, "text", 0), _column(label_column, kind, "label", 2 if paired else 1)]
     columns += [_column(pair_column, kind, "text_pair", 1)] if paired else []
     texts, labels, lines, pairs = [], [], [], []
-    for row in iter_rows(path, columns, header=header, fmt=kind):
+    for row in iter_rows(path, kind, columns, header):
         for value, what in zip([row.values[0], *row.values[2:]], ("text", "pair text")):
             _check_string(path, row.line, value, what)
             if not value.strip():
@@ -383,9 +365,8 @@ def _label(label: Any, kind: str, separator: str, path: Path, line: int) -> Any:
 
 
 def _header_like(labels: list, kind: str) -> bool:
-    if kind == "numeric" or is_number(labels[0]):
-        return False  # a header's label is no number (a numeric kind has refused one already)
-    return labels.count(labels[0]) == 1
+    # a header's label is no number (a numeric kind has refused one already), and appears nowhere else
+    return kind != "numeric" and not is_number(labels[0]) and labels.count(labels[0]) == 1
 
 
 def sample_path(name: str) -> Traversable:
@@ -393,8 +374,12 @@ def sample_path(name: str) -> Traversable:
     return files("bertkit") / "samples" / name
 
 
-def _not_text(path: Path) -> str:
-    """Say what a file that is no table is: SQuAD JSON (question answering: `--task qa`) or plain text."""
-    if path.suffix.lower() == ".json":
-        return "not JSON; a SQuAD .json file is question answering: pass --task qa"
-    return "not plain text"
+def _table(path: str | Path, fmt: str | None, what: str) -> tuple[Path, str]:
+    """Return the path and format of a file of text columns; SQuAD JSON (`--task qa`) or plain text is refused."""
+    path = Path(path)
+    kind = detect_format(path, fmt)
+    if kind == "text" and path.suffix.lower() == ".json":
+        raise InputError(f"{path}: {what}, not JSON; a SQuAD .json file is question answering: pass --task qa.")
+    if kind == "text":
+        raise InputError(f"{path}: {what}, not plain text.")
+    return path, kind

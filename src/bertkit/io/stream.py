@@ -238,10 +238,8 @@ def _compacted(partial: Path, output_type: str, ranges: np.ndarray | None, slice
     first = compact(np.asarray(source[:1] if rows else np.zeros((1, source.shape[1]), np.float32)), output_type, ranges)
     target_path = partial.with_name(partial.name.replace(".partial.npy", f".{output_type}.npy"))
     target = np.lib.format.open_memmap(target_path, mode="w+", dtype=first.dtype, shape=(rows, first.shape[1]))
-    for start in range(0, rows, slice_rows):
-        target[start : start + slice_rows] = compact(
-            np.asarray(source[start : start + slice_rows]), output_type, ranges
-        )
+    for part in (slice(start, start + slice_rows) for start in range(0, rows, slice_rows)):
+        target[part] = compact(np.asarray(source[part]), output_type, ranges)
     target.flush()
     del target, source
     partial.unlink()

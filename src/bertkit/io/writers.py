@@ -73,10 +73,8 @@ def _input_clash(output: Path, given: Path) -> str | None:
     """Say how `output` would touch the input `given`: it is the input, holds it, or lies inside it; else None."""
     if not given.exists():
         return None
-    if output.exists() and output.is_file() and given.is_file() and output.samefile(given):
-        return "is also an input"
     out, read = output.resolve(), given.resolve()
-    if out == read:
+    if out == read or (output.is_file() and given.is_file() and output.samefile(given)):
         return "is also an input"
     if out in read.parents:
         return f"holds the input {given}"
@@ -138,8 +136,7 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     temporary = Path(name)
     try:
         yield temporary
-        os.chmod(temporary, _mode_like_open(target, directory=False))
-        _replace(temporary, target)
+        publish(temporary, target)
     except OSError as exc:
         add_note(exc, "nothing partial was kept")
         raise
@@ -222,8 +219,7 @@ def _exchange(first: Path, second: Path) -> bool:
 
 def work_folder(output: str | Path) -> Path:
     """Return the folder a job that writes the folder `output` works in until it is complete: `<output>.partial`."""
-    output = Path(output)
-    return output.with_name(output.name + ".partial")
+    return Path(output).with_name(Path(output).name + ".partial")
 
 
 def check_job_output(output: str | Path, overwrite: bool, inputs: Iterable[str | Path | None] = ()) -> bool:
@@ -288,8 +284,7 @@ def sweep_stale_temporaries(target: Path) -> None:
 
 def job_path(output: str | Path) -> Path:
     """Return where the unfinished state of the job writing `output` lives: `<output>.job.json`, beside it."""
-    output = Path(output)
-    return output.with_name(output.name + ".job.json")
+    return Path(output).with_name(Path(output).name + ".job.json")
 
 
 def read_job(output: str | Path, job: dict, overwrite: bool = False) -> dict | None:
