@@ -91,11 +91,8 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         cv: int = 5,
         random_state: int | None = 0,
     ) -> None:
-        self.vectorizer = vectorizer
-        self.classifier = classifier
-        self.scale = scale
-        self.cv = cv
-        self.random_state = random_state
+        self.vectorizer, self.classifier = vectorizer, classifier
+        self.scale, self.cv, self.random_state = scale, cv, random_state
 
     def fit(self, X: Sequence[str], y: Sequence) -> TextClassifier:
         """Embed `X` with a clone of `vectorizer`, then fit the scaler and the classifier on the vectors.
@@ -203,8 +200,7 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
 
     def __sklearn_tags__(self) -> Tags:
         tags = super().__sklearn_tags__()
-        tags.input_tags.two_d_array = False
-        tags.input_tags.string = True
+        tags.input_tags.two_d_array, tags.input_tags.string = False, True
         return tags
 
     def save_pretrained(
@@ -232,23 +228,16 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         buffer = io.BytesIO()
         skops.dump(self.head_, buffer)
         encoder = self.vectorizer_.encoder_
+        model = encoder.source.path if encoder.source.kind == "local" else encoder.source.spec
+        classifier = None if self.classifier is None else repr(self.classifier)
         record = new_record(
             KIND_FEATURES,
             created=time.strftime("%Y-%m-%dT%H:%M:%S"),
-            encoder={
-                "model": encoder.source.path if encoder.source.kind == "local" else encoder.source.spec,
-                "fingerprint": encoder.fingerprint,
-                "architecture": type(encoder.model).__name__,
-            },
+            encoder={"model": model, "fingerprint": encoder.fingerprint, "architecture": type(encoder.model).__name__},
             features=self.vectorizer_.feature_options(),
             device=describe(encoder.device),
             vectorizer={"batch_size": self.vectorizer_.batch_size},
-            params={
-                "scale": self.scale,
-                "cv": self.cv,
-                "random_state": self.random_state,
-                "classifier": None if self.classifier is None else repr(self.classifier),
-            },
+            params={"scale": self.scale, "cv": self.cv, "random_state": self.random_state, "classifier": classifier},
             classes=self.classes_.tolist(),
             majority_class=getattr(self.majority_class_, "item", lambda: self.majority_class_)(),
             C=self.C_,
@@ -299,13 +288,8 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         vectorizer = _saved_vectorizer(directory, record, cache, precision, device)
         head = _load_head(Path(directory) / HEAD_FILE, trusted)
         params = record["params"]
-        estimator = cls(
-            vectorizer,
-            None if params["classifier"] is None else clone(head[-1]),
-            scale=params["scale"],
-            cv=params["cv"],
-            random_state=params["random_state"],
-        )
+        classifier = None if params["classifier"] is None else clone(head[-1])
+        estimator = cls(vectorizer, classifier, **{key: params[key] for key in ("scale", "cv", "random_state")})
         estimator.pipeline_ = Pipeline([("vectorizer", vectorizer), *head.steps])
         estimator.classes_ = np.array(record["classes"])
         estimator.C_, estimator.cv_scores_ = record["C"], record["cv_scores"]

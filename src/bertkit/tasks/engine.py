@@ -102,7 +102,7 @@ class Exact:
             return _hamming_top_k(asked, self.vectors, k, chunks)
         if self.precision in INT8 and asked.dtype == np.int8 and metric != "manhattan":
             return _int8_top_k(asked, self.vectors, k, metric, chunks)
-        numbers = _float_numbers if self.precision in INT8 else (lambda c: c.astype(np.float32))
+        numbers = lambda c: (_signed(c) if self.precision in INT8 else c).astype(np.float32)
         queries = unit_rows(asked) if metric == "cosine" else asked.astype(np.float32)
         prepare = (lambda c: unit_rows(numbers(c))) if metric == "cosine" else numbers
         return top_k_exact(queries, self.vectors, k, _float_scorer(metric), chunks, prepare)
@@ -207,10 +207,6 @@ class HNSW:
     def must_rescore(self, metric: str) -> bool:
         """int8 rows by cosine: their midpoints are not unit length, so faiss's inner product is no cosine."""
         return metric == "cosine" and self.precision in ("int8", "uint8")
-
-
-def _float_numbers(block: np.ndarray) -> np.ndarray:
-    return _signed(block).astype(np.float32)
 
 
 def _int8_top_k(queries: np.ndarray, corpus: np.ndarray, top_k: int, metric: str, chunks: Sequence[int]) -> Found:

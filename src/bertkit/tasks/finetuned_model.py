@@ -63,10 +63,7 @@ class FineTuned:
                 f"long_text={long_text!r}: {type(self).__name__} takes {honoured}"
                 + ("." if len(self.LONG_TEXTS) > 1 else " (it reads every token of a long text, in windows).")
             )
-        self.model = model
-        self.tokenizer = tokenizer
-        self.max_length = max_length
-        self.record_ = record or {}
+        self.model, self.tokenizer, self.max_length, self.record_ = model, tokenizer, max_length, record or {}
         trained = self.record_.get("precision", "fp32")
         self.precision = check_precision(precision or trained, device=self.device)
         if self.precision != trained:
@@ -132,12 +129,9 @@ class FineTuned:
         auto = getattr(transformers, cls.AUTO_CLASS)
         try:
             with quiet_transformers():
-                model = auto.from_pretrained(
-                    str(directory), use_safetensors=True, trust_remote_code=False, local_files_only=True
-                )
-                tokenizer = AutoTokenizer.from_pretrained(
-                    str(directory), trust_remote_code=False, local_files_only=True
-                )
+                local = {"trust_remote_code": False, "local_files_only": True}
+                model = auto.from_pretrained(str(directory), use_safetensors=True, **local)
+                tokenizer = AutoTokenizer.from_pretrained(str(directory), **local)
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"{directory}: cannot load the fine-tuned model ({brief(exc)}).") from None
         model.eval().to(resolve_device(device))

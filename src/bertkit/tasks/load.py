@@ -9,15 +9,11 @@ from ..records import record_kind
 from .classify import TextClassifier
 from .finetuned import FineTunedClassifier
 from .qa import FineTunedQA
-from .runs import KIND_FEATURES, KIND_QA, KIND_TEXT, KIND_TOKEN, read_run_config
+from .runs import KIND_FEATURES, read_run_config
 from .tagger import FineTunedTagger
 
-LOADERS: dict[str, Any] = {
-    KIND_FEATURES: TextClassifier,
-    KIND_TEXT: FineTunedClassifier,
-    KIND_TOKEN: FineTunedTagger,
-    KIND_QA: FineTunedQA,
-}
+FINETUNED: dict[str, Any] = {run.KIND: run for run in (FineTunedClassifier, FineTunedTagger, FineTunedQA)}  # by kind
+LOADERS: dict[str, Any] = {KIND_FEATURES: TextClassifier, **FINETUNED}
 
 
 def load_run(directory: str | Path, **options: Any) -> Any:

@@ -70,18 +70,10 @@ class ProbeResult:
         return head + (f"; best {best.pooling} / {best.choice} {100 * best.score:.1f})" if best else ")")
 
     def _repr_html_(self) -> str:
-        import base64
-
         from ..display import html_table
-        from .report import probe_files
+        from .report import png_html, probe_files
 
-        picture = probe_files(self).get("probe.png")
-        image = (
-            f"<img src='data:image/png;base64,{base64.b64encode(picture).decode()}'/>"
-            if isinstance(picture, bytes)
-            else ""
-        )
-        rows = self.table()
+        image, rows = png_html(probe_files(self)["probe.png"]), self.table()  # type: ignore[arg-type]  # bytes
         return f"<div>{html_table(rows, list(rows[0]) if rows else [], repr(self))}{image}</div>"
 
     def table(self) -> list[dict]:
@@ -153,22 +145,16 @@ def probe_text(
     poolings = tuple(p.strip().lower() for p in poolings if p.strip())
     if not poolings or set(poolings) - set(TEXT_POOLINGS):
         raise InputError(f"poolings {list(poolings)}: choose from {', '.join(TEXT_POOLINGS)}.")
-    data = read_labelled_text(train, text_column, label_column, header)
-    dev_data = read_labelled_text(dev, text_column, label_column, header)
+    data, dev_data = (read_labelled_text(path, text_column, label_column, header) for path in (train, dev))
     texts, labels = data.texts[:limit], [str(v) for v in data.labels[:limit]]
     dev_labels = [str(v) for v in dev_data.labels]
     check_known_labels(dev, dev_labels, labels, train)
     # Always the same three poolings (the pooler is computed from the last [CLS]): one cache entry serves every probe.
     token_poolings = ["cls", "mean", "max"]
     vectorizer = BertVectorizer(
-        model=model,
-        layers="all:concat",
-        pooling="+".join(token_poolings),
-        cache=cache,
-        progress=progress,
-        device=device,
-    ).fit([])
-    encoder = vectorizer.encoder_
+        model, "all:concat", "+".join(token_poolings), cache=cache, progress=progress, device=device
+    )
+    encoder = vectorizer.fit([]).encoder_
     if "pooler" in poolings and not encoder.info()["pooler"]:
         logger.info("%s has no pooler: the pooler rows are left out.", type(encoder.model).__name__)
         poolings = tuple(p for p in poolings if p != "pooler")
@@ -352,7 +338,7 @@ def _word_blocks(
     sentences: list[list[str]],
     subtoken_pooling: str,
     store: EmbeddingCache | None,
-    progress: bool | None = None,
+    progress: bool | None,
 ) -> np.ndarray:
     """(total words, layers, hidden): every word's vector in every hidden state, from one pass (cached per sentence)."""
 

@@ -18,14 +18,11 @@ from ..encoder.int8 import CALIBRATION_FILE, calibrate, calibration_inputs
 from ..errors import InputError
 from ..io.writers import atomic_path, check_output, staged_directory
 from ..records import record_kind
-from .finetuned import FineTunedClassifier
-from .qa import FineTunedQA
-from .runs import CONFIG_FILE, KIND_FEATURES, KIND_QA, KIND_TEXT, KIND_TOKEN, read_run_config
+from .load import FINETUNED
+from .runs import CONFIG_FILE, KIND_FEATURES, KIND_QA, KIND_TEXT, read_run_config
 from .search import cosines
-from .tagger import FineTunedTagger
 
 FIDELITY_TEXTS = 256  # texts the report compares fp32 and int8 on
-LOADERS = {KIND_TEXT: FineTunedClassifier, KIND_TOKEN: FineTunedTagger, KIND_QA: FineTunedQA}  # a run's class, by kind
 
 
 @dataclass
@@ -46,28 +43,25 @@ def quantize(model: str | None, output: str | Path, texts: Sequence[str], *, ove
     texts = [t for t in texts if t.strip()]
     if not texts:
         raise InputError("no calibration texts: give a file with a few hundred sentences like the ones you will embed.")
-    kind = None
-    if model is not None and (Path(model) / CONFIG_FILE).is_file():
-        kind = record_kind(read_run_config(model))
+    kind = record_kind(read_run_config(model)) if model is not None and (Path(model) / CONFIG_FILE).is_file() else None
     if kind == KIND_FEATURES:
         raise InputError(
             f"{model} is a feature-classifier run: it embeds with its encoder, so quantize that model "
             "(bertkit quantize MODEL --calibration FILE -o DIR) and use the run with --precision int8."
         )
-    run = kind in LOADERS
-    loader = LOADERS.get(kind)
+    loader = FINETUNED.get(kind)  # a fine-tuned run's class; None: a model
     fp32 = loader.from_pretrained(model, precision="fp32") if loader else Encoder.from_pretrained(model)
     calibration = calibrate(fp32.model, calibration_inputs(fp32.model, fp32.tokenizer, texts, fp32.max_length))
     with staged_directory(output) as stage:
-        if run or fp32.source.kind in ("local", "default"):
-            _copy_files(Path(model if run else fp32.source.path), stage)
+        if loader or fp32.source.kind in ("local", "default"):
+            _copy_files(Path(model if loader else fp32.source.path), stage)
         else:
             fp32.model.save_pretrained(stage, safe_serialization=True)
             fp32.tokenizer.save_pretrained(stage)
         with atomic_path(stage / CALIBRATION_FILE) as path:
             calibration.write(path)
     sample = texts[:FIDELITY_TEXTS]
-    if run:
+    if loader:
         fidelity = _prediction_fidelity(fp32, loader.from_pretrained(output, precision="int8"), sample, kind)
     else:
         int8 = Encoder.from_pretrained(str(output), precision="int8")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from matplotlib.figure import Figure
 from sklearn.decomposition import PCA
-from sklearn.metrics import accuracy_score, classification_report, confusion_matrix
+from sklearn.metrics import accuracy_score, confusion_matrix, precision_recall_fscore_support
 
 from ..errors import InputError
 from ..io.writers import atomic_path, check_output, write_json
@@ -22,8 +22,6 @@ from ..records import new_record
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
-
-SCORES = {"precision": "precision", "recall": "recall", "f1": "f1-score"}  # bertkit's keys → scikit-learn's
 
 
 def classification_metrics(
@@ -33,18 +31,15 @@ def classification_metrics(
     classes = list(classes)
     true, pred = [str(v) for v in y_true], [str(v) for v in y_pred]
     names = [str(c) for c in classes]
-    report = classification_report(true, pred, labels=names, output_dict=True, zero_division=0)
+    per_class = _per_label(names, true, pred, labels=names)
     majority = str(majority_class) if majority_class is not None else Counter(true).most_common(1)[0][0]
     return {
         "n": len(true),
         "accuracy": float(accuracy_score(true, pred)),
-        "macro_f1": float(report["macro avg"]["f1-score"]),
+        "macro_f1": float(np.mean([row["f1"] for row in per_class.values()])),
         "majority_class": majority,
         "majority_baseline_accuracy": float(np.mean([t == majority for t in true])) if true else 0.0,
-        "per_class": {
-            name: {k: float(report[name][v]) for k, v in SCORES.items()} | {"support": int(report[name]["support"])}
-            for name in names
-        },
+        "per_class": per_class,
         "labels": names,
         "confusion_matrix": confusion_matrix(true, pred, labels=names).tolist(),
     }
@@ -75,7 +70,7 @@ def multi_label_metrics(
 
     Without a threshold, the one (0.05 to 0.95) that gives the best micro-F1.
     """
-    from sklearn.metrics import accuracy_score, f1_score, precision_recall_fscore_support
+    from sklearn.metrics import f1_score
     from sklearn.preprocessing import MultiLabelBinarizer
 
     gold = MultiLabelBinarizer(classes=list(labels)).fit_transform(y_true)
@@ -84,17 +79,23 @@ def multi_label_metrics(
     scores = [f1_score(gold, probabilities >= t, average="micro", zero_division=0) for t in candidates]
     best = float(candidates[int(np.argmax(scores))])
     predicted = probabilities >= best
-    precision, recall, f1, support = precision_recall_fscore_support(gold, predicted, zero_division=0)
     return {
         "n": len(gold),
         "threshold": best,
         "micro_f1": float(max(scores)),
         "macro_f1": float(f1_score(gold, predicted, average="macro", zero_division=0)),
         "exact_match": float(accuracy_score(gold, predicted)),
-        "per_label": {
-            name: {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
-            for name, p, r, f, s in zip(labels, precision, recall, f1, support)
-        },
+        "per_label": _per_label(labels, gold, predicted),
+    }
+
+
+def _per_label(names: Sequence[str], gold: Any, predicted: Any, **options: Any) -> dict:
+    """Return {name: {precision, recall, f1, support}} by scikit-learn's `precision_recall_fscore_support`."""
+    return {
+        name: {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
+        for name, p, r, f, s in zip(
+            names, *precision_recall_fscore_support(gold, predicted, zero_division=0, **options)
+        )
     }
 
 
@@ -213,12 +214,9 @@ class EvaluationReport(dict):
         return self.text()
 
     def _repr_html_(self) -> str:
-        import base64
         import html
 
-        picture = self._repr_png_()
-        image = f"<img src='data:image/png;base64,{base64.b64encode(picture).decode()}'/>" if picture else ""
-        return f"<div><pre>{html.escape(self.text())}</pre>{image}</div>"
+        return f"<div><pre>{html.escape(self.text())}</pre>{png_html(self._repr_png_())}</div>"
 
     def _repr_png_(self) -> bytes | None:
         if "confusion_matrix" not in self:
@@ -226,6 +224,13 @@ class EvaluationReport(dict):
         buffer = io.BytesIO()
         confusion_figure(self).savefig(buffer, dpi=80, format="png")
         return buffer.getvalue()
+
+
+def png_html(picture: bytes | None) -> str:
+    """Return an <img> of PNG bytes inlined as base64 ("" without a picture): a Jupyter view's figure."""
+    import base64
+
+    return f"<img src='data:image/png;base64,{base64.b64encode(picture).decode()}'/>" if picture else ""
 
 
 def _figure(width: float, height: float) -> tuple[Figure, Axes]:
@@ -305,19 +310,11 @@ def probe_files(result: Any, title: str = "") -> dict[str, str | bytes]:  # a Pr
     figure.tight_layout()
     image = io.BytesIO()
     figure.savefig(image, dpi=110, format="png")
+    fields = {name: getattr(result, name) for name in ("task", "metric", "secondary_metric")}
+    record = new_record("probe", **fields, facts=facts, rows=[asdict(r) for r in result.rows])
     return {
         "probe.md": "\n".join(markdown) + "\n",
         "probe.csv": buffer.getvalue(),
-        "probe.json": json.dumps(
-            new_record(
-                "probe",
-                task=result.task,
-                metric=result.metric,
-                secondary_metric=result.secondary_metric,
-                facts=facts,
-                rows=[asdict(r) for r in result.rows],
-            ),
-            indent=2,
-        ),
+        "probe.json": json.dumps(record, indent=2),
         "probe.png": image.getvalue(),
     }

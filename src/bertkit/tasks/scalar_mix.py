@@ -14,9 +14,7 @@ class ScalarMixClassifier(BaseEstimator):
     """
 
     def __init__(self, C: float = 1.0, max_iter: int = 100, random_state: int = 0) -> None:
-        self.C = C
-        self.max_iter = max_iter
-        self.random_state = random_state
+        self.C, self.max_iter, self.random_state = C, max_iter, random_state
 
     def fit(self, layers: np.ndarray, codes: np.ndarray) -> ScalarMixClassifier:
         """layers: (n, n_layers, dim) float32, codes: (n,) class ids 0..k-1."""

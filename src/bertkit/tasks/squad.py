@@ -132,13 +132,9 @@ def format_squad_scores(scores: Mapping[str, float]) -> str:
     if "threshold" in scores:
         lines.append(f"scored at the run's no-answer threshold: {scores['threshold']:.4f} (null − best span, logits)")
     if "best_f1" in scores:
-        lines.append(
-            f"best threshold on these questions for F1:    {scores['best_f1_thresh']:.4f} (F1 {scores['best_f1']:.2f})"
-        )
-        lines.append(
-            f"best threshold on these questions for exact: {scores['best_exact_thresh']:.4f} "
-            f"(exact {scores['best_exact']:.2f})"
-        )
+        for key, name in (("f1", "F1"), ("exact", "exact")):
+            best = f"{scores[f'best_{key}_thresh']:.4f} ({name} {scores[f'best_{key}']:.2f})"
+            lines.append(f"best threshold on these questions for {name + ':':6} {best}")
     return "\n".join(lines)
 
 

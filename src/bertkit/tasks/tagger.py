@@ -103,18 +103,13 @@ class FineTunedTagger(FineTuned):
 
     def token_logits(self, encoded: Sequence[tok.Encoded], batch_size: int = EVAL_BATCH_SIZE) -> list[torch.Tensor]:
         """Each input's (tokens, classes) logits over its whole encoding: a long one's windows stitched by token."""
-        outputs = iter(
-            self.outputs([Row(part.ids, part.type_ids) for item in encoded for part in item.parts], batch_size)
-        )
-        result = []
-        for item in encoded:
-            parts = [next(outputs) for _ in item.parts]
-            result.append(
-                stitch(item.encoding.special_tokens_mask, item.windows, item.stride, parts)
-                if item.windows
-                else parts[0]
-            )
-        return result
+        rows = [Row(part.ids, part.type_ids) for item in encoded for part in item.parts]
+        outputs = iter(self.outputs(rows, batch_size))
+        parts = [[next(outputs) for _ in item.parts] for item in encoded]
+        return [
+            stitch(item.encoding.special_tokens_mask, item.windows, item.stride, logits) if item.windows else logits[0]
+            for item, logits in zip(encoded, parts)
+        ]
 
     def _pipeline_entities(self, texts: list[str], aggregation: str, batch_size: int) -> list[list[Entity]]:
         """Entities as transformers' token-classification pipeline aggregates them, from the one runner's logits."""
@@ -139,19 +134,10 @@ class FineTunedTagger(FineTuned):
                 "special_tokens_mask": torch.tensor(encoding.special_tokens_mask)[None],
                 "sentence": text,
             }
-            found.append(pipeline.postprocess([output], AggregationStrategy[aggregation.upper()]))
-        return [
-            [
-                Entity(
-                    str(e.get("entity_group", e.get("entity"))),
-                    e.get("index"),  # type: ignore[arg-type]  # the pipeline's int token index, or None
-                    None,
-                    text[int(e["start"]) : int(e["end"])],
-                    int(e["start"]),
-                    int(e["end"]),
-                    round(float(e["score"]), 4),
-                )
-                for e in entities
-            ]
-            for text, entities in zip(texts, found)
-        ]
+            entities = []
+            for e in pipeline.postprocess([output], AggregationStrategy[aggregation.upper()]):
+                kind, start, end = str(e.get("entity_group", e.get("entity"))), int(e["start"]), int(e["end"])
+                index = e.get("index")  # the pipeline's int token index, or None
+                entities.append(Entity(kind, index, None, text[start:end], start, end, round(float(e["score"]), 4)))
+            found.append(entities)
+        return found

@@ -100,25 +100,12 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
         precision: str = "fp32",
         device: str | None = "auto",
     ) -> None:
-        self.model = model
-        self.layers = layers
-        self.pooling = pooling
-        self.max_length = max_length
-        self.long_text = long_text
-        self.stride = stride
-        self.truncation_direction = truncation_direction
-        self.prompt = prompt
-        self.prompt_name = prompt_name
-        self.include_prompt = include_prompt
-        self.truncate_dim = truncate_dim
-        self.normalize_embeddings = normalize_embeddings
-        self.output_type = output_type
-        self.dense = dense
-        self.batch_size = batch_size
-        self.cache = cache
-        self.progress = progress
-        self.precision = precision
-        self.device = device
+        self.model, self.layers, self.pooling, self.max_length = model, layers, pooling, max_length
+        self.long_text, self.stride, self.truncation_direction = long_text, stride, truncation_direction
+        self.prompt, self.prompt_name, self.include_prompt = prompt, prompt_name, include_prompt
+        self.truncate_dim, self.normalize_embeddings, self.output_type = truncate_dim, normalize_embeddings, output_type
+        self.dense, self.batch_size, self.cache, self.progress = dense, batch_size, cache, progress
+        self.precision, self.device = precision, device
 
     def fit(self, X: Sequence[str], y: Any = None) -> BertVectorizer:
         """Load the encoder and check the options; nothing is learned from X.
@@ -192,8 +179,7 @@ class BertVectorizer(TransformerMixin, BaseEstimator):
     def __sklearn_tags__(self) -> Any:
         """scikit-learn's tags: the input is a list of strings."""
         tags = super().__sklearn_tags__()
-        tags.input_tags.two_d_array = False
-        tags.input_tags.string = True
+        tags.input_tags.two_d_array, tags.input_tags.string = False, True
         return tags
 
 

@@ -5,6 +5,7 @@ Both names load on first use: `settings` alone stays light (the command line rea
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -12,15 +13,10 @@ if TYPE_CHECKING:
     from .run import finetune
 
 __all__ = ["FinetuneArguments", "finetune"]
+_HOMES = {"FinetuneArguments": ".arguments", "finetune": ".run"}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "finetune":
-        from .run import finetune
-
-        return finetune
-    if name == "FinetuneArguments":
-        from .arguments import FinetuneArguments
-
-        return FinetuneArguments
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name], __name__), name)

@@ -60,6 +60,45 @@ class Prepared:
     notes: list[str]
 
 
+@dataclass
+class _Source:
+    """The training file, the dev file (None: a seeded `dev_share` of train held out), the rows limit."""
+
+    train: str | Path
+    dev: str | Path | None
+    seed: int
+    dev_share: float
+    limit: int | None
+
+    @property
+    def dev_name(self) -> str | Path:
+        """The dev data as messages name it."""
+        return self.dev or f"the held-out part of {self.train}"
+
+    def holdout(self, items: list, labels: list, stratify: bool = False) -> tuple[list, list, list, list]:
+        """Hold the dev part out of the training items: (train items, dev items, train labels, dev labels)."""
+        return split_holdout(items, labels, self.dev_share, self.seed, stratify=stratify)
+
+    def record(self, train_rows: int, dev_rows: int) -> dict:
+        """Return what the run's record says of the data: files, their digests, rows, and how dev was held out."""
+        if dev_rows == 0:
+            raise InputError(
+                f"the dev set{f' {self.dev}' if self.dev else ''} is empty; give a dev file with examples."
+            )
+        record = {
+            "train": str(Path(self.train).resolve()),
+            "train_sha256": file_sha256(self.train),
+            "train_rows": train_rows,
+            "limit": self.limit,
+            "dev_rows": dev_rows,
+        }
+        if self.dev is not None:
+            record.update(dev=str(Path(self.dev).resolve()), dev_sha256=file_sha256(self.dev))
+        else:
+            record["dev"] = f"{self.dev_share:.0%} held out of {self.train} (seed {self.seed})"
+        return record
+
+
 def _read(path: str | Path, task: str, problem: str | None, columns: Columns) -> LabelledData:
     kind = {REGRESSION: "numeric", MULTI_LABEL: "multi"}.get(problem or "", "categorical")
     return read_labelled_text(
@@ -97,10 +136,11 @@ def prepare(
     doc_stride: int | None = None,
 ) -> Prepared:
     """Read, check and hold out the data of a text, pair, token or qa task, and turn it into model inputs."""
+    source = _Source(train, dev, seed, dev_share, limit)
     if task == "token":
-        return _prepare_token(tokenizer, train, dev, max_length, seed, dev_share, limit)
+        return _prepare_token(tokenizer, source, max_length)
     if task == "qa":
-        return _prepare_qa(tokenizer, train, dev, max_length, seed, dev_share, limit, doc_stride)
+        return _prepare_qa(tokenizer, source, max_length, doc_stride)
     data = _read(train, task, problem, columns)
     notes = []
     if problem == SINGLE_LABEL and _numbers_with_decimals(data.labels):
@@ -124,10 +164,8 @@ def prepare(
         dev_inputs = list(zip(dev_data.texts, dev_data.pairs)) if dev_data.pairs is not None else list(dev_data.texts)
         dev_labels = [str(v) for v in dev_data.labels] if problem == SINGLE_LABEL else dev_data.labels
     else:
-        inputs, dev_inputs, labels, dev_labels = split_holdout(
-            inputs, labels, dev_share, seed, stratify=problem == SINGLE_LABEL
-        )
-    names = _label_names(problem, labels, dev_labels, dev, train)
+        inputs, dev_inputs, labels, dev_labels = source.holdout(inputs, labels, stratify=problem == SINGLE_LABEL)
+    names = _label_names(problem, labels, dev_labels, source)
     index = {name: i for i, name in enumerate(names)}
     targets = [_target(problem, label, index) for label in labels]
     train_examples, cut = text_examples(tokenizer, inputs, targets, max_length)
@@ -139,7 +177,7 @@ def prepare(
         for n, where in ((cut, "training"), (dev_cut, "dev"))
         if n
     ]
-    record = _data_record(train, dev, len(inputs), len(dev_inputs), dev_share, seed, limit)
+    record = source.record(len(inputs), len(dev_inputs))
     record.update(text_column=columns.text, label_column=columns.label, header=columns.header)
     if task == "pair":
         record["pair_column"] = columns.pair
@@ -148,17 +186,16 @@ def prepare(
     return Prepared(problem, names, train_examples, dev_inputs, dev_labels, record, notes)
 
 
-def _label_names(problem: str, labels: list, dev_labels: list, dev: str | Path | None, train: str | Path) -> list[str]:
+def _label_names(problem: str, labels: list, dev_labels: list, source: _Source) -> list[str]:
+    """Return the class names (regression: ["score"]), the dev labels checked against them."""
     if problem == REGRESSION:
         return ["score"]
     if problem == MULTI_LABEL:
-        names = sorted({name for row in labels for name in row})
-        if not names:
-            raise InputError(f"{train}: no row has a label; a multi-label classifier needs labels to learn.")
-        check_known_labels(dev or f"the held-out part of {train}", [n for row in dev_labels for n in row], names, train)
-        return names
+        labels, dev_labels = [n for row in labels for n in row], [n for row in dev_labels for n in row]
+        if not labels:
+            raise InputError(f"{source.train}: no row has a label; a multi-label classifier needs labels to learn.")
     names = sorted(set(labels))
-    check_known_labels(dev or f"the held-out part of {train}", dev_labels, names, train)
+    check_known_labels(source.dev_name, dev_labels, names, source.train)
     return names
 
 
@@ -174,26 +211,20 @@ def _target(problem: str, label: Any, index: dict[str, int]) -> int | float | li
     return index[label]
 
 
-def _prepare_token(
-    tokenizer: PreTrainedTokenizerBase,
-    train: str | Path,
-    dev: str | Path | None,
-    max_length: int,
-    seed: int,
-    dev_share: float,
-    limit: int | None,
-) -> Prepared:
+def _prepare_token(tokenizer: PreTrainedTokenizerBase, source: _Source, max_length: int) -> Prepared:
+    """CoNLL sentences as examples labelled at each word's first sub-token (long ones in windows), a data record."""
+    train, dev = source.train, source.dev
     data = read_tagged(train)
-    words, tags = data.words[:limit], data.tags[:limit]
+    words, tags = data.words[: source.limit], data.tags[: source.limit]
     if dev is not None:
         dev_data = read_tagged(dev)
         dev_words, dev_tags = dev_data.words, dev_data.tags
     else:
-        words, dev_words, tags, dev_tags = split_holdout(words, tags, dev_share, seed, stratify=False)
+        words, dev_words, tags, dev_tags = source.holdout(words, tags)
     names = TaggedData(Path(train), words, tags, []).labels
     if names == ["O"]:
         raise InputError(f"{train}: every tag is 'O'; a tagger needs some entity tags (B-TYPE / I-TYPE) to learn.")
-    check_known_labels(dev or f"the held-out part of {train}", [t for s in dev_tags for t in s], names, train)
+    check_known_labels(source.dev_name, [t for s in dev_tags for t in s], names, train)
     index = {name: i for i, name in enumerate(names)}
     train_examples, split_count = token_examples(tokenizer, words, [[index[t] for t in s] for s in tags], max_length)
     _, dev_split = token_examples(tokenizer, dev_words, [[0] * len(s) for s in dev_words], max_length)
@@ -205,7 +236,7 @@ def _prepare_token(
     ]
     if data.converted_from_iob1:
         notes.append(f"{train}: IOB1 tags (entities starting with I-) were converted to IOB2.")
-    record = _data_record(train, dev, len(words), len(dev_words), dev_share, seed, limit)
+    record = source.record(len(words), len(dev_words))
     record["columns"] = data.columns
     return Prepared(TOKENS, names, train_examples, dev_words, dev_tags, record, notes)
 
@@ -240,22 +271,14 @@ def qa_examples(tokenizer: Any, examples: list[QAExample], max_length: int, doc_
     return found, split
 
 
-def _prepare_qa(
-    tokenizer: Any,
-    train: str | Path,
-    dev: str | Path | None,
-    max_length: int,
-    seed: int,
-    dev_share: float,
-    limit: int | None,
-    doc_stride: int | None,
-) -> Prepared:
+def _prepare_qa(tokenizer: Any, source: _Source, max_length: int, doc_stride: int | None) -> Prepared:
     """SQuAD (or flat JSONL) questions as windows with answer labels (run_qa.py's training features), a data record."""
-    examples = read_squad(train).examples[:limit]
-    if dev is not None:
-        dev_examples = read_squad(dev).examples
+    train = source.train
+    examples = read_squad(train).examples[: source.limit]
+    if source.dev is not None:
+        dev_examples = read_squad(source.dev).examples
     else:
-        examples, dev_examples, _, _ = split_holdout(examples, [0] * len(examples), dev_share, seed, stratify=False)
+        examples, dev_examples, _, _ = source.holdout(examples, [0] * len(examples))
     room = max_length - tokenizer.num_special_tokens_to_add(pair=True)
     stride = min(128, room // 2) if doc_stride is None else doc_stride
     train_examples, split = qa_examples(tokenizer, examples, max_length, stride)
@@ -267,7 +290,7 @@ def _prepare_qa(
             f"{split} training contexts did not fit {max_length} tokens with their question and were read in windows "
             f"sharing {stride} tokens (--doc-stride); a window without the whole answer learns 'no answer' ([CLS])."
         )
-    record = _data_record(train, dev, len(examples), len(dev_examples), dev_share, seed, limit)
+    record = source.record(len(examples), len(dev_examples))
     record.update(doc_stride=stride, negatives=any(not e.answerable for e in examples + dev_examples))
     gold = [[text for text, _ in e.answers] for e in dev_examples]
     return Prepared(QA, ["start", "end"], train_examples, dev_examples, gold, record, notes)
@@ -282,28 +305,3 @@ def word_tokenizer(encoder: Encoder) -> PreTrainedTokenizerBase:
         return encoder.tokenizer
     source = encoder.source
     return AutoTokenizer.from_pretrained(source.path, add_prefix_space=True, local_files_only=source.kind != "hub")
-
-
-def _data_record(
-    train: str | Path,
-    dev: str | Path | None,
-    train_rows: int,
-    dev_rows: int,
-    dev_share: float,
-    seed: int,
-    limit: int | None,
-) -> dict:
-    if dev_rows == 0:
-        raise InputError(f"the dev set{f' {dev}' if dev else ''} is empty; give a dev file with examples.")
-    record = {
-        "train": str(Path(train).resolve()),
-        "train_sha256": file_sha256(train),
-        "train_rows": train_rows,
-        "limit": limit,
-        "dev_rows": dev_rows,
-    }
-    if dev is not None:
-        record.update(dev=str(Path(dev).resolve()), dev_sha256=file_sha256(dev))
-    else:
-        record["dev"] = f"{dev_share:.0%} held out of {train} (seed {seed})"
-    return record

@@ -221,11 +221,7 @@ def _train(
 
 
 def _trainer(
-    args: FinetuneArguments,
-    work: Path,
-    evaluator: Evaluator,
-    device: torch.device,
-    processes: int,
+    args: FinetuneArguments, work: Path, evaluator: Evaluator, device: torch.device, processes: int
 ) -> FinetuneTrainer:
     """`Trainer` of the dev scorer's model and data: bertkit's batches and loss, best epoch on dev, early stopping."""
     from transformers import EarlyStoppingCallback, PrinterCallback
