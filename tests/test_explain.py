@@ -21,7 +21,7 @@ from sklearn.linear_model import LogisticRegression
 from bertkit import text_coverage
 from bertkit.errors import InputError
 from bertkit.explain import page, views
-from bertkit.explain.explainer import Explainer, Settings
+from bertkit.explain.explainer import Explainer, ExplainRequest
 from bertkit.io.readers import read_labelled, sample_path
 from bertkit.tasks.classify import TextClassifier
 from bertkit.tasks.load import load_run
@@ -179,7 +179,7 @@ def test_sentence_vector_is_encoder_embed_and_cosine_is_right(encoder):
 
 @pytest.mark.slow
 def test_explain_puts_every_panel_and_keeps_errors_in_their_panel(explainer, run_dir, probe_dir):
-    result = explainer.explain(Settings(**{"text": "I love Korea", "layers": "bogus", "layer": 2}))
+    result = explainer.explain(ExplainRequest(**{"text": "I love Korea", "layers": "bogus", "layer": 2}))
     assert "not a valid layer spec" in result["sentence"]["error"]
     assert [r["id"] for r in result["tokenization"]["rows"]] == KOREA_IDS[:5]
     run = TextClassifier.from_pretrained(run_dir)
@@ -205,7 +205,7 @@ def test_explain_puts_every_panel_and_keeps_errors_in_their_panel(explainer, run
         ({"text": "a", "attributions": "yes"}, "attributions="),
     ]:
         with pytest.raises(InputError, match=words):
-            Settings(**bad)
+            ExplainRequest(**bad)
     assert "attribution" not in result["predictions"]["reviews"]  # asked for only
 
 
@@ -213,14 +213,14 @@ def test_attributions_are_asked_for_and_are_the_library_s(explainer, encoder):
     from bertkit import attribute_prediction, attribute_similarity
 
     settings = {"text": "I love Korea", "compare": "I hate Korea", "layers": "last", "pooling": "cls"}
-    result = explainer.explain(Settings(**{**settings, "attributions": True}))
+    result = explainer.explain(ExplainRequest(**{**settings, "attributions": True}))
     expected = attribute_similarity(encoder, "I love Korea", "I hate Korea", layers="last", pooling="cls")
     assert result["sentence"]["attribution"] == expected.to_dict()
     assert result["sentence"]["attribution"]["score"] == pytest.approx(result["sentence"]["cosine"], abs=1e-4)
     predicted = attribute_prediction(explainer.runs["reviews"], "I love Korea").to_dict()
     assert result["predictions"]["reviews"]["attribution"] == predicted
-    assert explainer.work_tokens(Settings(**{**settings, "attributions": True})) > 20 * explainer.work_tokens(
-        Settings(**settings)
+    assert explainer.work_tokens(ExplainRequest(**{**settings, "attributions": True})) > 20 * explainer.work_tokens(
+        ExplainRequest(**settings)
     )
 
 
@@ -253,7 +253,7 @@ def test_the_saved_page_s_data_is_valid_json_whatever_the_text_holds():
 def test_tagger_prediction_is_its_predict_and_it_has_no_map(encoder, tagger_dir):
     explainer = Explainer.from_paths(encoder=encoder, run_dirs=[f"ner={tagger_dir}"])
     text = "EU rejects German call to boycott British lamb ."
-    result = explainer.explain(Settings(text=text))
+    result = explainer.explain(ExplainRequest(text=text))
     expected = load_run(tagger_dir).predict([text])[0]
     shown = result["predictions"]["ner"]
     assert shown["kind"] == "tagger" and explainer.info()["runs"] == {"ner": "tagger"}
@@ -642,9 +642,9 @@ def pair_dir(tmp_path_factory):
 def test_a_pair_run_is_scored_on_the_pair_and_asks_for_one(encoder, pair_dir):
     explainer = Explainer.from_paths(encoder=encoder, run_dirs=[f"rr={pair_dir}"])
     assert explainer.info()["runs"] == {"rr": "pair regressor"}
-    without = explainer.explain(Settings("my red film"))
+    without = explainer.explain(ExplainRequest("my red film"))
     assert "type a second text under" in without["predictions"]["rr"]["error"]
-    answer = explainer.explain(Settings("my red film", pair="a red red film"))
+    answer = explainer.explain(ExplainRequest("my red film", pair="a red red film"))
     expected = load_run(pair_dir).predict([("my red film", "a red red film")])[0]
     assert answer["predictions"]["rr"] == {
         "kind": "score",
@@ -691,8 +691,8 @@ def test_the_default_pooling_is_the_model_s_own_as_embed_s(tmp_path):
     encoder = Encoder.from_pretrained(str(folder), device="cpu")
     explainer = Explainer(encoder)
     assert explainer.info()["pooling"] == "cls"
-    result = explainer.explain(Settings(text="I love Korea"))
+    result = explainer.explain(ExplainRequest(text="I love Korea"))
     assert result["sentence"]["pooling"] == "cls" and result["settings"]["pooling"] == "cls"
     np.testing.assert_allclose(result["sentence"]["vector"], encoder.embed(["I love Korea"])[0], atol=1e-4)
-    mean = explainer.explain(Settings(text="I love Korea", pooling="mean"))["sentence"]["vector"]
+    mean = explainer.explain(ExplainRequest(text="I love Korea", pooling="mean"))["sentence"]["vector"]
     assert not np.allclose(mean, result["sentence"]["vector"], atol=1e-3)

@@ -9,33 +9,32 @@ import typer
 
 from ..encoder.options import EmbedOptions
 from ..errors import InputError
-from .common import app, options_for, say, utf8_texts
+from ..explain.request import ExplainRequest
+from .common import app, say, utf8_texts
 from .options import Device, Generated, MapTexts, Model, Output, Overwrite, Pair, Runs, from_fields
 
 
 @app.command()
+@from_fields(
+    ExplainRequest,
+    "request",
+    only=("compare", "attributions"),
+    build="bertkit.explain.request:ExplainRequest",
+    defaults={"attributions": True},
+)
 @from_fields(EmbedOptions, "options", only=("layers", "pooling", "max_length"))
 def explain(
     ctx: typer.Context,
     text: Annotated[str, typer.Argument(callback=utf8_texts, help="The sentence to explain.")],
     output: Output = Path("explain.html"),
     run: Runs = None,
-    compare: Annotated[
-        str | None, typer.Option(callback=utf8_texts, help="A second sentence: the cosine of the two vectors.")
-    ] = None,
     pair: Pair = None,
     map_texts: MapTexts = False,
-    attributions: Annotated[
-        bool,
-        typer.Option(
-            "--attributions/--no-attributions",
-            help="Attribute the cosine (--compare) and each run's prediction to the words (Integrated Gradients).",
-        ),
-    ] = True,
     model: Model = None,
     device: Device = "auto",
     overwrite: Overwrite = False,
     options: Generated = None,
+    request: Generated = None,
 ) -> None:
     """Write the visual guide for TEXT as one HTML file: tokens, layers, attention, vector, map, prediction, probe.
 
@@ -46,7 +45,7 @@ def explain(
     from ..io.writers import atomic_path, check_output, check_writable_location
 
     check_output(check_writable_location(output), overwrite)  # before the heavy imports
-    from ..explain.explainer import Explainer, Settings
+    from ..explain.explainer import Explainer
     from ..explain.page import offline_page
 
     explainer = Explainer.from_paths(model, run or [], device=device)
@@ -54,7 +53,7 @@ def explain(
     # every layer, attention layer and head: the file switches between them with no server
     every = {"layer": "all", "attention_layer": "all", "head": "all"}
     chosen = dict(layers=options.layers, pooling=options.pooling, pad_to=options.max_length)
-    settings = Settings(**options_for(ctx, Settings, **chosen, **every))
+    settings = request(text=text, pair=pair, **chosen, **every)
     result = explainer.explain(settings, bounded=False)
     option_of = {"tokenization": "--max-length", "model": "--max-length", "sentence": "--layers/--pooling"}
     for name, option in option_of.items():

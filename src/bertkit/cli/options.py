@@ -87,11 +87,14 @@ Generated = Annotated[Any, typer.Option(hidden=True, parser=str)]  # the value `
 ALIASES = {"layers": ("-l",), "pooling": ("-p",), "batch_size": ("-b",), "top_k": ("-k",)}
 
 
-def _parameter(field: dataclasses.Field, hint: Any, defaults: dict[str, Any]) -> inspect.Parameter:
-    """Make the option of one field: its flag (or `--field-name`), aliases, help, choices and the command's default."""
+def _parameter(field: dataclasses.Field, hint: Any, defaults: dict[str, Any], described: str = "") -> inspect.Parameter:
+    """Make the option of one field: its flag (or `--field-name`), aliases, help, choices and the command's default.
+
+    The help is the field's metadata's, or a request model's field description (`described`).
+    """
     meta, listed, repeated = field.metadata, typing.get_origin(hint) is list, typing.get_origin(hint) is tuple
     default = None if listed or repeated or field.default is dataclasses.MISSING else field.default
-    help = meta["help"]
+    help = meta.get("help") or described
     if field.name in defaults:  # the command's default is shown by typer; the field's own is not this command's
         default, help = defaults[field.name], help.split("; default:")[0].rstrip(".") + "."
     decls = [meta.get("flag") or f"--{field.name.replace('_', '-')}", *ALIASES.get(field.name, ())]
@@ -112,12 +115,17 @@ def from_fields(
     """Give a command one option per field of the option table `table` (`only` these), as its parameter `into`.
 
     The command declares `into: Generated`; it receives the table made of the given values, or with `build` (a heavy
-    class, 'module:Class') a function that makes `build` of them, for the command to call after its cheap checks.
+    class, or a table with fields the command fills: 'module:Class') a function that makes `build` of them and of
+    the keywords it is called with, for the command to call after its cheap checks.
     `defaults` are the command's own defaults of some fields (`train`'s layers and pooling are the features').
     """
-    hints = typing.get_type_hints(table)
-    fields = [f for f in dataclasses.fields(table) if "help" in f.metadata and f.name in (only or [f.name])]
-    generated = [_parameter(f, hints[f.name], defaults or {}) for f in fields]
+    hints, annotated = typing.get_type_hints(table), typing.get_type_hints(table, include_extras=True)
+    fields = [f for f in dataclasses.fields(table) if f.name in only or (not only and "help" in f.metadata)]
+    said = {
+        name: [getattr(extra, "description", None) for extra in getattr(annotated[name], "__metadata__", ())]
+        for name in hints
+    }
+    generated = [_parameter(f, hints[f.name], defaults or {}, next(filter(None, said[f.name]), "")) for f in fields]
 
     def decorate(command: Callable) -> Callable:
         light = inspect.signature(command, eval_str=True)
@@ -131,9 +139,11 @@ def from_fields(
                     given[name] = [part.strip() for part in given[name].split(",") if part.strip()]
                 elif typing.get_origin(hints[name]) is tuple:
                     given[name] = tuple(given[name])
-            if build is not None:  # a heavy class (transformers'): made when the command has done its cheap checks
+            if build is not None:  # made when the command has done its cheap checks (and of what else it gives)
                 module, name = build.split(":")
-                return command(**values, **{into: lambda: getattr(importlib.import_module(module), name)(**given)})
+                return command(
+                    **values, **{into: functools.partial(getattr(importlib.import_module(module), name), **given)}
+                )
             return command(**values, **{into: table(**given)})
 
         parameters = [p for p in light.parameters.values() if p.name != into] + generated

@@ -32,6 +32,7 @@ def _any_case(*words: str) -> str:
 
 # white space as str.strip() sees it, spelled out: JSON Schema's (ECMAScript's), Python's and Rust's `\s` disagree
 WHITE_SPACE = "[\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
+NOT_BLANK = WHITE_SPACE.replace("[", "[^", 1)  # a character that is not white space as str.strip() sees it
 _SPACE = f"{WHITE_SPACE}*"
 _COMBINE = f"{_SPACE}:{_SPACE}{_any_case(*COMBINES)}"
 # Exactly the specs `parse_layers` takes, as one regular expression that ECMAScript (JSON Schema), Python and Rust

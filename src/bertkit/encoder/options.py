@@ -259,7 +259,8 @@ class EmbedOptions:
         return config.prompts.get(self.prompt_name or config.default_prompt_name or "", "")
 
 
-FIELDS = tuple(f.name for f in dataclasses.fields(EmbedOptions))
+OPTIONS = {f.name: f for f in dataclasses.fields(EmbedOptions)}  # each field, with its metadata
+FIELDS = tuple(OPTIONS)
 
 
 def _check_pooler(encoder: Model, last_only: bool, layers: str) -> None:

@@ -16,7 +16,7 @@ from cachetools import FIFOCache
 from sklearn.decomposition import PCA
 
 from ..encoder.encode import Encoder
-from ..errors import BertkitError, InputError, check_flag
+from ..errors import BertkitError, InputError
 from ..io.readers import column_spec, read_labelled, sample_path
 from ..records import read_record
 from ..tasks.classify import TextClassifier
@@ -24,42 +24,12 @@ from ..tasks.load import load_run
 from ..tasks.runs import PROBE_FILE, parse_run_specs
 from . import views
 from .attributions import DEFAULT_STEPS, Attribution, attribute_prediction, attribute_similarity
+from .request import MAX_CHARS, ExplainRequest
 
 MAP_ROWS = 400  # training sentences drawn on the map (evenly spaced rows of the run's data)
 SAMPLE = "reviews.tsv"
 ATTRIBUTION_PASSES = 3 * (DEFAULT_STEPS + 2)  # an attribution's work, in passes of its input
 RECENT = 16  # sentences whose feature vectors are kept (map and prediction of one request share them)
-
-
-@dataclass
-class Settings:
-    """What the page asks for (checked when made).
-
-    `layer`, `attention_layer`, `head`: a number, a list, 'all' ('mean' for the head), or None for the small default
-    (the last hidden state, the last layer's attention averaged over its heads).
-    """
-
-    text: str
-    pad_to: int | None = None
-    layer: int | list[int] | str | None = None
-    attention_layer: int | list[int] | str | None = None
-    head: int | list[int] | str | None = None
-    layers: str = "last"
-    pooling: str | None = None  # None: the model's own, as `Encoder.embed`'s default
-    compare: str | None = None
-    map_run: str | None = None
-    pair: str | None = None
-    attributions: bool = False
-
-    def __post_init__(self) -> None:
-        """Refuse a text, compare or pair sentence that is not one (empty, too long) and a non-bool `attributions`.
-
-        The service's request model checks JSON types first (`serve/schemas.py: ExplainRequest`).
-        """
-        for name in ("text", "compare", "pair"):
-            if name == "text" or getattr(self, name):
-                views.check_text(getattr(self, name), name)
-        check_flag("attributions", self.attributions)
 
 
 @dataclass
@@ -115,18 +85,18 @@ class Explainer:
         return {
             "model": model_name(self.encoder),
             **{key: facts["attention_heads" if key == "heads" else key] for key in keys},
-            "limits": {"chars": views.MAX_CHARS, "tokens": min(views.MAX_TOKENS, self.encoder.max_length)},
+            "limits": {"chars": MAX_CHARS, "tokens": min(views.MAX_TOKENS, self.encoder.max_length)},
             "runs": {name: run_kind(run) for name, run in self.runs.items()},
             "map_runs": [name for name, run in self.runs.items() if isinstance(run, TextClassifier)],
             "probes": list(self.probes),
         }
 
-    def explain(self, settings: Settings, bounded: bool = True) -> dict:
+    def explain(self, settings: ExplainRequest, bounded: bool = True) -> dict:
         """Every panel for one sentence; each panel is its data or {"error": message}.
 
         Parameters
         ----------
-        settings : Settings
+        settings : ExplainRequest
             The sentence and what to show of it.
         bounded : bool
             Cap the token vectors and attention maps one answer carries (`views.MAX_VECTOR_LAYERS`,
@@ -158,7 +128,7 @@ class Explainer:
             self._attribute(result, settings)
         return result
 
-    def _attribute(self, result: dict, settings: Settings) -> None:
+    def _attribute(self, result: dict, settings: ExplainRequest) -> None:
         """Add to each panel with a score the score's attributions.
 
         The two sentences' cosine, each run's prediction (a classifier's class, a regressor's score, a QA answer, a
@@ -174,7 +144,7 @@ class Explainer:
                 pair = settings.pair if getattr(run, "takes_pairs", False) is True or panel["kind"] == "qa" else None
                 panel["attribution"] = _panel(attribute_prediction, run, text, pair)
 
-    def work_tokens(self, settings: Settings) -> int:
+    def work_tokens(self, settings: ExplainRequest) -> int:
         """About how many tokens of model work `explain(settings)` does: what it counts against the server's queue.
 
         The sentence goes through the model for the token panels (twice: hidden states and attention), the sentence
@@ -191,7 +161,7 @@ class Explainer:
         attributed = ATTRIBUTION_PASSES * scores if settings.attributions else 0
         return (sentence + pair) * (3 + len(self.runs)) + compare + first_map + attributed
 
-    def _map_run(self, settings: Settings) -> str | None:
+    def _map_run(self, settings: ExplainRequest) -> str | None:
         return settings.map_run or next(iter(self.info()["map_runs"]), None)
 
     def map_view(self, name: str | None, text: str) -> dict:

@@ -22,7 +22,6 @@ from ..errors import InputError
 if TYPE_CHECKING:
     from ..encoder.tokenize import Batch
 
-MAX_CHARS = 2000  # a sentence or a short paragraph; longer pastes are refused with a message
 MAX_TOKENS = 128  # the token panels (heatmaps, attention) show at most this many positions
 DIGITS = 4
 # One served answer carries at most this many layers of token vectors and attention maps (each up to 128 x 128):
@@ -33,20 +32,6 @@ ALL, MEAN = "all", "mean"
 Choice = int | list[int] | str | None  # layers or heads asked for: a number, a list, 'all' (a head: 'mean') or None
 
 _EAGER: weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module] = weakref.WeakKeyDictionary()
-
-
-def check_text(text: object, name: str = "text") -> str:
-    """Return the sentence to explain; refuse one that is not a string, empty, or longer than MAX_CHARS."""
-    if not isinstance(text, str):
-        raise InputError(f"{name} must be a string, got {type(text).__name__}.")
-    if not text.strip():
-        raise InputError(f"{name} is empty: type a sentence to see how the model reads it.")
-    if len(text) > MAX_CHARS:
-        raise InputError(
-            f"{name} has {len(text):,} characters; the explainer takes up to {MAX_CHARS:,} (one sentence or a short "
-            "paragraph). Shorten it, or embed long documents with `bertkit embed`."
-        )
-    return text
 
 
 def tokenization(encoder: Encoder, text: str, pad_to: int | None = None, pair: str | None = None) -> dict:

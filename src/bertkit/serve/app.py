@@ -216,7 +216,7 @@ def _special(request: Request, error: dict) -> tuple[int, str, str, str | None] 
     if said is not None:  # a value outside an option's schema: the library's own words for it
         return 422, "invalid_input", said, field
     if request.url.path == "/explain" and field in ("text", "compare", "pair") and len(loc) == 2:
-        from ..explain.views import check_text
+        from ..explain.request import check_text
 
         try:
             check_text(value, field)

@@ -17,11 +17,11 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from ..explain import page
-from ..explain.explainer import Explainer, Settings
+from ..explain.explainer import Explainer, ExplainRequest
 from ..tasks.search import model_metric
 from ..tasks.search import similarity as similarity_of
 from . import responses as shapes
-from .schemas import ExplainRequest, Vocabulary, request_models
+from .schemas import Vocabulary, dataclass_model, request_models
 from .service import ServeError, Service
 from .web import GET_ERRORS, POST_ERRORS, StrictJSONRoute, json_answer, responses
 
@@ -31,6 +31,7 @@ TRUNCATED = {
     "X-Bertkit-Truncated-Inputs": {"description": CUT_ROWS, "schema": {"type": "string"}},
 }
 _BUILD = threading.Lock()
+EXPLAIN_BODY = dataclass_model(ExplainRequest)
 
 
 def service_routes(service: Service, vocabulary: Vocabulary) -> APIRouter:
@@ -295,8 +296,8 @@ def _explainer_routes(router: APIRouter) -> None:
         summary="Explainer: every panel for one sentence (tokens, layers, attention, vector, map, predictions, probes)",
         responses=responses("/explain", shapes.ExplainResponse, POST_ERRORS),
     )
-    async def explain(body: ExplainRequest, request: Request) -> JSONResponse:
-        settings = Settings(**body.model_dump(exclude_unset=True))
+    async def explain(body: EXPLAIN_BODY, request: Request) -> JSONResponse:  # type: ignore[valid-type]
+        settings = ExplainRequest(**body.model_dump(exclude_unset=True))
         explainer = explainer_of(request.app)
         result = await _service(request).call(lambda: explainer.explain(settings), explainer.work_tokens(settings))
         return await json_answer(result)  # written off the loop (FastAPI's encoder would walk every float)

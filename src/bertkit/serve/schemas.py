@@ -8,6 +8,7 @@ served model as it is read: a value the library refuses is a 422 that names the 
 """
 
 import dataclasses
+import typing
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Annotated, Any, Literal, Union
@@ -30,13 +31,10 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from ..encoder.layers import WHITE_SPACE
-from ..encoder.options import EmbedOptions
+from ..encoder.options import OPTIONS, EmbedOptions
 from ..errors import InputError, brief
-from ..explain.views import MAX_CHARS
 from ..tasks.qa import AnswerOptions
 
-OPTIONS = {f.name: f for f in dataclasses.fields(EmbedOptions)}
 # the library's name → the one a peer's request shape fixes: TEI's /embed (huggingface_hub's feature_extraction sends
 # both) and OpenAI's /v1/embeddings; every other body says the library's names
 TEI_NAMES = {"truncate_dim": "dimensions", "normalize_embeddings": "normalize"}
@@ -85,6 +83,16 @@ def Whole(low: int, high: int | None = None) -> Any:  # noqa: N802 - a type
     return Annotated[(StrictInt, *bounds, BeforeValidator(_whole))]
 
 
+def dataclass_model(table: type) -> type[BaseModel]:
+    """Make the request model of a dataclass whose fields carry their JSON types and bounds (`ExplainRequest`)."""
+    hints = typing.get_type_hints(table, include_extras=True)
+    fields = {
+        f.name: (hints[f.name], ... if f.default is dataclasses.MISSING else f.default)
+        for f in dataclasses.fields(table)
+    }
+    return create_model(table.__name__, __base__=Strict, __doc__=table.__doc__, **fields)
+
+
 def fields_model(name: str, doc: str, options: type) -> type[BaseModel]:
     """Make the request model of an options dataclass (`AnswerOptions`) from its fields' metadata.
 
@@ -97,9 +105,6 @@ def fields_model(name: str, doc: str, options: type) -> type[BaseModel]:
         described = meta["help"] if field.default is None else f"{meta['help']} ({field.default})"
         fields[field.name] = (kind | None, Field(None, description=described))
     return create_model(name, __base__=Strict, __doc__=doc, **fields)
-
-
-NOT_BLANK = WHITE_SPACE.replace("[", "[^", 1)  # a character that is not white space as str.strip() sees it
 
 
 @dataclass(frozen=True)
@@ -361,36 +366,3 @@ class TextObject(Strict):
     """Cohere's structured document: an object with one field, 'text'."""
 
     text: StrictStr
-
-
-class ExplainRequest(Strict):
-    """The explainer's `POST /explain` body: its JSON types; `explain.explainer.Settings` is made of it.
-
-    Out-of-range `pad_to`, `layer`, `attention_layer`, `head`, `layers` or `pooling` do not fail the request: the
-    panel they concern carries `{"error": message}` instead of its data.
-    """
-
-    text: str = Field(min_length=1, max_length=MAX_CHARS, pattern=NOT_BLANK, description="The sentence (not blank).")
-    # any JSON is taken for these four: a value the model cannot show is reported in its panel, not refused
-    pad_to: Any = Field(None, description="Pad the tokens to this length (3 to 128), or null.")
-    layer: Any = Field(
-        None,
-        description="Hidden states whose token vectors to send: an index, a list of them, 'all' or null (the last).",
-    )
-    attention_layer: Any = Field(None, description="Layers whose attention to send: an index, a list, 'all' or null.")
-    head: Any = Field(None, description="Heads of those layers: an index, a list, 'all', 'mean' or null (their mean).")
-    layers: str = Field("last", description=OPTIONS["layers"].metadata["help"])
-    pooling: str | None = Field(None, description=OPTIONS["pooling"].metadata["help"])
-    compare: str | None = Field(
-        None,
-        max_length=MAX_CHARS,
-        pattern=f"^$|{NOT_BLANK}",
-        description="A second sentence to compare with (cosine), or null.",
-    )
-    map_run: str | None = Field(None, description="The feature run whose training sentences the map shows.")
-    pair: str | None = Field(None, max_length=MAX_CHARS, description="A second text, read as a pair.")
-    attributions: StrictBool = Field(
-        False,
-        description="Attribute each score to the words (Integrated Gradients): the cosine to `compare` and each run's "
-        "prediction carry an `attribution`. Off by default: it costs about 80 passes of the sentence per score.",
-    )
