@@ -111,12 +111,11 @@ def train(
         f"{dev_source}"
     )
     estimator.fit(texts, labels)
-    stats = estimator.vectorizer_.cache_.stats if estimator.vectorizer_.cache_ is not None else None
+    fitted = estimator.vectorizer_
+    stats = fitted.cache_.stats if fitted.cache_ is not None else None
     say(
-        f"features: layers={estimator.vectorizer_.layers} pooling={estimator.vectorizer_.pooling} → "
-        f"{estimator.vectorizer_.n_features_out_} dims; "
-        f"embedding {estimator.embed_seconds_:.1f}s on {running_on(estimator.vectorizer_.encoder_)}"
-        + (f" ({stats})" if stats else "")
+        f"features: layers={fitted.layers} pooling={fitted.pooling} → {fitted.n_features_out_} dims; embedding "
+        f"{estimator.embed_seconds_:.1f}s on {running_on(fitted.encoder_)}" + (f" ({stats})" if stats else "")
     )
     if estimator.cv_scores_:
         scores = ", ".join(f"{c:g}: {s:.4f}" for c, s in estimator.cv_scores_.items())
@@ -131,7 +130,7 @@ def train(
     estimator.save_pretrained(output, metrics=metrics, extra={"data": data}, overwrite=overwrite)
     say(f"saved {output}")
     if report is not None:
-        vectors = estimator.vectorizer_.transform(dev_texts)
+        vectors = fitted.transform(dev_texts)
         title = f"{options.layers} / {options.pooling} / {classifier}"
         for path in write_report(report, metrics, vectors, dev_labels, title=title, overwrite=overwrite):
             say(f"wrote {path}")

@@ -191,9 +191,7 @@ def cache_option(no_cache: bool, cache_dir: Path | None) -> Path | None:
     """Return the embedding cache directory: None with `no_cache`, else `cache_dir` or the default one."""
     from ..io.cache import default_cache_dir
 
-    if no_cache:
-        return None
-    return cache_dir or default_cache_dir()
+    return None if no_cache else cache_dir or default_cache_dir()
 
 
 _PATH_LIKE = re.compile(r"\S*(/|\\)\S*|\S+\.(tsv|csv|jsonl|json|txt|text|parquet|conll|iob|gz)", re.IGNORECASE)

@@ -114,6 +114,8 @@ def embed(
     -o: .npy, .npz (vectors + ids) or .parquet, which keep the row ids and every option, so that `bertkit search`
     embeds a query the same way. --overwrite replaces an existing output (Ray: starts -o over).
     """
+    from ..io.columns import choose_text_column
+    from ..io.text_files import detect_format
     from ..io.writers import check_output, check_output_path, check_writable_location
 
     if engine not in ("local", "ray"):
@@ -129,26 +131,32 @@ def embed(
                 "--device applies to --engine local; Ray actors run on the CPU, or on GPUs with --gpus-per-actor."
             )
         reading = dict(column=column_spec(column), id_column=column_spec(id_column))
-        _embed_on_ray(ctx, str(input), output, options, reading, quiet, chunk_rows)
+        rows = {} if chunk_rows is None else {"rows_per_call": chunk_rows}  # else embed_files' rows per actor call
+        _embed_on_ray(ctx, str(input), output, options, quiet, **reading, **rows)
         return
     if gpus_per_actor is not None:
         raise InputError("--gpus-per-actor applies to --engine ray; with --engine local give --device cuda.")
     existing_text_file(input)  # a missing, unreadable or binary input is refused before the model loads
-    column, header = _text_column(input, column_spec(column), header, fmt, quiet)
+    column = column_spec(column)
+    if column is None and header is None and detect_format(input, fmt) in ("tsv", "csv"):  # detected, and said
+        choice = choose_text_column(input, fmt)
+        column, header = choice.column, choice.header
+        if not quiet:
+            say(f"reading {choice.reason} of {input}; --column chooses another")
     inputs = [input, calibration, model]
     if options.token_vectors:
         check_output(check_writable_location(output), overwrite, inputs)
     else:
         check_output_path(output, overwrite, inputs)
     encoder = make_encoder(model, precision, device)
-    reading = dict(column=column, id_column=column_spec(id_column), header=header, fmt=fmt)
+    settings = dict(column=column, id_column=column_spec(id_column), header=header, fmt=fmt, batch_size=batch_size)
     started = time.perf_counter()
     if options.token_vectors:
-        summary = _embed_token_vectors(encoder, input, output, reading, options, batch_size, quiet, overwrite)
+        summary = _embed_token_vectors(encoder, input, output, options, quiet, overwrite, **settings)
     else:
         ranges = None if calibration is None else _calibration_ranges(encoder, calibration, options, batch_size)
         chunks = dict(chunk_rows=4096 if chunk_rows is None else chunk_rows, ranges=ranges, overwrite=overwrite)
-        summary = _embed_streamed(encoder, input, output, options, quiet, **reading, **chunks, batch_size=batch_size)
+        summary = _embed_streamed(encoder, input, output, options, quiet, **settings, **chunks)
     if not quiet:
         _say_summary(summary, output, time.perf_counter() - started, options.max_length or encoder.max_length, encoder)
 
@@ -178,22 +186,16 @@ class _Summary:
 
 
 def _embed_token_vectors(
-    encoder: Encoder,
-    input: Path,
-    output: Path,
-    reading: dict,
-    options: EmbedOptions,
-    batch_size: int | None,
-    quiet: bool,
-    overwrite: bool,
+    encoder: Encoder, input: Path, output: Path, options: EmbedOptions, quiet: bool, overwrite: bool, **settings: Any
 ) -> _Summary:
-    """pooling='none': every token's vector, read whole and written as one .npz."""
+    """pooling='none': every token's vector, read whole and written as one .npz; `settings`: reading, batch size."""
     from ..encoder.encode import vectors_record
     from ..encoder.tokenize import TextTooLong
     from ..io.readers import read_texts
     from ..io.vectors import write_token_vectors
 
-    texts, ids, lines = read_texts(input, **reading)
+    batch_size = settings.pop("batch_size")
+    texts, ids, lines = read_texts(input, **settings)
     try:
         result, report = encoder.embed_with_report(
             texts, options, batch_size=batch_size, progress=None if not quiet else False, warn=False
@@ -286,37 +288,14 @@ def _lines(numbers: list[int], shown: int = 5) -> str:
     return f"line{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers[:shown]))}{more}"
 
 
-def _text_column(
-    input: Path, column: str | int | None, header: bool | None, fmt: str | None, quiet: bool
-) -> tuple[str | int | None, bool | None]:
-    """Choose the column and header to read: as given, else detected for a TSV/CSV (and said), else the default."""
-    from ..io.columns import choose_text_column
-    from ..io.text_files import detect_format
-
-    if column is not None or header is not None or detect_format(Path(input), fmt) not in ("tsv", "csv"):
-        return column, header
-    choice = choose_text_column(input, fmt)
-    if not quiet:
-        say(f"reading {choice.reason} of {input}; --column chooses another")
-    return choice.column, choice.header
-
-
 def _embed_on_ray(
-    ctx: typer.Context,
-    pattern: str,
-    output: Path,
-    options: EmbedOptions,
-    reading: dict,
-    quiet: bool,
-    chunk_rows: int | None,
+    ctx: typer.Context, pattern: str, output: Path, options: EmbedOptions, quiet: bool, **reading: Any
 ) -> None:
     """`--engine ray`: Ray Data over every file the pattern names, one Parquet folder per file in `output`."""
     from ..ray import embed_files
-    from ..ray.dataset import DEFAULT_ROWS_PER_CALL
 
-    rows_per_call = DEFAULT_ROWS_PER_CALL if chunk_rows is None else chunk_rows
     logs, progress = verbosity() == "verbose", None if not quiet else False
-    settings = options_for(ctx, embed_files, **reading, ray_logs=logs, rows_per_call=rows_per_call, progress=progress)
+    settings = options_for(ctx, embed_files, **reading, ray_logs=logs, progress=progress)
     summary = embed_files(pattern, output, options, **settings)
     if quiet:
         return

@@ -28,7 +28,6 @@ from .options import (
     Overwrite,
     PairColumn,
     Seed,
-    Task,
     TextColumn,
     Threads,
     from_fields,
@@ -70,11 +69,10 @@ def finetune(
     check_output(output_dir, resume, overwrite, [train_file, dev, model])  # before torch loads
     from ..tasks.finetune import finetune as run_finetune
 
-    columns = {
-        name: column_spec(value) for name, value in options_for(ctx, run_finetune).items() if name.endswith("_column")
-    }
+    given = options_for(ctx, run_finetune)
+    given |= {name: column_spec(value) for name, value in given.items() if name.endswith("_column")}
     try:
-        run_finetune(train_file, **options_for(ctx, run_finetune, args=args(), **columns))
+        run_finetune(train_file, **given, args=args())
     except KeyboardInterrupt:
         sys.exit(130)
 
@@ -85,7 +83,7 @@ def probe(
     train_file: Annotated[Path, typer.Argument(callback=existing_text_file, help="Training data (see above).")],
     dev: Dev,
     output: Output,
-    task: Task = "text",
+    task: Annotated[str, typer.Option(help="text | token (pair and qa: finetune).")] = "text",
     limit: Limit = None,
     poolings: Annotated[str, typer.Option(help="Text task: poolings to compare.")] = "cls,mean,max,pooler",
     subtoken_pooling: Annotated[str, typer.Option(help="Token task: first | last | mean | first_last.")] = "first",
@@ -116,10 +114,8 @@ def probe(
     cache = "memory" if no_cache else cache_option(no_cache, cache_dir)
     shared = {"cache": cache, "progress": False if verbosity() == "quiet" else None}
     if task == "text":
-        columns = {"text_column": column_spec(text_column), "label_column": column_spec(label_column)}
-        result = probe_text(
-            train_file, **options_for(ctx, probe_text, poolings=poolings.split(","), **shared, **columns)
-        )
+        shared |= {"text_column": column_spec(text_column), "label_column": column_spec(label_column)}
+        result = probe_text(train_file, **options_for(ctx, probe_text, poolings=poolings.split(","), **shared))
     elif task == "token":
         result = probe_token(train_file, **options_for(ctx, probe_token, C=c_value, **shared))
     else:

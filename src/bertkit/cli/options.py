@@ -58,7 +58,6 @@ Calibration = Annotated[
     Path | None,
     typer.Option("--calibration", callback=existing_text_file, help="int8 calibration texts (default: bertkit's)."),
 ]
-Task = Annotated[str, typer.Option("--task", help="text | token (pair and qa: finetune).")]
 MapTexts = Annotated[bool, typer.Option("--map-texts/--no-map-texts", help="The map shows training sentences.")]
 Runs = Annotated[
     list[str] | None,
@@ -87,20 +86,20 @@ Generated = Annotated[Any, typer.Option(hidden=True, parser=str)]  # the value `
 ALIASES = {"layers": ("-l",), "pooling": ("-p",), "batch_size": ("-b",), "top_k": ("-k",)}
 
 
-def _parameter(field: dataclasses.Field, hint: Any, defaults: dict[str, Any], described: str = "") -> inspect.Parameter:
+def _parameter(field: dataclasses.Field, hint: Any, annotated: Any, defaults: dict[str, Any]) -> inspect.Parameter:
     """Make the option of one field: its flag (or `--field-name`), aliases, help, choices and the command's default.
 
-    The help is the field's metadata's, or a request model's field description (`described`).
+    The help is the field's metadata's, or a request model's field description (in its `annotated` type hint).
     """
     meta, listed, repeated = field.metadata, typing.get_origin(hint) is list, typing.get_origin(hint) is tuple
     default = None if listed or repeated or field.default is dataclasses.MISSING else field.default
-    help = meta.get("help") or described
+    described = [getattr(extra, "description", None) for extra in getattr(annotated, "__metadata__", ())]
+    help = meta.get("help") or next(filter(None, described), "")
     if field.name in defaults:  # the command's default is shown by typer; the field's own is not this command's
         default, help = defaults[field.name], help.split("; default:")[0].rstrip(".") + "."
     decls = [meta.get("flag") or f"--{field.name.replace('_', '-')}", *ALIASES.get(field.name, ())]
-    extra = {"metavar": "|".join(meta["choices"])} if meta.get("choices") else {}
-    if meta.get("metavar"):
-        extra["metavar"] = meta["metavar"]
+    metavar = meta.get("metavar") or ("|".join(meta["choices"]) if meta.get("choices") else None)
+    extra = {"metavar": metavar} if metavar else {}
     if hint in (str, str | None):
         extra["callback"] = utf8_texts
     option = typer.Option(*decls, help=help, **extra)
@@ -121,30 +120,25 @@ def from_fields(
     """
     hints, annotated = typing.get_type_hints(table), typing.get_type_hints(table, include_extras=True)
     fields = [f for f in dataclasses.fields(table) if f.name in only or (not only and "help" in f.metadata)]
-    said = {
-        name: [getattr(extra, "description", None) for extra in getattr(annotated[name], "__metadata__", ())]
-        for name in hints
-    }
-    generated = [_parameter(f, hints[f.name], defaults or {}, next(filter(None, said[f.name]), "")) for f in fields]
+    generated = [_parameter(f, hints[f.name], annotated[f.name], defaults or {}) for f in fields]
 
     def decorate(command: Callable) -> Callable:
         light = inspect.signature(command, eval_str=True)
 
         @functools.wraps(command, assigned=("__module__", "__name__", "__qualname__", "__doc__"))
         def run(**values: Any) -> Any:
-            given = {f.name: values.pop(f.name, None) for f in fields}
-            given = {name: value for name, value in given.items() if value is not None}
+            given = {f.name: value for f in fields if (value := values.pop(f.name, None)) is not None}
             for name in given:
                 if typing.get_origin(hints[name]) is list:
                     given[name] = [part.strip() for part in given[name].split(",") if part.strip()]
                 elif typing.get_origin(hints[name]) is tuple:
                     given[name] = tuple(given[name])
-            if build is not None:  # made when the command has done its cheap checks (and of what else it gives)
-                module, name = build.split(":")
-                return command(
-                    **values, **{into: functools.partial(getattr(importlib.import_module(module), name), **given)}
-                )
-            return command(**values, **{into: table(**given)})
+            if build is None:
+                return command(**values, **{into: table(**given)})
+            # made when the command has done its cheap checks (and of what else it gives)
+            module, name = build.split(":")
+            made = getattr(importlib.import_module(module), name)
+            return command(**values, **{into: functools.partial(made, **given)})
 
         parameters = [p for p in light.parameters.values() if p.name != into] + generated
         run.__signature__ = light.replace(parameters=parameters)  # type: ignore[attr-defined]

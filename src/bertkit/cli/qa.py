@@ -56,7 +56,6 @@ def write_predictions(model: FineTunedQA, inputs: list[str], output: Path | None
 
     if len(inputs) != 1 or path_kind(inputs[0]) != "file":
         raise InputError("a question-answering run predicts a SQuAD file: give one .json or .jsonl file.")
-    data = read_squad(inputs[0])
-    answers, _, _ = model.predictions(data.examples)
+    answers = model.predictions(read_squad(inputs[0]).examples)[0]
     done = f"wrote the answers to {len(answers)} questions of {inputs[0]} to {output}"
     write_output(json.dumps(answers, ensure_ascii=False, indent=1) + "\n", output, done)

@@ -132,6 +132,7 @@ def predict(
     text; taggers: one row per entity; question answering: JSON, {id: answer}).
     """
     _check_table_output(output, overwrite, run, inputs)  # before the heavy imports
+    from ..io.readers import read_text_pairs, read_texts
     from ..tasks.tagger import FineTunedTagger
 
     estimator = _load(run, no_cache, cache_dir, precision, device)
@@ -141,31 +142,8 @@ def predict(
         write_predictions(estimator, inputs, output)
         return
     paired = getattr(estimator, "takes_pairs", False) is True
-    texts, pairs = _inputs(inputs, pair, as_text, column, pair_column, header, paired)
-    if isinstance(estimator, FineTunedTagger):
-        rows = [["row", "type", "start", "end", "score", "entity"]]
-        for row, entities in enumerate(estimator.predict(texts, aggregation=aggregation)):
-            rows += [[row, e.type, e.char_start, e.char_end, f"{e.score:.4f}", e.text] for e in entities]
-    else:
-        if aggregation is not None:
-            raise InputError("--aggregation is for taggers (fine-tuned with --task token).")
-        rows = _prediction_rows(estimator, texts, pairs)
-    _write_rows(rows, output, f"wrote predictions for {len(texts)} inputs to {output}")
-
-
-def _inputs(
-    inputs: list[str],
-    pair: str | None,
-    as_text: bool,
-    column: str | None,
-    pair_column: str | None,
-    header: bool | None,
-    paired: bool,
-) -> tuple[list[str], list[str] | None]:
-    """(texts, pairs or None) from the command line: texts with --pair, or a file's columns."""
-    from ..io.readers import read_text_pairs, read_texts
-
-    source = texts_or_file(inputs, as_text)
+    # (texts, pairs or None): texts with --pair, or a file's columns
+    source, pairs = texts_or_file(inputs, as_text), None
     if source is None:
         if paired and (pair is None or len(inputs) != 1):
             raise InputError(
@@ -175,14 +153,22 @@ def _inputs(
         if not paired and pair is not None:
             raise InputError("--pair is for pair models (fine-tuned with --task pair); this one takes single texts.")
         say(f"labelling {len(inputs)} input{'s' if len(inputs) != 1 else ''} given on the command line")
-        return list(inputs), [pair] if pair is not None else None
-    if not paired:
+        texts, pairs = list(inputs), [pair] if pair is not None else None
+    elif not paired:
         texts = read_texts(source, column_spec(column), header=header)[0]
         say(f"labelling {len(texts)} rows of {source}" + (f" (column {column})" if column is not None else ""))
-        return texts, None
-    texts, pairs, _ = read_text_pairs(source, column_spec(column), column_spec(pair_column), header=header)
-    say(f"labelling {len(texts)} pairs of {source}")
-    return texts, pairs
+    else:
+        texts, pairs, _ = read_text_pairs(source, column_spec(column), column_spec(pair_column), header=header)
+        say(f"labelling {len(texts)} pairs of {source}")
+    if isinstance(estimator, FineTunedTagger):
+        rows = [["row", "type", "start", "end", "score", "entity"]]
+        for row, entities in enumerate(estimator.predict(texts, aggregation=aggregation)):
+            rows += [[row, e.type, e.char_start, e.char_end, f"{e.score:.4f}", e.text] for e in entities]
+    else:
+        if aggregation is not None:
+            raise InputError("--aggregation is for taggers (fine-tuned with --task token).")
+        rows = _prediction_rows(estimator, texts, pairs)
+    _write_rows(rows, output, f"wrote predictions for {len(texts)} inputs to {output}")
 
 
 def _prediction_rows(estimator: Any, texts: list[str], pairs: list[str] | None) -> list[list]:
@@ -258,9 +244,7 @@ def rerank(
         documents, _, lines = read_texts(source, column_spec(column), header=header)
     ranked = estimator.rank(query, documents, top_k=top_k)
     say(f"ranked {len(documents)} documents for {quoted(query)}" + (f" (top {top_k})" if top_k else ""))
-    header_row = ["rank", "line" if lines is not None else "index", "score", "document"]
-    rows = [header_row] + [
-        [rank, lines[i] if lines is not None else i, f"{score:.4f}", documents[i]]
-        for rank, (i, score) in enumerate(ranked, start=1)
-    ]
+    rows = [["rank", "line" if lines is not None else "index", "score", "document"]]
+    for rank, (i, score) in enumerate(ranked, start=1):
+        rows.append([rank, lines[i] if lines is not None else i, f"{score:.4f}", documents[i]])
     _write_rows(rows, output, f"wrote the ranking to {output}")

@@ -9,7 +9,7 @@ import typer
 
 from ..encoder.options import EmbedOptions
 from ..errors import InputError, no_such_path
-from .common import app, options_for, say, utf8_texts, verbosity
+from .common import app, make_encoder, options_for, say, utf8_texts, verbosity
 from .options import Device, Generated, Metric, Output, Overwrite, Threads, TopK, from_fields
 
 if TYPE_CHECKING:
@@ -27,7 +27,6 @@ def search(
     metric: Metric = None,
     rescore_multiplier: int | None = typer.Option(
         None,
-        "--rescore-multiplier",
         help="int8/binary vectors: rescore top-k × this many candidates with the float query (0: none; default: "
         "the measured best trade-off, 4).",
     ),
@@ -41,7 +40,6 @@ def search(
     vectors file is searched exactly: int8 by integer products, binary by Hamming distance, then rescored. Prints
     query, rank, id, score.
     """
-    from ..encoder.encode import Encoder
     from ..tasks.engine import rescore_multiplier_for
     from ..tasks.index import load_index, read_index_meta
 
@@ -57,7 +55,7 @@ def search(
     if not meta.get("model"):  # an index made in Python from bare vectors: no model to embed the queries with
         raise InputError(f"{index} does not say which model made its vectors; search it in Python with that model.")
     model = None if meta["model"] == "default" else meta["model"]
-    encoder = Encoder.from_pretrained(model, device=device, precision=meta.get("precision", "fp32"))
+    encoder = make_encoder(model, meta.get("precision", "fp32"), device)
     found = loaded.embed_queries(encoder, queries, prompt=options.prompt, prompt_name=options.prompt_name)
     output = meta.get("output", "float32")
     multiplier = rescore_multiplier_for(output, rescore_multiplier)

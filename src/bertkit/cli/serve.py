@@ -14,7 +14,7 @@ import typer
 
 from ..errors import InputError
 from ..serve.settings import ServeSettings
-from .common import app, existing_indexes, running_on, say
+from .common import app, existing_indexes, make_encoder, running_on, say
 from .options import Device, Generated, Model, Precision, Runs, Threads, from_fields
 
 
@@ -45,9 +45,6 @@ def bound_socket(host: str, port: int) -> socket.socket:
             ) from None
         raise InputError(f"--host {host} --port {port}: cannot listen there ({exc.strerror}).") from None
     return listening
-
-
-KEEP_ALIVE_S = 75  # seconds an idle keep-alive connection stays open (nginx's default)
 
 
 Opt = typer.Option
@@ -88,8 +85,7 @@ def serve(
 
     from ..serve.security import load_api_key
 
-    api_key = load_api_key(api_key_env, api_key_file)
-    settings = replace(settings, api_key=api_key)
+    settings = replace(settings, api_key=load_api_key(api_key_env, api_key_file))
     application, serving = _application(model, precision, device, threads or _cores(), run or [], index or [], settings)
     if host in ("0.0.0.0", "::") and not settings.allow_hosts:
         say(
@@ -106,9 +102,10 @@ def serve(
         log_level=log_level,
         access_log=access_log,
         timeout_graceful_shutdown=graceful_timeout,
-        # longer than clients keep idle connections (httpx 5 s, aiohttp 15 s): the client closes first, so a request
-        # never meets a connection the server is closing at that moment (a reset that POST clients do not retry)
-        timeout_keep_alive=KEEP_ALIVE_S,
+        # seconds an idle keep-alive connection stays open (nginx's default), longer than clients keep idle connections
+        # (httpx 5 s, aiohttp 15 s): the client closes first, so a request never meets a connection the server is
+        # closing at that moment (a reset that POST clients do not retry)
+        timeout_keep_alive=75,
         server_header=False,
     )
     # uvicorn drains on SIGTERM, then restores this handler and re-raises the signal. SIG_IGN (not a Python no-op,
@@ -122,7 +119,6 @@ def _application(
     model: str | None, precision: str, device: str, threads: int, run: list[str], index: list[str], settings: Any
 ) -> tuple[Any, str]:
     """Return the app (the model, its runs, indexes; a `bertkit probe` folder shows on the page) and what it serves."""
-    from ..encoder.encode import Encoder
     from ..encoder.threads import set_threads
     from ..explain.explainer import load_probe
     from ..serve.app import create_app
@@ -134,7 +130,7 @@ def _application(
     probes = {name: load_probe(str(d)) for name, d in directories.items() if not (d / "bertkit.json").is_file()}
     probes = {name: record for name, record in probes.items() if record is not None}
     set_threads(threads)
-    encoder = Encoder.from_pretrained(model, precision=precision, device=device)
+    encoder = make_encoder(model, precision, device)
     runs = load_runs({name: d for name, d in directories.items() if name not in probes})
     indexes = {name: load_index(path) for name, path in parse_run_specs(index, "--index").items()}
     application = create_app(encoder, runs, settings, indexes=indexes)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from .common import app, echo_facts
+from .common import app, echo_facts, make_encoder
 from .options import Model
 
 
@@ -13,7 +13,6 @@ def demo(model: Model = None) -> None:
     """Run a short tour on the packaged default model: tokenization table, embeddings and their shapes."""
     from ..display import text_table as format_table
     from ..encoder.coverage import text_coverage
-    from ..encoder.encode import Encoder
     from ..io.readers import read_labelled, sample_path
     from ..tasks.classify import TextClassifier
     from ..tasks.labels import split_holdout
@@ -21,7 +20,7 @@ def demo(model: Model = None) -> None:
     from ..tasks.vectorizer import BertVectorizer
 
     echo = typer.echo
-    encoder = Encoder.from_pretrained(model)
+    encoder = make_encoder(model)
     facts = encoder.info()
     echo(
         f"model: {facts['model']} ({facts['architecture']}, {facts['layers']} layers, hidden {facts['hidden_size']}, "
