@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -10,6 +11,8 @@ from ..display import MAX_ROWS, html_table
 
 if TYPE_CHECKING:
     import torch
+
+COLUMNS = ("position", "token", "id", "mask", "type_id", "word")  # the tutorial's token table, plus word ids
 
 
 @dataclass(repr=False)
@@ -31,17 +34,9 @@ class Batch:
 
     def table(self, row: int = 0) -> list[dict]:
         """One dict per position of `row`: the tutorial's token / id / mask / type id table, plus word id."""
-        return [
-            {
-                "position": position,
-                "token": token,
-                "id": int(self.input_ids[row, position]),
-                "mask": int(self.attention_mask[row, position]),
-                "type_id": int(self.token_type_ids[row, position]),
-                "word": word,
-            }
-            for position, (token, word) in enumerate(zip(self.tokens[row], self.word_ids[row]))
-        ]
+        ids, mask, types = (t[row].tolist() for t in (self.input_ids, self.attention_mask, self.token_type_ids))
+        values = zip(itertools.count(), self.tokens[row], ids, mask, types, self.word_ids[row])
+        return [dict(zip(COLUMNS, row_values)) for row_values in values]
 
     def _summary(self) -> str:
         rows, length = self.input_ids.shape
@@ -56,7 +51,6 @@ class Batch:
         return "\n".join([self._summary(), *shown, *more])
 
     def _repr_html_(self) -> str:
-        columns = ["position", "token", "id", "mask", "type_id", "word"]
-        tables = [html_table(self.table(row), columns, f"row {row}") for row in range(min(len(self), 8))]
+        tables = [html_table(self.table(row), COLUMNS, f"row {row}") for row in range(min(len(self), 8))]
         more = f"<p>… {len(self) - 8} more rows</p>" if len(self) > 8 else ""
         return f"<div><strong>{html.escape(self._summary())}</strong>{''.join(tables)}{more}</div>"

@@ -99,9 +99,7 @@ def coverage(encoded: Sequence[Encoded], unk_token_id: int | None) -> Coverage:
         encoding = item.encoding
         tokens = len(encoding) - encoding.special_tokens_mask.count(1)
         unknown = encoding.ids.count(unk_token_id)
-        words = len(_PIECES_OF_WORDS.findall(item.text))
-        if item.pair_text:
-            words += len(_PIECES_OF_WORDS.findall(item.pair_text))
+        words = len(_PIECES_OF_WORDS.findall(item.text)) + len(_PIECES_OF_WORDS.findall(item.pair_text or ""))
         n_tokens, n_unknown, n_words = n_tokens + tokens, n_unknown + unknown, n_words + words
         row_scripts: list[str] = []
         if not item.text.isascii():  # item.text: the text as tokenized (a list of words joined by spaces)
@@ -146,11 +144,6 @@ def text_coverage(tokenizer: Any, texts: str | Sequence[str]) -> Coverage:
 def combined(parts: Sequence[tuple[int, Coverage]]) -> Coverage:
     """Sum the coverages of texts tokenized in chunks (each chunk's first row and coverage); rows made global."""
     scripts = list(dict.fromkeys(script for _, part in parts for script in part.scripts))
-    return Coverage(
-        sum(part.n_tokens for _, part in parts),
-        sum(part.n_unknown for _, part in parts),
-        sum(part.n_words for _, part in parts),
-        scripts,
-        any(part.decomposed for _, part in parts),
-        [first + row for first, part in parts for row in part.poor_rows],
-    )
+    tokens, unknown, words = (sum(getattr(part, n) for _, part in parts) for n in ("n_tokens", "n_unknown", "n_words"))
+    poor_rows = [first + row for first, part in parts for row in part.poor_rows]
+    return Coverage(tokens, unknown, words, scripts, any(part.decomposed for _, part in parts), poor_rows)

@@ -135,13 +135,7 @@ class Encoder:
         """
         wanted = resolve_device(device)
         check_engine(engine, wanted, check_precision(precision, device=wanted))  # before the model loads
-        return cls(
-            load_model(resolve_model(model)),
-            precision=precision,
-            concurrent_batches=concurrent_batches,
-            device=wanted,
-            engine=engine,
-        )
+        return cls(load_model(resolve_model(model)), precision, concurrent_batches, wanted, engine)
 
     def with_options(
         self: E, *, precision: str | None = None, concurrent_batches: int | None = None, engine: str | None = None
@@ -162,13 +156,9 @@ class Encoder:
         Encoder
             Shares the model's memory with this one (int8 builds its own int8 copy).
         """
-        return type(self)(
-            self._loaded,
-            precision=precision or self.precision,
-            concurrent_batches=self.network.concurrent_batches if concurrent_batches is None else concurrent_batches,
-            device=self.device,
-            engine=engine or self.network.engine_asked,
-        )
+        batches = self.network.concurrent_batches if concurrent_batches is None else concurrent_batches
+        engine = engine or self.network.engine_asked
+        return type(self)(self._loaded, precision or self.precision, batches, self.device, engine)
 
     # ---- facts about the model -------------------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -290,16 +280,10 @@ class Encoder:
         if padding not in tok.PADDINGS:
             raise InputError(f"padding={padding!r}: valid values are {', '.join(tok.PADDINGS)}.")
         limit = self.check_max_length(max_length)
-        encoded = tok.encode(
-            self.tokenizer,
-            as_list(texts),
-            as_list(text_pair),
-            max_length=limit,
-            long_text="truncate" if truncation else "keep",
-        )
-        return tok.pad(
-            encoded, self.tokenizer.pad_token_id, self.tokenizer.pad_token, limit if padding == "max_length" else None
-        )
+        long_text = "truncate" if truncation else "keep"
+        encoded = tok.encode(self.tokenizer, as_list(texts), as_list(text_pair), max_length=limit, long_text=long_text)
+        pad_to = limit if padding == "max_length" else None
+        return tok.pad(encoded, self.tokenizer.pad_token_id, self.tokenizer.pad_token, pad_to)
 
     def check_max_length(self, max_length: int | None) -> int:
         """Return `max_length`, or the model's limit for None; refused past what the position table takes.
@@ -327,11 +311,8 @@ class Encoder:
         if self.network.takes_type_ids:
             inputs["token_type_ids"] = batch.token_type_ids
         out = self.network.forward_inputs(inputs)
-        return ForwardOutput(
-            last_hidden_state=out.last_hidden_state,
-            pooler_output=getattr(out, "pooler_output", None) if self.has_pooler else None,
-            hidden_states=tuple(out.hidden_states),
-        )
+        pooler = getattr(out, "pooler_output", None) if self.has_pooler else None
+        return ForwardOutput(out.last_hidden_state, pooler, tuple(out.hidden_states))
 
     def runner(self, batch_size: int | None = None, pad_multiple: int = 1) -> Runner:
         """Return the runner of this encoder's forward passes (`batch_size` rows at most; None: the default)."""
@@ -502,11 +483,9 @@ class Encoder:
         report.coverage = combined(coverages)
         report.prompt = resolved.prompt or ""
         report.forward_seconds = runner.forward_seconds
-        vectors: Any = token_vectors
-        if not resolved.token_vectors:
-            if resolved.output_type in RANGED and ranges is None:
-                ranges = calibration_ranges(self, resolved)
-            vectors = compact(pooled, resolved.output_type, ranges if resolved.output_type in RANGED else None)
+        if resolved.output_type in RANGED and ranges is None:  # token vectors are float32: never ranged
+            ranges = calibration_ranges(self, resolved)
+        vectors: Any = token_vectors if resolved.token_vectors else compact(pooled, resolved.output_type, ranges)
         if warn:
             _warn(report, pairs=text_pair is not None)
         return EmbedResult(vectors, report)
@@ -590,15 +569,10 @@ class Encoder:
             raise InputError("long_text='window' works on single texts, not sentence pairs; use 'truncate'.")
         report = EmbedReport(n_texts=len(texts), max_length=resolved.max_length or self.max_length)
         started = time.perf_counter()
-        encoded = tok.encode(
-            self.tokenizer,
-            texts,
-            pairs,
-            max_length=report.max_length,
-            long_text=resolved.long_text,
-            direction=resolved.truncation_direction,
-            stride=resolved.stride,
+        policy: dict[str, Any] = dict(
+            long_text=resolved.long_text, direction=resolved.truncation_direction, stride=resolved.stride
         )
+        encoded = tok.encode(self.tokenizer, texts, pairs, max_length=report.max_length, **policy)
         report.truncated_rows = [i for i, e in enumerate(encoded) if e.truncated]
         report.windowed_rows = [i for i, e in enumerate(encoded) if e.windows]
         report.coverage = coverage(encoded, self.tokenizer.unk_token_id)

@@ -210,13 +210,9 @@ def _export(module: _Outputs, width: int) -> Any:
     sample = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
     sample["attention_mask"][1, 6:] = 0
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence", max=width)
+    args, shapes = tuple(sample[n] for n in module.names), {n: {0: batch, 1: sequence} for n in module.names}
     with torch.no_grad():
-        program = torch.export.export(
-            module.eval(),
-            tuple(sample[name] for name in module.names),
-            dynamic_shapes={name: {0: batch, 1: sequence} for name in module.names},
-            strict=False,
-        )
+        program = torch.export.export(module.eval(), args, dynamic_shapes=shapes, strict=False)
         return openvino.convert_model(program)
 
 

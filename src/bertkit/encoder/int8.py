@@ -202,8 +202,7 @@ def _padded_batches(feeds: Sequence[dict], size: int = 32) -> Iterable[dict]:
         chunk = ordered[start : start + size]
         ids = [feed["input_ids"][0].tolist() for feed in chunk]
         types = [
-            feed["token_type_ids"][0].tolist() if "token_type_ids" in feed else [0] * len(row)
-            for feed, row in zip(chunk, ids)
+            f["token_type_ids"][0].tolist() if "token_type_ids" in f else [0] * len(row) for f, row in zip(chunk, ids)
         ]
         padded = dict(zip(("input_ids", "attention_mask", "token_type_ids"), tok.pad_ids(ids, types, 0)))
         yield {key: padded[key] for key in chunk[0]}  # what the model takes; pad ids are 0, masked out
@@ -251,21 +250,9 @@ class Int8Group:
         centred.mul_(1.0 / scale).round_()
         middle_and_one = torch.cat([middle, torch.ones_like(middle)], dim=1)
         if self.weight_packed is not None:  # uint8 rows (q + 128, zero point 128): x·Wᵀ in fp32, times W's scales
-            y = torch.ops.onednn.qlinear_pointwise(
-                centred.add_(128).to(torch.uint8),
-                1.0,
-                128,
-                self.weight_packed,
-                self.weight_scale,
-                self.weight_zero_points,
-                None,
-                1.0,
-                0,
-                torch.float32,
-                "none",
-                [],
-                "",
-            )
+            weights = (self.weight_packed, self.weight_scale, self.weight_zero_points)
+            q8 = centred.add_(128).to(torch.uint8)
+            y = torch.ops.onednn.qlinear_pointwise(q8, 1.0, 128, *weights, None, 1.0, 0, torch.float32, "none", [], "")
             return y.mul_(scale).addmm_(middle_and_one, self.offset)
         quantized = centred.to(torch.int8)
         if self.weight_values is None:

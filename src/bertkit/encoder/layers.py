@@ -60,7 +60,6 @@ class LayerSelection:
         """Absolute indices into `hidden_states` (length `num_states` = layers + 1)."""
         if self.indices is None:
             return tuple(range(num_states))
-        resolved = []
         for index in self.indices:
             if not -num_states <= index < num_states:
                 raise InputError(
@@ -68,8 +67,7 @@ class LayerSelection:
                     f"(0 = embedding output … {num_states - 1} = last layer), so indices run from "
                     f"{-num_states} to {num_states - 1}."
                 )
-            resolved.append(index % num_states)
-        return tuple(resolved)
+        return tuple(index % num_states for index in self.indices)
 
     def output_dim(self, hidden_size: int, num_states: int) -> int:
         """Width of the combined state: `hidden_size`, times the layers chosen when they are concatenated."""
@@ -108,8 +106,7 @@ def _parse_text(spec: str) -> LayerSelection:
     """Parse a layers spec's text: once per spec in a process (a selection is frozen; every call shares it)."""
     text = str(spec).strip().lower()
     head, _, combine = text.partition(":")
-    head = head.strip()
-    combine = combine.strip()
+    head, combine = head.strip(), combine.strip()
     if combine and combine not in COMBINES:
         raise InputError(f"layers={quoted(spec)}: unknown combination {combine!r}. Valid forms: {VALID_FORMS}.")
     if head in _NAMED and not combine:

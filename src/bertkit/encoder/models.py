@@ -227,14 +227,12 @@ def load_model(source: ModelSource) -> LoadedModel:
     """Load model + tokenizer from safetensors without remote code, and refuse pairs that do not fit together."""
     from transformers import AutoModel, AutoTokenizer
 
-    local_only = source.kind != "hub"
+    safe = {"trust_remote_code": False, "local_files_only": source.kind != "hub"}  # never a model's own code
     if source.kind == "local":
         refuse_model_code(source.path)
     with quiet_transformers():
         try:
-            tokenizer = AutoTokenizer.from_pretrained(
-                source.path, use_fast=True, trust_remote_code=False, local_files_only=local_only
-            )
+            tokenizer = AutoTokenizer.from_pretrained(source.path, use_fast=True, **safe)
         except (OSError, ValueError, KeyError) as exc:
             raise ModelLoadError(f"cannot load a tokenizer from {source.path}: {brief(exc)}") from None
         if not getattr(tokenizer, "is_fast", False):
@@ -245,13 +243,7 @@ def load_model(source: ModelSource) -> LoadedModel:
                 "`AutoModel.from_pretrained(DIR).save_pretrained(DIR, safe_serialization=True)` on a trusted copy."
             )
         try:
-            model, info = AutoModel.from_pretrained(
-                source.path,
-                use_safetensors=True,
-                trust_remote_code=False,
-                local_files_only=local_only,
-                output_loading_info=True,
-            )
+            model, info = AutoModel.from_pretrained(source.path, use_safetensors=True, output_loading_info=True, **safe)
         except SafetensorError as exc:
             raise ModelLoadError(
                 f"{source.path}: the weights file is truncated or corrupt ({brief(exc)}); copy the model directory "
@@ -284,14 +276,5 @@ def load_model(source: ModelSource) -> LoadedModel:
     sentence_config = SentenceConfig.read(source.path, hub=source.kind == "hub")
     max_length, position_limit, why = max_length_in_force(sentence_config.max_seq_length, model.config, tokenizer)
     return LoadedModel(
-        source=source,
-        model=model,
-        tokenizer=tokenizer,
-        max_length=max_length,
-        has_pooler=has_pooler,
-        is_cased=is_cased,
-        warnings=notes,
-        position_limit=position_limit,
-        max_length_source=why,
-        sentence_config=sentence_config,
+        source, model, tokenizer, max_length, has_pooler, is_cased, notes, position_limit, why, sentence_config
     )

@@ -107,14 +107,5 @@ class Network:
 
     def runner(self, batch_size: int, pad_multiple: int = 1) -> Runner:
         """Return the runner of this network's passes: `batch_size` rows at most, within the token budget."""
-        return Runner(
-            self.forward_inputs,
-            self.tokenizer.pad_token_id,
-            self.device,
-            self.max_batch_tokens,
-            batch_size,
-            self.concurrent_batches,
-            self.takes_type_ids,
-            pad_multiple,
-            self.width,
-        )
+        forward = (self.forward_inputs, self.tokenizer.pad_token_id, self.device, self.max_batch_tokens)
+        return Runner(*forward, batch_size, self.concurrent_batches, self.takes_type_ids, pad_multiple, self.width)

@@ -234,17 +234,12 @@ class EmbedOptions:
                     f"stride={self.stride} is the overlap of long_text='window'; with long_text={self.long_text!r} "
                     "no text is cut into windows. Add long_text='window', or leave stride out."
                 )
-            check_stride(self.stride, max_length - encoder.tokenizer.backend_tokenizer.num_special_tokens_to_add(False))
-        return dataclasses.replace(
-            self,
-            pooling=pooling,
-            max_length=max_length,
-            prompt=self._prompt(config),
-            prompt_name=None,
-            include_prompt=config.include_prompt if self.include_prompt is None else self.include_prompt,
-            normalize_embeddings=bool(normalize),
-            dense=dense,
-        )
+            budget = max_length - encoder.tokenizer.backend_tokenizer.num_special_tokens_to_add(False)
+            if not 0 <= self.stride < budget:  # two windows of `budget` content tokens can share that many
+                raise InputError(f"stride={self.stride}: give a number of overlapping tokens from 0 to {budget - 1}.")
+        settled: dict[str, Any] = dict(pooling=pooling, max_length=max_length, prompt_name=None, dense=dense)
+        settled["include_prompt"] = config.include_prompt if self.include_prompt is None else self.include_prompt
+        return dataclasses.replace(self, prompt=self._prompt(config), normalize_embeddings=bool(normalize), **settled)
 
     def _prompt(self, config: SentenceConfig) -> str:
         """Return the prompt text: `prompt`, else the model's prompt `prompt_name`, else its default one, else ''."""
@@ -279,10 +274,3 @@ def _check_pooler(encoder: Model, last_only: bool, layers: str) -> None:
 def options_from(options: EmbedOptions | None, kwargs: Mapping[str, Any]) -> EmbedOptions:
     """`EmbedOptions.from_kwargs(options, **kwargs)`: a name that is not an option (a typo) is refused, not dropped."""
     return EmbedOptions.from_kwargs(options, **kwargs)
-
-
-def check_stride(stride: int, budget: int) -> int:
-    """Return `stride`, refused unless two windows of `budget` content tokens can share that many."""
-    if not 0 <= stride < budget:
-        raise InputError(f"stride={stride}: give a number of overlapping tokens from 0 to {budget - 1}.")
-    return stride

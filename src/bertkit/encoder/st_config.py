@@ -108,16 +108,9 @@ class SentenceConfig:
                 normalize = True
             elif kind == "Dense":
                 dense.append(_dense(files, folder, path))
-        return cls(
-            pooling=pooling,
-            normalize=normalize,
-            dense=tuple(dense),
-            include_prompt=include,
-            prompts=prompts,
-            default_prompt_name=default if isinstance(default, str) and default in prompts else None,
-            max_seq_length=length,
-            similarity=_similarity(settings.get("similarity_fn_name"), path),
-        )
+        default = default if isinstance(default, str) and default in prompts else None
+        similarity = _similarity(settings.get("similarity_fn_name"), path)
+        return cls(pooling, normalize, tuple(dense), include, prompts, default, length, similarity)
 
 
 def declared_max_length(path: str, hub: bool = False) -> int | None:

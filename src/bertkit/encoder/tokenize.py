@@ -166,9 +166,8 @@ def check_texts(texts: str | Sequence, name: str = "texts") -> list:
     for row, text in enumerate(checked):
         if text is None or (isinstance(text, float) and math.isnan(text)):
             raise InputError(f"{name}[{row}] is missing (None/NaN); give a string ('' is fine).")
-        if not isinstance(text, str) and not (
-            isinstance(text, (list, tuple)) and all(isinstance(w, str) for w in text)
-        ):
+        words = isinstance(text, (list, tuple)) and all(isinstance(w, str) for w in text)
+        if not isinstance(text, str) and not words:
             raise InputError(
                 f"{name}[{row}] is a {type(text).__name__}, not a string or a list of words: {quoted(text)}"
             )
@@ -205,24 +204,14 @@ def encode(
         raise InputError(f"long_text={long_text!r}: valid values are {', '.join(LONG_TEXT_POLICIES)}.")
     texts, pairs = check_inputs(texts, pairs)
     joined = [word_spans_of(text) for text in texts]
-    strings = [s for s, _ in joined]
-    pair_joined = None
-    if pairs is not None:
-        pair_joined = [word_spans_of(pair) for pair in pairs]
-    second = [s for s, _ in pair_joined] if pair_joined else None
+    pair_joined: list[Any] = [word_spans_of(pair) for pair in pairs] if pairs else [(None, None)] * len(texts)
+    strings, second = [s for s, _ in joined], [s for s, _ in pair_joined] if pairs else None
     backend = tokenizer.backend_tokenizer
     with TOKENIZER_LOCK:
         raw = _encodings(backend, strings, second) if strings else []
     encoded = [
-        Encoded(
-            encoding,
-            string,
-            len(encoding.ids),
-            pair_joined[i][0] if pair_joined else None,
-            given_spans=spans,
-            given_pair_spans=pair_joined[i][1] if pair_joined else None,
-        )
-        for i, (encoding, (string, spans)) in enumerate(zip(raw, joined))
+        Encoded(e, text, len(e.ids), pair, given_spans=spans, given_pair_spans=pair_spans)
+        for e, (text, spans), (pair, pair_spans) in zip(raw, joined, pair_joined)
     ]
     too_long = [i for i, e in enumerate(encoded) if e.full_length > max_length]
     if not too_long or long_text == "keep":
@@ -325,21 +314,11 @@ def pad(encoded: Sequence[Encoded], pad_token_id: int, pad_token: str, pad_to: i
     width = input_ids.shape[1]
     tokens = [item.tokens + [pad_token] * (width - len(item.ids)) for item in encoded]
     word_ids = [item.word_ids() + [None] * (width - len(item.ids)) for item in encoded]
-    return Batch(
-        input_ids=input_ids,
-        attention_mask=mask,
-        token_type_ids=type_ids,
-        tokens=tokens,
-        word_ids=word_ids,
-        truncated=[e.truncated for e in encoded],
-    )
+    return Batch(input_ids, mask, type_ids, tokens, word_ids, [e.truncated for e in encoded])
 
 
 def pad_ids(
-    id_rows: Sequence[Sequence[int]],
-    type_rows: Sequence[Sequence[int]],
-    pad_token_id: int,
-    pad_to: int | None = None,
+    id_rows: Sequence[Sequence[int]], type_rows: Sequence[Sequence[int]], pad_token_id: int, pad_to: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Pad the rows on the right: the one padding routine.
 

@@ -6,20 +6,20 @@ the two tables equal); models without a `tokenizer.json`, and hub names, go thro
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
+
+from tokenizers import Tokenizer, normalizers
 
 from ..errors import InputError
 from . import tokenize as tok
+from .batch import COLUMNS
 from .coverage import coverage
 from .models import ModelSource, fix_casing, max_length_in_force, read_json_object, resolve_model
 from .st_config import declared_max_length
-
-if TYPE_CHECKING:
-    from tokenizers import Tokenizer
 
 
 @dataclass
@@ -37,10 +37,6 @@ class TokenizerOnly:
     @classmethod
     def from_model(cls, spec: str | None) -> TokenizerOnly | None:
         """Load the tokenizer of a local or packaged model; None when only transformers can load it."""
-        try:
-            from tokenizers import Tokenizer
-        except ImportError:  # pragma: no cover - a dependency of transformers
-            return None
         if spec is not None and not Path(spec).is_dir() and spec != "default":
             return None  # a hub name: `Encoder` resolves it (and says what is wrong)
         source = resolve_model(spec)
@@ -63,15 +59,8 @@ class TokenizerOnly:
             SimpleNamespace(**{"pad_token_id": None, **config}),
             SimpleNamespace(model_max_length=settings.get("model_max_length")),
         )
-        return cls(
-            source,
-            backend,
-            max_length,
-            positions,
-            pad_token,
-            backend.token_to_id(pad_token),
-            backend.token_to_id(unk_token) if unk_token else None,
-        )
+        unk_id = backend.token_to_id(unk_token) if unk_token else None
+        return cls(source, backend, max_length, positions, pad_token, backend.token_to_id(pad_token), unk_id)
 
     def table(self, text: str, pair: str | None = None, max_length: int | None = None) -> tuple[list[dict], bool, str]:
         """Return the tutorial's table of one text (or pair), whether it was truncated, and the coverage line.
@@ -93,20 +82,13 @@ class TokenizerOnly:
         if max_length is not None and not 2 < max_length <= self.position_limit:
             raise InputError(f"max_length={max_length}: this model takes between 3 and {self.position_limit} tokens.")
         limit = max_length or self.max_length
-        encoded = tok.encode(self, [text], [pair] if pair is not None else None, max_length=limit)
-        item = encoded[0]
+        item = tok.encode(self, [text], [pair] if pair is not None else None, max_length=limit)[0]
         kept = len(item.ids)
         padding = max(kept, max_length or 0) - kept
-        columns = zip(
-            item.tokens + [self.pad_token] * padding,
-            item.ids + [self.pad_id] * padding,
-            item.type_ids + [0] * padding,
-            item.word_ids() + [None] * padding,
-        )
-        rows = [
-            {"position": at, "token": token, "id": token_id, "mask": int(at < kept), "type_id": type_id, "word": word}
-            for at, (token, token_id, type_id, word) in enumerate(columns)
-        ]
+        values: tuple[list, ...] = (item.tokens, item.ids, [1] * kept, item.type_ids, item.word_ids())
+        pads = (self.pad_token, self.pad_id, 0, 0, None)
+        columns = [value + [pad] * padding for value, pad in zip(values, pads)]  # Batch.table's columns, padded
+        rows = [dict(zip(COLUMNS, row)) for row in zip(itertools.count(), *columns)]
         texts = [text] + ([pair] if pair else [])
         everything = tok.encode(self, texts, max_length=self.max_length, long_text="keep")
         return rows, item.truncated, coverage(everything, self.unk_id).message()
@@ -117,8 +99,6 @@ def _follow_config(backend: Tokenizer, settings: dict) -> None:
 
     The normalizer follows tokenizer_config.json's do_lower_case, strip_accents and tokenize_chinese_chars.
     """
-    from tokenizers import normalizers
-
     try:
         state = json.loads(backend.normalizer.__getstate__())
     except (AttributeError, TypeError, ValueError):

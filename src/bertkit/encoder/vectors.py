@@ -43,14 +43,9 @@ class VectorHead:
     @classmethod
     def of(cls, options: EmbedOptions, prompt_tokens: int, dense: Sequence[DenseLayer]) -> VectorHead:
         """Build the head for resolved `options` (`dense`: the model's Dense modules, used when options say so)."""
-        return cls(
-            parse_layers(options.layers),
-            parse_pooling(options.pooling or "mean"),
-            0 if options.include_prompt else prompt_tokens,
-            tuple(dense) if options.dense else (),
-            options.truncate_dim,
-            bool(options.normalize_embeddings),
-        )
+        selection, methods = parse_layers(options.layers), parse_pooling(options.pooling or "mean")
+        kept, modules = (0 if options.include_prompt else prompt_tokens), (tuple(dense) if options.dense else ())
+        return cls(selection, methods, kept, modules, options.truncate_dim, bool(options.normalize_embeddings))
 
     def tokens(self, hidden_states: Sequence[torch.Tensor]) -> torch.Tensor:
         """(batch, seq, dim) token vectors of the chosen layers, combined."""
@@ -163,13 +158,8 @@ def token_states(
                     stitched = stitch(
                         item.encoding.special_tokens_mask, item.windows or [], item.stride, [p[1] for p in parts]
                     )
-                    first_pooler = parts[0][2]
-                    yield (
-                        [text],
-                        stitched.unsqueeze(0),
-                        torch.ones((1, stitched.shape[0]), dtype=torch.long),
-                        None if first_pooler is None else first_pooler.unsqueeze(0),
-                    )
+                    ones, first = torch.ones((1, stitched.shape[0]), dtype=torch.long), parts[0][2]
+                    yield [text], stitched.unsqueeze(0), ones, None if first is None else first.unsqueeze(0)
                     bar.update(1)
     except OutOfDeviceMemory as exc:
         raise OutOfDeviceMemory(owners[exc.row], exc.tokens, exc.device) from None
