@@ -30,7 +30,7 @@ def test_a_score_linear_in_the_embeddings_gets_the_analytic_attributions(encoder
     item = encoder._encode(["the cat sat"], None, EmbedOptions().resolve(encoder))[0][0]
     table = encoder.model.get_input_embeddings()
     weights = torch.randn(len(item.ids), table.embedding_dim, generator=torch.Generator().manual_seed(0))
-    model = integrated.Integrator.of(encoder, encoder.model, 8, "pad")
+    model = integrated.Integrator.of(encoder.network, 8, "pad")
     value, [result], steps = model.integrate(lambda e: (e * weights).sum((-1, -2)), item)
     with torch.no_grad():
         given = table(torch.tensor(item.ids))
@@ -141,7 +141,7 @@ def test_n_steps_over_the_limit_is_refused_before_any_work(encoder, monkeypatch)
         with pytest.raises(InputError, match=rf"n_steps={n_steps}: .* 2 to {integrated.MAX_STEPS}\."):
             attribute_similarity(encoder, "the cat", "a dog", n_steps=n_steps)
     with pytest.raises(InputError, match=rf"n_steps={10**6}: .* 2 to {integrated.MAX_STEPS}\."):
-        integrated.Integrator.of(encoder, encoder.model, 10**6, "pad")
+        integrated.Integrator.of(encoder.network, 10**6, "pad")
 
 
 def test_int8_weights_are_refused(tiny_dirs):

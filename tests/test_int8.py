@@ -260,8 +260,8 @@ def test_a_fine_tuned_classifier_runs_int8_and_quantize_calibrates_the_run(
     assert "fine-tuned and evaluated at fp32 and is now used at int8" in caplog.text
     p, q = fp32.predict_proba(texts), int8.predict_proba(texts)
     assert 0 < np.abs(p - q).max() < 0.05 and (p.argmax(1) == q.argmax(1)).mean() >= 0.9
-    assert any(isinstance(m, Int8Linear) for m in int8.network.modules())
-    assert isinstance(int8.network.classifier, torch.nn.Linear)  # the head stays fp32
+    assert any(isinstance(m, Int8Linear) for m in int8.network.running.modules())
+    assert isinstance(int8.network.running.classifier, torch.nn.Linear)  # the head stays fp32
     code, _, stderr = run_cli(
         monkeypatch, capsys, "quantize", str(tmp_path / "run"), "-o", str(tmp_path / "q"), "--calibration", str(dev)
     )

@@ -245,7 +245,8 @@ STUCK = """
 import sys, time
 from bertkit.encoder import network
 def stuck(*args, **kwargs):  # a pass that never returns, outside Python's reach as a native call is
-    print("passing", flush=True)
+    sys.stdout.write("passing\\n")  # one write: two passes at once print no interleaved line
+    sys.stdout.flush()
     time.sleep(600)
 network.call_model = stuck  # the torch engine's pass (BERTKIT_ENGINE=torch)
 from bertkit.cli.main import main
@@ -264,7 +265,7 @@ def test_ctrl_c_ends_a_command_whose_passes_are_stuck(tmp_path):
     command = [sys.executable, script, "embed", texts, "-b", "8", "-o", tmp_path / "v.npy"]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
-    while process.stdout.readline() != b"passing\n" and process.poll() is None and time.monotonic() < deadline:
+    while b"passing" not in process.stdout.readline() and process.poll() is None and time.monotonic() < deadline:
         pass
     time.sleep(0.5)
     process.send_signal(signal.SIGINT)

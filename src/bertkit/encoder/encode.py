@@ -511,7 +511,7 @@ class Encoder:
             Pre-split words, e.g. CoNLL's; a plain string is refused (split it first).
         layers : str or int or sequence of int
             As `embed` takes it.
-        subtoken_pooling : {'first', 'mean', 'max', 'last'}
+        subtoken_pooling : {'first', 'last', 'mean', 'first_last'}
             How a word's sub-tokens become its vector ('first': the usual NER choice).
         batch_size, max_length, long_text, stride, progress
             As `embed` takes them; `long_text='window'` keeps every word of a long sentence.

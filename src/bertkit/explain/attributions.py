@@ -81,7 +81,7 @@ def attribute_similarity(
     """
     if metric not in METRICS:
         raise InputError(f"metric={quoted(metric)}: attributions are made for {', '.join(METRICS)}.")
-    model = Integrator.of(encoder, encoder.model, n_steps, baseline)
+    model = Integrator.of(encoder.network, n_steps, baseline)
     vectors, encoded = _sentence_vectors(encoder, model, options_from(options, kwargs), [text, other])
     unit = metric == "cosine"
     held = [vectors(model.embed(item.ids), item, unit).detach() for item in encoded]

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..encoder.runner import call_model, takes_type_ids
+from ..encoder.network import Network
+from ..encoder.runner import call_model
 from ..errors import InputError, quoted
 
 if TYPE_CHECKING:
@@ -114,20 +115,19 @@ class Integrator:
     baseline: str
 
     @classmethod
-    def of(cls, owner: Any, network: torch.nn.Module, n_steps: int, baseline: str) -> Integrator:
-        """Check what the call asks for and take the model's parts (`owner`: an Encoder or a fine-tuned run)."""
+    def of(cls, held: Network, n_steps: int, baseline: str) -> Integrator:
+        """Check what the call asks for and take the model's parts from its holder (an encoder's or a run's)."""
         if isinstance(n_steps, bool) or not isinstance(n_steps, int) or not 2 <= n_steps <= MAX_STEPS:
             raise InputError(f"n_steps={n_steps!r}: give a whole number of integration steps, 2 to {MAX_STEPS}.")
         if baseline not in BASELINES:
             raise InputError(f"baseline={quoted(baseline)}: give one of {', '.join(BASELINES)}.")
-        if owner.precision == "int8":
+        if held.precision == "int8":
             raise InputError("int8 weights have no gradients: attribute at fp32, bf16 or fp16.")
-        filler = getattr(owner.tokenizer, f"{baseline}_token_id")  # pad_token_id or mask_token_id
+        filler = getattr(held.tokenizer, f"{baseline}_token_id")  # pad_token_id or mask_token_id
         if filler is None:
             raise InputError(f"baseline={quoted(baseline)}: this tokenizer has no {baseline} token; use the other.")
-        with_type_ids = takes_type_ids(network)
-        budget = owner.runner().max_batch_tokens
-        return cls(network.eval(), with_type_ids, owner.device, owner.precision, filler, budget, n_steps, baseline)
+        parts = (held.module.eval(), held.takes_type_ids, held.device, held.precision, filler, held.max_batch_tokens)
+        return cls(*parts, n_steps, baseline)
 
     @classmethod
     def of_run(cls, run: Any, n_steps: int, baseline: str) -> Integrator:
@@ -135,7 +135,7 @@ class Integrator:
         from ..tasks.classify import TextClassifier
 
         owner = run.vectorizer_.encoder_ if isinstance(run, TextClassifier) else run
-        return cls.of(owner, owner.model, n_steps, baseline)
+        return cls.of(owner.network, n_steps, baseline)
 
     def embed(self, ids: list[int]) -> torch.Tensor:
         """(1, tokens, dim) word embeddings of `ids`."""

@@ -7,7 +7,6 @@ import logging
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -17,13 +16,11 @@ from transformers import AutoTokenizer
 
 from ..display import facts_table
 from ..encoder import tokenize as tok
-from ..encoder.devices import describe, resolve_device, token_budget
-from ..encoder.engines import check_engine, engine_for, engine_named, openvino_forward, weights_digest
-from ..encoder.int8 import calibration_for, quantize_model
+from ..encoder.devices import describe, resolve_device
+from ..encoder.engines import weights_digest
 from ..encoder.models import quiet_transformers, refuse_model_code
-from ..encoder.precision import check_precision
-from ..encoder.runner import Row, Runner, call_model, takes_type_ids
-from ..encoder.threads import total_threads
+from ..encoder.network import Network
+from ..encoder.runner import Row, Runner
 from ..errors import InputError, ModelLoadError, brief
 from ..records import new_record
 from .runs import CONFIG_FILE, read_run_config, write_run_directory
@@ -65,7 +62,13 @@ class FineTuned:
             )
         self.model, self.tokenizer, self.max_length, self.record_ = model, tokenizer, max_length, record or {}
         trained = self.record_.get("precision", "fp32")
-        self.precision = check_precision(precision or trained, device=self.device)
+        own = str(directory) if directory else None  # a run without its own int8 calibration: cached by its weights
+        # a run being trained is scored on torch (its weights change); a saved one may run on OpenVINO
+        self._holding = dict(
+            precision=precision or trained, engine=engine, calibration_dir=own, source=own or type(self).__name__
+        )
+        held = self.network = self._hold()
+        self.precision, self.engine, self.engine_reason = held.precision, held.engine, held.engine_reason
         if self.precision != trained:
             logger.warning(
                 "this model was fine-tuned and evaluated at %s and is now used at %s: its predictions may "
@@ -75,20 +78,13 @@ class FineTuned:
             )
         labels = getattr(model.config, "id2label", None) or {}
         self.classes_ = np.array([labels.get(i, str(i)) for i in range(model.config.num_labels)])
-        self.takes_type_ids = takes_type_ids(model)
-        self.network = model  # what runs: the model, or its int8 copy (the head stays fp32)
-        asked = check_engine(engine, self.device, self.precision)  # before int8 calibrates
-        if self.precision == "int8":
-            own = str(directory) if directory else None  # a run without its own calibration: cached by its weights
-            calibration = calibration_for(model, tokenizer, max_length, own, weights_digest(model))
-            self.network = quantize_model(model.eval(), calibration).eval()
-        # a run being trained is scored on torch (its weights change); a saved one may run on OpenVINO
-        build = lambda: openvino_forward(  # noqa: E731
-            model, self.takes_type_ids, max_length, self.precision, weights_digest(model)
-        )
-        self.engine, self.engine_reason, self._openvino = engine_for(
-            asked, self.device, self.precision, build, str(directory or type(self).__name__), engine_named(engine)
-        )
+        self.takes_type_ids = self.network.takes_type_ids
+
+    def _hold(self) -> Network:
+        """Hold the model where it is now, at the run's precision and engine (the one model holder)."""
+        digest, width = (lambda: weights_digest(self.model)), self.max_length
+        held = dict(width=width, max_length=width, digest=digest, device=self.device, outputs=self.OUTPUTS)
+        return Network(self.model, self.tokenizer, **held, **self._holding)
 
     @classmethod
     def from_pretrained(
@@ -214,16 +210,9 @@ class FineTuned:
 
     def runner(self, batch_size: int = EVAL_BATCH_SIZE) -> Runner:
         """Return the one runner over this model: token-budget passes, two at once on a CPU, split on out-of-memory."""
-        return Runner(
-            self._forward,
-            self.tokenizer.pad_token_id,
-            self.device,
-            token_budget(self.model, self.device, self.max_length),
-            batch_size,
-            min(2, total_threads()) if self.device.type == "cpu" else 1,
-            self.takes_type_ids,
-            max_width=self.max_length,
-        )
+        if self.network.device != self.device:  # a run being trained: the trainer placed its model since
+            self.network = self._hold()
+        return self.network.runner(batch_size)
 
     def outputs(self, rows: Sequence[Row], batch_size: int = EVAL_BATCH_SIZE) -> list[Any]:
         """Each row's output (`_take` of its pass), in the order of `rows`."""
@@ -233,11 +222,6 @@ class FineTuned:
             return self.runner(batch_size).run(rows, self._take) if rows else []
         finally:
             self.model.train(was_training)
-
-    def _forward(self, inputs: dict[str, torch.Tensor]) -> Any:
-        if self._openvino is not None:  # the head's outputs by their transformers names
-            return SimpleNamespace(**dict(zip(self.OUTPUTS, self._openvino(inputs))))
-        return call_model(self.network, inputs, self.device, self.precision)
 
     def _take(self, group: list[int], inputs: dict, out: Any) -> list[torch.Tensor]:
         """Per row of a pass: its logits (a class row, or one row per real token)."""
