@@ -19,7 +19,7 @@ from .options import Device, Generated, MapTexts, Model, Output, Overwrite, Pair
     ExplainRequest,
     "request",
     only=("compare", "attributions"),
-    build="bertkit.explain.request:ExplainRequest",
+    build=True,
     defaults={"attributions": True},
 )
 @from_fields(EmbedOptions, "options", only=("layers", "pooling", "max_length"))

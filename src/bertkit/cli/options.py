@@ -109,13 +109,13 @@ def _parameter(field: dataclasses.Field, hint: Any, annotated: Any, defaults: di
 
 
 def from_fields(
-    table: type, into: str, only: tuple[str, ...] = (), build: str | None = None, defaults: dict | None = None
+    table: type, into: str, only: tuple[str, ...] = (), build: str | bool = False, defaults: dict | None = None
 ) -> Callable[[Callable], Callable]:
     """Give a command one option per field of the option table `table` (`only` these), as its parameter `into`.
 
-    The command declares `into: Generated`; it receives the table made of the given values, or with `build` (a heavy
-    class, or a table with fields the command fills: 'module:Class') a function that makes `build` of them and of
-    the keywords it is called with, for the command to call after its cheap checks.
+    The command declares `into: Generated`; it receives the table made of the given values, or with `build` a
+    function that makes of them, and of the keywords it is called with, the table (`build=True`: a table with fields
+    the command fills) or a heavy class ('module:Class'), for the command to call after its cheap checks.
     `defaults` are the command's own defaults of some fields (`train`'s layers and pooling are the features').
     """
     hints, annotated = typing.get_type_hints(table), typing.get_type_hints(table, include_extras=True)
@@ -133,11 +133,10 @@ def from_fields(
                     given[name] = [part.strip() for part in given[name].split(",") if part.strip()]
                 elif typing.get_origin(hints[name]) is tuple:
                     given[name] = tuple(given[name])
-            if build is None:
+            if not build:
                 return command(**values, **{into: table(**given)})
-            # made when the command has done its cheap checks (and of what else it gives)
-            module, name = build.split(":")
-            made = getattr(importlib.import_module(module), name)
+            module, _, name = build.partition(":") if isinstance(build, str) else (None, "", None)
+            made = getattr(importlib.import_module(module), name) if module else table
             return command(**values, **{into: functools.partial(made, **given)})
 
         parameters = [p for p in light.parameters.values() if p.name != into] + generated
