@@ -77,6 +77,37 @@ def test_overwrite_replaces_a_folder_whole_and_a_failed_write_keeps_it(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no staging folder left behind
 
 
+def test_the_one_run_writer_writes_each_kind_of_content_and_a_failure_keeps_the_previous_run(tmp_path):
+    from bertkit.records import new_record
+    from bertkit.tasks.runs import write_run
+
+    source = tmp_path / "source"
+    (source / "1_Pooling").mkdir(parents=True)
+    (source / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
+    (source / "vocab.txt").write_text("[PAD]\n")
+    record = new_record("features", note="old")
+    run = write_run(tmp_path / "run", {"bertkit.json": record, "head.bin": b"\x00\x01", "notes.md": "# run"})
+    assert json.loads((run / "bertkit.json").read_text())["note"] == "old"
+    assert (run / "head.bin").read_bytes() == b"\x00\x01" and (run / "notes.md").read_text() == "# run"
+
+    def broken(path):
+        path.write_text("half")
+        raise RuntimeError("the disk filled up")
+
+    files = {"bertkit.json": {**record, "note": "new"}, "vocab.txt": source / "vocab.txt", "w.bin": broken}
+    with pytest.raises(RuntimeError, match="disk filled"):
+        write_run(run, files, overwrite=True)
+    assert sorted(p.name for p in run.iterdir()) == ["bertkit.json", "head.bin", "notes.md"]  # the old run, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "source"]  # no staging folder left behind
+    files |= {"w.bin": lambda path: path.write_bytes(b"w"), "1_Pooling": source / "1_Pooling"}
+    write_run(run, files, overwrite=True)
+    assert sorted(p.name for p in run.iterdir()) == ["1_Pooling", "bertkit.json", "vocab.txt", "w.bin"]
+    assert json.loads((run / "1_Pooling" / "config.json").read_text()) == {"pooling_mode_mean_tokens": True}
+    assert json.loads((run / "bertkit.json").read_text())["note"] == "new" and (run / "w.bin").read_bytes() == b"w"
+    with pytest.raises(InputError, match="already exists"):
+        write_run(run, {"notes.md": "x"})
+
+
 def test_cli_train_refuses_any_existing_folder_without_overwrite(monkeypatch, capsys, tmp_path):
     data = sentiment_file(tmp_path / "train.tsv", n=24)
     mine = tmp_path / "mine"

@@ -109,7 +109,7 @@ def probe(
     check_output(output, overwrite, [train_file, dev, model])  # before the heavy imports
     from ..tasks.probe import probe_text, probe_token
     from ..tasks.report import probe_files
-    from ..tasks.runs import write_run_directory
+    from ..tasks.runs import write_run
 
     cache = "memory" if no_cache else cache_option(no_cache, cache_dir)
     shared = {"cache": cache, "progress": False if verbosity() == "quiet" else None}
@@ -122,5 +122,5 @@ def probe(
         raise InputError(f"--task {task!r}: valid tasks are text and token.")
     typer.echo(format_table(result.table(), list(result.table()[0])))
     title = f"{result.task} probe of {result.facts['model']} on {train_file.name}"
-    write_run_directory(output, probe_files(result, title), overwrite)
+    write_run(output, probe_files(result, title), overwrite=overwrite)
     say(f"wrote {output}/probe.md, probe.csv, probe.json, probe.png")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -25,10 +24,9 @@ if TYPE_CHECKING:
     from sklearn.utils import Tags
 
     from .report import EvaluationReport
-from ..io.writers import json_value
 from ..records import new_record, package_version
 from .heads import check_training_labels, chosen_C, feature_head
-from .runs import CONFIG_FILE, KIND_FEATURES, read_run_config, write_run_directory
+from .runs import CONFIG_FILE, KIND_FEATURES, read_run_config, write_run
 from .vectorizer import BertVectorizer
 
 logger = logging.getLogger(__name__)
@@ -247,11 +245,7 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             versions={name: package_version(name) for name in ("torch", "transformers", "scikit-learn", "skops")},
             **(extra or {}),
         )
-        files: dict[str, str | bytes] = {
-            CONFIG_FILE: json.dumps(record, indent=2, default=json_value),
-            HEAD_FILE: buffer.getvalue(),
-        }
-        return write_run_directory(directory, files, overwrite)
+        return write_run(directory, {CONFIG_FILE: record, HEAD_FILE: buffer.getvalue()}, overwrite=overwrite)
 
     @classmethod
     def from_pretrained(

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ from ..encoder.network import Network
 from ..encoder.runner import Row, Runner
 from ..errors import InputError, ModelLoadError, brief
 from ..records import new_record
-from .runs import CONFIG_FILE, read_run_config, write_run_directory
+from .runs import CONFIG_FILE, read_run_config, write_run
 
 logger = logging.getLogger(__name__)
 
@@ -148,15 +146,9 @@ class FineTuned:
         Path
             The directory.
         """
-        with tempfile.TemporaryDirectory() as scratch, quiet_transformers():
-            self.model.save_pretrained(scratch, safe_serialization=True)
-            self.tokenizer.save_pretrained(scratch)
-            files: dict[str, str | bytes] = {
-                path.name: path.read_bytes() for path in Path(scratch).iterdir() if path.is_file()
-            }
         fields = {key: value for key, value in self.record_.items() if key != "bertkit"}  # stamped anew
-        files[CONFIG_FILE] = json.dumps(new_record(self.KIND, **{**fields, "max_length": self.max_length}), indent=2)
-        return write_run_directory(directory, files, overwrite)
+        record = new_record(self.KIND, **{**fields, "max_length": self.max_length})
+        return write_run(directory, {CONFIG_FILE: record}, overwrite=overwrite, weights=(self.model, self.tokenizer))
 
     @property
     def device(self) -> torch.device:

@@ -5,7 +5,6 @@ The report compares the copy loaded at int8 with the original at fp32, on the sa
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +15,10 @@ import numpy as np
 from ..encoder.encode import Encoder
 from ..encoder.int8 import CALIBRATION_FILE, calibrate, calibration_inputs
 from ..errors import InputError
-from ..io.writers import atomic_path, check_output, staged_directory
+from ..io.writers import check_output
 from ..records import record_kind
 from .load import FINETUNED
-from .runs import CONFIG_FILE, KIND_FEATURES, KIND_QA, KIND_TEXT, read_run_config
+from .runs import CONFIG_FILE, KIND_FEATURES, KIND_QA, KIND_TEXT, read_run_config, write_run
 from .search import cosines
 
 FIDELITY_TEXTS = 256  # texts the report compares fp32 and int8 on
@@ -52,14 +51,12 @@ def quantize(model: str | None, output: str | Path, texts: Sequence[str], *, ove
     loader = FINETUNED.get(kind)  # a fine-tuned run's class; None: a model
     fp32 = loader.from_pretrained(model, precision="fp32") if loader else Encoder.from_pretrained(model)
     calibration = calibrate(fp32.model, calibration_inputs(fp32.model, fp32.tokenizer, texts, fp32.max_length))
-    with staged_directory(output) as stage:
-        if loader or fp32.source.kind in ("local", "default"):
-            _copy_files(Path(model if loader else fp32.source.path), stage)
-        else:
-            fp32.model.save_pretrained(stage, safe_serialization=True)
-            fp32.tokenizer.save_pretrained(stage)
-        with atomic_path(stage / CALIBRATION_FILE) as path:
-            calibration.write(path)
+    files: dict = {CALIBRATION_FILE: calibration.write}
+    if loader or fp32.source.kind in ("local", "default"):
+        files = {**_own_files(Path(model if loader else fp32.source.path)), **files}
+        write_run(output, files, checked=True)
+    else:
+        write_run(output, files, weights=(fp32.model, fp32.tokenizer), checked=True)
     sample = texts[:FIDELITY_TEXTS]
     if loader:
         fidelity = _prediction_fidelity(fp32, loader.from_pretrained(output, precision="int8"), sample, kind)
@@ -74,15 +71,13 @@ def quantize(model: str | None, output: str | Path, texts: Sequence[str], *, ove
     return QuantizeReport(output, kind, calibration.texts, len(calibration.absmax), calibration.alpha, fidelity)
 
 
-def _copy_files(source: Path, target: Path) -> None:
-    """Copy the directory's own files (weights, config, tokenizer, bertkit.json); not checkpoints or a calibration."""
-    for item in source.iterdir():
-        if item.name.startswith(".") or item.name in (CALIBRATION_FILE, "checkpoint"):
-            continue
-        if item.is_file():
-            shutil.copy2(item, target / item.name)
-        elif item.is_dir():  # a sentence-transformers module folder (1_Pooling, 2_Dense, ...)
-            shutil.copytree(item, target / item.name)
+def _own_files(source: Path) -> dict[str, Path]:
+    """List the folder's own files to copy: weights, config, tokenizer, records, sentence-transformers modules.
+
+    Not hidden files, checkpoints or a calibration.
+    """
+    skipped = (CALIBRATION_FILE, "checkpoint")
+    return {item.name: item for item in source.iterdir() if not item.name.startswith(".") and item.name not in skipped}
 
 
 QA_QUESTION = "What is it about?"  # a question each calibration text is asked, to compare int8's answers with fp32's

@@ -5,11 +5,15 @@ Written into a staging directory and swapped into place, so a run is complete or
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, Union
 
 from ..errors import InputError, ModelLoadError, no_such_path, quoted
-from ..io.writers import check_output, staged_directory
+from ..io.writers import check_output, json_value, staged_directory
 from ..records import PROBE_FILE, RUN_FILE, read_record
 
 CONFIG_FILE, PROBE_FILE = RUN_FILE, PROBE_FILE  # a run's record; a probe's scores, shown by the explainer
@@ -18,17 +22,44 @@ KIND_TEXT = "finetuned-text"
 KIND_TOKEN = "finetuned-token"
 KIND_QA = "finetuned-qa"
 KINDS = (KIND_FEATURES, KIND_TEXT, KIND_TOKEN, KIND_QA)
+RunFile = Union[str, bytes, dict, Path, Callable[[Path], None]]  # what `write_run` writes under a name
 
 
-def write_run_directory(directory: str | Path, files: dict[str, str | bytes], overwrite: bool) -> Path:
-    """Write `files` (name → text or bytes) as one new directory, complete or absent (`overwrite`: replacing one)."""
-    target = check_output(directory, overwrite)
+def write_run(
+    directory: str | Path,
+    files: Mapping[str, RunFile],
+    *,
+    overwrite: bool = False,
+    weights: tuple[Any, Any] | None = None,
+    checked: bool = False,
+) -> Path:
+    """Write a run folder complete or not at all: the one writer of every run (train, finetune, quantize, probe).
+
+    `files` maps a name to its content: text, bytes, a record (a dict, written as JSON), a file or folder to copy
+    (a Path), or a function that writes the file at the path it is given. `weights` is a (model, tokenizer) pair,
+    saved as transformers saves them (safetensors). `checked`: the caller has checked the output already (a
+    fine-tuning run checks it before training); otherwise `check_output(directory, overwrite)` does it here.
+    """
+    from ..encoder.models import quiet_transformers
+
+    target = Path(directory) if checked else check_output(directory, overwrite)
     with staged_directory(target) as staging:
+        if weights is not None:
+            with quiet_transformers():
+                weights[0].save_pretrained(str(staging), safe_serialization=True)
+                weights[1].save_pretrained(str(staging))
         for name, content in files.items():
+            path = staging / name
             if isinstance(content, bytes):
-                (staging / name).write_bytes(content)
+                path.write_bytes(content)
+            elif isinstance(content, str):
+                path.write_text(content, encoding="utf-8")
+            elif isinstance(content, dict):
+                path.write_text(json.dumps(content, indent=2, default=json_value), encoding="utf-8")
+            elif isinstance(content, Path):
+                (shutil.copytree if content.is_dir() else shutil.copy2)(content, path)
             else:
-                (staging / name).write_text(content, encoding="utf-8")
+                content(path)
     return target
 
 

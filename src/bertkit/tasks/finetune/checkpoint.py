@@ -16,9 +16,9 @@ from typing import Any
 
 from ...errors import InputError
 from ...io import writers
-from ...io.writers import end_job, job_path, read_job, replace_folder, save_job, staged_directory
+from ...io.writers import end_job, job_path, read_job, replace_folder, save_job
 from ...records import new_record, package_version
-from ..runs import CONFIG_FILE
+from ..runs import CONFIG_FILE, write_run
 from .settings import LOGS
 
 logger = logging.getLogger(__name__)
@@ -107,8 +107,6 @@ def write_final(
 
     The work folder's checkpoints go, its logs stay with the run; the run loads back as the runner's class.
     """
-    from ...encoder.models import quiet_transformers
-
     best = training["best_score"]
     record = new_record(
         runner.KIND,
@@ -122,13 +120,8 @@ def write_final(
             "versions": {name: package_version(name) for name in ("torch", "transformers", "tokenizers")},
         },
     )
-    with staged_directory(output) as staging:
-        with quiet_transformers():
-            network.save_pretrained(str(staging), safe_serialization=True)
-            runner.tokenizer.save_pretrained(str(staging))
-        (staging / CONFIG_FILE).write_text(json.dumps(record, indent=2), encoding="utf-8")
-        if (work / LOGS).is_dir():  # metrics.jsonl and the trackers' files stay with the run
-            shutil.copytree(work / LOGS, staging / LOGS)
+    logs = {LOGS: work / LOGS} if (work / LOGS).is_dir() else {}  # metrics.jsonl and the trackers' files stay
+    write_run(output, {CONFIG_FILE: record, **logs}, weights=(network, runner.tokenizer), checked=True)
     end_job(output)
     shutil.rmtree(work, ignore_errors=True)
     logger.info("saved %s: best epoch %s (dev %s %.4f)", output, training["best_epoch"], training["metric"], best)
