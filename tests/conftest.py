@@ -8,9 +8,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # the suite checks bertkit's behaviours on torch, the engine every install has; test_engines.py runs OpenVINO's
 os.environ.setdefault("BERTKIT_ENGINE", "torch")
 # in a pytest-xdist worker (`-n 2`: two on two cores) one torch thread, for it and the commands it starts: two pools
-# of two threads each on two cores made the suite slower than one process
+# of two threads each on two cores made the suite slower than one process. Commands that ask for two threads (the
+# servers' --threads 2) then share the cores with the other worker: OpenMP threads that wait passively, rather than
+# spinning, keep that sharing cheap (the schemathesis test took 150 s beside the int8 and engine tests, 50 s so)
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # bertkit's own cache (embeddings, int8 calibrations, OpenVINO graphs) in a folder of this run, removed after it: the
 # suite writes only under temporary folders. The xdist workers and the commands they start inherit it.
 if not os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("BERTKIT_CACHE"):

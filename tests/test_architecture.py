@@ -234,9 +234,10 @@ def test_the_public_api_is_what_public_api_txt_says():
 # ---- each concept in its home, and the code-line budget (issue 61) ------------------------------------------------
 # Code lines (no docstring, comment or blank line, as the census counts them) of src/bertkit: the budget is issue 61's
 # with every feature; a later feature raises it by what it adds and says so in its note. Until the budget is met the
-# tree may not grow past where it stands (lower CODE_LINES_NOW as it shrinks).
-CODE_LINE_BUDGET = 12_900
-CODE_LINES_NOW = 13_139
+# tree may not grow past where it stands (lower CODE_LINES_NOW as it shrinks). Issue 60 (stop 66) was built after
+# issue 61 counted its 13,477 lines and added 238 (13,477 at 84626a4, 13,715 at 468cbb2): 12,900 + 238.
+CODE_LINE_BUDGET = 12_900 + 238
+CODE_LINES_NOW = 13_135
 CENSUS = PACKAGE.parents[2] / "shared" / "tools" / "census.py"
 
 
@@ -277,10 +278,5 @@ def test_the_code_does_not_grow(census):
     assert census["code_lines"] <= CODE_LINES_NOW, census["code_wings"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 61's budget of 12,900 code lines: 13,139 now, 238 of them issue 60's (built after the budget was "
-    "counted); one run writer is not built yet (the closing note of 2026-12-07)",
-)
 def test_the_code_stays_within_its_budget(census):
     assert census["code_lines"] <= CODE_LINE_BUDGET, census["code_wings"]
