@@ -72,6 +72,34 @@ def test_the_plan_is_the_cheapest_split_of_the_sorted_rows():
         assert cost(lengths, groups) == best
 
 
+def test_one_width_plans_are_the_cheapest_split_whose_passes_each_hold_one_padded_width():
+    """bf16 and int8 on a CPU: a row padded alike whatever shares its pass. The plan is the cheapest among the splits
+    of the sorted rows that mix no widths (brute force, as above)."""
+    rng = random.Random(1)
+    for _ in range(60):
+        lengths = [rng.randint(3, 30) for _ in range(rng.randint(1, 8))]
+        budget, multiple = rng.choice([64, 2048]), rng.choice([1, 4])
+        groups = plan(lengths, budget, None, multiple=multiple, one_width=True)
+        assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+        assert all(len({padded_width(lengths[i], multiple=multiple) for i in g}) == 1 for g in groups)
+        order = sorted(range(len(lengths)), key=lengths.__getitem__)
+        best = None
+        for cuts in itertools.product([False, True], repeat=len(order) - 1):
+            split, current = [], [order[0]]
+            for index, cut in zip(order[1:], cuts):
+                if cut:
+                    split.append(current)
+                    current = []
+                current.append(index)
+            split.append(current)
+            widths = [{padded_width(lengths[i], multiple=multiple) for i in g} for g in split]
+            if all(len(w) == 1 and (len(g) == 1 or len(g) * min(w) <= budget) for g, w in zip(split, widths)):
+                total = sum(PASS_OVERHEAD_TOKENS + len(g) * min(w) for g, w in zip(split, widths))
+                best = min(best if best is not None else 10**9, total)
+        found = sum(PASS_OVERHEAD_TOKENS + len(g) * padded_width(lengths[g[0]], multiple=multiple) for g in groups)
+        assert found == best
+
+
 def test_results_come_back_in_input_order_and_a_pass_out_of_memory_is_split(monkeypatch):
     """On a GPU a pass that runs out of memory is tried again in halves, down to one row; here the forward raises
     torch's own out-of-memory error for passes wider than two rows."""

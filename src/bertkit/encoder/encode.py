@@ -314,9 +314,9 @@ class Encoder:
         pooler = getattr(out, "pooler_output", None) if self.has_pooler else None
         return ForwardOutput(out.last_hidden_state, pooler, tuple(out.hidden_states))
 
-    def runner(self, batch_size: int | None = None, pad_multiple: int = 1) -> Runner:
+    def runner(self, batch_size: int | None = None) -> Runner:
         """Return the runner of this encoder's forward passes (`batch_size` rows at most; None: the default)."""
-        return self.network.runner(self._default_batch_size if batch_size is None else batch_size, pad_multiple)
+        return self.network.runner(self._default_batch_size if batch_size is None else batch_size)
 
     # ---- vector widths -------------------------------------------------------------------------------------------
     def output_dim(self, options: EmbedOptions) -> int:

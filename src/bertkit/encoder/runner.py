@@ -93,11 +93,13 @@ def plan_batches(
     max_rows: int | None = None,
     overhead_tokens: int = PASS_OVERHEAD_TOKENS,
     multiple: int = 1,
+    one_width: bool = False,
 ) -> list[list[int]]:
     """Group indices into `lengths` into the passes that cost least: overhead + padded tokens, summed.
 
     Each group is contiguous in length order, has at most `max_rows` rows and `max_batch_tokens` padded tokens (a
-    row longer than that is a pass of its own); the longest group comes first.
+    row longer than that is a pass of its own); the longest group comes first. With `one_width`, a group holds rows
+    of one padded width only, so that a row is padded alike whatever shares its pass.
     """
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
     n = len(order)
@@ -109,13 +111,15 @@ def plan_batches(
     # plans hundreds of rows a pass: this keeps the plan's cost per row constant instead of growing with them.
     window: deque[int] = deque()
     key = lambda start: best[start] - start * width  # noqa: E731
-    width = -1
+    width, width_start = -1, 0
     for j in range(1, n + 1):
         longest = padded_width(lengths[order[j - 1]], multiple=multiple)
         most = max(1, max_batch_tokens // longest if max_rows is None else min(max_batch_tokens // longest, max_rows))
-        first = max(0, j - most)
-        if longest != width:  # a new width: every reachable start's key changes
-            width = longest
+        new_width = longest != width
+        if new_width:
+            width, width_start = longest, j - 1
+        first = max(width_start if one_width else 0, j - most)
+        if new_width:  # every reachable start's key changes
             window = _increasing_minima(best, first, j - 1, width)
         candidate = key(j - 1)
         while window and key(window[-1]) >= candidate:
@@ -168,6 +172,9 @@ class Runner:
         Whether the model takes token type ids.
     pad_multiple : int
         Padded widths are multiples of this (a server sees fewer shapes: its allocator stays small).
+    one_width : bool
+        Each pass holds rows of one padded width: a row's result does not depend on what shares its pass (int8,
+        whose rounding turns the last bits that padding changes into visible differences).
     max_width : int, optional
         The widest pass the model takes (its position table): rounding never pads past it.
     """
@@ -181,6 +188,7 @@ class Runner:
     with_type_ids: bool = True
     pad_multiple: int = 1
     max_width: int | None = None
+    one_width: bool = False
     forward_seconds: float = 0.0  # inside forward passes, every thread's
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -193,7 +201,9 @@ class Runner:
         """Plan the passes for `rows`: indices grouped by `plan_batches`."""
         lengths = [len(row.ids) for row in rows]
         overhead = PASS_OVERHEAD_TOKENS if self.device.type == "cpu" else GPU_PASS_OVERHEAD_TOKENS
-        return plan_batches(lengths, self.max_batch_tokens, self.batch_size, overhead, self.pad_multiple)
+        return plan_batches(
+            lengths, self.max_batch_tokens, self.batch_size, overhead, self.pad_multiple, self.one_width
+        )
 
     def inputs(self, rows: Sequence[Row]) -> dict[str, torch.Tensor]:
         """Right-padded inputs of `rows` (the one padding routine): input_ids, attention_mask, token_type_ids."""
