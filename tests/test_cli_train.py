@@ -48,8 +48,13 @@ def test_train_evaluate_predict(monkeypatch, capsys, tmp_path):
     code, out, err = train(monkeypatch, capsys, tmp_path, "--test-size", "0.25", "-o", tmp_path / "run2")
     assert code == 0 and "60 cached, 0 embedded" in err  # re-training never re-embeds
 
-    code, out, _ = run(monkeypatch, capsys, "evaluate", tmp_path / "run", SAMPLE)
+    code, out, err = run(monkeypatch, capsys, "evaluate", tmp_path / "run", SAMPLE)
     assert code == 0 and out.startswith("accuracy") and "n=80" in out
+    assert "is the file this run was trained on" in err and "score a held-out file" in err  # the training file
+    held_out = tmp_path / "held_out.tsv"
+    held_out.write_text(Path(SAMPLE).read_text(encoding="utf-8") + "\n", encoding="utf-8")  # other bytes, same rows
+    code, out, err = run(monkeypatch, capsys, "evaluate", tmp_path / "run", held_out)
+    assert code == 0 and "n=80" in out and "trained on" not in err
 
     code, out, err = run(monkeypatch, capsys, "predict", tmp_path / "run", "a wonderful , moving film", "a dull mess")
     assert code == 0, err

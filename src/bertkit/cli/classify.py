@@ -83,6 +83,7 @@ def train(
 
         check_report_directory(report, overwrite)
     from ..io.readers import read_labelled
+    from ..io.text_files import file_sha256
     from ..tasks.classify import TextClassifier
     from ..tasks.heads import check_training_labels, named_classifier
     from ..tasks.labels import check_known_labels, split_holdout
@@ -126,6 +127,7 @@ def train(
     typer.echo(format_metrics(metrics))
     # the training file's absolute path: found from any folder (answers show names, never paths)
     data = {"train": str(train_file.resolve()), "train_rows": len(texts), "dev": dev_source, "dev_rows": len(dev_texts)}
+    data["train_sha256"] = file_sha256(train_file)  # `evaluate` says so when it is given this same file
     data.update(text_column=text_column, label_column=label_column, header=header)
     estimator.save_pretrained(output, metrics=metrics, extra={"data": data}, overwrite=overwrite)
     say(f"saved {output}")

@@ -65,9 +65,11 @@ def evaluate(
     """
     from ..io.readers import read_labelled
     from ..tasks.evaluate import evaluate as evaluate_run
+    from ..tasks.evaluate import warn_if_training_data
     from ..tasks.tagger import FineTunedTagger
 
     estimator = _load(run, no_cache, cache_dir, precision, device)
+    warn_if_training_data(estimator.record_, data_file)
     if hasattr(estimator, "answer"):  # question answering: SQuAD's exact match and F1
         typer.echo(estimator.evaluate(data_file).text())
         return

@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from ..io.text_files import file_sha256
 from .labels import check_known_labels
 from .report import EvaluationReport, classification_metrics, multi_label_metrics, regression_metrics
+
+logger = logging.getLogger(__name__)
+
+
+def warn_if_training_data(record: dict, path: str | Path) -> bool:
+    """Warn when `path` is the file the run was trained on (the SHA-256 its record keeps); return whether it is."""
+    data = record.get("data", {})
+    trained_on = data.get("train_sha256") == file_sha256(path) if data.get("train_sha256") else False
+    if trained_on:
+        logger.warning(
+            "%s is the file this run was trained on (the same SHA-256 as its record's): the score says how well the "
+            "run fits what it learned, not how it does on new texts; score a held-out file (e.g. a dev set).",
+            Path(path).name,
+        )
+    return trained_on
 
 
 def evaluate(
