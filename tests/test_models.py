@@ -31,8 +31,11 @@ def test_default_model_is_packaged_and_offline(encoder, monkeypatch):
 def test_hub_name_offline_fails_fast_with_a_way_out(monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read by huggingface_hub at import
     started = time.perf_counter()
-    with pytest.raises(ModelLoadError, match="HF_HUB_OFFLINE=1.*save_pretrained.*pass its path"):
+    with pytest.raises(ModelLoadError, match="HF_HUB_OFFLINE=1") as raised:
         Encoder.from_pretrained("bert-base-uncased")
+    # the whole repository (a sentence-transformers model's modules.json and pooling too), not AutoModel's weights
+    assert "`hf download bert-base-uncased --local-dir DIR`" in str(raised.value) and "modules.json" in str(raised.value)
+    assert "save_pretrained" not in str(raised.value) and "pass its path" in str(raised.value)
     assert time.perf_counter() - started < 5
 
 
