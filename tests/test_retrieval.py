@@ -231,6 +231,37 @@ def test_embed_writes_compact_vectors_with_their_options_and_search_reads_them(m
     assert code == 2 and "error: --prompt-name query: this model's prompts are none" in err
 
 
+def test_search_takes_the_npy_the_docs_show_first_as_the_options_given_make_it(monkeypatch, capsys, tmp_path, encoder):
+    """A bare .npy records nothing: its rows are numbered, its vectors taken as --model and the options given make
+    them, and the hits and scores are those of the same vectors in a .npz (which records its options)."""
+    source = tmp_path / "corpus.txt"
+    source.write_text("\n".join(TEXTS) + "\n")
+    found = {}
+    for suffix, options in ((".npy", ()), (".npz", ()), ("-concat.npy", ("--layers", "last4:concat"))):
+        assert run_cli(monkeypatch, capsys, "embed", source, "-o", tmp_path / f"v{suffix}", *options)[0] == 0
+        code, out, err = run_cli(monkeypatch, capsys, "search", tmp_path / f"v{suffix}", "how old is he?", *options)
+        assert code == 0, err
+        found[suffix] = [line.split("\t")[:4] for line in out.splitlines()[1:]]
+    assert found[".npy"] == found[".npz"] and found[".npy"][0][:3] == ["how old is he?", "1", "0"]
+    assert found["-concat.npy"][0][:3] == ["how old is he?", "1", "0"]
+    code, _, err = run_cli(monkeypatch, capsys, "search", tmp_path / "v.npy", "how old is he?")
+    assert "records no model or options: taken as made by the packaged model with layers last and pooling mean" in err
+    expected = (
+        encoder.embed(["how old is he?"], normalize_embeddings=True) @ encoder.embed(TEXTS, normalize_embeddings=True).T
+    )
+    assert float(found[".npy"][0][3]) == pytest.approx(float(expected.max()), abs=1e-4)
+
+    code, _, err = run_cli(monkeypatch, capsys, "search", tmp_path / "v-concat.npy", "how old is he?")  # options missed
+    assert (
+        code == 2 and "holds 1536-number vectors; the packaged model with layers last and pooling mean gives 384" in err
+    )
+    code, _, err = run_cli(monkeypatch, capsys, "search", tmp_path / "v.npz", "how old?", "--layers", "all:mean")
+    assert code == 2 and "records the model and options its vectors were made with" in err and "--layers is" in err
+    np.save(tmp_path / "ids.npy", np.arange(6))
+    code, _, err = run_cli(monkeypatch, capsys, "search", tmp_path / "ids.npy", "how old?")
+    assert code == 2 and "holds an array of shape (6,)" in err
+
+
 @pytest.fixture(scope="module")
 def vectors_file(tmp_path_factory, encoder):
     """A float32 .npz and .parquet of TEXTS as `bertkit embed` writes them."""

@@ -10,17 +10,21 @@ import typer
 from ..encoder.options import EmbedOptions
 from ..errors import InputError, no_such_path
 from .common import app, make_encoder, options_for, say, utf8_texts, verbosity
-from .options import Device, Generated, Metric, Output, Overwrite, Threads, TopK, from_fields
+from .options import Device, Generated, Metric, Model, Output, Overwrite, Threads, TopK, from_fields
 
 if TYPE_CHECKING:
     from ..encoder.encode import Encoder
 
+NPY_OPTIONS = ("layers", "pooling", "normalize_embeddings", "truncate_dim")  # what a bare .npy cannot record
+
 
 @app.command()
-@from_fields(EmbedOptions, "options", only=("prompt", "prompt_name"))
+@from_fields(EmbedOptions, "options", only=("prompt", "prompt_name", *NPY_OPTIONS))
 def search(
     index: Path = typer.Argument(
-        ..., help="A .npz or .parquet file written by `bertkit embed`, or an index written by `bertkit index`."
+        ...,
+        help="A vectors file written by `bertkit embed` (.npz, .parquet: they record their model and options; .npy: "
+        "give --model and the options you embedded with, if not the defaults), or an index of `bertkit index`.",
     ),
     queries: list[str] = typer.Argument(..., callback=utf8_texts, help="One or more queries."),
     top_k: TopK = 10,
@@ -30,6 +34,7 @@ def search(
         help="int8/binary vectors: rescore top-k × this many candidates with the float query (0: none; default: "
         "the measured best trade-off, 4).",
     ),
+    model: Model = None,
     threads: Threads = None,
     device: Device = "auto",
     options: Generated = None,
@@ -37,25 +42,44 @@ def search(
     """Run a similarity search of each query against a vectors file (exact) or an index (approximate, HNSW).
 
     Each query is embedded with the vectors' own model and options (layers, pooling, dimensions, normalization). A
-    vectors file is searched exactly: int8 by integer products, binary by Hamming distance, then rescored. Prints
+    vectors file is searched exactly: int8 by integer products, binary by Hamming distance, then rescored. A .npy
+    records nothing: its rows are numbered from 0 and taken as --model and the options given make them. Prints
     query, rank, id, score.
     """
     from ..tasks.engine import rescore_multiplier_for
-    from ..tasks.index import load_index, read_index_meta
+    from ..tasks.index import load_index, model_named, npy_index, read_index_meta
 
     if not index.exists():
         raise no_such_path(index)
-    if read_index_meta(index) is None and index.suffix.lower() not in (".npz", ".parquet"):
+    bare = index.suffix.lower() == ".npy"
+    if read_index_meta(index) is None and index.suffix.lower() not in (".npz", ".parquet", ".npy"):
         raise InputError(
-            f"{index} is neither a vectors file of `bertkit embed` (.npz, .parquet) nor an index of `bertkit index`; "
-            "give one of those (build an index with `bertkit index VECTORS -o NAME.index`)."
+            f"{index} is neither a vectors file of `bertkit embed` (.npz, .parquet, .npy) nor an index of `bertkit "
+            "index`; give one of those (build an index with `bertkit index VECTORS -o NAME.index`)."
         )
-    loaded = load_index(index)
+    defaults = EmbedOptions()
+    given = [name for name in NPY_OPTIONS if getattr(options, name) != getattr(defaults, name)]
+    if not bare and (given or model):
+        flags = ", ".join(f"--{name.replace('_', '-')}" for name in [*given, *(["model"] if model else [])])
+        raise InputError(
+            f"{index} records the model and options its vectors were made with, and queries are embedded with them: "
+            f"{flags} {'are' if ', ' in flags else 'is'} for a .npy, which records nothing."
+        )
+    if bare:
+        encoder = make_encoder(model, "fp32", device)
+        loaded = npy_index(index, encoder, options.replace(prompt=None, prompt_name=None))
+        meta = loaded.meta
+        say(
+            f"{index.name} records no model or options: taken as made by {model_named(meta['model'])} with layers "
+            f"{meta['layers']} and pooling {meta['pooling']} (--model and the embedding options say otherwise)"
+        )
+    else:
+        loaded = load_index(index)
+        if not loaded.meta.get("model"):  # an index made in Python from bare vectors: no model to embed queries with
+            raise InputError(f"{index} does not say which model made its vectors; search it in Python with that model.")
+        named = None if loaded.meta["model"] == "default" else loaded.meta["model"]
+        encoder = make_encoder(named, loaded.meta.get("precision", "fp32"), device)
     ids, meta = loaded.ids, loaded.meta
-    if not meta.get("model"):  # an index made in Python from bare vectors: no model to embed the queries with
-        raise InputError(f"{index} does not say which model made its vectors; search it in Python with that model.")
-    model = None if meta["model"] == "default" else meta["model"]
-    encoder = make_encoder(model, meta.get("precision", "fp32"), device)
     found = loaded.embed_queries(encoder, queries, prompt=options.prompt, prompt_name=options.prompt_name)
     output = meta.get("output", "float32")
     multiplier = rescore_multiplier_for(output, rescore_multiplier)
@@ -68,7 +92,7 @@ def search(
     )
     texts = loaded.texts
     if texts is None:
-        say(f"the texts are not shown: {_texts_missing(meta)}")
+        say(f"the texts are not shown: {'a .npy keeps no record of them' if bare else _texts_missing(meta)}")
     typer.echo("query\trank\tid\tscore" + ("\ttext" if texts is not None else ""))
     for query, hits in zip(queries, results):
         for rank, hit in enumerate(hits, start=1):

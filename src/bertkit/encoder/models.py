@@ -104,9 +104,9 @@ def resolve_model(spec: str | os.PathLike | None = None) -> ModelSource:
         return ModelSource(spec_str, spec_str, "hub")
     raise ModelLoadError(
         f"'{spec_str}' is not a local directory, and {problem}. On a machine with network run "
-        f"`hf download {spec_str} --local-dir DIR` (huggingface_hub: the whole repository, with a sentence-transformers "
-        "model's modules.json, pooling and normalization), copy DIR here and pass its path; or omit the model to use "
-        "the packaged default."
+        f"`hf download {spec_str} --local-dir DIR` (huggingface_hub: the whole repository, with a "
+        "sentence-transformers model's modules.json, pooling and normalization), copy DIR here and pass its path; or "
+        "omit the model to use the packaged default."
     )
 
 

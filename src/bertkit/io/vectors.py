@@ -63,6 +63,19 @@ def read_vectors(path: str | Path) -> tuple[np.ndarray, np.ndarray, dict]:
         raise _damaged(path, exc) from None
 
 
+def read_npy(path: Path) -> np.ndarray:
+    """Read the (rows, width) array of a bare .npy of `bertkit embed`; a damaged or other one is an InputError."""
+    try:
+        vectors = np.load(path, allow_pickle=False)
+    except _damage() as exc:
+        raise _damaged(path, exc) from None
+    if vectors.ndim != 2 or not len(vectors):
+        raise InputError(
+            f"{path} holds an array of shape {vectors.shape}; search takes one vector a row (rows, width)."
+        )
+    return vectors
+
+
 def source_texts(meta: dict) -> list[str] | None:
     """Re-read the texts of a vectors file's rows from the file `bertkit embed` read (its record's `texts_from`).
 

@@ -32,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..encoder.encode import Encoder
+    from ..encoder.options import EmbedOptions
 
 
 class VectorIndex:
@@ -302,6 +303,42 @@ def load_index(path: str | Path) -> VectorIndex:
         raise _damaged(path, f"its graph holds vectors of {graph.d} numbers, its record says {dim}")
     engine = HNSW(graph, meta.get("output", "float32"), dim, meta["metric"], meta.get("ranges"))
     return VectorIndex(engine, ids, meta, path)
+
+
+def npy_index(path: str | Path, encoder: Encoder, options: EmbedOptions) -> VectorIndex:
+    """Open a bare .npy of `bertkit embed` as an exact index, its vectors taken as `encoder` and `options` make them.
+
+    A .npy holds numbers only (no ids, model or options): rows are numbered from 0, and a width other than what
+    `encoder` gives with `options` is refused. Only float vectors: compact ones need the record a .npz keeps.
+    """
+    from ..encoder.encode import vectors_record
+    from ..io.vectors import read_npy
+
+    path = Path(path)
+    vectors = read_npy(path)
+    if vectors.dtype not in (np.float32, np.float16):
+        raise InputError(
+            f"{path} holds {vectors.dtype} vectors, and a .npy keeps no record of how compact vectors were made: "
+            "embed to .npz or .parquet (`bertkit embed ... -o vectors.npz`) to search them."
+        )
+    resolved = options.resolve(encoder)
+    dim = encoder.output_dim(resolved)
+    model = encoder.source.path if encoder.source.kind == "local" else encoder.source.spec
+    if vectors.shape[1] != dim:
+        raise InputError(
+            f"{path} holds {vectors.shape[1]}-number vectors; {model_named(model)} with layers {resolved.layers} and "
+            f"pooling {resolved.pooling} gives {dim}: give --model and the options you embedded it with, or embed to "
+            ".npz, which records them."
+        )
+    meta = {"model": model, **vectors_record(encoder, resolved), "dim": dim, "output": "float32"}
+    meta["metric"] = exact.model_metric(encoder)
+    ids = np.arange(len(vectors))
+    return VectorIndex(Exact(np.asarray(vectors, np.float32), "float32", dim, None), ids, meta, path)
+
+
+def model_named(model: str) -> str:
+    """Name a model as a record names it, for a message ('default': the packaged model)."""
+    return "the packaged model" if model == "default" else model
 
 
 def _is_index(path: Path) -> bool:
