@@ -16,6 +16,48 @@ from bertkit.io.stream import embed_file
 TEXTS = ["I love Korea", "the movie was great", "EU rejects German call to boycott British lamb ."]
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"batch_size": 2, "normalize_embeddings": True, "show_progress_bar": False},
+        {"convert_to_tensor": True},
+        {"convert_to_numpy": False},
+        {"truncate_dim": 128},
+        {"truncate_dim": 128, "normalize_embeddings": True},
+        {"truncate_dim": 64, "precision": "ubinary"},
+        {"precision": "binary"},
+        {"precision": "ubinary"},
+        {"prompt": "query: "},
+    ],
+    ids=repr,
+)
+def test_encode_is_called_and_answers_as_sentence_transformers_encode(encoder, kwargs):
+    """Code written for sentence-transformers calls `model.encode(...)` as its docs do: the same types and shapes,
+    and the same numbers, for a list and for one string."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(default_model_dir()), device="cpu")
+    for sentences in (TEXTS, TEXTS[0]):
+        ours, theirs = encoder.encode(sentences, **kwargs), model.encode(sentences, **kwargs)
+        assert type(ours) is type(theirs)
+        if isinstance(theirs, list):
+            assert len(ours) == len(theirs) and all(isinstance(row, torch.Tensor) for row in ours)
+            ours, theirs = torch.stack(ours), torch.stack(theirs)
+        assert ours.shape == theirs.shape and ours.dtype == theirs.dtype, (ours.shape, theirs.shape)
+        np.testing.assert_allclose(np.asarray(ours, np.float32), np.asarray(theirs, np.float32), atol=2e-6)
+
+
+def test_encode_refuses_what_it_cannot_give_in_one_line(encoder):
+    with pytest.raises(InputError, match="token vectors come from Encoder.embed_tokens"):
+        encoder.encode(TEXTS, output_value="token_embeddings")
+    assert encoder.encode(TEXTS, device=str(encoder.device)).shape == (3, 384)
+    if encoder.device.type == "cpu":
+        with pytest.raises(InputError):  # a device this machine lacks, or another one than the encoder's
+            encoder.encode(TEXTS, device="cuda")
+
+
 def test_the_packaged_model_embeds_as_sentence_transformers_encodes(encoder):
     """modules.json says mean pooling then Normalize: no option given, the same unit vectors, nothing by hand."""
     from sentence_transformers import SentenceTransformer

@@ -388,6 +388,91 @@ class Encoder:
         settings: dict[str, Any] = dict(text_pair=text_pair, batch_size=batch_size, ranges=ranges, progress=progress)
         return self.embed_with_report(texts, options, **settings, warn=warn, **kwargs).vectors  # type: ignore[return-value]
 
+    def encode(
+        self,
+        sentences: str | Sequence[str],
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        batch_size: int = 32,
+        show_progress_bar: bool | None = None,
+        output_value: str | None = "sentence_embedding",
+        precision: str = "float32",
+        convert_to_numpy: bool = True,
+        convert_to_tensor: bool = False,
+        device: str | torch.device | None = None,
+        normalize_embeddings: bool = False,
+        truncate_dim: int | None = None,
+    ) -> np.ndarray | torch.Tensor | list[torch.Tensor]:
+        """Embed as sentence-transformers' `SentenceTransformer.encode` does: its parameters, defaults and returns.
+
+        Code written for sentence-transformers (and the LangChain, LlamaIndex and Haystack wrappers around it) runs
+        on bertkit unchanged; the vectors are `embed`'s with its default options.
+
+        Parameters
+        ----------
+        sentences : str or list of str
+            One text (a 1-D result) or several (2-D).
+        prompt_name, prompt : str, optional
+            As `embed` takes them.
+        batch_size : int
+            Texts per forward pass.
+        show_progress_bar : bool, optional
+            Show a progress bar.
+        output_value : str
+            'sentence_embedding' (token vectors come from `embed_tokens`).
+        precision : str
+            'float32', 'int8', 'uint8', 'binary' or 'ubinary' (`embed`'s `output_type`; int8 / uint8 ranges are
+            bertkit's calibration, not the batch's own minimum and maximum).
+        convert_to_numpy, convert_to_tensor : bool
+            A NumPy array (default), one torch tensor, or (both False) a list of tensors.
+        device : str, optional
+            Must be the encoder's device, if given (the model is not moved).
+        normalize_embeddings : bool
+            True: unit length. False: as the model's own configuration says (its Normalize module, as in
+            sentence-transformers).
+        truncate_dim : int, optional
+            Keep the first N numbers of each vector, after the model's own normalization (as sentence-transformers
+            does: not unit length then, unless `normalize_embeddings`; `embed` normalizes after cutting).
+
+        Returns
+        -------
+        numpy.ndarray, torch.Tensor or list of torch.Tensor
+
+        Examples
+        --------
+        >>> from bertkit import Encoder
+        >>> Encoder.from_pretrained().encode(["I love Korea", "a film"], batch_size=16).shape
+        (2, 384)
+        """
+        if output_value != "sentence_embedding":
+            raise InputError(
+                f"output_value={output_value!r}: encode gives sentence embeddings; token vectors come from "
+                "Encoder.embed_tokens."
+            )
+        if device is not None and resolve_device(device) != self.device:
+            raise InputError(f"device={device!r}: this encoder runs on {self.device}; load it there instead.")
+        single = isinstance(sentences, str)
+        cut_after = truncate_dim is not None and not normalize_embeddings and precision not in RANGED
+        vectors = self.embed(
+            [sentences] if single else list(sentences),
+            prompt=prompt,
+            prompt_name=prompt_name,
+            batch_size=batch_size,
+            progress=show_progress_bar,
+            output_type="float32" if cut_after else precision,
+            normalize_embeddings=True if normalize_embeddings else None,
+            truncate_dim=None if cut_after else truncate_dim,
+        )
+        if cut_after:  # sentence-transformers cuts the model's (normalized) output, then makes it compact
+            vectors = compact(np.ascontiguousarray(vectors[:, :truncate_dim]), precision)
+        if convert_to_tensor:
+            found: Any = torch.from_numpy(vectors)
+        elif not convert_to_numpy:
+            found = list(torch.from_numpy(vectors))
+        else:
+            found = vectors
+        return found[0] if single else found
+
     def embed_tokens(
         self,
         texts: str | Sequence[tok.Text],
