@@ -197,16 +197,24 @@ def test_huggingface_inference_client_gets_the_library_vector(server, encoder, m
     np.testing.assert_allclose(np.asarray(got).reshape(1, -1), encoder.embed(["I love Korea"]), atol=1e-5)
 
 
-def test_tokenize_gives_tokens_ids_mask_word_ids_and_character_offsets(server, encoder):
-    text = "I love Korea"
-    [view] = server.post("/tokenize", {"inputs": text}).json()
+def test_tokenize_answers_in_teis_shape_with_bertkits_ids_beside(server, encoder):
+    """TEI's /tokenize: a list per input of {id, text, special, start, stop}; a special token has its name and no
+    offsets, any other the input's characters [start, stop). bertkit adds the vocabulary's token, word and type ids."""
+    text = "I love Tasteless"
+    [tokens] = server.post("/tokenize", {"inputs": text}).json()
     batch = encoder.tokenize(text)
-    assert view["tokens"] == ["[CLS]", "i", "love", "korea", "[SEP]"] == batch.tokens[0]
-    assert view["ids"] == batch.input_ids[0].tolist() and view["attention_mask"] == [1] * 5
-    assert view["word_ids"] == [None, 0, 1, 2, None]
-    assert [text[a:b] for a, b in view["offsets"][1:-1]] == ["I", "love", "Korea"]
-    long = server.post("/tokenize", {"inputs": ["word " * 600]})
-    assert long.headers["X-Bertkit-Truncated"] == "1" and len(long.json()[0]["ids"]) == encoder.max_length
+    assert [t["id"] for t in tokens] == batch.input_ids[0].tolist()
+    assert [t["token"] for t in tokens] == ["[CLS]", "i", "love", "taste", "##less", "[SEP]"] == batch.tokens[0]
+    assert [t["text"] for t in tokens] == ["[CLS]", "I", "love", "Taste", "less", "[SEP]"]
+    assert [t["special"] for t in tokens] == [True, False, False, False, False, True]
+    assert [(t["start"], t["stop"]) for t in tokens] == [(None, None), (0, 1), (2, 6), (7, 12), (12, 16), (None, None)]
+    assert [t["word_id"] for t in tokens] == [None, 0, 1, 2, 2, None] and {t["type_id"] for t in tokens} == {0}
+    assert set(tokens[0]) == {"id", "text", "special", "start", "stop", "token", "word_id", "type_id"}
+    bare = server.post("/tokenize", {"inputs": [text, "a film"], "add_special_tokens": False}).json()
+    assert [[t["text"] for t in row] for row in bare] == [["I", "love", "Taste", "less"], ["a", "film"]]
+    long = server.post("/tokenize", {"inputs": ["short", "word " * 600]})
+    assert long.headers["X-Bertkit-Truncated"] == "1" and long.headers["X-Bertkit-Truncated-Inputs"] == "1"
+    assert len(long.json()[1]) == encoder.max_length
 
 
 def test_long_input_is_truncated_and_says_so_or_refused_by_index(server, encoder):

@@ -37,15 +37,17 @@ OpenAIEmbeddingResponse = shape(
     model=str,
     usage=Usage,
 )
-TokenView = shape(
-    "TokenView",
-    "One input's tokenization: the tutorial's table as parallel lists.",
-    tokens=list[str],
-    **{name: list[int] for name in ("ids", "attention_mask", "type_ids")},
-    word_ids=list[int | None],
-    offsets=described(list[tuple[int, int]], "character [start, end) of each token in the input"),
-    truncated=bool,
-    full_length=int,
+Token = shape(
+    "Token",
+    "One token as TEI's /tokenize gives it (id, text, special, start, stop), with bertkit's token, word and type ids.",
+    id=int,
+    text=described(str, "the input's characters [start, stop) of the token; a special token's own name"),
+    special=bool,
+    start=described(int | None, "character offset in the input; null for a special token"),
+    stop=described(int | None, "end character offset (exclusive); null for a special token"),
+    token=described(str, "the vocabulary's token, e.g. '##ing'"),
+    word_id=described(int | None, "the input's word the token belongs to; null for a special token"),
+    type_id=int,
 )
 TokenVectors = shape(
     "TokenVectors",

@@ -161,25 +161,34 @@ def _embedding_routes(router: APIRouter, models: Any, key: bool) -> None:
 
     @router.post(
         "/tokenize",
-        responses=responses("/tokenize", list[shapes.TokenView], key=key, headers=TRUNCATED),
-        summary="Tokens, ids, mask, word ids, character offsets",
+        responses=responses("/tokenize", list[list[shapes.Token]], key=key, headers=TRUNCATED),
+        summary="Each input's tokens as TEI gives them: id, text, special, character offsets (and word ids)",
     )
     async def tokenize(body: models.TokenizeRequest, request: Request) -> Response:
-        encoded = await _service(request).tokenize(_texts(body.inputs), body.truncate, _disconnected(request))
-        views = [
-            {
-                "tokens": item.tokens,
-                "ids": item.ids,
-                "attention_mask": [1] * len(item.ids),
-                "type_ids": item.type_ids,
-                "word_ids": item.word_ids(),
-                "offsets": [list(o) for o in item.encoding.offsets],
-                "truncated": item.truncated,
-                "full_length": item.full_length,
-            }
-            for item in encoded
-        ]
-        return await json_answer(views, headers={"X-Bertkit-Truncated": str(sum(e.truncated for e in encoded))})
+        texts = _texts(body.inputs)
+        encoded = await _service(request).tokenize(texts, body.truncate, _disconnected(request))
+        answer = [_tei_tokens(item, text, body.add_special_tokens) for item, text in zip(encoded, texts)]
+        return await json_answer(answer, headers=_truncation_headers([i for i, e in enumerate(encoded) if e.truncated]))
+
+
+def _tei_tokens(item: Any, text: str, add_special_tokens: bool) -> list[dict]:
+    """One input's tokens in TEI's shape (a special token: its name, no offsets), with bertkit's ids beside."""
+    encoding = item.encoding
+    rows = zip(item.ids, item.tokens, encoding.offsets, encoding.special_tokens_mask, item.word_ids(), item.type_ids)
+    return [
+        {
+            "id": token_id,
+            "text": token if special else text[start:stop],
+            "special": bool(special),
+            "start": None if special else start,
+            "stop": None if special else stop,
+            "token": token,
+            "word_id": word,
+            "type_id": type_id,
+        }
+        for token_id, token, (start, stop), special, word, type_id in rows
+        if add_special_tokens or not special
+    ]
 
 
 def _run_routes(router: APIRouter, models: Any, key: bool, runs: list[str], rerankers: tuple[str, ...]) -> None:

@@ -285,7 +285,7 @@ def _embedding_models(v: Vocabulary, t: SimpleNamespace) -> dict[str, type[BaseM
 
         inputs: t.Texts
         truncate: StrictBool = True
-        add_special_tokens: Literal[True] = True
+        add_special_tokens: Annotated[StrictBool, Field(description="false: without [CLS], [SEP], ...")] = True
 
     return {body.__name__: body for body in (embed, embed_all, openai, similarity, TokenizeRequest)}
 
