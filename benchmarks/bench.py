@@ -3,7 +3,7 @@
 Prints speed, the share of the measured matmul peak, and each row's distance from bertkit's fp32 vectors; then where
 bertkit's time goes. Other scripts here (throughput.py, int8_frontier.py) build on its functions.
 
-    python benchmarks/bench.py [TEXTS] [--column C] [--limit 2000] [--repeats 3] [--precision fp32,bf16,int8]
+    python benchmarks/bench.py [TEXTS] [--text-column C] [--limit 2000] [--repeats 3] [--precision fp32,bf16,int8]
         [--no-peers] [--batch-size N] [--model M] [--threads N] [--device cpu]
 
 TEXTS is a TSV/CSV/JSONL/Parquet/text file (default: bertkit's sample reviews).
@@ -286,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("input", nargs="?", type=Path, help="texts to time (default: bertkit's sample reviews)")
-    parser.add_argument("--column", "-c", default=None, help="the texts' column (name or index)")
+    parser.add_argument("--text-column", "-c", default=None, help="the texts' column (name or index)")
     parser.add_argument("--header", action=argparse.BooleanOptionalAction, default=None, help="first line is a header")
     parser.add_argument("--limit", type=int, default=2000, help="use the first N texts (0 = all)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each way (3 or more for a median)")
@@ -304,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
         if args.threads is not None:
             set_threads(args.threads)
         source = args.input or sample_path("reviews.tsv")
-        column = column_spec(args.column) if args.input else "text"
+        column = column_spec(args.text_column) if args.input else "text"
         texts = read_texts(source, column, header=args.header)[0]
         texts = texts[: args.limit] if args.limit else texts
         encoder = Encoder.from_pretrained(args.model, device=args.device)

@@ -59,7 +59,7 @@ def columns(header: str, line: str, name: str) -> dict[str, str]:
 def test_bench_prints_the_table_with_sane_numbers(capsys, tmp_path, hf_default):
     source = tmp_path / "texts.tsv"
     source.write_text("".join(f"{t}\t0\n" for t in TEXTS), encoding="utf-8")
-    code, out, err = run(capsys, source, "--column", "0", "--no-peers", "--repeats", "1", "--batch-size", "4")
+    code, out, err = run(capsys, source, "--text-column", "0", "--no-peers", "--repeats", "1", "--batch-size", "4")
     assert code == 0, err
     lines = out.splitlines()
 
@@ -104,7 +104,7 @@ def test_bench_prints_the_table_with_sane_numbers(capsys, tmp_path, hf_default):
 def test_bench_bad_repeats_is_one_line(capsys, tmp_path, repeats):
     source = tmp_path / "texts.tsv"
     source.write_text("I love Korea\t1\n", encoding="utf-8")
-    code, out, err = run(capsys, source, "--column", "0", "--repeats", repeats, "--no-peers")
+    code, out, err = run(capsys, source, "--text-column", "0", "--repeats", repeats, "--no-peers")
     assert code == 2 and out == ""
     assert err.startswith("error: --repeats must be at least 1") and err.count("\n") == 1, err
 
@@ -115,7 +115,7 @@ def test_bench_bad_repeats_from_a_fresh_process_prints_only_that_line(tmp_path):
     source = tmp_path / "texts.tsv"
     source.write_text("I love Korea\t1\n", encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(source), "--column", "0", "--repeats", "0"],
+        [sys.executable, str(SCRIPT), str(source), "--text-column", "0", "--repeats", "0"],
         capture_output=True,
         text=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},

@@ -44,7 +44,7 @@ def test_embed_tsv_equals_library(monkeypatch, capsys, tmp_path, encoder):
         capsys,
         "embed",
         source,
-        "--column",
+        "--text-column",
         "0",
         "--layers",
         "last",
@@ -103,11 +103,11 @@ def test_embed_reports_truncation(monkeypatch, capsys, tmp_path, encoder):
     [
         (
             "sentence\tlabel\nhi\t1\n",
-            ["--column", "text"],
+            ["--text-column", "text"],
             "no column named 'text'; the header has ['sentence', 'label']",
         ),
-        ("", ["--column", "0"], "the file has no data rows"),
-        (b"ok\t1\nbad \xff\t0\n", ["--column", "0"], "line 2: bytes that are not UTF-8"),
+        ("", ["--text-column", "0"], "the file has no data rows"),
+        (b"ok\t1\nbad \xff\t0\n", ["--text-column", "0"], "line 2: bytes that are not UTF-8"),
         ("hi\t1\n", ["--layers", "penultimate"], "Valid forms"),
         ("hi\t1\n", ["--pooling", "avg"], "unknown pooling 'avg'"),
     ],
@@ -243,3 +243,30 @@ def test_generated_options_are_the_fields_with_their_metadata(monkeypatch, capsy
         flag = (field.metadata["flag"] or f"--{field.name.replace('_', '-')}").split("/")[0]
         explained = " ".join(field.metadata["help"].replace(",", "").split())[:40]
         assert f"{flag} " in shown and explained in shown, field.name
+
+
+def test_every_short_flag_means_one_thing_in_every_command():
+    """`-q` is --quiet everywhere, `-c` the text column, `-p` the pooling...: a short flag is one long name in every
+    command that has it (the text column was --column in some commands and --text-column in others)."""
+    import typer
+
+    import bertkit.cli.main  # noqa: F401 (registers every command)
+    from bertkit.cli.common import app
+
+    meanings: dict[str, set[str]] = {}
+    longs: set[str] = set()
+
+    def walk(command) -> None:
+        for sub in getattr(command, "commands", {}).values():
+            walk(sub)
+        for parameter in command.params:
+            if parameter.param_type_name == "option":
+                long = next(o for o in parameter.opts if o.startswith("--"))
+                longs.add(long)
+                for short in (o for o in parameter.opts if not o.startswith("--")):
+                    meanings.setdefault(short, set()).add(long)
+
+    walk(typer.main.get_command(app))
+    assert {short: names for short, names in meanings.items() if len(names) > 1} == {}, meanings
+    assert meanings["-q"] == {"--quiet"} and meanings["-c"] == {"--text-column"} and meanings["-p"] == {"--pooling"}
+    assert "--column" not in longs and "--text-column" in longs

@@ -68,7 +68,7 @@ def test_train_evaluate_predict(monkeypatch, capsys, tmp_path):
         "predict",
         tmp_path / "run",
         SAMPLE,
-        "--column",
+        "--text-column",
         "text",
         "--header",
         "-o",

@@ -1,4 +1,4 @@
-"""The first hour (issue 22): bertkit says what it took, and a table without --column is read as a person would."""
+"""The first hour (issue 22): bertkit says what it took, and a table without --text-column is read as a person would."""
 
 import logging
 
@@ -41,7 +41,7 @@ def test_the_text_column_is_detected(tmp_path, content, expected):
 def test_an_unclear_table_is_refused_with_its_columns(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("x,y\n1,2\n3,4\n")
-    with pytest.raises(InputError, match=r"which column holds the texts\? the header has \['x', 'y'\]; pass --column"):
+    with pytest.raises(InputError, match=r"which column holds the texts\? the header has \['x', 'y'\]; pass --text-column"):
         choose_text_column(path)
 
 

@@ -48,10 +48,10 @@ COMMANDS = {
     "finetune --dev": lambda data, other, run: ["finetune", other, "--dev", data, "--epochs", "1"],
     "probe": lambda data, other, run: ["probe", data, "--dev", other],
     "probe --dev": lambda data, other, run: ["probe", other, "--dev", data],
-    "embed": lambda data, other, run: ["embed", data, "--column", "0"],
-    "embed --calibration": lambda data, other, run: ["embed", other, "--column", "0", "--calibration", data],
+    "embed": lambda data, other, run: ["embed", data, "--text-column", "0"],
+    "embed --calibration": lambda data, other, run: ["embed", other, "--text-column", "0", "--calibration", data],
     "quantize --calibration": lambda data, other, run: ["quantize", "--calibration", data],
-    "predict": lambda data, other, run: ["predict", run, data, "--column", "0"],
+    "predict": lambda data, other, run: ["predict", run, data, "--text-column", "0"],
     "rerank": lambda data, other, run: ["rerank", run, data, "--query", "a film"],
 }
 

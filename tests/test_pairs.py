@@ -231,7 +231,7 @@ def test_predict_and_rerank_from_the_command_line(pair_run, score_run, monkeypat
     documents = tmp_path / "docs.txt"
     documents.write_text("blue thing\nred thing\ngreen\na red red film\n")
     code, out, err = run_cli(
-        monkeypatch, capsys, "rerank", score_root / "run", documents, "-q", "my red film", "--top-k", "3"
+        monkeypatch, capsys, "rerank", score_root / "run", documents, "--query", "my red film", "--top-k", "3"
     )
     assert code == 0 and "ranked 4 documents for 'my red film' (top 3)" in err, err  # -q is --query, not quiet
     rows = [line.split("\t") for line in out.splitlines()]

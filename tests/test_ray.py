@@ -162,7 +162,7 @@ def test_cli_killed_midway_resumes_and_skips_finished_files(head, tmp_path, enco
     out = tmp_path / "out"
     args = [
         str(inputs / "*.jsonl"),
-        "--column",
+        "--text-column",
         "text",
         "--id-column",
         "key",
@@ -225,7 +225,7 @@ def test_cli_killed_at_seeded_random_points_resumes_to_the_same_vectors(head, tm
     out = tmp_path / "out"
     args = [
         str(inputs / "*.jsonl"),
-        "--column",
+        "--text-column",
         "text",
         "--id-column",
         "key",
@@ -272,7 +272,7 @@ def test_a_bad_column_is_one_clear_error_before_any_work(tmp_path):
             str(VENV_BIN / "bertkit"),
             "embed",
             str(tmp_path / "*.jsonl"),
-            "--column",
+            "--text-column",
             "body",
             "--engine",
             "ray",

@@ -65,12 +65,12 @@ def write_inputs(root: Path) -> dict[str, dict[str, str]]:
 # (what to pass as INPUT, relative to the inputs folder or absolute, the reader options, the files it covers)
 CASES = {
     "text-relative": ("lines.txt", [], ["lines"]),
-    "tsv-relative": ("table.tsv", ["--column", "text", "--id-column", "id"], ["table"]),
-    "csv-absolute": ("/sheet.csv", ["--column", "text", "--id-column", "key"], ["sheet"]),
-    "jsonl-relative": ("records.jsonl", ["--column", "text", "--id-column", "key"], ["records"]),
+    "tsv-relative": ("table.tsv", ["--text-column", "text", "--id-column", "id"], ["table"]),
+    "csv-absolute": ("/sheet.csv", ["--text-column", "text", "--id-column", "key"], ["sheet"]),
+    "jsonl-relative": ("records.jsonl", ["--text-column", "text", "--id-column", "key"], ["records"]),
     "jsonl-default-field": ("records.jsonl", [], ["records"]),
-    "parquet-folder-relative": ("shards", ["--column", "text", "--id-column", "doc"], ["part0", "part1", "part2"]),
-    "parquet-glob-absolute": ("/shards/*.parquet", ["--column", "text"], ["part0", "part1", "part2"]),
+    "parquet-folder-relative": ("shards", ["--text-column", "text", "--id-column", "doc"], ["part0", "part1", "part2"]),
+    "parquet-glob-absolute": ("/shards/*.parquet", ["--text-column", "text"], ["part0", "part1", "part2"]),
 }
 
 

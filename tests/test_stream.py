@@ -113,7 +113,7 @@ def cli(model_dir, source, output, *extra):
         str(source),
         "-o",
         str(output),
-        "--column",
+        "--text-column",
         "1",
         "--model",
         str(model_dir),

@@ -30,7 +30,6 @@ from .common import (
 from .options import (
     BatchSize,
     Calibration,
-    Column,
     Device,
     Generated,
     Header,
@@ -41,6 +40,7 @@ from .options import (
     Pair,
     Precision,
     Quiet,
+    TextColumn,
     Threads,
     from_fields,
 )
@@ -88,7 +88,7 @@ def embed(
     ctx: typer.Context,
     input: Annotated[Path, typer.Argument(callback=existing_inputs, help="TSV/CSV/JSONL or text (one per line).")],
     output: Output,
-    column: Column = None,
+    column: TextColumn = None,
     header: Header = None,
     id_column: Annotated[str | None, typer.Option(help="Column stored as row ids (.npz/.parquet).")] = None,
     batch_size: BatchSize = None,
@@ -142,7 +142,7 @@ def embed(
         choice = choose_text_column(input, fmt)
         column, header = choice.column, choice.header
         if not quiet:
-            say(f"reading {choice.reason} of {input}; --column chooses another")
+            say(f"reading {choice.reason} of {input}; --text-column chooses another")
     inputs = [input, calibration, model]
     if options.token_vectors:
         check_output(check_writable_location(output), overwrite, inputs)

@@ -40,8 +40,9 @@ MaxLength = Annotated[int | None, typer.Option("--max-length", help="Tokens per 
 Header = Annotated[
     bool | None, typer.Option("--header/--no-header", help="Line 1 is a header (default: when the columns are names).")
 ]
-Column = Annotated[str | None, typer.Option("--column", "-c", help="Text column: index or name (JSONL: field).")]
-TextColumn = Annotated[str | None, typer.Option("--text-column", help="Text column: index or name (default 0).")]
+TextColumn = Annotated[
+    str | None, typer.Option("--text-column", "-c", help="Text column: index or name (JSONL: field).")
+]
 PairColumn = Annotated[str | None, typer.Option("--pair-column", help="Pair models: the second text's column.")]
 LabelColumn = Annotated[str | None, typer.Option("--label-column", help="Label column: index or name.")]
 Limit = Annotated[int | None, typer.Option("--limit", help="Use only the first N rows (0 = all).")]

@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 def answer(
     run: Run,
     question: Annotated[
-        list[str], typer.Option("--question", "-q", metavar="TEXT", callback=utf8_texts, help="Question; repeatable.")
+        list[str], typer.Option("--question", metavar="TEXT", callback=utf8_texts, help="Question; repeatable.")
     ],
-    context: Annotated[str, typer.Option("--context", "-c", callback=utf8_texts, help="The text, or its file.")],
+    context: Annotated[str, typer.Option("--context", callback=utf8_texts, help="The text, or its file.")],
     options: Generated,
     as_text: AsText = False,
     precision: Precision = None,

@@ -8,7 +8,7 @@ import typer
 
 from ..io.readers import column_spec
 from .common import app, say
-from .options import Calibration, Column, Header, Limit, Output, Overwrite, Threads
+from .options import Calibration, Header, Limit, Output, Overwrite, TextColumn, Threads
 
 
 @app.command()
@@ -19,7 +19,7 @@ def quantize(
     *,
     output: Output,
     calibration: Calibration = None,
-    column: Column = None,
+    column: TextColumn = None,
     header: Header = None,
     limit: Limit = 512,
     overwrite: Overwrite = False,

@@ -13,7 +13,6 @@ from .common import app, cache_option, existing_text_file, path_kind, say, texts
 from .options import (
     AsText,
     CacheDir,
-    Column,
     Device,
     Header,
     LabelColumn,
@@ -111,7 +110,7 @@ def predict(
     pair: Pair = None,
     as_text: AsText = False,
     output: Output = None,
-    column: Column = None,
+    column: TextColumn = None,
     pair_column: PairColumn = None,
     aggregation: Annotated[
         str | None,
@@ -150,7 +149,7 @@ def predict(
         if paired and (pair is None or len(inputs) != 1):
             raise InputError(
                 "this run scores text pairs: give one text and its pair with --pair, or a file with "
-                "--column and --pair-column."
+                "--text-column and --pair-column."
             )
         if not paired and pair is not None:
             raise InputError("--pair is for pair models (fine-tuned with --task pair); this one takes single texts.")
@@ -216,11 +215,11 @@ def rerank(
         list[str], typer.Argument(callback=utf8_texts, help="Documents to rank, or one file (text lines, or a column).")
     ],
     query: Annotated[
-        str, typer.Option("--query", "-q", callback=utf8_texts, help="The query every document is scored against.")
+        str, typer.Option("--query", callback=utf8_texts, help="The query every document is scored against.")
     ],
     top_k: TopK = None,
     as_text: AsText = False,
-    column: Column = None,
+    column: TextColumn = None,
     header: Header = None,
     output: Output = None,
     overwrite: Overwrite = False,

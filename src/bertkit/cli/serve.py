@@ -66,7 +66,7 @@ def serve(
         ),
     ] = None,
     host: Annotated[str, Opt(help="Address to bind (default loopback only).")] = "127.0.0.1",
-    port: Annotated[int, Opt("--port", "-p", help="Port to listen on.")] = 8080,
+    port: Annotated[int, Opt("--port", help="Port to listen on.")] = 8080,
     precision: Precision = "fp32",
     device: Device = "auto",
     threads: Threads = None,

@@ -1,4 +1,4 @@
-"""Which column of a TSV/CSV file holds the texts, and whether line 1 is a header, when no --column says."""
+"""Which column of a TSV/CSV file holds the texts, and whether line 1 is a header, when no --text-column says."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ class ColumnChoice:
 
 
 def choose_text_column(path: str | Path, fmt: str | None = None) -> ColumnChoice:
-    """For a TSV/CSV read without --column: detect a header row and the column that holds the texts, or refuse.
+    """For a TSV/CSV read without --text-column: detect a header row and the column that holds the texts, or refuse.
 
     Line 1 is a header when its fields are all names and one is a usual text-column name, or a column below holds
     numbers, or sentences under a one-word name. The texts are the column with a usual name, else the one of clearly
@@ -76,7 +76,7 @@ def choose_text_column(path: str | Path, fmt: str | None = None) -> ColumnChoice
         )
     described = f"the header has {first}" if header else f"line 1 has {width} fields: {first}"
     raise InputError(
-        f"{path}: which column holds the texts? {described}; pass --column NAME or --column INDEX "
+        f"{path}: which column holds the texts? {described}; pass --text-column NAME or --text-column INDEX "
         "(and --header or --no-header)."
     )
 
