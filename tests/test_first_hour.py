@@ -41,7 +41,9 @@ def test_the_text_column_is_detected(tmp_path, content, expected):
 def test_an_unclear_table_is_refused_with_its_columns(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("x,y\n1,2\n3,4\n")
-    with pytest.raises(InputError, match=r"which column holds the texts\? the header has \['x', 'y'\]; pass --text-column"):
+    with pytest.raises(
+        InputError, match=r"which column holds the texts\? the header has \['x', 'y'\]; pass --text-column"
+    ):
         choose_text_column(path)
 
 

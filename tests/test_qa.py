@@ -593,7 +593,9 @@ def test_one_question_gets_one_answer_on_every_face(qa_run, qa, tmp_path, monkey
         served = client.post("/predict/qa", json=body).json()
     assert [a["answer"] for a in served] == library
     for question, context, expected in zip(questions[:4], contexts[:4], library):
-        code, out, err = run_cli(monkeypatch, capsys, "answer", qa_run, "--question", question, "--context", context, "--text")
+        code, out, err = run_cli(
+            monkeypatch, capsys, "answer", qa_run, "--question", question, "--context", context, "--text"
+        )
         assert code == 0 and json.loads(out)["answer"] == expected, err
 
 
@@ -623,17 +625,25 @@ def test_answer_evaluate_and_predict_on_the_command_line(qa_run, qa, tmp_path, m
     )
     assert code == 0, err
     assert json.loads(out) == qa.answer(QUESTION, "the movie was blue and great", top_k=2)
-    code, out, _ = run_cli(monkeypatch, capsys, "answer", qa_run, "--question", QUESTION, "--question", QUESTION, "--context", "a red film")
+    code, out, _ = run_cli(
+        monkeypatch, capsys, "answer", qa_run, "--question", QUESTION, "--question", QUESTION, "--context", "a red film"
+    )
     assert [json.loads(line)["answer"] for line in out.splitlines()] == ["red", "red"]
     long = "red " + " ".join(["the movie was great"] * 8) + " a blue film " + " ".join(["good"] * 20) + " green"
     assert len(long) > 255  # longer than a file name may be: a context, not a missing file
-    code, out, err = run_cli(monkeypatch, capsys, "answer", qa_run, "--question", QUESTION, "--context", long, "--top-k", "3")
+    code, out, err = run_cli(
+        monkeypatch, capsys, "answer", qa_run, "--question", QUESTION, "--context", long, "--top-k", "3"
+    )
     assert code == 0 and json.loads(out) == qa.answer(QUESTION, long, top_k=3), err
     code, _, err = run_cli(monkeypatch, capsys, "answer", qa_run, "--question", QUESTION, "--context", "red/blue")
     assert code == 2 and "no such file" in err and "pass --text" in err
-    code, out, err = run_cli(monkeypatch, capsys, "answer", qa_run, "--question", QUESTION, "--context", "red/blue", "--text")
+    code, out, err = run_cli(
+        monkeypatch, capsys, "answer", qa_run, "--question", QUESTION, "--context", "red/blue", "--text"
+    )
     assert code == 0 and json.loads(out) == qa.answer(QUESTION, "red/blue"), err
-    code, out, err = run_cli(monkeypatch, capsys, "answer", qa_run, "--question", QUESTION, "--context", "")  # not the folder "."
+    code, out, err = run_cli(
+        monkeypatch, capsys, "answer", qa_run, "--question", QUESTION, "--context", ""
+    )  # not the folder "."
     assert code == 2 and "context 0 is empty or blank" in err and not out  # as transformers' pipeline refuses it
     dev = write_jsonl(tmp_path / "dev.jsonl", qa_records(16, seed=3))
     code, out, _ = run_cli(monkeypatch, capsys, "evaluate", qa_run, dev)
