@@ -91,7 +91,9 @@ def write(path, text):
         ("good film\tpos\nnice film\tpos\n", [], "one class only ('pos')"),
         ("good film\tpos\nbad film\t\nfine\tneg\n", [], "line 2: the label is empty"),
         ("a\tpos\nb\tpos\nc\tneg\nd\tneg\ne\tmeh\n", ["--dev", "DEV"], "class 'meh' (1) has fewer than 2 examples"),
-        ("text\tlabel\n" + "good\tpos\nbad\tneg\n" * 6, [], "line 1 looks like a header"),
+        ("phrase\tpolarity\n" + "good\tpos\nbad\tneg\n" * 6, [], "line 1 looks like a header"),
+        ("text\tlabel\n", [], "the file has no data rows"),  # a header alone: not "one class only ('label')"
+        ("text,label\na great film,pos\na dull film,neg\n", [], "Line 1 has no tab but 1 comma: if the file is CSV"),
     ],
 )
 def test_bad_training_input(monkeypatch, capsys, tmp_path, content, args, message):
@@ -99,8 +101,23 @@ def test_bad_training_input(monkeypatch, capsys, tmp_path, content, args, messag
     dev = write(tmp_path / "dev.tsv", "fine\tpos\n")
     args = [str(dev) if a == "DEV" else a for a in args]
     code, _, err = run(monkeypatch, capsys, "train", source, "-o", tmp_path / "run", "--no-cache", *args)
-    assert code == 2 and err.startswith("error: ") and message in err, err
+    assert code == 2 and err.splitlines()[-1].startswith("error: ") and message in err, err
     assert "Traceback" not in err and not (tmp_path / "run").exists()
+
+
+def test_train_reads_a_header_as_embed_does(monkeypatch, capsys, tmp_path):
+    """One reader rule: line 1 of usual column names is a header for `train` as for `embed`, without --header (a
+    4-row CSV said "class ['label'] has a single example" before)."""
+    rows = "text,label\na great film,pos\na dull film,neg\na lovely story,pos\na boring mess,neg\n"
+    source = write(tmp_path / "four.csv", rows * 1)
+    code, _, err = run(monkeypatch, capsys, "train", source, "-o", tmp_path / "run", "--no-cache", "-l", "last")
+    assert code == 2 and "4 examples of 2 classes" in err and "label" not in err.split("error:")[-1], err
+    source = write(tmp_path / "more.csv", rows + "".join(rows.splitlines(keepends=True)[1:]) * 3)
+    code, _, err = run(monkeypatch, capsys, "train", source, "-o", tmp_path / "run", "--no-cache", "-l", "last")
+    assert code == 0, err
+    assert json.loads((tmp_path / "run" / "bertkit.json").read_text())["classes"] == ["neg", "pos"]
+    code, out, err = run(monkeypatch, capsys, "embed", source, "-o", tmp_path / "v.npz")
+    assert code == 0 and "line 1 is a header" in err and "16 × 384" in err, err
 
 
 def test_dev_labels_unseen_in_training_are_named(monkeypatch, capsys, tmp_path):

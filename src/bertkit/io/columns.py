@@ -2,33 +2,12 @@
 
 from __future__ import annotations
 
-import csv
-import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
-from .readers import Row, csv_reader, delimited_rows, is_number
-from .text_files import decoded_lines, detect_format
-
-TEXT_COLUMN_NAMES = (
-    "text",
-    "sentence",
-    "sentences",
-    "review",
-    "document",
-    "content",
-    "body",
-    "question",
-    "query",
-    "passage",
-    "comment",
-    "tweet",
-    "title",
-)
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_ .-]{0,63}")
-SNIFF_ROWS = 50
+from .readers import TEXT_COLUMN_NAMES, is_header, sniffed_rows
+from .text_files import detect_format
 
 
 @dataclass(frozen=True)
@@ -49,19 +28,15 @@ def choose_text_column(path: str | Path, fmt: str | None = None) -> ColumnChoice
     """
     path = Path(path)
     kind = detect_format(path, fmt)
-    rows = [row.values for _, row in zip(range(SNIFF_ROWS + 1), _sniff_rows(path, kind))]
+    rows = sniffed_rows(path, kind)
     if not rows:
         raise InputError(f"{path}: the file has no data rows.")
     first, body = [field.strip() for field in rows[0]], rows[1:]
     width = len(first)
     if width == 1:
         return ColumnChoice(0, False, "one column")
-    named = all(_NAME.fullmatch(field) for field in first)
-    numeric_below = any(
-        is_number(row[i]) and not is_number(first[i]) for row in body for i in range(min(width, len(row)))
-    )
     usual = [i for i, field in enumerate(first) if field.lower() in TEXT_COLUMN_NAMES]
-    header = named and (bool(usual) or numeric_below or _names_above_sentences(first, body))
+    header = is_header(first, body)
     data = body if header else rows
     if header and usual:
         return ColumnChoice(first[usual[0]], True, f"column {first[usual[0]]!r} (line 1 is a header)")
@@ -79,25 +54,3 @@ def choose_text_column(path: str | Path, fmt: str | None = None) -> ColumnChoice
         f"{path}: which column holds the texts? {described}; pass --text-column NAME or --text-column INDEX "
         "(and --header or --no-header)."
     )
-
-
-def _names_above_sentences(first: list[str], body: list[tuple]) -> bool:
-    """Tell whether some column holds sentences (3+ words on average) below a one-word field: a header over texts."""
-    for i, name in enumerate(first):
-        words = [len(row[i].split()) for row in body if i < len(row)]
-        if words and sum(words) / len(words) >= 3 and len(name.split()) == 1:
-            return True
-    return False
-
-
-def _sniff_rows(path: Path, kind: str) -> Iterator[Row]:
-    if kind not in ("tsv", "csv"):
-        raise InputError(f"{path}: only TSV and CSV files have columns to choose from.")
-    line = next((text.rstrip("\r\n") for _, text in decoded_lines(path) if text.strip()), "")
-    if not line:
-        return
-    try:
-        width = len(next(csv_reader([line], kind)))
-    except csv.Error:
-        width = 1  # the first line's own reading (below) says what is wrong with it, with its line number
-    yield from delimited_rows(path, kind, list(range(width)), header=False, ragged=True)

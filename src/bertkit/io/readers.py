@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -23,6 +24,27 @@ if TYPE_CHECKING:
 
 # csv's own field limit (131,072 characters) is raised, process-wide, to this cap; a longer field is refused.
 MAX_FIELD_CHARS = 50 * 1024 * 1024
+
+
+logger = logging.getLogger(__name__)
+TEXT_COLUMN_NAMES = (
+    "text",
+    "sentence",
+    "sentences",
+    "review",
+    "document",
+    "content",
+    "body",
+    "question",
+    "query",
+    "passage",
+    "comment",
+    "tweet",
+    "title",
+)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_ .-]{0,63}")
+SNIFF_ROWS = 50  # rows read to detect a header and the text column
+LABEL_COLUMN_NAMES = ("label", "labels", "class", "category", "sentiment", "target", "score", "tag", "tags")
 
 
 @dataclass(frozen=True)
@@ -47,7 +69,13 @@ def _resolve_columns(path: Path, header: list[str] | None, wanted: list[str | in
         if isinstance(column, int) or (isinstance(column, str) and column.lstrip("-").isdigit()):
             index = int(column)
             if not -width <= index < width:
-                described = f"columns {header}" if header else f"{width} columns (0 to {width - 1})"
+                described = (
+                    f"columns {header}"
+                    if header
+                    else f"{width} columns (0 to {width - 1})"
+                    if width > 1
+                    else "1 column"
+                )
                 raise InputError(f"{where}: column {index} does not exist; the file has {described}.")
             indices.append(index % width)
         else:
@@ -121,7 +149,10 @@ def delimited_rows(
                 names, header_line = [_restore_bare_cr(name).strip() for name in record], line
                 continue
             if indices is None:
-                indices = _resolve_columns(path, names, columns, len(names or record), header_line or line)
+                try:
+                    indices = _resolve_columns(path, names, columns, len(names or record), header_line or line)
+                except InputError as exc:
+                    raise InputError(f"{exc}{_delimiter_hint(kind, names or record)}") from None
             if not ragged and max(indices) >= len(record):
                 raise InputError(
                     f"{path}, line {line}: {len(record)} fields, but column {max(indices)} was asked for"
@@ -178,6 +209,58 @@ def _jsonl_rows(path: Path, fields: list[str | int]) -> Iterator[Row]:
         if key is not None:
             raise InputError(f"{path}, line {number}: no field {quoted(key)}; the fields are {brief(sorted(record))}.")
         yield Row(number, tuple(record[key] for key in keys))
+
+
+def sniffed_rows(path: Path, kind: str) -> list[tuple[str, ...]]:
+    """Return the first rows of a TSV/CSV file, every field of each (as wide as line 1), to detect its layout."""
+    if kind not in ("tsv", "csv"):
+        raise InputError(f"{path}: only TSV and CSV files have columns to choose from.")
+    line = next((text.rstrip("\r\n") for _, text in decoded_lines(path) if text.strip()), "")
+    if not line:
+        return []
+    try:
+        width = len(next(csv_reader([line], kind)))
+    except csv.Error:
+        width = 1  # the first line's own reading (below) says what is wrong with it, with its line number
+    rows = delimited_rows(path, kind, list(range(width)), header=False, ragged=True)
+    return [row.values for _, row in zip(range(SNIFF_ROWS + 1), rows)]
+
+
+def is_header(first: list[str], body: list[tuple[str, ...]]) -> bool:
+    """Tell whether line 1 (`first`) is a header over `body`: the one rule of every command that reads a table.
+
+    Its fields are all names, and one is a usual column name (text, sentence, label, ...), or a column below holds
+    numbers under a name, or sentences under a one-word name.
+    """
+    if not all(_NAME.fullmatch(field) for field in first):
+        return False
+    usual = any(field.lower() in TEXT_COLUMN_NAMES + LABEL_COLUMN_NAMES for field in first)
+    width = len(first)
+    numbers_below = any(
+        is_number(row[i]) and not is_number(first[i]) for row in body for i in range(min(width, len(row)))
+    )
+    return usual or numbers_below or _names_above_sentences(first, body)
+
+
+def _names_above_sentences(first: list[str], body: list[tuple[str, ...]]) -> bool:
+    """Tell whether some column holds sentences (3+ words on average) below a one-word field: a header over texts."""
+    for i, name in enumerate(first):
+        words = [len(row[i].split()) for row in body if i < len(row)]
+        if words and sum(words) / len(words) >= 3 and len(name.split()) == 1:
+            return True
+    return False
+
+
+def _delimiter_hint(kind: str, fields: list[str]) -> str:
+    """Say, for a line read as one field, that it holds the other format's delimiter (a CSV named .tsv)."""
+    other, mark, name = ("csv", ",", "comma") if kind == "tsv" else ("tsv", "\t", "tab")
+    if len(fields) != 1 or mark not in fields[0]:
+        return ""
+    count = fields[0].count(mark)
+    return (
+        f" Line 1 has no {'tab' if kind == 'tsv' else 'comma'} but {count} {name}{'s' * (count > 1)}: if the file is "
+        f"{other.upper()}, name it .{other} (or pass --format {other})."
+    )
 
 
 def csv_reader(lines: Iterable[str], kind: str) -> Iterator[list[str]]:
@@ -298,6 +381,11 @@ def read_labelled(
     paired = paired or pair_column is not None
     columns = [_column(text_column, kind, "text", 0), _column(label_column, kind, "label", 2 if paired else 1)]
     columns += [_column(pair_column, kind, "text_pair", 1)] if paired else []
+    named = any(isinstance(c, str) and not c.lstrip("-").isdigit() for c in columns)
+    sniffed = sniffed_rows(path, kind) if header is None and kind in ("tsv", "csv") and not named else []
+    if sniffed and is_header([field.strip() for field in sniffed[0]], sniffed[1:]):  # as `embed` decides it
+        header = True
+        logger.info("%s: line 1 is a header (%s); --no-header reads it as data", path.name, ", ".join(sniffed[0]))
     texts, labels, lines, pairs = [], [], [], []
     for row in iter_rows(path, kind, columns, header):
         for value, what in zip([row.values[0], *row.values[2:]], ("text", "pair text")):
@@ -317,6 +405,9 @@ def read_labelled(
             f"{path}, line 1: its label {quoted(labels[0])} appears nowhere else, so line 1 looks like a header. "
             "Pass --header (or name the columns), or --no-header if it really is data."
         )
+    if not texts:
+        below = " below its header line" if header else ""
+        raise InputError(f"{path}: no examples{below}; a labelled file holds one (text, label) row per example.")
     return LabelledData(path, texts, labels, lines, pairs if paired else None)
 
 
