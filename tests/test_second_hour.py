@@ -31,6 +31,15 @@ def test_rare_english_words_are_not_poor_coverage(encoder, text):
     assert not report.poor and "WARNING" not in report.message(), report.message()
 
 
+@pytest.mark.parametrize("texts", [["🙂"], ["🙂🙂 ☃"], ["🙂", "☃☃"]])
+def test_a_text_of_nothing_but_unk_is_poor_coverage(encoder, texts):
+    """One emoji among words is not poor coverage, but a text that is all [UNK] embeds as nothing but [UNK]: its
+    vector says nothing of it (before: a one-token text of 100 % [UNK] passed without a word)."""
+    report = text_coverage(encoder.tokenizer, texts)
+    assert report.poor and "every token is [UNK]" in report.message(), report.message()
+    assert report.poor_rows == list(range(len(texts)))
+
+
 @pytest.mark.parametrize(
     "text", ["나는 한국을 사랑해요", "Я люблю этот фильм", "ฉันชอบภาพยนตร์เรื่องนี้มาก", "أحب هذا الفيلم كثيرا"]
 )

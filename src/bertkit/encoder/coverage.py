@@ -46,9 +46,10 @@ class Coverage:
 
         Letters broken into parts; [UNK]s (5% of the tokens: two or more, or any in a non-Latin script); or 3+ pieces a
         word, in a non-Latin script or over 8+ words: a few rare English words split into pieces ("dis ##jo ##int
-        ##ed") are not it, nor one emoji's [UNK].
+        ##ed") are not it, nor one emoji's [UNK] among words; a text of nothing but [UNK] is.
         """
         many_unknown = self.unknown_share >= UNKNOWN_SHARE and (self.n_unknown >= 2 or bool(self.scripts))
+        many_unknown = many_unknown or (self.n_tokens > 0 and self.n_unknown == self.n_tokens)  # nothing but [UNK]
         split = self.tokens_per_word >= PIECES_PER_WORD and (bool(self.scripts) or self.n_words >= SPLIT_MIN_WORDS)
         return self.decomposed or many_unknown or split
 
@@ -63,7 +64,9 @@ class Coverage:
         why = []
         if self.decomposed:
             why.append("syllables are broken into letter pieces (jamo)")
-        if self.unknown_share >= UNKNOWN_SHARE and (self.n_unknown >= 2 or self.scripts):
+        if self.n_tokens and self.n_unknown == self.n_tokens:
+            why.append("every token is [UNK]: the vector says nothing of the text")
+        elif self.unknown_share >= UNKNOWN_SHARE and (self.n_unknown >= 2 or self.scripts):
             why.append("many tokens are [UNK] and their meaning is lost")
         if self.tokens_per_word >= PIECES_PER_WORD:
             why.append("words are split into many sub-tokens")

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import threading
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -211,7 +212,9 @@ def _export(module: _Outputs, width: int) -> Any:
     sample["attention_mask"][1, 6:] = 0
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence", max=width)
     args, shapes = tuple(sample[n] for n in module.names), {n: {0: batch, 1: sequence} for n in module.names}
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        # torch.export's own pytree code warns of its LeafSpec deprecation on every export: nothing the user can act on
+        warnings.filterwarnings("ignore", message=r".*LeafSpec.*is deprecated", category=FutureWarning)
         program = torch.export.export(module.eval(), args, dynamic_shapes=shapes, strict=False)
         return openvino.convert_model(program)
 

@@ -126,7 +126,7 @@ IndexInfo = shape(
 SearchHit = shape(
     "SearchHit",
     "One row of an index near the query, best first (sentence-transformers' `semantic_search` item, plus its id).",
-    id=described(str, "the row's id in the vectors file the index was built from"),
+    id=described(int | str, "the row's id in the vectors file the index was built from (a number or a string)"),
     corpus_id=described(int, "the row's position in the index"),
     score=float,
     text=described(str | None, "the row's text, where the server can read the file it was embedded from", None),

@@ -268,8 +268,7 @@ class Service:
         result = await self.embed(queries, options.resolve(self.encoder), disconnected)
         vectors = np.asarray(result.vectors)
         found = await self.call(lambda: index.search(vectors, top_k), len(queries) * top_k, disconnected)
-        hits = [[{**h, "id": str(h["id"])} for h in row] for row in found]
-        return hits, result
+        return found, result  # ids as the file holds them: numbers stay numbers, as `VectorIndex.search` gives them
 
     def index(self, name: str | None) -> VectorIndex:
         """Return the loaded index `name` (None: the only one), or a 404 / 422 that lists the loaded ones."""
