@@ -14,6 +14,7 @@ from test_finetune import FILLER, tiny_args
 from bertkit.errors import InputError
 from bertkit.tasks.finetune import finetune
 from bertkit.tasks.load import load_run
+from bertkit.tasks.report import THRESHOLDS
 
 COLOURS = ["red", "blue", "green"]
 
@@ -191,6 +192,32 @@ def test_multi_label_learns_label_sets_with_a_threshold_from_dev(coloured, tmp_p
     probabilities = loaded.predict_proba(["the green film"])
     assert probabilities.shape == (1, 3) and probabilities.min() >= 0 and probabilities.max() <= 1
     assert tuned.classes_.tolist() == loaded.classes_.tolist()
+
+
+def test_a_multi_label_run_that_learned_nothing_says_so(coloured, tmp_path, caplog):
+    """The baseline is a model that gives every text the same labels (each label's training share, at the threshold
+    best on dev, as the run is scored); a run no better is saved with the warning the other tasks give (before: the
+    baseline was 'no label' at micro-F1 0, which any constant answer beat)."""
+    from sklearn.metrics import f1_score
+    from sklearn.preprocessing import MultiLabelBinarizer
+
+    train, dev = tagged_file(tmp_path / "train.tsv"), tagged_file(tmp_path / "dev.tsv", n=32, seed=1)
+    args = tiny_args(num_train_epochs=1, learning_rate=1e-9, multi_label=True)
+    with caplog.at_level("WARNING"):
+        finetune(train, dev, output_dir=tmp_path / "run", model=coloured, args=args)
+    record = json.loads((tmp_path / "run" / "bertkit.json").read_text())
+    rows = [line.split("\t")[1] for line in train.read_text().splitlines()]
+    binarize = MultiLabelBinarizer(classes=sorted(COLOURS))
+    shares = binarize.fit_transform([r.split(",") if r else [] for r in rows]).mean(axis=0)
+    gold = binarize.transform(
+        [(line.split("\t")[1].split(",") if line.split("\t")[1] else []) for line in dev.read_text().splitlines()]
+    )
+    best = max(
+        f1_score(gold, np.tile(shares, (len(gold), 1)) >= t, average="micro", zero_division=0) for t in THRESHOLDS
+    )
+    assert record["baseline"]["score"] == pytest.approx(best) and best > 0
+    assert record["baseline"]["learned"] is False
+    assert any("learned nothing useful" in r.getMessage() for r in caplog.records), caplog.text
 
 
 def test_conflicting_heads_are_refused(tiny_dirs, tmp_path):

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ...encoder.devices import describe, resolve_device
@@ -21,6 +22,7 @@ from ...encoder.models import quiet_transformers
 from ...encoder.precision import check_precision
 from ...errors import InputError
 from ...io.writers import work_folder
+from ..report import multi_label_metrics
 from .arguments import FinetuneArguments
 from .checkpoint import check_output, last_checkpoint, start_run, write_final
 from .examples import collate
@@ -321,9 +323,8 @@ def _training_record(trainer: FinetuneTrainer, metric: str, args: FinetuneArgume
     }
 
 
-ZERO_BASELINES = {  # what a model that learned nothing does, scoring 0 (correlation, micro-F1, entity F1)
+ZERO_BASELINES = {  # what a model that learned nothing does, scoring 0 (correlation, entity F1)
     REGRESSION: "predicting the training mean (no correlation)",
-    MULTI_LABEL: "predicting no label",
     TOKENS: "tagging every word 'O'",
 }
 
@@ -358,6 +359,11 @@ def majority_baseline(prepared: Any) -> dict:
     """Score on dev a model that learned nothing: majority label, training mean, no labels, all 'O', no answer."""
     if prepared.problem in ZERO_BASELINES:
         return {"what": ZERO_BASELINES[prepared.problem], "score": 0.0}
+    if prepared.problem == MULTI_LABEL:  # every text the training share of each label, scored at its best threshold
+        shares = np.mean([example.labels for example in prepared.train], axis=0)
+        constant = np.tile(shares, (len(prepared.dev_gold), 1))
+        score = multi_label_metrics(prepared.dev_gold, constant, prepared.labels)["micro_f1"]
+        return {"what": "predicting the same labels for every text (their training shares)", "score": score}
     if prepared.problem == QA:
         unanswerable = sum(1 for answers in prepared.dev_gold if not answers)
         score = 100.0 * unanswerable / max(len(prepared.dev_gold), 1)
