@@ -50,6 +50,19 @@ def test_no_pass_holds_more_rows_than_the_batch_size():
     assert sorted(map(len, groups)) == [1, 4, 4] and sorted(i for g in groups for i in g) == list(range(9))
 
 
+def every_split(lengths):
+    """Every split of the rows, sorted by length, into contiguous groups (the brute force a plan is checked by)."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    for cuts in itertools.product([False, True], repeat=len(order) - 1):
+        split, current = [], [order[0]]
+        for index, cut in zip(order[1:], cuts):
+            if cut:
+                split.append(current)
+                current = []
+            current.append(index)
+        yield [*split, current]
+
+
 def test_the_plan_is_the_cheapest_split_of_the_sorted_rows():
     rng = random.Random(0)
     for _ in range(60):
@@ -57,16 +70,8 @@ def test_the_plan_is_the_cheapest_split_of_the_sorted_rows():
         budget = rng.choice([64, 128, 2048])
         groups = plan_batches(lengths, max_batch_tokens=budget)
         assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
-        order = sorted(range(len(lengths)), key=lengths.__getitem__)
         best = None
-        for cuts in itertools.product([False, True], repeat=len(order) - 1):  # every split of the sorted rows
-            split, current = [], [order[0]]
-            for index, cut in zip(order[1:], cuts):
-                if cut:
-                    split.append(current)
-                    current = []
-                current.append(index)
-            split.append(current)
+        for split in every_split(lengths):
             if all(len(g) == 1 or len(g) * padded_width(max(lengths[i] for i in g), 8) <= budget for g in split):
                 best = min(best if best is not None else 10**9, cost(lengths, split))
         assert cost(lengths, groups) == best
@@ -82,16 +87,8 @@ def test_one_width_plans_are_the_cheapest_split_whose_passes_each_hold_one_padde
         groups = plan(lengths, budget, None, multiple=multiple, one_width=True)
         assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
         assert all(len({padded_width(lengths[i], multiple=multiple) for i in g}) == 1 for g in groups)
-        order = sorted(range(len(lengths)), key=lengths.__getitem__)
         best = None
-        for cuts in itertools.product([False, True], repeat=len(order) - 1):
-            split, current = [], [order[0]]
-            for index, cut in zip(order[1:], cuts):
-                if cut:
-                    split.append(current)
-                    current = []
-                current.append(index)
-            split.append(current)
+        for split in every_split(lengths):
             widths = [{padded_width(lengths[i], multiple=multiple) for i in g} for g in split]
             if all(len(w) == 1 and (len(g) == 1 or len(g) * min(w) <= budget) for g, w in zip(split, widths)):
                 total = sum(PASS_OVERHEAD_TOKENS + len(g) * min(w) for g, w in zip(split, widths))
