@@ -24,6 +24,31 @@ def test_off_a_terminal_it_logs_a_plain_line_every_few_seconds(monkeypatch, capl
     ]
 
 
+def test_a_script_without_logging_still_gets_its_lines_on_stderr(tmp_path):
+    """`bertkit.finetune()` in a script whose stderr is a file: Python drops INFO lines when no logging is set up, so
+    the reporter prints them (before: nothing, while the command line showed them); with logging set up, the
+    program's own level decides."""
+    import subprocess
+    import sys
+
+    script = (
+        "import logging, sys\n"
+        "from bertkit.encoder.progress import Progress\n"
+        "if sys.argv[1] == 'configured':\n"
+        "    logging.basicConfig(level=logging.WARNING)\n"
+        "with Progress('finetune', 3, 'steps', show=True, every=0) as p:\n"
+        "    for _ in range(3):\n"
+        "        p.update(1, loss='0.5')\n"
+    )
+    for setup in ("none", "configured"):
+        done = subprocess.run([sys.executable, "-c", script, setup], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        if setup == "none":
+            assert done.stderr.splitlines()[-1].startswith("finetune: 3/3 steps, ") and "loss 0.5" in done.stderr
+        else:
+            assert "finetune:" not in done.stderr  # the program asked for warnings only
+
+
 def test_on_a_terminal_it_draws_one_tqdm_bar(monkeypatch, capsys):
     monkeypatch.setattr(progress, "terminal", lambda: True)
     with Progress("index", 10, "vectors") as reporter:

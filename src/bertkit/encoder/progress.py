@@ -28,7 +28,9 @@ def terminal() -> bool:
 
 
 class Progress:
-    """Report how far a job is: a tqdm bar on a terminal, else a log line (INFO) every `every` seconds.
+    """Report how far a job is: a tqdm bar on a terminal, else a line every `every` seconds.
+
+    The line is logged (INFO) where logging is set up, and printed to stderr where nothing is (a script's output).
 
     Parameters
     ----------
@@ -96,7 +98,10 @@ class Progress:
         now = time.monotonic()
         if now - self.last_line >= self.every:
             self.last_line = now
-            logger.info("%s", self.line(now))
+            if logger.hasHandlers():  # the command line's, or a program's own logging setup: its level decides
+                logger.info("%s", self.line(now))
+            else:  # no logging set up (a script's stderr in a file): Python would drop an INFO line, so print it
+                print(self.line(now), file=sys.stderr, flush=True)
 
     def line(self, now: float | None = None) -> str:
         """Return the plain line: 'embed: 1,200/5,000 rows, 310 rows/s, 12 s left'."""
