@@ -213,8 +213,8 @@ def _export(module: _Outputs, width: int) -> Any:
     batch, sequence = torch.export.Dim("batch"), torch.export.Dim("sequence", max=width)
     args, shapes = tuple(sample[n] for n in module.names), {n: {0: batch, 1: sequence} for n in module.names}
     with torch.no_grad(), warnings.catch_warnings():
-        # torch.export's own pytree code warns of its LeafSpec deprecation on every export: nothing the user can act on
-        warnings.filterwarnings("ignore", message=r".*LeafSpec.*is deprecated", category=FutureWarning)
+        # torch.export's own pytree code warns about its LeafSpec on every export: nothing the user can act on
+        warnings.filterwarnings("ignore", message=r".*LeafSpec.*is deprecated")
         program = torch.export.export(module.eval(), args, dynamic_shapes=shapes, strict=False)
         return openvino.convert_model(program)
 
