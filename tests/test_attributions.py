@@ -114,6 +114,26 @@ def test_steps_double_while_completeness_misses_and_then_warn(caplog, monkeypatc
     assert (worst > integrated.DELTA_WARNING) == (f"at {result.n_steps} steps: give more n_steps" in caplog.text)
 
 
+def test_a_score_that_barely_leaves_its_baseline_is_not_a_miss(caplog):
+    """A share of a tiny f(input) - f(baseline) is big for any small absolute error (the "missed by 6 %" warning on a
+    similarity that barely moved); a miss under DELTA_FLOOR is none, a real one still warns."""
+    from types import SimpleNamespace
+
+    from bertkit.explain.integrated import DELTA_FLOOR, Integrator, TextAttribution
+
+    def text(delta, baseline_score):
+        zeros = np.zeros(2)
+        return TextAttribution("a film", ["a", "film"], zeros, ["a", "film"], zeros, baseline_score, delta)
+
+    holder = SimpleNamespace(baseline="pad")
+    with caplog.at_level(logging.WARNING, logger="bertkit.explain.integrated"):
+        Integrator.result(holder, "cosine similarity", 0.9, [text(0.5, 0.9 - DELTA_FLOOR)], 8)  # missed by 0.0005
+    assert "give more n_steps" not in caplog.text
+    with caplog.at_level(logging.WARNING, logger="bertkit.explain.integrated"):
+        Integrator.result(holder, "cosine similarity", 0.9, [text(0.5, 0.5)], 8)  # missed by 0.2
+    assert "miss f(input) - f(baseline) by 50.0% (over 5%) at 8 steps: give more n_steps" in caplog.text
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [

@@ -32,6 +32,7 @@ DEFAULT_STEPS = 24  # chosen by benchmarks/attributions.py: under 1 s a 64-token
 MAX_STEPS = 1000  # 40 times the default: a short text in about 4 s on 2 CPU cores; captum's weights grow as steps²
 BASELINES = ("pad", "mask")
 DELTA_WARNING = 0.05  # a share of f(input) - f(baseline): above it, the steps are doubled, up to MAX_REFINEMENT times
+DELTA_FLOOR = 1e-3  # an absolute miss this small is no miss, whatever its share of a score that barely moved
 MAX_REFINEMENT = 4  # a saturating score (a probability near 0 or 1) changes fast on a short stretch of the path
 
 
@@ -169,14 +170,19 @@ class Integrator:
         while True:
             path = IntegratedGradients(score).attribute(given, empty, n_steps=steps, internal_batch_size=per_pass)
             token_scores = path[0].sum(-1).detach().double().cpu().numpy()
-            share = abs(token_scores.sum() - (scores[0] - scores[1])) / max(abs(scores[0] - scores[1]), 1e-12)
-            if share <= DELTA_WARNING or steps >= MAX_REFINEMENT * self.n_steps:
+            miss = abs(token_scores.sum() - (scores[0] - scores[1]))
+            share = miss / max(abs(scores[0] - scores[1]), 1e-12)
+            if share <= DELTA_WARNING or miss <= DELTA_FLOOR or steps >= MAX_REFINEMENT * self.n_steps:
                 return scores[0], text_parts(item, token_scores, scores[1], share), steps
             steps *= 2
 
     def result(self, target: str, score: float, texts: list[TextAttribution], steps: int) -> Attribution:
-        """Return the attribution; warn when a text's attributions still miss completeness by over DELTA_WARNING."""
-        worst = max(text.delta for text in texts)
+        """Return the attribution; warn when a text's attributions still miss completeness by over DELTA_WARNING.
+
+        A miss under DELTA_FLOOR in absolute terms is none: a score that barely leaves its baseline makes any share big.
+        """
+        missed = [t.delta for t in texts if t.delta * abs(score - t.baseline_score) > DELTA_FLOOR]
+        worst = max(missed, default=0.0)
         if worst > DELTA_WARNING:
             miss = f"by {100 * worst:.1f}% (over {100 * DELTA_WARNING:.0f}%) at {steps} steps"
             logger.warning("the attributions of the %s miss f(input) - f(baseline) %s: give more n_steps", target, miss)
