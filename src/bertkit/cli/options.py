@@ -87,6 +87,11 @@ Generated = Annotated[Any, typer.Option(hidden=True, parser=str)]  # the value `
 ALIASES = {"layers": ("-l",), "pooling": ("-p",), "batch_size": ("-b",), "top_k": ("-k",)}
 
 
+def flag_of(field: dataclasses.Field) -> str:
+    """Return an option table field's command-line flag ('--normalize/--no-normalize' for a switch)."""
+    return field.metadata.get("flag") or f"--{field.name.replace('_', '-')}"
+
+
 def _parameter(field: dataclasses.Field, hint: Any, annotated: Any, defaults: dict[str, Any]) -> inspect.Parameter:
     """Make the option of one field: its flag (or `--field-name`), aliases, help, choices and the command's default.
 
@@ -98,7 +103,7 @@ def _parameter(field: dataclasses.Field, hint: Any, annotated: Any, defaults: di
     help = meta.get("help") or next(filter(None, described), "")
     if field.name in defaults:  # the command's default is shown by typer; the field's own is not this command's
         default, help = defaults[field.name], help.split("; default:")[0].rstrip(".") + "."
-    decls = [meta.get("flag") or f"--{field.name.replace('_', '-')}", *ALIASES.get(field.name, ())]
+    decls = [flag_of(field), *ALIASES.get(field.name, ())]
     metavar = meta.get("metavar") or ("|".join(meta["choices"]) if meta.get("choices") else None)
     extra = {"metavar": metavar} if metavar else {}
     if hint in (str, str | None):

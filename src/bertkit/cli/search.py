@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -10,7 +11,7 @@ import typer
 from ..encoder.options import EmbedOptions
 from ..errors import InputError, no_such_path
 from .common import app, make_encoder, options_for, say, utf8_texts, verbosity
-from .options import Device, Generated, Metric, Model, Output, Overwrite, Threads, TopK, from_fields
+from .options import Device, Generated, Metric, Model, Output, Overwrite, Threads, TopK, flag_of, from_fields
 
 if TYPE_CHECKING:
     from ..encoder.encode import Encoder
@@ -60,7 +61,8 @@ def search(
     defaults = EmbedOptions()
     given = [name for name in NPY_OPTIONS if getattr(options, name) != getattr(defaults, name)]
     if not bare and (given or model):
-        flags = ", ".join(f"--{name.replace('_', '-')}" for name in [*given, *(["model"] if model else [])])
+        fields = {field.name: field for field in dataclasses.fields(EmbedOptions)}
+        flags = ", ".join([*(flag_of(fields[name]).split("/")[0] for name in given), *(["--model"] if model else [])])
         raise InputError(
             f"{index} records the model and options its vectors were made with, and queries are embedded with them: "
             f"{flags} {'are' if ', ' in flags else 'is'} for a .npy, which records nothing."
