@@ -128,7 +128,7 @@ def curve(run, text: str, pair: str | None, order: list[int], index: int, insert
 
 def word_scores(target, token_scores: np.ndarray) -> np.ndarray:
     """Token scores summed onto the words of each text, the texts' words in order."""
-    from bertkit.explain.integrated import text_parts
+    from bertkit.encoder.attribution import text_parts
 
     return np.concatenate([part.word_scores for part in text_parts(target.item, token_scores, 0.0, 0.0)])
 
@@ -165,12 +165,12 @@ def explain(
     run, kind: str, count: int, rng: random.Random, steps: int | None
 ) -> tuple[dict, list[np.ndarray], list[int]]:
     """Each method's deletion and insertion areas over the inputs; IG's word scores and targets (for randomisation)."""
-    from bertkit.explain.attributions import prediction_target
-    from bertkit.explain.integrated import DEFAULT_STEPS, Integrator
+    from bertkit.encoder.attribution import DEFAULT_STEPS
+    from bertkit.tasks.attributions import integrator_of, prediction_target
 
     areas = {m: {"deletion": [], "insertion": []} for m in METHODS}
     kept, targets = [], []
-    integrator = Integrator.of_run(run, steps or DEFAULT_STEPS, "pad")
+    integrator = integrator_of(run, steps or DEFAULT_STEPS, "pad")
     for text, pair in inputs(kind, count):
         target = prediction_target(run, text, pair, None, integrator)
         index = [str(c) for c in run.classes_].index(target.name.split("'")[1])
@@ -198,7 +198,7 @@ def randomised(run, count: int, trained: list[np.ndarray], targets: list[int], s
     from scipy.stats import spearmanr
 
     from bertkit import attribute_prediction
-    from bertkit.explain.integrated import DEFAULT_STEPS
+    from bertkit.encoder.attribution import DEFAULT_STEPS
 
     shuffled = copy.deepcopy(run)
     torch.manual_seed(0)

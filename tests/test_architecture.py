@@ -34,12 +34,24 @@ def module_name(path: Path, root: Path = PACKAGE) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imported_modules(path: Path, known: set[str], root: Path = PACKAGE) -> set[str]:
-    """bertkit modules that `path` imports (top level or inside functions), resolved to module names."""
+def imported_modules(path: Path, known: set[str], root: Path = PACKAGE, run_time: bool = False) -> set[str]:
+    """bertkit modules that `path` imports (top level or inside functions), resolved to module names.
+
+    `run_time`: only the imports that run, not those under `if TYPE_CHECKING:` (annotations only).
+    """
     name = module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if run_time and isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+        for inner in ast.walk(node)
+    }
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -59,10 +71,10 @@ def imported_modules(path: Path, known: set[str], root: Path = PACKAGE) -> set[s
     return found
 
 
-def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+def import_graph(root: Path = PACKAGE, run_time: bool = False) -> dict[str, set[str]]:
     files = sorted(root.rglob("*.py"))
     known = {module_name(f, root) for f in files}
-    return {module_name(f, root): imported_modules(f, known, root) for f in files}
+    return {module_name(f, root): imported_modules(f, known, root, run_time) for f in files}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -123,7 +135,8 @@ def test_every_module_is_in_a_known_wing():
 
 
 def test_no_import_cycles():
-    assert find_cycle(import_graph()) is None
+    """No cycle among the imports that run; a type named in an annotation only (`if TYPE_CHECKING:`) makes none."""
+    assert find_cycle(import_graph(run_time=True)) is None
 
 
 def test_lower_wings_never_import_higher_ones():
@@ -185,6 +198,11 @@ def test_the_checks_catch_a_cycle_and_an_upward_import(tmp_path):
     graph = import_graph(fake)
     assert find_cycle(graph) == ["bertkit.encoder.a", "bertkit.tasks.b", "bertkit.encoder.a"]
     assert upward_imports(graph) == ["bertkit.encoder.a imports bertkit.tasks.b"]
+    typed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import other\n"
+    (fake / "tasks" / "c.py").write_text(typed, encoding="utf-8")
+    (fake / "tasks" / "a.py").write_text("def f():\n    from .c import thing\n", encoding="utf-8")
+    assert find_cycle({k: v for k, v in import_graph(fake).items() if "encoder" not in k})  # seen as typed
+    assert find_cycle({k: v for k, v in import_graph(fake, run_time=True).items() if "encoder" not in k}) is None
 
 
 PUBLIC_API = Path(__file__).with_name("public_api.txt")
@@ -237,9 +255,9 @@ def test_the_public_api_is_what_public_api_txt_says():
 # tree may not grow past where it stands (lower CODE_LINES_NOW as it shrinks). Issue 60 (stop 66) was built after
 # issue 61 counted its 13,477 lines and added 238 (13,477 at 84626a4, 13,715 at 468cbb2): 12,900 + 238. Issue 62's
 # fixes add what they measure from 13,135 (19dcea7, issue 61 done).
-ISSUE_62_LINES = 13_329 - 13_135
+ISSUE_62_LINES = 13_475 - 13_135
 CODE_LINE_BUDGET = 12_900 + 238 + ISSUE_62_LINES
-CODE_LINES_NOW = 13_329
+CODE_LINES_NOW = 13_475
 CENSUS = PACKAGE.parents[2] / "shared" / "tools" / "census.py"
 
 

@@ -17,7 +17,7 @@ from bertkit import (
     attribute_similarity,
     similarity,
 )
-from bertkit.explain import integrated
+from bertkit.encoder import attribution as integrated
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +106,7 @@ def test_steps_double_while_completeness_misses_and_then_warn(caplog, monkeypatc
         alone = attribute_similarity(encoder, *texts, n_steps=2)
     missed = max(text.delta for text in alone.texts)
     assert alone.n_steps == 2 and missed > integrated.DELTA_WARNING
-    with caplog.at_level(logging.WARNING, logger="bertkit.explain.integrated"):
+    with caplog.at_level(logging.WARNING, logger="bertkit.encoder.attribution"):
         result = attribute_similarity(encoder, *texts, n_steps=2)
     worst = max(text.delta for text in result.texts)
     assert result.n_steps in (4, 8) and worst < missed
@@ -119,17 +119,17 @@ def test_a_score_that_barely_leaves_its_baseline_is_not_a_miss(caplog):
     similarity that barely moved); a miss under DELTA_FLOOR is none, a real one still warns."""
     from types import SimpleNamespace
 
-    from bertkit.explain.integrated import DELTA_FLOOR, Integrator, TextAttribution
+    from bertkit.encoder.attribution import DELTA_FLOOR, Integrator, TextAttribution
 
     def text(delta, baseline_score):
         zeros = np.zeros(2)
         return TextAttribution("a film", ["a", "film"], zeros, ["a", "film"], zeros, baseline_score, delta)
 
     holder = SimpleNamespace(baseline="pad")
-    with caplog.at_level(logging.WARNING, logger="bertkit.explain.integrated"):
+    with caplog.at_level(logging.WARNING, logger="bertkit.encoder.attribution"):
         Integrator.result(holder, "cosine similarity", 0.9, [text(0.5, 0.9 - DELTA_FLOOR)], 8)  # missed by 0.0005
     assert "give more n_steps" not in caplog.text
-    with caplog.at_level(logging.WARNING, logger="bertkit.explain.integrated"):
+    with caplog.at_level(logging.WARNING, logger="bertkit.encoder.attribution"):
         Integrator.result(holder, "cosine similarity", 0.9, [text(0.5, 0.5)], 8)  # missed by 0.2
     assert "miss f(input) - f(baseline) by 50.0% (over 5%) at 8 steps: give more n_steps" in caplog.text
 
@@ -311,3 +311,82 @@ def test_a_tagger_s_entity_score_is_the_one_it_predicts_and_adds_up(tiny_dirs):
         )
     with pytest.raises(InputError, match="no entity 'Rome'"):
         attribute_prediction(tagger, text, target="Rome")
+
+
+def _same_attribution(printed: dict, attributed: dict) -> None:
+    assert printed["target"] == attributed["target"] and printed["n_steps"] == attributed["n_steps"]
+    assert printed["score"] == pytest.approx(attributed["score"], abs=1e-5)
+    for text, expected in zip(printed["texts"], attributed["texts"], strict=True):
+        assert text["words"] == expected["words"] and text["tokens"] == expected["tokens"]
+        np.testing.assert_allclose(text["word_scores"], expected["word_scores"], atol=1e-5)
+
+
+def test_the_run_and_the_encoder_explain_through_the_one_implementation(encoder, runs, monkeypatch):
+    from bertkit.encoder import attribution
+    from bertkit.tasks import attributions
+
+    pair = ("the cat sat", "a dog ran")
+    assert encoder.explain(*pair, n_steps=16).to_dict() == attribute_similarity(encoder, *pair, n_steps=16).to_dict()
+    run = runs["text"]
+    assert (
+        run.explain("the cat sat", n_steps=16).to_dict()
+        == attribute_prediction(run, "the cat sat", n_steps=16).to_dict()
+    )
+    calls = []
+    for module, name in ((attribution, "attribute_similarity"), (attributions, "attribute_prediction")):
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _f=original, **k: calls.append(_f) or _f(*a, **k))
+    encoder.explain(*pair, n_steps=2)
+    runs["pair"].explain(*pair, n_steps=2)
+    assert [f.__name__ for f in calls] == ["attribute_similarity", "attribute_prediction"]
+
+
+def test_predict_and_similarity_print_attributions_as_tables_and_json(tiny_dirs, runs, tmp_path, monkeypatch, capsys):
+    import json
+
+    from conftest import run_cli
+
+    from bertkit import load_run
+
+    runs["text"].save_pretrained(tmp_path / "run")
+    run, text = load_run(tmp_path / "run"), "the cat sat on the mat"
+    expected = run.explain(text).to_dict()
+    code, out, err = run_cli(monkeypatch, capsys, "predict", tmp_path / "run", text, "--attributions", "--json")
+    assert code == 0, err
+    line = json.loads(out)
+    assert line["text"] == text and line["pair"] is None
+    _same_attribution(line, expected)
+    code, out, err = run_cli(monkeypatch, capsys, "predict", tmp_path / "run", text, "--attributions")
+    assert code == 0, err
+    assert out.startswith(f"{expected['target']}: {expected['score']:.4f}")
+    for word, score in zip(expected["texts"][0]["words"], expected["texts"][0]["word_scores"]):
+        assert any(row.split()[:2] == [word, f"{score:+.4f}"] for row in out.splitlines()), (word, out)
+    other = next(str(label) for label in run.classes_ if f"'{label}'" not in expected["target"])
+    code, out, err = run_cli(
+        monkeypatch, capsys, "predict", tmp_path / "run", text, "--attributions", "--target", other, "--json"
+    )
+    assert code == 0 and json.loads(out)["target"] == f"logit of {other!r}", err
+
+    model = str(tiny_dirs["bert_cased"])
+    a, b = "the cat sat", "a dog ran in the park"
+    code, out, err = run_cli(monkeypatch, capsys, "similarity", a, b, "-m", model, "--attributions", "--json")
+    assert code == 0, err
+    _same_attribution(json.loads(out), encoder_explain := Encoder.from_pretrained(model).explain(a, b).to_dict())
+    code, out, err = run_cli(monkeypatch, capsys, "similarity", a, b, "-m", model, "--pooling", "cls")
+    vectors = Encoder.from_pretrained(model).embed([a, b], pooling="cls")
+    assert code == 0 and float(out) == pytest.approx(float(similarity(vectors[:1], vectors[1:])[0, 0]), abs=1e-4), err
+    assert float(out) != pytest.approx(encoder_explain["score"], abs=1e-4)  # --pooling reached the score
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the cat\na dog\n", encoding="utf-8")
+    refused = [
+        (("predict", tmp_path / "run", text, "--json"), "--json prints attributions as JSON: add --attributions."),
+        (("predict", tmp_path / "run", text, "--target", "neg"), "--target chooses what --attributions explains"),
+        (("predict", tmp_path / "run", texts, "--attributions"), "texts given on the command line"),
+        (("predict", tmp_path / "run", text, "--attributions", "-o", tmp_path / "out.tsv"), "leave out -o"),
+        (("similarity", a, b, "-m", model, "--metric", "euclidean", "--attributions"), "made for cosine, dot"),
+    ]
+    for args, message in refused:
+        code, out, err = run_cli(monkeypatch, capsys, *args)
+        assert code == 2 and message in err and not out, (args, err)
+    assert not (tmp_path / "out.tsv").exists()

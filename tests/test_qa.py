@@ -875,3 +875,24 @@ def test_a_quantized_qa_run_loads_and_answers_at_int8(qa_run, qa, tmp_path):
     ours, reference = (run.answer(questions, contexts) for run in (int8, qa))
     same = sum(a["answer"] == b["answer"] for a, b in zip(ours, reference)) / len(records)
     assert same >= 0.75, (same, ours[:3], reference[:3])
+
+
+def test_answer_attributions_on_the_command_line_are_the_runs_own(qa_run, qa, monkeypatch, capsys):
+    context = "the movie was blue and great"
+    code, out, err = run_cli(
+        monkeypatch, capsys, "answer", qa_run, "--question", QUESTION, "--context", context, "--attributions", "--json"
+    )
+    assert code == 0, err
+    line = json.loads(out)
+    expected = qa.explain(QUESTION, context).to_dict()
+    assert line["answer"] == qa.answer(QUESTION, context) and line["question"] == QUESTION
+    assert line["target"] == expected["target"] and line["score"] == pytest.approx(expected["score"], abs=1e-5)
+    for printed, attributed in zip(line["texts"], expected["texts"]):
+        assert printed["words"] == attributed["words"]
+        np.testing.assert_allclose(printed["word_scores"], attributed["word_scores"], atol=1e-5)
+    code, out, err = run_cli(
+        monkeypatch, capsys, "answer", qa_run, "--question", QUESTION, "--context", context, "--attributions"
+    )
+    assert code == 0 and out.startswith(expected["target"]) and f"{QUESTION!r}: baseline" in out, err
+    code, out, err = run_cli(monkeypatch, capsys, "predict", qa_run, QUESTION, "--attributions")
+    assert code == 2 and "bertkit answer --attributions" in err and not out

@@ -34,8 +34,8 @@ _LAZY = {
     "TextClassifier": "tasks.classify",
     "TokenEmbedding": "encoder.results",
     "VectorIndex": "tasks.index",
-    "attribute_prediction": "explain.attributions",
-    "attribute_similarity": "explain.attributions",
+    "attribute_prediction": "tasks.attributions",
+    "attribute_similarity": "encoder.attribution",
     "build_index": "tasks.index_build",
     "entity_scores": "tasks.tagging",
     "finetune": "tasks.finetune",
@@ -53,6 +53,7 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come from __getattr__
+    from .encoder.attribution import attribute_similarity
     from .encoder.coverage import text_coverage
     from .encoder.encode import Encoder, ForwardOutput
     from .encoder.layers import LayerSelection, parse_layers
@@ -60,9 +61,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come fro
     from .encoder.results import EmbedReport, EmbedResult, TokenEmbedding
     from .encoder.threads import set_threads
     from .encoder.tokenize import Batch
-    from .explain.attributions import attribute_prediction, attribute_similarity
     from .io.conll import read_tagged
     from .io.squad import read_squad
+    from .tasks.attributions import attribute_prediction
     from .tasks.classify import TextClassifier
     from .tasks.finetune import FinetuneArguments, finetune
     from .tasks.finetuned import FineTunedClassifier

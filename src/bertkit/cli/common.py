@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import sys
@@ -14,6 +15,7 @@ import typer
 from ..errors import InputError, brief, is_a_folder, no_such_path
 
 if TYPE_CHECKING:
+    from ..encoder.attribution import Attribution
     from ..encoder.encode import Encoder
 
 app = typer.Typer(
@@ -185,6 +187,22 @@ def write_output(text: str, output: Path | None, done: str) -> None:
     with atomic_path(output) as temporary:
         temporary.write_text(text, encoding="utf-8")
     say(done)
+
+
+def echo_attribution(attribution: Attribution, as_json: bool, **extra: Any) -> None:
+    """Print an attribution: a table of each text's words and scores, or (`as_json`) one JSON line with `extra`."""
+    if as_json:
+        typer.echo(json.dumps({**extra, **attribution.to_dict()}, ensure_ascii=False))
+    else:
+        typer.echo(attribution.to_text() + "\n")
+
+
+def check_attribution_flags(attributions: bool, as_json: bool, output: Path | None = None) -> None:
+    """Refuse --json without --attributions, and --attributions with -o (attributions are printed)."""
+    if as_json and not attributions:
+        raise InputError("--json prints attributions as JSON: add --attributions.")
+    if attributions and output is not None:
+        raise InputError("--attributions prints its tables (or JSON with --json); leave out -o.")
 
 
 def cache_option(no_cache: bool, cache_dir: Path | None) -> Path | None:

@@ -1,4 +1,4 @@
-"""Commands that look at the model and make vectors: info, tokenize, embed."""
+"""Commands that look at the model and make vectors: info, tokenize, embed, similarity."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from ..errors import InputError
 from ..io.readers import column_spec
 from .common import (
     app,
+    check_attribution_flags,
+    echo_attribution,
     echo_facts,
     existing_inputs,
     existing_text_file,
@@ -28,11 +30,13 @@ from .common import (
     verbosity,
 )
 from .options import (
+    Attributions,
     BatchSize,
     Calibration,
     Device,
     Generated,
     Header,
+    Json,
     MaxLength,
     Model,
     Output,
@@ -311,3 +315,34 @@ def _embed_on_ray(
     )
     if summary.empty:
         say(f"{len(summary.empty)} input files had no rows: {', '.join(summary.empty)}.", warning=True)
+
+
+@app.command()
+@from_fields(EmbedOptions, "options")
+def similarity(
+    text: Annotated[str, typer.Argument(callback=utf8_texts, help="The first text.")],
+    other: Annotated[str, typer.Argument(callback=utf8_texts, help="The second text.")],
+    metric: Annotated[
+        str, typer.Option(help="cosine | dot | euclidean | manhattan (attributions: cosine or dot).")
+    ] = "cosine",
+    attributions: Attributions = False,
+    as_json: Json = False,
+    model: Model = None,
+    precision: Precision = "fp32",
+    device: Device = "auto",
+    options: Generated = None,
+) -> None:
+    """Score how similar two texts' vectors are; --attributions: which words make them so.
+
+    Prints the score (sentence-transformers' `similarity` of the two vectors the options make); with --attributions,
+    each text's words and their shares of it (--json: as one JSON line).
+    """
+    from ..tasks.search import similarity as pairwise
+
+    check_attribution_flags(attributions, as_json)
+    encoder = make_encoder(model, precision, device)
+    if attributions:
+        echo_attribution(encoder.explain(text, other, options, metric=metric), as_json, metric=metric)
+        return
+    vectors = encoder.embed([text, other], options)
+    typer.echo(f"{float(pairwise(vectors[:1], vectors[1:], metric)[0, 0]):.4f}")

@@ -54,6 +54,13 @@ CacheDir = Annotated[Path | None, typer.Option("--cache-dir", help="Embedding ca
 NoCache = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the embedding cache.")]
 AsText = Annotated[bool, typer.Option("--text", help="Take the inputs as texts, even one that names a file.")]
 Pair = Annotated[str | None, typer.Option("--pair", callback=utf8_texts, help="A second text read with the first.")]
+Attributions = Annotated[
+    bool,
+    typer.Option(
+        "--attributions", help="Say which words made each score (Integrated Gradients; about a second a text on a CPU)."
+    ),
+]
+Json = Annotated[bool, typer.Option("--json", help="With --attributions: one JSON object per line, not a table.")]
 TopK = Annotated[int | None, typer.Option("--top-k", "-k", help="Results per query, best first.")]
 Calibration = Annotated[
     Path | None,

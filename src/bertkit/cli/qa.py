@@ -10,8 +10,8 @@ import typer
 
 from ..errors import InputError
 from ..tasks.answer_options import AnswerOptions
-from .common import app, path_kind, texts_or_file, utf8_texts, write_output
-from .options import AsText, Device, Generated, Precision, Run, Threads, from_fields
+from .common import app, check_attribution_flags, echo_attribution, path_kind, texts_or_file, utf8_texts, write_output
+from .options import AsText, Attributions, Device, Generated, Json, Precision, Run, Threads, from_fields
 
 if TYPE_CHECKING:
     from ..tasks.qa import FineTunedQA
@@ -27,6 +27,8 @@ def answer(
     context: Annotated[str, typer.Option("--context", callback=utf8_texts, help="The text, or its file.")],
     options: Generated,
     as_text: AsText = False,
+    attributions: Attributions = False,
+    as_json: Json = False,
     precision: Precision = None,
     threads: Threads = None,
     device: Device = "auto",
@@ -34,10 +36,12 @@ def answer(
     """Answer questions from a context with a question-answering run (fine-tuned with --task qa).
 
     One JSON line per question, {answer, score, start, end} with character offsets into the context (a list of them
-    with --top-k).
+    with --top-k). --attributions prints which words of the question and context made each best answer (--json: its
+    JSON, with the answer under "answer").
     """
     from ..tasks.load import load_run
 
+    check_attribution_flags(attributions, as_json)
     source = texts_or_file([context], as_text)
     if source is not None:
         from ..io.text_files import decoded_lines
@@ -46,8 +50,11 @@ def answer(
     model = load_run(run, precision=precision, device=device)
     if not hasattr(model, "answer"):
         raise InputError(f"{run} is not a question-answering run; fine-tune one with --task qa.")
-    for item in model.answer(list(question), context, options):
-        typer.echo(json.dumps(item, ensure_ascii=False))
+    for asked, item in zip(question, model.answer(list(question), context, options)):
+        if attributions:
+            echo_attribution(model.explain(asked, context), as_json, question=asked, answer=item)
+        else:
+            typer.echo(json.dumps(item, ensure_ascii=False))
 
 
 def write_predictions(model: FineTunedQA, inputs: list[str], output: Path | None) -> None:

@@ -9,12 +9,25 @@ import typer
 
 from ..errors import InputError, quoted
 from ..io.readers import column_spec
-from .common import app, cache_option, existing_text_file, path_kind, say, texts_or_file, utf8_texts, write_output
+from .common import (
+    app,
+    cache_option,
+    check_attribution_flags,
+    echo_attribution,
+    existing_text_file,
+    path_kind,
+    say,
+    texts_or_file,
+    utf8_texts,
+    write_output,
+)
 from .options import (
     AsText,
+    Attributions,
     CacheDir,
     Device,
     Header,
+    Json,
     LabelColumn,
     NoCache,
     Output,
@@ -121,6 +134,14 @@ def predict(
     ] = None,
     header: Header = None,
     overwrite: Overwrite = False,
+    attributions: Attributions = False,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            help="With --attributions: the class (a tagger: the entity's text) to explain (default: the predicted one)."
+        ),
+    ] = None,
+    as_json: Json = False,
     cache_dir: CacheDir = None,
     no_cache: NoCache = False,
     threads: Threads = None,
@@ -130,13 +151,19 @@ def predict(
     """Label texts, text pairs (--pair) or every row of a file with a saved model.
 
     Taggers print each entity with its character span; regressors their score. -o writes a TSV (label, probability,
-    text; taggers: one row per entity; question answering: JSON, {id: answer}).
+    text; taggers: one row per entity; question answering: JSON, {id: answer}). --attributions prints, for each text
+    given on the command line, which words made its prediction (--json: as JSON lines).
     """
+    check_attribution_flags(attributions, as_json, output)
+    if target is not None and not attributions:
+        raise InputError("--target chooses what --attributions explains: add --attributions.")
     _check_table_output(output, overwrite, run, inputs)  # before the heavy imports
     from ..io.readers import read_text_pairs, read_texts
     from ..tasks.tagger import FineTunedTagger
 
     estimator = _load(run, no_cache, cache_dir, precision, device)
+    if hasattr(estimator, "answer") and attributions:
+        raise InputError("a question-answering run explains its answers with: bertkit answer --attributions.")
     if hasattr(estimator, "answer"):  # question answering: a SQuAD file's answers, {id: answer}
         from .qa import write_predictions
 
@@ -161,6 +188,15 @@ def predict(
     else:
         texts, pairs, _ = read_text_pairs(source, column_spec(column), column_spec(pair_column), header=header)
         say(f"labelling {len(texts)} pairs of {source}")
+    if attributions:
+        if source is not None:
+            raise InputError(
+                "--attributions explains texts given on the command line (about a second each), not a file."
+            )
+        for k, text in enumerate(texts):
+            pair_text = None if pairs is None else pairs[k]
+            echo_attribution(estimator.explain(text, pair_text, target=target), as_json, text=text, pair=pair_text)
+        return
     if isinstance(estimator, FineTunedTagger):
         rows = [["row", "type", "start", "end", "score", "entity"]]
         for row, entities in enumerate(estimator.predict(texts, aggregation=aggregation)):

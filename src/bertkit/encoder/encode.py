@@ -22,6 +22,7 @@ import torch
 from .. import display
 from ..errors import InputError
 from . import tokenize as tok
+from .attribution import DEFAULT_STEPS, Attribution
 from .compact import RANGED, compact, int8_ranges
 from .coverage import Coverage, combined, coverage
 from .defaults import DEFAULT_BATCH_SIZE, GPU_CHUNK_TEXTS
@@ -38,7 +39,7 @@ from .results import EmbedReport, EmbedResult, TokenEmbedding
 from .runner import Runner
 from .st_config import SentenceConfig
 from .threads import computed_ahead, total_threads
-from .vectors import PROGRESS_MIN_ROWS, VectorHead, token_states
+from .vectors import PROGRESS_MIN_ROWS, VectorHead, token_states, vector_head
 
 logger = logging.getLogger(__name__)
 
@@ -473,6 +474,39 @@ class Encoder:
             found = vectors
         return found[0] if single else found
 
+    def explain(
+        self,
+        text: str,
+        other: str,
+        options: EmbedOptions | None = None,
+        *,
+        metric: str = "cosine",
+        n_steps: int = DEFAULT_STEPS,
+        baseline: str = "pad",
+        **kwargs: Any,
+    ) -> Attribution:
+        """Which words make two texts similar: Integrated Gradients of their similarity, one text at a time.
+
+        `attribute_similarity(self, ...)`: `metric` is 'cosine' or 'dot', the options are `embed`'s.
+
+        Returns
+        -------
+        Attribution
+            The similarity and each text's word scores; `to_dict()` is its JSON.
+
+        Examples
+        --------
+        >>> from bertkit import Encoder
+        >>> result = Encoder.from_pretrained().explain("a great movie", "a wonderful film")
+        >>> [text.words for text in result.texts]
+        [['a', 'great', 'movie'], ['a', 'wonderful', 'film']]
+        """
+        from .attribution import attribute_similarity
+
+        return attribute_similarity(
+            self, text, other, options, metric=metric, n_steps=n_steps, baseline=baseline, **kwargs
+        )
+
     def embed_tokens(
         self,
         texts: str | Sequence[tok.Text],
@@ -537,7 +571,7 @@ class Encoder:
         """
         resolved = options_from(options, kwargs).resolve(self)
         head = vector_head(self, resolved)
-        texts = with_prompt(as_list(texts), resolved.prompt or "")
+        texts = tok.with_prompt(as_list(texts), resolved.prompt or "")
         pairs = as_list(text_pair)
         runner = self.runner(batch_size)
         report = EmbedReport(n_texts=len(texts), max_length=resolved.max_length or self.max_length)
@@ -671,17 +705,6 @@ def _copy_back(pooled: np.ndarray, waiting: list[tuple[np.ndarray, torch.Tensor]
         pooled[np.concatenate([rows for rows, _ in waiting])] = torch.cat([v for _, v in waiting]).cpu().numpy()
 
 
-def vector_head(encoder: Encoder, resolved: EmbedOptions) -> VectorHead:
-    """Return what turns the encoder's hidden states into vectors for resolved options.
-
-    Layers, pooling, prompt tokens left out of the pooling, the model's Dense modules.
-    """
-    prompt_tokens = 0
-    if resolved.prompt and not resolved.include_prompt:
-        prompt_tokens = tok.prompt_length(encoder.tokenizer, resolved.prompt)
-    return VectorHead.of(resolved, prompt_tokens, encoder.sentence_config.dense)
-
-
 def calibration_ranges(encoder: Encoder, options: EmbedOptions | None = None, **kwargs: Any) -> np.ndarray:
     """int8/uint8 ranges of bertkit's calibration sentences embedded with these options (once per options).
 
@@ -707,17 +730,6 @@ def calibration_ranges(encoder: Encoder, options: EmbedOptions | None = None, **
     if key not in encoder._ranges:
         encoder._ranges[key] = int8_ranges(encoder.embed(packaged_texts(), resolved, progress=False, warn=False))
     return encoder._ranges[key]
-
-
-def with_prompt(texts: list, prompt: str) -> list:
-    """Return `texts` with `prompt` put before each (lists of words are refused: join them first)."""
-    if not prompt:
-        return texts
-    if any(not isinstance(text, str) for text in texts):
-        raise InputError(
-            "a prompt goes before texts, not before lists of words; join the words, or leave the prompt out."
-        )
-    return [prompt + text for text in texts]
 
 
 def _warn(report: EmbedReport, pairs: bool = False) -> None:

@@ -357,3 +357,14 @@ def warn_truncated(cut: int, total: int, max_length: int, pairs: bool = False) -
         advice = advice or "use long_text='window' to keep all of them"
         message = "%d of %d %s were longer than %d tokens and were truncated; %s."
         logger.warning(message, cut, total, what, max_length, advice)
+
+
+def with_prompt(texts: list, prompt: str) -> list:
+    """Return `texts` with `prompt` put before each (lists of words are refused: join them first)."""
+    if not prompt:
+        return texts
+    if any(not isinstance(text, str) for text in texts):
+        raise InputError(
+            "a prompt goes before texts, not before lists of words; join the words, or leave the prompt out."
+        )
+    return [prompt + text for text in texts]

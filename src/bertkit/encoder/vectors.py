@@ -20,9 +20,10 @@ from .pooling import parse_pooling, pool_sentences
 from .progress import Progress
 from .runner import Row, Runner
 from .st_config import DenseLayer
-from .tokenize import content_bounds
+from .tokenize import content_bounds, prompt_length
 
 if TYPE_CHECKING:
+    from .encode import Encoder
     from .results import EmbedReport
     from .tokenize import Encoded
 
@@ -167,3 +168,14 @@ def token_states(
         report.forward_seconds = runner.forward_seconds
         if own_bar:
             bar.close()
+
+
+def vector_head(encoder: Encoder, resolved: EmbedOptions) -> VectorHead:
+    """Return what turns the encoder's hidden states into vectors for resolved options.
+
+    Layers, pooling, prompt tokens left out of the pooling, the model's Dense modules.
+    """
+    prompt_tokens = 0
+    if resolved.prompt and not resolved.include_prompt:
+        prompt_tokens = prompt_length(encoder.tokenizer, resolved.prompt)
+    return VectorHead.of(resolved, prompt_tokens, encoder.sentence_config.dense)

@@ -15,15 +15,16 @@ import numpy as np
 from cachetools import FIFOCache
 from sklearn.decomposition import PCA
 
+from ..encoder.attribution import DEFAULT_STEPS, Attribution, attribute_similarity
 from ..encoder.encode import Encoder
 from ..errors import BertkitError, InputError
 from ..io.readers import column_spec, read_labelled, sample_path
 from ..records import read_record
+from ..tasks.attributions import attribute_prediction
 from ..tasks.classify import TextClassifier
 from ..tasks.load import load_run
 from ..tasks.runs import PROBE_FILE, parse_run_specs
 from . import views
-from .attributions import DEFAULT_STEPS, Attribution, attribute_prediction, attribute_similarity
 from .request import MAX_CHARS, ExplainRequest
 
 MAP_ROWS = 400  # training sentences drawn on the map (evenly spaced rows of the run's data)

@@ -16,6 +16,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import threadpool_limits
 
+from ..encoder.attribution import DEFAULT_STEPS, Attribution
 from ..encoder.devices import describe
 from ..encoder.options import EmbedOptions
 from ..errors import InputError, ModelLoadError
@@ -195,6 +196,29 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
 
         check_is_fitted(self, "pipeline_")
         return evaluate(self, X, y)
+
+    def explain(
+        self,
+        text: str,
+        text_pair: str | None = None,
+        *,
+        target: str | None = None,
+        n_steps: int = DEFAULT_STEPS,
+        baseline: str = "pad",
+    ) -> Attribution:
+        """Which words made this run's prediction: Integrated Gradients of its score over the input's tokens.
+
+        `attribute_prediction(self, ...)`: `text_pair` is a pair run's second text (a QA run: the context),
+        `target` the class (a tagger: the entity's text) to attribute instead of the predicted one.
+
+        Returns
+        -------
+        Attribution
+            The attributed score and each text's word scores; `to_dict()` is its JSON.
+        """
+        from .attributions import attribute_prediction
+
+        return attribute_prediction(self, text, text_pair, target=target, n_steps=n_steps, baseline=baseline)
 
     def __sklearn_tags__(self) -> Tags:
         tags = super().__sklearn_tags__()

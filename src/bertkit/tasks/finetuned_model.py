@@ -14,6 +14,7 @@ from transformers import AutoTokenizer
 
 from ..display import facts_table
 from ..encoder import tokenize as tok
+from ..encoder.attribution import DEFAULT_STEPS, Attribution
 from ..encoder.devices import describe, resolve_device
 from ..encoder.engines import weights_digest
 from ..encoder.models import quiet_transformers, refuse_model_code
@@ -191,6 +192,29 @@ class FineTuned:
         from .evaluate import evaluate
 
         return evaluate(self, inputs, labels)
+
+    def explain(
+        self,
+        text: str,
+        text_pair: str | None = None,
+        *,
+        target: str | None = None,
+        n_steps: int = DEFAULT_STEPS,
+        baseline: str = "pad",
+    ) -> Attribution:
+        """Which words made this run's prediction: Integrated Gradients of its score over the input's tokens.
+
+        `attribute_prediction(self, ...)`: `text_pair` is a pair run's second text (a QA run: the context),
+        `target` the class (a tagger: the entity's text) to attribute instead of the predicted one.
+
+        Returns
+        -------
+        Attribution
+            The attributed score and each text's word scores; `to_dict()` is its JSON.
+        """
+        from .attributions import attribute_prediction
+
+        return attribute_prediction(self, text, text_pair, target=target, n_steps=n_steps, baseline=baseline)
 
     def __repr__(self) -> str:
         facts = self.facts()

@@ -1,14 +1,12 @@
-"""Why this score? The score functions attributions integrate: two texts' similarity, each kind of run's prediction.
+"""Why this prediction? The score each kind of run is attributed by: a logit, a probability, an answer, an entity.
 
-A similarity is attributed one text at a time, the other held as it is: with both texts at their baselines the two
-would be the same empty sentence (cosine 0.98 for the packaged model), and every word would only seem to lower the
-score. Held one at a time, a word's share says how much it makes its text like the other. Integrated Gradients itself
-(the path, the steps, completeness, word scores) is `integrated.Integrator`.
+Integrated Gradients itself (the path, the steps, completeness, word scores) and two texts' similarity are
+`encoder.attribution`; a run reaches this module through its `explain` method. A run is told by what it does (answers,
+tags, or reads vectors through a frozen encoder), not by its class: the runs' modules import this one.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -16,101 +14,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..encoder.encode import vector_head, with_prompt
-from ..encoder.options import EmbedOptions, options_from
+from ..encoder.attribution import DEFAULT_STEPS, Attribution, Integrator, TextAttribution, sentence_vectors
 from ..encoder.tokenize import Encoded
 from ..errors import InputError, quoted
-from .integrated import DEFAULT_STEPS, Attribution, Integrator, TextAttribution
 
 if TYPE_CHECKING:
-    from ..encoder.encode import Encoder
-    from ..tasks.classify import TextClassifier
-    from ..tasks.finetuned import FineTunedClassifier
-    from ..tasks.qa import FineTunedQA
-    from ..tasks.tagger import FineTunedTagger
+    from .classify import TextClassifier
+    from .finetuned import FineTunedClassifier
+    from .qa import FineTunedQA
+    from .tagger import FineTunedTagger
 
-__all__ = ["Attribution", "TextAttribution", "attribute_prediction", "attribute_similarity"]
-
-METRICS = ("cosine", "dot")
-
-
-def attribute_similarity(
-    encoder: Encoder,
-    text: str,
-    other: str,
-    options: EmbedOptions | None = None,
-    *,
-    metric: str = "cosine",
-    n_steps: int = DEFAULT_STEPS,
-    baseline: str = "pad",
-    **kwargs: Any,
-) -> Attribution:
-    """Which words make two texts similar: Integrated Gradients of their similarity over both texts' tokens.
-
-    Parameters
-    ----------
-    encoder : Encoder
-        The encoder whose vectors are compared.
-    text, other : str
-        The two texts.
-    options : EmbedOptions, optional
-        The embedding options (layers, pooling, prompt, truncate_dim, normalize_embeddings, ...); keyword options
-        replace its fields, as `Encoder.embed` takes them.
-    metric : {'cosine', 'dot'}
-        The similarity attributed (dot on the vectors as the options make them: unit length if they normalize).
-    n_steps : int
-        Integration steps, 2 to 1000 (more: a smaller `delta`, a slower call); doubled while a text's delta is over
-        5 %, up to 4 times as many.
-    baseline : {'pad', 'mask'}
-        The token in every content position of the baseline (`[CLS]` and `[SEP]` stay).
-    **kwargs
-        `EmbedOptions` fields.
-
-    Returns
-    -------
-    Attribution
-        Its `texts` are `text` and `other`, each attributed with the other held as it is: a text's scores add up to
-        `score` minus its `baseline_score` (within its `delta`).
-
-    Examples
-    --------
-    >>> from bertkit import Encoder, attribute_similarity
-    >>> result = attribute_similarity(Encoder.from_pretrained(), "a great movie", "a wonderful film")
-    >>> [text.words for text in result.texts]
-    [['a', 'great', 'movie'], ['a', 'wonderful', 'film']]
-    """
-    if metric not in METRICS:
-        raise InputError(f"metric={quoted(metric)}: attributions are made for {', '.join(METRICS)}.")
-    model = Integrator.of(encoder.network, n_steps, baseline)
-    vectors, encoded = _sentence_vectors(encoder, model, options_from(options, kwargs), [text, other])
-    unit = metric == "cosine"
-    held = [vectors(model.embed(item.ids), item, unit).detach() for item in encoded]
-    texts: list[TextAttribution] = []
-    steps = 0
-    for side, item in enumerate(encoded):  # the similarity of `item` read from embeddings `e` to the held partner
-        similarity = lambda e, item=item, partner=held[1 - side]: (vectors(e, item, unit) * partner).sum(-1)
-        _, parts, used = model.integrate(similarity, item)
-        texts, steps = texts + parts, max(steps, used)
-    return model.result(f"{metric} similarity", float((held[0] * held[1]).sum()), texts, steps)
-
-
-def _sentence_vectors(
-    encoder: Encoder, model: Integrator, options: EmbedOptions, texts: list[str]
-) -> tuple[Callable[[torch.Tensor, Encoded, bool], torch.Tensor], list[Encoded]]:
-    """Return the vectors `options` make as a function of word embeddings (unit length on request); the texts read."""
-    resolved = options.resolve(encoder)
-    if resolved.long_text == "window":
-        raise InputError("long_text='window' stitches several passes; attributions read one: use 'truncate'.")
-    head = vector_head(encoder, resolved)
-    heads = {False: head, True: dataclasses.replace(head, normalize=True)}  # cosine: unit vectors whatever the options
-
-    def vectors(embeds: torch.Tensor, item: Encoded, unit: bool = False) -> torch.Tensor:
-        inputs = model.inputs(item, embeds)
-        out = model.call(inputs, output_hidden_states=True)
-        pooler = getattr(out, "pooler_output", None)
-        return heads[unit].sentences(heads[unit].tokens(out.hidden_states), inputs["attention_mask"], pooler)
-
-    return vectors, encoder._encode(with_prompt(texts, resolved.prompt or ""), None, resolved)[0]
+__all__ = ["Attribution", "TextAttribution", "attribute_prediction"]
 
 
 def attribute_prediction(
@@ -126,7 +40,7 @@ def attribute_prediction(
 
     Parameters
     ----------
-    run : FineTunedClassifier or TextClassifier
+    run : FineTunedClassifier, TextClassifier, FineTunedQA or FineTunedTagger
         A fine-tuned text or pair run (classifier, multi-label classifier, regressor or reranker): its logit is
         attributed; a feature classifier (`bertkit train`): its class probability, through its frozen encoder,
         scaler and logistic regression; a question-answering run: its answer's start + end logit; or a tagger:
@@ -156,7 +70,13 @@ def attribute_prediction(
     >>> attribute_prediction(run, "a gorgeous, witty film").texts[0].words  # doctest: +SKIP
     ['a', 'gorgeous,', 'witty', 'film']
     """
-    return prediction_target(run, text, text_pair, target, Integrator.of_run(run, n_steps, baseline)).attribute()
+    return prediction_target(run, text, text_pair, target, integrator_of(run, n_steps, baseline)).attribute()
+
+
+def integrator_of(run: Any, n_steps: int, baseline: str) -> Integrator:
+    """Return the integrator of a run's model: a fine-tuned run's network, or a feature classifier's encoder's."""
+    owner = run.vectorizer_.encoder_ if _reads_vectors(run) else run
+    return Integrator.of(owner.network, n_steps, baseline)
 
 
 @dataclass(frozen=True)
@@ -175,20 +95,17 @@ class Target:
 
 def prediction_target(run: Any, text: str, text_pair: str | None, target: str | None, integrator: Integrator) -> Target:
     """Return the score a run's prediction is attributed by (see `attribute_prediction`), on `integrator`'s model."""
-    from ..tasks.classify import TextClassifier
-    from ..tasks.qa import FineTunedQA
-    from ..tasks.tagger import FineTunedTagger
-
-    if isinstance(run, FineTunedQA):
+    if hasattr(run, "answer"):
         if text_pair is None or target is not None:
             raise InputError("a question-answering run attributes its answer: give the question and its context.")
         return _answer_target(run, text, text_pair, integrator)
-    pairs = not isinstance(run, (TextClassifier, FineTunedTagger)) and bool(run.takes_pairs)
+    tags = hasattr(run, "token_logits")
+    pairs = not (_reads_vectors(run) or tags) and bool(run.takes_pairs)
     if (text_pair is not None) != pairs:
         raise InputError("this run reads text pairs: give text_pair." if pairs else "this run reads single texts.")
-    if isinstance(run, TextClassifier):
+    if _reads_vectors(run):
         return _feature_target(run, text, target, integrator)
-    if isinstance(run, FineTunedTagger):
+    if tags:
         return _entity_target(run, text, target, integrator)
     item = run.encode([text], None if text_pair is None else [text_pair])[0]
     if item.windows and len(item.windows) > 1:
@@ -208,13 +125,19 @@ def prediction_target(run: Any, text: str, text_pair: str | None, target: str | 
     return Target(name, item, lambda e: logits(e)[:, index], integrator)
 
 
+def _reads_vectors(run: Any) -> bool:
+    """Say whether `run` is a feature classifier (`bertkit train`): a head on the vectors of a frozen encoder."""
+    return hasattr(run, "vectorizer_")
+
+
 def _answer_target(run: FineTunedQA, question: str, context: str, integrator: Integrator) -> Target:
     """Return a QA run's answer score: its first token's start logit plus its last token's end logit.
 
     That is the score `answer` ranks spans by, in the window the answer came from; "no answer": the [CLS] start + end
     logit of its window.
     """
-    from ..tasks.qa import AnswerOptions, character_span, window_spans
+    from .answer_options import AnswerOptions
+    from .answer_spans import character_span, window_spans
 
     windows = run.windows([question], [context])
     side, parts, logits = windows.context_side, windows.parts[0], run.outputs(windows.rows())
@@ -248,7 +171,7 @@ def _entity_target(run: FineTunedTagger, text: str, target: str | None, integrat
     That is `Entity.score`; `target` names the entity by its text (default: the first found).
     """
     from ..encoder.tokenize import word_starts
-    from ..tasks.finetune.examples import split_words
+    from .finetune.examples import split_words
 
     entities = run.predict([text])[0]
     chosen = next((e for e in entities if target is None or e.text == target), None)
@@ -290,7 +213,7 @@ def _feature_target(run: TextClassifier, text: str, target: str | None, integrat
     gradient reaches the tokens.
     """
     probabilities = _probabilities(run)
-    vectors, (item,) = _sentence_vectors(run.vectorizer_.encoder_, integrator, run.vectorizer_.options_, [text])
+    vectors, (item,) = sentence_vectors(run.vectorizer_.encoder_, integrator, run.vectorizer_.options_, [text])
     index = _class_index(run.classes_, target, lambda: probabilities(vectors(integrator.embed(item.ids), item, False)))
     score = lambda e: probabilities(vectors(e, item, False))[:, index]
     return Target(f"probability of {str(run.classes_[index])!r}", item, score, integrator)
