@@ -3,6 +3,8 @@ torch where it cannot (with the reason), its exported graph cached complete or n
 
 The rest of the suite runs on torch (conftest sets BERTKIT_ENGINE=torch); this file runs OpenVINO itself."""
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -338,3 +340,49 @@ def test_the_one_weight_hash_keeps_the_fingerprint_saved_runs_recorded(encoder):
         next(moved.parameters()).view(-1)[0] += 1e-3
     assert engines.weights_digest(moved) != engines.weights_digest(model)
     assert engines.digest({"a": torch.ones(2)}) != engines.digest({"b": torch.ones(2)})  # names count, not only bytes
+
+
+def test_the_graph_cache_keeps_the_recently_used_within_its_limit_and_finetune_exports_nothing(
+    own_cache, monkeypatch, tiny_dirs, tmp_path
+):
+    """Past $BERTKIT_OPENVINO_CACHE_MB the least recently used graphs go (only bertkit's whole sets); a fine-tuning
+    run makes no graph: its run is exported when a user first loads it."""
+    from test_finetune import sentiment_file, tiny_args
+
+    from bertkit.tasks.finetune import finetune
+    from bertkit.tasks.load import load_run
+
+    def graphs() -> set[str]:
+        return {p.stem for p in own_cache.glob("*.json")} if own_cache.is_dir() else set()
+
+    run = finetune(
+        sentiment_file(tmp_path / "s.tsv", n=32),
+        task="text",
+        output_dir=tmp_path / "run",
+        model=str(tiny_dirs["bert_cased"]),
+        args=tiny_args(num_train_epochs=1),
+    )
+    assert run.engine == "torch" and graphs() == set()  # neither the base model nor the run was exported
+    assert load_run(tmp_path / "run").engine == "openvino" and len(graphs()) == 1  # the first load exports
+    own_cache.joinpath("notes.json").write_text("{}")  # not bertkit's: never counted, never removed
+    own_cache.joinpath("stray.bin").write_bytes(b"0" * 1000)
+    names = ["bert_cased", "distilbert", "electra"]
+    made = {}
+    for name in names:
+        before = graphs()
+        Encoder.from_pretrained(str(tiny_dirs[name]), device="cpu", engine="openvino")
+        [made[name]] = graphs() - before
+    sizes = {key: sum(p.stat().st_size for p in own_cache.glob(f"{key}.*")) for key in made.values()}
+    monkeypatch.setattr(engines, "_GRAPHS", {})
+    time.sleep(0.02)
+    Encoder.from_pretrained(str(tiny_dirs["bert_cased"]), device="cpu", engine="openvino")  # read: used last
+    limit = sizes[made["bert_cased"]] + sizes[made["electra"]] + 2**10
+    monkeypatch.setenv("BERTKIT_OPENVINO_CACHE_MB", str(limit / 2**20))
+    run_graph = next(iter(graphs() - set(made.values()) - {"notes"}))
+    assert engines.evict_graphs(own_cache, keep=made["electra"]) == [run_graph, made["distilbert"]]  # oldest first
+    assert graphs() == {made["bert_cased"], made["electra"], "notes"}  # the one read again stays
+    assert not list(own_cache.glob(f"{made['distilbert']}.*"))  # its whole set
+    monkeypatch.setenv("BERTKIT_OPENVINO_CACHE_MB", "0.001")  # smaller than any graph: a new one still stays
+    Encoder.from_pretrained(str(tiny_dirs["roberta"]), device="cpu", engine="openvino")
+    assert len(graphs() - {"notes"}) == 1 and made["bert_cased"] not in graphs()
+    assert own_cache.joinpath("notes.json").is_file() and own_cache.joinpath("stray.bin").is_file()

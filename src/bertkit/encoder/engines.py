@@ -159,8 +159,11 @@ def openvino_graph(module: _Outputs, key: str, width: int) -> Any:
         if (folder / names[1]).is_file() and _verified(folder, names, key):
             try:
                 graph = openvino.Core().read_model(folder / names[1])
+                os.utime(folder / f"{key}.json")  # used now: the last to go when the cache is over its limit
             except RuntimeError:  # damaged or another version's: exported again
                 graph = None
+            except OSError:  # a read-only cache: read, not marked
+                pass
         if graph is None:
             graph = _export(module, width)
             try:
@@ -170,11 +173,43 @@ def openvino_graph(module: _Outputs, key: str, width: int) -> Any:
                     (scratch / f"{key}.json").write_text(json.dumps(record), encoding="utf-8")
             except OSError as error:  # a read-only home: exported again next time
                 logger.info("the OpenVINO graph was not cached (%s)", error)
+            else:
+                evict_graphs(folder, keep=key)
         _GRAPHS[key] = graph
         return graph
 
 
 GRAPH_KIND = "openvino-graph"  # the record beside a cached graph: its files' digests
+DEFAULT_GRAPHS_MB = 4096  # $BERTKIT_OPENVINO_CACHE_MB overrides: about 45 graphs of the packaged model, 9 of a base one
+
+
+def evict_graphs(folder: Path, keep: str) -> list[str]:
+    """Remove the least recently used cached graphs while the folder holds more than its limit; return their keys.
+
+    Only whole sets bertkit wrote (a graph's .xml and .bin with the record that names them) are counted and removed;
+    `keep` (the graph just made) stays even when it alone is over the limit. A graph's record is touched when it is
+    read, so its modification time says when it was last used.
+    """
+    limit = float(os.environ.get("BERTKIT_OPENVINO_CACHE_MB", DEFAULT_GRAPHS_MB)) * 2**20
+    sets = []
+    for record in folder.glob("*.json"):
+        files = [folder / f"{record.stem}.xml", folder / f"{record.stem}.bin", record]  # the record last
+        try:
+            check_record(json.loads(record.read_text(encoding="utf-8")), GRAPH_KIND, record)
+            sets.append((record.stat().st_mtime, record.stem, files, sum(f.stat().st_size for f in files)))
+        except (OSError, ValueError):  # not a set bertkit wrote whole (or another process just removed it)
+            continue
+    total, evicted = sum(size for *_, size in sets), []
+    for _, key, files, size in sorted(sets):
+        if total <= limit:
+            break
+        if key != keep:
+            for file in files:
+                file.unlink(missing_ok=True)
+            total, evicted = total - size, [*evicted, key]
+    if evicted:
+        logger.info("removed %d least recently used OpenVINO graphs (over %.0f MB)", len(evicted), limit / 2**20)
+    return evicted
 
 
 def _verified(folder: Path, names: list[str], key: str) -> bool:

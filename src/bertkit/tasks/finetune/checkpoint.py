@@ -125,4 +125,5 @@ def write_final(
     end_job(output)
     shutil.rmtree(work, ignore_errors=True)
     logger.info("saved %s: best epoch %s (dev %s %.4f)", output, training["best_epoch"], training["metric"], best)
-    return type(runner).from_pretrained(output)
+    # on torch, as it was trained: its OpenVINO graph is made when a user first loads it (`load_run`), not here
+    return type(runner).from_pretrained(output, engine="torch")

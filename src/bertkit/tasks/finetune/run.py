@@ -115,7 +115,8 @@ def finetune(
     Returns
     -------
     FineTunedClassifier or FineTunedTagger or FineTunedQA
-        The best epoch's model, loaded from `output_dir` (None on the other processes of a distributed run).
+        The best epoch's model, loaded from `output_dir` on torch, as it was trained (None on the other processes of a
+        distributed run); `load_run(output_dir)` runs it on the fastest engine (OpenVINO, exported then).
     """
     args = _arguments(args, task, training)
     output, wanted = Path(output_dir), _check_device(args, device)
@@ -127,7 +128,7 @@ def finetune(
     if state.is_main_process:  # one process checks the output and writes it; the others follow (a second check
         check_output(output, resume, overwrite, [train, dev, model])  # raced the main one's job record and refused it)
     state.wait_for_everyone()
-    encoder = Encoder.from_pretrained(model, device="cpu")
+    encoder = Encoder.from_pretrained(model, device="cpu", engine="torch")  # its weights are about to change
     columns = Columns(text_column, label_column, pair_column, header, label_separator)
     prepared, run_record, tokenizer = _prepare(args, encoder, train, dev, dev_share, limit, columns)
     work = start_run(output, run_record, resume) if state.is_main_process else work_folder(output)
