@@ -134,6 +134,9 @@ def test_demo_runs(monkeypatch, capsys):
     code, out, _ = run(monkeypatch, capsys, "demo")
     assert code == 0
     assert "[CLS]  101" in out and "(1, 7, 384)" in out and "(4, 1536)" in out and "Korean" in out
+    # words are words (the word step shows a split one's pieces) and the SST-2 pointer is one a user can follow
+    assert "sub-tokens" not in out and "'p', '##ye', '##ong', '##chang'" in out and "9 words → (9, 1536)" in out
+    assert "../shared" not in out and "pytorch-sentiment-classification" in out
 
 
 def test_env_prints_the_machine_as_bertkit_sees_it(monkeypatch, capsys):

@@ -7,6 +7,9 @@ import typer
 from .common import app, echo_facts, make_encoder
 from .options import Model
 
+# the visual guide's SST-2 sentences (a sentence, a tab, 0 or 1; no header): what ../shared/data/sst2 holds
+SST2 = "https://github.com/clairett/pytorch-sentiment-classification/tree/master/data/SST2"
+
 
 @app.command()
 def demo(model: Model = None) -> None:
@@ -57,10 +60,11 @@ def demo(model: Model = None) -> None:
     for i, text in enumerate(texts):
         echo(f"     {text[:42]:<42} " + " ".join(f"{unit[i] @ unit[j]:5.2f}" for j in range(len(texts))))
 
-    echo("\n4. Word vectors (sub-tokens pooled back onto words):")
-    words = ["EU", "rejects", "German", "call", "to", "boycott", "British", "lamb"]
+    echo("\n4. Word vectors (a word split into pieces gets its first piece's vector):")
+    words = ["EU", "rejects", "German", "call", "to", "boycott", "British", "lamb", "Pyeongchang"]
     vecs = encoder.embed_words([words], layers="last4:concat", subtoken_pooling="first")[0]
-    echo(f"   {len(words)} words → {vecs.shape}; sub-tokens: {encoder.tokenize([words]).tokens[0][1:-1]}")
+    tokens = encoder.tokenize([words]).tokens[0][1:-1]
+    echo(f"   {len(words)} words → {vecs.shape}; {len(tokens)} tokens: {tokens}")
 
     echo("\n5. Vocabulary coverage check on Korean text:")
     echo(f"   '이 영화 재미없네요' → {encoder.tokenize(['이 영화 재미없네요']).tokens[0]}")
@@ -86,7 +90,8 @@ def demo(model: Model = None) -> None:
     for text in ["a visually stunning rumination on love", "an hour and a half of my life i will never get back"]:
         probabilities = classifier.predict_proba([text])[0]
         echo(f"   {text!r} → {classifier.classes_[probabilities.argmax()]} ({probabilities.max():.2f})")
-    echo("\nOn SST-2: bertkit train ../shared/data/sst2/train.tsv --dev ../shared/data/sst2/dev.tsv -o runs/sst2")
+    echo(f"\nOn SST-2, the guide's data ({SST2}: train.tsv, dev.tsv):")
+    echo("   bertkit train train.tsv --dev dev.tsv -o runs/sst2")
 
 
 @app.command()
