@@ -404,3 +404,46 @@ def test_a_cached_calibration_changed_in_place_is_found_and_made_again(tiny_dirs
     again = int8.calibration_for(encoder.model, encoder.tokenizer, encoder.max_length, None, "tiny")
     assert calibrations == [1] and "damaged" in caplog.text and "calibrating again" in caplog.text
     assert again.key == made.key and Calibration.load(cached).key == made.key
+
+
+KINDS = {
+    "AMX": {"amx_bf16", "amx_int8", "avx512_bf16", "avx512_vnni", "avx2"},
+    "VNNI + BF16": {"avx512_bf16", "avx512_vnni", "avx2"},
+    "VNNI": {"avx512_vnni", "avx2"},
+    "AVX2": {"avx2"},
+}
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_auto_is_the_fastest_precision_measured_faithful_on_each_cpu_kind(kind, monkeypatch):
+    flags = KINDS[kind]
+    assert precision.cpu_kind(flags) == kind
+    measured = precision.MEASURED[kind]
+    faithful = {p: speed for p, (speed, cosine) in measured.items() if cosine >= 0.99 and speed > 1}
+    if "bf16" in faithful and not flags & {"amx_bf16", "avx512_bf16"}:
+        del faithful["bf16"]
+    expected = max(faithful, key=faithful.get) if faithful else "fp32"
+    chosen, reason = precision.fastest_faithful(flags=flags)
+    assert chosen == expected and reason.startswith(kind), reason
+    assert {"AMX": "bf16", "VNNI + BF16": "int8", "VNNI": "int8", "AVX2": "fp32"}[kind] == chosen  # the docs' table
+    if chosen != "fp32":  # a precision that loses the direction is never chosen, however fast
+        speed, _ = measured[chosen]
+        monkeypatch.setitem(precision.MEASURED, kind, {**measured, chosen: (speed, 0.98)})
+        assert precision.fastest_faithful(flags=flags)[0] != chosen
+    assert precision.fastest_faithful(torch.device("cuda"), flags)[0] == "fp16"
+
+
+def test_auto_resolves_where_the_precision_enters_and_keeps_the_direction_here(monkeypatch, capsys):
+    from bertkit.io.readers import read_labelled, sample_path
+
+    chosen = precision.fastest_faithful()[0]
+    texts = read_labelled(sample_path("reviews.tsv"), "text", "label").texts
+    auto = Encoder.from_pretrained(precision="auto")
+    assert auto.precision == chosen and vectors_record(auto, EmbedOptions().resolve(auto))["precision"] == chosen
+    exact = Encoder.from_pretrained().embed(texts, normalize_embeddings=True)
+    cosines = (auto.embed(texts, normalize_embeddings=True) * exact).sum(1)
+    assert cosines.min() >= precision.FAITHFUL, cosines.min()
+    code, out, err = run_cli(monkeypatch, capsys, "env")
+    assert code == 0 and f"fastest faithful precision  {chosen} on the cpu" in out, err
+    with pytest.raises(InputError, match="valid values are fp32, bf16, fp16, int8, auto"):
+        Encoder.from_pretrained(precision="fastest")

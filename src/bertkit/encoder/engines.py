@@ -28,7 +28,7 @@ from ..errors import InputError
 from ..io.writers import staged_files
 from ..records import check_record, new_record
 from .defaults import cache_root
-from .precision import fast_bf16_cpu
+from .precision import fast_bf16_cpu, fastest_faithful
 from .runner import call_model
 from .threads import total_threads
 
@@ -391,8 +391,13 @@ def openvino_forward(model: torch.nn.Module, takes_type_ids: bool, width: int, p
 
 
 def engine_facts() -> dict[str, str]:
-    """Say which engine runs each CPU precision here, and why (`bertkit env`); a bad $BERTKIT_ENGINE says so."""
-    facts = {}
+    """Say which precision is fastest and faithful here, which engine runs each CPU precision, and why (`bertkit env`).
+
+    A bad $BERTKIT_ENGINE says so.
+    """
+    facts = {
+        "fastest faithful precision": "{} on the cpu ({}); precision='auto' chooses it".format(*fastest_faithful())
+    }
     for precision in ("fp32", "bf16", "int8") if fast_bf16_cpu() else ("fp32", "int8"):
         try:
             engine, reason = choose_engine(check_engine(None), torch.device("cpu"), precision)
