@@ -282,3 +282,39 @@ def test_every_short_flag_means_one_thing_in_every_command():
     assert {short: names for short, names in meanings.items() if len(names) > 1} == {}, meanings
     assert meanings["-q"] == {"--quiet"} and meanings["-c"] == {"--text-column"} and meanings["-p"] == {"--pooling"}
     assert "--column" not in longs and "--text-column" in longs
+
+
+def test_help_leads_with_what_a_new_user_needs_and_groups_the_rest_listing_every_option_once(monkeypatch, capsys):
+    """`embed --help` (76 lines, one list) and `finetune --help` (81) led with --max-grad-norm as often as with -o."""
+    import re
+
+    from bertkit.cli import click_command
+
+    def sections(command: str) -> dict[str, list[str]]:
+        code, out, _ = run_cli(monkeypatch, capsys, command, "--help")
+        assert code == 0
+        found, title = {}, None
+        for line in out.splitlines():
+            if re.fullmatch(r"[A-Z][\w ,]*:", line):
+                title = line[:-1]
+                found[title] = []
+            elif title and (flag := re.match(r"  ((?:-\w, )?--[\w-]+)", line)):
+                found[title].append(flag.group(1).split(", ")[-1])
+        return found
+
+    wanted = {
+        "embed": (["--output", "--text-column", "--model", "--layers", "--pooling"], ["--stride", "--actors"]),
+        "finetune": (["--output", "--dev", "--task", "--epochs", "--lr", "--batch-size"], ["--max-grad-norm"]),
+    }
+    for name, (first, later) in wanted.items():
+        found = sections(name)
+        assert set(first) <= set(found["Options"]) and not set(later) & set(found["Options"]), found["Options"]
+        assert len(found) >= 4 and all(flag in sum(found.values(), []) for flag in later)
+    for name, command in click_command.commands.items():  # every option in one group, once
+        flags = sorted(
+            p.opts[-1] if p.opts[-1].startswith("--") else p.opts[0]
+            for p in command.params
+            if p.param_type_name == "option" and not p.hidden
+        )
+        listed = sorted(flag for rows in sections(name).values() for flag in rows)
+        assert listed == sorted(flags + ["--help"]), name

@@ -18,7 +18,55 @@ if TYPE_CHECKING:
     from ..encoder.attribution import Attribution
     from ..encoder.encode import Encoder
 
-app = typer.Typer(
+
+# --help groups, in the order they are shown, with the flags they hold in every command; a flag in none is among
+# those a new user needs first. A generated option table's fields name their group (`options.from_fields`).
+EMBEDDING, TRAINING = "Embedding options", "Training"
+GROUPS = {
+    "Options": "",
+    EMBEDDING: "",
+    TRAINING: "",
+    "Reading the input": "--header --id-column --format --chunk-rows --pair-column --label-column --limit "
+    "--label-separator",
+    "Speed, device and precision": "--batch-size --threads --precision --device --calibration --cache-dir --no-cache",
+    "Ray": "--engine --address --actors --gpus-per-actor",
+}
+GROUP_OF = {flag: group for group, flags in GROUPS.items() for flag in flags.split()}
+
+
+class GroupedHelp(typer.core.TyperCommand):
+    """A command whose --help lists first the options a new user needs, then each group of the others.
+
+    An option's group is its flag's in `GROUPS`, or the one its option table gives it (typer's `rich_help_panel`,
+    which typer shows only with Rich, off here).
+    """
+
+    def format_options(self, ctx: typer.Context, formatter: Any) -> None:
+        """Write the arguments, the options a new user needs, then each group of the others (`GROUPS` order)."""
+        arguments, groups = [], {"Options": []}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None and param.param_type_name == "argument":
+                arguments.append(record)
+            elif record is not None:
+                group = getattr(param, "rich_help_panel", None) or GROUP_OF.get(param.opts[0], "Options")
+                groups.setdefault(group, []).append(record)
+        ordered = sorted(groups.items(), key=lambda group: list(GROUPS).index(group[0]))
+        for title, rows in [("Arguments", arguments), *ordered]:
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
+class App(typer.Typer):
+    """bertkit's Typer app: every command's help grouped (`GroupedHelp`)."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Callable:
+        """Register a command, as `typer.Typer.command` does, with grouped help."""
+        return super().command(*args, cls=GroupedHelp, **kwargs)
+
+
+app = App(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,

@@ -16,6 +16,7 @@ from ..encoder.options import EmbedOptions
 from ..errors import InputError
 from ..io.readers import column_spec
 from .common import (
+    EMBEDDING,
     app,
     check_attribution_flags,
     echo_attribution,
@@ -87,7 +88,7 @@ def tokenize(
 
 
 @app.command()
-@from_fields(EmbedOptions, "options")
+@from_fields(EmbedOptions, "options", group=EMBEDDING, lead=("layers", "pooling"))
 def embed(
     ctx: typer.Context,
     input: Annotated[Path, typer.Argument(callback=existing_inputs, help="TSV/CSV/JSONL or text (one per line).")],
@@ -318,7 +319,7 @@ def _embed_on_ray(
 
 
 @app.command()
-@from_fields(EmbedOptions, "options")
+@from_fields(EmbedOptions, "options", group=EMBEDDING, lead=("layers", "pooling"))
 def similarity(
     text: Annotated[str, typer.Argument(callback=utf8_texts, help="The first text.")],
     other: Annotated[str, typer.Argument(callback=utf8_texts, help="The second text.")],

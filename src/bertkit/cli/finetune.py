@@ -12,7 +12,7 @@ from ..display import text_table as format_table
 from ..errors import InputError
 from ..io.readers import column_spec
 from ..tasks.finetune.settings import FinetuneSettings
-from .common import app, cache_option, existing_text_file, options_for, say, verbosity
+from .common import TRAINING, app, cache_option, existing_text_file, options_for, say, verbosity
 from .options import (
     C,
     CacheDir,
@@ -35,7 +35,13 @@ from .options import (
 
 
 @app.command()
-@from_fields(FinetuneSettings, "args", build="bertkit.tasks.finetune:FinetuneArguments")
+@from_fields(
+    FinetuneSettings,
+    "args",
+    build="bertkit.tasks.finetune:FinetuneArguments",
+    group=TRAINING,
+    lead=("task", "num_train_epochs", "learning_rate", "batch_size"),
+)
 def finetune(
     ctx: typer.Context,
     train_file: Annotated[Path, typer.Argument(callback=existing_text_file, help="Training data (see above).")],

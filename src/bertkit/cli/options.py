@@ -101,7 +101,9 @@ def flag_of(field: dataclasses.Field) -> str:
     return field.metadata.get("flag") or f"--{field.name.replace('_', '-')}"
 
 
-def _parameter(field: dataclasses.Field, hint: Any, annotated: Any, defaults: dict[str, Any]) -> inspect.Parameter:
+def _parameter(
+    field: dataclasses.Field, hint: Any, annotated: Any, defaults: dict[str, Any], group: str | None
+) -> inspect.Parameter:
     """Make the option of one field: its flag (or `--field-name`), aliases, help, choices and the command's default.
 
     The help is the field's metadata's, or a request model's field description (in its `annotated` type hint).
@@ -117,14 +119,20 @@ def _parameter(field: dataclasses.Field, hint: Any, annotated: Any, defaults: di
     extra = {"metavar": metavar} if metavar else {}
     if hint in (str, str | None):
         extra["callback"] = utf8_texts
-    option = typer.Option(*decls, help=help, **extra)
+    option = typer.Option(*decls, help=help, rich_help_panel=group, **extra)
     kind = str | None if listed else list[str] | None if repeated else hint  # a list comma-separated, a tuple repeated
     keyword = inspect.Parameter.KEYWORD_ONLY
     return inspect.Parameter(field.name, keyword, default=default, annotation=Annotated[kind, option])
 
 
 def from_fields(
-    table: type, into: str, only: tuple[str, ...] = (), build: str | bool = False, defaults: dict | None = None
+    table: type,
+    into: str,
+    only: tuple[str, ...] = (),
+    build: str | bool = False,
+    defaults: dict | None = None,
+    group: str | None = None,
+    lead: tuple[str, ...] = (),
 ) -> Callable[[Callable], Callable]:
     """Give a command one option per field of the option table `table` (`only` these), as its parameter `into`.
 
@@ -132,10 +140,12 @@ def from_fields(
     function that makes of them, and of the keywords it is called with, the table (`build=True`: a table with fields
     the command fills) or a heavy class ('module:Class'), for the command to call after its cheap checks.
     `defaults` are the command's own defaults of some fields (`train`'s layers and pooling are the features').
+    `group` is the --help group of the fields' options, but those in `lead`, listed first (`common.GroupedHelp`).
     """
     hints, annotated = typing.get_type_hints(table), typing.get_type_hints(table, include_extras=True)
     fields = [f for f in dataclasses.fields(table) if f.name in only or (not only and "help" in f.metadata)]
-    generated = [_parameter(f, hints[f.name], annotated[f.name], defaults or {}) for f in fields]
+    grouped = {f.name: "Options" if f.name in lead else group for f in fields}
+    generated = [_parameter(f, hints[f.name], annotated[f.name], defaults or {}, grouped[f.name]) for f in fields]
 
     def decorate(command: Callable) -> Callable:
         light = inspect.signature(command, eval_str=True)
