@@ -255,9 +255,9 @@ def test_the_public_api_is_what_public_api_txt_says():
 # tree may not grow past where it stands (lower CODE_LINES_NOW as it shrinks). Issue 60 (stop 66) was built after
 # issue 61 counted its 13,477 lines and added 238 (13,477 at 84626a4, 13,715 at 468cbb2): 12,900 + 238. Issue 62's
 # fixes add what they measure from 13,135 (19dcea7, issue 61 done).
-ISSUE_62_LINES = 13_582 - 13_135
+ISSUE_62_LINES = 13_590 - 13_135
 CODE_LINE_BUDGET = 12_900 + 238 + ISSUE_62_LINES
-CODE_LINES_NOW = 13_582
+CODE_LINES_NOW = 13_590
 CENSUS = PACKAGE.parents[2] / "shared" / "tools" / "census.py"
 
 

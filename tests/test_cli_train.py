@@ -152,3 +152,17 @@ def test_evaluate_refuses_unknown_labels_and_non_runs(monkeypatch, capsys, tmp_p
     assert code == 2 and "['neutral'] never occur" in err
     code, _, err = run(monkeypatch, capsys, "evaluate", tmp_path, other)
     assert code == 2 and "not a bertkit run directory" in err
+
+
+def test_embed_of_a_csv_named_tsv_says_so_instead_of_embedding_whole_lines(monkeypatch, capsys, tmp_path):
+    """Each line read as one field with the same number of commas is a CSV named .tsv: embedding "text,label" lines
+    would put the labels in the vectors. Sentences with commas in varying numbers are one column, as before."""
+    source = write(tmp_path / "c.tsv", "text,label\na great film,pos\na dull film,neg\na lovely story,pos\n")
+    code, out, err = run(monkeypatch, capsys, "embed", source, "-o", tmp_path / "v.npy")
+    assert code == 2 and "no tab but 1 comma: if the file is CSV" in err and "--text-column 0" in err, err
+    assert not (tmp_path / "v.npy").exists() and not out
+    code, _, err = run(monkeypatch, capsys, "embed", source, "-o", tmp_path / "v.npy", "--text-column", "0")
+    assert code == 0 and "4 × 384" in err, err  # the way out the message names
+    sentences = write(tmp_path / "s.tsv", "a film , at last\na dull , slow , long film\nfine\n")
+    code, _, err = run(monkeypatch, capsys, "embed", sentences, "-o", tmp_path / "s.npy")
+    assert code == 0 and "3 × 384" in err, err

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
-from .readers import TEXT_COLUMN_NAMES, is_header, sniffed_rows
+from .readers import TEXT_COLUMN_NAMES, is_header, other_format, sniffed_rows
 from .text_files import detect_format
 
 
@@ -34,6 +34,8 @@ def choose_text_column(path: str | Path, fmt: str | None = None) -> ColumnChoice
     first, body = [field.strip() for field in rows[0]], rows[1:]
     width = len(first)
     if width == 1:
+        if hint := other_format(kind, rows):
+            raise InputError(f"{path}: one column?{hint} --text-column 0 embeds each whole line as it is.")
         return ColumnChoice(0, False, "one column")
     usual = [i for i, field in enumerate(first) if field.lower() in TEXT_COLUMN_NAMES]
     header = is_header(first, body)

@@ -251,6 +251,18 @@ def _names_above_sentences(first: list[str], body: list[tuple[str, ...]]) -> boo
     return False
 
 
+def other_format(kind: str, rows: list[tuple[str, ...]]) -> str:
+    """Say why rows read as one field each look like the other format: each holds its delimiter as often ("" if not).
+
+    A CSV named .tsv reads as one column of whole lines; sentences with commas hold them in varying numbers.
+    """
+    mark = "," if kind == "tsv" else "\t"
+    counts = {row[0].count(mark) for row in rows if len(row) == 1}
+    if len(rows) < 2 or any(len(row) != 1 for row in rows) or len(counts) != 1 or 0 in counts:
+        return ""
+    return _delimiter_hint(kind, list(rows[0])).replace("Line 1 has", "Every line read has", 1)
+
+
 def _delimiter_hint(kind: str, fields: list[str]) -> str:
     """Say, for a line read as one field, that it holds the other format's delimiter (a CSV named .tsv)."""
     other, mark, name = ("csv", ",", "comma") if kind == "tsv" else ("tsv", "\t", "tab")
