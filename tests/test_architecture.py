@@ -254,10 +254,11 @@ def test_the_public_api_is_what_public_api_txt_says():
 # with every feature; a later feature raises it by what it adds and says so in its note. Until the budget is met the
 # tree may not grow past where it stands (lower CODE_LINES_NOW as it shrinks). Issue 60 (stop 66) was built after
 # issue 61 counted its 13,477 lines and added 238 (13,477 at 84626a4, 13,715 at 468cbb2): 12,900 + 238. Issue 62's
-# fixes add what they measure from 13,135 (19dcea7, issue 61 done).
+# fixes add what they measure from 13,135 (19dcea7, issue 61 done); issue 63's cut from 13,590 (5c4444e).
 ISSUE_62_LINES = 13_590 - 13_135
-CODE_LINE_BUDGET = 12_900 + 238 + ISSUE_62_LINES
-CODE_LINES_NOW = 13_590
+ISSUE_63_LINES = 13_756 - 13_590  # the cut (tasks/distill.py, the distill command, probe's suggestion)
+CODE_LINE_BUDGET = 12_900 + 238 + ISSUE_62_LINES + ISSUE_63_LINES
+CODE_LINES_NOW = 13_756
 CENSUS = PACKAGE.parents[2] / "shared" / "tools" / "census.py"
 
 

@@ -37,6 +37,7 @@ _LAZY = {
     "attribute_prediction": "tasks.attributions",
     "attribute_similarity": "encoder.attribution",
     "build_index": "tasks.index_build",
+    "distill": "tasks.distill",
     "entity_scores": "tasks.tagging",
     "finetune": "tasks.finetune",
     "load_index": "tasks.index",
@@ -65,6 +66,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come fro
     from .io.squad import read_squad
     from .tasks.attributions import attribute_prediction
     from .tasks.classify import TextClassifier
+    from .tasks.distill import distill
     from .tasks.finetune import FinetuneArguments, finetune
     from .tasks.finetuned import FineTunedClassifier
     from .tasks.index import VectorIndex, load_index

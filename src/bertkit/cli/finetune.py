@@ -130,3 +130,13 @@ def probe(
     title = f"{result.task} probe of {result.facts['model']} on {train_file.name}"
     write_run(output, probe_files(result, title), overwrite=overwrite)
     say(f"wrote {output}/probe.md, probe.csv, probe.json, probe.png")
+    if task == "text" and "mean" in poolings.split(","):
+        from ..tasks.distill import cut_choice
+
+        cut = cut_choice(result)
+        source = f"{model} " if model else ""
+        data = f"--data {train_file} --dev {dev}"
+        say(
+            f"a smaller model: {cut.reason()}; keeping {cut.layers} of {len(cut.scores)} layers gives those vectors:\n"
+            f"  bertkit distill {source}-l {cut.layers} -o {output}-{cut.layers}-layers   (or -l best {data})"
+        )

@@ -1,14 +1,15 @@
-"""`bertkit quantize`: int8 calibrated on your own texts, written as a copy of the model or fine-tuned run."""
+"""Smaller and faster models: `bertkit quantize` (int8 calibrated on your texts), `bertkit distill` (fewer layers)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from ..io.readers import column_spec
-from .common import app, say
-from .options import Calibration, Header, Limit, Output, Overwrite, TextColumn, Threads
+from .common import app, existing_text_file, say
+from .options import Calibration, Dev, Header, LabelColumn, Limit, Output, Overwrite, TextColumn, Threads
 
 
 @app.command()
@@ -55,3 +56,53 @@ def quantize(
     )
     how = f"--model {report.output}" if report.kind == "encoder" else f"bertkit predict/evaluate {report.output}"
     typer.echo(f"wrote {report.output}: use it with --precision int8 ({how}).")
+
+
+@app.command()
+def distill(
+    model: Annotated[
+        str | None, typer.Argument(help="The teacher: a model directory or hub name (omit: default).")
+    ] = None,
+    *,
+    output: Output,
+    layers: Annotated[
+        str,
+        typer.Option("--layers", "-l", help="Layers to keep: a number, or best (the probe's choice; --data, --dev)."),
+    ] = "best",
+    data: Annotated[
+        Path | None,
+        typer.Option(callback=existing_text_file, help="Labelled training data the probe scores on."),
+    ] = None,
+    dev: Dev = None,
+    tolerance: Annotated[float, typer.Option(help="best: dev accuracy the cut may lose (0.01: a point).")] = 0.01,
+    text_column: TextColumn = None,
+    label_column: LabelColumn = None,
+    header: Header = None,
+    limit: Limit = None,
+    overwrite: Overwrite = False,
+    threads: Threads = None,
+) -> None:
+    """Write a smaller copy of MODEL that keeps its first layers (-l 3), or the fewest the layer probe finds as good.
+
+    -o: a transformers folder with MODEL's tokenizer and sentence-transformers modules: its vectors are those of
+    layer K of MODEL (what `bertkit probe` scored); SentenceTransformer, AutoModel and every bertkit command load it.
+    """
+    from ..io.writers import check_output
+
+    check_output(output, overwrite, [model, data, dev])  # before torch loads
+    from ..tasks.distill import check_layers
+    from ..tasks.distill import distill as cut
+
+    columns = {"text_column": column_spec(text_column), "label_column": column_spec(label_column), "header": header}
+    report = cut(
+        model,
+        output,
+        layers=check_layers(layers),
+        data=data,
+        dev=dev,
+        tolerance=tolerance,
+        overwrite=overwrite,
+        **({**columns, "limit": limit} if layers == "best" else {}),
+    )
+    say(f"kept {report.layers} of {report.of} layers: {report.reason} ({report.seconds:.0f}s)")
+    typer.echo(f"wrote {report.output}: use it as a model (--model {report.output}).")

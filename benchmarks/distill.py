@@ -1,0 +1,79 @@
+"""What a cut costs and gains: the teacher against itself cut to 4, 3 and 2 layers (`bertkit distill -l K`).
+
+    python benchmarks/distill.py [--data ../shared/data/sst2] [--model DIR] [--layers 4 3 2] [--repeats 3]
+
+For each model: SST-2 feature accuracy (the model's own sentence vectors on train, a standardised logistic
+regression with C chosen by 5-fold CV on train, scored on dev: nothing the cut was made from), and its throughput on
+the dev sentences at fp32 and bf16 (bf16 where the CPU has it natively), median of `--repeats`, all in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bertkit import Encoder, distill
+from bertkit.encoder.precision import fast_bf16_cpu
+from bertkit.io.readers import read_labelled
+from bertkit.tasks.heads import feature_head
+
+
+def accuracy(encoder: Encoder, train, dev) -> float:
+    """The model's own sentence vectors → standardised logistic regression (C by CV on train) → dev accuracy."""
+    x_train, x_dev = encoder.embed(train.texts, batch_size=128), encoder.embed(dev.texts, batch_size=128)
+    head = feature_head().fit(x_train, train.labels)  # `bertkit train`'s head: scaler, logistic regression, C by CV
+    return float((head.predict(x_dev) == np.asarray(dev.labels)).mean())
+
+
+def throughput(folder: str | None, precision: str, texts: list[str], repeats: int) -> float:
+    """Median texts/s of `embed` over `texts` at `precision` (a warm-up pass first)."""
+    encoder = Encoder.from_pretrained(folder, precision=precision)
+    encoder.embed(texts[:64])
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        encoder.embed(texts, batch_size=32)
+        seconds.append(time.perf_counter() - started)
+    return len(texts) / statistics.median(seconds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data" / "sst2")
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--layers", type=int, nargs="+", default=[4, 3, 2])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    train, dev = read_labelled(args.data / "train.tsv"), read_labelled(args.data / "dev.tsv")
+    precisions = ["fp32", "bf16"] if fast_bf16_cpu() else ["fp32"]
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        models = {"teacher": args.model}
+        for k in args.layers:
+            models[f"cut to {k}"] = str(distill(args.model, Path(scratch) / f"cut-{k}", layers=k).output)
+        for name, folder in models.items():
+            encoder = Encoder.from_pretrained(folder)
+            row = {"model": name, "layers": encoder.num_layers, "accuracy": accuracy(encoder, train, dev)}
+            for precision in precisions:
+                row[precision] = throughput(folder, precision, dev.texts, args.repeats)
+            rows.append(row)
+            print(row, flush=True)
+    teacher = rows[0]
+    print(
+        f"\nSST-2 features (train {len(train.texts)}, dev {len(dev.texts)}); texts/s on dev, median of {args.repeats}"
+    )
+    header = "| model | layers | dev accuracy | Δ points | " + " | ".join(f"{p} texts/s (×)" for p in precisions) + " |"
+    print(header + "\n|" + "---|" * (4 + len(precisions)))
+    for row in rows:
+        speeds = " | ".join(f"{row[p]:.0f} ({row[p] / teacher[p]:.2f}×)" for p in precisions)
+        delta = 100 * (row["accuracy"] - teacher["accuracy"])
+        print(f"| {row['model']} | {row['layers']} | {100 * row['accuracy']:.2f} | {delta:+.2f} | {speeds} |")
+
+
+if __name__ == "__main__":
+    main()
