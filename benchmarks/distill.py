@@ -3,8 +3,11 @@
     python benchmarks/distill.py [--data ../shared/data/sst2] [--model DIR] [--layers 4 3 2] [--repeats 3]
 
 For each model: SST-2 feature accuracy (the model's own sentence vectors on train, a standardised logistic
-regression with C chosen by 5-fold CV on train, scored on dev: nothing the cut was made from), and its throughput on
-the dev sentences at fp32 and bf16 (bf16 where the CPU has it natively), median of `--repeats`, all in one run.
+regression with C chosen by 5-fold CV on train, scored on dev: nothing the cut was made from); retrieval with the
+dev sentences as queries over the training sentences (cosine, top 10): recall@10 of the teacher's own top 10, and
+label precision@10 (the share of the 10 neighbours with the query's sentiment, the only relevance SST-2 gives); and
+its throughput on the dev sentences at fp32 and bf16 (bf16 where the CPU has it natively), median of `--repeats`,
+all in one run.
 """
 
 from __future__ import annotations
@@ -23,11 +26,23 @@ from bertkit.io.readers import read_labelled
 from bertkit.tasks.heads import feature_head
 
 
-def accuracy(encoder: Encoder, train, dev) -> float:
+def accuracy(x_train: np.ndarray, x_dev: np.ndarray, train, dev) -> float:
     """The model's own sentence vectors → standardised logistic regression (C by CV on train) → dev accuracy."""
-    x_train, x_dev = encoder.embed(train.texts, batch_size=128), encoder.embed(dev.texts, batch_size=128)
     head = feature_head().fit(x_train, train.labels)  # `bertkit train`'s head: scaler, logistic regression, C by CV
     return float((head.predict(x_dev) == np.asarray(dev.labels)).mean())
+
+
+def top10(queries: np.ndarray, corpus: np.ndarray) -> np.ndarray:
+    """(queries, 10) indices of each query's 10 nearest corpus rows by cosine (unit vectors: dot), best first."""
+    scores = queries @ corpus.T
+    best = np.argpartition(-scores, 10, axis=1)[:, :10]
+    return np.take_along_axis(best, np.argsort(-np.take_along_axis(scores, best, 1), axis=1), 1)
+
+
+def retrieval(found: np.ndarray, teacher: np.ndarray, train_labels: np.ndarray, dev_labels: np.ndarray) -> tuple:
+    """(recall@10 of the teacher's top 10, label precision@10) over all queries."""
+    recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(found, teacher)])
+    return float(recall), float((train_labels[found] == dev_labels[:, None]).mean())
 
 
 def throughput(folder: str | None, precision: str, texts: list[str], repeats: int) -> float:
@@ -56,9 +71,15 @@ def main() -> None:
         models = {"teacher": args.model}
         for k in args.layers:
             models[f"cut to {k}"] = str(distill(args.model, Path(scratch) / f"cut-{k}", layers=k).output)
+        labels = np.asarray(train.labels), np.asarray(dev.labels)
+        reference = None
         for name, folder in models.items():
             encoder = Encoder.from_pretrained(folder)
-            row = {"model": name, "layers": encoder.num_layers, "accuracy": accuracy(encoder, train, dev)}
+            x_train, x_dev = encoder.embed(train.texts, batch_size=128), encoder.embed(dev.texts, batch_size=128)
+            found = top10(x_dev, x_train)
+            reference = found if reference is None else reference
+            row = {"model": name, "layers": encoder.num_layers, "accuracy": accuracy(x_train, x_dev, train, dev)}
+            row["recall@10"], row["label p@10"] = retrieval(found, reference, *labels)
             for precision in precisions:
                 row[precision] = throughput(folder, precision, dev.texts, args.repeats)
             rows.append(row)
@@ -67,12 +88,14 @@ def main() -> None:
     print(
         f"\nSST-2 features (train {len(train.texts)}, dev {len(dev.texts)}); texts/s on dev, median of {args.repeats}"
     )
-    header = "| model | layers | dev accuracy | Δ points | " + " | ".join(f"{p} texts/s (×)" for p in precisions) + " |"
-    print(header + "\n|" + "---|" * (4 + len(precisions)))
+    speeds = " | ".join(f"{p} texts/s (×)" for p in precisions)
+    print(f"| model | layers | dev accuracy | Δ points | recall@10 | label p@10 | {speeds} |")
+    print("|" + "---|" * (6 + len(precisions)))
     for row in rows:
         speeds = " | ".join(f"{row[p]:.0f} ({row[p] / teacher[p]:.2f}×)" for p in precisions)
         delta = 100 * (row["accuracy"] - teacher["accuracy"])
-        print(f"| {row['model']} | {row['layers']} | {100 * row['accuracy']:.2f} | {delta:+.2f} | {speeds} |")
+        found = f"{row['recall@10']:.3f} | {row['label p@10']:.3f}"
+        print(f"| {row['model']} | {row['layers']} | {100 * row['accuracy']:.2f} | {delta:+.2f} | {found} | {speeds} |")
 
 
 if __name__ == "__main__":

@@ -258,7 +258,7 @@ def test_the_public_api_is_what_public_api_txt_says():
 ISSUE_62_LINES = 13_590 - 13_135
 ISSUE_63_LINES = 13_756 - 13_590  # the cut (tasks/distill.py, the distill command, probe's suggestion)
 CODE_LINE_BUDGET = 12_900 + 238 + ISSUE_62_LINES + ISSUE_63_LINES
-CODE_LINES_NOW = 13_756
+CODE_LINES_NOW = 13_745
 CENSUS = PACKAGE.parents[2] / "shared" / "tools" / "census.py"
 
 

@@ -73,6 +73,31 @@ def attribute_prediction(
     return prediction_target(run, text, text_pair, target, integrator_of(run, n_steps, baseline)).attribute()
 
 
+class ExplainsPredictions:
+    """What every run has: `explain`, which words made its prediction (`attribute_prediction` on the run)."""
+
+    def explain(
+        self,
+        text: str,
+        text_pair: str | None = None,
+        *,
+        target: str | None = None,
+        n_steps: int = DEFAULT_STEPS,
+        baseline: str = "pad",
+    ) -> Attribution:
+        """Which words made this run's prediction: Integrated Gradients of its score over the input's tokens.
+
+        `attribute_prediction(self, ...)`: `text_pair` is a pair run's second text (a QA run: the context),
+        `target` the class (a tagger: the entity's text) to attribute instead of the predicted one.
+
+        Returns
+        -------
+        Attribution
+            The attributed score and each text's word scores; `to_dict()` is its JSON.
+        """
+        return attribute_prediction(self, text, text_pair, target=target, n_steps=n_steps, baseline=baseline)
+
+
 def integrator_of(run: Any, n_steps: int, baseline: str) -> Integrator:
     """Return the integrator of a run's model: a fine-tuned run's network, or a feature classifier's encoder's."""
     owner = run.vectorizer_.encoder_ if _reads_vectors(run) else run

@@ -16,7 +16,6 @@ from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import threadpool_limits
 
-from ..encoder.attribution import DEFAULT_STEPS, Attribution
 from ..encoder.devices import describe
 from ..encoder.options import EmbedOptions
 from ..errors import InputError, ModelLoadError
@@ -26,6 +25,7 @@ if TYPE_CHECKING:
 
     from .report import EvaluationReport
 from ..records import new_record, package_version
+from .attributions import ExplainsPredictions
 from .heads import check_training_labels, chosen_C, feature_head
 from .runs import CONFIG_FILE, KIND_FEATURES, read_run_config, write_run
 from .vectorizer import BertVectorizer
@@ -47,7 +47,7 @@ TRUSTED_TYPES = (
 )
 
 
-class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
+class TextClassifier(ExplainsPredictions, ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
     """The visual guide's pipeline as one estimator: BERT sentence vectors → standardised → any classifier.
 
     `fit` builds and fits a scikit-learn `Pipeline` (`pipeline_`): a clone of `vectorizer`, a `StandardScaler`
@@ -196,29 +196,6 @@ class TextClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
 
         check_is_fitted(self, "pipeline_")
         return evaluate(self, X, y)
-
-    def explain(
-        self,
-        text: str,
-        text_pair: str | None = None,
-        *,
-        target: str | None = None,
-        n_steps: int = DEFAULT_STEPS,
-        baseline: str = "pad",
-    ) -> Attribution:
-        """Which words made this run's prediction: Integrated Gradients of its score over the input's tokens.
-
-        `attribute_prediction(self, ...)`: `text_pair` is a pair run's second text (a QA run: the context),
-        `target` the class (a tagger: the entity's text) to attribute instead of the predicted one.
-
-        Returns
-        -------
-        Attribution
-            The attributed score and each text's word scores; `to_dict()` is its JSON.
-        """
-        from .attributions import attribute_prediction
-
-        return attribute_prediction(self, text, text_pair, target=target, n_steps=n_steps, baseline=baseline)
 
     def __sklearn_tags__(self) -> Tags:
         tags = super().__sklearn_tags__()

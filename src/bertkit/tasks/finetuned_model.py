@@ -14,7 +14,6 @@ from transformers import AutoTokenizer
 
 from ..display import facts_table
 from ..encoder import tokenize as tok
-from ..encoder.attribution import DEFAULT_STEPS, Attribution
 from ..encoder.devices import describe, resolve_device
 from ..encoder.engines import weights_digest
 from ..encoder.models import quiet_transformers, refuse_model_code
@@ -22,6 +21,7 @@ from ..encoder.network import Network
 from ..encoder.runner import Row, Runner
 from ..errors import InputError, ModelLoadError, brief
 from ..records import new_record
+from .attributions import ExplainsPredictions
 from .runs import CONFIG_FILE, read_run_config, write_run
 
 logger = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 EVAL_BATCH_SIZE = 64
 
 
-class FineTuned:
+class FineTuned(ExplainsPredictions):
     """A transformers `AutoModelFor...` and its tokenizer, run without gradients through the one `Runner`.
 
     Every fine-tuned head (classifier, tagger, question answering) is one of these plus its own pre- and
@@ -192,29 +192,6 @@ class FineTuned:
         from .evaluate import evaluate
 
         return evaluate(self, inputs, labels)
-
-    def explain(
-        self,
-        text: str,
-        text_pair: str | None = None,
-        *,
-        target: str | None = None,
-        n_steps: int = DEFAULT_STEPS,
-        baseline: str = "pad",
-    ) -> Attribution:
-        """Which words made this run's prediction: Integrated Gradients of its score over the input's tokens.
-
-        `attribute_prediction(self, ...)`: `text_pair` is a pair run's second text (a QA run: the context),
-        `target` the class (a tagger: the entity's text) to attribute instead of the predicted one.
-
-        Returns
-        -------
-        Attribution
-            The attributed score and each text's word scores; `to_dict()` is its JSON.
-        """
-        from .attributions import attribute_prediction
-
-        return attribute_prediction(self, text, text_pair, target=target, n_steps=n_steps, baseline=baseline)
 
     def __repr__(self) -> str:
         facts = self.facts()
