@@ -385,6 +385,7 @@ def test_predict_and_similarity_print_attributions_as_tables_and_json(tiny_dirs,
         (("predict", tmp_path / "run", texts, "--attributions"), "texts given on the command line"),
         (("predict", tmp_path / "run", text, "--attributions", "-o", tmp_path / "out.tsv"), "leave out -o"),
         (("similarity", a, b, "-m", model, "--metric", "euclidean", "--attributions"), "made for cosine, dot"),
+        (("similarity", a, b, "-m", model, "--output-type", "ubinary"), "a similarity is of float vectors"),
     ]
     for args, message in refused:
         code, out, err = run_cli(monkeypatch, capsys, *args)

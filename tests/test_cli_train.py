@@ -163,6 +163,9 @@ def test_embed_of_a_csv_named_tsv_says_so_instead_of_embedding_whole_lines(monke
     assert not (tmp_path / "v.npy").exists() and not out
     code, _, err = run(monkeypatch, capsys, "embed", source, "-o", tmp_path / "v.npy", "--text-column", "0")
     assert code == 0 and "4 × 384" in err, err  # the way out the message names
+    quoted = write(tmp_path / "q.tsv", 'text,label\n"a film, at last",pos\nthe plot,neg\n"dull, slow, long",neg\n')
+    code, _, err = run(monkeypatch, capsys, "embed", quoted, "-o", tmp_path / "q.npy")  # CSV quotes a comma
+    assert code == 2 and "if the file is CSV" in err, err
     sentences = write(tmp_path / "s.tsv", "a film , at last\na dull , slow , long film\nfine\n")
     code, _, err = run(monkeypatch, capsys, "embed", sentences, "-o", tmp_path / "s.npy")
     assert code == 0 and "3 × 384" in err, err

@@ -386,3 +386,6 @@ def test_the_graph_cache_keeps_the_recently_used_within_its_limit_and_finetune_e
     Encoder.from_pretrained(str(tiny_dirs["roberta"]), device="cpu", engine="openvino")
     assert len(graphs() - {"notes"}) == 1 and made["bert_cased"] not in graphs()
     assert own_cache.joinpath("notes.json").is_file() and own_cache.joinpath("stray.bin").is_file()
+    monkeypatch.setenv("BERTKIT_OPENVINO_CACHE_MB", "4G")  # a limit that cannot be read: said, and the graph is kept
+    monkeypatch.setattr(engines, "_GRAPHS", {})
+    assert Encoder.from_pretrained(str(tiny_dirs["electra"]), device="cpu", engine="openvino").engine == "openvino"

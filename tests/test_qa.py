@@ -896,3 +896,17 @@ def test_answer_attributions_on_the_command_line_are_the_runs_own(qa_run, qa, mo
     assert code == 0 and out.startswith(expected["target"]) and f"{QUESTION!r}: baseline" in out, err
     code, out, err = run_cli(monkeypatch, capsys, "predict", qa_run, QUESTION, "--attributions")
     assert code == 2 and "bertkit answer --attributions" in err and not out
+    code, out, err = run_cli(  # another answer than the one attributed would be printed
+        monkeypatch,
+        capsys,
+        "answer",
+        qa_run,
+        "--question",
+        QUESTION,
+        "--context",
+        context,
+        "--attributions",
+        "--max-answer-len",
+        "2",
+    )
+    assert code == 2 and "at the default answer options" in err and not out

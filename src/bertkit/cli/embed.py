@@ -341,6 +341,8 @@ def similarity(
     from ..tasks.search import similarity as pairwise
 
     check_attribution_flags(attributions, as_json)
+    if options.output_type != "float32":
+        raise InputError(f"--output-type {options.output_type}: a similarity is of float vectors; leave it out.")
     encoder = make_encoder(model, precision, device)
     if attributions:
         echo_attribution(encoder.explain(text, other, options, metric=metric), as_json, metric=metric)

@@ -133,10 +133,15 @@ def probe(
     if task == "text" and "mean" in poolings.split(","):
         from ..tasks.distill import cut_choice
 
-        cut = cut_choice(result)
-        source = f"{model} " if model else ""
-        data = f"--data {train_file} --dev {dev}"
-        say(
-            f"a smaller model: {cut.reason()}; keeping {cut.layers} of {len(cut.scores)} layers gives those vectors:\n"
-            f"  bertkit distill {source}-l {cut.layers} -o {output}-{cut.layers}-layers   (or -l best {data})"
-        )
+        cut, given = cut_choice(result), {"--text-column": text_column, "--label-column": label_column}
+        reading = "".join(f" {flag} {value}" for flag, value in given.items() if value is not None)
+        reading += "" if header is None else " --header" if header else " --no-header"
+        source, data = f"{model} " if model else "", f"--data {train_file} --dev {dev}{reading}"
+        if cut.layers == len(cut.scores):
+            say(f"no smaller model: {cut.reason()}.")
+        else:
+            say(
+                f"a smaller model: {cut.reason()}; keeping {cut.layers} of {len(cut.scores)} layers gives those "
+                f"vectors:\n  bertkit distill {source}-l {cut.layers} -o {output}-{cut.layers}-layers   (or -l best "
+                f"{data})"
+            )

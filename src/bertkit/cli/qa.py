@@ -42,6 +42,8 @@ def answer(
     from ..tasks.load import load_run
 
     check_attribution_flags(attributions, as_json)
+    if attributions and options != AnswerOptions():
+        raise InputError("--attributions explains the answer at the default answer options; leave the others out.")
     source = texts_or_file([context], as_text)
     if source is not None:
         from ..io.text_files import decoded_lines

@@ -9,7 +9,7 @@ import typer
 
 from ..io.readers import column_spec
 from .common import app, existing_text_file, say
-from .options import Calibration, Dev, Header, LabelColumn, Limit, Output, Overwrite, TextColumn, Threads
+from .options import BatchSize, Calibration, Header, LabelColumn, Limit, Output, Overwrite, TextColumn, Threads
 
 
 @app.command()
@@ -73,8 +73,19 @@ def distill(
         Path | None,
         typer.Option(callback=existing_text_file, help="Labelled training data the probe scores on."),
     ] = None,
-    dev: Dev = None,
+    dev: Annotated[
+        Path | None, typer.Option(callback=existing_text_file, help="Labelled dev data it scores on.")
+    ] = None,
     tolerance: Annotated[float, typer.Option(help="best: dev accuracy the cut may lose (0.01: a point).")] = 0.01,
+    texts: Annotated[
+        Path | None,
+        typer.Option(
+            callback=existing_text_file, help="Unlabelled texts: train the cut to give the teacher's vectors."
+        ),
+    ] = None,
+    epochs: Annotated[int, typer.Option(help="With --texts: passes over them.")] = 1,
+    batch_size: BatchSize = None,
+    lr: Annotated[float, typer.Option("--lr", help="With --texts: peak learning rate.")] = 1e-4,
     text_column: TextColumn = None,
     label_column: LabelColumn = None,
     header: Header = None,
@@ -84,12 +95,20 @@ def distill(
 ) -> None:
     """Write a smaller copy of MODEL that keeps its first layers (-l 3), or the fewest the layer probe finds as good.
 
+    --texts FILE then trains the cut to reproduce MODEL's sentence vectors on those texts (any unlabelled text).
+
     -o: a transformers folder with MODEL's tokenizer and sentence-transformers modules: its vectors are those of
     layer K of MODEL (what `bertkit probe` scored); SentenceTransformer, AutoModel and every bertkit command load it.
     """
+    from ..errors import InputError
     from ..io.writers import check_output
 
-    check_output(output, overwrite, [model, data, dev])  # before torch loads
+    check_output(output, overwrite, [model, data, dev, texts])  # before torch loads
+    probing = {"--data": data, "--dev": dev, "--text-column": text_column, "--label-column": label_column}
+    if layers != "best" and (given := [flag for flag, value in probing.items() if value is not None]):
+        raise InputError(
+            f"{', '.join(given)}: the probe's data, for -l best; -l {layers} keeps {layers} layers as asked."
+        )
     from ..tasks.distill import check_layers
     from ..tasks.distill import distill as cut
 
@@ -102,6 +121,10 @@ def distill(
         dev=dev,
         tolerance=tolerance,
         overwrite=overwrite,
+        texts=texts,
+        epochs=epochs,
+        batch_size=batch_size or 32,
+        learning_rate=lr,
         **({**columns, "limit": limit} if layers == "best" else {}),
     )
     say(f"kept {report.layers} of {report.of} layers: {report.reason} ({report.seconds:.0f}s)")

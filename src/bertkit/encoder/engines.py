@@ -174,7 +174,10 @@ def openvino_graph(module: _Outputs, key: str, width: int) -> Any:
             except OSError as error:  # a read-only home: exported again next time
                 logger.info("the OpenVINO graph was not cached (%s)", error)
             else:
-                evict_graphs(folder, keep=key)
+                try:
+                    evict_graphs(folder, keep=key)
+                except (OSError, ValueError) as error:  # a bad limit, another user's file: the graph is made
+                    logger.warning("the OpenVINO cache was not trimmed (%s)", error)
         _GRAPHS[key] = graph
         return graph
 
@@ -196,7 +199,8 @@ def evict_graphs(folder: Path, keep: str) -> list[str]:
         files = [folder / f"{record.stem}.xml", folder / f"{record.stem}.bin", record]  # the record last
         try:
             check_record(json.loads(record.read_text(encoding="utf-8")), GRAPH_KIND, record)
-            sets.append((record.stat().st_mtime, record.stem, files, sum(f.stat().st_size for f in files)))
+            size = sum(f.stat().st_size for f in files if f.exists())  # a set half removed still counts, and goes
+            sets.append((record.stat().st_mtime, record.stem, files, size))
         except (OSError, ValueError):  # not a set bertkit wrote whole (or another process just removed it)
             continue
     total, evicted = sum(size for *_, size in sets), []

@@ -252,13 +252,15 @@ def _names_above_sentences(first: list[str], body: list[tuple[str, ...]]) -> boo
 
 
 def other_format(kind: str, rows: list[tuple[str, ...]]) -> str:
-    """Say why rows read as one field each look like the other format: each holds its delimiter as often ("" if not).
+    """Say why rows read as one field each look like the other format: each parses to as many fields, 2 or more.
 
-    A CSV named .tsv reads as one column of whole lines; sentences with commas hold them in varying numbers.
+    A CSV named .tsv reads as one column of whole lines; sentences with commas split into varying numbers of fields
+    (quoted fields, as CSV quotes a sentence with a comma, count as one).
     """
-    mark = "," if kind == "tsv" else "\t"
-    counts = {row[0].count(mark) for row in rows if len(row) == 1}
-    if len(rows) < 2 or any(len(row) != 1 for row in rows) or len(counts) != 1 or 0 in counts:
+    if len(rows) < 2 or any(len(row) != 1 for row in rows):
+        return ""
+    widths = {len(fields) for fields in csv_reader([row[0] for row in rows], "csv" if kind == "tsv" else "tsv")}
+    if len(widths) != 1 or widths == {1}:
         return ""
     return _delimiter_hint(kind, list(rows[0])).replace("Line 1 has", "Every line read has", 1)
 

@@ -192,6 +192,10 @@ def embed_files(
     reading = {"column": column, "id_column": id_column, "header": header}
     for path in paths:  # refuses a missing text or id column of any file before any work, reading up to its first row
         next(file_rows(path, **reading), None)
+    if precision == "auto":  # resolved once, here: every actor runs, and the record names, the same precision
+        from ..encoder.precision import fastest_faithful
+
+        precision = "fp16" if gpus_per_actor else fastest_faithful()[0]
     encoder = driver_encoder(model, precision, gpus_per_actor)
     resolved = check_options(encoder, requested)
     recorded = {**vectors_record(encoder, resolved), **reading, "precision": precision}

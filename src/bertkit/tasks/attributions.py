@@ -152,7 +152,7 @@ def prediction_target(run: Any, text: str, text_pair: str | None, target: str | 
 
 def _reads_vectors(run: Any) -> bool:
     """Say whether `run` is a feature classifier (`bertkit train`): a head on the vectors of a frozen encoder."""
-    return hasattr(run, "vectorizer_")
+    return hasattr(type(run), "vectorizer_")  # on the class: an unfitted classifier's property says so itself
 
 
 def _answer_target(run: FineTunedQA, question: str, context: str, integrator: Integrator) -> Target:
@@ -180,6 +180,7 @@ def _answer_target(run: FineTunedQA, question: str, context: str, integrator: In
         k = min(range(len(parts)), key=lambda j: logits[j][0][cls[j]] + logits[j][1][cls[j]])
         first = last = cls[k]
         name = "start + end logit of no answer ([CLS])"
+    question = windows.questions[0]  # as the windows read it: stripped, cut to its token limit
     texts = (question, context) if side == 1 else (context, question)
     item = Encoded(parts[k], texts[0], pair_text=texts[1])
 

@@ -305,7 +305,7 @@ def _saved_vectorizer(
     vectorizer = BertVectorizer(
         **{**options, "model": None if model == "default" else model}, cache=cache, precision=precision, device=device
     ).fit([])
-    found = vectorizer.encoder_.fingerprint
+    found, precision = vectorizer.encoder_.fingerprint, vectorizer.encoder_.precision  # 'auto': the one that runs
     if found != record["encoder"]["fingerprint"]:
         raise ModelLoadError(
             f"{directory} was trained on encoder {model!r} with fingerprint {record['encoder']['fingerprint']}, "

@@ -7,19 +7,27 @@ It is a plain transformers folder: `AutoModel`, `SentenceTransformer` and every 
 
 from __future__ import annotations
 
+import copy
 import logging
+import math
+import re
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..encoder.encode import Encoder
 from ..encoder.int8 import layer_stack
+from ..encoder.options import EmbedOptions
+from ..encoder.runner import call_model
+from ..encoder.vectors import vector_head
 from ..errors import InputError
 from ..io.writers import check_output
-from ..records import CALIBRATION_FILE, new_record
+from ..records import new_record
 from .runs import CONFIG_FILE, write_run
 
 logger = logging.getLogger(__name__)
@@ -27,15 +35,12 @@ logger = logging.getLogger(__name__)
 KIND_DISTILLED = "distilled"
 TOLERANCE = 0.01  # a layer within one point of the best layer's dev score is as good as the best
 LAYER_COUNTS = ("num_hidden_layers", "n_layers", "num_layers")  # what transformers' configs call the layer count
-NOT_COPIED = {
-    "config.json",
-    "model.safetensors",
-    "pytorch_model.bin",
-    CONFIG_FILE,
-    CALIBRATION_FILE,
-    "onnx",
-    "openvino",
-}
+# what the student keeps of the teacher's folder: its tokenizer and its sentence-transformers modules (their folders,
+# `1_Pooling`, `2_Dense`, ...); never its weights (of any framework), config, record or int8 calibration
+KEPT_FILES = re.compile(
+    r"(tokenizer\.json|tokenizer_config\.json|special_tokens_map\.json|added_tokens\.json|vocab\.(txt|json)|merges\.txt|"
+    r".*\.model|modules\.json|sentence_bert_config\.json|config_sentence_transformers\.json|\d+_\w+)"
+)
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,11 @@ def distill(
     data: str | Path | None = None,
     dev: str | Path | None = None,
     tolerance: float = TOLERANCE,
+    texts: str | Path | None = None,
+    epochs: int = 1,
+    batch_size: int = 32,
+    learning_rate: float = 1e-4,
+    seed: int = 0,
     overwrite: bool = False,
     **probe_options: Any,
 ) -> DistillReport:
@@ -118,6 +128,13 @@ def distill(
         Labelled training and dev files for `layers='best'` (as `bertkit train` reads them).
     tolerance : float
         For 'best': how far below the best layer's dev accuracy (0 to 1) the kept layer may score.
+    texts : str or Path, optional
+        Unlabelled texts (a text file, a line each, or a table's text column as `bertkit embed` reads it): the cut
+        is then trained to give the teacher's sentence vectors for them (mean-squared error on the vectors the
+        teacher's default options make), `epochs` passes of `batch_size` texts at `learning_rate` (AdamW, linear
+        decay, transformers' `Trainer`), `seed` fixing the order.
+    epochs, batch_size, learning_rate, seed
+        The training's settings (with `texts`).
     overwrite : bool
         Replace a folder bertkit wrote before.
     **probe_options
@@ -141,7 +158,13 @@ def distill(
         raise InputError("layers='best' probes the layers on labelled data: give data (training file) and dev.")
     if not 0 <= tolerance < 1:
         raise InputError(f"tolerance={tolerance!r}: give a share of accuracy, 0 to 1 (0.01 is one point).")
-    output = check_output(output_dir, overwrite, [model, data, dev])
+    for name, value in (("epochs", epochs), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"{name}={value!r}: give a whole number, 1 or more.")
+    if not 0 < learning_rate < 1:
+        raise InputError(f"learning_rate={learning_rate!r}: give a rate between 0 and 1 (1e-4 by default).")
+    output = check_output(output_dir, overwrite, [model, data, dev, texts])
+    unlabelled = _read_texts(texts) if texts is not None else None
     teacher = Encoder.from_pretrained(model, device="cpu", engine="torch")
     total = teacher.num_layers
     if layers == "best":
@@ -154,8 +177,20 @@ def distill(
         reason = "asked for"
     if not 1 <= layers <= total:  # type: ignore[operator]
         raise InputError(f"layers={layers}: this model has {total} layers; keep 1 to {total}.")
-    cut = cut_layers(teacher.model, int(layers))
-    record = new_record(KIND_DISTILLED, method="cut", teacher=teacher.source.spec, layers=layers, of=total, why=reason)
+    training: dict[str, Any] = {}
+    if unlabelled is not None:
+        targets = teacher.embed(unlabelled, batch_size=64)  # before the cut: the teacher's own vectors
+        settings = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed}
+        cut = cut_layers(copy.deepcopy(teacher.model), int(layers))  # type: ignore[arg-type]
+        losses = fit_student(cut, teacher, unlabelled, targets, **settings)
+        training = {**settings, "texts": len(unlabelled), "loss_first": losses[0], "loss_last": losses[-1]}
+        reason += f"; trained on {len(unlabelled)} texts to give the teacher's vectors (MSE {losses[-1]:.2e})"
+    else:
+        cut = cut_layers(teacher.model, int(layers))  # type: ignore[arg-type]
+    method = "cut and distilled" if training else "cut"
+    record = new_record(
+        KIND_DISTILLED, method=method, teacher=teacher.source.spec, layers=layers, of=total, why=reason, **training
+    )
     files = {**_teacher_files(teacher), CONFIG_FILE: record}
     write_run(output, files, weights=(cut, teacher.tokenizer), checked=True)
     logger.info("wrote %s: %d of %d layers (%s)", output, layers, total, reason)
@@ -173,11 +208,91 @@ def cut_layers(model: torch.nn.Module, layers: int) -> torch.nn.Module:
     return model
 
 
+def fit_student(
+    student: torch.nn.Module,
+    teacher: Encoder,
+    texts: list[str],
+    targets: np.ndarray,
+    *,
+    epochs: int,
+    batch_size: int,
+    learning_rate: float,
+    seed: int,
+) -> list[float]:
+    """Train `student` so that the teacher's vector head on its hidden states gives `targets`; return the losses.
+
+    transformers' `Trainer` (AdamW, linear decay, 10 % warm-up) on the mean-squared error between the student's
+    sentence vectors (the teacher's pooling, Dense modules and normalization, on the student's last layer) and the
+    teacher's; the texts are tokenized batch by batch as the encoder tokenizes them.
+    """
+    import transformers
+
+    head = vector_head(teacher, EmbedOptions().resolve(teacher))
+    rows = [{"text": text, "target": target} for text, target in zip(texts, targets)]
+
+    def collate(batch: list[dict]) -> dict[str, torch.Tensor]:
+        encoded = teacher.tokenize([row["text"] for row in batch])
+        inputs = {"input_ids": encoded.input_ids, "attention_mask": encoded.attention_mask}
+        if teacher.network.takes_type_ids:
+            inputs["token_type_ids"] = encoded.token_type_ids
+        return {**inputs, "labels": torch.as_tensor(np.stack([row["target"] for row in batch]))}
+
+    class Student(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = student
+
+        def forward(self, labels: torch.Tensor, **inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+            out = call_model(self.model, inputs, torch.device("cpu"), "fp32", gradients=True, output_hidden_states=True)
+            pooler = getattr(out, "pooler_output", None)
+            vectors = head.sentences(head.tokens(out.hidden_states), inputs["attention_mask"], pooler)
+            return {"loss": torch.nn.functional.mse_loss(vectors, labels.float()), "vectors": vectors}
+
+    with tempfile.TemporaryDirectory() as work:
+        arguments = transformers.TrainingArguments(
+            output_dir=work,
+            num_train_epochs=epochs,
+            per_device_train_batch_size=batch_size,
+            learning_rate=learning_rate,
+            warmup_steps=math.ceil(0.1 * epochs * math.ceil(len(rows) / batch_size)),
+            seed=seed,
+            save_strategy="no",
+            report_to=[],
+            logging_steps=max(1, len(rows) // batch_size // 10),
+            use_cpu=True,
+            remove_unused_columns=False,
+            disable_tqdm=not logger.isEnabledFor(logging.INFO),
+        )
+        trainer = transformers.Trainer(Student(), arguments, data_collator=collate, train_dataset=rows)
+        trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    return losses or [float("nan")]
+
+
+def _read_texts(path: str | Path) -> list[str]:
+    """Read the unlabelled texts a student learns from: one a line, or a table's text column as `embed` reads it."""
+    from ..io.columns import choose_text_column
+    from ..io.readers import read_texts
+    from ..io.text_files import detect_format
+
+    column, header = None, None
+    if detect_format(Path(path), None) in ("tsv", "csv"):
+        choice = choose_text_column(path)
+        column, header = choice.column, choice.header
+    texts = [text for text in read_texts(path, column, header=header)[0] if text.strip()]
+    if not texts:
+        raise InputError(f"{path}: no texts to distil on; give a file with a text a line.")
+    return texts
+
+
 def _teacher_files(teacher: Encoder) -> dict[str, Path]:
-    """List the teacher folder's files the student keeps: its tokenizer and sentence-transformers modules."""
+    """List the teacher folder's files the student keeps (`KEPT_FILES`); a hub model's from its local snapshot."""
     source = Path(teacher.source.path)
-    kept = [item for item in source.iterdir() if not item.name.startswith(".")] if source.is_dir() else []
-    return {item.name: item for item in kept if item.name not in NOT_COPIED}
+    if not source.is_dir():
+        from huggingface_hub import snapshot_download
+
+        source = Path(snapshot_download(teacher.source.path, allow_patterns=["*.json", "*.txt", "*.model", "*_*/*"]))
+    return {item.name: item for item in source.iterdir() if KEPT_FILES.fullmatch(item.name)}
 
 
 def check_layers(value: str) -> int | str:
