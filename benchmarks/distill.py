@@ -1,6 +1,10 @@
 """What a cut costs and gains: the teacher against itself cut to 4, 3 and 2 layers (`bertkit distill -l K`).
 
     python benchmarks/distill.py [--data ../shared/data/sst2] [--model DIR] [--layers 4 3 2] [--repeats 3]
+        [--trained 3] [--conll 2000]
+
+`--trained K`: also a K-layer cut trained (`bertkit distill -l K --texts`) to give the teacher's vectors on the SST-2
+training sentences and the first `--conll` CoNLL-2003 training sentences, one epoch; never on the dev sentences.
 
 For each model: SST-2 feature accuracy (the model's own sentence vectors on train, a standardised logistic
 regression with C chosen by 5-fold CV on train, scored on dev: nothing the cut was made from); retrieval with the
@@ -22,6 +26,7 @@ import numpy as np
 
 from bertkit import Encoder, distill
 from bertkit.encoder.precision import fast_bf16_cpu
+from bertkit.io.conll import read_tagged
 from bertkit.io.readers import read_labelled
 from bertkit.tasks.heads import feature_head
 
@@ -63,6 +68,8 @@ def main() -> None:
     parser.add_argument("--model", default=None)
     parser.add_argument("--layers", type=int, nargs="+", default=[4, 3, 2])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--trained", type=int, nargs="*", default=[3])
+    parser.add_argument("--conll", type=int, default=2000)
     args = parser.parse_args()
     train, dev = read_labelled(args.data / "train.tsv"), read_labelled(args.data / "dev.tsv")
     precisions = ["fp32", "bf16"] if fast_bf16_cpu() else ["fp32"]
@@ -71,6 +78,15 @@ def main() -> None:
         models = {"teacher": args.model}
         for k in args.layers:
             models[f"cut to {k}"] = str(distill(args.model, Path(scratch) / f"cut-{k}", layers=k).output)
+        if args.trained:
+            texts = Path(scratch) / "texts.txt"
+            conll = read_tagged(args.data.parent / "conll2003" / "train.txt").words[: args.conll]
+            texts.write_text("\n".join([*train.texts, *(" ".join(words) for words in conll)]) + "\n", encoding="utf-8")
+        for k in args.trained:
+            started = time.perf_counter()
+            report = distill(args.model, Path(scratch) / f"trained-{k}", layers=k, texts=texts)
+            print(f"trained the {k}-layer cut in {time.perf_counter() - started:.0f}s: {report.reason}", flush=True)
+            models[f"cut to {k}, trained"] = str(report.output)
         labels = np.asarray(train.labels), np.asarray(dev.labels)
         reference = None
         for name, folder in models.items():
