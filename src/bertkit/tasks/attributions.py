@@ -95,7 +95,8 @@ class ExplainsPredictions:
         Attribution
             The attributed score and each text's word scores; `to_dict()` is its JSON.
         """
-        return attribute_prediction(self, text, text_pair, target=target, n_steps=n_steps, baseline=baseline)
+        run: Any = self  # a run class that mixes this in
+        return attribute_prediction(run, text, text_pair, target=target, n_steps=n_steps, baseline=baseline)
 
 
 def integrator_of(run: Any, n_steps: int, baseline: str) -> Integrator:

@@ -180,7 +180,12 @@ def distill(
     training: dict[str, Any] = {}
     if unlabelled is not None:
         targets = teacher.embed(unlabelled, batch_size=64)  # before the cut: the teacher's own vectors
-        settings = {"epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate, "seed": seed}
+        settings: dict[str, Any] = {
+            "epochs": epochs,
+            "batch_size": batch_size,
+            "learning_rate": learning_rate,
+            "seed": seed,
+        }
         cut = cut_layers(copy.deepcopy(teacher.model), int(layers))  # type: ignore[arg-type]
         losses = fit_student(cut, teacher, unlabelled, targets, **settings)
         training = {**settings, "texts": len(unlabelled), "loss_first": losses[0], "loss_last": losses[-1]}
@@ -191,7 +196,7 @@ def distill(
     record = new_record(
         KIND_DISTILLED, method=method, teacher=teacher.source.spec, layers=layers, of=total, why=reason, **training
     )
-    files = {**_teacher_files(teacher), CONFIG_FILE: record}
+    files: dict[str, Any] = {**_teacher_files(teacher), CONFIG_FILE: record}
     write_run(output, files, weights=(cut, teacher.tokenizer), checked=True)
     logger.info("wrote %s: %d of %d layers (%s)", output, layers, total, reason)
     return DistillReport(output, int(layers), total, reason, time.perf_counter() - started)
