@@ -258,7 +258,7 @@ def test_the_public_api_is_what_public_api_txt_says():
 ISSUE_62_LINES = 13_590 - 13_135
 ISSUE_63_LINES = 13_878 - 13_590  # the cut, its training, the distill command, the probe's line; review fixes
 CODE_LINE_BUDGET = 12_900 + 238 + ISSUE_62_LINES + ISSUE_63_LINES
-CODE_LINES_NOW = 13_878
+CODE_LINES_NOW = 13_877
 CENSUS = PACKAGE.parents[2] / "shared" / "tools" / "census.py"
 
 

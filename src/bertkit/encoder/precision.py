@@ -102,9 +102,8 @@ def fastest_faithful(device: torch.device | None = None, flags: set[str] | None 
     """
     if device is not None and device.type != "cpu":
         return "fp16", f"{device.type}: half-precision weights, cosine to fp32 1.0"
-    kind = cpu_kind(flags)
-    runs = {"bf16": bool((cpu_model_and_flags()[1] if flags is None else flags) & BF16_FEATURES)}
-    runs["int8"] = hasattr(torch, "_int_mm")
+    flags = cpu_model_and_flags()[1] if flags is None else flags
+    kind, runs = cpu_kind(flags), {"bf16": bool(flags & BF16_FEATURES), "int8": hasattr(torch, "_int_mm")}
     speeds = {p: m for p, m in MEASURED[kind].items() if runs[p] and m[1] >= FAITHFUL and m[0] > 1.0}
     if not speeds:
         return "fp32", f"{kind}: no precision measured faster than fp32 here keeps a cosine of {FAITHFUL}"
