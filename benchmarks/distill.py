@@ -1,7 +1,8 @@
-"""What a cut costs and gains: the teacher against itself cut to 4, 3 and 2 layers (`bertkit distill -l K`).
+"""What a smaller model costs and gains: the teacher against itself cut to 4, 3 and 2 layers (`bertkit distill -l K`)
+and static tables of 256 and 128 dimensions (`bertkit distill --static --dims D`).
 
     python benchmarks/distill.py [--data ../shared/data/sst2] [--model DIR] [--layers 4 3 2] [--repeats 3]
-        [--trained 3] [--conll 2000]
+        [--trained 3] [--conll 2000] [--static 256 128]
 
 `--trained K`: also a K-layer cut trained (`bertkit distill -l K --texts`) to give the teacher's vectors on the SST-2
 training sentences and the first `--conll` CoNLL-2003 training sentences, one epoch; never on the dev sentences.
@@ -10,22 +11,25 @@ For each model: SST-2 feature accuracy (the model's own sentence vectors on trai
 regression with C chosen by 5-fold CV on train, scored on dev: nothing the cut was made from); retrieval with the
 dev sentences as queries over the training sentences (cosine, top 10): recall@10 of the teacher's own top 10, and
 label precision@10 (the share of the 10 neighbours with the query's sentiment, the only relevance SST-2 gives); and
-its throughput on the dev sentences at fp32 and bf16 (bf16 where the CPU has it natively), median of `--repeats`,
-all in one run.
+its throughput on the dev sentences at fp32 and bf16 (bf16 where the CPU has it natively; a static table runs fp32
+only) with every thread, and at fp32 on one thread (`--threads 1`), each the median of `--repeats`, all in one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from bertkit import Encoder, distill
 from bertkit.encoder.precision import fast_bf16_cpu
+from bertkit.encoder.threads import set_threads
 from bertkit.io.conll import read_tagged
 from bertkit.io.readers import read_labelled
 from bertkit.tasks.heads import feature_head
@@ -50,16 +54,26 @@ def retrieval(found: np.ndarray, teacher: np.ndarray, train_labels: np.ndarray, 
     return float(recall), float((train_labels[found] == dev_labels[:, None]).mean())
 
 
-def throughput(folder: str | None, precision: str, texts: list[str], repeats: int) -> float:
-    """Median texts/s of `embed` over `texts` at `precision` (a warm-up pass first)."""
-    encoder = Encoder.from_pretrained(folder, precision=precision)
-    encoder.embed(texts[:64])
-    seconds = []
-    for _ in range(repeats):
+MIN_SECONDS = 2.0  # a timed run embeds the texts as many times as this takes: a static table's pass is 70 ms
+
+
+def throughput(folder: str | None, precision: str, texts: list[str], repeats: int, threads: int | None = None) -> float:
+    """Median texts/s of `embed` over `texts` at `precision` on `threads` (None: all; a warm-up pass first)."""
+    every = torch.get_num_threads()
+    set_threads(threads)
+    try:
+        encoder = Encoder.from_pretrained(folder, precision=precision, concurrent_batches=1 if threads == 1 else None)
         started = time.perf_counter()
-        encoder.embed(texts, batch_size=32)
-        seconds.append(time.perf_counter() - started)
-    return len(texts) / statistics.median(seconds)
+        encoder.embed(texts)  # a warm-up pass, which also says how long one takes
+        rounds = max(1, math.ceil(MIN_SECONDS / (time.perf_counter() - started)))
+        seconds = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            encoder.embed(texts * rounds)  # its default batch: 32 texts a pass (a static table: 256)
+            seconds.append(time.perf_counter() - started)
+    finally:
+        set_threads(every)
+    return rounds * len(texts) / statistics.median(seconds)
 
 
 def main() -> None:
@@ -70,6 +84,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--trained", type=int, nargs="*", default=[3])
     parser.add_argument("--conll", type=int, default=2000)
+    parser.add_argument("--static", type=int, nargs="*", default=[256, 128])
     args = parser.parse_args()
     train, dev = read_labelled(args.data / "train.tsv"), read_labelled(args.data / "dev.tsv")
     precisions = ["fp32", "bf16"] if fast_bf16_cpu() else ["fp32"]
@@ -87,6 +102,10 @@ def main() -> None:
             report = distill(args.model, Path(scratch) / f"trained-{k}", layers=k, texts=texts)
             print(f"trained the {k}-layer cut in {time.perf_counter() - started:.0f}s: {report.reason}", flush=True)
             models[f"cut to {k}, trained"] = str(report.output)
+        for dims in args.static:
+            report = distill(args.model, Path(scratch) / f"static-{dims}", static=True, dims=dims)
+            print(f"distilled a static table in {report.seconds:.0f}s: {report.reason}", flush=True)
+            models[f"static, {dims} dims"] = str(report.output)
         labels = np.asarray(train.labels), np.asarray(dev.labels)
         reference = None
         for name, folder in models.items():
@@ -96,19 +115,21 @@ def main() -> None:
             reference = found if reference is None else reference
             row = {"model": name, "layers": encoder.num_layers, "accuracy": accuracy(x_train, x_dev, train, dev)}
             row["recall@10"], row["label p@10"] = retrieval(found, reference, *labels)
-            for precision in precisions:
+            for precision in precisions if encoder.num_layers else ["fp32"]:
                 row[precision] = throughput(folder, precision, dev.texts, args.repeats)
+            row["1 thread"] = throughput(folder, "fp32", dev.texts, args.repeats, threads=1)
             rows.append(row)
             print(row, flush=True)
     teacher = rows[0]
     print(
         f"\nSST-2 features (train {len(train.texts)}, dev {len(dev.texts)}); texts/s on dev, median of {args.repeats}"
     )
-    speeds = " | ".join(f"{p} texts/s (×)" for p in precisions)
+    columns = [*precisions, "1 thread"]
+    speeds = " | ".join(f"{p} texts/s (×)" for p in columns)
     print(f"| model | layers | dev accuracy | Δ points | recall@10 | label p@10 | {speeds} |")
-    print("|" + "---|" * (6 + len(precisions)))
+    print("|" + "---|" * (6 + len(columns)))
     for row in rows:
-        speeds = " | ".join(f"{row[p]:.0f} ({row[p] / teacher[p]:.2f}×)" for p in precisions)
+        speeds = " | ".join(f"{row[p]:.0f} ({row[p] / teacher[p]:.2f}×)" if p in row else "—" for p in columns)
         delta = 100 * (row["accuracy"] - teacher["accuracy"])
         found = f"{row['recall@10']:.3f} | {row['label p@10']:.3f}"
         print(f"| {row['model']} | {row['layers']} | {100 * row['accuracy']:.2f} | {delta:+.2f} | {found} | {speeds} |")

@@ -325,3 +325,19 @@ def test_bertkit_imports_without_ray_and_the_ray_module_says_how_to_get_it():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "pip install 'bertkit[ray]'" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_static_model_embeds_a_dataset_as_it_embeds_locally(head, tmp_path):
+    pytest.importorskip("model2vec", reason="static models need the extra: pip install 'bertkit[static]'")
+    from tiny_models import tiny_bert
+
+    from bertkit import Encoder, distill
+    from bertkit.ray import embed_dataset
+
+    static = distill(str(tiny_bert(tmp_path / "bert", cased=False)), tmp_path / "static", static=True, dims=16).output
+    texts = ["I love Korea", "the movie was great", "EU rejects German call", "a film", "big", "good film"]
+    ds = ray.data.from_items([{"doc": i, "text": t} for i, t in enumerate(texts)], override_num_blocks=2)
+    table = pa.concat_tables(ray.get(embed_dataset(ds, model=str(static), actors=1).to_arrow_refs())).sort_by("doc")
+    got = np.stack(table.column("vector").to_numpy(zero_copy_only=False))
+    np.testing.assert_allclose(got, Encoder.from_pretrained(str(static)).embed(texts), atol=1e-6, rtol=0)

@@ -83,6 +83,12 @@ def distill(
             callback=existing_text_file, help="Unlabelled texts: train the cut to give the teacher's vectors."
         ),
     ] = None,
+    static: Annotated[
+        bool, typer.Option("--static", help="Write a static model (model2vec: a table of token vectors; no data).")
+    ] = False,
+    dims: Annotated[
+        int | None, typer.Option(min=0, help="With --static: the table's width (PCA; omit for 256, 0 keeps all).")
+    ] = None,
     epochs: Annotated[int, typer.Option(help="With --texts: passes over them.")] = 1,
     batch_size: BatchSize = None,
     lr: Annotated[float, typer.Option("--lr", help="With --texts: peak learning rate.")] = 1e-4,
@@ -96,6 +102,7 @@ def distill(
     """Write a smaller copy of MODEL that keeps its first layers (-l 3), or the fewest the layer probe finds as good.
 
     --texts FILE then trains the cut to reproduce MODEL's sentence vectors on those texts (any unlabelled text).
+    --static writes a static model instead: one vector per token of MODEL's vocabulary, averaged (model2vec).
 
     -o: a transformers folder with MODEL's tokenizer and sentence-transformers modules: its vectors are those of
     layer K of MODEL (what `bertkit probe` scored); SentenceTransformer, AutoModel and every bertkit command load it.
@@ -105,6 +112,19 @@ def distill(
 
     check_output(output, overwrite, [model, data, dev, texts])  # before torch loads
     probing = {"--data": data, "--dev": dev, "--text-column": text_column, "--label-column": label_column}
+    if static and (given := [flag for flag, value in {**probing, "--texts": texts}.items() if value is not None]):
+        raise InputError(f"{', '.join(given)}: --static distils from MODEL's vocabulary alone; leave them out.")
+    if static and layers != "best":
+        raise InputError(f"-l {layers}: a static model keeps no layers; leave -l out with --static.")
+    if dims is not None and not static:
+        raise InputError(f"--dims {dims}: the width of a static model's table; add --static, or leave --dims out.")
+    if static:
+        from ..tasks.distill import distill as make
+
+        report = make(model, output, static=static, dims=256 if dims is None else dims or None, overwrite=overwrite)
+        say(f"static model: {report.reason} ({report.seconds:.0f}s)")
+        typer.echo(f"wrote {report.output}: use it as a model (--model {report.output}).")
+        return
     if layers != "best" and (given := [flag for flag, value in probing.items() if value is not None]):
         raise InputError(
             f"{', '.join(given)}: the probe's data, for -l best; -l {layers} keeps {layers} layers as asked."

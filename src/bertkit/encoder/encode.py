@@ -38,6 +38,7 @@ from .progress import Progress
 from .results import EmbedReport, EmbedResult, TokenEmbedding
 from .runner import Runner
 from .st_config import SentenceConfig
+from .static import STATIC_BATCH_SIZE, StaticTable, static_settings
 from .threads import computed_ahead, total_threads
 from .vectors import PROGRESS_MIN_ROWS, VectorHead, token_states, vector_head
 
@@ -77,6 +78,8 @@ class Encoder:
         engine: str | None = None,
     ) -> None:
         self._loaded = loaded
+        if isinstance(loaded.model, StaticTable):
+            precision, engine = static_settings(precision, engine)
         self.model, self.tokenizer, self.max_length = loaded.model, loaded.tokenizer, loaded.max_length
         self._position_limit = loaded.position_limit or loaded.max_length
         for note in loaded.warnings:
@@ -98,7 +101,7 @@ class Encoder:
             call_options={"output_hidden_states": True, "return_dict": True},  # every hidden state (and a pooler's)
         )
         self.device, self.precision, self.engine = self.network.device, self.network.precision, self.network.engine
-        self.engine_reason = self.network.engine_reason
+        self.engine_reason = self.network.engine_reason if self.num_layers else "a static model is a table lookup"
         self._chunk_texts = GPU_CHUNK_TEXTS if self.device.type == "cuda" else None  # encode.py: _encoded_chunks
         self._ranges: dict[str, np.ndarray] = {}  # int8/uint8 ranges of the calibration sentences, by options
 
@@ -206,8 +209,10 @@ class Encoder:
         """Texts per pass when none is asked for.
 
         32 on a CPU (measured best on small CPUs with length-sorted batches); on a GPU, no row limit: the token budget
-        (`max_batch_tokens`) decides.
+        (`max_batch_tokens`) decides. A static model: 256 (`STATIC_BATCH_SIZE`).
         """
+        if self.num_layers == 0:
+            return STATIC_BATCH_SIZE
         return DEFAULT_BATCH_SIZE if self.device.type == "cpu" else self.network.max_batch_tokens
 
     def info(self) -> dict:

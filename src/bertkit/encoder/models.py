@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +15,8 @@ from safetensors import SafetensorError
 from tokenizers import normalizers
 
 from ..errors import ModelLoadError, brief
-from .st_config import SENTENCE_BERT_CONFIG, SentenceConfig
+from .st_config import MODULES, SENTENCE_BERT_CONFIG, SentenceConfig
+from .static import POSITION_LIMIT, load_static, static_folder
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -229,6 +230,9 @@ def load_model(source: ModelSource) -> LoadedModel:
     safe = {"trust_remote_code": False, "local_files_only": source.kind != "hub"}  # never a model's own code
     if source.kind == "local":
         refuse_model_code(source.path)
+    folder = static_folder(_local_copy(source) if source.kind == "hub" else source.path)
+    if folder is not None:
+        return _loaded_static(source, folder)
     with quiet_transformers():
         try:
             tokenizer = AutoTokenizer.from_pretrained(source.path, use_fast=True, **safe)
@@ -277,3 +281,29 @@ def load_model(source: ModelSource) -> LoadedModel:
     return LoadedModel(
         source, model, tokenizer, max_length, has_pooler, is_cased, notes, position_limit, why, sentence_config
     )
+
+
+def _local_copy(source: ModelSource) -> str:
+    """Return the hub cache's folder of a hub model's JSON files (config, modules, tokenizer); '' when unreachable."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(source.path, allow_patterns=["*.json"])
+    except Exception:  # noqa: BLE001 (offline, gated, missing: the transformers load below says which)
+        return ""
+
+
+def _loaded_static(source: ModelSource, folder: Path) -> LoadedModel:
+    """Load a static (model2vec) model: a table, no layers, no pooler; its sentence defaults from its own files."""
+    root = Path(source.path)
+    if source.kind == "hub":  # the table too, into the same snapshot folder, now that its config says it is static
+        from huggingface_hub import snapshot_download
+
+        root = Path(snapshot_download(source.path))
+    model, tokenizer, max_length = load_static(folder, source.spec)
+    sentence = SentenceConfig.read(str(root))
+    if not (root / MODULES).is_file():  # a bare model2vec folder: its config says whether it normalizes
+        sentence = replace(sentence, normalize=model.config.normalize)
+    is_cased = not _lowercases(tokenizer.backend_tokenizer)
+    why = "the static model's config (max_length)"
+    return LoadedModel(source, model, tokenizer, max_length, False, is_cased, [], POSITION_LIMIT, why, sentence)

@@ -205,6 +205,8 @@ class EmbedOptions:
         config = encoder.sentence_config
         pooling = self.pooling or config.pooling or "mean"
         selection, methods = parse_layers(self.layers), parse_pooling(pooling)
+        if encoder.num_layers == 0:  # a static model: one table, its rows averaged
+            _check_static(self.layers, selection, pooling)
         states = encoder.num_layers + 1
         selection.resolve(states)  # a layer the model does not have: refused with the valid range
         if "pooler" in methods:
@@ -256,6 +258,21 @@ class EmbedOptions:
 
 OPTIONS = {f.name: f for f in dataclasses.fields(EmbedOptions)}  # each field, with its metadata
 FIELDS = tuple(OPTIONS)
+
+
+def _check_static(layers: str, selection: Any, pooling: str) -> None:
+    """Refuse the options that have no meaning for a static model (a table of token vectors, averaged).
+
+    Its one hidden state is its table's rows: a selection of every state ('all:concat') is that one.
+    """
+    try:
+        one_state = selection.is_last_only(1)
+    except InputError:
+        one_state = False
+    if not one_state:
+        raise InputError(f"layers={layers!r}: a static model has no layers; its vectors are its table's rows.")
+    if pooling not in ("mean", "none"):
+        raise InputError(f"pooling={pooling!r}: a static model's vectors are the mean of its rows; leave pooling out.")
 
 
 def _check_pooler(encoder: Model, last_only: bool, layers: str) -> None:

@@ -81,8 +81,9 @@ class Row:
 def padded_width(longest: int, limit: int | None = None, multiple: int = 1) -> int:
     """Return the width a pass whose longest row has `longest` tokens is padded to.
 
-    A multiple of `multiple`, never past `limit`.
+    A multiple of `multiple`, never past `limit`; one at least (a static model's text of no known token has none).
     """
+    longest = max(longest, 1)
     width = -(-longest // multiple) * multiple
     return max(longest, min(width, limit)) if limit else width
 

@@ -30,7 +30,7 @@ OLD_POOLING_FLAGS = {
     "pooling_mode_lasttoken": "lasttoken",
 }
 # modules.json types by their last name: those bertkit computes (Dropout does nothing at inference)
-KNOWN_MODULES = ("Transformer", "Pooling", "Dense", "Normalize", "Dropout")
+KNOWN_MODULES = ("Transformer", "StaticEmbedding", "Pooling", "Dense", "Normalize", "Dropout")
 # `similarity_fn_name` of config_sentence_transformers.json as bertkit's metric names
 SIMILARITIES = {name: name for name in ("cosine", "dot", "euclidean", "manhattan")} | {"dot_product": "dot"}
 # Dense activations by the name sentence-transformers saves (`fullname` of the module); no other name is imported

@@ -326,7 +326,7 @@ def pad_ids(
     (per-batch padding) or `pad_to` when that is wider.
     """
     lengths = np.fromiter(map(len, id_rows), dtype=np.int64, count=len(id_rows))
-    width = max(int(lengths.max(initial=0)), pad_to or 0)
+    width = max(int(lengths.max(initial=0)), pad_to or 0, 1)  # a pass of empty rows (static models) too
     real = np.arange(width) < lengths[:, None]  # one flat copy of every row's ids: no per-row slicing
     total = int(lengths.sum())
     input_ids = np.full((len(id_rows), width), pad_token_id, dtype=np.int64)

@@ -47,7 +47,8 @@ HTTP_KINDS = {404: "not_found", 405: "method_not_allowed"}
 def vocabulary(service: Service) -> Vocabulary:
     """List what this server's requests may say: its limits and its model's option values."""
     encoder = service.encoder
-    widest = encoder.output_dim(EmbedOptions(layers="all:concat", pooling="cls+mean+max", dense=False))
+    every = "cls+mean+max" if encoder.num_layers else "mean"  # a static model's rows are averaged only
+    widest = encoder.output_dim(EmbedOptions(layers="all:concat", pooling=every, dense=False))
     return Vocabulary(
         max_inputs=service.settings.max_inputs,
         max_dimensions=max(widest, encoder.output_dim(EmbedOptions())),  # its own vector: after its Dense layers

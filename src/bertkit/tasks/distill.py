@@ -105,6 +105,8 @@ def distill(
     dev: str | Path | None = None,
     tolerance: float = TOLERANCE,
     texts: str | Path | None = None,
+    static: bool = False,
+    dims: int | None = 256,
     epochs: int = 1,
     batch_size: int = 32,
     learning_rate: float = 1e-4,
@@ -133,6 +135,13 @@ def distill(
         is then trained to give the teacher's sentence vectors for them (mean-squared error on the vectors the
         teacher's default options make), `epochs` passes of `batch_size` texts at `learning_rate` (AdamW, linear
         decay, transformers' `Trainer`), `seed` fixing the order.
+    static : bool
+        Write a static model instead (model2vec's distillation, no data needed): a table of one vector per token of
+        the teacher's vocabulary (each token through the teacher, mean-pooled, SIF-weighted), averaged over a text's
+        tokens. bertkit, model2vec and sentence-transformers (`StaticEmbedding`) load it; `layers`, `data` and
+        `texts` do not apply.
+    dims : int, optional
+        static: the table's width after PCA (2 to the teacher's hidden size); None keeps the teacher's width.
     epochs, batch_size, learning_rate, seed
         The training's settings (with `texts`).
     overwrite : bool
@@ -152,6 +161,8 @@ def distill(
     3
     """
     started = time.perf_counter()
+    if static:
+        return _distill_static(model, output_dir, dims, overwrite, started)
     if layers != "best" and (isinstance(layers, bool) or not isinstance(layers, int)):
         raise InputError(f"layers={layers!r}: give a number of layers to keep, or 'best' (with labelled data).")
     if layers == "best" and (data is None or dev is None):
@@ -166,6 +177,7 @@ def distill(
     output = check_output(output_dir, overwrite, [model, data, dev, texts])
     unlabelled = _read_texts(texts) if texts is not None else None
     teacher = Encoder.from_pretrained(model, device="cpu", engine="torch")
+    _check_has_layers(teacher)
     total = teacher.num_layers
     if layers == "best":
         from .probe import probe_text
@@ -200,6 +212,44 @@ def distill(
     write_run(output, files, weights=(cut, teacher.tokenizer), checked=True)
     logger.info("wrote %s: %d of %d layers (%s)", output, layers, total, reason)
     return DistillReport(output, int(layers), total, reason, time.perf_counter() - started)
+
+
+def _distill_static(
+    model: str | None, output_dir: str | Path, dims: int | None, overwrite: bool, started: float
+) -> DistillReport:
+    """Write a static model of `model` (model2vec's distillation) at `output_dir`: a table, no layers."""
+    try:
+        from model2vec.distill import distill_from_model
+    except ImportError:
+        raise InputError("a static model is distilled by model2vec: pip install 'bertkit[static]'.") from None
+    output = check_output(output_dir, overwrite, [model])
+    teacher = Encoder.from_pretrained(model, device="cpu", engine="torch")
+    _check_has_layers(teacher)
+    if dims is not None and not 2 <= dims <= teacher.hidden_size:
+        raise InputError(f"dims={dims}: give 2 to the teacher's width, {teacher.hidden_size} (or None to keep it).")
+    with tempfile.TemporaryDirectory() as folder:
+        table = distill_from_model(teacher.model, teacher.tokenizer, pca_dims=dims, device="cpu")
+        table.save_pretrained(folder)
+        saved = {item.name: item for item in Path(folder).iterdir()}
+        width = table.embedding.shape[1]
+        reason = f"a table of {table.embedding.shape[0]} tokens × {width} (model2vec {_version('model2vec')})"
+        record = new_record(
+            KIND_DISTILLED, method="static", teacher=teacher.source.spec, dims=width, layers=0, of=teacher.num_layers
+        )
+        write_run(output, {**saved, CONFIG_FILE: record}, checked=True)
+    logger.info("wrote %s: %s", output, reason)
+    return DistillReport(output, 0, teacher.num_layers, reason, time.perf_counter() - started)
+
+
+def _check_has_layers(teacher: Encoder) -> None:
+    if teacher.num_layers == 0:
+        raise InputError(f"{teacher.source.spec} is a static model: it has no layers to cut or distil.")
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import version
+
+    return version(package)
 
 
 def cut_layers(model: torch.nn.Module, layers: int) -> torch.nn.Module:
