@@ -1,6 +1,11 @@
 """bertkit serve vs a naive FastAPI endpoint (one forward pass per request), real HTTP over loopback, SST-2 sentences.
 
     python benchmarks/serve.py [--seconds 10] [--repeats 3] [--levels 1,8,32,128] [--precisions fp32,bf16] [--soak 120]
+    python benchmarks/serve.py --ray [--levels 16,32]
+
+`--ray`: `bertkit serve --ray` on a local Ray cluster (Ray Serve's HTTP proxy, per-request balancing), the same wrk
+load: 2 replicas × 1 CPU against 1 replica × 1 CPU (what a second replica adds to keep-alive clients), and 1 replica
+× 2 CPUs against plain `bertkit serve --threads 2` (what the proxy and the ingress cost); fp32.
 
 The load generator is wrk (Debian: apt-get install wrk), a C program on one thread, so it takes little of the CPU
 the servers share with it; benchmarks/wrk_embed.lua sends one SST-2 dev sentence per request (TEI's `{"inputs": ...}`)
@@ -72,7 +77,9 @@ def free_port() -> int:
 
 def start(kind: str, threads: int, precision: str, extra: list[str]) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    if kind == "bertkit":
+    if kind == "ray":
+        command = [sys.executable, "-m", "bertkit.cli", "serve", "--port", str(port), "--ray", *extra]
+    elif kind == "bertkit":
         command = [
             sys.executable,
             "-m",
@@ -101,7 +108,9 @@ def start(kind: str, threads: int, precision: str, extra: list[str]) -> tuple[su
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
         try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
+            health = httpx.get(url + "/health", timeout=1)
+            replicas = health.json().get("replicas") if health.status_code == 200 else None
+            if health.status_code == 200 and (replicas is None or replicas["ready"] == replicas["wanted"]):
                 return process, url
         except httpx.HTTPError:
             time.sleep(0.2)
@@ -111,7 +120,38 @@ def start(kind: str, threads: int, precision: str, extra: list[str]) -> tuple[su
 
 def stop(process: subprocess.Popen) -> int:
     process.send_signal(signal.SIGTERM)
-    return process.wait(60)
+    return process.wait(120)
+
+
+RAY_SETUPS = {  # name: (kind, flags)
+    "ray 1×1": ("ray", ["--replicas", "1", "--replica-cpus", "1"]),
+    "ray 2×1": ("ray", ["--replicas", "2", "--replica-cpus", "1"]),
+    "ray 1×2": ("ray", ["--replicas", "1", "--replica-cpus", "2"]),
+    "plain, 2 threads": ("bertkit", []),
+}
+
+
+def ray_tables(args, bodies: Path, levels: list[int]) -> None:
+    """`bertkit serve --ray`'s setups under the same wrk load, medians of `--repeats`, and the two ratios."""
+    rows = {}
+    for name, (kind, flags) in RAY_SETUPS.items():
+        process, url = start(kind, 2, "fp32", flags)
+        try:
+            wrk(url, bodies, 16, 5)  # warm-up
+            for c in levels:
+                rows[name, c] = median_row([wrk(url, bodies, c, args.seconds) for _ in range(args.repeats)])
+                print(name, c, rows[name, c], flush=True)
+        finally:
+            stop(process)
+    print(f"\nCPU: {cpu_name()}; fp32; SST-2 dev sentences; wrk, {args.seconds:g} s a run, median of {args.repeats}")
+    print("| setup | c | req/s | p50 ms | p99 ms | statuses |")
+    print("|---|---|---|---|---|---|")
+    for (name, c), row in rows.items():
+        print(f"| {name} | {c} | {row['rps']:.0f} | {row['p50']:.1f} | {row['p99']:.1f} | {row['statuses']} |")
+    for c in levels:
+        two, one = rows["ray 2×1", c]["rps"], rows["ray 1×1", c]["rps"]
+        wide, plain = rows["ray 1×2", c]["rps"], rows["plain, 2 threads", c]["rps"]
+        print(f"c={c}: 2 replicas / 1 replica {two / one:.2f}×; 1 replica of 2 CPUs / plain serve {wide / plain:.2f}×")
 
 
 def rss_mb(pid: int) -> float:
@@ -205,6 +245,7 @@ def main() -> None:
     parser.add_argument("--serve-args", default="", help="extra flags for bertkit serve")
     parser.add_argument("--soak", type=float, default=0, help="seconds of c=64 load on bertkit serve after the tables")
     parser.add_argument("--naive-server", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--ray", action="store_true", help="bertkit serve --ray's setups (see the module's notes)")
     args = parser.parse_args()
     if args.naive_server:
         import uvicorn
@@ -225,6 +266,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         bodies = Path(scratch) / "bodies.jsonl"
         bodies.write_text("".join(json.dumps({"inputs": s}) + "\n" for s in sentences), encoding="utf-8")
+        if args.ray:
+            ray_tables(
+                args, bodies, [int(x) for x in (args.levels if args.levels != "1,8,32,128" else "16,32").split(",")]
+            )
+            return
         rows = {}
         for precision in precisions:
             for kind in ("bertkit", "naive"):

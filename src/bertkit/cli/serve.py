@@ -13,8 +13,8 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import InputError
-from ..serve.settings import ServeSettings
-from .common import app, existing_indexes, make_encoder, running_on, say
+from ..serve.settings import RayServeSettings, ServeSettings
+from .common import app, existing_indexes, say
 from .options import Device, Generated, Model, Precision, Runs, Threads, from_fields
 
 
@@ -51,6 +51,7 @@ Opt = typer.Option
 
 
 @app.command()
+@from_fields(RayServeSettings, "scaling", group="Ray")
 @from_fields(ServeSettings, "settings")
 def serve(
     ctx: typer.Context,
@@ -75,18 +76,45 @@ def serve(
     ] = None,
     api_key_file: Annotated[Path | None, Opt(help="The same, with the key read from a file.")] = None,
     settings: Generated = None,
+    ray: Annotated[
+        bool, Opt("--ray", help="Serve as a Ray Serve application: replicas balanced per request (the Ray options).")
+    ] = False,
+    scaling: Generated = None,
     graceful_timeout: Annotated[int, Opt(help="Seconds SIGTERM waits for requests in flight.")] = 30,
     access_log: Annotated[bool, Opt("--access-log/--no-access-log", help="Log every request (off: faster).")] = False,
     log_level: Annotated[str, Opt(help="uvicorn's log level.")] = "info",
 ) -> None:
-    """Serve embeddings (TEI and OpenAI shapes), tokenization and trained runs over HTTP, with micro-batching."""
+    """Serve embeddings (TEI and OpenAI shapes), tokenization and trained runs over HTTP, with micro-batching.
+
+    --ray serves the same application on Ray Serve: --replicas N (or --autoscale MIN:MAX) replicas of --replica-cpus
+    each, on a local Ray cluster or the one at --address; --print-config writes its config for `serve deploy`.
+    """
+    from ..serve.app import ServeSpec
+    from ..serve.security import load_api_key
+
+    load_api_key(api_key_env, api_key_file)  # a missing key is refused before anything starts
+    key_file = str(Path(api_key_file).resolve()) if api_key_file else None
+    spec = ServeSpec(
+        model,
+        precision,
+        device,
+        threads or _cores(),
+        tuple(run or ()),
+        tuple(index or ()),
+        settings,
+        api_key_env,
+        key_file,
+    )
+    if ray or scaling != RayServeSettings():
+        _serve_on_ray(ray, spec, scaling, host, port)
+        return
     listening = bound_socket(host, port)  # a bad or busy port is refused before the model loads, and stays ours
     import uvicorn
 
-    from ..serve.security import load_api_key
+    from ..serve.app import build_app
 
-    settings = replace(settings, api_key=load_api_key(api_key_env, api_key_file))
-    application, serving = _application(model, precision, device, threads or _cores(), run or [], index or [], settings)
+    application, serving = build_app(spec)
+    settings = application.state.service.settings
     if host in ("0.0.0.0", "::") and not settings.allow_hosts:
         say(
             f"note: bound to {host}: requests are answered when their Host header is the address they reached or a "
@@ -115,27 +143,25 @@ def serve(
     say("bertkit serve: stopped.")
 
 
-def _application(
-    model: str | None, precision: str, device: str, threads: int, run: list[str], index: list[str], settings: Any
-) -> tuple[Any, str]:
-    """Return the app (the model, its runs, indexes; a `bertkit probe` folder shows on the page) and what it serves."""
-    from ..encoder.threads import set_threads
-    from ..explain.explainer import load_probe
-    from ..serve.app import create_app
-    from ..serve.runs import load_runs
-    from ..tasks.index import load_index
+def _serve_on_ray(ray: bool, spec: Any, scaling: RayServeSettings, host: str, port: int) -> None:
+    """`bertkit serve --ray`: check everything here, then print the config or run the application on Ray Serve."""
+    from dataclasses import asdict
+
     from ..tasks.runs import parse_run_specs
 
-    directories = parse_run_specs(run)
-    probes = {name: load_probe(str(d)) for name, d in directories.items() if not (d / "bertkit.json").is_file()}
-    probes = {name: record for name, record in probes.items() if record is not None}
-    set_threads(threads)
-    encoder = make_encoder(model, precision, device)
-    runs = load_runs({name: d for name, d in directories.items() if name not in probes})
-    indexes = {name: load_index(path) for name, path in parse_run_specs(index, "--index").items()}
-    application = create_app(encoder, runs, settings, indexes=indexes)
-    application.state.explain_probes = probes
-    serving = f"{encoder.source.spec} on {running_on(encoder)} ({threads} threads), runs: {', '.join(runs) or 'none'}"
-    for kind, names in (("indexes", indexes), ("probes", probes)):
-        serving += f"; {kind}: {', '.join(names)}" if names else ""
-    return application, serving
+    if not ray:
+        raise InputError("--replicas, --autoscale, --replica-cpus, --address, --print-config: add --ray to use them.")
+    from ..serve.cluster import check_ray_serve, config_yaml, serve_on_ray
+
+    check_ray_serve()
+    model = str(Path(spec.model).resolve()) if spec.model and Path(spec.model).exists() else spec.model
+    runs = tuple(f"{name}={path.resolve()}" for name, path in parse_run_specs(list(spec.runs)).items())
+    indexes = tuple(f"{name}={path.resolve()}" for name, path in parse_run_specs(list(spec.indexes), "--index").items())
+    spec = replace(spec, model=model, runs=runs, indexes=indexes, threads=None)  # paths as every node reads them
+    deployed = {k: v for k, v in asdict(scaling).items() if k not in ("address", "print_config")}
+    args = {"service": spec.to_dict(), "scaling": deployed}
+    if scaling.print_config:
+        typer.echo(config_yaml(args, host, port), nl=False)
+        return
+    bound_socket(host, port).close()  # a bad or busy port is refused now; Ray Serve's proxy binds it
+    serve_on_ray(args, scaling, host, port, say)

@@ -280,7 +280,7 @@ def connect(address: str | None = None, ray_logs: bool = True) -> bool:
 
 
 def _local_hosts() -> set[str]:
-    hosts = {"127.0.0.1", "localhost", socket.gethostname()}
+    hosts = {"127.0.0.1", "localhost", socket.gethostname(), ray.util.get_node_ip_address()}  # Ray's own: its route out
     with contextlib.suppress(OSError):
         hosts |= {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None)}
     return hosts

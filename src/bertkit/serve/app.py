@@ -6,11 +6,14 @@ Other faces extend the app with `create_app(..., routers=[...])` or `app.include
 
 from __future__ import annotations
 
+import dataclasses
 import gc
+import json
 import logging
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +28,7 @@ from .. import __version__
 from ..encoder.encode import Encoder
 from ..encoder.options import EmbedOptions
 from ..encoder.threads import release_openmp_threads
-from ..errors import BertkitError, brief
+from ..errors import BertkitError, InputError, brief
 from .errors import OPENAI_PREFIX, ServeError, error_response
 from .middleware import ApiKeyMiddleware, BodyLimitMiddleware, LocalAccessMiddleware, MetricsMiddleware
 from .routes import service_routes
@@ -59,6 +62,73 @@ def vocabulary(service: Service) -> Vocabulary:
         indexes=tuple(sorted(service.indexes)),
         max_chars=service.settings.max_body_bytes,
     )
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """What one server process serves: the model at its precision on its device and threads, runs, indexes, limits.
+
+    `bertkit serve` builds one app of it; with `--ray`, each replica does. The API key is named (`api_key_env`,
+    `api_key_file`), not held, so that a spec written into a cluster's config carries no secret.
+    """
+
+    model: str | None = None
+    precision: str = "fp32"
+    device: str = "auto"
+    threads: int | None = None
+    runs: tuple[str, ...] = ()
+    indexes: tuple[str, ...] = ()
+    settings: ServeSettings = field(default_factory=ServeSettings)
+    api_key_env: str | None = None
+    api_key_file: str | None = None
+
+    def to_dict(self) -> dict:
+        """Return the spec as plain values (a Ray Serve config's `args`)."""
+        values = dataclasses.asdict(self)
+        values["settings"] = {k: v for k, v in values["settings"].items() if k != "api_key"}
+        return json.loads(json.dumps(values))
+
+    @classmethod
+    def from_dict(cls, values: dict) -> ServeSpec:
+        """Read a spec back from plain values; unknown names are refused (a config written by another version)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        if unknown := sorted(set(values) - known):
+            raise InputError(f"bertkit serve spec: unknown fields {unknown}; known: {sorted(known)}.")
+        settings = ServeSettings(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in values.get("settings", {}).items()}
+        )
+        lists = {k: tuple(values.get(k) or ()) for k in ("runs", "indexes")}
+        return cls(**{**values, **lists, "settings": settings})
+
+
+def build_app(spec: ServeSpec) -> tuple[FastAPI, str]:
+    """Return the app of `spec` and what it serves, in words: `bertkit serve`'s app, and each `--ray` replica's.
+
+    The model, its runs and indexes; a `bertkit probe` folder among the runs shows on the explainer page.
+    """
+    from ..encoder.devices import describe
+    from ..encoder.threads import set_threads
+    from ..explain.explainer import load_probe
+    from ..tasks.index import load_index
+    from ..tasks.runs import parse_run_specs
+    from .runs import load_runs
+    from .security import load_api_key
+
+    directories = parse_run_specs(list(spec.runs))
+    probes = {name: load_probe(str(d)) for name, d in directories.items() if not (d / "bertkit.json").is_file()}
+    probes = {name: record for name, record in probes.items() if record is not None}
+    set_threads(spec.threads)
+    settings = dataclasses.replace(spec.settings, api_key=load_api_key(spec.api_key_env, spec.api_key_file))
+    encoder = Encoder.from_pretrained(spec.model, precision=spec.precision, device=spec.device)
+    runs = load_runs({name: d for name, d in directories.items() if name not in probes})
+    indexes = {name: load_index(path) for name, path in parse_run_specs(list(spec.indexes), "--index").items()}
+    application = create_app(encoder, runs, settings, indexes=indexes)
+    application.state.explain_probes = probes
+    where = f"{describe(encoder.device)}, {encoder.precision}"
+    serving = f"{encoder.source.spec} on {where} ({spec.threads} threads), runs: {', '.join(runs) or 'none'}"
+    for kind, names in (("indexes", indexes), ("probes", probes)):
+        serving += f"; {kind}: {', '.join(names)}" if names else ""
+    return application, serving
 
 
 def create_app(

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
+from typing import Any
 
 from ..encoder.defaults import GPU_BATCH_TOKENS, MAX_BATCH_TOKENS, check_fields, option_field
+from ..errors import InputError
 from .security import check_allow_hosts, check_allow_origins
 
 
@@ -56,3 +60,72 @@ class ServeSettings:
         check_fields(self)
         object.__setattr__(self, "allow_hosts", check_allow_hosts(self.allow_hosts))
         object.__setattr__(self, "allow_origins", check_allow_origins(self.allow_origins))
+
+
+@dataclass(frozen=True)
+class RayServeSettings:
+    """How `bertkit serve --ray` deploys: where, how many replicas, what each holds. Its flags are generated."""
+
+    address: str | None = option_field(
+        None, "With --ray: the Ray cluster to join (ray://host:10001, host:6379, auto); default: start a local one."
+    )
+    replicas: int = option_field(1, "With --ray: model replicas (each its own model, batcher and threads).", low=1)
+    autoscale: str | None = option_field(
+        None,
+        "With --ray: MIN:MAX replicas, scaled by Ray Serve on requests in flight (instead of --replicas).",
+        pattern=r"\d+:\d+",
+    )
+    target_ongoing_requests: int = option_field(
+        8, "With --autoscale: requests in flight per replica that Ray Serve scales toward.", low=1
+    )
+    replica_cpus: float = option_field(1.0, "With --ray: CPUs per replica (its torch threads; fractions allowed).")
+    replica_gpus: float = option_field(0.0, "With --ray: GPUs per replica (fractions allowed).")
+    print_config: bool = option_field(
+        False, "With --ray: print the Ray Serve config (serve deploy, KubeRay) and exit.", flag="--print-config"
+    )
+
+    def __post_init__(self) -> None:
+        """Refuse, in one line, replicas below 1, an autoscale range upside down and resources below zero."""
+        check_fields(self)
+        if self.autoscale is not None:
+            low, high = self.replica_range
+            if not re.fullmatch(r"\d+:\d+", self.autoscale) or not 1 <= low <= high:
+                raise InputError(f"--autoscale {self.autoscale}: give MIN:MAX replicas, 1 ≤ MIN ≤ MAX (e.g. 1:4).")
+        for flag, value, least in (
+            ("--replica-cpus", self.replica_cpus, 0.01),
+            ("--replica-gpus", self.replica_gpus, 0),
+        ):
+            if not math.isfinite(value) or value < least:
+                raise InputError(f"{flag} {value:g}: give {'more than 0' if least else '0 or more'} (0.5: half).")
+
+    @property
+    def replica_range(self) -> tuple[int, int]:
+        """The fewest and most replicas: MIN:MAX with --autoscale, else --replicas both."""
+        if self.autoscale is None:
+            return self.replicas, self.replicas
+        low, _, high = self.autoscale.partition(":")
+        return int(low or 0), int(high or 0)
+
+    def deployment_options(self) -> dict:
+        """Ray Serve's options of the model deployment: its replicas (or autoscaling) and each one's resources."""
+        low, high = self.replica_range
+        scaling: dict[str, Any] = {"num_replicas": self.replicas}
+        if self.autoscale is not None:
+            target = self.target_ongoing_requests
+            scaling = {
+                "autoscaling_config": {"min_replicas": low, "max_replicas": high, "target_ongoing_requests": target}
+            }
+        resources = {"num_cpus": self.replica_cpus, "num_gpus": self.replica_gpus}
+        return {**scaling, "ray_actor_options": resources, "max_ongoing_requests": 64, "health_check_period_s": 2}
+
+    def check_cluster(self, cluster: dict) -> None:
+        """Refuse a replica larger than the cluster's largest node, before anything is deployed."""
+        for resource, flag, asked in (
+            ("CPU", "--replica-cpus", self.replica_cpus),
+            ("GPU", "--replica-gpus", self.replica_gpus),
+        ):
+            have = max((node.get(resource, 0) for node in cluster.get("nodes", [])), default=0)
+            if asked > have:
+                raise InputError(
+                    f"{flag} {asked:g}: the cluster's largest node has {have:g} {resource}s; a replica must fit on one."
+                )
