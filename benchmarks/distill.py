@@ -2,7 +2,7 @@
 and static tables of 256 and 128 dimensions (`bertkit distill --static --dims D`).
 
     python benchmarks/distill.py [--data ../shared/data/sst2] [--model DIR] [--layers 4 3 2] [--repeats 3]
-        [--trained 3] [--conll 2000] [--static 256 128]
+        [--trained 3] [--conll 2000] [--static 256 128] [--repeats 5]
 
 `--trained K`: also a K-layer cut trained (`bertkit distill -l K --texts`) to give the teacher's vectors on the SST-2
 training sentences and the first `--conll` CoNLL-2003 training sentences, one epoch; never on the dev sentences.
@@ -12,13 +12,13 @@ regression with C chosen by 5-fold CV on train, scored on dev: nothing the cut w
 dev sentences as queries over the training sentences (cosine, top 10): recall@10 of the teacher's own top 10, and
 label precision@10 (the share of the 10 neighbours with the query's sentiment, the only relevance SST-2 gives); and
 its throughput on the dev sentences at fp32 and bf16 (bf16 where the CPU has it natively; a static table runs fp32
-only) with every thread, and at fp32 on one thread (`--threads 1`), each the median of `--repeats`, all in one run.
+only) with every thread, and at fp32 on one thread, each the median of `--repeats` passes over the dev sentences
+taken in turn with the other models' (a slower minute of a shared machine slows them all), all in one run.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import tempfile
 import time
@@ -54,26 +54,31 @@ def retrieval(found: np.ndarray, teacher: np.ndarray, train_labels: np.ndarray, 
     return float(recall), float((train_labels[found] == dev_labels[:, None]).mean())
 
 
-MIN_SECONDS = 2.0  # a timed run embeds the texts as many times as this takes: a static table's pass is 70 ms
+def throughputs(models: dict, precision: str, texts: list[str], repeats: int, threads: int | None = None) -> dict:
+    """Median texts/s of each model's `embed` over `texts` at `precision` on `threads` (None: all), interleaved.
 
-
-def throughput(folder: str | None, precision: str, texts: list[str], repeats: int, threads: int | None = None) -> float:
-    """Median texts/s of `embed` over `texts` at `precision` on `threads` (None: all; a warm-up pass first)."""
+    Every model is loaded and warmed up first; then each repeat times one pass of every model in turn, so that a
+    slower minute of a shared machine slows them all alike and the ratios hold. A static table (no bf16) is left out
+    at bf16. Each model embeds with its default batch (32 texts a pass; a static table 256).
+    """
     every = torch.get_num_threads()
     set_threads(threads)
     try:
-        encoder = Encoder.from_pretrained(folder, precision=precision, concurrent_batches=1 if threads == 1 else None)
-        started = time.perf_counter()
-        encoder.embed(texts)  # a warm-up pass, which also says how long one takes
-        rounds = max(1, math.ceil(MIN_SECONDS / (time.perf_counter() - started)))
-        seconds = []
+        encoders = {}
+        for name, folder in models.items():
+            encoder = Encoder.from_pretrained(folder, concurrent_batches=1 if threads == 1 else None)
+            if encoder.num_layers or precision == "fp32":
+                encoders[name] = encoder.with_options(precision=precision)
+                encoders[name].embed(texts)  # warm-up: graphs compiled, int8 calibrated, caches filled
+        seconds: dict[str, list[float]] = {name: [] for name in encoders}
         for _ in range(repeats):
-            started = time.perf_counter()
-            encoder.embed(texts * rounds)  # its default batch: 32 texts a pass (a static table: 256)
-            seconds.append(time.perf_counter() - started)
+            for name, encoder in encoders.items():
+                started = time.perf_counter()
+                encoder.embed(texts)
+                seconds[name].append(time.perf_counter() - started)
     finally:
         set_threads(every)
-    return rounds * len(texts) / statistics.median(seconds)
+    return {name: len(texts) / statistics.median(times) for name, times in seconds.items()}
 
 
 def main() -> None:
@@ -81,7 +86,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data" / "sst2")
     parser.add_argument("--model", default=None)
     parser.add_argument("--layers", type=int, nargs="+", default=[4, 3, 2])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--trained", type=int, nargs="*", default=[3])
     parser.add_argument("--conll", type=int, default=2000)
     parser.add_argument("--static", type=int, nargs="*", default=[256, 128])
@@ -115,11 +120,13 @@ def main() -> None:
             reference = found if reference is None else reference
             row = {"model": name, "layers": encoder.num_layers, "accuracy": accuracy(x_train, x_dev, train, dev)}
             row["recall@10"], row["label p@10"] = retrieval(found, reference, *labels)
-            for precision in precisions if encoder.num_layers else ["fp32"]:
-                row[precision] = throughput(folder, precision, dev.texts, args.repeats)
-            row["1 thread"] = throughput(folder, "fp32", dev.texts, args.repeats, threads=1)
             rows.append(row)
             print(row, flush=True)
+        for column, precision, threads in [*((p, p, None) for p in precisions), ("1 thread", "fp32", 1)]:
+            speeds = throughputs(models, precision, dev.texts, args.repeats, threads)
+            for row in rows:
+                row.update({column: speeds[row["model"]]} if row["model"] in speeds else {})
+            print(column, [round(row.get(column, 0)) for row in rows], flush=True)
     teacher = rows[0]
     print(
         f"\nSST-2 features (train {len(train.texts)}, dev {len(dev.texts)}); texts/s on dev, median of {args.repeats}"

@@ -587,7 +587,8 @@ class Encoder:
         pooled = np.zeros((0 if resolved.token_vectors else len(texts), width), np.float32)
         waiting: list[tuple[np.ndarray, torch.Tensor]] = []  # pooled rows still on the device, copied a chunk late
         with bar:
-            for first, encoded, part in self._encoded_chunks(texts, pairs, resolved):
+            offsets = resolved.token_vectors or pairs is not None  # sentence vectors read no character offsets
+            for first, encoded, part in self._encoded_chunks(texts, pairs, resolved, offsets):
                 report.add_chunk(part, first)
                 coverages.append((first, part.coverage))  # type: ignore[arg-type]
                 done = len(waiting)
@@ -674,21 +675,31 @@ class Encoder:
         return (result, report) if return_report else result
 
     # ---- internals ----------------------------------------------------------------------------------------------
-    def _encoded_chunks(self, texts: list, pairs: list | None, resolved: EmbedOptions) -> Iterator[tuple]:
+    def _encoded_chunks(
+        self, texts: list, pairs: list | None, resolved: EmbedOptions, offsets: bool = True
+    ) -> Iterator[tuple]:
         """(first row, encodings, report) of each chunk of `_chunk_texts` texts, the next tokenized meanwhile (GPU).
 
         On a CPU a call is one chunk; on a GPU the device is not idle while the host tokenizes the next texts.
         """
         size = self._chunk_texts or len(texts)
         if len(texts) <= size or resolved.long_text == "error":  # 'error' refuses before any pass runs
-            yield 0, *self._encode(texts, pairs, resolved)
+            yield 0, *self._encode(texts, pairs, resolved, offsets)
             return
         tok.check_inputs(texts, pairs)  # a bad text is named by its row in the call, not in its chunk
-        chunk = lambda a: (a, *self._encode(texts[a : a + size], pairs[a : a + size] if pairs else None, resolved))  # noqa: E731
+        chunk = lambda a: (
+            a,
+            *self._encode(texts[a : a + size], pairs[a : a + size] if pairs else None, resolved, offsets),
+        )  # noqa: E731
         yield from computed_ahead(chunk, range(0, len(texts), size))
 
-    def _encode(self, texts: list, pairs: list | None, resolved: EmbedOptions) -> tuple[list[tok.Encoded], EmbedReport]:
-        """Tokenize under the long-text policy and start the call's report (limit, truncated rows, coverage)."""
+    def _encode(
+        self, texts: list, pairs: list | None, resolved: EmbedOptions, offsets: bool = True
+    ) -> tuple[list[tok.Encoded], EmbedReport]:
+        """Tokenize under the long-text policy and start the call's report (limit, truncated rows, coverage).
+
+        `offsets=False`: without character offsets (sentence vectors read none; `tok.encode`).
+        """
         if pairs is not None and resolved.long_text == "window":
             raise InputError("long_text='window' works on single texts, not sentence pairs; use 'truncate'.")
         report = EmbedReport(n_texts=len(texts), max_length=resolved.max_length or self.max_length)
@@ -696,7 +707,7 @@ class Encoder:
         policy: dict[str, Any] = dict(
             long_text=resolved.long_text, direction=resolved.truncation_direction, stride=resolved.stride
         )
-        encoded = tok.encode(self.tokenizer, texts, pairs, max_length=report.max_length, **policy)
+        encoded = tok.encode(self.tokenizer, texts, pairs, max_length=report.max_length, offsets=offsets, **policy)
         report.truncated_rows = [i for i, e in enumerate(encoded) if e.truncated]
         report.windowed_rows = [i for i, e in enumerate(encoded) if e.windows]
         report.coverage = coverage(encoded, self.tokenizer.unk_token_id)
