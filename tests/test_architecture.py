@@ -256,10 +256,10 @@ def test_the_public_api_is_what_public_api_txt_says():
 # issue 61 counted its 13,477 lines and added 238 (13,477 at 84626a4, 13,715 at 468cbb2): 12,900 + 238. Issue 62's
 # fixes add what they measure from 13,135 (19dcea7, issue 61 done); issue 63's cut from 13,590 (5c4444e).
 ISSUE_62_LINES = 13_590 - 13_135
-ISSUE_63_LINES = 14_087 - 13_590  # the cut, its training, the command, the probe's line; static models (209)
-ISSUE_64_LINES = 14_399 - 14_087  # bertkit serve --ray: the spec and app builder moved to the serve wing, Ray Serve
+ISSUE_63_LINES = 14_101 - 13_590  # the cut, its training, the command, the probe's line; static models (223)
+ISSUE_64_LINES = 14_413 - 14_101  # bertkit serve --ray: the spec and app builder moved to the serve wing, Ray Serve
 CODE_LINE_BUDGET = 12_900 + 238 + ISSUE_62_LINES + ISSUE_63_LINES + ISSUE_64_LINES
-CODE_LINES_NOW = 14_399
+CODE_LINES_NOW = 14_413
 CENSUS = PACKAGE.parents[2] / "shared" / "tools" / "census.py"
 
 
