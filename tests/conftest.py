@@ -61,13 +61,13 @@ SHARED_DATA = Path(os.environ.get("BERTKIT_DATA", Path(__file__).resolve().paren
 
 
 # the files that take longest (in one process, 2026-12-05: 20-85 s each), first, so that two workers end together
-LONGEST_FIRST = ("ray", "test_serve_faults", "test_docs", "test_serve_ray", "test_explain", "test_gpu_check")
-LONGEST_FIRST += ("test_notebooks", "test_finetune", "test_serve", "test_stream", "test_wheel", "test_serve_fuzz")
-LONGEST_FIRST += ("test_finetune_engine", "test_static")
+LONGEST_FIRST = ("ray", "test_serve_faults", "test_docs", "test_explain", "test_gpu_check", "test_notebooks")
+LONGEST_FIRST += ("test_finetune", "test_serve", "test_stream", "test_wheel", "test_serve_fuzz", "test_finetune_engine")
+LONGEST_FIRST += ("test_static",)
 
 
 # measured promises of latency: with the box to themselves (a neighbouring worker's load is not the server's)
-ALONE = ("test_serve_heavy",)
+ALONE = ("test_serve_heavy", "test_serve_ray")  # the Ray Serve kill test: 16 clients, 30 s, a replica restarting
 
 
 def file_group(nodeid: str) -> str:

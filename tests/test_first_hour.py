@@ -158,10 +158,10 @@ def test_run_specs_take_a_bare_folder_or_a_name(tmp_path):
 def test_serve_and_explain_read_runs_with_the_same_parser():
     import inspect
 
-    from bertkit.cli import serve
     from bertkit.explain import explainer
+    from bertkit.serve import app
 
-    assert "parse_run_specs" in inspect.getsource(serve._application) and "parse_run_specs" in inspect.getsource(
+    assert "parse_run_specs" in inspect.getsource(app.build_app) and "parse_run_specs" in inspect.getsource(
         explainer.Explainer.from_paths
     )
 

@@ -121,7 +121,8 @@ def test_the_clients_get_the_librarys_vectors_and_answers_through_ray_serves_pro
 
 @pytest.mark.slow
 def test_the_openapi_document_the_key_and_the_host_checks_are_bertkit_serves(cluster, reranker, monkeypatch):
-    from bertkit.serve.app import ServeSpec, build_app
+    from bertkit.serve.app import build_app
+    from bertkit.serve.settings import ServeSpec
 
     server, _ = cluster
     monkeypatch.setenv("BERTKIT_TEST_KEY", KEY)

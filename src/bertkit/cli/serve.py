@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from ..errors import InputError
-from ..serve.settings import RayServeSettings, ServeSettings
+from ..serve.settings import RayServeSettings, ServeSettings, ServeSpec
 from .common import app, existing_indexes, say
 from .options import Device, Generated, Model, Precision, Runs, Threads, from_fields
 
@@ -89,7 +89,6 @@ def serve(
     --ray serves the same application on Ray Serve: --replicas N (or --autoscale MIN:MAX) replicas of --replica-cpus
     each, on a local Ray cluster or the one at --address; --print-config writes its config for `serve deploy`.
     """
-    from ..serve.app import ServeSpec
     from ..serve.security import load_api_key
 
     load_api_key(api_key_env, api_key_file)  # a missing key is refused before anything starts

@@ -16,7 +16,6 @@ from tokenizers import normalizers
 
 from ..errors import ModelLoadError, brief
 from .st_config import MODULES, SENTENCE_BERT_CONFIG, SentenceConfig
-from .static import POSITION_LIMIT, load_static, static_folder
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -230,6 +229,8 @@ def load_model(source: ModelSource) -> LoadedModel:
     safe = {"trust_remote_code": False, "local_files_only": source.kind != "hub"}  # never a model's own code
     if source.kind == "local":
         refuse_model_code(source.path)
+    from .static import static_folder  # torch: only once a model loads (`bertkit tokenize` needs none)
+
     folder = static_folder(_local_copy(source) if source.kind == "hub" else source.path)
     if folder is not None:
         return _loaded_static(source, folder)
@@ -295,6 +296,8 @@ def _local_copy(source: ModelSource) -> str:
 
 def _loaded_static(source: ModelSource, folder: Path) -> LoadedModel:
     """Load a static (model2vec) model: a table, no layers, no pooler; its sentence defaults from its own files."""
+    from .static import POSITION_LIMIT, load_static
+
     root = Path(source.path)
     if source.kind == "hub":  # the table too, into the same snapshot folder, now that its config says it is static
         from huggingface_hub import snapshot_download

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import json
 import logging
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
@@ -28,14 +26,14 @@ from .. import __version__
 from ..encoder.encode import Encoder
 from ..encoder.options import EmbedOptions
 from ..encoder.threads import release_openmp_threads
-from ..errors import BertkitError, InputError, brief
+from ..errors import BertkitError, brief
 from .errors import OPENAI_PREFIX, ServeError, error_response
 from .middleware import ApiKeyMiddleware, BodyLimitMiddleware, LocalAccessMiddleware, MetricsMiddleware
 from .routes import service_routes
 from .runs import ServedRun
 from .schemas import Vocabulary, check_option
 from .service import ClientGone, Service
-from .settings import ServeSettings
+from .settings import ServeSettings, ServeSpec
 from .web import nested_deeper
 
 if TYPE_CHECKING:
@@ -62,43 +60,6 @@ def vocabulary(service: Service) -> Vocabulary:
         indexes=tuple(sorted(service.indexes)),
         max_chars=service.settings.max_body_bytes,
     )
-
-
-@dataclass(frozen=True)
-class ServeSpec:
-    """What one server process serves: the model at its precision on its device and threads, runs, indexes, limits.
-
-    `bertkit serve` builds one app of it; with `--ray`, each replica does. The API key is named (`api_key_env`,
-    `api_key_file`), not held, so that a spec written into a cluster's config carries no secret.
-    """
-
-    model: str | None = None
-    precision: str = "fp32"
-    device: str = "auto"
-    threads: int | None = None
-    runs: tuple[str, ...] = ()
-    indexes: tuple[str, ...] = ()
-    settings: ServeSettings = field(default_factory=ServeSettings)
-    api_key_env: str | None = None
-    api_key_file: str | None = None
-
-    def to_dict(self) -> dict:
-        """Return the spec as plain values (a Ray Serve config's `args`)."""
-        values = dataclasses.asdict(self)
-        values["settings"] = {k: v for k, v in values["settings"].items() if k != "api_key"}
-        return json.loads(json.dumps(values))
-
-    @classmethod
-    def from_dict(cls, values: dict) -> ServeSpec:
-        """Read a spec back from plain values; unknown names are refused (a config written by another version)."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        if unknown := sorted(set(values) - known):
-            raise InputError(f"bertkit serve spec: unknown fields {unknown}; known: {sorted(known)}.")
-        settings = ServeSettings(
-            **{k: tuple(v) if isinstance(v, list) else v for k, v in values.get("settings", {}).items()}
-        )
-        lists = {k: tuple(values.get(k) or ()) for k in ("runs", "indexes")}
-        return cls(**{**values, **lists, "settings": settings})
 
 
 def build_app(spec: ServeSpec) -> tuple[FastAPI, str]:

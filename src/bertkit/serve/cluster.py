@@ -22,8 +22,8 @@ import time
 from typing import Any
 
 from ..errors import InputError
-from .app import ServeSpec, build_app
-from .settings import RayServeSettings
+from .app import build_app
+from .settings import RayServeSettings, ServeSpec
 
 log = logging.getLogger("bertkit.serve")
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..encoder.defaults import GPU_BATCH_TOKENS, MAX_BATCH_TOKENS, check_fields, option_field
@@ -129,3 +131,40 @@ class RayServeSettings:
                 raise InputError(
                     f"{flag} {asked:g}: the cluster's largest node has {have:g} {resource}s; a replica must fit on one."
                 )
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """What one server process serves: the model at its precision on its device and threads, runs, indexes, limits.
+
+    `bertkit serve` builds one app of it; with `--ray`, each replica does. The API key is named (`api_key_env`,
+    `api_key_file`), not held, so that a spec written into a cluster's config carries no secret.
+    """
+
+    model: str | None = None
+    precision: str = "fp32"
+    device: str = "auto"
+    threads: int | None = None
+    runs: tuple[str, ...] = ()
+    indexes: tuple[str, ...] = ()
+    settings: ServeSettings = field(default_factory=ServeSettings)
+    api_key_env: str | None = None
+    api_key_file: str | None = None
+
+    def to_dict(self) -> dict:
+        """Return the spec as plain values (a Ray Serve config's `args`)."""
+        values = dataclasses.asdict(self)
+        values["settings"] = {k: v for k, v in values["settings"].items() if k != "api_key"}
+        return json.loads(json.dumps(values))
+
+    @classmethod
+    def from_dict(cls, values: dict) -> ServeSpec:
+        """Read a spec back from plain values; unknown names are refused (a config written by another version)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        if unknown := sorted(set(values) - known):
+            raise InputError(f"bertkit serve spec: unknown fields {unknown}; known: {sorted(known)}.")
+        settings = ServeSettings(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in values.get("settings", {}).items()}
+        )
+        lists = {k: tuple(values.get(k) or ()) for k in ("runs", "indexes")}
+        return cls(**{**values, **lists, "settings": settings})
