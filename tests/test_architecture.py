@@ -257,9 +257,9 @@ def test_the_public_api_is_what_public_api_txt_says():
 # fixes add what they measure from 13,135 (19dcea7, issue 61 done); issue 63's cut from 13,590 (5c4444e).
 ISSUE_62_LINES = 13_590 - 13_135
 ISSUE_63_LINES = 14_101 - 13_590  # the cut, its training, the command, the probe's line; static models (223)
-ISSUE_64_LINES = 14_413 - 14_101  # bertkit serve --ray: the spec and app builder moved to the serve wing, Ray Serve
+ISSUE_64_LINES = 14_420 - 14_101  # bertkit serve --ray: the spec and app builder moved to the serve wing, Ray Serve
 CODE_LINE_BUDGET = 12_900 + 238 + ISSUE_62_LINES + ISSUE_63_LINES + ISSUE_64_LINES
-CODE_LINES_NOW = 14_413
+CODE_LINES_NOW = 14_420
 CENSUS = PACKAGE.parents[2] / "shared" / "tools" / "census.py"
 
 

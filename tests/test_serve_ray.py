@@ -135,6 +135,8 @@ def test_the_openapi_document_the_key_and_the_host_checks_are_bertkit_serves(clu
     assert wrong.status_code == 401
     foreign = httpx.get(server.url + "/info", headers={**server.headers, "Host": "evil.example"}, timeout=30)
     assert foreign.status_code == 403 and foreign.json()["error_type"] == "host_not_allowed"
+    huge = httpx.post(server.url + "/embed", content=b"x" * 2_000_001, headers=server.headers, timeout=30)
+    assert huge.status_code == 413 and "--max-body-bytes" in huge.json()["error"]  # refused at the ingress
     page = httpx.get(server.url + "/", timeout=30)  # the explainer page, through the proxy and the ingress
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html") and "<html" in page.text
     health = httpx.get(server.url + "/health", timeout=30).json()  # no key needed, and it counts the replicas

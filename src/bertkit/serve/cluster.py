@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import InputError
 from .app import build_app
+from .middleware import BodyLimitMiddleware, BodyTooLarge
 from .settings import RayServeSettings, ServeSpec
 
 log = logging.getLogger("bertkit.serve")
@@ -61,7 +62,7 @@ def application(args: dict, env_vars: dict | None = None) -> Any:
     ingress = serve.deployment(serve.ingress()(Ingress)).options(
         name=INGRESS, num_replicas=1, ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1024
     )
-    return ingress.bind(model.bind(dataclasses.replace(spec, threads=threads)))
+    return ingress.bind(model.bind(dataclasses.replace(spec, threads=threads)), spec.settings.max_body_bytes)
 
 
 def config_yaml(args: dict, host: str, port: int) -> str:
@@ -96,15 +97,15 @@ class ModelReplica:
 class Ingress:
     """The application's HTTP face: forwards each request to a model replica, once more if that replica died."""
 
-    def __init__(self, model: Any) -> None:
-        self.model = model
+    def __init__(self, model: Any, max_body_bytes: int) -> None:
+        self.model, self.max_body_bytes = model, max_body_bytes
         self._replicas: tuple[float, dict] = (0.0, {})
 
     def __serve_build_asgi_app__(self) -> Any:
         async def app(scope: dict, receive: Any, send: Any) -> None:  # a coroutine function: read as ASGI 3
             await self.relay(scope, receive, send)
 
-        return app
+        return BodyLimitMiddleware(app, self.max_body_bytes)  # a body over the limit is never buffered here
 
     async def relay(self, scope: dict, receive: Any, send: Any) -> None:
         """Answer lifespan events; forward an HTTP request whole and send its answer back whole (the ASGI app)."""
@@ -113,15 +114,21 @@ class Ingress:
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
             return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            body, more = body + message.get("body", b""), message.get("more_body", False)
+        from .errors import error_response
+
+        chunks, more = [], True
+        try:
+            while more:
+                message = await receive()
+                chunks.append(message.get("body", b""))
+                more = message.get("more_body", False)
+        except BodyTooLarge as error:  # a chunked body past --max-body-bytes, as the app itself answers it
+            await error_response(413, "payload_too_large", str(error), scope["path"])(scope, receive, send)
+            return
+        body = b"".join(chunks)
         request = {key: scope[key] for key in FORWARDED if key in scope} | {"body": body}
         answer = await self._answer(request)
         if answer is None:
-            from .errors import error_response
-
             message = "a model replica stopped while answering; Ray Serve is starting another: retry in a second."
             retry = {"Retry-After": str(RETRY_AFTER_S)}
             await error_response(503, "unavailable", message, scope["path"], retry)(scope, receive, send)
